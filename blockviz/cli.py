@@ -1,0 +1,190 @@
+"""`python -m blockviz ...`: the command line.
+
+Config flags are generated from the config dataclasses, one per field, named after the
+field. Heavy modules (torch, Lightning) are imported inside the command that needs them, so
+`--help`, `params` and `runs` start instantly. A bad flag or value prints one line naming
+it and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import fields
+from typing import Any, NoReturn
+
+from blockviz import config as cfg
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A bad command line or input: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming the problem, then exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def add_config_flags(parser: argparse.ArgumentParser, sections: Sequence[str]) -> None:
+    """One `--field` flag per field of the named config sections (values parsed later)."""
+    for section in sections:
+        cls = cfg.SECTIONS[section]
+        group = parser.add_argument_group(f"{section} config")
+        defaults = cls()
+        for f in fields(cls):
+            default = getattr(defaults, f.name)
+            shown = "auto" if default is None else default
+            group.add_argument(
+                f"--{f.name}",
+                dest=f"cfg_{f.name}",
+                metavar=type(shown).__name__.upper() if shown != "auto" else "AUTO|BOOL",
+                default=None,
+                help=f"default {shown}",
+            )
+
+
+def config_overrides(args: argparse.Namespace, sections: Sequence[str]) -> dict[str, Any]:
+    """The config fields given on the command line, coerced to their types."""
+    overrides: dict[str, Any] = {}
+    for section in sections:
+        for name, annotation in cfg.field_types(cfg.SECTIONS[section]).items():
+            text = getattr(args, f"cfg_{name}", None)
+            if text is not None:
+                overrides[name] = cfg.coerce(name, text, annotation)
+    return overrides
+
+
+def run_config_from_args(args: argparse.Namespace) -> cfg.RunConfig:
+    """Preset or --config file, then field flags on top; validated."""
+    base = cfg.preset(args.preset) if getattr(args, "preset", None) else cfg.RunConfig()
+    config_path = getattr(args, "config", None)
+    if config_path:
+        try:
+            with open(config_path, encoding="utf-8") as fh:
+                base = cfg.RunConfig.from_json(fh.read())
+        except OSError as exc:
+            raise UsageError(f"--config: cannot read {config_path!r} ({exc.strerror})") from None
+    overrides = config_overrides(args, list(cfg.SECTIONS))
+    return cfg.replace(base, **overrides).validate() if overrides else base.validate()
+
+
+# Each command registers its parser and a handler `fn(args) -> int`. Handlers import what
+# they need inside so that one command's dependencies never slow another down.
+Handler = Callable[[argparse.Namespace], int]
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], str]] = {}
+
+
+def command(name: str, help_text: str, handler_path: str):
+    """Register a command's argument builder; the handler is `module:function`."""
+
+    def wrap(build: Callable[[argparse.ArgumentParser], None]):
+        COMMANDS[name] = (help_text, build, handler_path)
+        return build
+
+    return wrap
+
+
+@command("params", "parameter breakdown of a model config (no training)", "blockviz.params:cli_main")
+def _params_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--preset", choices=list(cfg.PRESETS), help="start from a preset")
+    add_config_flags(p, ["model"])
+
+
+@command("data", "statistics and a sample of a dataset", "blockviz.data:cli_main")
+def _data_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sample_chars", type=int, default=300, help="characters of sample text")
+    p.add_argument("--block_size", type=int, default=None, help="check the text is long enough")
+    add_config_flags(p, ["data"])
+
+
+@command("train", "train one run (headless), recording into the run store", "blockviz.train:cli_main")
+def _train_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="RunConfig JSON file (flags below override it)")
+    p.add_argument("--preset", choices=list(cfg.PRESETS), help="start from a preset")
+    p.add_argument("--name", help="run name (default: derived from the config)")
+    p.add_argument("--store", help="run store path (default $BLOCKVIZ_STORE or runs/blockviz.db)")
+    p.add_argument("--resume", metavar="RUN", help="continue RUN from its last checkpoint")
+    p.add_argument("--run_id", type=int, help=argparse.SUPPRESS)  # pre-created by the runner
+    p.add_argument(
+        "--max_running",
+        type=int,
+        default=0,
+        help="wait as 'queued' while this many runs are running (0: no limit)",
+    )
+    p.add_argument("--no_progress", action="store_true", help="no progress bar")
+    add_config_flags(p, list(cfg.SECTIONS))
+
+
+@command("runs", "list the runs in a store", "blockviz.train:cli_runs")
+def _runs_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", help="run store path")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+@command("show", "summarise one run", "blockviz.train:cli_show")
+def _show_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="run id or name")
+    p.add_argument("--store", help="run store path")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+@command("stop", "stop a running run (checkpoint, status 'stopped')", "blockviz.train:cli_stop")
+def _stop_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="run id or name")
+    p.add_argument("--store", help="run store path")
+
+
+@command("export", "export charts, data and a report of runs", "blockviz.export:cli_main")
+def _export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", help="run ids or names")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument(
+        "--format",
+        choices=["png", "svg", "html", "csv", "zip", "all"],
+        default="all",
+        help="what to write (default: all)",
+    )
+    p.add_argument("--store", help="run store path")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with one subparser per command."""
+    parser = _Parser(
+        prog="blockviz",
+        description="Train small character-level transformers and see what the block does.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, (help_text, build, _) in COMMANDS.items():
+        build(sub.add_parser(name, help=help_text, description=help_text))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: parse, dispatch, turn expected errors into one line and exit 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return EXIT_USAGE
+    module_name, func_name = COMMANDS[args.command][2].split(":")
+    import importlib
+
+    handler: Handler = getattr(importlib.import_module(module_name), func_name)
+    try:
+        return handler(args)
+    except (UsageError, cfg.ConfigError) as exc:
+        print(f"blockviz {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as exc:
+        # Domain errors (DataError, StoreError, ...) subclass ValueError and carry a
+        # message written for the user.
+        if type(exc).__module__.startswith("blockviz"):
+            print(f"blockviz {args.command}: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        raise

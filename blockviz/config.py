@@ -1,0 +1,407 @@
+"""Run configuration: model, training and data dataclasses, validation, JSON, presets.
+
+Every field is a plain value so a config is JSON on disk, a flag on the CLI and a widget in
+the sidebar. `validate()` raises `ConfigError` naming the field, the bad value and what is
+allowed; nothing here imports torch, so the UI can validate on every keystroke.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any, get_args, get_origin, get_type_hints
+
+NORM_POSITIONS = ("pre", "post", "none")
+NORM_TYPES = ("layernorm", "rmsnorm")
+ACTIVATIONS = ("gelu", "relu", "silu", "swiglu")
+INITS = ("default", "gpt2")
+LR_SCHEDULES = ("constant", "cosine", "linear")
+PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed")
+ACCELERATORS = ("auto", "cpu", "gpu", "mps")
+STRATEGIES = ("auto", "ddp")
+
+
+class ConfigError(ValueError):
+    """A config field holds a value that is not allowed; the message names all three."""
+
+    def __init__(self, field_name: str, value: Any, allowed: str) -> None:
+        self.field = field_name
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"{field_name}: {value!r} is not allowed; {allowed}")
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(name, value, "choose one of " + ", ".join(choices))
+
+
+def _int_at_least(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(name, value, f"must be an integer >= {low}")
+
+
+def _number(name: str, value: Any, low: float, high: float, *, high_open: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = ok and value == value and low <= value and (value < high if high_open else value <= high)
+    if not ok:
+        bracket = ")" if high_open else "]"
+        raise ConfigError(name, value, f"must be a number in [{low}, {high}{bracket}")
+
+
+def _bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(name, value, "must be true or false")
+
+
+@dataclass
+class ModelConfig:
+    """Shape and wiring of the CharTransformer; every block toggle is a field."""
+
+    vocab_size: int = 65  # set from the dataset's vocabulary when a run starts
+    n_layer: int = 4
+    n_head: int = 4
+    d_model: int = 128
+    block_size: int = 64  # context length in characters
+    dropout: float = 0.0  # small models on small corpora rarely need it at first
+    bias: bool = True  # biases in Linear layers and norms (GPT-2 has them)
+    norm_position: str = "pre"  # pre: x + f(norm(x)); post: norm(x + f(x)); none: no norms
+    norm_type: str = "layernorm"  # rmsnorm drops the mean-centring and the bias
+    residual: bool = True  # off: x = f(x), the block without its skip path
+    residual_scale: float = 1.0  # multiplier on each branch before it joins the stream
+    attention: bool = True  # off: FFN-only blocks (no token mixing at all)
+    ffn: bool = True  # off: attention-only blocks
+    ffn_mult: int = 4  # d_ff = ffn_mult * d_model; 4 is the GPT-2 / original choice
+    activation: str = "gelu"  # swiglu gates: silu(x W) * (x V), then W_out
+    final_norm: bool | None = None  # None = auto: on for pre, off for post and none
+    tie_weights: bool = False  # share the token embedding with the LM head
+    init: str = "default"  # gpt2: N(0, 0.02), residual projections / sqrt(2 n_layer)
+
+    @property
+    def d_ff(self) -> int:
+        """Hidden width of the FFN."""
+        return self.ffn_mult * self.d_model
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head."""
+        return self.d_model // self.n_head
+
+    @property
+    def use_final_norm(self) -> bool:
+        """Whether a norm sits before the LM head, resolving the `None` default."""
+        if self.norm_position == "none":
+            return False
+        if self.final_norm is None:
+            return self.norm_position == "pre"
+        return self.final_norm
+
+    def validate(self) -> ModelConfig:
+        """Raise ConfigError on the first bad field; return self when all are fine."""
+        _int_at_least("vocab_size", self.vocab_size, 1)
+        _int_at_least("n_layer", self.n_layer, 1)
+        _int_at_least("n_head", self.n_head, 1)
+        _int_at_least("d_model", self.d_model, 1)
+        _int_at_least("block_size", self.block_size, 1)
+        _number("dropout", self.dropout, 0.0, 1.0, high_open=True)
+        _bool("bias", self.bias)
+        _choice("norm_position", self.norm_position, NORM_POSITIONS)
+        _choice("norm_type", self.norm_type, NORM_TYPES)
+        _bool("residual", self.residual)
+        _number("residual_scale", self.residual_scale, 0.0, 100.0)
+        _bool("attention", self.attention)
+        _bool("ffn", self.ffn)
+        if not (self.attention or self.ffn):
+            raise ConfigError(
+                "ffn", self.ffn, "attention and ffn cannot both be off (the block would be empty)"
+            )
+        _int_at_least("ffn_mult", self.ffn_mult, 1)
+        _choice("activation", self.activation, ACTIVATIONS)
+        if self.final_norm is not None:
+            _bool("final_norm", self.final_norm)
+        _bool("tie_weights", self.tie_weights)
+        _choice("init", self.init, INITS)
+        if self.attention and self.d_model % self.n_head:
+            divisors = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
+            raise ConfigError(
+                "n_head",
+                self.n_head,
+                f"must divide d_model={self.d_model}; try one of {', '.join(map(str, divisors))}",
+            )
+        return self
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation, schedule, hardware and logging cadence of a run."""
+
+    batch_size: int = 12
+    max_steps: int = 2000
+    lr: float = 1e-3
+    min_lr: float = 1e-4  # floor of the cosine / linear decay
+    warmup_steps: int = 100  # linear warm-up; Post-LN needs it to survive high lr
+    lr_schedule: str = "cosine"
+    weight_decay: float = 0.1  # applied to matrices only, never to norms, biases or embeddings
+    beta1: float = 0.9
+    beta2: float = 0.99  # small batches of characters: a shorter second-moment memory helps
+    grad_clip: float = 1.0  # 0 disables clipping
+    precision: str = "auto"  # auto: bf16-mixed on a CUDA GPU that supports it, else 32-true
+    accelerator: str = "auto"
+    devices: int = 1
+    num_nodes: int = 1
+    strategy: str = "auto"  # ddp for several GPUs; Lightning does the rest
+    seed: int = 1337
+    log_interval: int = 1  # steps between train-loss / lr / throughput records
+    eval_interval: int = 100
+    eval_iters: int = 20  # validation batches per evaluation
+    probe_interval: int = 50  # steps between gradient / activation / update probes (and step 0)
+    sample_interval: int = 200  # steps between generated samples and attention maps
+    compile: bool = False  # torch.compile the model (worth it on a GPU, not on a laptop CPU)
+
+    def validate(self) -> TrainConfig:
+        """Raise ConfigError on the first bad field; return self when all are fine."""
+        _int_at_least("batch_size", self.batch_size, 1)
+        _int_at_least("max_steps", self.max_steps, 1)
+        _number("lr", self.lr, 0.0, 10.0)
+        if self.lr <= 0:
+            raise ConfigError("lr", self.lr, "must be greater than 0")
+        _number("min_lr", self.min_lr, 0.0, self.lr)
+        _int_at_least("warmup_steps", self.warmup_steps, 0)
+        _choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        _number("weight_decay", self.weight_decay, 0.0, 10.0)
+        _number("beta1", self.beta1, 0.0, 1.0, high_open=True)
+        _number("beta2", self.beta2, 0.0, 1.0, high_open=True)
+        _number("grad_clip", self.grad_clip, 0.0, 1e6)
+        _choice("precision", self.precision, PRECISIONS)
+        _choice("accelerator", self.accelerator, ACCELERATORS)
+        _int_at_least("devices", self.devices, 1)
+        _int_at_least("num_nodes", self.num_nodes, 1)
+        _choice("strategy", self.strategy, STRATEGIES)
+        _int_at_least("seed", self.seed, 0)
+        _int_at_least("log_interval", self.log_interval, 1)
+        _int_at_least("eval_interval", self.eval_interval, 1)
+        _int_at_least("eval_iters", self.eval_iters, 1)
+        _int_at_least("probe_interval", self.probe_interval, 1)
+        _int_at_least("sample_interval", self.sample_interval, 1)
+        _bool("compile", self.compile)
+        return self
+
+
+@dataclass
+class DataConfig:
+    """Which characters a run trains on and how they are split."""
+
+    dataset: str = "pydocs"  # pydocs | pycode | shakespeare | ops | a path to a UTF-8 file
+    val_fraction: float = 0.1  # the last 10% of the text is validation, never trained on
+    ops_examples: int = 20000  # lines generated for the synthetic `ops` task
+    ops_min_args: int = 2
+    ops_max_args: int = 5
+    ops_seed: int = 0
+
+    def validate(self) -> DataConfig:
+        """Raise ConfigError on the first bad field; return self when all are fine."""
+        if not isinstance(self.dataset, str) or not self.dataset.strip():
+            raise ConfigError(
+                "dataset",
+                self.dataset,
+                "name a built-in corpus (pydocs, pycode, shakespeare, ops) or a text file",
+            )
+        _number("val_fraction", self.val_fraction, 0.0, 0.5)
+        if self.val_fraction <= 0:
+            raise ConfigError("val_fraction", self.val_fraction, "must be in (0, 0.5]")
+        _int_at_least("ops_examples", self.ops_examples, 10)
+        _int_at_least("ops_min_args", self.ops_min_args, 1)
+        _int_at_least("ops_max_args", self.ops_max_args, 1)
+        if self.ops_max_args < self.ops_min_args:
+            raise ConfigError(
+                "ops_max_args", self.ops_max_args, f"must be >= ops_min_args={self.ops_min_args}"
+            )
+        if self.ops_max_args > 9:
+            raise ConfigError("ops_max_args", self.ops_max_args, "must be <= 9")
+        _int_at_least("ops_seed", self.ops_seed, 0)
+        return self
+
+
+@dataclass
+class RunConfig:
+    """Everything a training run needs: model + train + data, saved as JSON with the run."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+
+    def validate(self) -> RunConfig:
+        """Validate all three parts and the rules that span them."""
+        self.model.validate()
+        self.train.validate()
+        self.data.validate()
+        if self.train.warmup_steps > self.train.max_steps:
+            raise ConfigError(
+                "warmup_steps",
+                self.train.warmup_steps,
+                f"must be <= max_steps={self.train.max_steps}",
+            )
+        return self
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Plain nested dict: {"model": {...}, "train": {...}, "data": {...}}."""
+        return dataclasses.asdict(self)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """JSON text that `from_json` turns back into an equal config."""
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        """Build from a nested dict; unknown sections or fields raise ConfigError."""
+        if not isinstance(data, dict):
+            raise ConfigError("config", type(data).__name__, "must be a JSON object")
+        unknown = set(data) - {"model", "train", "data"}
+        if unknown:
+            raise ConfigError(sorted(unknown)[0], "?", "sections are model, train and data")
+        return cls(
+            model=from_dict(ModelConfig, data.get("model", {})),
+            train=from_dict(TrainConfig, data.get("train", {})),
+            data=from_dict(DataConfig, data.get("data", {})),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> RunConfig:
+        """Parse JSON text produced by `to_json` (or written by hand)."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError("config", text[:40], f"is not valid JSON ({exc.msg})") from None
+        return cls.from_dict(data)
+
+
+SECTIONS: dict[str, type] = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig}
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    """Resolved type hints of a config dataclass's fields, by name."""
+    hints = get_type_hints(cls)
+    return {f.name: hints[f.name] for f in fields(cls)}
+
+
+def coerce(name: str, text: str, annotation: Any) -> Any:
+    """Turn a flag's text into the field's type, or raise ConfigError naming the field."""
+    raw = text.strip()
+    optional = get_origin(annotation) is not None and type(None) in get_args(annotation)
+    if optional:
+        if raw.lower() in ("auto", "none", "null"):
+            return None
+        annotation = next(a for a in get_args(annotation) if a is not type(None))
+    if annotation is bool:
+        lowered = raw.lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+        raise ConfigError(name, text, "must be true or false")
+    if annotation is int:
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(name, text, "must be an integer") from None
+    if annotation is float:
+        try:
+            return float(raw)
+        except ValueError:
+            raise ConfigError(name, text, "must be a number") from None
+    return raw
+
+
+def from_dict(cls: type, values: dict[str, Any]) -> Any:
+    """Build one config dataclass from a dict, rejecting unknown fields by name."""
+    if not isinstance(values, dict):
+        raise ConfigError(cls.__name__, values, "must be a JSON object")
+    types = field_types(cls)
+    for name in values:
+        if name not in types:
+            raise ConfigError(name, values[name], f"is not a field of {cls.__name__}")
+    kwargs = {}
+    for name, value in values.items():
+        # JSON has no int/float distinction for whole numbers: 1.0 is a fine lr.
+        if types[name] is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def replace(config: RunConfig, **overrides: Any) -> RunConfig:
+    """A copy of `config` with fields overridden by bare name (`n_layer=2, lr=3e-4`)."""
+    parts = {key: dataclasses.asdict(getattr(config, key)) for key in SECTIONS}
+    for name, value in overrides.items():
+        section = section_of(name)
+        parts[section][name] = value
+    return RunConfig.from_dict(parts)
+
+
+def section_of(name: str) -> str:
+    """Which section (model / train / data) owns a field name."""
+    for section, cls in SECTIONS.items():
+        if name in field_types(cls):
+            return section
+    raise ConfigError(name, "?", "is not a config field")
+
+
+# Starting points for the sidebar and `--preset`. Each is a set of overrides on the
+# defaults, so a preset names only what makes it what it is.
+PRESETS: dict[str, dict[str, Any]] = {
+    "baby-cpu": {},  # the defaults are the baby-cpu run: 4x4x128, ctx 64, 2000 steps
+    "gpt2-preln": {"norm_position": "pre", "init": "gpt2", "bias": True, "activation": "gelu"},
+    "postln-original": {
+        "norm_position": "post",
+        "activation": "relu",
+        "init": "default",
+        "final_norm": False,
+    },
+    "no-residual": {"residual": False},
+    "rmsnorm": {"norm_type": "rmsnorm", "bias": False, "activation": "swiglu"},
+    "attention-only": {"ffn": False},
+    "ffn-only": {"attention": False},
+    "tiny": {
+        "n_layer": 2,
+        "n_head": 2,
+        "d_model": 32,
+        "block_size": 32,
+        "batch_size": 8,
+        "max_steps": 50,
+        "warmup_steps": 5,
+        "eval_interval": 25,
+        "eval_iters": 2,
+        "probe_interval": 10,
+        "sample_interval": 25,
+    },
+}
+
+PRESET_DESCRIPTIONS: dict[str, str] = {
+    "baby-cpu": "4 layers, 4 heads, d_model 128, ctx 64: trains on a laptop CPU in minutes",
+    "gpt2-preln": "Pre-LN with GPT-2 initialisation: the modern default",
+    "postln-original": "Post-LN with ReLU as in 'Attention Is All You Need', no final norm",
+    "no-residual": "Pre-LN without skip connections: watch the gradient vanish with depth",
+    "rmsnorm": "RMSNorm, no biases, SwiGLU FFN (the LLaMA-style block)",
+    "attention-only": "Blocks without the FFN",
+    "ffn-only": "Blocks without attention (no token mixing)",
+    "tiny": "2 layers, d_model 32, 50 steps: a smoke test in seconds",
+}
+
+
+def preset(name: str) -> RunConfig:
+    """The RunConfig of a named preset."""
+    if name not in PRESETS:
+        raise ConfigError("preset", name, "choose one of " + ", ".join(PRESETS))
+    return replace(RunConfig(), **PRESETS[name])
+
+
+def diff(a: RunConfig, b: RunConfig) -> dict[str, tuple[Any, Any]]:
+    """Fields whose values differ between two configs, by bare field name."""
+    out: dict[str, tuple[Any, Any]] = {}
+    da, db = a.to_dict(), b.to_dict()
+    for section in SECTIONS:
+        for name, value in da[section].items():
+            if db[section][name] != value:
+                out[name] = (value, db[section][name])
+    return out
