@@ -89,21 +89,25 @@ def command(name: str, help_text: str, handler_path: str):
     return wrap
 
 
-@command("params", "parameter breakdown of a model config (no training)", "blockviz.params:cli_main")
+@command(
+    "params", "parameter breakdown of a model config (no training)", "blockviz.params:cli_main"
+)
 def _params_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--preset", choices=list(cfg.PRESETS), help="start from a preset")
     add_config_flags(p, ["model"])
 
 
-@command("data", "statistics and a sample of a dataset", "blockviz.data:cli_main")
+@command("data", "statistics and a sample of a dataset", "blockviz.corpora:cli_main")
 def _data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample_chars", type=int, default=300, help="characters of sample text")
     p.add_argument("--block_size", type=int, default=None, help="check the text is long enough")
     add_config_flags(p, ["data"])
 
 
-@command("train", "train one run (headless), recording into the run store", "blockviz.train:cli_main")
+@command(
+    "train", "train one run (headless), recording into the run store", "blockviz.train:cli_main"
+)
 def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="RunConfig JSON file (flags below override it)")
     p.add_argument("--preset", choices=list(cfg.PRESETS), help="start from a preset")

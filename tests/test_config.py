@@ -70,7 +70,7 @@ def test_json_round_trip_keeps_every_non_default_value():
 
 
 def test_unknown_field_in_json_is_named():
-    with pytest.raises(cfg.ConfigError, match="^n_layers: "):
+    with pytest.raises(cfg.ConfigError, match=r"^n_layers: "):
         cfg.RunConfig.from_dict({"model": {"n_layers": 3}})
 
 

@@ -1,0 +1,382 @@
+"""CharTransformer: embeddings -> n_layer configurable Blocks -> optional final norm -> LM head.
+
+One `Block` class covers every architecture toggle of `ModelConfig`; the toggles are fields,
+not subclasses, and they combine freely. How a block wires one sublayer f (attention or FFN)
+with its norm, for residual scale s:
+
+    norm_position   residual on              residual off
+    pre             x + s*f(norm(x))         s*f(norm(x))
+    post            norm(x + s*f(x))         norm(s*f(x))
+    none            x + s*f(x)               s*f(x)
+
+With the residual off the norm stays where `norm_position` puts it; only the skip path goes.
+
+Each block owns named identity modules, "taps", in `block.taps` (a ModuleDict), so probes
+can hook activations by module name (`blocks.0.taps.resid_mid`) without touching forward.
+A tap exists only where its activation does; see `block_tap_names`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from blockviz.config import ModelConfig
+
+TAP_NAMES = (
+    "resid_pre",  # the stream entering the block
+    "norm1_out",  # output of the attention sublayer's norm (Pre-LN: its input; Post-LN: after)
+    "attn_out",  # attention branch output, before residual scaling and the skip add
+    "resid_mid",  # the stream between attention and FFN (Post-LN: after norm1)
+    "norm2_out",  # output of the FFN sublayer's norm
+    "ffn_hidden",  # FFN hidden activations after the nonlinearity / gating, (B, T, d_ff)
+    "ffn_out",  # FFN branch output, before residual scaling and the skip add
+    "resid_post",  # the stream leaving the block
+)
+
+
+class ModelInputError(ValueError):
+    """An input the model cannot take (too long a sequence, a bad sampling setting)."""
+
+
+def block_tap_names(cfg: ModelConfig) -> tuple[str, ...]:
+    """The taps a block of this config has, in forward order.
+
+    resid_pre and resid_post always exist. attn_out exists iff attention is on, ffn_hidden
+    and ffn_out iff the FFN is on; norm1_out / norm2_out also need a norm (norm_position
+    pre or post); resid_mid needs both sublayers (with one of them off there is no "between").
+    Absent taps are absent from the ModuleDict, never silent pass-throughs.
+    """
+    has_norm = cfg.norm_position != "none"
+    present = {
+        "resid_pre": True,
+        "norm1_out": cfg.attention and has_norm,
+        "attn_out": cfg.attention,
+        "resid_mid": cfg.attention and cfg.ffn,
+        "norm2_out": cfg.ffn and has_norm,
+        "ffn_hidden": cfg.ffn,
+        "ffn_out": cfg.ffn,
+        "resid_post": True,
+    }
+    return tuple(name for name in TAP_NAMES if present[name])
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x²) + eps) * weight over the last dim: LayerNorm without centring or bias.
+
+    Computed in float32 whatever the input dtype, as autocast does for LayerNorm, so a bf16
+    stream (residual off) is normalised as precisely as a float32 one.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise (..., dim) by its root mean square, then scale per channel."""
+        x_float = x.float()
+        inv_rms = torch.rsqrt(x_float.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
+        return (x_float * inv_rms * self.weight).type_as(x)  # (..., dim)
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    """A LayerNorm (bias per cfg.bias) or an RMSNorm (weight only) of width d_model."""
+    if cfg.norm_type == "rmsnorm":
+        return RMSNorm(cfg.d_model, eps=1e-5)
+    return nn.LayerNorm(cfg.d_model, eps=1e-5, bias=cfg.bias)
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention with a fused qkv projection.
+
+    Fast path: `scaled_dot_product_attention` (flash / memory-efficient kernels where the
+    device has them). When `weights_sink` is a dict (set by `capture_attention`), the
+    weights are computed explicitly and stored there under this layer's index instead.
+    """
+
+    def __init__(self, cfg: ModelConfig, layer_index: int) -> None:
+        super().__init__()
+        self.layer_index = layer_index
+        self.n_head = cfg.n_head
+        self.dropout = cfg.dropout
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.attn_drop = nn.Dropout(cfg.dropout)  # explicit path only; SDPA takes dropout_p
+        self.resid_drop = nn.Dropout(cfg.dropout)
+        self.weights_sink: dict[int, torch.Tensor] | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Attend over the causal prefix; (B, T, d_model) in and out."""
+        B, T, C = x.shape
+        head_dim = C // self.n_head
+        q, k, v = self.qkv(x).split(C, dim=2)  # 3 x (B, T, C)
+        q = q.view(B, T, self.n_head, head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, self.n_head, head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        if self.weights_sink is None:
+            dropout_p = self.dropout if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+        else:
+            y = self._explicit_attention(q, k, v, self.weights_sink)  # (B, nh, T, hs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side
+        return self.resid_drop(self.proj(y))  # (B, T, C)
+
+    def _explicit_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        sink: dict[int, torch.Tensor],
+    ) -> torch.Tensor:
+        """softmax(q k^T / sqrt(hs), causal) v, storing the weights in `sink`."""
+        T = q.size(-2)
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
+        causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()  # (T, T)
+        scores = scores.masked_fill(~causal, float("-inf"))
+        # Softmax in float32 so the maps sum to 1 under bf16 autocast too.
+        weights = scores.float().softmax(dim=-1)  # (B, nh, T, T)
+        sink[self.layer_index] = weights.detach()
+        return self.attn_drop(weights.to(v.dtype)) @ v  # (B, nh, T, hs)
+
+
+class FeedForward(nn.Module):
+    """Position-wise MLP: fc_in -> activation (or SwiGLU gate) -> fc_out.
+
+    For swiglu, fc_in is fused: d_model -> 2*d_ff, split into gate and value, and the hidden
+    is silu(gate) * value. d_ff stays ffn_mult*d_model, so a swiglu FFN has 1.5x the weights
+    of a plain one (three d_model x d_ff matrices instead of two).
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gated = cfg.activation == "swiglu"
+        in_width = 2 * cfg.d_ff if self.gated else cfg.d_ff
+        self.fc_in = nn.Linear(cfg.d_model, in_width, bias=cfg.bias)
+        self.act = {"gelu": nn.GELU, "relu": nn.ReLU, "silu": nn.SiLU, "swiglu": nn.SiLU}[
+            cfg.activation
+        ]()
+        self.fc_out = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, hidden_tap: nn.Module) -> torch.Tensor:
+        """(B, T, d_model) in and out; the hidden activations pass through `hidden_tap`."""
+        hidden = self.fc_in(x)  # (B, T, d_ff), or (B, T, 2*d_ff) when gated
+        if self.gated:
+            gate, value = hidden.chunk(2, dim=-1)  # 2 x (B, T, d_ff)
+            hidden = self.act(gate) * value  # (B, T, d_ff)
+        else:
+            hidden = self.act(hidden)  # (B, T, d_ff)
+        hidden = hidden_tap(hidden)
+        return self.drop(self.fc_out(hidden))  # (B, T, d_model)
+
+
+class Block(nn.Module):
+    """One transformer block: [norm1] attention, [norm2] FFN, wired per the config.
+
+    A switched-off sublayer (attention or ffn) is None together with its norm, so it owns
+    no parameters; norm1 / norm2 are also None when norm_position is "none".
+    """
+
+    def __init__(self, cfg: ModelConfig, layer_index: int) -> None:
+        super().__init__()
+        self.layer_index = layer_index
+        self.norm_position = cfg.norm_position
+        self.residual = cfg.residual
+        self.residual_scale = cfg.residual_scale
+        has_norm = cfg.norm_position != "none"
+        self.norm1 = make_norm(cfg) if cfg.attention and has_norm else None
+        self.attn = CausalSelfAttention(cfg, layer_index) if cfg.attention else None
+        self.norm2 = make_norm(cfg) if cfg.ffn and has_norm else None
+        self.ffn = FeedForward(cfg) if cfg.ffn else None
+        self.taps = nn.ModuleDict({name: nn.Identity() for name in block_tap_names(cfg)})
+        self._has_resid_mid = "resid_mid" in self.taps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, d_model) in and out."""
+        taps = self.taps
+        x = taps["resid_pre"](x)  # (B, T, C)
+        if self.attn is not None:
+            x = self._sublayer(x, self.norm1, "norm1_out", self._attention_branch)
+            if self._has_resid_mid:
+                x = taps["resid_mid"](x)  # (B, T, C)
+        if self.ffn is not None:
+            x = self._sublayer(x, self.norm2, "norm2_out", self._ffn_branch)
+        return taps["resid_post"](x)  # (B, T, C)
+
+    def _attention_branch(self, h: torch.Tensor) -> torch.Tensor:
+        return self.taps["attn_out"](self.attn(h))  # (B, T, C)
+
+    def _ffn_branch(self, h: torch.Tensor) -> torch.Tensor:
+        return self.taps["ffn_out"](self.ffn(h, self.taps["ffn_hidden"]))  # (B, T, C)
+
+    def _sublayer(
+        self,
+        x: torch.Tensor,
+        norm: nn.Module | None,
+        norm_tap: str,
+        branch: Callable[[torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """One sublayer with its norm and skip path (the table in the module docstring)."""
+        if self.norm_position == "pre":
+            branch_out = self._scaled(branch(self.taps[norm_tap](norm(x))))  # (B, T, C)
+            return x + branch_out if self.residual else branch_out
+        stream = self._scaled(branch(x))  # (B, T, C)
+        if self.residual:
+            stream = x + stream
+        if self.norm_position == "post":
+            stream = self.taps[norm_tap](norm(stream))
+        return stream
+
+    def _scaled(self, branch_out: torch.Tensor) -> torch.Tensor:
+        # Skip the multiply at the default scale: one elementwise kernel less per sublayer.
+        if self.residual_scale == 1.0:
+            return branch_out
+        return self.residual_scale * branch_out
+
+
+class CharTransformer(nn.Module):
+    """Token + learned position embedding -> blocks -> optional final norm -> LM head."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.block_size, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
+        self.final_norm = make_norm(cfg) if cfg.use_final_norm else None
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_weights:
+            # One matrix both embeds tokens and scores them; it keeps the head's Linear init
+            # (as nanoGPT does) and is listed once, as tok_emb.weight, in named_parameters.
+            self.tok_emb.weight = self.lm_head.weight
+        if cfg.init == "gpt2":
+            self._init_gpt2()
+
+    def _init_gpt2(self) -> None:
+        """GPT-2 init: N(0, 0.02) weights, zero biases, residual projections shrunk."""
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+        # Each block adds two branches to the stream; shrinking the projections that write
+        # into it keeps the stream's variance from growing with depth at init.
+        residual_std = 0.02 / math.sqrt(2 * self.cfg.n_layer)
+        for block in self.blocks:
+            if block.attn is not None:
+                nn.init.normal_(block.attn.proj.weight, mean=0.0, std=residual_std)
+            if block.ffn is not None:
+                nn.init.normal_(block.ffn.fc_out.weight, mean=0.0, std=residual_std)
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits (B, T, vocab) for token ids (B, T), and the mean cross-entropy if targets."""
+        B, T = idx.shape
+        if self.cfg.block_size < T:
+            raise ModelInputError(
+                f"sequence length {T} is longer than block_size={self.cfg.block_size}; "
+                f"pass at most {self.cfg.block_size} tokens"
+            )
+        positions = torch.arange(T, device=idx.device)  # (T,)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(positions))  # (B, T, C)
+        for block in self.blocks:
+            x = block(x)  # (B, T, C)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        logits = self.lm_head(x)  # (B, T, V)
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))
+        return logits, loss
+
+    @torch.no_grad()
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+    ) -> torch.Tensor:
+        """Append max_new_tokens sampled ids to idx (B, T); temperature 0 or top_k=1 is greedy.
+
+        Call model.eval() first if dropout should be off while sampling.
+        """
+        if temperature < 0:
+            raise ModelInputError(f"temperature {temperature!r} is not allowed; must be >= 0")
+        if top_k is not None and top_k < 1:
+            raise ModelInputError(f"top_k {top_k!r} is not allowed; must be >= 1 or None")
+        greedy = temperature == 0 or top_k == 1
+        for _ in range(max_new_tokens):
+            context = idx[:, -self.cfg.block_size :]  # (B, <=block_size): positions are learned
+            logits, _ = self(context)
+            logits = logits[:, -1, :]  # (B, V): only the last position predicts the next id
+            if greedy:
+                next_id = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth_best = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth_best, float("-inf"))  # (B, V)
+                next_id = torch.multinomial(logits.softmax(dim=-1), num_samples=1)  # (B, 1)
+            idx = torch.cat([idx, next_id], dim=1)  # (B, T+1)
+        return idx
+
+    def n_params(self) -> int:
+        """Number of parameters, a tied matrix counted once."""
+        return sum(p.numel() for p in self.parameters())
+
+
+@contextmanager
+def capture_attention(model: nn.Module) -> Iterator[dict[int, torch.Tensor]]:
+    """Record attention weights of forward passes run inside the block.
+
+    Yields a dict {layer_index: weights (B, n_head, T, T)}, filled as forward passes run
+    (a later pass overwrites an earlier one). Works on any module that contains the model
+    (a LightningModule, a torch.compile wrapper). The fast path is restored on exit, always.
+    """
+    captured: dict[int, torch.Tensor] = {}
+    attentions = [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
+    for attention in attentions:
+        attention.weights_sink = captured
+    try:
+        yield captured
+    finally:
+        for attention in attentions:
+            attention.weights_sink = None
+
+
+_PARAM_ROOTS = ("blocks", "tok_emb", "pos_emb", "final_norm", "lm_head")
+
+
+def param_component(name: str, n_layer: int) -> tuple[int, str]:
+    """(layer, component) of a parameter name: layer -1 = embeddings, n_layer = the head end.
+
+    Components: attn, ffn, norm (norm1/norm2/final_norm), embed, head. A wrapper prefix such
+    as `model.` or `_orig_mod.` in front of the name is ignored.
+    """
+    parts = name.split(".")
+    start = next((i for i, part in enumerate(parts) if part in _PARAM_ROOTS), None)
+    if start is not None:
+        root, rest = parts[start], parts[start + 1 :]
+        if root == "blocks" and len(rest) >= 2 and rest[0].isdigit():
+            sub = rest[1]
+            if sub in ("attn", "ffn"):
+                return int(rest[0]), sub
+            if sub in ("norm1", "norm2"):
+                return int(rest[0]), "norm"
+        elif root in ("tok_emb", "pos_emb"):
+            return -1, "embed"
+        elif root == "final_norm":
+            return n_layer, "norm"
+        elif root == "lm_head":
+            return n_layer, "head"
+    raise ValueError(f"parameter name {name!r} is not a CharTransformer parameter")
