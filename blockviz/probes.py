@@ -1,0 +1,465 @@
+"""BlockProbe: a Lightning Callback that records what each block is doing.
+
+At step 0 (the gradient at initialization) and every `probe_interval` steps:
+
+- gradient L2 norms per parameter tensor, per (layer, component) and per layer (`block`),
+  plus the global norm (scalar `train/grad_norm`), read in `on_before_optimizer_step`:
+  Lightning calls it after the backward pass and after AMP unscaling, before clipping;
+- parameter norms, and the update-to-data ratio ||delta theta|| / ||theta|| of the
+  optimizer step, per tensor, component and layer (params snapshotted before the step,
+  compared in `on_train_batch_end`);
+- activation statistics (mean, std, rms, max |x|, exact-zero fraction) and a fixed-range
+  histogram at every tap of every block, on a fixed probe batch from the validation split;
+- attention entropy per layer and head on the same batch.
+
+Every `sample_interval` steps (and when training ends): the attention maps of one fixed
+probe sequence and a text sample generated from a fixed prompt.
+
+Everything a probe step measures is computed on the device and reaches the host in one
+transfer. Forward hooks exist only inside `tap_hooks`, for one probe forward pass, so
+ordinary steps run the bare model. Only global rank 0 probes and writes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch import nn
+
+from blockviz.model import capture_attention, param_component
+
+TAP_STATS = ("mean", "std", "rms", "max_abs", "zero_frac")
+HIST_BINS = 64
+HIST_RANGE = (-8.0, 8.0)
+
+
+def char_model(module: nn.Module) -> nn.Module:
+    """The CharTransformer inside a LightningModule and/or a torch.compile wrapper."""
+    model = getattr(module, "model", module)
+    return getattr(model, "_orig_mod", model)
+
+
+def clean_param_name(name: str) -> str:
+    """A parameter name without torch.compile's `_orig_mod.` prefix."""
+    return name.replace("_orig_mod.", "")
+
+
+@contextmanager
+def tap_hooks(
+    model: nn.Module, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+) -> Iterator[dict[tuple[int, str], torch.Tensor]]:
+    """Forward hooks on every tap of every block, removed on exit whatever happens.
+
+    Yields {(layer, tap): reduce(activation)} filled by forward passes run inside the
+    block; without `reduce` the detached activation itself is kept.
+    """
+    results: dict[tuple[int, str], torch.Tensor] = {}
+    handles = []
+
+    def recorder(key: tuple[int, str]) -> Callable[[nn.Module, Any, torch.Tensor], None]:
+        def hook(module: nn.Module, args: Any, output: torch.Tensor) -> None:
+            value = output.detach()
+            results[key] = reduce(value) if reduce is not None else value
+
+        return hook
+
+    try:
+        for layer, block in enumerate(char_model(model).blocks):
+            for tap_name, tap in block.taps.items():
+                handles.append(tap.register_forward_hook(recorder((layer, tap_name))))
+        yield results
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def tap_statistics(
+    activation: torch.Tensor, bins: int = HIST_BINS, value_range: tuple[float, float] = HIST_RANGE
+) -> torch.Tensor:
+    """[mean, std, rms, max_abs, zero_frac, *histogram counts] of one activation, on its device.
+
+    The histogram has `bins` equal bins over `value_range`; values outside are clamped
+    into the end bins so the counts always sum to the number of elements.
+    """
+    x = activation.float().reshape(-1)  # (N,)
+    lo, hi = value_range
+    moments = torch.stack(
+        [
+            x.mean(),
+            x.std(unbiased=False),
+            x.square().mean().sqrt(),
+            x.abs().max(),
+            (x == 0).float().mean(),
+        ]
+    )  # (5,)
+    counts = torch.histc(x.clamp(lo, hi), bins=bins, min=lo, max=hi)  # (bins,)
+    return torch.cat([moments, counts])  # (5 + bins,)
+
+
+def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
+    """Mean entropy (nats) of each head's attention rows: (B, nh, T, T) -> (nh,)."""
+    p = weights.float()
+    row_entropy = -(p * p.clamp_min(1e-12).log()).sum(dim=-1)  # (B, nh, T)
+    return row_entropy.mean(dim=(0, 2))  # (nh,)
+
+
+@dataclass
+class _ParamIndex:
+    """Which (layer, component) group and which layer each probed tensor belongs to."""
+
+    names: list[str]
+    params: list[nn.Parameter]
+    groups: list[tuple[int, str]]  # (layer, component) per group, component != block
+    layers: list[int]  # layer per layer group
+    group_of: torch.Tensor  # (P,) group index of each tensor (host)
+    layer_of: torch.Tensor  # (P,) layer-group index of each tensor (host)
+
+
+@dataclass
+class _PendingProbe:
+    """Device tensors of one probe step, waiting for the post-step half."""
+
+    step: int
+    parts: dict[str, torch.Tensor] = field(default_factory=dict)
+    before: list[torch.Tensor] | None = None  # parameter snapshot, for the update ratio
+    tap_keys: list[tuple[int, str]] = field(default_factory=list)
+    attention_layers: list[int] = field(default_factory=list)
+    attention_tokens: list[str] | None = None
+    sample: str | None = None
+
+
+class BlockProbe(Callback):
+    """Gradient, parameter, update, activation and attention statistics into the run store.
+
+    `store` is a `RunStore` (None: measure nothing, e.g. on ranks other than 0); `prompt`
+    seeds the text samples; `probe_batch` sequences of the validation split form the
+    fixed probe batch; the attention map shows the first `attention_chars` of sequence 0.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        run_id: int,
+        probe_interval: int = 50,
+        sample_interval: int = 200,
+        probe_batch: int = 4,
+        prompt: str = "\n",
+        sample_chars: int = 120,
+        attention_chars: int = 48,
+        temperature: float = 0.8,
+        top_k: int | None = None,
+        hist_bins: int = HIST_BINS,
+        hist_range: tuple[float, float] = HIST_RANGE,
+    ) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.probe_interval = probe_interval
+        self.sample_interval = sample_interval
+        self.probe_batch = probe_batch
+        self.prompt = prompt
+        self.sample_chars = sample_chars
+        self.attention_chars = attention_chars
+        self.temperature = temperature
+        self.top_k = top_k
+        self.hist_bins = hist_bins
+        self.hist_range = hist_range
+        self._index: _ParamIndex | None = None
+        self._probe_x: torch.Tensor | None = None
+        self._pending: _PendingProbe | None = None
+        self._last_sample_step: int | None = None
+        self.probe_steps: list[int] = []  # gradient-probe steps run in this process
+
+    # -- setup ----------------------------------------------------------------------------
+
+    def _active(self, trainer: L.Trainer) -> bool:
+        return self.store is not None and trainer.is_global_zero
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Index the parameters into groups and draw the fixed probe batch once."""
+        if not self._active(trainer):
+            return
+        model = char_model(pl_module)
+        n_layer = model.cfg.n_layer
+        names, params, keys = [], [], []
+        for name, param in model.named_parameters():
+            if param.requires_grad:
+                clean = clean_param_name(name)
+                names.append(clean)
+                params.append(param)
+                keys.append(param_component(clean, n_layer))
+        groups = sorted(set(keys))
+        layers = sorted({layer for layer, _ in keys})
+        self._index = _ParamIndex(
+            names=names,
+            params=params,
+            groups=groups,
+            layers=layers,
+            group_of=torch.tensor([groups.index(k) for k in keys]),
+            layer_of=torch.tensor([layers.index(k[0]) for k in keys]),
+        )
+        self._probe_x = self._draw_probe_batch(trainer, model.cfg.block_size).to(params[0].device)
+
+    def _draw_probe_batch(self, trainer: L.Trainer, block_size: int) -> torch.Tensor:
+        """`probe_batch` evenly spaced windows of the validation split: (B, T), no RNG."""
+        datamodule = trainer.datamodule
+        val_ids = datamodule.val_ids  # (N_val,)
+        span = len(val_ids) - block_size
+        count = max(1, min(self.probe_batch, span))
+        starts = torch.linspace(0, span - 1, count).long()  # (B,)
+        offsets = torch.arange(block_size)  # (T,)
+        return val_ids[starts[:, None] + offsets]  # (B, T)
+
+    def is_probe_step(self, step: int) -> bool:
+        """Whether `step` gets gradient / activation statistics."""
+        return step % self.probe_interval == 0
+
+    def is_sample_step(self, step: int) -> bool:
+        """Whether `step` gets attention maps and a text sample."""
+        return step % self.sample_interval == 0
+
+    # -- before the optimizer step: gradients, parameters, activations ---------------------
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        """At probe and sample steps, measure the model as it is before update `step`."""
+        if self._index is None:
+            return
+        step = trainer.global_step
+        probe, sample = self.is_probe_step(step), self.is_sample_step(step)
+        if not (probe or sample):
+            return
+        pending = _PendingProbe(step=step)
+        if probe:
+            self._measure_gradients(pending)
+        self._measure_forward(trainer, pl_module, pending, probe=probe, sample=sample)
+        if sample:
+            pending.sample = self._generate(pl_module, step)
+        self._pending = pending
+
+    @torch.no_grad()
+    def _measure_gradients(self, pending: _PendingProbe) -> None:
+        params = self._index.params
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        # One fused kernel per list instead of one norm per tensor (what clip_grad_norm_ uses).
+        grad_norm = torch.stack(torch._foreach_norm(grads)).float()  # (P,)
+        param_norm = torch.stack(torch._foreach_norm(params)).float()  # (P,)
+        pending.parts["grad_norm"] = grad_norm
+        pending.parts["param_norm"] = param_norm
+        pending.parts["global_grad_norm"] = grad_norm.square().sum().sqrt().reshape(1)  # (1,)
+        pending.before = [p.detach().clone() for p in params]
+
+    @torch.no_grad()
+    def _measure_forward(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        pending: _PendingProbe,
+        *,
+        probe: bool,
+        sample: bool,
+    ) -> None:
+        """One forward pass of the probe batch with taps hooked and attention captured."""
+        model = char_model(pl_module)
+        was_training = model.training
+        model.eval()  # no dropout: statistics comparable across steps
+
+        def reduce(activation: torch.Tensor) -> torch.Tensor:
+            return tap_statistics(activation, self.hist_bins, self.hist_range)
+
+        # The probe sees the same numerics as training (autocast under mixed precision).
+        precision_context = getattr(trainer.precision_plugin, "forward_context", nullcontext)
+        hooks = tap_hooks(model, reduce) if probe else nullcontext({})
+        try:
+            with precision_context(), hooks as tap_stats, capture_attention(model) as attention:
+                model(self._probe_x)
+        finally:
+            model.train(was_training)
+        if probe and tap_stats:
+            pending.tap_keys = sorted(tap_stats)
+            pending.parts["taps"] = torch.stack([tap_stats[k] for k in pending.tap_keys])
+        layers = sorted(attention)
+        if not layers:
+            return  # attention is off in this model
+        pending.attention_layers = layers
+        if probe:
+            entropies = [attention_entropy(attention[layer]) for layer in layers]
+            pending.parts["entropy"] = torch.stack(entropies)  # (L, nh)
+        if sample:
+            n = min(self.attention_chars, self._probe_x.size(1))
+            maps = [attention[layer][0, :, :n, :n].float() for layer in layers]  # L x (nh, n, n)
+            pending.parts["attention"] = torch.stack(maps)  # (L, nh, n, n)
+            vocab = getattr(pl_module, "vocab", None) or trainer.datamodule.vocab
+            pending.attention_tokens = list(vocab.decode(self._probe_x[0, :n].tolist()))
+
+    def _generate(self, pl_module: L.LightningModule, step: int) -> str | None:
+        generate = getattr(pl_module, "generate", None)
+        if generate is None or getattr(pl_module, "vocab", None) is None:
+            return None
+        self._last_sample_step = step
+        # Sampling from non-finite logits raises; a diverged model has nothing to say.
+        with torch.no_grad():
+            finite = torch.stack([p.isfinite().all() for p in self._index.params]).all()
+        if not bool(finite):
+            return None
+        return generate(
+            self.prompt,
+            max_new_tokens=self.sample_chars,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            seed=step,
+        )
+
+    # -- after the optimizer step: update ratios, one transfer, the writes ----------------
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        """Finish a pending probe step: update ratios, then one transfer and the writes."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        if pending.before is not None:
+            with torch.no_grad():
+                deltas = torch._foreach_sub(self._index.params, pending.before)
+                pending.parts["delta_norm"] = torch.stack(torch._foreach_norm(deltas)).float()
+            pending.before = None
+        if "grad_norm" in pending.parts:
+            self.probe_steps.append(pending.step)
+        self._write(pending)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """A last attention map and text sample of the trained model."""
+        if self._index is None:
+            return
+        step = trainer.global_step
+        if self._last_sample_step == step:
+            return
+        pending = _PendingProbe(step=step)
+        self._measure_forward(trainer, pl_module, pending, probe=False, sample=True)
+        pending.sample = self._generate(pl_module, step)
+        self._write(pending)
+        self.store.flush()
+
+    def _write(self, pending: _PendingProbe) -> None:
+        """Move every statistic to the host in one transfer, then buffer the store rows."""
+        names = list(pending.parts)
+        flat = [pending.parts[name].reshape(-1).float() for name in names]
+        values = torch.cat(flat).tolist() if flat else []  # the one device->host copy
+        host: dict[str, list[float]] = {}
+        offset = 0
+        for name, tensor in zip(names, flat, strict=True):
+            host[name] = values[offset : offset + tensor.numel()]
+            offset += tensor.numel()
+        step = pending.step
+        rows: list[tuple[int, int, str, str, str, float]] = []
+        if "grad_norm" in host:
+            rows += self._norm_rows(step, host)
+            self.store.log_scalars(
+                self.run_id, [(step, "train/grad_norm", host["global_grad_norm"][0])]
+            )
+        if "taps" in host:
+            rows += self._tap_rows(step, pending.tap_keys, host["taps"])
+        if "entropy" in host:
+            layers = pending.attention_layers
+            n_head = len(host["entropy"]) // len(layers)
+            for i, value in enumerate(host["entropy"]):
+                head = str(i % n_head)
+                rows.append((step, layers[i // n_head], "head", head, "attn_entropy", value))
+        if rows:
+            self.store.log_layer_stats(self.run_id, rows)
+        if "attention" in host and pending.attention_tokens is not None:
+            self._write_attention(
+                step, pending.attention_layers, pending.attention_tokens, host["attention"]
+            )
+        if pending.sample is not None:
+            self.store.log_sample(self.run_id, step, self.prompt, pending.sample)
+
+    def _norm_rows(
+        self, step: int, host: dict[str, list[float]]
+    ) -> list[tuple[int, int, str, str, str, float]]:
+        """Per-tensor, per-component and per-layer grad_norm, param_norm and update_ratio."""
+        index = self._index
+        grad = torch.tensor(host["grad_norm"], dtype=torch.float64)  # (P,)
+        param = torch.tensor(host["param_norm"], dtype=torch.float64)  # (P,)
+        delta = host.get("delta_norm")
+        delta_t = torch.tensor(delta, dtype=torch.float64) if delta is not None else None
+        rows: list[tuple[int, int, str, str, str, float]] = []
+
+        def ratio(step_norm: float, size: float) -> float:
+            return step_norm / size if size > 0 else math.nan
+
+        for i, name in enumerate(index.names):
+            layer, _ = index.groups[int(index.group_of[i])]
+            rows.append((step, layer, "param", name, "grad_norm", float(grad[i])))
+            rows.append((step, layer, "param", name, "param_norm", float(param[i])))
+            if delta_t is not None:
+                rows.append(
+                    (step, layer, "param", name, "update_ratio", ratio(delta_t[i], param[i]))
+                )
+        # Group norms combine tensors as one vector: sqrt of the summed squares (host side,
+        # on a few dozen numbers).
+        for members, keys in (
+            (index.group_of, list(index.groups)),
+            (index.layer_of, [(layer, "block") for layer in index.layers]),
+        ):
+            size = len(keys)
+            grad_g = torch.zeros(size, dtype=torch.float64).index_add_(0, members, grad.square())
+            param_g = torch.zeros(size, dtype=torch.float64).index_add_(0, members, param.square())
+            delta_g = (
+                torch.zeros(size, dtype=torch.float64).index_add_(0, members, delta_t.square())
+                if delta_t is not None
+                else None
+            )
+            for g, (layer, component) in enumerate(keys):
+                rows.append(
+                    (step, layer, "component", component, "grad_norm", float(grad_g[g].sqrt()))
+                )
+                rows.append(
+                    (step, layer, "component", component, "param_norm", float(param_g[g].sqrt()))
+                )
+                if delta_g is not None:
+                    value = ratio(float(delta_g[g].sqrt()), float(param_g[g].sqrt()))
+                    rows.append((step, layer, "component", component, "update_ratio", value))
+        return rows
+
+    def _tap_rows(
+        self, step: int, keys: list[tuple[int, str]], values: list[float]
+    ) -> list[tuple[int, int, str, str, str, float]]:
+        """Tap statistics rows; histograms go straight to the store."""
+        width = len(TAP_STATS) + self.hist_bins
+        lo, hi = self.hist_range
+        rows: list[tuple[int, int, str, str, str, float]] = []
+        for k, (layer, tap) in enumerate(keys):
+            chunk = values[k * width : (k + 1) * width]
+            for stat, value in zip(TAP_STATS, chunk[: len(TAP_STATS)], strict=True):
+                rows.append((step, layer, "tap", tap, stat, value))
+            counts = [round(c) for c in chunk[len(TAP_STATS) :]]
+            self.store.log_histogram(self.run_id, step, layer, tap, lo, hi, counts)
+        return rows
+
+    def _write_attention(
+        self, step: int, layers: list[int], tokens: list[str], values: list[float]
+    ) -> None:
+        n = len(tokens)
+        per_map = n * n
+        n_maps = len(values) // per_map
+        n_head = n_maps // len(layers)
+        for m in range(n_maps):
+            flat = values[m * per_map : (m + 1) * per_map]
+            weights = [flat[q * n : (q + 1) * n] for q in range(n)]
+            self.store.log_attention(
+                self.run_id, step, layers[m // n_head], m % n_head, tokens, weights
+            )

@@ -1,0 +1,233 @@
+"""BlockProbe: what a probe step records, that the numbers agree, and that hooks never linger."""
+
+import math
+
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from blockviz import config as cfg
+from blockviz.data import CharDataModule, Corpus
+from blockviz.lit import LitCharModel, make_trainer, quiet_lightning
+from blockviz.model import CharTransformer, block_tap_names
+from blockviz.probes import (
+    HIST_RANGE,
+    TAP_STATS,
+    BlockProbe,
+    attention_entropy,
+    tap_hooks,
+    tap_statistics,
+)
+from blockviz.store import RunStore
+from tests import helpers
+
+torch.set_num_threads(1)
+
+TEXT = "the quick brown fox jumps over the lazy dog; pack my box with five dozen jugs.\n" * 40
+VARIANTS = {
+    "pre-ln": {},
+    "post-ln-relu": {"norm_position": "post", "activation": "relu"},
+    "no-norm": {"norm_position": "none"},
+    "ffn-only": {"attention": False},
+    "attention-only": {"ffn": False},
+    "swiglu-rmsnorm": {"activation": "swiglu", "norm_type": "rmsnorm"},
+}
+
+
+def tiny_config(**overrides) -> cfg.RunConfig:
+    # grad_clip tiny, so a norm recorded after clipping would give itself away
+    base = {"warmup_steps": 1, "eval_iters": 1, "grad_clip": 1e-3}
+    return helpers.tiny_config(**{**base, **overrides})
+
+
+def all_taps(model: torch.nn.Module) -> list[torch.nn.Module]:
+    return [tap for block in model.blocks for tap in block.taps.values()]
+
+
+# ---------------------------------------------------------------------------- tap hooks
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_tap_hooks_see_every_present_tap_and_leave_none_behind(variant):
+    config = tiny_config(**VARIANTS[variant])
+    model = CharTransformer(config.model)
+    x = torch.randint(config.model.vocab_size, (2, 8))
+    with tap_hooks(model) as acts:
+        assert all(tap._forward_hooks for tap in all_taps(model))
+        model(x)
+    expected = {(layer, tap) for layer in range(2) for tap in block_tap_names(config.model)}
+    assert set(acts) == expected
+    d_ff = config.model.d_ff
+    assert all(acts[key].shape[-1] in (16, d_ff) for key in acts)
+    assert not any(tap._forward_hooks for tap in all_taps(model))
+
+
+def test_tap_hooks_are_removed_when_the_forward_fails():
+    model = CharTransformer(tiny_config().model)
+    with pytest.raises(ValueError), tap_hooks(model):
+        model(torch.zeros(1, 99, dtype=torch.long))  # longer than block_size
+    assert not any(tap._forward_hooks for tap in all_taps(model))
+
+
+def test_tap_statistics_values_and_clamped_histogram():
+    x = torch.tensor([-10.0, -1.0, 0.0, 0.0, 1.0, 3.0, 10.0])
+    stats = tap_statistics(x, bins=4, value_range=(-8.0, 8.0))
+    values = dict(zip(TAP_STATS, stats[:5].tolist(), strict=True))
+    assert values["mean"] == pytest.approx(3.0 / 7)
+    assert values["std"] == pytest.approx(x.std(unbiased=False).item())
+    assert values["rms"] == pytest.approx(math.sqrt(sum(v * v for v in x.tolist()) / 7))
+    assert values["max_abs"] == 10.0
+    assert values["zero_frac"] == pytest.approx(2 / 7)
+    # bins [-8,-4) [-4,0) [0,4) [4,8]: -10 and 10 are clamped into the end bins
+    assert stats[5:].tolist() == [1.0, 1.0, 4.0, 1.0]
+
+
+def test_attention_entropy_of_uniform_and_one_hot_rows():
+    uniform = torch.full((1, 2, 4, 4), 0.25)  # (B, nh, T, T)
+    one_hot = torch.eye(4).expand(1, 2, 4, 4)
+    assert attention_entropy(uniform).tolist() == pytest.approx([math.log(4)] * 2)
+    assert attention_entropy(one_hot).tolist() == pytest.approx([0.0, 0.0])
+
+
+# ---------------------------------------------------------------------- a probed fit
+
+
+class HookSpy(Callback):
+    """Fails the fit if any tap carries a hook on an ordinary training step."""
+
+    def __init__(self) -> None:
+        self.steps_checked = 0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        assert not any(tap._forward_hooks for tap in all_taps(pl_module.model))
+        self.steps_checked += 1
+
+
+def probed_fit(tmp_path, store: RunStore | None, **overrides):
+    quiet_lightning()
+    config = tiny_config(**overrides)
+    dm = CharDataModule(
+        config.data,
+        config.model.block_size,
+        config.train.batch_size,
+        eval_iters=1,
+        corpus=Corpus("fox", "test", TEXT),
+    )
+    dm.setup()
+    config = cfg.replace(config, vocab_size=dm.vocab.size)
+    run_id = store.create_run("probe-test", config.to_json(), status="running") if store else 0
+    probe = BlockProbe(store, run_id, probe_interval=2, sample_interval=3, sample_chars=20)
+    spy = HookSpy()
+    lit = LitCharModel(config.to_dict(), dm.vocab.to_json())
+    make_trainer(config, [probe, spy], run_dir=tmp_path).fit(lit, datamodule=dm)
+    if store is not None:
+        store.flush()
+    return config, lit, probe, spy, run_id
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("probed")
+    store = RunStore(tmp_path / "runs.db")
+    config, lit, probe, spy, run_id = probed_fit(tmp_path, store)
+    yield store, config, lit, probe, spy, run_id
+    store.close()
+
+
+def test_probe_steps_are_step_zero_and_every_interval(probed):
+    store, _, _, probe, spy, run_id = probed
+    assert probe.probe_steps == [0, 2, 4]
+    assert spy.steps_checked == 6
+    for kind in ("component", "param", "tap", "head"):
+        assert store.layer_steps(run_id, kind) == [0, 2, 4]
+
+
+def test_grad_norms_cover_every_layer_and_component(probed):
+    store, config, *_, run_id = probed
+    frame = store.layer_stats(run_id, kind="component", stat="grad_norm", step=0)
+    found = set(zip(frame.layer, frame.component, strict=True))
+    n = config.model.n_layer
+    expected = {(-1, "embed"), (-1, "block"), (n, "norm"), (n, "head"), (n, "block")}
+    expected |= {(i, c) for i in range(n) for c in ("attn", "ffn", "norm", "block")}
+    assert found == expected
+    assert (frame.value > 0).all()
+
+
+def test_group_norms_combine_their_tensors(probed):
+    store, _, lit, *_, run_id = probed
+    rows = store.layer_stats(run_id, step=2)
+    params = rows[(rows.kind == "param") & (rows.stat == "grad_norm")]
+    components = rows[(rows.kind == "component") & (rows.stat == "grad_norm")]
+    names = {n for n, _ in lit.model.named_parameters()}
+    assert set(params.component) == names
+    attn0 = params[params.component.str.startswith("blocks.0.attn.")].value
+    value = components.query("layer == 0 and component == 'attn'").value.item()
+    assert value == pytest.approx(math.sqrt((attn0**2).sum()), rel=1e-5)
+    block0 = components.query("layer == 0 and component != 'block'").value
+    value = components.query("layer == 0 and component == 'block'").value.item()
+    assert value == pytest.approx(math.sqrt((block0**2).sum()), rel=1e-5)
+    global_norm = store.scalars(run_id, names="train/grad_norm").set_index("step").value[2]
+    assert global_norm == pytest.approx(math.sqrt((params.value**2).sum()), rel=1e-5)
+
+
+def test_global_grad_norm_is_recorded_before_clipping(probed):
+    store, config, *_, run_id = probed
+    norms = store.scalars(run_id, names="train/grad_norm").value
+    assert len(norms) == 3
+    assert (norms > 10 * config.train.grad_clip).all()
+
+
+def test_update_ratios_are_small_and_positive(probed):
+    store, *_, run_id = probed
+    ratios = store.layer_stats(run_id, kind="component", stat="update_ratio").value
+    assert len(ratios) and (ratios > 0).all() and (ratios < 1).all()
+
+
+def test_tap_statistics_and_histograms_for_every_tap(probed):
+    store, config, _, probe, _, run_id = probed
+    taps = block_tap_names(config.model)
+    stats = store.layer_stats(run_id, kind="tap", step=4)
+    assert set(zip(stats.layer, stats.component, stats.stat, strict=True)) == {
+        (layer, tap, stat) for layer in range(2) for tap in taps for stat in TAP_STATS
+    }
+    hist = store.histograms(run_id, layer=1, tap="resid_post")
+    assert sorted(hist.step.unique()) == [0, 2, 4]
+    assert hist.lo.min() == HIST_RANGE[0] and hist.hi.max() == HIST_RANGE[1]
+    probe_values = probe.probe_batch * config.model.block_size * config.model.d_model
+    assert (hist.groupby("step")["count"].sum() == probe_values).all()
+
+
+def test_attention_entropy_per_head_is_bounded(probed):
+    store, config, *_, run_id = probed
+    heads = store.layer_stats(run_id, kind="head", stat="attn_entropy", step=0)
+    assert len(heads) == config.model.n_layer * config.model.n_head
+    assert ((heads.value >= 0) & (heads.value <= math.log(config.model.block_size))).all()
+
+
+def test_attention_maps_and_samples_at_sample_steps_and_the_end(probed):
+    store, *_, run_id = probed
+    assert store.attention_steps(run_id) == [0, 3, 6]
+    maps = store.attention(run_id, step=3)
+    assert set(maps["layer"]) == {0, 1} and set(maps["head"]) == {0, 1}
+    rows = maps.groupby(["layer", "head", "query"]).weight.sum()
+    assert rows.to_numpy() == pytest.approx(1.0, abs=1e-3)
+    assert (maps[maps["key"] > maps["query"]].weight == 0).all()  # causal
+    samples = store.samples(run_id)
+    assert sorted(samples.step) == [0, 3, 6]
+    assert (samples.text.str.len() == 20).all()
+
+
+@pytest.mark.parametrize("variant", ["ffn-only", "attention-only"])
+def test_probe_handles_blocks_without_a_sublayer(tmp_path, variant):
+    with RunStore(tmp_path / "runs.db") as store:
+        config, *_, run_id = probed_fit(tmp_path, store, max_steps=3, **VARIANTS[variant])
+        taps = store.layer_stats(run_id, kind="tap", step=0)
+        assert set(taps.component) == set(block_tap_names(config.model))
+        has_attention = config.model.attention
+        assert (store.attention_steps(run_id) != []) == has_attention
+        assert store.layer_stats(run_id, kind="head").empty != has_attention
+
+
+def test_probe_without_a_store_measures_nothing(tmp_path):
+    _, _, probe, spy, _ = probed_fit(tmp_path, None, max_steps=3)
+    assert probe.probe_steps == [] and spy.steps_checked == 3
