@@ -1,0 +1,371 @@
+"""Chart builders: valid specs with the promised encodings, empty and non-finite input, colours."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import pytest
+
+from blockviz import charts
+
+RUNS = {1: "preln", 2: "postln"}
+TAPS = ("resid_pre", "attn_out", "resid_post")
+
+
+def scalars_frame(steps: int = 30, runs: dict[int, str] = RUNS) -> pd.DataFrame:
+    """train/loss and lr every step, val/loss every 10, for each run."""
+    rows = []
+    for run_id, name in runs.items():
+        for step in range(steps):
+            loss = 3.0 * math.exp(-step / 10) + 0.1 * run_id
+            rows += [
+                (run_id, name, step, "train/loss", loss),
+                (run_id, name, step, "train/lr", 1e-3 * min(1.0, (step + 1) / 5)),
+            ]
+            if step % 10 == 0:
+                rows.append((run_id, name, step, "val/loss", loss + 0.05))
+    return pd.DataFrame(rows, columns=["run_id", "run", "step", "name", "value"])
+
+
+def layer_frame(runs: dict[int, str] = RUNS, steps=(0, 10, 20, 30), n_layer: int = 3):
+    """Component, tap and head statistics for every run, layer and step."""
+    rows = []
+    for run_id, name in runs.items():
+        for step in steps:
+            for layer in range(n_layer):
+                for component in ("attn", "ffn", "block"):
+                    grad = 0.1 * (layer + 1) * run_id * (1 + step / 100)
+                    rows += [
+                        (run_id, name, step, layer, "component", component, "grad_norm", grad),
+                        (run_id, name, step, layer, "component", component, "update_ratio", 1e-3),
+                    ]
+                for tap in TAPS:
+                    rows.append((run_id, name, step, layer, "tap", tap, "rms", 1.0 + layer))
+                for head in ("0", "1"):
+                    rows.append((run_id, name, step, layer, "head", head, "attn_entropy", 2.0))
+    columns = ["run_id", "run", "step", "layer", "kind", "component", "stat", "value"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def hist_frame() -> pd.DataFrame:
+    rows = [
+        (1, step, 0, "resid_post", b, -1 + 0.25 * b, -0.75 + 0.25 * b, [0, 3, 9, 3, 0, 1, 0, 0][b])
+        for step in (0, 10, 20)
+        for b in range(8)
+    ]
+    return pd.DataFrame(
+        rows, columns=["run_id", "step", "layer", "tap", "bin", "lo", "hi", "count"]
+    )
+
+
+def attn_frame(size: int = 4) -> pd.DataFrame:
+    text = "abcd"
+    rows = [
+        (1, 50, 0, head, q, k, text[q], text[k], 1 / (q + 1) if k <= q else 0.0)
+        for head in range(2)
+        for q in range(size)
+        for k in range(size)
+    ]
+    columns = ["run_id", "step", "layer", "head", "query", "key", "query_char", "key_char"]
+    return pd.DataFrame(rows, columns=[*columns, "weight"])
+
+
+def params_components() -> pd.DataFrame:
+    return pd.DataFrame(
+        {"component": ["attn", "ffn", "norm"], "count": [100, 200, 10], "share": [0.3, 0.65, 0.05]}
+    )
+
+
+def params_layers() -> pd.DataFrame:
+    return pd.DataFrame(
+        {"layer": ["embed", "0", "0", "head"], "component": ["embed", "attn", "ffn", "head"]}
+    ).assign(count=[10, 100, 200, 10])
+
+
+def walk(spec: Any, key: str) -> Iterator[Any]:
+    """Every value stored under `key` anywhere in a nested spec."""
+    if isinstance(spec, dict):
+        for k, v in spec.items():
+            if k == key:
+                yield v
+            yield from walk(v, key)
+    elif isinstance(spec, list):
+        for item in spec:
+            yield from walk(item, key)
+
+
+def encoded_fields(spec: dict) -> dict[str, set[str]]:
+    """channel -> the fields it encodes, over every layer / facet of the spec."""
+    found: dict[str, set[str]] = {}
+    for encoding in walk(spec, "encoding"):
+        for channel, definition in encoding.items():
+            items = definition if isinstance(definition, list) else [definition]
+            for item in items:
+                if isinstance(item, dict) and "field" in item:
+                    found.setdefault(channel, set()).add(item["field"])
+    for facet in walk(spec, "facet"):  # a facet chart names its field outside `encoding`
+        if isinstance(facet, dict) and "field" in facet:
+            found.setdefault("facet", set()).add(facet["field"])
+    return found
+
+
+def tooltip_fields(spec: dict) -> set[str]:
+    return {t["field"] for tips in walk(spec, "tooltip") if isinstance(tips, list) for t in tips}
+
+
+def marks(spec: dict) -> set[str]:
+    return {m["type"] if isinstance(m, dict) else m for m in walk(spec, "mark")}
+
+
+def param_binds(spec: dict) -> list[Any]:
+    return [p.get("bind") for params in walk(spec, "params") for p in params]
+
+
+# builder, its input, the channel -> field pairs it must encode, the fields its tooltip must show
+CASES: dict[str, tuple[Callable[[pd.DataFrame], alt.TopLevelMixin], Callable[[], Any], dict]] = {
+    "loss": (
+        lambda f: charts.loss_chart(f),
+        scalars_frame,
+        {"x": "step", "y": "smoothed", "color": "run", "strokeDash": "name"},
+    ),
+    "metric": (
+        lambda f: charts.metric_chart(f, "train/lr", log_scale=True),
+        scalars_frame,
+        {"x": "step", "y": "smoothed", "color": "run"},
+    ),
+    "layer_lines": (
+        lambda f: charts.layer_lines(f),
+        layer_frame,
+        {"x": "step", "y": "value", "color": "layer"},
+    ),
+    "layer_heatmap": (
+        lambda f: charts.layer_heatmap(f, "grad_norm", "block"),
+        layer_frame,
+        {"x": "step", "x2": "step_end", "y": "layer", "color": "value"},
+    ),
+    "tap_stats": (
+        lambda f: charts.tap_stats_chart(f, "rms"),
+        layer_frame,
+        {"x": "step", "y": "value", "color": "layer", "facet": "component"},
+    ),
+    "histogram": (
+        lambda f: charts.histogram_over_time(f),
+        hist_frame,
+        {"x": "step", "y": "lo", "y2": "hi", "color": "count"},
+    ),
+    "update_ratio": (
+        lambda f: charts.update_ratio_chart(f),
+        layer_frame,
+        {"x": "step", "y": "log10_update_ratio", "color": "layer"},
+    ),
+    "attention_entropy": (
+        lambda f: charts.attention_entropy_chart(f),
+        layer_frame,
+        {"x": "step", "y": "value", "color": "head", "facet": "layer"},
+    ),
+    "attention_heatmap": (
+        lambda f: charts.attention_heatmap(f, layer=0),
+        attn_frame,
+        {"x": "key", "y": "query", "color": "weight", "facet": "head"},
+    ),
+    "grad_by_layer": (
+        lambda f: charts.grad_by_layer_chart(f, step=0),
+        layer_frame,
+        {"x": "layer", "y": "value", "color": "run"},
+    ),
+    "param_breakdown": (
+        lambda f: charts.param_breakdown_chart(f),
+        params_components,
+        {"x": "count", "y": "component"},
+    ),
+    "param_layer": (
+        lambda f: charts.param_layer_chart(f),
+        params_layers,
+        {"x": "layer", "y": "count", "color": "component"},
+    ),
+}
+LINE_CASES = [
+    "loss",
+    "metric",
+    "layer_lines",
+    "tap_stats",
+    "update_ratio",
+    "attention_entropy",
+    "grad_by_layer",
+]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_builder_encodes_the_promised_fields_and_has_a_title(case: str) -> None:
+    build, make, expected = CASES[case]
+    chart = build(make())
+    spec = chart.to_dict()
+    fields = encoded_fields(spec)
+    for channel, field in expected.items():
+        assert field in fields.get(channel, set()), (channel, field, fields)
+    assert charts.NO_DATA not in str(spec)
+    assert chart.title and isinstance(chart.title, str)
+    assert not charts.chart_data(chart).empty
+
+
+@pytest.mark.parametrize("case", LINE_CASES)
+def test_line_charts_have_tooltips_legend_highlight_and_x_zoom(case: str) -> None:
+    build, make, _ = CASES[case]
+    spec = build(make()).to_dict()
+    assert {"run", "step", "value"} <= tooltip_fields(spec)
+    binds = param_binds(spec)
+    assert "legend" in binds
+    assert "scales" in binds
+    # Params are declared once; a second copy in another layer breaks Vega-Lite.
+    names = [p["name"] for params in walk(spec, "params") for p in params]
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_empty_frame_gives_a_no_data_chart(case: str) -> None:
+    build, make, _ = CASES[case]
+    empty = make().iloc[0:0]
+    chart = build(empty)
+    spec = chart.to_dict()
+    assert charts.NO_DATA in str(spec)
+    assert "text" in marks(spec)
+    assert chart.title
+
+
+@pytest.mark.parametrize("case", ["loss", "metric", "layer_lines", "layer_heatmap", "update_ratio"])
+def test_non_finite_values_are_dropped_not_raised(case: str) -> None:
+    build, make, _ = CASES[case]
+    frame = make()
+    frame.loc[frame.index[::7], "value"] = np.inf
+    frame.loc[frame.index[3::11], "value"] = np.nan
+    chart = build(frame)
+    chart.to_dict()
+    data = charts.chart_data(chart)
+    numeric = data.select_dtypes("number")
+    assert np.isfinite(numeric.to_numpy(dtype=float)).all()
+
+
+def test_loss_chart_marks_divergence_at_the_first_non_finite_step() -> None:
+    frame = scalars_frame()
+    blown = (frame["run"] == "postln") & (frame["step"] >= 22)
+    frame.loc[blown, "value"] = np.inf
+    spec = charts.loss_chart(frame).to_dict()
+    rules = [layer for layer in spec["layer"] if "rule" in marks(layer)]
+    assert rules, "no divergence rule"
+    marked = [row for values in walk(spec, "datasets") for rows in values.values() for row in rows]
+    assert {"run": "postln", "step": 22, "label": "postln diverged @ 22"} in marked
+
+
+def test_loss_chart_uses_a_given_diverged_step() -> None:
+    spec = charts.loss_chart(scalars_frame(), diverged={"preln": 17, "elsewhere": 3}).to_dict()
+    labels = [
+        row.get("label") for v in walk(spec, "datasets") for rows in v.values() for row in rows
+    ]
+    assert "preln diverged @ 17" in labels
+    assert not any(str(label).startswith("elsewhere") for label in labels)
+
+
+def test_loss_chart_data_holds_the_smoothed_values_it_draws() -> None:
+    frame = scalars_frame()
+    data = charts.chart_data(charts.loss_chart(frame, smoothing=0.5))
+    one = data[(data["run"] == "preln") & (data["name"] == "train/loss")].sort_values("step")
+    expected = charts.ema(one["value"], 0.5)
+    np.testing.assert_allclose(one["smoothed"], expected)
+    assert set(data["name"]) == {"train/loss", "val/loss"}
+    assert len(data) == len(frame[frame["name"] != "train/lr"])
+
+
+def tensorboard_ema(values: list[float], weight: float) -> list[float]:
+    """TensorBoard's loop: debiased accumulator; non-finite values pass through untouched."""
+    out, last, count = [], 0.0, 0
+    for value in values:
+        if not math.isfinite(value):
+            out.append(value)
+            continue
+        last = last * weight + (1 - weight) * value
+        count += 1
+        out.append(last / (1 - weight**count))
+    return out
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.3, 0.6, 0.99])
+def test_ema_matches_tensorboard(weight: float) -> None:
+    values = [3.0, 2.5, float("nan"), 2.7, 1.0, float("inf"), 0.5, 0.4]
+    got = charts.ema(pd.Series(values), weight).tolist()
+    want = tensorboard_ema(values, weight)
+    np.testing.assert_allclose(got, want, equal_nan=True)
+
+
+def test_ema_is_not_poisoned_by_inf() -> None:
+    smoothed = charts.ema(pd.Series([1.0, np.inf, 1.0, 1.0]), 0.9)
+    assert np.isinf(smoothed[1])
+    assert np.isfinite(smoothed[[0, 2, 3]]).all()
+    assert smoothed[0] == 1.0  # debiased: the first point is not pulled towards zero
+
+
+@pytest.mark.parametrize("smoothing", [-0.1, 1.0, 2.0, True])
+def test_ema_rejects_bad_smoothing(smoothing: float) -> None:
+    with pytest.raises(charts.ChartError, match="smoothing"):
+        charts.ema(pd.Series([1.0]), smoothing)
+
+
+def colour_of(scale: alt.Scale, name: str) -> str:
+    return dict(zip(scale.domain, scale.range, strict=True))[name]
+
+
+def test_run_colours_are_stable_whatever_else_is_shown() -> None:
+    alone = charts.run_color_scale({7: "run-7"})
+    crowded = charts.run_color_scale({12: "b", 1: "a", 7: "run-7", 3: "c"})
+    assert colour_of(alone, "run-7") == colour_of(crowded, "run-7")
+    assert crowded.domain == ["a", "c", "run-7", "b"]  # ordered by id
+    runs_frame = pd.DataFrame({"id": [7, 2], "name": ["run-7", "x"]})
+    assert colour_of(charts.run_color_scale(runs_frame), "run-7") == colour_of(alone, "run-7")
+    ten = charts.run_color_scale({i: f"r{i}" for i in range(1, 11)})
+    assert len(set(ten.range)) == 10
+
+
+def test_charts_default_to_the_stable_run_colours() -> None:
+    only_second = scalars_frame(runs={2: "postln"})
+    spec = charts.loss_chart(only_second).to_dict()
+    ranges = [enc["color"]["scale"]["range"] for enc in walk(spec, "encoding") if "color" in enc]
+    assert ranges and all(r == [colour_of(charts.run_color_scale(RUNS), "postln")] for r in ranges)
+
+
+@pytest.mark.parametrize(("step", "shown"), [(0, 0), (25, 20), (12, 10), (1000, 30)])
+def test_grad_by_layer_shows_each_runs_nearest_probe_step(step: int, shown: int) -> None:
+    data = charts.chart_data(charts.grad_by_layer_chart(layer_frame(), step=step))
+    assert set(data["step"]) == {shown}
+    assert set(data["run"]) == set(RUNS.values())
+    assert set(data["component"]) == {"block"}
+
+
+def test_attention_heatmap_keeps_only_the_causal_triangle() -> None:
+    data = charts.chart_data(charts.attention_heatmap(attn_frame(), layer=0))
+    assert (data["key"] <= data["query"]).all()
+    assert len(data) == 2 * (4 * 5 // 2)
+
+
+def test_histogram_leaves_empty_bins_blank() -> None:
+    data = charts.chart_data(charts.histogram_over_time(hist_frame()))
+    assert (data["count"] > 0).all()
+    assert (data["step_end"] > data["step"]).all()
+
+
+def test_update_ratio_chart_draws_the_healthy_guide() -> None:
+    chart = charts.update_ratio_chart(layer_frame())
+    spec = chart.to_dict()
+    guide = [
+        row for v in walk(spec, "datasets") for rows in v.values() for row in rows if "y" in row
+    ]
+    assert guide == [{"y": -3.0, "label": "≈1e-3 healthy"}]
+    np.testing.assert_allclose(charts.chart_data(chart)["log10_update_ratio"], -3.0)
+
+
+def test_one_run_charts_show_one_run() -> None:
+    data = charts.chart_data(charts.layer_lines(layer_frame()))
+    assert set(data["run"]) == {"preln"}
