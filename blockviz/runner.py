@@ -1,0 +1,304 @@
+"""Launch, watch and stop training runs as background processes (torch-free).
+
+A run is `python -m blockviz train --config <run_dir>/config.json ...`, the same command a
+user types on a GPU box, started in its own session so it outlives the browser tab, a
+Streamlit rerun and a Streamlit restart. The run row is created here first (status
+'queued'); the train process then waits for a free slot (`--max_running`, polled through
+`RunStore.claim_slot`) and records everything else itself. Queuing therefore needs no
+scheduler daemon: every queued run is a sleeping process of its own.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from blockviz.config import RunConfig
+from blockviz.corpora import BUILTIN
+from blockviz.store import ACTIVE_STATUSES, RunStore, pid_alive
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+LOG_NAME = "train.log"
+CONFIG_NAME = "config.json"
+# How long launch() watches a new process for an immediate crash (bad interpreter, bad
+# flags) before handing back; slower failures land in the run's status and log.
+STARTUP_WATCH_S = 1.0
+STOP_WATCH_S = 0.5  # how long stop() waits to see whether the signal killed the process
+ETA_WINDOW = 20  # recent train/step_time records the ETA averages over
+
+# Popen objects of the children this process started. Polling them reaps finished ones,
+# so a crashed run never lingers as a zombie that `pid_alive` would call alive.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+class LaunchError(ValueError):
+    """A run could not be started; carries the run id (if one was created) and its log tail."""
+
+    def __init__(self, message: str, run_id: int | None = None, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.log_tail = log_tail
+
+
+@dataclass(frozen=True)
+class ActiveRun:
+    """A queued or running run with its progress."""
+
+    id: int
+    name: str
+    status: str
+    step: int
+    max_steps: int
+    eta_s: float | None  # None while there is nothing to estimate from
+
+    @property
+    def fraction(self) -> float:
+        """Progress in [0, 1]."""
+        if self.max_steps <= 0:
+            return 0.0
+        return min(max(self.step / self.max_steps, 0.0), 1.0)
+
+
+def _reap_children() -> None:
+    for pid, proc in list(_children.items()):
+        if proc.poll() is not None:
+            del _children[pid]
+
+
+@functools.cache
+def _hardware_slots() -> int:
+    """One slot per visible GPU, else half the CPU cores (a run uses about two threads)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        gpus = [d for d in visible.split(",") if d.strip() and d.strip() != "-1"]
+    else:
+        try:
+            listing = subprocess.run(
+                ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=3, check=False
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            listing = ""
+        gpus = [line for line in listing.splitlines() if line.startswith("GPU")]
+    if gpus:
+        return len(gpus)
+    return max(1, (os.cpu_count() or 2) // 2)
+
+
+def default_max_running() -> int:
+    """How many runs may train at once: $BLOCKVIZ_MAX_RUNNING, else from the GPU/CPU count."""
+    configured = os.environ.get("BLOCKVIZ_MAX_RUNNING", "").strip()
+    if configured.isdigit() and int(configured) > 0:
+        return int(configured)
+    return _hardware_slots()
+
+
+def _with_absolute_dataset(run_config: RunConfig) -> RunConfig:
+    """The config with a file dataset made absolute: the run's working directory differs."""
+    dataset = run_config.data.dataset
+    if dataset in BUILTIN:
+        return run_config
+    path = Path(dataset).expanduser()
+    if not path.is_file():
+        raise LaunchError(
+            f"dataset {dataset!r} is neither a built-in corpus ({', '.join(BUILTIN)}) nor an "
+            "existing file; choose a built-in corpus or upload a text file"
+        )
+    copy = RunConfig.from_dict(run_config.to_dict())
+    copy.data.dataset = str(path.resolve())
+    return copy
+
+
+def launch(
+    run_config: RunConfig,
+    name: str | None,
+    store: RunStore,
+    max_running: int | None = None,
+) -> int:
+    """Start a run in the background and return its id; LaunchError if it dies at once."""
+    run_config = _with_absolute_dataset(run_config.validate())
+    slots = default_max_running() if max_running is None else max_running
+    run_id = store.create_run(
+        name or "run",
+        run_config.to_json(),
+        status="queued",
+        max_steps=run_config.train.max_steps,
+    )
+    run_dir = store.run_dir(run_id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_path = run_dir / CONFIG_NAME
+    config_path.write_text(run_config.to_json(), encoding="utf-8")
+    command = [
+        sys.executable,
+        "-m",
+        "blockviz",
+        "train",
+        "--config",
+        str(config_path),
+        "--store",
+        str(store.path),
+        "--run_id",
+        str(run_id),
+        "--max_running",
+        str(slots),
+        "--no_progress",
+    ]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    _reap_children()
+    try:
+        with open(run_dir / LOG_NAME, "ab") as log:
+            proc = subprocess.Popen(
+                command,
+                cwd=PROJECT_DIR,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                # Its own session: closing the tab or stopping Streamlit (Ctrl-C signals the
+                # terminal's process group) leaves the run going.
+                start_new_session=True,
+            )
+    except OSError as exc:
+        message = f"could not start the training process ({exc.strerror or exc})"
+        store.update_run(run_id, status="failed", ended=time.time(), error=message)
+        raise LaunchError(message, run_id) from None
+    _children[proc.pid] = proc
+    store.update_run(run_id, pid=proc.pid)
+    _watch_startup(proc, store, run_id)
+    return run_id
+
+
+def _watch_startup(proc: subprocess.Popen[bytes], store: RunStore, run_id: int) -> None:
+    """Poll the new process briefly; a non-zero exit becomes a failed run and a LaunchError."""
+    deadline = time.monotonic() + STARTUP_WATCH_S
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        if code is not None:
+            break
+        time.sleep(0.05)
+    else:
+        return
+    if code == 0:
+        return
+    tail = log_tail(store, run_id)
+    last_line = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
+    run = store.get_run(run_id)
+    if run["status"] in ACTIVE_STATUSES:
+        store.update_run(
+            run_id,
+            status="failed",
+            ended=time.time(),
+            error=last_line or f"the training process exited with status {code}",
+        )
+    else:
+        last_line = run.get("error") or last_line
+    reason = last_line or f"exit status {code}"
+    raise LaunchError(f"run {run_id} failed to start: {reason}", run_id, tail)
+
+
+def stop(store: RunStore, run_id: int) -> str:
+    """Ask a queued or running run to stop (SIGTERM); says what happened in a few words."""
+    _reap_children()
+    run = store.get_run(run_id)
+    if run["status"] not in ACTIVE_STATUSES:
+        return f"already {run['status']}"
+    pid = run["pid"]
+    if pid == os.getpid():
+        # Only a run recorded by this very process (demo data) lands here; never signal
+        # ourselves, it would take the dashboard down.
+        return "not stopped: the run belongs to this process"
+    if _running(pid):
+        try:
+            # The train process catches SIGTERM, checkpoints and records 'stopped' itself;
+            # a queued one leaves its wait loop and does the same.
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        else:
+            # Still importing torch or reading data, it has no handler yet and simply dies;
+            # then nobody else will record the stop.
+            deadline = time.monotonic() + STOP_WATCH_S
+            while time.monotonic() < deadline and _running(pid):
+                if store.get_run(run_id)["status"] not in ACTIVE_STATUSES:
+                    return "stop requested"  # it already recorded the stop itself
+                time.sleep(0.05)
+            if _running(pid) or store.get_run(run_id)["status"] not in ACTIVE_STATUSES:
+                return "stop requested"
+            store.update_run(run_id, status="stopped", ended=time.time())
+            return "stopped"
+    # Nobody is left to record the stop: do it here.
+    store.update_run(run_id, status="stopped", ended=time.time())
+    return "marked stopped (its process was gone)"
+
+
+def _running(pid: int | None) -> bool:
+    return pid_alive(pid) and not _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    """A child that exited but was not reaped still 'exists' for kill(pid, 0)."""
+    proc = _children.get(pid)
+    if proc is not None:
+        return proc.poll() is not None
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state == "Z"
+
+
+def active(store: RunStore) -> list[ActiveRun]:
+    """Queued and running runs, oldest first, with step, max_steps and an ETA."""
+    _reap_children()
+    runs = store.runs_frame()
+    runs = runs[runs["status"].isin(ACTIVE_STATUSES)]
+    out = []
+    for row in runs.itertuples(index=False):
+        step = 0 if pd.isna(row.step) else int(row.step)
+        max_steps = 0 if pd.isna(row.max_steps) else int(row.max_steps)
+        eta = _eta(store, int(row.id), step, max_steps) if row.status == "running" else None
+        out.append(ActiveRun(int(row.id), row.name, row.status, step, max_steps, eta))
+    return out
+
+
+def _eta(store: RunStore, run_id: int, step: int, max_steps: int) -> float | None:
+    """Seconds left: the median recent step time, else the rate since the run started."""
+    # Step 0 is left out: it pays for start-up and compilation. The median shrugs off the
+    # odd slow step (an evaluation, a checkpoint) that would swing a mean.
+    times = store.scalars(
+        run_id, names="train/step_time", after_step=max(step - 4 * ETA_WINDOW, 0)
+    ).dropna(subset=["value"])
+    if len(times):
+        recent = times.tail(ETA_WINDOW)
+        # The scalars may run ahead of the heartbeat's step by a second or two.
+        done = max(step, int(recent["step"].max()) + 1)
+        return float(recent["value"].median()) * max(max_steps - done, 0)
+    run = store.get_run(run_id)
+    started, beat = run.get("started"), run.get("heartbeat")
+    if step > 0 and started and beat and beat > started:
+        return (beat - started) / step * max(max_steps - step, 0)
+    return None
+
+
+def log_tail(store: RunStore, run_id: int, lines: int = 40) -> str:
+    """The last `lines` lines of the run's train.log ('' when there is none yet)."""
+    path = store.run_dir(run_id) / LOG_NAME
+    try:
+        with open(path, "rb") as log:
+            log.seek(0, os.SEEK_END)
+            size = log.tell()
+            # 64 KiB holds far more than 40 lines of a training log; no need to read it all.
+            log.seek(max(0, size - 65536))
+            data = log.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return "\n".join(deque(text.splitlines(), maxlen=lines))

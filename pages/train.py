@@ -1,0 +1,141 @@
+"""Train (home): the block as wired now, its parameters, Launch, and the runs in progress."""
+
+import streamlit as st
+
+from blockviz import charts, diagram, params, runner, sidebar, ui
+from blockviz.store import RunStore
+
+state = sidebar.state()
+store = ui.get_store()
+
+st.title("Train")
+st.caption(
+    "Set up a block in the sidebar, press Launch, and watch it on the Live page. Runs keep "
+    "training when you close the tab."
+)
+ui.show_flashes()
+
+model_cfg = state.model_for_params
+wiring, summary = st.columns([5, 4], gap="large")
+
+with wiring:
+    st.subheader("One block, as wired now")
+    if model_cfg is None:
+        st.info("Fix the config in the sidebar to see the block.")
+    else:
+        with ui.guard("Block diagram"):
+            st.graphviz_chart(diagram.block_dot(model_cfg))
+            st.caption(
+                "Grey labels name the taps the probes record; dashed edges are the skip paths."
+            )
+        with st.expander("The whole model"), ui.guard("Model diagram"):
+            st.graphviz_chart(diagram.model_dot(model_cfg))
+
+with summary:
+    st.subheader("Parameters")
+    if model_cfg is None:
+        st.info("Fix the config in the sidebar to count the parameters.")
+    else:
+        with ui.guard("Parameter breakdown"):
+            breakdown = params.param_breakdown(model_cfg)
+            by_component, _, _ = ui.breakdown_frames(breakdown, model_cfg.n_layer)
+            block = ui.block_shares(breakdown)
+            total_col, ffn_col, attn_col = st.columns(3)
+            total_col.metric("Total", f"{breakdown.total:,}")
+            ffn_col.metric(
+                "FFN / block",
+                f"{block['ffn']:.1%}",
+                help="share of each block's parameters in its FFN",
+            )
+            attn_col.metric(
+                "Attn / block",
+                f"{block['attn']:.1%}",
+                help="share of each block's parameters in its attention",
+            )
+            st.caption(ui.share_sentence(model_cfg, breakdown))
+            ui.chart_with_downloads(
+                charts.param_breakdown_chart(by_component),
+                by_component,
+                f"parameters-{state.name}",
+                key="train.params",
+            )
+
+    st.subheader("Launch")
+    slots = runner.default_max_running()
+    if store is None:
+        st.error(
+            f"Cannot open the run store at `{ui.store_path()}`; set `BLOCKVIZ_STORE` to a "
+            "writable file path and restart the app."
+        )
+    else:
+        st.write(f"Run name: **{state.name}**")
+        if state.problem is not None:
+            st.error(state.problem, icon=":material/block:")
+        clicked = st.button(
+            "Launch",
+            type="primary",
+            disabled=not state.can_launch,
+            key="launch",
+            icon=":material/rocket_launch:",
+        )
+        st.caption(
+            f"Up to {slots} run(s) train at once (set BLOCKVIZ_MAX_RUNNING to change it); "
+            "more wait as queued and start when a slot frees."
+        )
+        if clicked and state.run_config is not None:
+            try:
+                launched = runner.launch(state.run_config, state.name, store, max_running=slots)
+            except runner.LaunchError as exc:
+                st.session_state["train.launch"] = ("error", str(exc), exc.log_tail)
+            except ValueError as exc:  # ConfigError, StoreError: already worded for users
+                st.session_state["train.launch"] = ("error", str(exc), "")
+            else:
+                ui.select_run(launched)
+                st.session_state["train.launch"] = ("ok", launched, "")
+        outcome = st.session_state.get("train.launch")
+        if outcome is not None and outcome[0] == "ok":
+            run_id = outcome[1]
+            st.success(f"Launched run #{run_id}. Its log is `{store.run_dir(run_id)}/train.log`.")
+            if st.button("Open in Live", key="train.open_live", icon=":material/monitoring:"):
+                ui.open_in_live(run_id)
+        elif outcome is not None:
+            st.error(f"Launch failed: {outcome[1]}")
+            if outcome[2]:
+                st.code(outcome[2], language=None)
+
+
+def _progress(run_store: RunStore) -> None:
+    """Queued and running runs with progress bars, ETA and Stop."""
+    with ui.guard("Runs in progress"):
+        _progress_rows(run_store)
+
+
+def _progress_rows(run_store: RunStore) -> None:
+    active = runner.active(run_store)
+    if not active:
+        st.caption("No runs in progress.")
+        if st.session_state.get("train.was_active"):
+            st.session_state["train.was_active"] = False
+            st.rerun(scope="app")  # drop the timer: nothing left to refresh
+        return
+    st.session_state["train.was_active"] = True
+    for run in active:
+        text = f"#{run.id} {run.name} · {run.status}"
+        if run.status == "running":
+            text += f" · step {run.step:,}/{run.max_steps:,} · ETA {ui.format_duration(run.eta_s)}"
+        else:
+            text += " · waiting for a free slot"
+        bar, stop = st.columns([6, 1], vertical_alignment="bottom")
+        bar.progress(run.fraction, text=text)
+        if stop.button("Stop", key=f"train.stop.{run.id}", icon=":material/stop:"):
+            with ui.guard(f"Stopping run #{run.id}"):
+                st.toast(f"Run #{run.id}: {runner.stop(run_store, run.id)}")
+
+
+st.subheader("Runs in progress")
+if store is not None:
+    with ui.guard("Runs in progress"):
+        store.reap_dead()
+        any_active = bool(runner.active(store))
+        st.session_state["train.was_active"] = any_active
+        st.fragment(_progress, run_every=2 if any_active else None)(store)

@@ -1,0 +1,135 @@
+"""The block and model diagrams: the DOT text shows exactly the wiring the config builds."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from blockviz.config import ModelConfig
+from blockviz.diagram import block_dot, model_dot
+
+NODE = re.compile(r"^\s+(\w+) \[", re.MULTILINE)
+EDGE = re.compile(r"^\s+(\w+) -> (\w+)(?: \[(.*)\])?;$", re.MULTILINE)
+LABEL = re.compile(r'label="([^"]*)"')
+
+GRID = [
+    ModelConfig(
+        n_layer=2,
+        n_head=2,
+        d_model=16,
+        norm_position=position,
+        residual=residual,
+        attention=attention,
+        ffn=ffn,
+        activation=activation,
+    )
+    for position, residual, (attention, ffn), activation in itertools.product(
+        ("pre", "post", "none"),
+        (True, False),
+        ((True, True), (True, False), (False, True)),
+        ("gelu", "swiglu"),
+    )
+]
+
+
+def _ids(cfg: ModelConfig) -> str:
+    parts = [cfg.norm_position, "res" if cfg.residual else "nores", cfg.activation]
+    parts.append("both" if cfg.attention and cfg.ffn else ("attn" if cfg.attention else "ffn"))
+    return "-".join(parts)
+
+
+def parse(dot: str) -> tuple[set[str], list[tuple[str, str, str]]]:
+    """Declared node ids and (tail, head, attribute text) edges of a DOT string."""
+    edges = [(tail, head, attrs or "") for tail, head, attrs in EDGE.findall(dot)]
+    # `node [...]` and `edge [...]` set defaults; they declare nothing.
+    return set(NODE.findall(dot)) - {"node", "edge"}, edges
+
+
+def edge_taps(edges: list[tuple[str, str, str]]) -> set[str]:
+    """Tap names written on edges (labels are 'a · b'); gate/value are not taps."""
+    taps: set[str] = set()
+    for _, _, attrs in edges:
+        for label in LABEL.findall(attrs):
+            taps.update(part.strip() for part in label.split("·"))
+    return taps - {"gate", "value"}
+
+
+@pytest.mark.parametrize("cfg", GRID, ids=_ids)
+def test_block_dot_is_well_formed_and_wired(cfg: ModelConfig) -> None:
+    dot = block_dot(cfg)
+    assert dot.startswith("digraph ") and dot.count("{") == dot.count("}")
+    assert dot.count('"') % 2 == 0
+    nodes, edges = parse(dot)
+    assert edges, "no edges parsed"
+    for tail, head, _ in edges:
+        assert tail in nodes and head in nodes, f"edge {tail} -> {head} has an undeclared end"
+    # Every node is connected, and the stream runs from input to output.
+    touched = {end for tail, head, _ in edges for end in (tail, head)}
+    assert touched == nodes
+    assert {"stream_in", "stream_out"} <= nodes
+
+    norms = {n for n in nodes if n.startswith("norm")}
+    adds = {n for n in nodes if n.startswith("add")}
+    skips = [e for e in edges if "dashed" in e[2]]
+    sublayers = int(cfg.attention) + int(cfg.ffn)
+    assert ("attn" in nodes) == cfg.attention
+    assert any(n.startswith("ffn") for n in nodes) == cfg.ffn
+    assert len(norms) == (0 if cfg.norm_position == "none" else sublayers)
+    assert len(adds) == len(skips) == (sublayers if cfg.residual else 0)
+    assert ("ffn_gate" in nodes) == (cfg.ffn and cfg.activation == "swiglu")
+
+    pairs = {(tail, head) for tail, head, _ in edges}
+    if cfg.attention and cfg.norm_position == "pre":
+        assert ("norm1", "attn") in pairs  # the norm feeds the sublayer
+    if cfg.attention and cfg.norm_position == "post":
+        # The norm comes after the add (residual on) or straight after the branch (off).
+        assert ("add1" if cfg.residual else "attn", "norm1") in pairs
+        assert ("stream_in", "norm1") not in pairs
+
+
+@pytest.mark.parametrize("cfg", GRID[::5], ids=_ids)
+def test_block_dot_taps_match_the_model(cfg: ModelConfig) -> None:
+    model = pytest.importorskip("blockviz.model")
+    _, edges = parse(block_dot(cfg))
+    assert edge_taps(edges) == set(model.block_tap_names(cfg))
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.5])
+def test_residual_scale_appears_only_when_it_changes_something(scale: float) -> None:
+    nodes, _ = parse(block_dot(ModelConfig(residual_scale=scale)))
+    assert ({"scale1", "scale2"} <= nodes) == (scale != 1.0)
+
+
+def test_ffn_label_shows_widths_and_activation() -> None:
+    dot = block_dot(ModelConfig(d_model=64, ffn_mult=3, activation="relu"))
+    assert "Linear 64 → 192" in dot and "Linear 192 → 64" in dot and "RELU" in dot
+
+
+@pytest.mark.parametrize(
+    ("changes", "final_norm"),
+    [({"norm_position": "pre"}, True), ({"norm_position": "post"}, False), ({}, True)],
+)
+def test_model_dot_strip(changes: dict, final_norm: bool) -> None:
+    cfg = dataclasses.replace(ModelConfig(n_layer=6, tie_weights=True), **changes)
+    dot = model_dot(cfg)
+    nodes, edges = parse(dot)
+    assert ("final_norm" in nodes) == final_norm
+    assert "6 × block" in dot and "tied" in dot
+    for tail, head, _ in edges:
+        assert tail in nodes and head in nodes
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` is not installed")
+@pytest.mark.parametrize("cfg", GRID[::4], ids=_ids)
+def test_graphviz_accepts_the_dot(cfg: ModelConfig) -> None:
+    for text in (block_dot(cfg), model_dot(cfg)):
+        result = subprocess.run(
+            ["dot", "-Tsvg"], input=text, capture_output=True, text=True, timeout=30
+        )
+        assert result.returncode == 0, result.stderr
+        assert "<svg" in result.stdout

@@ -1,0 +1,273 @@
+"""AppTest of the app and the Train, Parameters and Runs pages; no page imports torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from blockviz import synthetic, ui
+from blockviz.store import RunStore, default_store_path
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "app.py")
+PAGES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "pages").glob("*.py"))
+MY_PAGES = ("pages/train.py", "pages/parameters.py", "pages/runs.py")
+TIMEOUT = 30
+STATUSES = ("completed", "running", "diverged", "failed")
+
+
+@pytest.fixture
+def store() -> Iterator[RunStore]:
+    """The store the app will open ($BLOCKVIZ_STORE, a tmp path per test)."""
+    run_store = RunStore(default_store_path())
+    yield run_store
+    run_store.close()
+
+
+@pytest.fixture
+def populated(store: RunStore) -> list[int]:
+    """One finished, running, diverged and failed synthetic run, tiny."""
+    return synthetic.populate(store, n_runs=4, n_steps=60, n_layer=2, statuses=STATUSES)
+
+
+def open_page(page: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    if page != "pages/train.py":
+        at.switch_page(page).run()
+    return at
+
+
+def texts(at: AppTest, kind: str) -> str:
+    return "\n".join(str(e.value) for e in getattr(at, kind))
+
+
+def test_pages_render_with_an_empty_store(store: RunStore) -> None:
+    for page in MY_PAGES:
+        at = open_page(page)
+        assert not at.exception, page
+        assert not texts(at, "error"), (page, texts(at, "error"))
+    assert "No runs yet" in texts(open_page("pages/runs.py"), "info")
+    assert "No runs in progress" in texts(open_page("pages/train.py"), "caption")
+
+
+@pytest.mark.parametrize("page", MY_PAGES)
+def test_pages_render_with_finished_running_diverged_and_failed_runs(
+    populated: list[int], page: str
+) -> None:
+    at = open_page(page)
+    assert not at.exception
+    if page != "pages/runs.py":
+        assert not texts(at, "error")
+
+
+def test_train_page_shows_the_block_parameters_and_progress(populated: list[int]) -> None:
+    at = open_page("pages/train.py")
+    graphs = at.get("graphviz_chart")
+    assert graphs and "digraph block" in graphs[0].proto.spec
+    assert {m.label for m in at.metric} >= {"Total", "FFN / block", "Attn / block"}
+    assert "FFN holds" in texts(at, "caption")
+    running = populated[STATUSES.index("running")]
+    bars = at.get("progress")
+    assert len(bars) == 1 and f"#{running}" in bars[0].proto.text
+    assert at.button(key=f"train.stop.{running}")
+
+
+@pytest.mark.parametrize(("page", "charts"), [("pages/train.py", 1), ("pages/parameters.py", 2)])
+def test_every_chart_offers_four_downloads(page: str, charts: int) -> None:
+    at = open_page(page)
+    labels = sorted(b.label for b in at.get("download_button"))
+    assert labels == sorted(["PNG", "SVG", "HTML", "CSV"] * charts)
+    assert len(at.get("vega_lite_chart")) == charts
+
+
+def test_download_buttons_build_the_promised_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: dict[str, object] = {}
+    original = ui.st.download_button
+
+    def spy(label: str, data: object, file_name: str | None = None, **kwargs: object) -> bool:
+        assert callable(data), "downloads must be built on click, not on every refresh"
+        built[str(file_name)] = data
+        return original(label, data, file_name=file_name, **kwargs)
+
+    monkeypatch.setattr(ui.st, "download_button", spy)
+    at = open_page("pages/train.py")
+    assert not at.exception
+    files = {name.rsplit(".", 1)[1]: make for name, make in built.items()}
+    assert set(files) == {"png", "svg", "html", "csv"}
+    assert all("/" not in name and name.startswith("parameters-") for name in built)
+    assert files["png"]()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "<svg" in files["svg"]() and "parameters" in files["svg"]()
+    assert "vega" in files["html"]().lower()
+    assert files["csv"]().splitlines()[0].startswith("component,count,share")
+
+
+def test_parameters_page_tables_and_share_sentence() -> None:
+    at = open_page("pages/parameters.py")
+    assert not at.exception
+    frames = [df.value for df in at.dataframe]
+    by_component = next(f for f in frames if "component" in f.columns and "formula" in f.columns)
+    assert {"attn_qkv", "ffn_in", "ffn_out", "lm_head"} <= set(by_component["component"])
+    assert by_component["formula"].str.contains("d_model").any()
+    total = int(next(m for m in at.metric if m.label == "Total parameters").value.replace(",", ""))
+    assert by_component["count"].sum() == total
+    assert "FFN holds" in texts(at, "markdown")
+
+
+def test_runs_page_lists_every_run(populated: list[int]) -> None:
+    at = open_page("pages/runs.py")
+    assert not at.exception
+    table = at.dataframe[0].value
+    assert sorted(table["id"]) == sorted(populated)
+    assert set(table["status"]) == set(STATUSES)
+    failed = populated[STATUSES.index("failed")]
+    at.selectbox(key="runs.pick").set_value(failed).run()
+    assert "synthetic failure" in texts(at, "error")
+
+
+def test_runs_page_rename(populated: list[int], store: RunStore) -> None:
+    first, second = populated[0], populated[1]
+    taken = store.get_run(second)["name"]
+    at = open_page("pages/runs.py")
+    at.selectbox(key="runs.pick").set_value(first).run()
+    at.text_input(key=f"runs.name.{first}").set_value(taken).run()
+    at.button(key="runs.rename").click().run()
+    assert "already taken" in texts(at, "error")
+    at.text_input(key=f"runs.name.{first}").set_value("pre-ln baseline").run()
+    at.button(key="runs.rename").click().run()
+    assert not at.exception
+    assert store.get_run(first)["name"] == "pre-ln baseline"
+    assert "pre-ln baseline" in texts(at, "success")
+
+
+def test_runs_page_delete_needs_confirmation_and_a_stopped_run(
+    populated: list[int], store: RunStore
+) -> None:
+    running = populated[STATUSES.index("running")]
+    completed = populated[STATUSES.index("completed")]
+    at = open_page("pages/runs.py")
+    at.selectbox(key="runs.pick").set_value(running).run()
+    assert at.button(key="runs.delete").disabled  # not confirmed yet
+    at.checkbox(key=f"runs.confirm.{running}").check().run()
+    at.button(key="runs.delete").click().run()
+    assert "stop it first" in texts(at, "error")
+    assert store.get_run(running)["status"] == "running"
+
+    at.selectbox(key="runs.pick").set_value(completed).run()
+    at.checkbox(key=f"runs.confirm.{completed}").check().run()
+    at.button(key="runs.delete").click().run()
+    assert not at.exception
+    assert completed not in set(store.runs_frame()["id"])
+    assert "Deleted" in texts(at, "success")
+
+
+def test_runs_page_open_in_live_and_add_to_compare(populated: list[int]) -> None:
+    diverged = populated[STATUSES.index("diverged")]
+    at = open_page("pages/runs.py")
+    at.selectbox(key="runs.pick").set_value(diverged).run()
+    at.button(key="runs.compare").click().run()
+    assert at.session_state[ui.COMPARE_KEY] == [diverged]
+    at.button(key="runs.open").click().run()
+    assert not at.exception
+    assert at.session_state[ui.RUN_KEY] == diverged
+    assert at.query_params.get("run") in (str(diverged), [str(diverged)])
+    assert any(t.value == "Live" for t in at.title)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_page_link_opened_first_still_goes_through_app_py(
+    page: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first request of a fresh server names a page (a bookmarked /live?run=3): Streamlit
+    # would run that file alone, without app.py's navigation and sidebar.
+    monkeypatch.setattr(ui, "_rerouted", False)  # as in a freshly started server
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.switch_page(page).run()
+    assert not at.exception
+    assert at.sidebar.selectbox(key="cfg.preset").value == "baby-cpu"
+
+
+def test_unopenable_store_is_a_message_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    monkeypatch.setenv("BLOCKVIZ_STORE", str(folder))
+    for page in MY_PAGES:
+        at = open_page(page)
+        assert not at.exception, page
+        if page != "pages/parameters.py":  # needs no store
+            assert str(folder) in texts(at, "error"), page
+
+
+@pytest.mark.slow
+def test_launch_from_the_train_page_reaches_completed(store: RunStore) -> None:
+    at = open_page("pages/train.py")
+    at.selectbox(key="cfg.preset").set_value("tiny").run()
+    at.number_input(key="cfg.max_steps").set_value(10).run()
+    at.number_input(key="cfg.eval_interval").set_value(5).run()
+    at.button(key="launch").click().run()
+    assert not at.exception
+    assert "Launched run #" in texts(at, "success"), texts(at, "error")
+    (run_id,) = store.runs_frame()["id"].tolist()
+    assert at.session_state[ui.RUN_KEY] == run_id
+    deadline = time.monotonic() + 120
+    while store.get_run(run_id)["status"] in ("queued", "running"):
+        assert time.monotonic() < deadline, "the launched run did not finish in 120 s"
+        time.sleep(0.3)
+    run = store.get_run(run_id)
+    assert run["status"] == "completed", run["error"]
+    assert run["name"] == at.text_input(key="run_name").value and run["step"] == 10
+
+
+def test_launch_failure_shows_the_error_and_the_log_tail(
+    store: RunStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An interpreter that fails at once stands in for a broken environment.
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'Traceback: boom, no blockviz here' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    at = open_page("pages/train.py")
+    at.button(key="launch").click().run()
+    assert not at.exception
+    assert "Launch failed" in texts(at, "error") and "boom" in texts(at, "error")
+    assert any("Traceback: boom" in code.value for code in at.code)
+    (run_id,) = store.runs_frame()["id"].tolist()
+    assert store.get_run(run_id)["status"] == "failed"
+
+
+NO_TORCH_SCRIPT = """
+import json, sys
+from streamlit.testing.v1 import AppTest
+from blockviz import synthetic
+from blockviz.store import RunStore, default_store_path
+store = RunStore(default_store_path())
+synthetic.populate(store, n_runs=4, n_steps=40, n_layer=2, statuses={statuses!r})
+store.close()
+at = AppTest.from_file({app!r}, default_timeout=60).run()
+problems = [str(e.value) for e in at.exception]
+for page in {pages!r}:
+    at.switch_page(page).run()
+    problems += [page + ": " + str(e.value) for e in at.exception]
+heavy = sorted(m for m in ("torch", "lightning", "pytorch_lightning") if m in sys.modules)
+print(json.dumps({{"heavy": heavy, "problems": problems}}))
+"""
+
+
+def test_no_page_imports_torch() -> None:
+    script = NO_TORCH_SCRIPT.format(statuses=STATUSES, app=APP, pages=PAGES)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["problems"] == []
+    assert report["heavy"] == [], f"the UI imported {report['heavy']}"
+    assert {"pages/live.py", "pages/compare.py"} <= set(PAGES)

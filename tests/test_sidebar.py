@@ -1,0 +1,191 @@
+"""The shared sidebar: presets, live parameter count, inline errors, run names, uploads."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from blockviz import config, corpora, params, sidebar
+from blockviz.store import default_store_path
+
+TIMEOUT = 30
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+@pytest.fixture
+def app() -> AppTest:
+    """The whole app, first run done (the Train page)."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    return at.run()
+
+
+def metric_total(at: AppTest) -> int:
+    (metric,) = [m for m in at.sidebar.metric if m.label == "Parameters"]
+    return int(metric.value.replace(",", ""))
+
+
+def launch_disabled(at: AppTest) -> bool:
+    return at.button(key="launch").disabled
+
+
+def errors(at: AppTest) -> str:
+    return "\n".join(e.value for e in at.error)
+
+
+def uploads_dir() -> Path:
+    return default_store_path().absolute().parent / "uploads"
+
+
+# ------------------------------------------------------------------ pure parts
+
+
+def test_every_config_field_has_a_widget() -> None:
+    wanted = {f.name for cls in config.SECTIONS.values() for f in dataclasses.fields(cls)} - set(
+        sidebar.NOT_WIDGETS
+    )
+    assert {spec.name for spec in sidebar.ALL_FIELDS} == wanted
+    # Architecture comes first and holds every ModelConfig widget.
+    model_fields = {f.name for f in dataclasses.fields(config.ModelConfig)} - {"vocab_size"}
+    assert {spec.name for spec in sidebar.ARCHITECTURE} == model_fields
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({}, "baby-cpu"),
+        ({"norm_position": "post", "activation": "relu", "n_layer": 6}, "post-ln-relu-6L"),
+        ({"residual": False, "lr": 3e-4}, "no-resid-lr0.0003"),
+        ({"attention": False, "dataset": "/data/My Notes.txt"}, "no-attn-My Notes"),
+    ],
+)
+def test_suggested_name_lists_what_differs(overrides: dict, expected: str) -> None:
+    run_config = config.replace(config.preset("baby-cpu"), **overrides)
+    assert sidebar.suggest_name("baby-cpu", run_config) == expected
+
+
+def test_suggested_name_stays_short_with_many_changes() -> None:
+    changes = {"n_layer": 2, "n_head": 2, "d_model": 64, "block_size": 32, "dropout": 0.1}
+    changes |= {"bias": False, "init": "gpt2"}
+    name = sidebar.suggest_name("baby-cpu", config.replace(config.preset("baby-cpu"), **changes))
+    assert name.endswith(f"+{len(changes) - sidebar.MAX_NAME_TOKENS}")
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"", "empty"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary"),
+        (b"caf\xe9 latin-1", "not UTF-8"),
+    ],
+)
+def test_bad_uploads_are_refused_and_not_saved(data: bytes, message: str) -> None:
+    with pytest.raises(corpora.DataError, match=message):
+        sidebar.accept_upload(data, "notes.txt")
+    assert not uploads_dir().exists() or not any(uploads_dir().iterdir())
+
+
+def test_accepted_upload_is_saved_under_its_hash_not_its_name() -> None:
+    data = b"hello, blockviz\r\n" * 10
+    info = sidebar.accept_upload(data, "../../etc/evil name.txt")
+    expected = uploads_dir() / f"{hashlib.sha256(data).hexdigest()[:16]}.txt"
+    assert Path(info.path) == expected and expected.is_file()
+    assert expected.read_text(encoding="utf-8") == "hello, blockviz\n" * 10
+    assert info.n_chars == len("hello, blockviz\n") * 10
+    assert info.vocab_size == len(set("hello, blockviz\n"))
+    assert [p.name for p in uploads_dir().iterdir()] == [expected.name]
+
+
+# ------------------------------------------------------------------ the rendered sidebar
+
+
+def test_parameter_total_follows_the_widgets(app: AppTest) -> None:
+    assert not app.exception
+    default = config.preset(sidebar.DEFAULT_PRESET).model
+    assert metric_total(app) == params.param_breakdown(default).total
+    app.number_input(key="cfg.n_layer").set_value(7).run()
+    assert (
+        metric_total(app) == params.param_breakdown(dataclasses.replace(default, n_layer=7)).total
+    )
+    assert not launch_disabled(app)
+
+
+def test_invalid_combination_names_the_field_and_disables_launch(app: AppTest) -> None:
+    app.number_input(key="cfg.d_model").set_value(130).run()
+    app.number_input(key="cfg.n_head").set_value(4).run()
+    assert not app.exception
+    assert "n_head" in errors(app) and "must divide d_model=130" in errors(app)
+    assert launch_disabled(app)
+    app.number_input(key="cfg.d_model").set_value(128).run()
+    assert "n_head" not in errors(app) and not launch_disabled(app)
+
+
+def test_choosing_a_preset_resets_the_widgets(app: AppTest) -> None:
+    app.number_input(key="cfg.n_layer").set_value(9).run()
+    app.selectbox(key="cfg.preset").set_value("postln-original").run()
+    target = config.preset("postln-original")
+    assert app.selectbox(key="cfg.norm_position").value == "post"
+    assert app.selectbox(key="cfg.activation").value == target.model.activation
+    assert app.number_input(key="cfg.n_layer").value == target.model.n_layer
+    assert app.selectbox(key="cfg.final_norm").value == "off"
+    assert app.text_input(key=sidebar.NAME_KEY).value == "postln-original"
+
+
+def test_values_survive_a_page_switch(app: AppTest) -> None:
+    app.number_input(key="cfg.n_layer").set_value(6).run()
+    app.selectbox(key="cfg.dataset").set_value("ops").run()
+    app.number_input(key="cfg.ops_max_args").set_value(7).run()
+    app.selectbox(key="cfg.dataset").set_value("pydocs").run()  # the ops fields leave the page
+    app.switch_page("pages/parameters.py").run()
+    assert not app.exception
+    assert app.number_input(key="cfg.n_layer").value == 6
+    app.selectbox(key="cfg.dataset").set_value("ops").run()
+    assert app.number_input(key="cfg.ops_max_args").value == 7
+
+
+def test_name_follows_the_suggestion_until_typed(app: AppTest) -> None:
+    app.selectbox(key="cfg.norm_position").set_value("post").run()
+    assert app.text_input(key=sidebar.NAME_KEY).value == "post-ln"
+    app.text_input(key=sidebar.NAME_KEY).set_value("my run/1").run()
+    app.selectbox(key="cfg.activation").set_value("relu").run()
+    assert app.text_input(key=sidebar.NAME_KEY).value == "my run/1"
+    assert any("my run-1" in m.value for m in app.markdown)  # the name Launch uses
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"\x00\x01\x02 not text" * 100, "looks binary"),
+        (b"a" * (corpora.MAX_TEXT_BYTES + 1), "larger than"),
+        (b"short text", "too short"),
+    ],
+    ids=["binary", "too-large", "too-short"],
+)
+def test_refused_uploads_show_a_message_and_block_launch(
+    app: AppTest, data: bytes, message: str
+) -> None:
+    app.selectbox(key="cfg.dataset").set_value(sidebar.UPLOAD_CHOICE).run()
+    assert launch_disabled(app)  # nothing uploaded yet
+    app.file_uploader(key=sidebar.UPLOAD_KEY).set_value(("notes.txt", data, "text/plain")).run()
+    assert not app.exception
+    shown = errors(app) + "\n".join(w.value for w in app.warning)
+    assert message in shown
+    assert launch_disabled(app)
+
+
+def test_good_upload_becomes_the_dataset(app: AppTest) -> None:
+    text = "".join(f"line {i}: the quick brown fox\n" for i in range(200))
+    app.selectbox(key="cfg.dataset").set_value(sidebar.UPLOAD_CHOICE).run()
+    app.file_uploader(key=sidebar.UPLOAD_KEY).set_value(
+        ("fox.txt", text.encode(), "text/plain")
+    ).run()
+    assert not app.exception and not errors(app)
+    assert not launch_disabled(app)
+    saved = list(uploads_dir().iterdir())
+    assert len(saved) == 1 and saved[0].name != "fox.txt"
+    # The vocabulary of the upload sizes the embedding in the live parameter count.
+    model = dataclasses.replace(config.preset("baby-cpu").model, vocab_size=len(set(text)))
+    assert metric_total(app) == params.param_breakdown(model).total
