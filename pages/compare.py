@@ -1,0 +1,302 @@
+"""Compare: overlay runs — loss and any metric, config diff, final metrics, gradient by layer.
+
+The curves, the final-metrics table and the gradient picture refresh every 1.5 s while any
+chosen run is still queued or running. The report button builds the zip only when clicked
+(in a background thread of the download) and the page shows its progress meanwhile.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from blockviz import charts, export, ui
+from blockviz.store import ACTIVE_STATUSES, COMPONENTS, RunStore, StoreError
+
+REFRESH_S = 1.5
+POLL_S = 0.5
+MAX_POINTS = 800  # per series; the store keeps each bucket's min and max
+REPORT_JOB_KEY = "compare.report_job"
+REPORT_STALL_S = 120.0  # a requested build that never started is given up after this
+LOSS_NAMES = ("train/loss", "val/loss")
+FINAL_COLUMNS = {
+    "run": st.column_config.TextColumn("run"),
+    "status": st.column_config.TextColumn("status"),
+    "steps": st.column_config.NumberColumn("steps", format="%d"),
+    "train_loss": st.column_config.NumberColumn("train loss", format="%.4f"),
+    "val_loss": st.column_config.NumberColumn("val loss", format="%.4f"),
+    "val_ppl": st.column_config.NumberColumn("val perplexity", format="%.2f"),
+    "val_bpc": st.column_config.NumberColumn("val bits/char", format="%.3f"),
+    "answer_acc": st.column_config.NumberColumn("answer accuracy", format="percent"),
+    "diverged_at": st.column_config.NumberColumn("diverged at step", format="%d"),
+    "time": st.column_config.TextColumn("time"),
+    "tokens_per_sec": st.column_config.NumberColumn("tokens/s", format="%.0f"),
+    "n_params": st.column_config.NumberColumn("parameters", format="localized"),
+}
+
+
+# ---------------------------------------------------------------------------- tables
+
+
+def _final_table(store: RunStore, run_ids: list[int]) -> pd.DataFrame:
+    final = store.final_metrics(run_ids)
+    final["time"] = [ui.format_duration(None if pd.isna(t) else t) for t in final["time_s"]]
+    if final["answer_acc"].isna().all():
+        final = final.drop(columns="answer_acc")  # only the ops dataset has answers
+    return final[[c for c in FINAL_COLUMNS if c in final.columns]]
+
+
+# ---------------------------------------------------------------------------- curves
+
+
+def _curves(store: RunStore, run_ids: list[int], was_active: bool) -> None:
+    """Everything that moves while a chosen run trains; a fragment while one is active."""
+    with ui.guard("Comparison"):
+        _draw_curves(store, run_ids, was_active)
+
+
+def _draw_curves(store: RunStore, run_ids: list[int], was_active: bool) -> None:
+    runs = store.runs_frame()
+    runs = runs[runs["id"].isin(run_ids)]
+    if len(runs) < len(run_ids):
+        ui.flash("warning", "A compared run was deleted; it was taken out of the comparison.")
+        st.rerun()
+    if was_active and not runs["status"].isin(ACTIVE_STATUSES).any():
+        st.rerun()  # all finished: redraw once without the timer
+    colors = charts.run_color_scale(runs[["id", "name"]])
+    tag = "-".join(str(i) for i in run_ids)
+
+    st.subheader("Loss and metrics", anchor=False)
+    controls = st.columns([3, 1, 3], vertical_alignment="bottom")
+    smoothing = controls[0].slider(
+        "Smoothing (EMA, as in TensorBoard)", 0.0, 0.99, 0.6, 0.01, key="compare.smoothing"
+    )
+    log_scale = controls[1].toggle("Log scale", key="compare.log_scale")
+    names = store.scalar_names(run_ids)
+    others = [n for n in names if n not in LOSS_NAMES] or list(names)
+    if st.session_state.get("compare.metric") not in others and others:
+        preferred = [n for n in ("val/bpc", "train/grad_norm") if n in others]
+        st.session_state["compare.metric"] = (preferred or others)[0]
+    metric = controls[2].selectbox("Metric", others, key="compare.metric") if others else None
+    loss_col, metric_col = st.columns(2, gap="large")
+    with loss_col, ui.guard("Loss chart"):
+        scalars = store.scalars(run_ids, names=LOSS_NAMES, max_points=MAX_POINTS)
+        chart = charts.loss_chart(scalars, smoothing, log_scale, colors=colors, diverged=runs)
+        ui.chart_with_downloads(chart, charts.chart_data(chart), f"compare loss {tag}", "cmp.loss")
+    if metric is not None:
+        with metric_col, ui.guard("Metric chart"):
+            scalars = store.scalars(run_ids, names=metric, max_points=MAX_POINTS)
+            chart = charts.metric_chart(
+                scalars, metric, smoothing, log_scale, colors=colors, diverged=runs
+            )
+            label = f"compare {metric} {tag}"
+            ui.chart_with_downloads(chart, charts.chart_data(chart), label, "cmp.metric")
+
+    st.subheader("Final metrics", anchor=False)
+    with ui.guard("Final metrics"):
+        st.dataframe(_final_table(store, run_ids), hide_index=True, column_config=FINAL_COLUMNS)
+
+    _grad_by_layer(store, run_ids, colors, tag)
+
+
+def _grad_by_layer(store: RunStore, run_ids: list[int], colors: Any, tag: str) -> None:
+    """Gradient norm vs depth at step 0 and at a chosen later probe step, one line per run."""
+    st.subheader("Gradient norm by layer", anchor=False)
+    st.caption(
+        "At initialization, Post-LN gradients grow towards the last layers while Pre-LN "
+        "gradients stay level across depth (Xiong et al., 2020, *On Layer Normalization in "
+        "the Transformer Architecture*) — the reason Post-LN needs a learning-rate warm-up."
+    )
+    st.session_state.setdefault("compare.component", "block")
+    grads = store.layer_stats(run_ids, kind="component", stat="grad_norm")
+    steps = sorted(int(s) for s in set(grads["step"]) if s > 0)
+    controls = st.columns(2, gap="large", vertical_alignment="bottom")
+    component = controls[0].segmented_control(
+        "Component", COMPONENTS, required=True, key="compare.component"
+    )
+    step = None
+    if steps:
+        per_run = [set(grads.loc[grads["run_id"] == i, "step"]) for i in run_ids]
+        common = sorted(set.intersection(*per_run) - {0})
+        if st.session_state.get("compare.grad_step") not in steps:
+            # The latest step every run has reached, so all lines compare like with like.
+            st.session_state["compare.grad_step"] = (common or steps)[-1]
+        if len(steps) > 1:
+            step = controls[1].select_slider("Later step", steps, key="compare.grad_step")
+        else:
+            step = steps[0]
+    grads = grads[grads["component"] == component]
+    init_col, later_col = st.columns(2, gap="large")
+    with init_col, ui.guard("Gradient by layer at initialization"):
+        chart = charts.grad_by_layer_chart(grads, 0, component, colors=colors)
+        label = f"compare grad by layer init {tag}"
+        ui.chart_with_downloads(chart, charts.chart_data(chart), label, "cmp.grad0")
+    with later_col, ui.guard("Gradient by layer later"):
+        if step is None:
+            st.info("Only step 0 is logged so far; later probe steps appear here.")
+            return
+        chart = charts.grad_by_layer_chart(grads, step, component, colors=colors)
+        label = f"compare grad by layer step {step} {tag}"
+        ui.chart_with_downloads(chart, charts.chart_data(chart), label, "cmp.gradN")
+
+
+# ---------------------------------------------------------------------------- config diff
+
+
+def _config_section(store: RunStore, run_ids: list[int]) -> None:
+    st.subheader("Config differences", anchor=False)
+    if len(run_ids) < 2:
+        st.info("Pick a second run to see which config fields differ.")
+        return
+    runs = []
+    for run_id in run_ids:
+        try:
+            runs.append(store.get_run(run_id))
+        except StoreError:
+            continue  # deleted meanwhile; the curves above say so
+    headers, rows = export.config_diff_table(runs)
+    compared = len(headers) - 1  # runs whose config could be read
+    if compared < len(runs):
+        st.warning("Some runs are left out of the diff: their stored config is unreadable.")
+    if compared >= 2 and not rows:
+        st.success("These runs have identical configs: any difference is run-to-run noise.")
+    elif rows:
+        st.caption("Only the fields whose values are not the same in every chosen run.")
+        st.dataframe(pd.DataFrame(rows, columns=headers), hide_index=True, key="compare.diff")
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def _new_job() -> dict[str, Any]:
+    # A plain dict shared with the download's worker thread; it only ever sets fields.
+    return {
+        "requested": 0,
+        "started": 0,
+        "finished": 0,
+        "fraction": 0.0,
+        "message": "",
+        "error": "",
+        "size": 0,
+        "requested_at": 0.0,
+        "run_ids": [],
+    }
+
+
+def _report_job() -> dict[str, Any]:
+    job = st.session_state.get(REPORT_JOB_KEY)
+    if not isinstance(job, dict):
+        job = _new_job()
+        st.session_state[REPORT_JOB_KEY] = job
+    return job
+
+
+def _mark_requested(job: dict[str, Any]) -> None:
+    job["requested"] += 1
+    job["requested_at"] = time.time()
+
+
+def _report_builder(store: RunStore, run_ids: list[int], job: dict[str, Any]) -> Any:
+    """The download's data callable: builds the zip on click, reporting progress to `job`."""
+
+    def progress(fraction: float, message: str = "") -> None:
+        job["fraction"] = min(max(float(fraction), 0.0), 1.0)
+        job["message"] = str(message)
+
+    def build() -> bytes:
+        job.update(started=job["started"] + 1, fraction=0.0, message="starting", error="", size=0)
+        job["run_ids"] = list(run_ids)
+        try:
+            data = export.build_report(store, run_ids, progress=progress)
+            job["size"] = len(data)  # before `finished`: the poller reads it once done
+            return data
+        except Exception as exc:
+            job["error"] = str(exc) or type(exc).__name__
+            raise
+        finally:
+            job["finished"] += 1
+
+    return build
+
+
+def _building(job: dict[str, Any]) -> bool:
+    pending = max(job["requested"], job["started"]) > job["finished"]
+    stalled = job["started"] < job["requested"] and (
+        time.time() - job["requested_at"] > REPORT_STALL_S
+    )
+    return pending and not stalled
+
+
+def _report_progress(job: dict[str, Any], run_ids: list[int], was_building: bool) -> None:
+    """Progress of the report being built (polled while it builds)."""
+    if _building(job):
+        st.progress(job["fraction"], text=f"Building the report… {job['message']}".strip())
+    elif was_building:
+        st.rerun()  # done: redraw once without the timer
+    elif job["error"]:
+        st.error(f"The report could not be built: {job['error']}")
+    elif job["size"] and job["run_ids"] == run_ids:
+        st.success(f"Report built ({job['size'] / 1e6:.1f} MB); your browser saves the zip.")
+
+
+def _report_section(store: RunStore, run_ids: list[int], runs: list[dict[str, Any]]) -> None:
+    st.subheader("Report", anchor=False)
+    st.caption(
+        "One zip: every chart as PNG and SVG, the configs, all scalars as CSV, the final "
+        "metrics as CSV, Markdown and LaTeX, and a self-contained HTML report."
+    )
+    job = _report_job()
+    st.download_button(
+        "Download report (zip)",
+        data=_report_builder(store, run_ids, job),
+        file_name=export.report_name(runs),
+        mime="application/zip",
+        key="compare.report",
+        type="primary",
+        icon=":material/folder_zip:",
+        on_click=_mark_requested,
+        args=(job,),
+    )
+    building = _building(job)
+    st.fragment(_report_progress, run_every=POLL_S if building else None)(job, run_ids, building)
+
+
+# ---------------------------------------------------------------------------- the page
+
+
+def _choose_runs(store: RunStore) -> pd.DataFrame | None:
+    """The chosen runs' rows (default: the latest two), with a word when there are none."""
+    all_runs = store.runs_frame()
+    if all_runs.empty:
+        st.info(
+            "No runs to compare yet — train two runs that differ in one choice (Pre-LN vs "
+            "Post-LN, say): set each up in the sidebar and press Launch, then come back here."
+        )
+        return None
+    if ui.COMPARE_KEY not in st.session_state:
+        st.session_state[ui.COMPARE_KEY] = [int(i) for i in all_runs["id"].tail(2)]
+    chosen = ui.run_picker(store, "Runs to compare", multi=True, key="compare.runs")
+    if not chosen:
+        st.info("Pick one or more runs above to overlay them.")
+        return None
+    # In the order picked, so tables and the report list runs as the user chose them.
+    return all_runs.set_index("id").loc[chosen].reset_index()
+
+
+store = ui.store_or_stop()
+st.title("Compare")
+ui.show_flashes()
+picked: pd.DataFrame | None = None
+with ui.guard("Reading the run store"):
+    picked = _choose_runs(store)
+if picked is not None:
+    chosen = [int(i) for i in picked["id"]]
+    any_active = bool(picked["status"].isin(ACTIVE_STATUSES).any())
+    st.fragment(_curves, run_every=REFRESH_S if any_active else None)(store, chosen, any_active)
+    with ui.guard("Config differences"):
+        _config_section(store, chosen)
+    with ui.guard("Report"):
+        _report_section(store, chosen, picked[["id", "name"]].to_dict("records"))

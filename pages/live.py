@@ -1,0 +1,479 @@
+"""Live: one run as it trains — status, loss, gradients, activations, updates, attention, samples.
+
+While the run is queued or running, everything below the run picker is a fragment that
+reruns every 1.5 s on its own (the rest of the page and the sidebar stay put). Only the open
+tab reads and draws; the per-step series are kept in session state and extended with the
+rows logged since the last refresh instead of being read whole every time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from blockviz import charts, runner, ui
+from blockviz.store import ACTIVE_STATUSES, COMPONENTS, TAP_STATS, TAPS, RunStore, StoreError
+
+REFRESH_S = 1.5
+MAX_POINTS = 800  # per series on the first read; the store keeps each bucket's min and max
+REREAD_FACTOR = 4  # re-read downsampled once a cached series grows past 4x MAX_POINTS
+SAMPLES_SHOWN = 20
+DIVERGENCE_WINDOW = 200  # steps before the divergence read whole for its message
+CACHE_KEY = "live.cache"
+TAB_KEY = "live.tab"
+TABS = ("Loss", "Gradients", "Activations", "Updates", "Attention", "Samples")
+STATUS_COLORS = {
+    "queued": "gray",
+    "running": "blue",
+    "completed": "green",
+    "diverged": "orange",
+    "failed": "red",
+    "stopped": "violet",
+}
+# Controls that keep their value across tab switches and refreshes (key -> default).
+PREFERENCES: dict[str, Any] = {
+    "live.smoothing": 0.6,
+    "live.log_scale": False,
+    "live.metric": "train/tokens_per_sec",
+    "live.grad.component": "block",
+    "live.grad.stat": "grad_norm",
+    "live.act.stat": "rms",
+    "live.upd.component": "block",
+}
+Fetch = Callable[[int | None, int | None], pd.DataFrame]  # (after_step, max_points) -> frame
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def _grown(name: str, run_id: int, fetch: Fetch, series: Sequence[str]) -> pd.DataFrame:
+    """A store frame cached for this run and extended with the rows logged since last time.
+
+    The newest cached step is read again, because a writer's flush may have landed only
+    part of it; everything before it is final.
+    """
+    cache = st.session_state.get(CACHE_KEY)
+    if not isinstance(cache, dict) or cache.get("run_id") != run_id:
+        cache = {"run_id": run_id}  # another run: drop the old run's frames
+        st.session_state[CACHE_KEY] = cache
+    cached: pd.DataFrame | None = cache.get(name)
+    too_long = (
+        cached is not None
+        and not cached.empty
+        and int(cached.groupby(list(series)).size().max()) > REREAD_FACTOR * MAX_POINTS
+    )
+    if cached is None or cached.empty or too_long:
+        frame = fetch(None, MAX_POINTS)
+    else:
+        last_step = int(cached["step"].max())
+        fresh = fetch(last_step - 1, None)
+        kept = cached[cached["step"] < last_step]
+        frame = pd.concat([kept, fresh], ignore_index=True) if not fresh.empty else cached
+        frame = frame.sort_values([*series, "step"], kind="stable", ignore_index=True)
+    cache[name] = frame
+    return frame
+
+
+def _scalars(store: RunStore, run_id: int) -> pd.DataFrame:
+    return _grown(
+        "scalars",
+        run_id,
+        lambda after, points: store.scalars(run_id, after_step=after, max_points=points),
+        ("run_id", "name"),
+    )
+
+
+def _layer_stats(store: RunStore, run_id: int, kind: str) -> pd.DataFrame:
+    return _grown(
+        f"layer_stats.{kind}",
+        run_id,
+        lambda after, points: store.layer_stats(
+            run_id, kind=kind, after_step=after, max_points=points
+        ),
+        ("run_id", "kind", "stat", "component", "layer"),
+    )
+
+
+def _throughput(scalars: pd.DataFrame, window: int = 50) -> float | None:
+    """Median tokens/s of the last `window` logged steps.
+
+    The median, because the steps that also evaluate or probe are many times slower and
+    would make a mean jump; the ETA, which must include them, uses the wall clock instead.
+    """
+    rows = scalars[scalars["name"] == "train/tokens_per_sec"].sort_values("step")
+    values = rows["value"].to_numpy(dtype=float)
+    finite = values[np.isfinite(values)][-window:]
+    return float(np.median(finite)) if finite.size else None
+
+
+def _eta_s(run: dict[str, Any]) -> float | None:
+    """Seconds left at the run's average wall-clock pace so far (evaluation included)."""
+    step, max_steps, started = run.get("step"), run.get("max_steps"), run.get("started")
+    if not step or not max_steps or not started:
+        return None
+    return (time.time() - started) / step * max(int(max_steps) - int(step), 0)
+
+
+def _n_layer(run: dict[str, Any]) -> int:
+    config = run.get("config") or {}
+    try:
+        return max(1, int(config["model"]["n_layer"]))
+    except (KeyError, TypeError, ValueError):
+        return 1
+
+
+def _has_attention(run: dict[str, Any]) -> bool:
+    config = run.get("config") or {}
+    try:
+        return bool(config["model"]["attention"])
+    except (KeyError, TypeError):
+        return True
+
+
+# ---------------------------------------------------------------------------- header
+
+
+def _format_params(n_params: Any) -> str:
+    if n_params is None or pd.isna(n_params):
+        return "—"
+    count = int(n_params)
+    return f"{count / 1e6:.2f} M" if count >= 1e6 else f"{count / 1e3:.1f} k"
+
+
+def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None:
+    """Name, status badge, Stop, and the numbers a glance needs."""
+    run_id, status = int(run["id"]), str(run["status"])
+    step, max_steps = run.get("step"), run.get("max_steps")
+    with st.container(horizontal=True, vertical_alignment="center"):
+        st.subheader(f"#{run_id} {run['name']}", anchor=False)
+        st.badge(status, color=STATUS_COLORS.get(status, "gray"))
+        if status in ACTIVE_STATUSES and st.button(
+            "Stop", key="live.stop", icon=":material/stop_circle:", help="Checkpoint and stop"
+        ):
+            st.toast(f"Run #{run_id}: {runner.stop(store, run_id)}")
+    step_text = "—" if step is None else f"{int(step):,}"
+    step_label = f"Step (of {int(max_steps):,})" if max_steps else "Step"
+    tokens_per_sec = _throughput(scalars)
+    cols = st.columns(6)
+    cols[0].metric(step_label, step_text)
+    cols[1].metric(
+        "Tokens/s",
+        "—" if tokens_per_sec is None else f"{tokens_per_sec:,.0f}",
+        help="Median training throughput of the last 50 logged steps",
+    )
+    if status in ACTIVE_STATUSES:
+        cols[2].metric("ETA", ui.format_duration(_eta_s(run)))
+    else:
+        started, ended = run.get("started"), run.get("ended")
+        elapsed = ended - started if started and ended else None
+        cols[2].metric("Time", ui.format_duration(elapsed))
+    cols[3].metric("Parameters", _format_params(run.get("n_params")))
+    cols[4].metric("Device", run.get("device") or "—")
+    cols[5].metric("Precision", run.get("precision") or "—")
+    if status in ACTIVE_STATUSES and step is not None and max_steps:
+        st.progress(min(max(int(step) / int(max_steps), 0.0), 1.0))
+
+
+def _fmt_value(value: float) -> str:
+    return "NaN" if math.isnan(value) else ("+inf" if value > 0 else "-inf")
+
+
+def _divergence_text(run: dict[str, Any], scalars: pd.DataFrame) -> str:
+    """Where the run diverged (step) and how (last finite loss, what went non-finite).
+
+    `scalars` holds the run's last steps up to and past the divergence, not downsampled.
+    """
+    diverged_step = run.get("diverged_step")
+    values = scalars["value"].to_numpy(dtype=float)
+    bad = scalars[~np.isfinite(values)]
+    if diverged_step is None and not bad.empty:
+        diverged_step = int(bad["step"].min())
+    where = f"at step {int(diverged_step):,}" if diverged_step is not None else ""
+    parts = [f"**This run diverged {where}.**".replace(" .", ".")]
+    loss = scalars[scalars["name"] == "train/loss"]
+    finite = loss[np.isfinite(loss["value"].to_numpy(dtype=float))]
+    if not finite.empty:
+        last = finite.iloc[-1]
+        parts.append(
+            f"The last finite training loss was {last['value']:.4g} at step {int(last['step']):,}."
+        )
+    if not bad.empty:
+        first = bad[bad["step"] == bad["step"].min()]
+        what = ", ".join(
+            f"`{name}` = {_fmt_value(float(value))}"
+            for name, value in zip(first["name"], first["value"], strict=True)
+        )
+        parts.append(f"At step {int(first['step'].iloc[0]):,}: {what}.")
+    if run.get("error"):
+        parts.append(str(run["error"]))
+    parts.append("The loss chart marks the step in red.")
+    return " ".join(parts)
+
+
+def _status_message(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None:
+    status = run["status"]
+    step = run.get("step")
+    if status == "diverged":
+        # The cached series may be downsampled; the last steps are read whole so the last
+        # finite loss and the first non-finite values are exact.
+        end = run.get("diverged_step") or step or 0
+        recent = store.scalars(int(run["id"]), after_step=max(int(end) - DIVERGENCE_WINDOW, -1))
+        st.error(_divergence_text(run, recent), icon=":material/warning:")
+    elif status == "failed":
+        at = f" at step {int(step):,}" if step is not None else ""
+        st.error(f"**This run failed{at}:** {run.get('error') or 'no error was recorded.'}")
+        with st.expander("Log tail (last 40 lines of train.log)", expanded=True):
+            tail = runner.log_tail(store, int(run["id"]))
+            st.code(tail or "(the run wrote no log)", language=None)
+    elif status == "stopped":
+        st.info(f"Stopped at step {step if step is not None else 0:,}.")
+    elif status == "queued":
+        st.info("Queued: waiting for a free training slot. It starts when a running run ends.")
+    elif status == "running" and scalars.empty:
+        st.info("Starting up: the charts fill in from the first logged step.")
+
+
+# ---------------------------------------------------------------------------- tabs
+
+
+def _colors(run: dict[str, Any]) -> Any:
+    return charts.run_color_scale({int(run["id"]): str(run["name"])})
+
+
+def _loss_tab(run: dict[str, Any], scalars: pd.DataFrame) -> None:
+    name = str(run["name"])
+    others = [n for n in sorted(set(scalars["name"])) if n not in ("train/loss", "train/lr")]
+    if others and st.session_state.get("live.metric") not in others:
+        st.session_state["live.metric"] = others[0]
+    controls = st.columns([3, 1, 2], vertical_alignment="bottom", gap="large")
+    smoothing = controls[0].slider(
+        "Smoothing (EMA, as in TensorBoard)", 0.0, 0.99, step=0.01, key="live.smoothing"
+    )
+    log_scale = controls[1].toggle("Log scale", key="live.log_scale")
+    metric = controls[2].selectbox("Another metric", others, key="live.metric") if others else None
+    with ui.guard("Loss chart"):
+        step = run.get("diverged_step")
+        diverged = {name: int(step)} if step is not None else None
+        chart = charts.loss_chart(
+            scalars, smoothing, log_scale, colors=_colors(run), diverged=diverged
+        )
+        ui.chart_with_downloads(chart, charts.chart_data(chart), f"{name} loss", "live.loss")
+    lr_col, metric_col = st.columns(2, gap="large")
+    with lr_col, ui.guard("Learning-rate chart"):
+        chart = charts.metric_chart(scalars, "train/lr", colors=_colors(run), title="Learning rate")
+        ui.chart_with_downloads(chart, charts.chart_data(chart), f"{name} lr", "live.lr")
+    if metric is not None:
+        with metric_col, ui.guard("Metric chart"):
+            chart = charts.metric_chart(
+                scalars, metric, smoothing, log_scale, colors=_colors(run), diverged=None
+            )
+            ui.chart_with_downloads(chart, charts.chart_data(chart), f"{name} {metric}", "live.m")
+
+
+def _gradients_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None:
+    name, run_id = str(run["name"]), int(run["id"])
+    controls = st.columns([3, 2])
+    component = controls[0].segmented_control(
+        "Component", COMPONENTS, required=True, key="live.grad.component"
+    )
+    stat = controls[1].segmented_control(
+        "Statistic",
+        ("grad_norm", "param_norm"),
+        required=True,
+        format_func=lambda s: {"grad_norm": "gradient norm", "param_norm": "weight norm"}[s],
+        key="live.grad.stat",
+    )
+    stats = _layer_stats(store, run_id, "component")
+    lines_col, heat_col = st.columns(2, gap="large")
+    with lines_col, ui.guard("Per-layer lines"):
+        chart = charts.layer_lines(stats, stat, component)
+        label = f"{name} {stat} {component} by layer"
+        ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.grad.lines")
+    with heat_col, ui.guard("Layer x step heat map"):
+        chart = charts.layer_heatmap(stats, stat, component)
+        label = f"{name} {stat} {component} heatmap"
+        ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.grad.heat")
+    with ui.guard("Global gradient norm"):
+        chart = charts.metric_chart(
+            scalars,
+            "train/grad_norm",
+            log_scale=True,
+            colors=_colors(run),
+            title="Global gradient norm (before clipping)",
+        )
+        ui.chart_with_downloads(chart, charts.chart_data(chart), f"{name} grad norm", "live.gn")
+
+
+def _activations_tab(store: RunStore, run: dict[str, Any]) -> None:
+    name, run_id = str(run["name"]), int(run["id"])
+    stat = st.segmented_control("Statistic", TAP_STATS, required=True, key="live.act.stat")
+    with ui.guard("Activation statistics"):
+        chart = charts.tap_stats_chart(_layer_stats(store, run_id, "tap"), stat)
+        label = f"{name} activation {stat}"
+        ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.act")
+    st.markdown("**Histogram over time**")
+    layers = list(range(_n_layer(run)))
+    layer_key = f"live.{run_id}.hist.layer"
+    if st.session_state.get(layer_key) not in layers:
+        st.session_state[layer_key] = layers[-1]
+    controls = st.columns(2)
+    layer = controls[0].selectbox("Layer", layers, key=layer_key)
+    with ui.guard("Histogram"):
+        hist = store.histograms(run_id, layer=layer)
+        recorded = set(hist["tap"])
+        taps = [t for t in TAPS if t in recorded] + sorted(recorded - set(TAPS))
+        if not taps:
+            st.info(f"No activation histograms for layer {layer} yet; the probes record them.")
+            return
+        tap_key = f"live.{run_id}.hist.tap"
+        if st.session_state.get(tap_key) not in taps:
+            st.session_state[tap_key] = taps[-1]
+        tap = controls[1].selectbox("Tap", taps, key=tap_key)
+        chart = charts.histogram_over_time(hist, layer, tap)
+        label = f"{name} histogram layer {layer} {tap}"
+        ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.hist")
+
+
+def _updates_tab(store: RunStore, run: dict[str, Any]) -> None:
+    name, run_id = str(run["name"]), int(run["id"])
+    component = st.segmented_control(
+        "Component", COMPONENTS, required=True, key="live.upd.component"
+    )
+    st.caption(
+        "‖Δθ‖/‖θ‖ per step: around 1e-3 is healthy; far below, the layer barely learns; "
+        "far above, the step size is too large for it."
+    )
+    with ui.guard("Update-to-data ratio"):
+        chart = charts.update_ratio_chart(_layer_stats(store, run_id, "component"), component)
+        label = f"{name} update ratio {component}"
+        ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.upd")
+
+
+def _attention_tab(store: RunStore, run: dict[str, Any]) -> None:
+    name, run_id = str(run["name"]), int(run["id"])
+    if not _has_attention(run):
+        st.info("This run's blocks have no attention (attention is off in its config).")
+        return
+    with ui.guard("Attention entropy"):
+        chart = charts.attention_entropy_chart(_layer_stats(store, run_id, "head"))
+        label = f"{name} attention entropy"
+        ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.entropy")
+    st.markdown("**Attention maps**")
+    steps = store.attention_steps(run_id)
+    if not steps:
+        st.info("No attention maps yet: they are recorded with every generated sample.")
+        return
+    newest_first = steps[::-1]
+    step_key, layer_key = f"live.{run_id}.attn.step", f"live.{run_id}.attn.layer"
+    if st.session_state.get(step_key) not in newest_first:
+        st.session_state[step_key] = newest_first[0]
+    layers = list(range(_n_layer(run)))
+    if st.session_state.get(layer_key) not in layers:
+        st.session_state[layer_key] = 0
+    controls = st.columns(3)
+    step = controls[0].selectbox("Logged step", newest_first, key=step_key)
+    layer = controls[1].selectbox("Layer", layers, key=layer_key)
+    with ui.guard("Attention map"):
+        attention = store.attention(run_id, step, layer=layer)
+        heads = sorted(int(h) for h in set(attention["head"]))
+        head = controls[2].selectbox(
+            "Head",
+            [None, *heads],
+            format_func=lambda h: "all heads" if h is None else f"head {h}",
+            key=f"live.{run_id}.attn.head",
+        )
+        if head is not None:
+            attention = attention[attention["head"] == head]
+        chart = charts.attention_heatmap(attention, layer)
+        label = f"{name} attention step {step} layer {layer}"
+        ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.attn")
+        st.caption("Hover a cell for the query and key characters; the text is the probe text.")
+
+
+def _samples_tab(store: RunStore, run: dict[str, Any]) -> None:
+    samples = store.samples(int(run["id"]), limit=SAMPLES_SHOWN)
+    if samples.empty:
+        st.info("No samples yet: the model writes one every sample_interval steps.")
+        return
+    for row in samples.itertuples(index=False):
+        st.markdown(f"**step {int(row.step):,}** · prompt `{row.prompt!r}`")
+        st.code(row.text, language=None, wrap_lines=True)
+
+
+# ---------------------------------------------------------------------------- the page
+
+
+def _live(store: RunStore, run_id: int, was_active: bool) -> None:
+    """Everything that changes while the run trains; a fragment while it is active."""
+    try:
+        run = store.get_run(run_id)
+    except StoreError:
+        ui.flash("warning", f"Run #{run_id} was deleted while it was open here.")
+        ui.select_run(None)
+        st.rerun()
+    if was_active and run["status"] not in ACTIVE_STATUSES:
+        st.rerun()  # finished: redraw once without the timer
+    for key, default in PREFERENCES.items():
+        # Re-assigning keeps a control's value while its tab is closed (Streamlit would
+        # otherwise forget the state of widgets that were not drawn).
+        st.session_state[key] = st.session_state.get(key, default)
+    scalars: pd.DataFrame | None = None
+    with ui.guard("Run header"):
+        scalars = _scalars(store, run_id)
+        _header(store, run, scalars)
+        _status_message(store, run, scalars)
+    if scalars is None:
+        return  # the store could not be read; the message above says why
+    tabs = st.tabs(TABS, key=TAB_KEY, on_change="rerun")
+    renderers: dict[str, Callable[[], None]] = {
+        "Loss": lambda: _loss_tab(run, scalars),
+        "Gradients": lambda: _gradients_tab(store, run, scalars),
+        "Activations": lambda: _activations_tab(store, run),
+        "Updates": lambda: _updates_tab(store, run),
+        "Attention": lambda: _attention_tab(store, run),
+        "Samples": lambda: _samples_tab(store, run),
+    }
+    for label, tab in zip(TABS, tabs, strict=True):
+        if tab.open is False:
+            continue  # only the open tab reads and draws
+        with tab, ui.guard(f"{label} tab"):
+            renderers[label]()
+
+
+def _pick_run(store: RunStore) -> tuple[int, bool] | None:
+    """The run to show (and whether it is active), with a word when there is none."""
+    runs = store.runs_frame()
+    if runs.empty:
+        st.info(
+            "No runs yet — set up a block in the sidebar and press Launch on the Train page. "
+            "The run appears here and updates as it trains."
+        )
+        return None
+    remembered = ui.selected_run_id()
+    if remembered is not None and remembered not in set(runs["id"]):
+        st.warning(f"Run #{remembered} no longer exists (it was deleted); showing the newest run.")
+    selected = ui.run_picker(store, "Run", multi=False, key="live.run")
+    if selected is None:
+        return None
+    try:
+        return selected, store.get_run(selected)["status"] in ACTIVE_STATUSES
+    except StoreError:
+        st.warning(f"Run #{selected} no longer exists; pick another run above.")
+        return None
+
+
+store = ui.store_or_stop()
+st.title("Live")
+ui.show_flashes()
+picked: tuple[int, bool] | None = None
+with ui.guard("Reading the run store"):
+    picked = _pick_run(store)
+if picked is not None:
+    run_id, active = picked
+    st.fragment(_live, run_every=REFRESH_S if active else None)(store, run_id, active)

@@ -1,0 +1,172 @@
+"""One real-browser smoke test: the app in Debian's chromium, driven by Playwright.
+
+Start the app, pick the tiny preset in the sidebar, Launch, watch the run gain steps on
+the Live page, stop it, open Compare and download its report zip in one click. Uses
+/usr/bin/chromium (never a downloaded browser) and skips, saying how to get it, when that
+is absent.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from blockviz.store import RunStore, pid_alive
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+PROJECT = Path(__file__).resolve().parent.parent
+STARTUP_S = 30.0
+STEP_WAIT_MS = 45_000  # the run's first steps include importing torch on a busy CI core
+REPORT_WAIT_MS = 60_000  # the report renders every chart of the run with vl-convert
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_healthy(port: int, server: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + STARTUP_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"streamlit exited with {server.returncode}:\n{log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://localhost:{port}/_stcore/health", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    pytest.fail(f"streamlit did not answer within {STARTUP_S:.0f}s:\n{log.read_text()[-2000:]}")
+
+
+def _stop_runs(store_path: str) -> None:
+    """Terminate the training processes this test's app launched (they outlive the app)."""
+    if not Path(store_path).exists():
+        return
+    with RunStore(store_path) as store:
+        pids = [int(p) for p in store.runs_frame()["pid"].dropna() if int(p) != os.getpid()]
+    for pid in pids:
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in pids:
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def app_url(tmp_path: Path) -> Iterator[str]:
+    """The app served on a free local port with this test's store; always shut down."""
+    if not CHROMIUM.exists():
+        pytest.skip("chromium not installed: apt-get install chromium")
+    pytest.importorskip("playwright.sync_api", reason="playwright (python) is not installed")
+    port = _free_port()
+    log = tmp_path / "streamlit.log"
+    command = [sys.executable, "-m", "streamlit", "run", "app.py"]
+    command += ["--server.port", str(port), "--server.headless", "true"]
+    with open(log, "wb") as out:
+        server = subprocess.Popen(
+            command, cwd=PROJECT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        _wait_healthy(port, server, log)
+        yield f"http://localhost:{port}"
+    finally:
+        _stop_runs(os.environ["BLOCKVIZ_STORE"])
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _metric_step(page) -> int | None:
+    """The step the Live header shows ('Step (of 5,000)' over '12' -> 12), or None."""
+    text = page.get_by_test_id("stMetric").filter(has_text="Step").inner_text()
+    value = text.strip().splitlines()[-1].replace(",", "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def test_launch_watch_live_and_compare(app_url: str) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            # Generous waits: CI shares two cores between the app, the run and the browser.
+            page.set_default_timeout(30_000)
+            expect.set_options(timeout=30_000)
+            page.goto(app_url)
+            sidebar = page.get_by_test_id("stSidebar")
+            main = page.get_by_test_id("stMain")
+
+            # Train: the tiny preset from the sidebar, then Launch.
+            sidebar.get_by_role("combobox", name="Start from a preset").click()
+            page.get_by_role("option", name="tiny", exact=True).click()
+            expect(sidebar.get_by_text("2 layers, d_model 32")).to_be_visible()
+            # Long enough to watch it grow for a while; the test stops it.
+            sidebar.get_by_text("Training", exact=True).click()
+            steps = sidebar.get_by_role("spinbutton", name="Steps (max_steps)")
+            steps.fill("5000")
+            steps.press("Enter")
+            expect(steps).to_have_value("5000")
+            main.locator(".st-key-launch button").click()
+            expect(main.get_by_text("Launched run #1")).to_be_visible()
+
+            # Live: the run gains steps and its series reach the page.
+            sidebar.get_by_test_id("stSidebarNav").get_by_text("Live", exact=True).click()
+            expect(main.get_by_text("#1 ", exact=False).first).to_be_visible()
+            tokens = page.get_by_test_id("stMetric").filter(has_text="Tokens/s")
+            expect(tokens).not_to_contain_text("—", timeout=STEP_WAIT_MS)
+            first = _metric_step(page)
+            assert first is not None
+            deadline = time.monotonic() + STEP_WAIT_MS / 1000
+            while (_metric_step(page) or 0) <= first and time.monotonic() < deadline:
+                page.wait_for_timeout(500)  # the page refreshes itself; nothing to click
+            assert (_metric_step(page) or 0) > first, "the Live page stopped gaining steps"
+            expect(main.get_by_test_id("stVegaLiteChart").first).to_be_visible()
+            with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+                assert store.get_run(1)["max_steps"] == 5000
+                assert len(store.scalars(1, names="train/loss")) > 0
+            main.get_by_role("button", name="Stop", exact=True).click()
+            expect(main.get_by_text("stopped", exact=True)).to_be_visible(timeout=STEP_WAIT_MS)
+
+            # Compare: the run overlaid, and the report one click away.
+            sidebar.get_by_test_id("stSidebarNav").get_by_text("Compare", exact=True).click()
+            expect(main.get_by_role("button", name="Download report (zip)")).to_be_visible()
+            expect(main.get_by_test_id("stVegaLiteChart").first).to_be_visible()
+            expect(main.get_by_text("Final metrics", exact=True)).to_be_visible()
+            assert page.get_by_test_id("stException").count() == 0
+            with page.expect_download(timeout=REPORT_WAIT_MS) as download:
+                main.get_by_role("button", name="Download report (zip)").click()
+            report = Path(download.value.path())
+            assert report.read_bytes()[:4] == b"PK\x03\x04"
+            with zipfile.ZipFile(report) as archive:
+                assert "report.html" in archive.namelist()
+        finally:
+            browser.close()

@@ -1,0 +1,267 @@
+"""AppTest of the Live and Compare pages against empty and synthetic run stores."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from blockviz import config as cfg
+from blockviz import synthetic
+from blockviz.store import RunStore
+
+PAGES = Path(__file__).resolve().parent.parent / "pages"
+LIVE_TABS = ("Loss", "Gradients", "Activations", "Updates", "Attention", "Samples")
+EXPORT_LABELS = {"PNG", "SVG", "HTML", "CSV"}
+
+
+def _page(name: str) -> AppTest:
+    return AppTest.from_file(str(PAGES / f"{name}.py"), default_timeout=60)
+
+
+def _charts(at: AppTest) -> dict[str, list[pd.DataFrame]]:
+    """Chart title -> the data frames the page sent for it (decoded from Arrow)."""
+    found: dict[str, list[pd.DataFrame]] = {}
+    for element in at.get("vega_lite_chart"):
+        spec = json.loads(element.proto.spec)
+        title = spec.get("title")
+        title = title.get("text") if isinstance(title, dict) else title
+        frames = [
+            pa.ipc.open_stream(dataset.data.data).read_all().to_pandas()
+            for dataset in element.proto.datasets
+        ]
+        found[str(title)] = frames
+    return found
+
+
+def _labels(at: AppTest) -> list[str]:
+    return [button.label for button in at.download_button]
+
+
+@pytest.fixture
+def store() -> RunStore:
+    opened = RunStore(os.environ["BLOCKVIZ_STORE"])
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def runs(store: RunStore) -> dict[str, int]:
+    """One synthetic run per status (completed, running, diverged, failed): status -> id."""
+    ids = synthetic.populate(store, n_runs=4, n_steps=60, n_layer=2, probe_every=10, n_head=2)
+    return {store.get_run(run_id)["status"]: run_id for run_id in ids}
+
+
+# ---------------------------------------------------------------------------- empty store
+
+
+@pytest.mark.parametrize("page", ["live", "compare"])
+def test_empty_store_says_what_to_do_next(page: str) -> None:
+    at = _page(page).run()
+    assert not at.exception
+    assert not at.error
+    assert any("Launch" in info.value for info in at.info)
+
+
+# ---------------------------------------------------------------------------- Live
+
+
+@pytest.mark.parametrize("status", synthetic.DEFAULT_STATUSES)
+def test_live_renders_every_tab_of_every_kind_of_run(
+    store: RunStore, runs: dict[str, int], status: str
+) -> None:
+    run_id = runs[status]
+    at = _page("live")
+    at.session_state["run_id"] = run_id
+    newest_sample = store.samples(run_id, limit=1)["text"].iloc[0]
+    for tab in LIVE_TABS:
+        at.session_state["live.tab"] = tab
+        at.run()
+        assert not at.exception, (tab, [e.value for e in at.exception])
+        # A chart that fails is caught by ui.guard and shown as st.error; only the run's
+        # own status message may be an error here.
+        expected_errors = 1 if status in ("diverged", "failed") else 0
+        assert len(at.error) == expected_errors, (tab, [e.value for e in at.error])
+        if tab == "Samples":
+            assert not at.download_button
+            assert any(code.value.strip() == newest_sample.strip() for code in at.code)
+        else:
+            assert set(_labels(at)) >= EXPORT_LABELS, tab
+    assert any(m.label.startswith("Step") for m in at.metric)
+
+
+def test_live_diverged_run_says_where_and_how(store: RunStore, runs: dict[str, int]) -> None:
+    run_id = runs["diverged"]
+    diverged_step = store.get_run(run_id)["diverged_step"]
+    at = _page("live")
+    at.session_state["run_id"] = run_id
+    at.run()
+    assert not at.exception
+    (message,) = [e.value for e in at.error]
+    assert f"diverged at step {diverged_step}" in message
+    assert "last finite training loss" in message
+    assert "`train/loss` = +inf" in message
+    loss_frames = _charts(at)["Loss"]
+    marks = [f for f in loss_frames if "label" in f.columns]
+    assert any(f"diverged @ {diverged_step}" in label for f in marks for label in f["label"])
+
+
+def test_live_failed_run_shows_its_error_and_log_tail(
+    store: RunStore, runs: dict[str, int]
+) -> None:
+    run_id = runs["failed"]
+    log = store.run_dir(run_id) / "train.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("step 1 loss 4.1\nTraceback (most recent call last):\nRuntimeError: boom\n")
+    at = _page("live")
+    at.session_state["run_id"] = run_id
+    at.run()
+    assert not at.exception
+    (message,) = [e.value for e in at.error]
+    assert store.get_run(run_id)["error"] in message
+    assert any("RuntimeError: boom" in code.value for code in at.code)
+
+
+def test_live_defaults_to_the_newest_run(runs: dict[str, int]) -> None:
+    at = _page("live").run()
+    assert not at.exception
+    assert at.session_state["run_id"] == max(runs.values())
+
+
+def test_live_run_deleted_while_open_gets_a_message(store: RunStore, runs: dict[str, int]) -> None:
+    run_id = runs["completed"]
+    at = _page("live")
+    at.session_state["run_id"] = run_id
+    at.run()
+    store.delete_run(run_id)
+    at.run()
+    assert not at.exception
+    assert any(f"#{run_id}" in w.value and "deleted" in w.value for w in at.warning)
+    assert at.session_state["run_id"] != run_id
+
+
+def test_live_adds_rows_logged_since_the_last_refresh(
+    store: RunStore, runs: dict[str, int]
+) -> None:
+    run_id = runs["running"]
+    at = _page("live")
+    at.session_state["run_id"] = run_id
+    at.run()
+    last_step = int(store.scalars(run_id)["step"].max())
+    new_steps = range(last_step + 1, last_step + 61)
+    # One row at the newest step already drawn (a flush can land a step in parts), and 60
+    # new steps at 4242 tokens/s: all must show up without re-reading the whole run.
+    rows = [(last_step, "val/answer_acc", 0.25)]
+    for step in new_steps:
+        rows += [
+            (step, "train/loss", 1.0),
+            (step, "train/step_time", 0.5),
+            (step, "train/tokens_per_sec", 4242.0),
+        ]
+    store.log_scalars(run_id, rows)
+    store.flush()
+    at.run()
+    assert not at.exception
+    tokens = next(m for m in at.metric if m.label == "Tokens/s")
+    assert tokens.value == "4,242"
+    cached = at.session_state["live.cache"]["scalars"]
+    assert ((cached["name"] == "val/answer_acc") & (cached["step"] == last_step)).sum() == 1
+    assert not cached.duplicated(["name", "step"]).any()
+    loss_steps = pd.concat(_charts(at)["Loss"])["step"]
+    assert loss_steps.max() == new_steps[-1]
+
+
+# ---------------------------------------------------------------------------- Compare
+
+
+def _config_run(store: RunStore, name: str, **overrides: object) -> int:
+    run_config = cfg.replace(cfg.preset("tiny"), **overrides)
+    return store.create_run(name, run_config.to_json(), status="completed")
+
+
+def _diff_table(at: AppTest) -> pd.DataFrame:
+    (table,) = [d.value for d in at.dataframe if list(d.value.columns)[:1] == ["field"]]
+    return table
+
+
+def test_compare_diff_shows_only_the_fields_that_differ(store: RunStore) -> None:
+    pre = _config_run(store, "pre-ln")
+    post = _config_run(store, "post-ln", norm_position="post", lr=3e-4)
+    at = _page("compare")
+    at.session_state["compare_ids"] = [pre, post]
+    at.run()
+    assert not at.exception
+    table = _diff_table(at).set_index("field")
+    assert set(table.index) == {"norm_position", "lr"}
+    assert table.loc["norm_position"].tolist() == ["pre", "post"]
+    assert table.loc["lr"].tolist() == [str(cfg.preset("tiny").train.lr), "0.0003"]
+
+
+def test_compare_diff_of_three_runs_lists_fields_not_all_equal(store: RunStore) -> None:
+    base = _config_run(store, "base")
+    wider = _config_run(store, "wider", d_model=64)
+    deeper = _config_run(store, "deeper", n_layer=3)
+    at = _page("compare")
+    at.session_state["compare_ids"] = [base, wider, deeper]
+    at.run()
+    assert not at.exception
+    table = _diff_table(at).set_index("field")
+    assert set(table.index) == {"d_model", "n_layer"}
+    assert table.loc["n_layer"].tolist() == ["2", "2", "3"]
+
+
+def test_compare_identical_configs_say_so(store: RunStore) -> None:
+    ids = [_config_run(store, "a"), _config_run(store, "b")]
+    at = _page("compare")
+    at.session_state["compare_ids"] = ids
+    at.run()
+    assert not at.exception
+    assert not [d for d in at.dataframe if list(d.value.columns)[:1] == ["field"]]
+    assert any("identical" in s.value for s in at.success)
+
+
+def test_compare_final_metrics_has_one_row_per_chosen_run(
+    store: RunStore, runs: dict[str, int]
+) -> None:
+    chosen = [runs["completed"], runs["diverged"], runs["failed"]]
+    at = _page("compare")
+    at.session_state["compare_ids"] = chosen
+    at.run()
+    assert not at.exception
+    assert not at.error
+    (final,) = [d.value for d in at.dataframe if "steps" in d.value.columns]
+    assert sorted(final["run"]) == sorted(store.get_run(i)["name"] for i in chosen)
+    diverged_row = final[final["run"] == store.get_run(runs["diverged"])["name"]]
+    assert diverged_row["diverged_at"].iloc[0] == store.get_run(runs["diverged"])["diverged_step"]
+
+
+def test_compare_defaults_to_the_latest_two_runs(runs: dict[str, int]) -> None:
+    at = _page("compare").run()
+    assert not at.exception
+    assert at.session_state["compare_ids"] == sorted(runs.values())[-2:]
+
+
+def test_compare_offers_chart_downloads_and_the_report(runs: dict[str, int]) -> None:
+    at = _page("compare")
+    at.session_state["compare_ids"] = [runs["completed"], runs["running"]]
+    at.run()
+    assert not at.exception
+    labels = _labels(at)
+    assert set(labels) >= EXPORT_LABELS
+    assert labels.count("Download report (zip)") == 1
+    titles = list(_charts(at))
+    assert "Loss" in titles
+    assert any("initialization (step 0)" in t for t in titles)
+
+
+def test_compare_with_nothing_chosen_asks_for_runs(runs: dict[str, int]) -> None:
+    at = _page("compare")
+    at.session_state["compare_ids"] = []
+    at.run()
+    assert not at.exception
+    assert any("Pick one or more runs" in info.value for info in at.info)
