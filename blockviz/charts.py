@@ -25,20 +25,24 @@ import pandas as pd
 
 from blockviz.store import TAPS as TAP_ORDER  # a constant only: charts never read the store
 
-# Vega's "tableau10": distinguishable, colour-blind tolerable, and familiar from TensorBoard-
-# like tools. A run's colour is PALETTE[run_id % 10], whatever else is on the chart.
+# Vega's "tableau10" colours (distinguishable, colour-blind tolerable), reordered so that
+# runs with neighbouring ids never get neighbouring hues (orange next to red, say) and the
+# faint yellow and grey come last. A run's colour is PALETTE[run_id % 10], whatever else
+# is on the chart.
 PALETTE = (
-    "#4c78a8",
-    "#f58518",
-    "#e45756",
-    "#72b7b2",
-    "#54a24b",
-    "#eeca3b",
-    "#b279a2",
-    "#ff9da6",
-    "#9d755d",
-    "#bab0ac",
+    "#4c78a8",  # blue
+    "#f58518",  # orange
+    "#54a24b",  # green
+    "#e45756",  # red
+    "#b279a2",  # purple
+    "#72b7b2",  # teal
+    "#9d755d",  # brown
+    "#ff9da6",  # pink
+    "#eeca3b",  # yellow
+    "#bab0ac",  # grey
 )
+# The store files the embeddings under layer -1 and the final norm + LM head under n_layer.
+LAYER_AXIS_TITLE = "layer (−1 = embeddings, last = final norm + head)"
 DIVERGED_COLOR = "#d62728"
 LAYER_SCHEME = "viridis"  # sequential: depth reads as a gradient from first to last layer
 WIDTH, HEIGHT = 600, 280  # pages stretch to the container; exports use this size
@@ -605,7 +609,7 @@ def grad_by_layer_chart(
         alt.Chart()
         .mark_line(point=True, strokeWidth=2)
         .encode(
-            x=alt.X("layer:Q", title="layer", axis=alt.Axis(tickMinStep=1, format="d")),
+            x=alt.X("layer:Q", title=LAYER_AXIS_TITLE, axis=alt.Axis(tickMinStep=1, format="d")),
             y=alt.Y("value:Q", title="gradient L2 norm", scale=alt.Scale(type="log")),
             color=alt.Color("run:N", title="run", scale=colors or run_color_scale(frame)),
             opacity=_highlight(runs),

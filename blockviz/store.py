@@ -1281,14 +1281,16 @@ class RunStore:
         return self._with_run_names(pd.DataFrame(arrays), LAYER_STATS_FRAME)
 
     @_guarded
-    def layer_steps(self, run_id: RunRef, kind: str | None = None) -> list[int]:
-        """The steps at which the run recorded layer statistics (of `kind`), ascending."""
-        run_id = self._ids(run_id)[0]
-        if kind is None:
-            sql, params = "SELECT DISTINCT step FROM layer_stats WHERE run_id = ?", [run_id]
-        else:
-            sql = "SELECT DISTINCT step FROM layer_stats WHERE run_id = ? AND kind = ?"
-            params = [run_id, kind]
+    def layer_steps(
+        self, run_id: RunRef, kind: str | None = None, stat: str | None = None
+    ) -> list[int]:
+        """The steps at which the run recorded layer statistics (of `kind`, `stat`), ascending."""
+        where, params = ["run_id = ?"], [self._ids(run_id)[0]]
+        for column, wanted in (("kind", kind), ("stat", stat)):
+            if wanted is not None:
+                where.append(f"{column} = ?")
+                params.append(wanted)
+        sql = f"SELECT DISTINCT step FROM layer_stats WHERE {' AND '.join(where)}"
         return sorted(row[0] for row in self.conn.execute(sql, params))
 
     def _with_run_names(self, frame: pd.DataFrame, schema: Mapping[str, str]) -> pd.DataFrame:

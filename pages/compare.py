@@ -31,7 +31,7 @@ FINAL_COLUMNS = {
     "val_ppl": st.column_config.NumberColumn("val perplexity", format="%.2f"),
     "val_bpc": st.column_config.NumberColumn("val bits/char", format="%.3f"),
     "answer_acc": st.column_config.NumberColumn("answer accuracy", format="percent"),
-    "diverged_at": st.column_config.NumberColumn("diverged at step", format="%d"),
+    "diverged_at": st.column_config.TextColumn("diverged at step"),
     "time": st.column_config.TextColumn("time"),
     "tokens_per_sec": st.column_config.NumberColumn("tokens/s", format="%.0f"),
     "n_params": st.column_config.NumberColumn("parameters", format="localized"),
@@ -44,6 +44,8 @@ FINAL_COLUMNS = {
 def _final_table(store: RunStore, run_ids: list[int]) -> pd.DataFrame:
     final = store.final_metrics(run_ids)
     final["time"] = [ui.format_duration(None if pd.isna(t) else t) for t in final["time_s"]]
+    # Blank rather than Streamlit's "None" for the runs that did not diverge.
+    final["diverged_at"] = ["" if pd.isna(s) else str(int(s)) for s in final["diverged_at"]]
     if final["answer_acc"].isna().all():
         final = final.drop(columns="answer_acc")  # only the ops dataset has answers
     return final[[c for c in FINAL_COLUMNS if c in final.columns]]
@@ -111,15 +113,16 @@ def _grad_by_layer(store: RunStore, run_ids: list[int], colors: Any, tag: str) -
         "the Transformer Architecture*) — the reason Post-LN needs a learning-rate warm-up."
     )
     st.session_state.setdefault("compare.component", "block")
-    grads = store.layer_stats(run_ids, kind="component", stat="grad_norm")
-    steps = sorted(int(s) for s in set(grads["step"]) if s > 0)
+    # Steps first, then only the two steps drawn: reading every probe step of 20 runs
+    # would cost more than the rest of the page.
+    per_run = [set(store.layer_steps(i, "component", "grad_norm")) for i in run_ids]
+    steps = sorted(set().union(*per_run) - {0})
     controls = st.columns(2, gap="large", vertical_alignment="bottom")
     component = controls[0].segmented_control(
         "Component", COMPONENTS, required=True, key="compare.component"
     )
     step = None
     if steps:
-        per_run = [set(grads.loc[grads["run_id"] == i, "step"]) for i in run_ids]
         common = sorted(set.intersection(*per_run) - {0})
         if st.session_state.get("compare.grad_step") not in steps:
             # The latest step every run has reached, so all lines compare like with like.
@@ -128,7 +131,14 @@ def _grad_by_layer(store: RunStore, run_ids: list[int], colors: Any, tag: str) -
             step = controls[1].select_slider("Later step", steps, key="compare.grad_step")
         else:
             step = steps[0]
-    grads = grads[grads["component"] == component]
+    wanted = [0] if step is None else [0, step]
+    grads = pd.concat(
+        [
+            store.layer_stats(run_ids, "component", "grad_norm", s, component=component)
+            for s in wanted
+        ],
+        ignore_index=True,
+    )
     init_col, later_col = st.columns(2, gap="large")
     with init_col, ui.guard("Gradient by layer at initialization"):
         chart = charts.grad_by_layer_chart(grads, 0, component, colors=colors)

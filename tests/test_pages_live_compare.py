@@ -237,7 +237,11 @@ def test_compare_final_metrics_has_one_row_per_chosen_run(
     (final,) = [d.value for d in at.dataframe if "steps" in d.value.columns]
     assert sorted(final["run"]) == sorted(store.get_run(i)["name"] for i in chosen)
     diverged_row = final[final["run"] == store.get_run(runs["diverged"])["name"]]
-    assert diverged_row["diverged_at"].iloc[0] == store.get_run(runs["diverged"])["diverged_step"]
+    assert diverged_row["diverged_at"].iloc[0] == str(
+        store.get_run(runs["diverged"])["diverged_step"]
+    )
+    completed_row = final[final["run"] == store.get_run(runs["completed"])["name"]]
+    assert completed_row["diverged_at"].iloc[0] == ""  # blank, not "None"
 
 
 def test_compare_defaults_to_the_latest_two_runs(runs: dict[str, int]) -> None:
@@ -265,3 +269,26 @@ def test_compare_with_nothing_chosen_asks_for_runs(runs: dict[str, int]) -> None
     at.run()
     assert not at.exception
     assert any("Pick one or more runs" in info.value for info in at.info)
+
+
+def test_compare_gradient_by_layer_draws_step_zero_and_the_latest_common_step(
+    store: RunStore, runs: dict[str, int]
+) -> None:
+    # completed reaches step 60, diverged stops earlier: the later chart uses a step both have.
+    chosen = [runs["completed"], runs["diverged"]]
+    common = set(store.layer_steps(chosen[0], "component", "grad_norm")) & set(
+        store.layer_steps(chosen[1], "component", "grad_norm")
+    )
+    at = _page("compare")
+    at.session_state["compare_ids"] = chosen
+    at.run()
+    assert not at.exception
+    grads = {t: f for t, f in _charts(at).items() if t.startswith("Gradient norm by layer")}
+    assert len(grads) == 2, list(grads)
+    for frames in grads.values():
+        data = pd.concat(frames)
+        assert set(data["component"]) == {"block"}  # the default component only
+        assert set(data["run_id"]) == set(chosen)
+        assert data["step"].nunique() == 1
+    steps = sorted(int(pd.concat(f)["step"].iloc[0]) for f in grads.values())
+    assert steps == [0, max(common)]

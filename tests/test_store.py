@@ -291,6 +291,11 @@ def test_layer_stats_round_trip_and_filters(store):
     assert store.layer_stats(run_id, kind="head")["component"].tolist() == ["0"]
     assert store.layer_steps(run_id) == [0, 10]
     assert store.layer_steps(run_id, kind="tap") == [0]
+    assert store.layer_steps(run_id, kind="tap", stat="grad_norm") == []
+    store.log_layer_stats(run_id, [(20, 0, "component", "attn", "param_norm", 1.0)])
+    store.flush()
+    assert store.layer_steps(run_id, "component", "param_norm") == [0, 10, 20]
+    assert store.layer_steps(run_id, "component", "grad_norm") == [0, 10]
 
 
 def test_histograms_round_trip_one_row_per_bin(store):
