@@ -156,7 +156,7 @@ class TrainConfig:
     eval_interval: int = 100
     eval_iters: int = 20  # validation batches per evaluation
     probe_interval: int = 50  # steps between gradient / activation / update probes (and step 0)
-    sample_interval: int = 200  # steps between generated samples and attention maps
+    sample_interval: int = 500  # steps between generated samples and attention maps
     compile: bool = False  # torch.compile the model (worth it on a GPU, not on a laptop CPU)
 
     def validate(self) -> TrainConfig:
