@@ -264,13 +264,17 @@ def active(store: RunStore) -> list[ActiveRun]:
     for row in runs.itertuples(index=False):
         step = 0 if pd.isna(row.step) else int(row.step)
         max_steps = 0 if pd.isna(row.max_steps) else int(row.max_steps)
-        eta = _eta(store, int(row.id), step, max_steps) if row.status == "running" else None
+        eta = eta_s(store, int(row.id), step, max_steps) if row.status == "running" else None
         out.append(ActiveRun(int(row.id), row.name, row.status, step, max_steps, eta))
     return out
 
 
-def _eta(store: RunStore, run_id: int, step: int, max_steps: int) -> float | None:
-    """Seconds left: the median recent step time, else the rate since the run started."""
+def eta_s(store: RunStore, run_id: int, step: int, max_steps: int) -> float | None:
+    """Seconds left: the median recent step time, else the rate since the run started.
+
+    Every page shows this one estimate. Recent steps rather than the pace since `started`,
+    which a resumed run resets while its step count starts from the checkpoint.
+    """
     # Step 0 is left out: it pays for start-up and compilation. The median shrugs off the
     # odd slow step (an evaluation, a checkpoint) that would swing a mean.
     times = store.scalars(

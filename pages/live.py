@@ -9,7 +9,6 @@ rows logged since the last refresh instead of being read whole every time.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -104,20 +103,12 @@ def _throughput(scalars: pd.DataFrame, window: int = 50) -> float | None:
     """Median tokens/s of the last `window` logged steps.
 
     The median, because the steps that also evaluate or probe are many times slower and
-    would make a mean jump; the ETA, which must include them, uses the wall clock instead.
+    would make a mean jump.
     """
     rows = scalars[scalars["name"] == "train/tokens_per_sec"].sort_values("step")
     values = rows["value"].to_numpy(dtype=float)
     finite = values[np.isfinite(values)][-window:]
     return float(np.median(finite)) if finite.size else None
-
-
-def _eta_s(run: dict[str, Any]) -> float | None:
-    """Seconds left at the run's average wall-clock pace so far (evaluation included)."""
-    step, max_steps, started = run.get("step"), run.get("max_steps"), run.get("started")
-    if not step or not max_steps or not started:
-        return None
-    return (time.time() - started) / step * max(int(max_steps) - int(step), 0)
 
 
 def _n_layer(run: dict[str, Any]) -> int:
@@ -168,7 +159,8 @@ def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None
         help="Median training throughput of the last 50 logged steps",
     )
     if status in ACTIVE_STATUSES:
-        cols[2].metric("ETA", ui.format_duration(_eta_s(run)))
+        eta = runner.eta_s(store, run_id, int(step), int(max_steps)) if step and max_steps else None
+        cols[2].metric("ETA", ui.format_duration(eta), help="At the pace of the recent steps")
     else:
         started, ended = run.get("started"), run.get("ended")
         elapsed = ended - started if started and ended else None

@@ -292,3 +292,19 @@ def test_compare_gradient_by_layer_draws_step_zero_and_the_latest_common_step(
         assert data["step"].nunique() == 1
     steps = sorted(int(pd.concat(f)["step"].iloc[0]) for f in grads.values())
     assert steps == [0, max(common)]
+
+
+def test_live_eta_is_the_same_estimate_the_train_page_shows(
+    store: RunStore, runs: dict[str, int]
+) -> None:
+    from blockviz import runner, ui
+
+    run_id = runs["running"]
+    at = _page("live")
+    at.session_state["run_id"] = run_id
+    at.run()
+    assert not at.exception
+    (eta,) = [m.value for m in at.metric if m.label == "ETA"]
+    (active,) = [r for r in runner.active(store) if r.id == run_id]
+    assert active.eta_s is not None
+    assert eta == ui.format_duration(active.eta_s)
