@@ -38,6 +38,7 @@ SHAKESPEARE_URL = (
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 SHAKESPEARE_BYTES = 1_115_394  # plain ASCII, so also the number of characters
 SHAKESPEARE_FILE = "tinyshakespeare.txt"
+SHAKESPEARE_VOCAB_SIZE = 65  # distinct characters of the file the SHA-256 pins
 
 OPS = ("max", "min", "first", "last", "sum")
 
@@ -201,6 +202,11 @@ def _pycode() -> Corpus:
     version = ".".join(map(str, sys.version_info[:3]))
     source = f"{len(chunks)} standard-library files of Python {version} at {root}"
     return Corpus("pycode", source, "".join(chunks))
+
+
+def shakespeare_cached() -> bool:
+    """Whether Tiny Shakespeare is in the cache already (loading it needs no network)."""
+    return (cache_dir() / SHAKESPEARE_FILE).is_file()
 
 
 def _shakespeare(progress: Progress | None) -> Corpus:

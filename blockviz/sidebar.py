@@ -17,7 +17,7 @@ from typing import Any
 import streamlit as st
 
 from blockviz import config, corpora, params
-from blockviz.config import ConfigError, RunConfig
+from blockviz.config import ConfigError, DataConfig, ModelConfig, RunConfig
 from blockviz.store import sanitize_name
 from blockviz.ui import run_via_app, store_path
 
@@ -286,6 +286,7 @@ MAX_NAME_TOKENS = 5
 def suggest_name(preset_name: str, run_config: RunConfig) -> str:
     """A run name from what differs from the preset, e.g. 'post-ln-relu-6L'."""
     changed = config.diff(config.preset(preset_name), run_config)
+    changed.pop("vocab_size", None)  # follows the dataset, which names itself
     # Sidebar order: the architecture choices a name is mostly about come first.
     order = {name: index for index, name in enumerate(_SPECS)}
     tokens = []
@@ -402,6 +403,29 @@ def _build(values: dict[str, dict[str, Any]]) -> tuple[RunConfig | None, ConfigE
         return None, exc
 
 
+def _builtin_vocab_size(data: dict[str, Any]) -> int:
+    """The vocabulary a run on this built-in dataset will have, so the counts shown match.
+
+    Reads the corpus (milliseconds; cached). Tiny Shakespeare's is known without its
+    download; a dataset that cannot be read keeps the default, and Launch says why.
+    """
+    keys = ("dataset", "ops_examples", "ops_min_args", "ops_max_args", "ops_seed")
+    return _vocab_size_of(*(data.get(key) for key in keys))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _vocab_size_of(dataset: Any, *ops_settings: Any) -> int:
+    default = ModelConfig().vocab_size
+    if dataset == "shakespeare" and not corpora.shakespeare_cached():
+        return corpora.SHAKESPEARE_VOCAB_SIZE
+    try:
+        names = ("ops_examples", "ops_min_args", "ops_max_args", "ops_seed")
+        data = DataConfig(dataset=str(dataset), **dict(zip(names, ops_settings, strict=True)))
+        return len(set(corpora.load_corpus(data.validate()).text)) or default
+    except (corpora.DataError, ConfigError, OSError, TypeError, ValueError):
+        return default
+
+
 def _with_dataset(
     values: dict[str, dict[str, Any]], dataset_choice: str, upload: UploadInfo | None
 ) -> tuple[RunConfig | None, ConfigError | None, str | None]:
@@ -410,6 +434,7 @@ def _with_dataset(
     values = {section: dict(part) for section, part in values.items()}
     if dataset_choice != UPLOAD_CHOICE:
         values["data"]["dataset"] = dataset_choice
+        values["model"]["vocab_size"] = _builtin_vocab_size(values["data"])
     elif upload is None:
         values["data"]["dataset"] = UPLOAD_CHOICE  # a stand-in so the other fields validate
         data_error = "dataset: no text uploaded yet; upload a UTF-8 text file or pick a corpus"
@@ -440,6 +465,7 @@ def _described(
         described["data"]["dataset"] = upload.name  # only the name suggestion reads it
     elif dataset_choice != UPLOAD_CHOICE:
         described["data"]["dataset"] = dataset_choice
+        described["model"]["vocab_size"] = _builtin_vocab_size(described["data"])
     try:
         return RunConfig.from_dict(described)
     except ConfigError:

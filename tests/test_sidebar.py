@@ -60,6 +60,7 @@ def test_every_config_field_has_a_widget() -> None:
         ({"norm_position": "post", "activation": "relu", "n_layer": 6}, "post-ln-relu-6L"),
         ({"residual": False, "lr": 3e-4}, "no-resid-lr0.0003"),
         ({"attention": False, "dataset": "/data/My Notes.txt"}, "no-attn-My Notes"),
+        ({"vocab_size": 97, "dataset": "pycode"}, "pycode"),  # the vocabulary follows the data
     ],
 )
 def test_suggested_name_lists_what_differs(overrides: dict, expected: str) -> None:
@@ -102,15 +103,33 @@ def test_accepted_upload_is_saved_under_its_hash_not_its_name() -> None:
 # ------------------------------------------------------------------ the rendered sidebar
 
 
+def dataset_vocab(dataset: str) -> int:
+    return len(set(corpora.load_corpus(config.DataConfig(dataset=dataset)).text))
+
+
 def test_parameter_total_follows_the_widgets(app: AppTest) -> None:
     assert not app.exception
-    default = config.preset(sidebar.DEFAULT_PRESET).model
+    # The count is for the vocabulary the run will have: the chosen dataset's.
+    default = dataclasses.replace(
+        config.preset(sidebar.DEFAULT_PRESET).model, vocab_size=dataset_vocab("pydocs")
+    )
+    assert default.vocab_size != config.ModelConfig().vocab_size  # pydocs has more than 65
     assert metric_total(app) == params.param_breakdown(default).total
     app.number_input(key="cfg.n_layer").set_value(7).run()
     assert (
         metric_total(app) == params.param_breakdown(dataclasses.replace(default, n_layer=7)).total
     )
     assert not launch_disabled(app)
+
+
+@pytest.mark.parametrize("dataset", ["ops", "pycode"])
+def test_parameter_total_uses_the_chosen_datasets_vocabulary(app: AppTest, dataset: str) -> None:
+    app.selectbox(key="cfg.dataset").set_value(dataset).run()
+    model = dataclasses.replace(
+        config.preset(sidebar.DEFAULT_PRESET).model, vocab_size=dataset_vocab(dataset)
+    )
+    assert metric_total(app) == params.param_breakdown(model).total
+    assert app.text_input(key=sidebar.NAME_KEY).value == dataset  # no "vocab_size..." token
 
 
 def test_invalid_combination_names_the_field_and_disables_launch(app: AppTest) -> None:
