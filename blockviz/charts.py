@@ -46,7 +46,7 @@ LAYER_AXIS_TITLE = "layer (−1 = embeddings, last = final norm + head)"
 DIVERGED_COLOR = "#d62728"
 LAYER_SCHEME = "viridis"  # sequential: depth reads as a gradient from first to last layer
 WIDTH, HEIGHT = 600, 280  # pages stretch to the container; exports use this size
-SMALL_WIDTH, SMALL_HEIGHT = 190, 120  # one panel of small multiples
+SMALL_WIDTH, SMALL_HEIGHT = 150, 120  # one panel of small multiples; 4 across fit a laptop
 NO_DATA = "no data yet"
 HEALTHY_UPDATE_RATIO = 1e-3  # Karpathy's rule of thumb for ‖Δθ‖/‖θ‖ per step
 

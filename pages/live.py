@@ -39,7 +39,7 @@ STATUS_COLORS = {
 PREFERENCES: dict[str, Any] = {
     "live.smoothing": 0.6,
     "live.log_scale": False,
-    "live.metric": "train/tokens_per_sec",
+    "live.metric": "train/grad_norm",  # spikes in it come before a divergence
     "live.grad.component": "block",
     "live.grad.stat": "grad_norm",
     "live.act.stat": "rms",
@@ -242,7 +242,8 @@ def _loss_tab(run: dict[str, Any], scalars: pd.DataFrame) -> None:
     name = str(run["name"])
     others = [n for n in sorted(set(scalars["name"])) if n not in ("train/loss", "train/lr")]
     if others and st.session_state.get("live.metric") not in others:
-        st.session_state["live.metric"] = others[0]
+        preferred = [n for n in ("train/grad_norm", "val/bpc") if n in others]
+        st.session_state["live.metric"] = (preferred or others)[0]
     controls = st.columns([3, 1, 2], vertical_alignment="bottom", gap="large")
     smoothing = controls[0].slider(
         "Smoothing (EMA, as in TensorBoard)", 0.0, 0.99, step=0.01, key="live.smoothing"

@@ -1,0 +1,168 @@
+"""Take the README screenshots from the real app, the way a user gets there.
+
+    .venv/bin/python docs/screenshots/take.py [--steps 2000] [--out docs/screenshots]
+
+Serves app.py on a free local port with a fresh store in a temporary workspace, then
+drives Debian's chromium (/usr/bin/chromium) with Playwright through issue 5's "done when":
+a Pre-LN run launched from the sidebar, Norm position flipped to post, a second launch,
+both watched on Live, then compared. Writes train.png, live.png and compare.png. Needs
+no network; takes a few minutes on a 2-core CPU (the two runs take turns there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+CHROMIUM = "/usr/bin/chromium"
+VIEWPORT = {"width": 1440, "height": 1000}
+TRAIN_HEIGHT = 1500  # down to the runs in progress
+COMPARE_HEIGHT = 2100  # down to the config diff
+
+
+def _active_runs() -> int:
+    """Runs of this script's store still queued or running."""
+    from blockviz.store import ACTIVE_STATUSES, RunStore
+
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        return int(store.runs_frame()["status"].isin(ACTIVE_STATUSES).sum())
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_healthy(port: int, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://localhost:{port}/_stcore/health", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise SystemExit(f"the app did not answer on port {port} within {timeout_s:.0f} s")
+
+
+def _scroll_to_top(page) -> None:
+    """Blur the last field typed in and scroll the sidebar back up (typing scrolled it)."""
+    page.keyboard.press("Tab")
+    page.evaluate(
+        "document.querySelectorAll('[data-testid=stSidebarContent], [data-testid=stMain]')"
+        ".forEach(e => e.scrollTop = 0)"
+    )
+
+
+def _set_number(sidebar, label: str, value: int) -> None:
+    box = sidebar.get_by_role("spinbutton", name=label)
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def _shoot(page, url: str, out: Path, steps: int, all_tabs: bool) -> None:
+    from playwright.sync_api import expect
+
+    page.goto(url)
+    sidebar = page.get_by_test_id("stSidebar")
+    main = page.get_by_test_id("stMain")
+    nav = sidebar.get_by_test_id("stSidebarNav")
+
+    # A Pre-LN run of a smaller baby-cpu: 4 layers, d_model 64.
+    _set_number(sidebar, "Width (d_model)", 64)
+    sidebar.get_by_text("Training", exact=True).click()
+    _set_number(sidebar, "Steps (max_steps)", steps)
+    sidebar.get_by_role("textbox", name="Run name").fill("pre-ln")
+    sidebar.get_by_role("textbox", name="Run name").press("Enter")
+    main.locator(".st-key-launch button").click()
+    expect(main.get_by_text("Launched run #1")).to_be_visible()
+
+    # The same with the norms after the residual adds.
+    sidebar.get_by_role("combobox", name="Norm position").click()
+    page.get_by_role("option", name="post", exact=True).click()
+    sidebar.get_by_role("textbox", name="Run name").fill("post-ln")
+    sidebar.get_by_role("textbox", name="Run name").press("Enter")
+    main.locator(".st-key-launch button").click()
+    expect(main.get_by_text("Launched run #2")).to_be_visible()
+    page.wait_for_timeout(8000)  # run #1 under way: progress bar and ETA
+    _scroll_to_top(page)
+    page.set_viewport_size({"width": VIEWPORT["width"], "height": TRAIN_HEIGHT})
+    page.wait_for_timeout(2000)
+    page.screenshot(path=out / "train.png")
+    page.set_viewport_size(VIEWPORT)
+
+    nav.get_by_text("Live", exact=True).click()
+    page.get_by_role("combobox", name="Run").first.click()
+    page.get_by_role("option", name="#1 pre-ln", exact=False).click()
+    expect(main.get_by_test_id("stVegaLiteChart").first).to_be_visible(timeout=60_000)
+    page.wait_for_timeout(6000)
+    page.screenshot(path=out / "live.png")
+    if all_tabs:  # for reviewing the other tabs; the README shows the first
+        page.set_viewport_size({"width": VIEWPORT["width"], "height": COMPARE_HEIGHT})
+        for tab in ("Gradients", "Activations", "Updates", "Attention", "Samples"):
+            main.get_by_role("tab", name=tab).click()
+            page.wait_for_timeout(4000)
+            page.screenshot(path=out / f"live-{tab.lower()}.png")
+        main.get_by_role("tab", name="Loss").click()
+        page.set_viewport_size(VIEWPORT)
+
+    # Both finished (on a small machine they take turns), then Compare.
+    deadline = time.monotonic() + 900
+    while _active_runs() and time.monotonic() < deadline:
+        page.wait_for_timeout(2000)
+    nav.get_by_text("Compare", exact=True).click()
+    expect(main.get_by_text("Final metrics", exact=True)).to_be_visible()
+    # Streamlit scrolls inside its own container, so a full-page shot needs a tall window.
+    page.set_viewport_size({"width": VIEWPORT["width"], "height": COMPARE_HEIGHT})
+    page.wait_for_timeout(5000)
+    page.screenshot(path=out / "compare.png")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve the app on a fresh store and take the three screenshots."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    parser.add_argument(
+        "--all-tabs", action="store_true", help="also shoot every Live tab (live-<tab>.png)"
+    )
+    args = parser.parse_args(argv)
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["BLOCKVIZ_STORE"] = str(Path(tmp) / "runs" / "blockviz.db")
+        env = dict(os.environ)
+        port = _free_port()
+        command = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)]
+        server = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            _wait_healthy(port)
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(
+                    executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+                )
+                page = browser.new_page(viewport=VIEWPORT)
+                page.set_default_timeout(60_000)
+                _shoot(page, f"http://localhost:{port}", args.out, args.steps, args.all_tabs)
+                browser.close()
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+            # The runs outlive the app (as they should); they finished before Compare.
+    print(f"wrote {', '.join(str(args.out / n) for n in ('train.png', 'live.png', 'compare.png'))}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
