@@ -430,8 +430,12 @@ class RunStore:
         readonly: bool = False,
         flush_rows: int = 5000,
         flush_seconds: float | None = 2.0,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
     ) -> None:
         self.path = Path(path).expanduser() if path is not None else default_store_path()
+        # How long a statement waits for another process's lock before giving up: long for
+        # training writers, short for a page that should say so rather than hang.
+        self.busy_timeout_s = busy_timeout_s
         self.path = self.path.absolute()
         self.readonly = readonly
         self.flush_rows = flush_rows
@@ -475,7 +479,7 @@ class RunStore:
             conn = sqlite3.connect(
                 target,
                 uri=uri,
-                timeout=BUSY_TIMEOUT_S,
+                timeout=self.busy_timeout_s,
                 isolation_level=None,  # we issue BEGIN/COMMIT ourselves
                 check_same_thread=False,  # Streamlit reads from several threads; _lock serialises
             )
@@ -497,7 +501,7 @@ class RunStore:
 
     def _configure(self, conn: sqlite3.Connection) -> None:
         """Pragmas: WAL so readers never block the writer, a busy timeout, FKs."""
-        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
         if not self.readonly:
             conn.execute("PRAGMA journal_mode = WAL")
             # NORMAL is durable across application crashes in WAL mode; only a power cut
@@ -560,7 +564,7 @@ class RunStore:
         if "locked" in text or "busy" in text:
             return StoreError(
                 f"the run store {self.path} stayed locked by another process for "
-                f"{BUSY_TIMEOUT_S:.0f} s; try again"
+                f"{self.busy_timeout_s:g} s; try again"
             )
         if "readonly" in text or "read-only" in text:
             return StoreError(f"the run store {self.path} is read-only here ({text})")

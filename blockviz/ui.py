@@ -21,13 +21,14 @@ from blockviz.store import ACTIVE_STATUSES, RunStore, StoreError, default_store_
 
 LIVE_PAGE = "pages/live.py"
 RUN_KEY = "run_id"  # session_state key of the run the Live page shows
+PAGE_BUSY_TIMEOUT_S = 5.0  # a locked store: the page says so after this, never hangs
 COMPARE_KEY = "compare_ids"  # session_state key of the runs the Compare page overlays
 
 
 @st.cache_resource(show_spinner=False)
 def _open_store(path: str) -> RunStore:
     # One connection per store file for the whole server; RunStore serialises threads.
-    return RunStore(path)
+    return RunStore(path, busy_timeout_s=PAGE_BUSY_TIMEOUT_S)
 
 
 _rerouted = False  # whether run_via_app has rerun a page run already (once per process)
@@ -80,10 +81,11 @@ def store_or_stop() -> RunStore:
     try:
         return _open_store(str(path))
     except (StoreError, OSError) as exc:
-        st.error(
-            f"Cannot open the run store at `{path}`: {exc}. Set `BLOCKVIZ_STORE` to a "
-            "writable file path and restart the app."
-        )
+        if "locked" in str(exc):
+            advice = "Reload the page to try again."
+        else:
+            advice = "Set `BLOCKVIZ_STORE` to a writable file path and restart the app."
+        st.error(f"Cannot open the run store at `{path}`: {exc}. {advice}")
         st.stop()
         raise  # unreachable: st.stop() raises; keeps type checkers honest
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import time
@@ -204,6 +205,30 @@ def test_unopenable_store_is_a_message_not_a_traceback(
         assert not at.exception, page
         if page != "pages/parameters.py":  # needs no store
             assert str(folder) in texts(at, "error"), page
+
+
+def test_locked_store_is_a_message_after_a_short_wait_not_a_hang(
+    store: RunStore, populated: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ui, "PAGE_BUSY_TIMEOUT_S", 0.5)
+    store.close()  # another process takes the lock below; nothing of ours may hold the file
+    ui._open_store.clear()
+    locker = sqlite3.connect(default_store_path(), isolation_level=None)
+    try:
+        locker.execute("PRAGMA locking_mode = EXCLUSIVE")
+        locker.execute("BEGIN EXCLUSIVE")
+        started = time.monotonic()
+        at = open_page("pages/runs.py")
+        assert not at.exception
+        assert "locked" in texts(at, "error") and "Reload the page" in texts(at, "error")
+        assert time.monotonic() - started < TIMEOUT
+    finally:
+        locker.close()
+        ui._open_store.clear()
+    # Unlocked again: the same page reads the runs.
+    at = open_page("pages/runs.py")
+    assert not at.exception and "locked" not in texts(at, "error")
+    assert len(at.dataframe[0].value) == len(populated)
 
 
 @pytest.mark.slow
