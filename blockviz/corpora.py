@@ -505,7 +505,7 @@ def fingerprint(corpus: Corpus, vocab: CharVocab, n_train: int, n_val: int) -> d
 # ---------------------------------------------------------------- `python -m blockviz data`
 
 
-class _DownloadProgress:
+class DownloadProgress:
     """Percentages on stderr while a download runs; silent when nothing is downloaded."""
 
     def __init__(self) -> None:
@@ -541,7 +541,7 @@ def cli_main(args: argparse.Namespace) -> int:
         raise DataError(f"--sample_chars: {args.sample_chars} is not allowed; must be >= 0")
     if args.block_size is not None and args.block_size < 1:
         raise DataError(f"--block_size: {args.block_size} is not allowed; must be >= 1")
-    progress = _DownloadProgress()
+    progress = DownloadProgress()
     try:
         corpus = load_corpus(data_cfg, progress)
     finally:

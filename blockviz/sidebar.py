@@ -406,8 +406,8 @@ def _build(values: dict[str, dict[str, Any]]) -> tuple[RunConfig | None, ConfigE
 def _builtin_vocab_size(data: dict[str, Any]) -> int:
     """The vocabulary a run on this built-in dataset will have, so the counts shown match.
 
-    Reads the corpus (milliseconds; cached). Tiny Shakespeare's is known without its
-    download; a dataset that cannot be read keeps the default, and Launch says why.
+    Reads the corpus (milliseconds; cached). Tiny Shakespeare's is known without reading
+    or downloading it; a dataset that cannot be read keeps the default, and Launch says why.
     """
     keys = ("dataset", "ops_examples", "ops_min_args", "ops_max_args", "ops_seed")
     return _vocab_size_of(*(data.get(key) for key in keys))
@@ -416,7 +416,7 @@ def _builtin_vocab_size(data: dict[str, Any]) -> int:
 @st.cache_data(show_spinner=False, max_entries=32)
 def _vocab_size_of(dataset: Any, *ops_settings: Any) -> int:
     default = ModelConfig().vocab_size
-    if dataset == "shakespeare" and not corpora.shakespeare_cached():
+    if dataset == "shakespeare":  # its SHA-256 pins the text; never download from a page
         return corpora.SHAKESPEARE_VOCAB_SIZE
     try:
         names = ("ops_examples", "ops_min_args", "ops_max_args", "ops_seed")

@@ -338,11 +338,21 @@ def _global_rank_from_env() -> int:
 
 
 def _datamodule(config: cfg.RunConfig) -> Any:
+    from blockviz import corpora
     from blockviz.data import CharDataModule
 
+    corpus = None
+    if config.data.dataset == "shakespeare" and not corpora.shakespeare_cached():
+        # The first use downloads 1.1 MB: show it (in the terminal, or the run's log).
+        progress = corpora.DownloadProgress()
+        try:
+            corpus = corpora.load_corpus(config.data, progress)
+        finally:
+            progress.finish()
     train = config.train
     datamodule = CharDataModule(
         config.data,
+        corpus=corpus,
         block_size=config.model.block_size,
         batch_size=train.batch_size,
         seed=train.seed,

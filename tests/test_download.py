@@ -215,3 +215,20 @@ def test_shakespeare_downloads_once_then_loads_from_the_cache(
     assert len(corpus.text) == 1_115_394
     assert CharVocab.from_text(corpus.text).size == 65
     assert _cache_files() == [SHAKESPEARE_FILE]
+
+
+@pytest.mark.skipif(
+    not SHARED_SHAKESPEARE.is_file(), reason=f"{SHARED_SHAKESPEARE} is not on this machine"
+)
+def test_a_training_run_shows_the_first_download(
+    server: LocalServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.routes["/input.txt"] = (200, SHARED_SHAKESPEARE.read_bytes(), None)
+    monkeypatch.setenv("BLOCKVIZ_SHAKESPEARE_URL", server.url("/input.txt"))
+    flags = ["--preset", "tiny", "--max_steps", "2", "--warmup_steps", "1"]
+    flags += ["--accelerator", "cpu", "--no_progress"]
+    assert cli.main(["train", "--dataset", "shakespeare", *flags]) == 0
+    assert "downloading: 100%" in capsys.readouterr().err
+    assert cli.main(["train", "--dataset", "shakespeare", *flags]) == 0
+    assert "downloading" not in capsys.readouterr().err  # the second run reads the cache
+    assert len(server.requests) == 1
