@@ -571,10 +571,13 @@ def _register_and_fit(
         "max_steps": config.train.max_steps,
         "dataset": datamodule.fingerprint,
     }
+    earlier_s = 0.0  # training time of the sessions before this one (resume)
     if plan.run_id is None:
         run_id = store.create_run(plan.name, lifecycle_fields.pop("config"), **lifecycle_fields)
     else:
         run_id = plan.run_id
+        if plan.checkpoint is not None:  # a resumed run's time so far counts on
+            earlier_s = float((store.get_run(run_id).get("final") or {}).get("time_s") or 0.0)
         store.update_run(
             run_id, ended=None, error=None, final=None, diverged_step=None, **lifecycle_fields
         )
@@ -596,7 +599,8 @@ def _register_and_fit(
             store.update_run(run_id, status="stopped", ended=time.time())
             print(f"blockviz: run {run_id} ({name}) stopped while queued", flush=True)
             return EXIT_OK
-        started = time.time()
+        # Backdated by the earlier sessions' time, so started..ended spans all the training.
+        started = time.time() - earlier_s
 
         def on_ready(trainer: Any, lit: Any) -> None:
             store.update_run(
@@ -619,6 +623,7 @@ def _register_and_fit(
             _record_failure(store, run_id, name, exc)
             raise
         final = _final_metrics(lit, outcome)
+        final["time_s"] = round(float(final["time_s"] or 0.0) + earlier_s, 3)
         store.update_run(
             run_id,
             status=outcome.status,

@@ -213,6 +213,9 @@ def test_sigterm_stops_with_a_checkpoint_and_resume_continues_from_it(tmp_path, 
         run = store.get_run(1)
         stopped_at = run["step"]
         assert run["status"] == "stopped" and stopped_at >= 5
+        assert run["final"]["time_s"] > 0
+        # Pretend the first session trained for 1000 s: the resumed run must count it.
+        store.update_run(1, final={**run["final"], "time_s": 1000.0})
         assert f"stopped at step {stopped_at}" in out
         checkpoint = store.run_dir(1) / "checkpoints" / "last.ckpt"
         assert torch.load(checkpoint, weights_only=True)["global_step"] == stopped_at
@@ -232,6 +235,9 @@ def test_sigterm_stops_with_a_checkpoint_and_resume_continues_from_it(tmp_path, 
         assert run["status"] == "completed" and run["step"] == target
         steps = sorted(store.scalars(1, names="train/loss").step)
         assert steps == list(range(target))  # continued, not restarted or duplicated
+        # Time adds up over both sessions; started..ended spans them (the pause left out).
+        assert 1000.0 < run["final"]["time_s"] < 1000.0 + 300
+        assert run["ended"] - run["started"] >= 1000.0
 
 
 def test_kill_9_is_seen_as_failed(tmp_path, corpus):
