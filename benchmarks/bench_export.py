@@ -12,29 +12,15 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_store import timed  # (median ms, best ms, CPU ms, len(result))
 from blockviz import charts, export, synthetic
 from blockviz.store import RunStore
-
-
-def timed(work: Callable[[], object], repeats: int) -> tuple[float, float, int]:
-    """Median wall and CPU seconds of `work`, and the size of its result."""
-    wall, cpu, size = [], [], 0
-    for _ in range(repeats):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        result = work()
-        wall.append(time.perf_counter() - start)
-        cpu.append(time.process_time() - start_cpu)
-        size = len(result)  # type: ignore[arg-type]
-    return statistics.median(wall), statistics.median(cpu), size
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print()
     print(f"{'export':<24} {'wall s':>7} {'cpu s':>7} {'bytes':>11}")
-    for label, wall, cpu, size in rows:
-        print(f"{label:<24} {wall:>7.3f} {cpu:>7.3f} {size:>11,}")
+    for label, wall_ms, _, cpu_ms, size in rows:
+        print(f"{label:<24} {wall_ms / 1000:>7.3f} {cpu_ms / 1000:>7.3f} {size:>11,}")
     return 0
 
 

@@ -204,11 +204,6 @@ def _pycode() -> Corpus:
     return Corpus("pycode", source, "".join(chunks))
 
 
-def shakespeare_cached() -> bool:
-    """Whether Tiny Shakespeare is in the cache already (loading it needs no network)."""
-    return (cache_dir() / SHAKESPEARE_FILE).is_file()
-
-
 def _shakespeare(progress: Progress | None) -> Corpus:
     url = os.environ.get("BLOCKVIZ_SHAKESPEARE_URL") or SHAKESPEARE_URL
     path = download(

@@ -26,6 +26,7 @@ from blockviz.corpora import (
     CharVocab,
     Corpus,
     DataError,
+    Progress,
     cache_dir,
     check_split,
     check_text_bytes,
@@ -51,6 +52,7 @@ __all__ = [
     "CharVocab",
     "Corpus",
     "DataError",
+    "Progress",
     "answer_accuracy",
     "batch_from",
     "cache_dir",
@@ -138,6 +140,7 @@ class CharDataModule(L.LightningDataModule):
         seed: int = 1337,
         eval_iters: int = 20,
         corpus: Corpus | None = None,
+        progress: Progress | None = None,
     ) -> None:
         super().__init__()
         for name, value in (("block_size", block_size), ("batch_size", batch_size)):
@@ -151,6 +154,7 @@ class CharDataModule(L.LightningDataModule):
         self.seed = seed
         self.eval_iters = eval_iters
         self._given_corpus = corpus
+        self._progress = progress  # told how a first download goes (Tiny Shakespeare)
         self.corpus: Corpus | None = None
         self.vocab: CharVocab | None = None
         self.train_ids: torch.Tensor | None = None
@@ -161,13 +165,13 @@ class CharDataModule(L.LightningDataModule):
     def prepare_data(self) -> None:
         """Download once per node before the ranks set up (Lightning calls this on rank 0)."""
         if self._given_corpus is None and self.data_cfg.dataset == "shakespeare":
-            load_corpus(self.data_cfg)
+            load_corpus(self.data_cfg, self._progress)
 
     def setup(self, stage: str | None = None) -> None:
         """Load, build the vocabulary from the whole text, encode once and split (idempotent)."""
         if self.train_ids is not None:
             return
-        corpus = self._given_corpus or load_corpus(self.data_cfg)
+        corpus = self._given_corpus or load_corpus(self.data_cfg, self._progress)
         n_train, n_val = check_split(
             len(corpus.text), self.data_cfg.val_fraction, self.block_size, repr(corpus.name)
         )

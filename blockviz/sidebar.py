@@ -324,7 +324,8 @@ def accept_upload(data: bytes, display_name: str) -> UploadInfo:
         partial = folder / f".{digest[:16]}.{os.getpid()}.part"
         partial.write_text(text, encoding="utf-8")
         partial.replace(path)  # atomic: a concurrent reader never sees half a file
-    return UploadInfo(display_name, str(path), len(text), len(set(text)), digest)
+    vocab_size = corpora.CharVocab.from_text(text).size
+    return UploadInfo(display_name, str(path), len(text), vocab_size, digest)
 
 
 def _upload_widget() -> str | None:
@@ -403,27 +404,20 @@ def _build(values: dict[str, dict[str, Any]]) -> tuple[RunConfig | None, ConfigE
         return None, exc
 
 
+@st.cache_data(show_spinner=False, max_entries=32)
 def _builtin_vocab_size(data: dict[str, Any]) -> int:
     """The vocabulary a run on this built-in dataset will have, so the counts shown match.
 
     Reads the corpus (milliseconds; cached). Tiny Shakespeare's is known without reading
     or downloading it; a dataset that cannot be read keeps the default, and Launch says why.
     """
-    keys = ("dataset", "ops_examples", "ops_min_args", "ops_max_args", "ops_seed")
-    return _vocab_size_of(*(data.get(key) for key in keys))
-
-
-@st.cache_data(show_spinner=False, max_entries=32)
-def _vocab_size_of(dataset: Any, *ops_settings: Any) -> int:
-    default = ModelConfig().vocab_size
-    if dataset == "shakespeare":  # its SHA-256 pins the text; never download from a page
+    if data.get("dataset") == "shakespeare":  # its SHA-256 pins the text; never download here
         return corpora.SHAKESPEARE_VOCAB_SIZE
     try:
-        names = ("ops_examples", "ops_min_args", "ops_max_args", "ops_seed")
-        data = DataConfig(dataset=str(dataset), **dict(zip(names, ops_settings, strict=True)))
-        return len(set(corpora.load_corpus(data.validate()).text)) or default
+        text = corpora.load_corpus(DataConfig(**data).validate()).text
+        return corpora.CharVocab.from_text(text).size
     except (corpora.DataError, ConfigError, OSError, TypeError, ValueError):
-        return default
+        return ModelConfig().vocab_size
 
 
 def _with_dataset(

@@ -258,6 +258,10 @@ class StoreError(ValueError):
     """A problem with the run store a user can act on; the message says what and where."""
 
 
+class StoreLocked(StoreError):
+    """Another process held the store's lock for longer than the busy timeout."""
+
+
 def default_store_path() -> Path:
     """$BLOCKVIZ_STORE if set, else runs/blockviz.db relative to the working directory."""
     configured = os.environ.get("BLOCKVIZ_STORE", "").strip()
@@ -433,10 +437,10 @@ class RunStore:
         busy_timeout_s: float = BUSY_TIMEOUT_S,
     ) -> None:
         self.path = Path(path).expanduser() if path is not None else default_store_path()
+        self.path = self.path.absolute()
         # How long a statement waits for another process's lock before giving up: long for
         # training writers, short for a page that should say so rather than hang.
         self.busy_timeout_s = busy_timeout_s
-        self.path = self.path.absolute()
         self.readonly = readonly
         self.flush_rows = flush_rows
         # Also flush when the oldest buffered row is this old, so a live page sees a
@@ -562,7 +566,7 @@ class RunStore:
                 "give another --store path"
             )
         if "locked" in text or "busy" in text:
-            return StoreError(
+            return StoreLocked(
                 f"the run store {self.path} stayed locked by another process for "
                 f"{self.busy_timeout_s:g} s; try again"
             )

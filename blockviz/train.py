@@ -341,24 +341,22 @@ def _datamodule(config: cfg.RunConfig) -> Any:
     from blockviz import corpora
     from blockviz.data import CharDataModule
 
-    corpus = None
-    if config.data.dataset == "shakespeare" and not corpora.shakespeare_cached():
-        # The first use downloads 1.1 MB: show it (in the terminal, or the run's log).
-        progress = corpora.DownloadProgress()
-        try:
-            corpus = corpora.load_corpus(config.data, progress)
-        finally:
-            progress.finish()
+    # A first use of Tiny Shakespeare downloads 1.1 MB: the percentage goes to the terminal,
+    # or to the run's log when the dashboard launched it; nothing is printed otherwise.
+    progress = corpora.DownloadProgress()
     train = config.train
     datamodule = CharDataModule(
         config.data,
-        corpus=corpus,
         block_size=config.model.block_size,
         batch_size=train.batch_size,
         seed=train.seed,
         eval_iters=train.eval_iters,
+        progress=progress,
     )
-    datamodule.setup()
+    try:
+        datamodule.setup()
+    finally:
+        progress.finish()
     return datamodule
 
 

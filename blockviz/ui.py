@@ -17,7 +17,7 @@ import streamlit as st
 from blockviz import export
 from blockviz.config import ModelConfig
 from blockviz.params import Breakdown
-from blockviz.store import ACTIVE_STATUSES, RunStore, StoreError, default_store_path
+from blockviz.store import ACTIVE_STATUSES, RunStore, StoreError, StoreLocked, default_store_path
 
 LIVE_PAGE = "pages/live.py"
 RUN_KEY = "run_id"  # session_state key of the run the Live page shows
@@ -81,7 +81,7 @@ def store_or_stop() -> RunStore:
     try:
         return _open_store(str(path))
     except (StoreError, OSError) as exc:
-        if "locked" in str(exc):
+        if isinstance(exc, StoreLocked):
             advice = "Reload the page to try again."
         else:
             advice = "Set `BLOCKVIZ_STORE` to a writable file path and restart the app."

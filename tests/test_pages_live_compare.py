@@ -24,6 +24,13 @@ def _page(name: str) -> AppTest:
     return AppTest.from_file(str(PAGES / f"{name}.py"), default_timeout=60)
 
 
+def _live(run_id: int) -> AppTest:
+    """The Live page set to show `run_id` (not run yet)."""
+    at = _page("live")
+    at.session_state["run_id"] = run_id
+    return at
+
+
 def _charts(at: AppTest) -> dict[str, list[pd.DataFrame]]:
     """Chart title -> the data frames the page sent for it (decoded from Arrow)."""
     found: dict[str, list[pd.DataFrame]] = {}
@@ -76,8 +83,7 @@ def test_live_renders_every_tab_of_every_kind_of_run(
     store: RunStore, runs: dict[str, int], status: str
 ) -> None:
     run_id = runs[status]
-    at = _page("live")
-    at.session_state["run_id"] = run_id
+    at = _live(run_id)
     newest_sample = store.samples(run_id, limit=1)["text"].iloc[0]
     for tab in LIVE_TABS:
         at.session_state["live.tab"] = tab
@@ -98,9 +104,7 @@ def test_live_renders_every_tab_of_every_kind_of_run(
 def test_live_diverged_run_says_where_and_how(store: RunStore, runs: dict[str, int]) -> None:
     run_id = runs["diverged"]
     diverged_step = store.get_run(run_id)["diverged_step"]
-    at = _page("live")
-    at.session_state["run_id"] = run_id
-    at.run()
+    at = _live(run_id).run()
     assert not at.exception
     (message,) = [e.value for e in at.error]
     assert f"diverged at step {diverged_step}" in message
@@ -118,9 +122,7 @@ def test_live_failed_run_shows_its_error_and_log_tail(
     log = store.run_dir(run_id) / "train.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("step 1 loss 4.1\nTraceback (most recent call last):\nRuntimeError: boom\n")
-    at = _page("live")
-    at.session_state["run_id"] = run_id
-    at.run()
+    at = _live(run_id).run()
     assert not at.exception
     (message,) = [e.value for e in at.error]
     assert store.get_run(run_id)["error"] in message
@@ -135,9 +137,7 @@ def test_live_defaults_to_the_newest_run(runs: dict[str, int]) -> None:
 
 def test_live_run_deleted_while_open_gets_a_message(store: RunStore, runs: dict[str, int]) -> None:
     run_id = runs["completed"]
-    at = _page("live")
-    at.session_state["run_id"] = run_id
-    at.run()
+    at = _live(run_id).run()
     store.delete_run(run_id)
     at.run()
     assert not at.exception
@@ -149,9 +149,7 @@ def test_live_adds_rows_logged_since_the_last_refresh(
     store: RunStore, runs: dict[str, int]
 ) -> None:
     run_id = runs["running"]
-    at = _page("live")
-    at.session_state["run_id"] = run_id
-    at.run()
+    at = _live(run_id).run()
     last_step = int(store.scalars(run_id)["step"].max())
     new_steps = range(last_step + 1, last_step + 61)
     # One row at the newest step already drawn (a flush can land a step in parts), and 60
@@ -300,9 +298,7 @@ def test_live_eta_is_the_same_estimate_the_train_page_shows(
     from blockviz import runner, ui
 
     run_id = runs["running"]
-    at = _page("live")
-    at.session_state["run_id"] = run_id
-    at.run()
+    at = _live(run_id).run()
     assert not at.exception
     (eta,) = [m.value for m in at.metric if m.label == "ETA"]
     (active,) = [r for r in runner.active(store) if r.id == run_id]
