@@ -48,17 +48,20 @@ class TrainingDiverged(Exception):
         self.loss = loss
 
 
-def lr_at(step: int, train: TrainConfig) -> float:
+def lr_at(step: int, train: TrainConfig, horizon: int | None = None) -> float:
     """The learning rate used for optimizer update `step` (0-based).
 
     Linear warm-up from lr/warmup_steps to lr over the first warmup_steps updates, then
-    constant, or a cosine / linear decay that reaches min_lr at max_steps and stays there.
+    constant, or a cosine / linear decay that reaches min_lr at `horizon` (default
+    max_steps) and stays there. A run resumed with a larger max_steps keeps the horizon
+    it started with, so its schedule never jumps mid-run.
     """
     if step < train.warmup_steps:
         return train.lr * (step + 1) / train.warmup_steps
     if train.lr_schedule == "constant":
         return train.lr
-    decay_steps = max(1, train.max_steps - train.warmup_steps)
+    end = train.max_steps if horizon is None else horizon
+    decay_steps = max(1, end - train.warmup_steps)
     progress = min(1.0, (step - train.warmup_steps) / decay_steps)
     if train.lr_schedule == "cosine":
         return train.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (train.lr - train.min_lr)
@@ -102,10 +105,18 @@ class LitCharModel(L.LightningModule):
     plain, so the hyperparameters in a checkpoint load with `torch.load(weights_only=True)`.
     """
 
-    def __init__(self, run_config: dict[str, Any], vocab_json: str | None = None) -> None:
+    def __init__(
+        self,
+        run_config: dict[str, Any],
+        vocab_json: str | None = None,
+        schedule_steps: int | None = None,
+    ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.config = RunConfig.from_dict(run_config).validate()
+        # The step where the lr decay ends: max_steps, or what the run first had when a
+        # resume extends it (the checkpoint's hyperparameters carry it on).
+        self.schedule_steps = schedule_steps or self.config.train.max_steps
         self.model = CharTransformer(self.config.model)
         self.vocab = CharVocab.from_json(vocab_json) if vocab_json else None
         self.is_ops = self.config.data.dataset == "ops"
@@ -291,7 +302,7 @@ class LitCharModel(L.LightningModule):
         )
 
         def multiplier(step: int) -> float:
-            return lr_at(step, train) / train.lr
+            return lr_at(step, train, self.schedule_steps) / train.lr
 
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
         return {

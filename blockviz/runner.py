@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,9 +21,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from blockviz import procs
 from blockviz.config import RunConfig
 from blockviz.corpora import BUILTIN
-from blockviz.store import ACTIVE_STATUSES, RunStore, pid_alive
+from blockviz.store import ACTIVE_STATUSES, RunStore
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 LOG_NAME = "train.log"
@@ -36,7 +36,8 @@ STOP_WATCH_S = 0.5  # how long stop() waits to see whether the signal killed the
 ETA_WINDOW = 20  # recent train/step_time records the ETA averages over
 
 # Popen objects of the children this process started. Polling them reaps finished ones,
-# so a crashed run never lingers as a zombie that `pid_alive` would call alive.
+# so a crashed or killed run never lingers as a zombie (every page polls through
+# `active`, `stop` or `reap`).
 _children: dict[int, subprocess.Popen[bytes]] = {}
 
 
@@ -72,6 +73,17 @@ def _reap_children() -> None:
     for pid, proc in list(_children.items()):
         if proc.poll() is not None:
             del _children[pid]
+
+
+def reap(store: RunStore) -> list[int]:
+    """Collect this process's finished children, then mark runs whose process died failed.
+
+    Every page that lists or shows runs calls this (or `active`) on each refresh, so a
+    run killed with kill -9 reads `failed` everywhere within 35 s (a 30 s stale heartbeat
+    plus the refresh).
+    """
+    _reap_children()
+    return store.reap_dead()
 
 
 @functools.cache
@@ -171,7 +183,8 @@ def launch(
         store.update_run(run_id, status="failed", ended=time.time(), error=message)
         raise LaunchError(message, run_id) from None
     _children[proc.pid] = proc
-    store.update_run(run_id, pid=proc.pid)
+    child = procs.identity_of(proc.pid)
+    store.update_run(run_id, pid=proc.pid, pid_started=child.started if child else None)
     _watch_startup(proc, store, run_id)
     return run_id
 
@@ -204,60 +217,70 @@ def _watch_startup(proc: subprocess.Popen[bytes], store: RunStore, run_id: int) 
     raise LaunchError(f"run {run_id} failed to start: {reason}", run_id, tail)
 
 
-def stop(store: RunStore, run_id: int) -> str:
-    """Ask a queued or running run to stop (SIGTERM); says what happened in a few words."""
+@dataclass(frozen=True)
+class StopOutcome:
+    """What a stop did, in a few words, and whether the run is (being) stopped."""
+
+    message: str
+    ok: bool = True
+
+
+def stop_run(store: RunStore, run_id: int) -> StopOutcome:
+    """Ask a queued or running run to stop: SIGTERM to the run's own process, never another.
+
+    The one stop behind the dashboard's Stop buttons and `blockviz stop`. The signal goes
+    only to the process whose pid AND start time the run recorded (`procs.signal_own`), so
+    a pid reused by an unrelated process is never hit. The run catches SIGTERM, finishes
+    its step, checkpoints and records `stopped` itself; one still starting (no handler
+    yet) dies, and the stop is recorded here. Without a live process of its own, a queued
+    run is marked `stopped` and a running one `failed` (it died without reporting).
+    """
     _reap_children()
     run = store.get_run(run_id)
-    if run["status"] not in ACTIVE_STATUSES:
-        return f"already {run['status']}"
-    pid = run["pid"]
+    status, pid, began = run["status"], run["pid"], run.get("pid_started")
+    if status not in ACTIVE_STATUSES:
+        return StopOutcome(f"already {status}")
     if pid == os.getpid():
         # Only a run recorded by this very process (demo data) lands here; never signal
         # ourselves, it would take the dashboard down.
-        return "not stopped: the run belongs to this process"
-    if _running(pid):
-        try:
-            # The train process catches SIGTERM, checkpoints and records 'stopped' itself;
-            # a queued one leaves its wait loop and does the same.
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        return StopOutcome("not stopped: the run belongs to this process", ok=False)
+    if procs.signal_own(pid, began):
+        deadline = time.monotonic() + STOP_WATCH_S
+        while time.monotonic() < deadline:
+            if store.get_run(run_id)["status"] not in ACTIVE_STATUSES:
+                return StopOutcome("stop requested")  # it recorded the stop itself
+            _reap_children()
+            if not procs.is_alive(pid, began):
+                break
+            time.sleep(0.05)
         else:
-            # Still importing torch or reading data, it has no handler yet and simply dies;
-            # then nobody else will record the stop.
-            deadline = time.monotonic() + STOP_WATCH_S
-            while time.monotonic() < deadline and _running(pid):
-                if store.get_run(run_id)["status"] not in ACTIVE_STATUSES:
-                    return "stop requested"  # it already recorded the stop itself
-                time.sleep(0.05)
-            if _running(pid) or store.get_run(run_id)["status"] not in ACTIVE_STATUSES:
-                return "stop requested"
+            return StopOutcome("stop requested")
+        if store.get_run(run_id)["status"] in ACTIVE_STATUSES:
             store.update_run(run_id, status="stopped", ended=time.time())
-            return "stopped"
-    # Nobody is left to record the stop: do it here.
-    store.update_run(run_id, status="stopped", ended=time.time())
-    return "marked stopped (its process was gone)"
+            return StopOutcome("stopped")
+        return StopOutcome("stop requested")
+    if status == "queued":
+        store.update_run(run_id, status="stopped", ended=time.time())
+        return StopOutcome("was queued; marked stopped")
+    # Running, but no process of its own is here: it died without reporting.
+    store.update_run(
+        run_id,
+        status="failed",
+        ended=time.time(),
+        error=f"process {pid} exited without reporting (killed or out of memory?)",
+    )
+    store.settle_step(run_id)
+    return StopOutcome(f"its process {pid} is gone; marked failed")
 
 
-def _running(pid: int | None) -> bool:
-    return pid_alive(pid) and not _is_zombie(pid)
-
-
-def _is_zombie(pid: int) -> bool:
-    """A child that exited but was not reaped still 'exists' for kill(pid, 0)."""
-    proc = _children.get(pid)
-    if proc is not None:
-        return proc.poll() is not None
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state == "Z"
+def stop(store: RunStore, run_id: int) -> str:
+    """`stop_run`'s message: what the pages show."""
+    return stop_run(store, run_id).message
 
 
 def active(store: RunStore) -> list[ActiveRun]:
     """Queued and running runs, oldest first, with step, max_steps and an ETA."""
-    _reap_children()
+    reap(store)
     runs = store.runs_frame()
     runs = runs[runs["status"].isin(ACTIVE_STATUSES)]
     out = []

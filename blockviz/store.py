@@ -4,11 +4,11 @@ Training processes write into it while the dashboard and the CLI read from it. T
 unix seconds; NaN is stored as NULL and read back as NaN, infinities are stored as they are,
 so a diverged run's last loss survives.
 
-Schema (version 1; `meta.schema_version` says which one a file holds):
+Schema (version 2; `meta.schema_version` says which one a file holds):
 
-    meta(key TEXT PRIMARY KEY, value TEXT)            schema_version
-    runs(id INTEGER PRIMARY KEY AUTOINCREMENT,        ids are never reused, so <workspace>/<id>
-         name TEXT UNIQUE NOT NULL,                   is a fresh folder for every run
+    meta(key TEXT PRIMARY KEY, value TEXT)            schema_version; legacy_run_dirs_upto
+    runs(id INTEGER PRIMARY KEY AUTOINCREMENT,        ids are never reused, so
+         name TEXT UNIQUE NOT NULL,                   <store>.runs/<id> is a fresh folder
          created, started, ended REAL,
          status TEXT,                                 queued | running | completed | diverged
                                                       | failed | stopped
@@ -16,21 +16,27 @@ Schema (version 1; `meta.schema_version` says which one a file holds):
                                                       final metrics
          device TEXT, precision TEXT, n_params INTEGER,
          pid INTEGER, heartbeat REAL, step INTEGER,   liveness: the writer's pid and last beat
-         max_steps INTEGER, diverged_step INTEGER, error TEXT)
+         max_steps INTEGER, diverged_step INTEGER, error TEXT,
+         pid_started REAL)                            the writer's start time (pid reuse)
     scalars(run_id, step, name, value)                PRIMARY KEY (run_id, name, step)
     layer_stats(run_id, step, layer, kind,            PRIMARY KEY (run_id, kind, stat, step,
                 component, stat, value)                            layer, component)
     histograms(run_id, step, layer, tap, lo, hi,      UNIQUE (run_id, layer, tap, step);
                counts)                                counts: JSON list of ints, equal bins
-    samples(run_id, step, prompt, text)               INDEX (run_id, step)
+    samples(run_id, step, prompt, text)               UNIQUE (run_id, step)
     attention(run_id, step, layer, head,              UNIQUE (run_id, step, layer, head);
               tokens, weights)                        JSON list of chars, JSON T x T
 
 scalars and layer_stats are WITHOUT ROWID tables clustered on their primary key, so a
 series is one contiguous range on disk. Writing a (run, series, step) again replaces the
 old value: a run resumed from a checkpoint overwrites the steps it repeats instead of
-drawing them twice. `layer` is -1 for the embeddings and n_layer for the final norm and
-LM head.
+drawing them twice (and `truncate_after` first drops what the killed process logged
+after its checkpoint). `layer` is -1 for the embeddings and n_layer for the final norm
+and LM head.
+
+Version 1 files (before run folders moved under `<store>.runs/` and before process start
+times) are upgraded in place when opened for writing: the column and the unique index are
+added, and the runs they already hold keep their old `<workspace>/<id>` folders.
 
 Writes are buffered and land in one transaction per flush (a busy timeout lets several
 runs share the file). Reads return tidy DataFrames with fixed columns and dtypes, even
@@ -43,8 +49,10 @@ benchmarks/bench_store.py).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import logging
 import math
 import operator
 import os
@@ -62,10 +70,21 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import numpy as np
 import pandas as pd
 
-SCHEMA_VERSION = 1
+from blockviz import procs
+
+SCHEMA_VERSION = 2
 DEFAULT_STORE = Path("runs") / "blockviz.db"
 BUSY_TIMEOUT_S = 30.0
 HEARTBEAT_WRITE_S = 1.0  # a run's heartbeat reaches the file at most this often
+STALE_AFTER_S = 30.0  # a run whose process is gone is failed once its beat is this old
+RUN_DIRS_SUFFIX = ".runs"  # <workspace>/<store file name>.runs/<id>: each store its own
+# A training writer (defer_when_busy) that finds the store locked keeps its rows in memory
+# and retries, waiting this long per try so training goes on meanwhile...
+DEFER_BUSY_TIMEOUT_S = 1.0
+# ...up to this many rows (about 40 MB of scalar and layer rows); past it the writer
+# waits for the lock, pausing training, rather than drop a row.
+MAX_DEFERRED_ROWS = 200_000
+SQLITE_HEADER = b"SQLite format 3\x00"
 
 STATUSES = ("queued", "running", "completed", "diverged", "failed", "stopped")
 ACTIVE_STATUSES = ("queued", "running")
@@ -86,6 +105,8 @@ LAYER_KINDS = ("component", "param", "tap", "head")
 
 RunRef = int | str
 
+log = logging.getLogger("blockviz.store")
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS runs (
@@ -97,7 +118,8 @@ CREATE TABLE IF NOT EXISTS runs (
     device TEXT, precision TEXT, n_params INTEGER,
     pid INTEGER, heartbeat REAL, step INTEGER,
     max_steps INTEGER, diverged_step INTEGER,
-    final TEXT, error TEXT
+    final TEXT, error TEXT,
+    pid_started REAL
 );
 CREATE TABLE IF NOT EXISTS scalars (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -131,7 +153,7 @@ CREATE TABLE IF NOT EXISTS samples (
     prompt TEXT,
     text TEXT
 );
-CREATE INDEX IF NOT EXISTS samples_run_step ON samples (run_id, step);
+CREATE UNIQUE INDEX IF NOT EXISTS samples_series ON samples (run_id, step);
 CREATE TABLE IF NOT EXISTS attention (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     step INTEGER NOT NULL,
@@ -162,9 +184,12 @@ _RUN_COLUMNS = (
     "diverged_step",
     "final",
     "error",
+    "pid_started",
 )
 _JSON_COLUMNS = ("config", "dataset", "final")
 _METRIC_TABLES = ("scalars", "layer_stats", "histograms", "samples", "attention")
+# Columns of each table's buffered rows after the run id (step comes first in each).
+_TABLE_WIDTHS = {"scalars": 3, "layer_stats": 6, "histograms": 6, "samples": 3, "attention": 5}
 
 # Column -> dtype of every frame the read API returns; empty frames get the same.
 _STR = "str"
@@ -185,6 +210,7 @@ RUNS_FRAME = {
     "diverged_step": "Int64",
     "heartbeat": "float64",
     "pid": "Int64",
+    "pid_started": "float64",
 }
 SCALARS_FRAME = {
     "run_id": "int64",
@@ -254,6 +280,12 @@ _NAME_MAX = 80
 _NAME_EXTRA_CHARS = frozenset("-_.+= ")
 
 
+CORRUPT_ADVICE = (
+    "restore it from a backup, or move it aside to start a new store "
+    "(`sqlite3 FILE .recover` may save its rows)"
+)
+
+
 class StoreError(ValueError):
     """A problem with the run store a user can act on; the message says what and where."""
 
@@ -276,19 +308,29 @@ def sanitize_name(name: str) -> str:
     return trimmed or "run"
 
 
-def pid_alive(pid: int | None) -> bool:
-    """Whether a process with this pid exists on this machine."""
-    if pid is None or pid <= 0:  # 0 and negatives would signal whole process groups
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    except OSError:
-        return False
-    return True
+def is_id_text(text: str) -> bool:
+    """Whether text names a run by id: ASCII digits only (`²` and `٣` are not ids)."""
+    return text.isascii() and text.isdigit()
+
+
+def check_name(name: str) -> str:
+    """The sanitised name, or StoreError when it is a bare number (ids own those).
+
+    `show 2` and `?run=2` mean run id 2, so a run named `2` could never be reached by
+    its name; every way of naming a run (CLI, sidebar, rename) goes through here.
+    """
+    clean = sanitize_name(name)
+    if is_id_text(clean):
+        raise StoreError(
+            f"run name {clean!r} is a bare number, which reads as a run id; "
+            f"add a letter, e.g. 'run-{clean}'"
+        )
+    return clean
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
 
 
 def _real(value: Any) -> float | None:
@@ -435,9 +477,16 @@ class RunStore:
         flush_rows: int = 5000,
         flush_seconds: float | None = 2.0,
         busy_timeout_s: float = BUSY_TIMEOUT_S,
+        defer_when_busy: bool = False,
     ) -> None:
         self.path = Path(path).expanduser() if path is not None else default_store_path()
         self.path = self.path.absolute()
+        # A training writer: a flush that finds the store locked keeps its rows and
+        # returns, so a long lock held by another process never stops training.
+        self.defer_when_busy = defer_when_busy
+        self._deferred_since: float | None = None  # monotonic start of a lock episode
+        self._legacy_upto = 0  # runs up to this id may keep <workspace>/<id> folders
+        self._run_columns = _RUN_COLUMNS  # those the file has (a read-only v1 file: fewer)
         # How long a statement waits for another process's lock before giving up: long for
         # training writers, short for a page that should say so rather than hang.
         self.busy_timeout_s = busy_timeout_s
@@ -455,57 +504,116 @@ class RunStore:
         self._conn: sqlite3.Connection | None = None
         self._conn = self._open()
 
+    @classmethod
+    def open_readable(cls, path: str | Path | None = None, **options: Any) -> RunStore:
+        """Open for reading: read-write when allowed (readers mark dead runs), else read-only.
+
+        `runs`, `show`, `export` and the pages work on a store in a read-only file or
+        folder; only training needs to write.
+        """
+        try:
+            return cls(path, **options)
+        except StoreError as exc:
+            text = str(exc)
+            if not any(
+                hint in text
+                for hint in (
+                    "not writable",
+                    "read-only",
+                    "readonly",
+                    "unable to open",
+                    "cannot create",
+                )
+            ):
+                raise
+        return cls(path, readonly=True, **options)
+
     # -- opening ------------------------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
-        """Connect, set the pragmas, create or check the schema."""
+        """Connect, set the pragmas, create, upgrade or check the schema."""
         if self.path.is_dir():
             raise StoreError(f"the run store path {self.path} is a directory; give a file path")
         if self.readonly:
-            if not self.path.exists():
-                raise StoreError(f"no store at {self.path}")
-            target, uri = self.path.as_uri() + "?mode=ro", True
-        else:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StoreError(
-                    f"cannot create the run store folder {self.path.parent} "
-                    f"({exc.strerror or exc}); set --store or BLOCKVIZ_STORE to a writable path"
-                ) from None
-            if self.path.exists() and not os.access(self.path, os.W_OK):
-                raise StoreError(
-                    f"the run store {self.path} is not writable; "
-                    "set --store or BLOCKVIZ_STORE to a writable path"
-                )
-            target, uri = str(self.path), False
+            return self._open_readonly()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create the run store folder {self.path.parent} "
+                f"({exc.strerror or exc}); set --store or BLOCKVIZ_STORE to a writable path"
+            ) from None
+        if self.path.exists() and not os.access(self.path, os.W_OK):
+            raise StoreError(
+                f"the run store {self.path} is not writable; "
+                "set --store or BLOCKVIZ_STORE to a writable path"
+            )
+        created = [p for p in self._sqlite_files() if not p.exists()]
+        try:
+            return self._connect(str(self.path), uri=False)
+        except StoreError:
+            # A store that could not be set up (a full disk, say) leaves no empty files.
+            if self.path in created:
+                self._remove_if_empty(created)
+            raise
+
+    def _remove_if_empty(self, created: list[Path]) -> None:
+        """Remove the store file this open created if it is still empty, with its sidecars."""
+        with contextlib.suppress(OSError):
+            if self.path.stat().st_size > 0:
+                return  # another process wrote a schema into it meanwhile: not ours to remove
+            for leftover in created:
+                leftover.unlink(missing_ok=True)
+
+    def _sqlite_files(self) -> list[Path]:
+        return [self.path, *(self.path.with_name(self.path.name + s) for s in ("-wal", "-shm"))]
+
+    def _open_readonly(self) -> sqlite3.Connection:
+        """Open without writing anything; works in a read-only file or folder too."""
+        if not self.path.exists():
+            raise StoreError(f"no store at {self.path}")
+        base = self.path.as_uri()
+        try:
+            return self._connect(base + "?mode=ro", uri=True)
+        except StoreError as exc:
+            if "unable to open" not in str(exc) and "readonly" not in str(exc).replace("-", ""):
+                raise
+        # A WAL file in a folder we cannot write: SQLite cannot create the shared-memory
+        # file it reads through. Nobody can be writing there either, so read it as an
+        # immutable file.
+        return self._connect(base + "?mode=ro&immutable=1", uri=True)
+
+    def _connect(self, target: str, *, uri: bool) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(
                 target,
                 uri=uri,
-                timeout=self.busy_timeout_s,
+                timeout=self._busy_s(),
                 isolation_level=None,  # we issue BEGIN/COMMIT ourselves
                 check_same_thread=False,  # Streamlit reads from several threads; _lock serialises
             )
         except sqlite3.Error as exc:
-            raise StoreError(
-                f"cannot open the run store {self.path} ({exc}); "
-                "set --store or BLOCKVIZ_STORE to a writable path"
-            ) from None
+            raise self._error_from(exc, opening=True) from None
         try:
             self._configure(conn)
             self._check_schema(conn)
         except StoreError:
             conn.close()
             raise
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
             conn.close()
             raise self._error_from(exc, opening=True) from None
         return conn
 
+    def _busy_s(self) -> float:
+        """How long a statement waits for another process's lock."""
+        if self.defer_when_busy:
+            return min(self.busy_timeout_s, DEFER_BUSY_TIMEOUT_S)
+        return self.busy_timeout_s
+
     def _configure(self, conn: sqlite3.Connection) -> None:
         """Pragmas: WAL so readers never block the writer, a busy timeout, FKs."""
-        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_s() * 1000)}")
         if not self.readonly:
             conn.execute("PRAGMA journal_mode = WAL")
             # NORMAL is durable across application crashes in WAL mode; only a power cut
@@ -556,14 +664,65 @@ class RunStore:
                 f"{self.path} was written by a newer blockviz (schema version {version}; "
                 f"this version reads up to {SCHEMA_VERSION}); upgrade blockviz to open it"
             )
+        if version < SCHEMA_VERSION and not self.readonly:
+            self._upgrade(conn)
+        row = conn.execute("SELECT value FROM meta WHERE key = 'legacy_run_dirs_upto'").fetchone()
+        self._legacy_upto = int(row[0]) if row and str(row[0]).isdigit() else 0
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+        # A version 1 file opened read-only keeps its columns: read what is there.
+        self._run_columns = tuple(c for c in _RUN_COLUMNS if c in columns)
+
+    def _upgrade(self, conn: sqlite3.Connection) -> None:
+        """Version 1 -> 2, in one transaction (a concurrent opener finds it done)."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            (version,) = conn.execute(
+                "SELECT value FROM meta WHERE key = 'schema_version'"
+            ).fetchone()
+            if int(version) < 2:
+                # The runs so far keep their <workspace>/<id> folders; ids are never
+                # reused, so every later run gets a folder of this store's own.
+                (upto,) = conn.execute(
+                    "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'runs'), 0),"
+                    " COALESCE((SELECT MAX(id) FROM runs), 0))"
+                ).fetchone()
+                conn.execute("ALTER TABLE runs ADD COLUMN pid_started REAL")
+                # One sample per step (a resume used to add a second copy).
+                conn.execute(
+                    "DELETE FROM samples WHERE rowid NOT IN "
+                    "(SELECT MAX(rowid) FROM samples GROUP BY run_id, step)"
+                )
+                conn.execute("DROP INDEX IF EXISTS samples_run_step")
+                conn.execute(
+                    "CREATE UNIQUE INDEX IF NOT EXISTS samples_series ON samples (run_id, step)"
+                )
+                conn.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('legacy_run_dirs_upto', ?)",
+                    (str(int(upto)),),
+                )
+                conn.execute(
+                    "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     def _error_from(self, exc: sqlite3.Error, *, opening: bool = False) -> StoreError:
         """A StoreError that says what went wrong with which file."""
         text = str(exc)
         if "not a database" in text or "malformed" in text:
+            if not self._has_sqlite_header():
+                return StoreError(
+                    f"{self.path} is not a blockviz run store (not an SQLite file: {text}); "
+                    "give another --store path"
+                )
+            return StoreError(f"the run store {self.path} is corrupt ({text}); {CORRUPT_ADVICE}")
+        if "disk is full" in text or "disk I/O" in text:
             return StoreError(
-                f"{self.path} is not a blockviz run store (not a valid SQLite file: {text}); "
-                "give another --store path"
+                f"cannot write the run store {self.path}: {text} (is its disk full?); "
+                "free some space and try again"
             )
         if "locked" in text or "busy" in text:
             return StoreLocked(
@@ -577,15 +736,49 @@ class RunStore:
         verb = "open" if opening else "use"
         return StoreError(f"cannot {verb} the run store {self.path}: {text}")
 
+    def _has_sqlite_header(self) -> bool:
+        try:
+            with open(self.path, "rb") as fh:
+                return fh.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+        except OSError:
+            return False
+
+    def check_integrity(self) -> None:
+        """StoreError when the file is damaged (`PRAGMA quick_check`); readers call it once.
+
+        quick_check reads every page but skips the index-content comparison of a full
+        integrity_check; benchmarks/bench_store.py measures what it costs.
+        """
+        try:
+            with self._lock:
+                rows = self.conn.execute("PRAGMA quick_check(3)").fetchall()
+        except sqlite3.Error as exc:
+            raise self._error_from(exc) from None
+        problems = [" ".join(str(row[0]).split()) for row in rows if row and row[0] != "ok"]
+        if problems:
+            raise StoreError(
+                f"the run store {self.path} is corrupt ({'; '.join(problems)[:160]}); "
+                f"{CORRUPT_ADVICE}"
+            )
+
     # -- lifetime -----------------------------------------------------------------------
 
     @property
     def workspace(self) -> Path:
-        """The folder holding the store file; each run's files live in <workspace>/<id>."""
+        """The folder holding the store file (and uploads)."""
         return self.path.parent
 
+    @property
+    def runs_root(self) -> Path:
+        """<workspace>/<store file name>.runs: the run folders of this store and no other."""
+        return self.workspace / (self.path.name + RUN_DIRS_SUFFIX)
+
     def run_dir(self, run_id: int) -> Path:
-        """<workspace>/<run_id>: built from the integer id only, never from a name."""
+        """<store>.runs/<run_id>: built from the integer id only, never from a name.
+
+        A run that an upgraded version 1 store already held keeps its old
+        <workspace>/<id> folder while that folder is there and the new one is not.
+        """
         if isinstance(run_id, bool | str):
             raise StoreError(f"run id {run_id!r} must be an integer")
         try:
@@ -594,7 +787,12 @@ class RunStore:
             raise StoreError(f"run id {run_id!r} must be an integer") from None
         if number < 1:
             raise StoreError(f"run id {number} must be a positive integer")
-        return self.workspace / str(number)
+        folder = self.runs_root / str(number)
+        if number <= self._legacy_upto and not folder.exists():
+            legacy = self.workspace / str(number)
+            if legacy.is_dir() and not legacy.is_symlink():
+                return legacy
+        return folder
 
     def close(self) -> None:
         """Flush what is buffered and close the connection (idempotent)."""
@@ -675,7 +873,7 @@ class RunStore:
             values[column] = _encode_json(values.get(column))
         self._begin()
         try:
-            values["name"] = self._unique_name(sanitize_name(name))
+            values["name"] = self._unique_name(check_name(name))
             columns = list(values)
             cursor = self.conn.execute(
                 f"INSERT INTO runs ({', '.join(columns)}) VALUES ({_placeholders(columns)})",
@@ -750,7 +948,7 @@ class RunStore:
     def rename_run(self, run_id: RunRef, new_name: str) -> str:
         """Give a run a new (sanitized) name; StoreError if another run has it."""
         run_id = self._resolve(run_id)
-        name = sanitize_name(new_name)
+        name = check_name(new_name)
         self._begin()
         try:
             row = self.conn.execute("SELECT id FROM runs WHERE name = ?", (name,)).fetchone()
@@ -771,10 +969,10 @@ class RunStore:
         run_id = self._resolve(run_id)
         self._begin()  # the liveness check and the delete see the same state
         try:
-            status, pid, name = self.conn.execute(
-                "SELECT status, pid, name FROM runs WHERE id = ?", (run_id,)
+            status, pid, began, name = self.conn.execute(
+                "SELECT status, pid, pid_started, name FROM runs WHERE id = ?", (run_id,)
             ).fetchone()
-            if status in ACTIVE_STATUSES and pid_alive(pid):
+            if status in ACTIVE_STATUSES and procs.is_alive(pid, began):
                 raise StoreError(
                     f"run {run_id} ({name}) is {status} in process {pid}; stop it before deleting"
                 )
@@ -803,8 +1001,11 @@ class RunStore:
             return
         if not folder.is_dir():
             return
-        workspace = self.workspace.resolve()
-        if folder.resolve().parent == workspace:
+        parent = folder.parent.resolve()
+        if folder.resolve().parent == parent and parent in (
+            self.workspace.resolve(),
+            self.runs_root.resolve(),
+        ):
             shutil.rmtree(folder, ignore_errors=True)
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -820,18 +1021,29 @@ class RunStore:
             self.flush()
 
     @_guarded
-    def reap_dead(self, stale_after: float = 30.0) -> list[int]:
-        """Mark queued/running runs whose process is gone and beat is stale as failed."""
+    def reap_dead(self, stale_after: float = STALE_AFTER_S) -> list[int]:
+        """Mark queued/running runs whose process is gone and beat is stale as failed.
+
+        "Gone" means no live, non-zombie process with the run's pid and start time
+        (`procs.is_alive`): a pid now used by another process does not keep a run alive.
+        A read-only store is left as it is.
+        """
+        if self.readonly:
+            return []
         now = time.time()
         cutoff = now - stale_after
         # A plain read first: the dashboard calls this on every refresh and must not
         # queue for the write lock when nothing has died.
+        started_column = "pid_started" if "pid_started" in self._run_columns else "NULL"
         candidates = self.conn.execute(
-            f"SELECT id, pid FROM runs WHERE status IN ({_placeholders(ACTIVE_STATUSES)}) "
+            f"SELECT id, pid, {started_column} FROM runs "
+            f"WHERE status IN ({_placeholders(ACTIVE_STATUSES)}) "
             "AND COALESCE(heartbeat, started, created, 0) < ?",
             (*ACTIVE_STATUSES, cutoff),
         ).fetchall()
-        dead = [(run_id, pid) for run_id, pid in candidates if not pid_alive(pid)]
+        dead = [
+            (run_id, pid) for run_id, pid, began in candidates if not procs.is_alive(pid, began)
+        ]
         if not dead:
             return []
         reaped: list[int] = []
@@ -854,14 +1066,42 @@ class RunStore:
                 )
                 if cursor.rowcount:
                     reaped.append(run_id)
+                    self._settle_step(run_id)
             self._commit()
         except BaseException:
             self._rollback()
             raise
         return reaped
 
+    def _settle_step(self, run_id: int) -> None:
+        """Set the run's step to the last step it logged, when its rows got further."""
+        logged = self._max_logged_step(run_id)
+        if logged is not None:
+            self.conn.execute(
+                "UPDATE runs SET step = MAX(COALESCE(step, 0), ?) WHERE id = ?", (logged, run_id)
+            )
+
     @_guarded
-    def claim_slot(self, run_id: RunRef, max_running: int, *, pid: int | None = None) -> bool:
+    def settle_step(self, run_id: RunRef) -> None:
+        """The run's step made consistent with its rows (for a run that ended abruptly)."""
+        run_id = self._resolve(run_id)
+        self._begin()
+        try:
+            self._settle_step(run_id)
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
+
+    @_guarded
+    def claim_slot(
+        self,
+        run_id: RunRef,
+        max_running: int,
+        *,
+        pid: int | None = None,
+        pid_started: float | None = None,
+    ) -> bool:
         """Atomically make the run 'running' if fewer than max_running (<=0: no limit) are."""
         run_id = self._resolve(run_id)
         self.reap_dead()
@@ -877,8 +1117,8 @@ class RunStore:
             now = time.time()
             self.conn.execute(
                 "UPDATE runs SET status = 'running', started = ?, heartbeat = ?, "
-                "pid = COALESCE(?, pid) WHERE id = ?",
-                (now, now, pid, run_id),
+                "pid = COALESCE(?, pid), pid_started = COALESCE(?, pid_started) WHERE id = ?",
+                (now, now, pid, pid_started if pid is not None else None, run_id),
             )
             self._commit()
         except BaseException:
@@ -988,11 +1228,47 @@ class RunStore:
             self.flush()
 
     @_guarded
-    def flush(self) -> None:
-        """Write every buffered row (and pending heartbeats) in one transaction."""
+    def flush(self) -> bool:
+        """Write every buffered row (and pending heartbeats) in one transaction.
+
+        True when written. A writer opened with `defer_when_busy` that finds the store
+        locked by another process keeps its rows, notes the wait in its log and returns
+        False; the next flush retries. Past MAX_DEFERRED_ROWS rows it waits for the lock
+        instead, so memory stays bounded and no row is ever dropped.
+        """
         self._last_flush = time.monotonic()
         if not self._buffered and not self._heartbeats:
-            return
+            return True
+        while True:
+            try:
+                self._flush_once()
+            except sqlite3.OperationalError as exc:
+                if not (self.defer_when_busy and _is_busy(exc)):
+                    raise
+                if self._deferred_since is None:
+                    self._deferred_since = time.monotonic()
+                    log.warning(
+                        "the run store %s is locked by another process; keeping rows in "
+                        "memory (up to %d) and retrying",
+                        self.path,
+                        MAX_DEFERRED_ROWS,
+                    )
+                if self._buffered < MAX_DEFERRED_ROWS:
+                    return False
+                log.warning(
+                    "%d rows held while the store is locked; waiting for the lock", self._buffered
+                )
+                continue  # each try waits DEFER_BUSY_TIMEOUT_S inside SQLite
+            if self._deferred_since is not None:
+                log.warning(
+                    "the run store is writable again after %.1f s; the rows kept meanwhile "
+                    "are written",
+                    time.monotonic() - self._deferred_since,
+                )
+                self._deferred_since = None
+            return True
+
+    def _flush_once(self) -> None:
         self._begin()
         try:
             self._write_buffers()
@@ -1017,6 +1293,66 @@ class RunStore:
             self._beats_written[run_id] = written_at
         self._heartbeats.clear()
 
+    @_guarded
+    def buffered_rows(self, run_id: int) -> dict[str, list[list[Any]]]:
+        """The run's rows not yet written, per table (without the run id), as plain lists.
+
+        A checkpoint carries these, so rows logged before it survive a kill even when the
+        store was locked when the checkpoint was written (`restore_rows` puts them back).
+        """
+        run_id = int(run_id)
+        return {
+            table: [list(row[1:]) for row in rows if row[0] == run_id]
+            for table, rows in self._buffers.items()
+            if any(row[0] == run_id for row in rows)
+        }
+
+    @_guarded
+    def restore_rows(self, run_id: int, rows: Mapping[str, Sequence[Sequence[Any]]]) -> int:
+        """Buffer rows saved by `buffered_rows` (from a checkpoint) and flush; their count."""
+        count = 0
+        for table, table_rows in rows.items():
+            width = _TABLE_WIDTHS.get(table)
+            if width is None:
+                raise StoreError(f"rows for unknown table {table!r} in a checkpoint")
+            kept = [tuple(row) for row in table_rows if len(row) == width]
+            self._buffers[table].extend((int(run_id), *row) for row in kept)
+            count += len(kept)
+        self._buffered += count
+        self.flush()
+        return count
+
+    @_guarded
+    def truncate_after(self, run_id: RunRef, step: int) -> int:
+        """Delete the run's rows logged after `step` (a resume from a checkpoint there).
+
+        What a killed process logged after its last checkpoint came from steps the
+        resumed run does again; without this, series would hold both. Returns the rows
+        deleted.
+        """
+        run_id = self._resolve(run_id)
+        self._drop_buffered_after(run_id, int(step))
+        deleted = 0
+        self._begin()
+        try:
+            for table in _METRIC_TABLES:
+                cursor = self.conn.execute(
+                    f"DELETE FROM {table} WHERE run_id = ? AND step > ?", (run_id, int(step))
+                )
+                deleted += max(cursor.rowcount, 0)
+            self.conn.execute("UPDATE runs SET step = ? WHERE id = ?", (int(step), run_id))
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
+        return deleted
+
+    def _drop_buffered_after(self, run_id: int, step: int) -> None:
+        for table, rows in self._buffers.items():
+            kept = [row for row in rows if row[0] != run_id or row[1] <= step]
+            self._buffered -= len(rows) - len(kept)
+            self._buffers[table] = kept
+
     def _write_buffers(self) -> None:
         conn = self.conn
         buffers = self._buffers
@@ -1039,7 +1375,7 @@ class RunStore:
             )
         if buffers["samples"]:
             conn.executemany(
-                "INSERT INTO samples (run_id, step, prompt, text) VALUES (?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO samples (run_id, step, prompt, text) VALUES (?, ?, ?, ?)",
                 buffers["samples"],
             )
         if buffers["attention"]:
@@ -1080,7 +1416,7 @@ class RunStore:
         conn = self.conn
         if isinstance(ref, str):
             text = ref.strip()
-            if text.isdigit():
+            if is_id_text(text):
                 row = conn.execute("SELECT id FROM runs WHERE id = ?", (int(text),)).fetchone()
                 if row:
                     return int(row[0])
@@ -1129,9 +1465,10 @@ class RunStore:
         """Every column of one run; config, dataset and final parsed from JSON."""
         run_id = self._resolve(run_id_or_name)
         row = self.conn.execute(
-            f"SELECT {', '.join(_RUN_COLUMNS)} FROM runs WHERE id = ?", (run_id,)
+            f"SELECT {', '.join(self._run_columns)} FROM runs WHERE id = ?", (run_id,)
         ).fetchone()
-        run = dict(zip(_RUN_COLUMNS, row, strict=True))
+        run = dict.fromkeys(_RUN_COLUMNS)
+        run.update(zip(self._run_columns, row, strict=True))
         for column in _JSON_COLUMNS:
             run[column] = _decode_json(run[column])
         return run
@@ -1147,7 +1484,9 @@ class RunStore:
             "SELECT r.id, r.name, r.status, r.created, r.started, r.ended, r.step, r.max_steps, "
             "r.device, r.precision, r.n_params, "
             f"{latest.format('val/loss')}, {latest.format('train/loss')}, "
-            "r.diverged_step, r.heartbeat, r.pid FROM runs AS r ORDER BY r.id"
+            "r.diverged_step, r.heartbeat, r.pid, "
+            f"{'r.pid_started' if 'pid_started' in self._run_columns else 'NULL'} "
+            "FROM runs AS r ORDER BY r.id"
         ).fetchall()
         return _frame(rows, RUNS_FRAME)
 
@@ -1227,7 +1566,9 @@ class RunStore:
     @_guarded
     def max_step(self, run_id: RunRef) -> int | None:
         """The largest step with any scalar recorded for the run, or None."""
-        run_id = self._ids(run_id)[0]
+        return self._max_logged_step(self._ids(run_id)[0])
+
+    def _max_logged_step(self, run_id: int) -> int | None:
         steps = [
             self.conn.execute(
                 "SELECT MAX(step) FROM scalars WHERE run_id = ? AND name = ?", (run_id, name)

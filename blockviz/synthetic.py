@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from blockviz import config as cfg
+from blockviz import procs
 from blockviz.store import TAP_STATS, TAPS, RunStore
 
 DEFAULT_STATUSES = ("completed", "running", "diverged", "failed")
@@ -56,6 +57,12 @@ _TAP_SCALE = {
     "ffn_out": 0.5,
     "resid_post": 1.2,
 }
+
+
+def _own_start() -> float | None:
+    """This process's start time, recorded with its pid so demo runs look alive."""
+    me = procs.identity_of()
+    return None if me is None else me.started
 
 
 def populate(
@@ -152,7 +159,9 @@ class _SyntheticRun:
         run_id = store.create_run(name, self.config.to_json(), status=self.status, **fields)
         if self.status == "queued":
             # A queued run waits in a live process, or reap_dead would fail it.
-            store.update_run(run_id, pid=os.getpid(), heartbeat=time.time())
+            store.update_run(
+                run_id, pid=os.getpid(), pid_started=_own_start(), heartbeat=time.time()
+            )
             return run_id
         scalars = self.scalar_rows()
         store.log_scalars(run_id, scalars)
@@ -163,7 +172,7 @@ class _SyntheticRun:
         duration = (self.last_step + 1) * 0.05
         update: dict[str, Any] = {"started": started, "step": self.last_step}
         if self.status == "running":
-            update.update(pid=os.getpid(), heartbeat=time.time())
+            update.update(pid=os.getpid(), pid_started=_own_start(), heartbeat=time.time())
         else:
             update.update(ended=started + duration, heartbeat=started + duration)
         if self.status == "completed":

@@ -12,7 +12,11 @@ leaves the run in exactly one final status:
                 <run_dir>/train.log (bad flags, data or config: exit 2)
 
 A killed process (kill -9, out of memory) cannot report; `RunStore.reap_dead` marks it
-failed once its heartbeat is stale. Under DDP only global rank 0 touches the store; the
+failed once its heartbeat is stale. Rows logged before a checkpoint are in the store (or,
+when the store was locked, inside the checkpoint) before the checkpoint exists, and a
+resume first drops what the killed process logged after it, so every series holds each
+step once. A store locked by another process never stops a run: rows wait in memory and
+lifecycle writes retry. Under DDP only global rank 0 touches the store; the
 other ranks (started by Lightning's launcher re-running this command) find the run's
 folder in the environment.
 """
@@ -37,12 +41,17 @@ from types import FrameType
 from typing import Any
 
 from blockviz import config as cfg
-from blockviz.store import ACTIVE_STATUSES, RunStore, StoreError, pid_alive
+from blockviz import procs
+from blockviz.store import ACTIVE_STATUSES, RunStore, StoreError, StoreLocked
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 HEARTBEAT_S = 2.0
 QUEUE_POLL_S = 1.0
 FLUSH_EVERY_S = 1.0
+# How long a lifecycle write (status, start, end) keeps retrying a locked store before
+# the run gives up; its metric rows meanwhile wait in memory (RunStore.defer_when_busy).
+LIFECYCLE_PATIENCE_S = 600.0
+PENDING_ROWS_KEY = "blockviz_pending_rows"  # checkpoint entry: rows the store had not taken
 # Set by rank 0 before fit so the ranks Lightning launches find the run's files.
 ENV_RUN_DIR = "BLOCKVIZ_RUN_DIR"
 # Train fields a resumed run may change: hardware and cadence, never the maths.
@@ -136,6 +145,22 @@ class Heartbeat:
                 log.warning("heartbeat failed: %s", exc)
 
 
+def patiently(action: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call a store write, retrying while another process holds the store's lock."""
+    waiting_since: float | None = None
+    while True:
+        try:
+            return action(*args, **kwargs)
+        except StoreLocked:
+            now = time.monotonic()
+            if waiting_since is None:
+                waiting_since = now
+                log.warning("the run store is locked by another process; waiting to write")
+            elif now - waiting_since > LIFECYCLE_PATIENCE_S:
+                raise
+            time.sleep(0.5)
+
+
 # StoreLogger and RunLifecycle subclass Lightning classes. They are defined on first use
 # (and reached as module attributes through __getattr__), so `runs`, `show` and `stop`,
 # which import this module too, never pay the seconds Lightning takes to import.
@@ -207,12 +232,36 @@ def lightning_classes() -> dict[str, type]:
             self.store.flush()
 
     class RunLifecycle(Callback):
-        """Feeds the heartbeat its step; turns a stop request into Lightning's own stop."""
+        """Heartbeat step, stop requests, and the store's rows made safe at each checkpoint."""
 
-        def __init__(self, stop: StopRequest, heartbeat: Heartbeat | None) -> None:
+        def __init__(
+            self,
+            stop: StopRequest,
+            heartbeat: Heartbeat | None,
+            store: RunStore | None = None,
+            run_id: int | None = None,
+        ) -> None:
             self.stop = stop
             self.heartbeat = heartbeat
+            self.store = store
+            self.run_id = run_id
             self.stopped_at: int | None = None
+
+        def on_save_checkpoint(
+            self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]
+        ) -> None:
+            """Flush before the checkpoint exists; rows a locked store refused ride inside it.
+
+            So a kill at any moment after a checkpoint at step S leaves every row up to S
+            either in the store or in the checkpoint, and a resume from S loses none.
+            """
+            if self.store is None or self.run_id is None:
+                return
+            try:
+                self.store.flush()
+            except StoreError as exc:
+                log.warning("flush before checkpoint failed: %s", exc)
+            checkpoint[PENDING_ROWS_KEY] = self.store.buffered_rows(self.run_id)
 
         def on_train_batch_end(
             self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
@@ -244,6 +293,8 @@ class RunPlan:
     run_id: int | None = None  # None: create a new run
     checkpoint: Path | None = None  # resume from here
     start_step: int = 0
+    schedule_steps: int | None = None  # where the lr decay ends (None: max_steps)
+    pending_rows: dict[str, list[list[Any]]] | None = None  # rows the checkpoint carried
 
 
 def default_run_name(config: cfg.RunConfig) -> str:
@@ -289,13 +340,11 @@ def _plan_new(args: argparse.Namespace, store: RunStore | None) -> RunPlan:
 
 
 def _plan_resume(args: argparse.Namespace, store: RunStore) -> RunPlan:
-    import torch
-
     from blockviz.cli import UsageError, config_overrides
 
     run = store.get_run(args.resume)
     run_id = int(run["id"])
-    if run["status"] in ACTIVE_STATUSES and pid_alive(run["pid"]):
+    if run["status"] in ACTIVE_STATUSES and procs.is_alive(run["pid"], run.get("pid_started")):
         raise UsageError(
             f"--resume: run {run_id} ({run['name']}) is {run['status']}; stop it first"
         )
@@ -314,17 +363,64 @@ def _plan_resume(args: argparse.Namespace, store: RunStore) -> RunPlan:
     if overrides:
         config = cfg.replace(config, **overrides).validate()
     checkpoint = run_dir / "checkpoints" / "last.ckpt"
-    if not checkpoint.exists():
+    if not checkpoint.is_file():
         raise UsageError(f"--resume: run {run_id} has no checkpoint at {checkpoint}")
-    start_step = int(torch.load(checkpoint, map_location="cpu", weights_only=True)["global_step"])
+    state = read_checkpoint(checkpoint, f"--resume: run {run_id}'s checkpoint")
+    start_step = state["global_step"]
     if start_step >= config.train.max_steps:
         raise UsageError(
             f"--resume: run {run_id} is already at step {start_step} of max_steps="
             f"{config.train.max_steps}; pass a larger --max_steps"
         )
+    hparams = state["hyper_parameters"]
+    first_max_steps = ((hparams.get("run_config") or {}).get("train") or {}).get("max_steps")
+    horizon = hparams.get("schedule_steps") or first_max_steps or config.train.max_steps
     return RunPlan(
-        config=config, name=run["name"], run_id=run_id, checkpoint=checkpoint, start_step=start_step
+        config=config,
+        name=run["name"],
+        run_id=run_id,
+        checkpoint=checkpoint,
+        start_step=start_step,
+        schedule_steps=int(horizon),
+        pending_rows=state["pending_rows"],
     )
+
+
+def read_checkpoint(path: Path, what: str) -> dict[str, Any]:
+    """A checkpoint's step, hyperparameters and carried rows; UsageError naming the problem.
+
+    Loaded with weights_only=True: a file holding anything but tensors and plain data is
+    refused rather than executed.
+    """
+    import pickle
+
+    import torch
+
+    from blockviz.cli import UsageError
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else "refused"
+        raise UsageError(
+            f"{what} {path} holds objects that safe loading (weights_only) refuses ({reason}); "
+            "it was not written by blockviz or has been altered"
+        ) from None
+    except Exception as exc:  # truncated or garbled: torch raises RuntimeError, EOFError...
+        raise UsageError(
+            f"{what} {path} is truncated or corrupt ({type(exc).__name__}); it cannot be "
+            "resumed from: delete it to start over, or restore it"
+        ) from None
+    step = state.get("global_step") if isinstance(state, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise UsageError(f"{what} {path} is not a blockviz training checkpoint (no global_step)")
+    hparams = state.get("hyper_parameters")
+    pending = state.get(PENDING_ROWS_KEY)
+    return {
+        "global_step": step,
+        "hyper_parameters": hparams if isinstance(hparams, dict) else {},
+        "pending_rows": pending if isinstance(pending, dict) else None,
+    }
 
 
 def _global_rank_from_env() -> int:
@@ -335,6 +431,34 @@ def _global_rank_from_env() -> int:
     local = int(os.environ.get("LOCAL_RANK", "0") or 0)
     node = int(os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", "0")) or 0)
     return 0 if local == 0 and node == 0 else max(1, local)
+
+
+def check_memory(config: cfg.RunConfig) -> None:
+    """Refuse (ConfigError, exit 2) a model whose training would not fit in memory.
+
+    Compared with the memory the device has: the GPU's total memory for a CUDA run, the
+    host's available memory otherwise (`params.estimate_memory` says what is counted).
+    """
+    import torch
+
+    from blockviz import params
+
+    train = config.train
+    use_cuda = train.accelerator == "gpu" or (
+        train.accelerator == "auto" and torch.cuda.is_available()
+    )
+    if use_cuda and torch.cuda.is_available():
+        available: int | None = torch.cuda.mem_get_info()[1]
+    elif use_cuda or train.accelerator == "mps":
+        return  # no device here to compare with; Lightning says so on its own
+    else:
+        # Several CPU processes (DDP) on one host share its memory.
+        available = params.available_host_memory()
+        if available is not None:
+            available //= max(1, train.devices)
+    if available is not None:
+        estimate = params.check_fits(config, available)
+        log.info("memory estimate %s of %s available", estimate.total, available)
 
 
 def _datamodule(config: cfg.RunConfig) -> Any:
@@ -414,9 +538,11 @@ def _fit(
     config = plan.config
     train = config.train
     L.seed_everything(train.seed, workers=False, verbose=False)
-    lit = LitCharModel(config.to_dict(), datamodule.vocab.to_json())
+    lit = LitCharModel(
+        config.to_dict(), datamodule.vocab.to_json(), schedule_steps=plan.schedule_steps
+    )
     heartbeat = Heartbeat(store, run_id) if store is not None else None
-    lifecycle = classes["RunLifecycle"](stop, heartbeat)
+    lifecycle = classes["RunLifecycle"](stop, heartbeat, store, run_id)
     callbacks: list[Any] = [lifecycle]
     if store is not None:
         callbacks.append(
@@ -450,7 +576,13 @@ def _fit(
     except TrainingDiverged as exc:
         return Outcome("diverged", exc.step), trainer, lit
     except SIGTERMException:
-        return Outcome("stopped", lifecycle.stopped_at or trainer.global_step), trainer, lit
+        step = lifecycle.stopped_at or trainer.global_step
+        if step and step % train.eval_interval == 0 and lit.last_val.get("step") != step:
+            # The stop interrupted this step's evaluation: finish it, so the resumed run
+            # (which starts after the evaluation) does not miss the point for good.
+            with contextlib.suppress(SIGTERMException):
+                trainer.validate(lit, datamodule=datamodule, verbose=False, weights_only=True)
+        return Outcome("stopped", step), trainer, lit
     finally:
         if heartbeat is not None:
             heartbeat.stop()
@@ -481,14 +613,32 @@ def _write_json(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-_LOG_TARGETS = ("blockviz.train", "py.warnings")
+_LOG_TARGETS = ("blockviz.train", "blockviz.store", "py.warnings")
+
+
+class RunLogHandler(logging.FileHandler):
+    """train.log; when it cannot be written (a full disk) it drops lines without a word.
+
+    logging's default prints a traceback to stderr for every line it cannot write
+    (hundreds on a full disk); the run's one-line outcome says what happened instead.
+    """
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, encoding="utf-8")
+        self.write_error: str | None = None
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        """Remember the first error; print nothing."""
+        if self.write_error is None:
+            exc = sys.exc_info()[1]
+            self.write_error = getattr(exc, "strerror", None) or str(exc) or "write failed"
 
 
 def _open_log(run_dir: Path) -> logging.Handler:
     """Route our log, Lightning's messages and Python warnings into <run_dir>/train.log."""
     from blockviz.lit import quiet_lightning
 
-    handler = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
+    handler = RunLogHandler(run_dir / "train.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     quiet_lightning(handler)
     logging.captureWarnings(True)
@@ -507,7 +657,8 @@ def _close_log(handler: logging.Handler) -> None:
     for name in _LOG_TARGETS:
         logging.getLogger(name).removeHandler(handler)
     logging.captureWarnings(False)
-    handler.close()
+    with contextlib.suppress(OSError):  # a full disk cannot take the last buffered lines
+        handler.close()
 
 
 def cli_main(args: argparse.Namespace) -> int:
@@ -522,12 +673,14 @@ def cli_main(args: argparse.Namespace) -> int:
         # A new run: a bad flag, config or dataset must not even create the store file.
         plan = _plan_new(args, None)
         datamodule = _datamodule(plan.config)
-        store = RunStore(args.store or None, flush_seconds=FLUSH_EVERY_S)
+        check_memory(cfg.replace(plan.config, vocab_size=datamodule.vocab.size))
+        store = _writer_store(args)
     else:
-        store = RunStore(args.store or None, flush_seconds=FLUSH_EVERY_S)
+        store = _writer_store(args)
         try:
             plan = _plan_resume(args, store) if args.resume else _plan_new(args, store)
             datamodule = _datamodule(plan.config)
+            check_memory(cfg.replace(plan.config, vocab_size=datamodule.vocab.size))
         except (UsageError, ValueError) as exc:
             if args.run_id is not None and not args.resume:
                 _mark_failed_quietly(store, args.run_id, str(exc))
@@ -536,7 +689,20 @@ def cli_main(args: argparse.Namespace) -> int:
     try:
         return _run(args, store, plan, datamodule)
     finally:
+        _close_quietly(store)
+
+
+def _writer_store(args: argparse.Namespace) -> RunStore:
+    """The store as a training run writes it: buffered, and patient with a locked file."""
+    return RunStore(args.store or None, flush_seconds=FLUSH_EVERY_S, defer_when_busy=True)
+
+
+def _close_quietly(store: RunStore) -> None:
+    """Close the store; a last flush that fails (a full disk) was reported already."""
+    try:
         store.close()
+    except StoreError as exc:
+        log.error("closing the run store: %s", exc)
 
 
 def _mark_failed_quietly(store: RunStore, run_id: int, message: str) -> None:
@@ -562,46 +728,62 @@ def _register_and_fit(
     vocab = datamodule.vocab
     config = cfg.replace(plan.config, vocab_size=vocab.size).validate()
     plan.config = config
+    me = procs.identity_of()
     lifecycle_fields = {
         "config": config.to_json(),
         "status": "queued",
         "pid": os.getpid(),
+        "pid_started": me.started if me else None,
         "max_steps": config.train.max_steps,
         "dataset": datamodule.fingerprint,
     }
     earlier_s = 0.0  # training time of the sessions before this one (resume)
     if plan.run_id is None:
-        run_id = store.create_run(plan.name, lifecycle_fields.pop("config"), **lifecycle_fields)
+        run_id = patiently(
+            store.create_run, plan.name, lifecycle_fields.pop("config"), **lifecycle_fields
+        )
     else:
         run_id = plan.run_id
         if plan.checkpoint is not None:  # a resumed run's time so far counts on
             earlier_s = float((store.get_run(run_id).get("final") or {}).get("time_s") or 0.0)
-        store.update_run(
-            run_id, ended=None, error=None, final=None, diverged_step=None, **lifecycle_fields
+        patiently(
+            store.update_run,
+            run_id,
+            ended=None,
+            error=None,
+            final=None,
+            diverged_step=None,
+            **lifecycle_fields,
         )
         if args.name and not args.resume:
-            store.rename_run(run_id, args.name)
+            patiently(store.rename_run, run_id, args.name)
     name = store.get_run(run_id)["name"]
     run_dir = store.run_dir(run_id)
-    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-    _write_json(run_dir / "config.json", config.to_json())
-    _write_json(run_dir / "vocab.json", vocab.to_json())
+    try:
+        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        _write_json(run_dir / "config.json", config.to_json())
+        _write_json(run_dir / "vocab.json", vocab.to_json())
+    except OSError as exc:
+        return _record_failure(store, run_id, name, exc)
     os.environ[ENV_RUN_DIR] = str(run_dir)
     handler = _open_log(run_dir)
     verb = f"resuming from step {plan.start_step}" if plan.checkpoint else "started"
     print(f"blockviz: run {run_id} ({name}) {verb}; store {store.path}", flush=True)
     log.info("run %s (%s) %s with config %s", run_id, name, verb, config.to_json(indent=None))
+    if plan.checkpoint is not None:
+        _continue_series(store, run_id, plan)
 
     try:
         if not _wait_for_slot(store, run_id, args.max_running, stop):
-            store.update_run(run_id, status="stopped", ended=time.time())
+            patiently(store.update_run, run_id, status="stopped", ended=time.time())
             print(f"blockviz: run {run_id} ({name}) stopped while queued", flush=True)
             return EXIT_OK
         # Backdated by the earlier sessions' time, so started..ended spans all the training.
         started = time.time() - earlier_s
 
         def on_ready(trainer: Any, lit: Any) -> None:
-            store.update_run(
+            patiently(
+                store.update_run,
                 run_id,
                 status="running",
                 started=started,
@@ -622,7 +804,8 @@ def _register_and_fit(
             raise
         final = _final_metrics(lit, outcome)
         final["time_s"] = round(float(final["time_s"] or 0.0) + earlier_s, 3)
-        store.update_run(
+        patiently(
+            store.update_run,
             run_id,
             status=outcome.status,
             ended=time.time(),
@@ -644,11 +827,40 @@ def _register_and_fit(
         _close_log(handler)
 
 
+def _continue_series(store: RunStore, run_id: int, plan: RunPlan) -> None:
+    """Before a resume: drop rows logged after the checkpoint, restore rows it carried."""
+    dropped = patiently(store.truncate_after, run_id, plan.start_step)
+    restored = store.restore_rows(run_id, plan.pending_rows) if plan.pending_rows else 0
+    log.info(
+        "resuming at step %s: dropped %s rows logged after the checkpoint, restored %s rows "
+        "it carried",
+        plan.start_step,
+        dropped,
+        restored,
+    )
+    first = plan.config.train.max_steps
+    schedule = plan.config.train.lr_schedule
+    if plan.schedule_steps and plan.schedule_steps != first and schedule != "constant":
+        note = (
+            f"the {schedule} lr schedule keeps its horizon of {plan.schedule_steps} steps: "
+            "lr reaches min_lr there and stays at it"
+        )
+        print(f"blockviz: run {run_id}: {note}", flush=True)
+        log.info(note)
+
+
 def _wait_for_slot(store: RunStore, run_id: int, max_running: int, stop: StopRequest) -> bool:
     """Wait as 'queued' until fewer than max_running runs run; False if stopped meanwhile."""
     announced = False
     while not stop.requested:
-        if store.claim_slot(run_id, max_running, pid=os.getpid()):
+        me = procs.identity_of()
+        if patiently(
+            store.claim_slot,
+            run_id,
+            max_running,
+            pid=os.getpid(),
+            pid_started=me.started if me else None,
+        ):
             return True
         if not announced:
             print(
@@ -666,11 +878,13 @@ def _record_failure(store: RunStore, run_id: int, name: str, exc: BaseException)
 
     message = f"{type(exc).__name__}: {exc}".strip()
     log.error("run %s failed:\n%s", run_id, "".join(traceback.format_exception(exc)))
+    with contextlib.suppress(StoreError):
+        store.flush()  # what can still be written, so the step below matches the rows
     try:
-        store.update_run(run_id, status="failed", ended=time.time(), error=message)
-        store.flush()
+        patiently(store.update_run, run_id, status="failed", ended=time.time(), error=message)
+        store.settle_step(run_id)
     except StoreError as store_exc:
-        print(f"blockviz: could not record the failure: {store_exc}", file=sys.stderr)
+        log.error("could not record the failure: %s", store_exc)
     if isinstance(exc, (DataError, cfg.ConfigError)):
         print(f"blockviz train: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -711,7 +925,15 @@ def _follower_main(args: argparse.Namespace) -> int:
 
 
 def _open_store(args: argparse.Namespace) -> RunStore:
-    return RunStore(args.store or None)
+    """The store for reading: writable when it can be (to mark dead runs), else read-only;
+    a damaged file is reported as corrupt rather than read."""
+    store = RunStore.open_readable(args.store or None)
+    try:
+        store.check_integrity()
+    except StoreError:
+        store.close()
+        raise
+    return store
 
 
 def _fmt(value: Any, spec: str = "") -> str:
@@ -723,7 +945,7 @@ def _fmt(value: Any, spec: str = "") -> str:
 def cli_runs(args: argparse.Namespace) -> int:
     """`python -m blockviz runs`: one line per run (id, name, status, step, val loss, device)."""
     with _open_store(args) as store:
-        store.reap_dead()
+        store.reap_dead()  # a read-only store is listed as it is
         frame = store.runs_frame()
     if args.json:
         records = json.loads(frame.to_json(orient="records"))
@@ -852,43 +1074,16 @@ def cli_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _is_training_process(pid: int | None) -> bool:
-    """pid is alive here and (where /proc tells) is a blockviz process, not a reused pid."""
-    if not pid_alive(pid):
-        return False
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if not cmdline.exists():
-        return True
-    try:
-        return b"blockviz" in cmdline.read_bytes()
-    except OSError:
-        return True
-
-
 def cli_stop(args: argparse.Namespace) -> int:
-    """`python -m blockviz stop RUN`: SIGTERM to its process (queued runs: marked stopped)."""
-    with _open_store(args) as store:
+    """`python -m blockviz stop RUN`: SIGTERM to the run's own process (see runner.stop_run)."""
+    from blockviz import runner
+
+    with RunStore(args.store or None) as store:
         run = store.get_run(args.run)
         label = f"run {run['id']} ({run['name']})"
-        status, pid = run["status"], run["pid"]
-        if status not in ACTIVE_STATUSES:
-            print(f"{label} already ended: {status}")
-            return EXIT_OK
-        if _is_training_process(pid):
-            os.kill(pid, signal.SIGTERM)
-            print(f"{label}: asked process {pid} to stop (it checkpoints after the current step)")
-            return EXIT_OK
-        if status == "queued":
-            store.update_run(run["id"], status="stopped", ended=time.time())
-            print(f"{label}: was queued; marked stopped")
-            return EXIT_OK
-        reaped = store.reap_dead()
-    if run["id"] in reaped:
-        print(f"{label}: its process {pid} is gone; marked failed")
+        outcome = runner.stop_run(store, int(run["id"]))
+    if outcome.ok:
+        print(f"{label}: {outcome.message}")
         return EXIT_OK
-    print(
-        f"{label} is running, but process {pid} is not alive on this machine; "
-        "stop it where it runs",
-        file=sys.stderr,
-    )
+    print(f"{label}: {outcome.message}", file=sys.stderr)
     return EXIT_FAILED

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from blockviz.store import RunStore, pid_alive
+from blockviz.procs import is_alive
+from blockviz.store import RunStore
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
@@ -67,13 +68,13 @@ def _stop_runs(store_path: str) -> None:
     with RunStore(store_path) as store:
         pids = [int(p) for p in store.runs_frame()["pid"].dropna() if int(p) != os.getpid()]
     for pid in pids:
-        if pid_alive(pid):
+        if is_alive(pid, None):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 10
-    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(is_alive(p, None) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     for pid in pids:
-        if pid_alive(pid):
+        if is_alive(pid, None):
             os.kill(pid, signal.SIGKILL)
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from blockviz import runner
+from blockviz import procs, runner
 from blockviz.config import preset, replace
-from blockviz.store import RunStore, pid_alive
+from blockviz.store import RunStore
 
 TERMINAL = ("completed", "diverged", "failed", "stopped")
 RUN_TIMEOUT_S = 120.0
@@ -40,7 +40,7 @@ def store(tmp_path: Path) -> Iterator[RunStore]:
     run_store = RunStore(tmp_path / "ws" / "blockviz.db")
     yield run_store
     for pid in run_store.runs_frame()["pid"].dropna():
-        if int(pid) != os.getpid() and pid_alive(int(pid)):
+        if int(pid) != os.getpid() and procs.is_alive(int(pid), None):
             os.kill(int(pid), signal.SIGKILL)
     run_store.close()
 
@@ -165,23 +165,29 @@ def test_immediate_crash_raises_with_the_log_tail(
     assert run["status"] == "failed" and "boom" in run["error"]
 
 
-def test_stop_of_a_run_whose_process_is_gone_marks_it_stopped(store: RunStore) -> None:
+def test_stop_of_a_run_whose_process_is_gone_marks_it_failed(store: RunStore) -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     run_id = store.create_run("orphan", tiny().to_json(), status="running", pid=gone.pid)
-    assert runner.stop(store, run_id).startswith("marked stopped")
-    assert store.get_run(run_id)["status"] == "stopped"
+    assert runner.stop(store, run_id) == f"its process {gone.pid} is gone; marked failed"
+    assert store.get_run(run_id)["status"] == "failed"
+    queued = store.create_run("waiting", tiny().to_json(), status="queued", pid=gone.pid)
+    assert runner.stop(store, queued) == "was queued; marked stopped"
+    assert store.get_run(queued)["status"] == "stopped"
 
 
 def test_active_reports_progress_and_eta_from_step_times(store: RunStore) -> None:
     run_id = store.create_run("live", tiny(max_steps=100).to_json(), status="running")
-    store.update_run(run_id, step=40, pid=os.getpid(), heartbeat=time.time())
+    me = procs.identity_of()
+    store.update_run(run_id, step=40, pid=me.pid, pid_started=me.started, heartbeat=time.time())
     step_times = [(s, "train/step_time", 0.5) for s in range(40)]
     step_times[0] = (0, "train/step_time", 30.0)  # start-up: must not count
     step_times[35] = (35, "train/step_time", 5.0)  # one slow step: must not swing it
     store.log_scalars(run_id, step_times)
     store.flush()
-    queued = store.create_run("later", tiny().to_json(), status="queued", pid=os.getpid())
+    queued = store.create_run(
+        "later", tiny().to_json(), status="queued", pid=me.pid, pid_started=me.started
+    )
     runs = {run.id: run for run in runner.active(store)}
     assert runs[run_id].fraction == pytest.approx(0.4)
     assert runs[run_id].eta_s == pytest.approx(0.5 * 60)

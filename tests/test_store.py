@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 
 from blockviz import config as cfg
+from blockviz import procs, synthetic
 from blockviz import store as st
-from blockviz import synthetic
 from blockviz.store import RunStore, StoreError
 
 CONFIG_JSON = cfg.RunConfig().to_json()
@@ -153,7 +153,7 @@ def test_run_round_trip_parses_json_columns(store):
 def test_names_are_sanitized(store, given, expected):
     run_id = new_run(store, given)
     assert store.get_run(run_id)["name"] == expected
-    assert store.run_dir(run_id) == store.workspace / str(run_id)
+    assert store.run_dir(run_id) == store.runs_root / str(run_id)
 
 
 def test_taken_names_get_a_numeric_suffix(store):
@@ -195,7 +195,8 @@ def test_run_dir_needs_an_integer_id(store):
 
 
 def test_delete_refuses_a_live_run_then_removes_rows_and_folder(store):
-    run_id = new_run(store, "../../victim", status="running", pid=os.getpid())
+    me = procs.identity_of()
+    run_id = new_run(store, "../../victim", status="running", pid=me.pid, pid_started=me.started)
     store.log_scalars(run_id, [(0, "train/loss", 1.0)])
     store.log_sample(run_id, 0, "p", "t")
     store.flush()
@@ -218,6 +219,7 @@ def test_delete_does_not_follow_a_symlinked_run_dir(store, tmp_path):
     target = tmp_path / "precious"
     target.mkdir()
     (target / "data.txt").write_text("keep me")
+    store.runs_root.mkdir()
     store.run_dir(run_id).symlink_to(target)
     store.delete_run(run_id)
     assert (target / "data.txt").read_text() == "keep me"
@@ -614,10 +616,19 @@ def _claim(path: str, run_id: int, start: multiprocessing.Event, results) -> Non
 
 def _spawn(target, args_list) -> list:
     context = multiprocessing.get_context("spawn")
-    procs = [context.Process(target=target, args=args) for args in args_list]
-    for proc in procs:
-        proc.start()
-    return procs
+    children = [context.Process(target=target, args=args) for args in args_list]
+    # An AppTest.from_function run earlier in this process leaves __main__ pointing at a
+    # generated script; spawn would re-run it in each child. The targets live in this
+    # importable module, so the children need no __main__ at all.
+    main = sys.modules["__main__"]
+    main_file = main.__dict__.pop("__file__", None)
+    try:
+        for child in children:
+            child.start()
+    finally:
+        if main_file is not None:
+            main.__file__ = main_file
+    return children
 
 
 def test_two_processes_write_concurrently_without_losing_rows(store):
@@ -705,7 +716,10 @@ def test_reap_dead_fails_only_gone_and_stale_runs(store):
     stale = time.time() - 120
     dead_pid = _dead_pid()
     gone = new_run(store, "gone", status="running", pid=dead_pid, heartbeat=stale)
-    alive = new_run(store, "alive", status="running", pid=os.getpid(), heartbeat=stale)
+    me = procs.identity_of()
+    alive = new_run(
+        store, "alive", status="running", pid=me.pid, pid_started=me.started, heartbeat=stale
+    )
     fresh = new_run(store, "fresh", status="running", pid=dead_pid, heartbeat=time.time())
     queued = new_run(store, "queued", status="queued", pid=dead_pid, heartbeat=stale)
     finished = new_run(store, "done", status="completed", pid=dead_pid, heartbeat=stale)
@@ -720,10 +734,14 @@ def test_reap_dead_fails_only_gone_and_stale_runs(store):
     assert store.reap_dead(stale_after=30) == []
 
 
-def test_pid_alive():
-    assert st.pid_alive(os.getpid())
-    assert not st.pid_alive(_dead_pid())
-    assert not st.pid_alive(None) and not st.pid_alive(0) and not st.pid_alive(-1)
+def test_is_alive_checks_the_process_identity_not_just_the_pid():
+    me = procs.identity_of()
+    assert procs.is_alive(me.pid, me.started)
+    assert not procs.is_alive(_dead_pid(), None)
+    assert not procs.is_alive(None, None) and not procs.is_alive(0, None)
+    assert not procs.is_alive(-1, None)
+    # The same pid with another start time is another process (a reused pid).
+    assert not procs.is_alive(me.pid, me.started - 100)
 
 
 # -- synthetic runs ------------------------------------------------------------------

@@ -182,7 +182,7 @@ def test_runs_and_show_commands(two_runs, capsys):
     text = capsys.readouterr().out
     assert "completed" in text and "last sample (step 30" in text
     assert cli.main(["stop", str(ids["fp32"]), "--store", str(store.path)]) == 0
-    assert "already ended: completed" in capsys.readouterr().out
+    assert "already completed" in capsys.readouterr().out
 
 
 # -------------------------------------------------------------- endings of a run
@@ -346,5 +346,5 @@ def test_ddp_on_two_cpu_processes_writes_once_from_rank_zero(tmp_path, corpus):
         assert len(runs) == 1 and runs.status[0] == "completed"
         assert runs.device[0] == "2x cpu (ddp)"
         assert len(store.scalars(1, names="train/loss")) == 10
-    assert sorted(p.name for p in store_path.parent.iterdir() if p.is_dir()) == ["1"]
+    assert sorted(p.name for p in store.runs_root.iterdir() if p.is_dir()) == ["1"]
     assert out.count("blockviz: run 1") == 2  # start and end lines, from rank 0 only
