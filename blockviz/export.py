@@ -6,19 +6,21 @@ behind a chart is the frame its builder attached as the chart's top-level data
 (`charts.chart_data`), so its CSV holds exactly what is drawn, smoothed column included.
 
 Files land under one output folder and nowhere else: names go through `safe_filename`, and
-`write_file` refuses any name that would leave the folder.
+every write goes through `OutFolder`, which refuses any name or symlink that would leave it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import html
 import io
 import json
 import math
 import os
 import re
-import tempfile
+import secrets
+import stat
 import time
 import unicodedata
 import zipfile
@@ -145,6 +147,131 @@ def _check_name(name: str) -> None:
         )
 
 
+# Opening a folder never follows a symlink (O_NOFOLLOW) and never opens anything else.
+_FOLDER_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_DIRECTORY", 0)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
+_FILE_FLAGS = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | os.O_EXCL
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
+
+
+class OutFolder:
+    """An output folder opened once; every export write goes through `write` and stays in it.
+
+    The root is resolved once (a symlink given as the folder itself is the caller's
+    choice). Below it, subfolders are created and opened one component at a time
+    relative to their parent's file descriptor, refusing any component that is a
+    symlink, so nothing swapped in later can redirect a write either. Each file is
+    written to a temporary name in its folder and renamed over the target, and a rename
+    replaces a symlink at the target instead of following it.
+    """
+
+    def __init__(self, out_dir: str | Path) -> None:
+        if not {os.open, os.mkdir, os.stat, os.rename, os.unlink} <= os.supports_dir_fd:
+            raise ExportError("writing exports needs a system with dir_fd support (POSIX)")
+        root = Path(out_dir).expanduser()
+        if root.exists() and not root.is_dir():
+            raise ExportError(f"--out {root} exists and is not a folder")
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            self.root = root.resolve(strict=True)
+            root_fd = os.open(self.root, _FOLDER_FLAGS)
+        except OSError as exc:
+            raise ExportError(
+                f"cannot create the output folder {root} ({exc.strerror or exc})"
+            ) from None
+        self._folders: dict[str, int] = {"": root_fd}
+
+    def __enter__(self) -> OutFolder:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the folder descriptors (writing afterwards reopens nothing: it fails)."""
+        folders, self._folders = self._folders, {}
+        for fd in folders.values():
+            os.close(fd)
+
+    def folder(self, relative: str) -> int:
+        """The descriptor of root/relative ('a/b'), created if missing; never via a symlink."""
+        if relative in self._folders:
+            return self._folders[relative]
+        if not self._folders:
+            raise ExportError(f"the output folder {self.root} is closed")
+        parent_path, _, name = relative.rpartition("/")
+        _check_name(name)
+        parent = self.folder(parent_path)
+        shown = self.root / relative
+        try:
+            os.mkdir(name, 0o777, dir_fd=parent)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise ExportError(f"cannot create the folder {shown} ({exc.strerror})") from None
+        try:
+            info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except OSError as exc:
+            raise ExportError(f"cannot read the folder {shown} ({exc.strerror})") from None
+        if stat.S_ISLNK(info.st_mode):
+            raise ExportError(
+                f"{shown} is a symlink; not writing through it (exports stay inside {self.root})"
+            )
+        if not stat.S_ISDIR(info.st_mode):
+            raise ExportError(f"{shown} exists and is not a folder; not writing into it")
+        try:
+            fd = os.open(name, _FOLDER_FLAGS, dir_fd=parent)
+        except OSError as exc:  # replaced by a symlink since the check: ELOOP
+            raise ExportError(f"cannot open the folder {shown} ({exc.strerror})") from None
+        self._folders[relative] = fd
+        return fd
+
+    def write(self, relative: str, data: bytes | str, *, overwrite: bool = True) -> Path:
+        """Write data to root/relative ('charts/loss.png') whole, then return its path.
+
+        An existing regular file is replaced (unless overwrite=False, which refuses); a
+        symlink, folder or anything else at that name is refused and left as it is.
+        """
+        for part in relative.split("/"):
+            _check_name(part)  # no '', '.', '..' or backslash anywhere in the path
+        folder_path, _, name = relative.rpartition("/")
+        folder = self.folder(folder_path)
+        target = self.root / relative
+        try:
+            info: os.stat_result | None = os.stat(name, dir_fd=folder, follow_symlinks=False)
+        except FileNotFoundError:
+            info = None
+        except OSError as exc:
+            raise ExportError(f"cannot read {target} ({exc.strerror})") from None
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            raise ExportError(f"{target} exists and is not a regular file; not writing over it")
+        if info is not None and not overwrite:
+            raise ExportError(f"{target} already exists; pass overwrite=True to replace it")
+        payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        temp = f".tmp-{secrets.token_hex(8)}.part"
+        try:
+            fd = os.open(temp, _FILE_FLAGS, 0o666, dir_fd=folder)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(payload)
+            # rename(2) replaces whatever entry has the name, a symlink included, and
+            # never follows it: a symlink planted since the check above is replaced.
+            os.replace(temp, name, src_dir_fd=folder, dst_dir_fd=folder)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=folder)
+            raise ExportError(f"cannot write {target} ({exc.strerror or exc})") from None
+        return target
+
+
 def write_file(out_dir: Path, name: str, data: bytes | str, *, overwrite: bool = True) -> Path:
     """Write `data` to out_dir/name and return the path; refuse to write anywhere else.
 
@@ -153,29 +280,8 @@ def write_file(out_dir: Path, name: str, data: bytes | str, *, overwrite: bool =
     the way is refused, never followed.
     """
     _check_name(name)
-    folder = Path(out_dir).expanduser().resolve()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ExportError(f"cannot create the output folder {folder} ({exc.strerror})") from None
-    target = folder / name
-    if target.is_symlink() or (target.exists() and not target.is_file()):
-        raise ExportError(f"{target} exists and is not a regular file; not writing over it")
-    if target.resolve().parent != folder:
-        raise ExportError(f"{name!r} would be written outside {folder}; refusing")
-    if target.exists() and not overwrite:
-        raise ExportError(f"{target} already exists; pass overwrite=True to replace it")
-    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    # Write beside the target, then rename: a reader never sees half a file.
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise ExportError(f"cannot write {target} ({exc.strerror})") from None
-    return target
+    with OutFolder(out_dir) as out:
+        return out.write(name, data, overwrite=overwrite)
 
 
 def _unique(name: str, taken: set[str]) -> str:
@@ -625,26 +731,38 @@ def export_to_folder(
     """Write the chosen format(s) of the runs' charts and data under out_dir; the paths.
 
     Layout: charts/<title>.<fmt>, configs/<run>.json, the tables at the top, the zip
-    (format zip or all) named after the runs.
+    (format zip or all) named after the runs. Every file goes through one `OutFolder`,
+    so nothing lands outside out_dir whatever it already holds (symlinks included).
     """
     if fmt not in FORMATS:
         raise ExportError(f"format {fmt!r} is not allowed; choose one of {', '.join(FORMATS)}")
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"--out {out} exists and is not a folder")
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ExportError(f"--out {out_dir} exists and is not a folder")
     runs = _runs(store, run_ids)
+    with OutFolder(out_dir) as out:
+        # The folders first: a symlink in the way is refused before seconds of rendering.
+        if fmt != "zip":
+            out.folder("charts")
+        if fmt == "all" and any(r["config"] is not None for r in runs):
+            out.folder("configs")
+        return _export(store, runs, out, fmt)
+
+
+def _export(
+    store: RunStore, runs: Sequence[dict[str, Any]], out: OutFolder, fmt: str
+) -> list[Path]:
+    """The writes of export_to_folder, into an opened (and checked) output folder."""
     ids = [r["id"] for r in runs]
     entries = report_charts(store, ids)
     stems = chart_stems(entries)
     written: list[Path] = []
     if fmt in ("zip", "all"):
         files = report_files(store, ids, entries=entries)
-        written.append(write_file(out, report_name(runs), _zip(files)))
+        written.append(out.write(report_name(runs), _zip(files)))
         if fmt == "zip":
             return written
         for member, payload in files.items():
-            folder, _, name = member.rpartition("/")
-            written.append(write_file(out / folder if folder else out, name, payload))
+            written.append(out.write(member, payload))
     renderers: dict[str, Callable[[alt.TopLevelMixin], bytes | str]] = {
         "png": chart_png,
         "svg": chart_svg,
@@ -655,16 +773,16 @@ def export_to_folder(
     chosen = ["html"] if fmt == "all" else [fmt]
     for (_, chart, _), stem in zip(entries, stems, strict=True):
         for ext in chosen:
-            written.append(write_file(out / "charts", f"{stem}.{ext}", renderers[ext](chart)))
+            written.append(out.write(f"charts/{stem}.{ext}", renderers[ext](chart)))
     if fmt == "csv":
         tables = {
             "scalars.csv": _tidy_scalars(store.scalars(ids)),
             "layer_stats.csv": _tidy_layer_stats(store.layer_stats(ids)),
         }
         for name, frame in tables.items():
-            written.append(write_file(out, name, chart_csv(frame)))
+            written.append(out.write(name, chart_csv(frame)))
         metrics_csv = final_metrics_table(store.final_metrics(ids))[0]
-        written.append(write_file(out, "final_metrics.csv", metrics_csv))
+        written.append(out.write("final_metrics.csv", metrics_csv))
     return written
 
 

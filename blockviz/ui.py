@@ -5,30 +5,82 @@ Pages stay thin by leaning on these. Nothing here imports torch.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import altair as alt
 import pandas as pd
 import streamlit as st
 
-from blockviz import export
+from blockviz import export, runner
 from blockviz.config import ModelConfig
 from blockviz.params import Breakdown
-from blockviz.store import ACTIVE_STATUSES, RunStore, StoreError, StoreLocked, default_store_path
+from blockviz.store import (
+    ACTIVE_STATUSES,
+    RunStore,
+    StoreError,
+    StoreLocked,
+    default_store_path,
+    is_id_text,
+)
 
 LIVE_PAGE = "pages/live.py"
 RUN_KEY = "run_id"  # session_state key of the run the Live page shows
 PAGE_BUSY_TIMEOUT_S = 5.0  # a locked store: the page says so after this, never hangs
 COMPARE_KEY = "compare_ids"  # session_state key of the runs the Compare page overlays
+REAP_EVERY_S = 5.0  # pages mark dead runs failed at most this often (fragments refresh faster)
+READONLY_NOTICE = "read-only store: launching, stopping, renaming and deleting are off"
+# What RunStore says when the file or its folder cannot be written (then: open read-only).
+_READONLY_HINTS = ("not writable", "read-only", "readonly", "unable to open")
+
+
+_MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def plain(text: object) -> str:
+    """User text made safe inside Streamlit Markdown: shown as typed, never interpreted.
+
+    Every ASCII punctuation character gets a backslash (CommonMark lets any of them be
+    escaped), so `![t](http://...)` stays text instead of becoming an image the browser
+    fetches, and `:red[...]`, `$...$`, `**` or `<b>` stay literal; line breaks become
+    spaces so a name cannot start a heading or a list.
+    """
+    flat = " ".join(str(text).split())
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", flat)
+
+
+def literal(text: object) -> str:
+    """Text as an inline code span (a path, a value) that no character can break out of.
+
+    The fence is one backtick longer than the longest run of backticks inside; a space
+    pads text that starts or ends with a backtick (CommonMark strips one from each side).
+    """
+    flat = " ".join(str(text).split()) or " "
+    longest = max((len(run) for run in re.findall(r"`+", flat)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if flat[0] == "`" or flat[-1] == "`" else ""
+    return f"{fence}{pad}{flat}{pad}{fence}"
 
 
 @st.cache_resource(show_spinner=False)
 def _open_store(path: str) -> RunStore:
     # One connection per store file for the whole server; RunStore serialises threads.
-    return RunStore(path, busy_timeout_s=PAGE_BUSY_TIMEOUT_S)
+    try:
+        return RunStore(path, busy_timeout_s=PAGE_BUSY_TIMEOUT_S)
+    except StoreLocked:
+        raise
+    except StoreError as exc:
+        # A store this process may read but not write (a read-only file or folder, a
+        # copy from another user): show it, with the actions that write turned off.
+        if not Path(path).is_file() or not any(h in str(exc) for h in _READONLY_HINTS):
+            raise
+        try:
+            return RunStore(path, readonly=True, busy_timeout_s=PAGE_BUSY_TIMEOUT_S)
+        except StoreError:
+            raise exc from None  # the first error says why writing was refused
 
 
 _rerouted = False  # whether run_via_app has rerun a page run already (once per process)
@@ -85,9 +137,43 @@ def store_or_stop() -> RunStore:
             advice = "Reload the page to try again."
         else:
             advice = "Set `BLOCKVIZ_STORE` to a writable file path and restart the app."
-        st.error(f"Cannot open the run store at `{path}`: {exc}. {advice}")
+        st.error(f"Cannot open the run store at {literal(path)}: {plain(exc)}. {advice}")
         st.stop()
         raise  # unreachable: st.stop() raises; keeps type checkers honest
+
+
+def writable(store: RunStore | None) -> bool:
+    """Whether launching, stopping, renaming and deleting may write to this store."""
+    return store is not None and not store.readonly
+
+
+def store_notice(store: RunStore | None) -> None:
+    """The one-line notice a read-only store gets on every page that uses it."""
+    if store is not None and store.readonly:
+        st.info(READONLY_NOTICE, icon=":material/lock:")
+
+
+_last_reap: dict[str, float] = {}  # store path -> monotonic time of this process's last reap
+
+
+def reap_dead(store: RunStore) -> None:
+    """Mark runs whose process died (kill -9, out of memory) as failed; called on refreshes.
+
+    At most once per REAP_EVERY_S per store, so a page refreshing every 1.5 s does not
+    query process tables that often; a dead run reads `failed` within its 30 s heartbeat
+    staleness plus this. A read-only store is never written. Best effort: a store that
+    cannot be written right now is tried again on a later refresh, while the page reads on.
+    """
+    if store.readonly:
+        return
+    now = time.monotonic()
+    key = str(store.path)
+    last = _last_reap.get(key)
+    if last is not None and now - last < REAP_EVERY_S:
+        return
+    _last_reap[key] = now
+    with suppress(StoreError):
+        runner.reap(store)  # also collects the dashboard's own exited children
 
 
 @contextmanager
@@ -97,7 +183,7 @@ def guard(label: str) -> Iterator[None]:
         yield
     except Exception as exc:  # Streamlit's stop/rerun are BaseExceptions and pass through
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        st.error(f"{label}: {message}")
+        st.error(f"{plain(label)}: {plain(message)}")
         with st.expander("details"):
             st.code(f"{type(exc).__name__}: {exc}", language=None)
 
@@ -151,15 +237,56 @@ def chart_with_downloads(chart: alt.TopLevelMixin, data: pd.DataFrame, name: str
 
 
 def selected_run_id() -> int | None:
-    """The run chosen on any page: session state first, then the `?run=ID` query param."""
+    """The run chosen on any page: session state first, then the `?run=ID` query param.
+
+    A `?run=` that is not an id (`?run=²`, `?run=abc`) selects nothing; see
+    `selection_notice` for the message.
+    """
     chosen = st.session_state.get(RUN_KEY)
     if isinstance(chosen, int):
         return chosen
     text = st.query_params.get("run", "")
-    if isinstance(text, str) and text.isdigit():
+    if isinstance(text, str) and is_id_text(text.strip()):
         st.session_state[RUN_KEY] = int(text)
         return int(text)
     return None
+
+
+def selection_notice(runs: pd.DataFrame) -> str | None:
+    """Why the chosen run cannot be shown (plain text), or None when it can or none is chosen.
+
+    Call before `current_run` / `run_picker`, which replace a bad choice by the newest run.
+    """
+    if runs.empty:
+        return None
+    newest = int(runs["id"].iloc[-1])
+    chosen = selected_run_id()
+    if chosen is None:
+        text = st.query_params.get("run", "")
+        if isinstance(text, str) and text:
+            return (
+                f"?run={text}: not a run id; showing the newest run (#{newest}), "
+                "pick another below."
+            )
+        return None
+    if chosen not in {int(i) for i in runs["id"]}:
+        return (
+            f"Run #{chosen} is not in this store (deleted, or never created); showing the "
+            f"newest run (#{newest}), pick another below."
+        )
+    return None
+
+
+def current_run(runs: pd.DataFrame) -> int | None:
+    """The run to show: the selected one if it exists, else the newest (now selected)."""
+    if runs.empty:
+        return None
+    ids = {int(i) for i in runs["id"]}
+    current = selected_run_id()
+    if current not in ids:
+        current = int(runs["id"].iloc[-1])  # the newest run: usually the one just launched
+        select_run(current)
+    return current
 
 
 def select_run(run_id: int | None) -> None:
@@ -187,7 +314,11 @@ def add_to_compare(run_id: int) -> None:
 
 
 def run_label(row: pd.Series | dict) -> str:
-    """'#id name (status)': how a run is named in pickers."""
+    """'#id name (status)': how a run is named in pickers.
+
+    Plain text, as selectbox and multiselect options show it (only their labels take
+    Markdown); wrap it in `plain` before it goes anywhere that renders Markdown.
+    """
     return f"#{int(row['id'])} {row['name']} ({row['status']})"
 
 
@@ -199,14 +330,17 @@ def _sync_multi(key: str) -> None:
     st.session_state[COMPARE_KEY] = [int(i) for i in st.session_state.get(key, [])]
 
 
-def run_picker(store: RunStore, label: str, multi: bool, key: str) -> int | list[int] | None:
+def run_picker(
+    store: RunStore, label: str, multi: bool, key: str, runs: pd.DataFrame | None = None
+) -> int | list[int] | None:
     """Pick one run (int or None) or several (list) by '#id name (status)'.
 
     The choice is shared across pages: one run via session_state["run_id"] (and `?run=`),
     several via session_state["compare_ids"]; callbacks copy a change there before the
-    next run, so the shared value is always the one to show.
+    next run, so the shared value is always the one to show. `runs` is the page's own
+    read of store.runs_frame(), so the labels show the statuses the page shows.
     """
-    runs = store.runs_frame()
+    runs = store.runs_frame() if runs is None else runs
     ids = [int(i) for i in runs["id"]]
     labels = {int(row["id"]): run_label(row) for _, row in runs.iterrows()}
 
@@ -222,12 +356,9 @@ def run_picker(store: RunStore, label: str, multi: bool, key: str) -> int | list
             label, ids, key=key, format_func=fmt, on_change=_sync_multi, args=(key,)
         )
         return [int(i) for i in chosen]
-    if not ids:
+    current = current_run(runs)
+    if current is None:
         return None
-    current = selected_run_id()
-    if current not in labels:
-        current = ids[-1]  # the newest run: usually the one just launched
-        select_run(current)
     st.session_state[key] = current
     chosen_id = st.selectbox(
         label, ids, key=key, format_func=fmt, on_change=_sync_single, args=(key,)
@@ -250,15 +381,15 @@ def format_duration(seconds: float | None) -> str:
 
 
 def flash(kind: str, message: str) -> None:
-    """Queue a message for the next run of the page (survives st.rerun)."""
+    """Queue a plain-text message for the next run of the page (survives st.rerun)."""
     st.session_state.setdefault("_flash", []).append((kind, message))
 
 
 def show_flashes() -> None:
-    """Show and clear the queued messages."""
+    """Show and clear the queued messages, as plain text (they carry run names)."""
     for kind, message in st.session_state.pop("_flash", []):
         {"success": st.success, "error": st.error, "warning": st.warning}.get(kind, st.info)(
-            message
+            plain(message)
         )
 
 

@@ -1,8 +1,10 @@
 """Compare: overlay runs — loss and any metric, config diff, final metrics, gradient by layer.
 
 The curves, the final-metrics table and the gradient picture refresh every 1.5 s while any
-chosen run is still queued or running. The report button builds the zip only when clicked
-(in a background thread of the download) and the page shows its progress meanwhile.
+chosen run is still queued or running; when any run's status changes the whole page reruns
+once, so the picker's labels show the statuses the table shows. The report button builds
+the zip only when clicked (in a background thread of the download) and the page shows its
+progress meanwhile.
 """
 
 from __future__ import annotations
@@ -54,20 +56,27 @@ def _final_table(store: RunStore, run_ids: list[int]) -> pd.DataFrame:
 # ---------------------------------------------------------------------------- curves
 
 
-def _curves(store: RunStore, run_ids: list[int], was_active: bool) -> None:
+def _statuses(runs: pd.DataFrame) -> dict[int, str]:
+    return {int(i): str(s) for i, s in zip(runs["id"], runs["status"], strict=True)}
+
+
+def _curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> None:
     """Everything that moves while a chosen run trains; a fragment while one is active."""
     with ui.guard("Comparison"):
-        _draw_curves(store, run_ids, was_active)
+        _draw_curves(store, run_ids, seen)
 
 
-def _draw_curves(store: RunStore, run_ids: list[int], was_active: bool) -> None:
-    runs = store.runs_frame()
-    runs = runs[runs["id"].isin(run_ids)]
+def _draw_curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> None:
+    ui.reap_dead(store)
+    all_runs = store.runs_frame()
+    runs = all_runs[all_runs["id"].isin(run_ids)]
     if len(runs) < len(run_ids):
         ui.flash("warning", "A compared run was deleted; it was taken out of the comparison.")
         st.rerun()
-    if was_active and not runs["status"].isin(ACTIVE_STATUSES).any():
-        st.rerun()  # all finished: redraw once without the timer
+    if _statuses(all_runs) != seen:
+        # A status changed (finished, started, reaped): redraw the page once, so the
+        # picker's labels and the refresh timer follow.
+        st.rerun()
     colors = charts.run_color_scale(runs[["id", "name"]])
     tag = "-".join(str(i) for i in run_ids)
 
@@ -243,11 +252,12 @@ def _building(job: dict[str, Any]) -> bool:
 def _report_progress(job: dict[str, Any], run_ids: list[int], was_building: bool) -> None:
     """Progress of the report being built (polled while it builds)."""
     if _building(job):
-        st.progress(job["fraction"], text=f"Building the report… {job['message']}".strip())
+        text = f"Building the report… {ui.plain(job['message'])}".strip()
+        st.progress(job["fraction"], text=text)
     elif was_building:
         st.rerun()  # done: redraw once without the timer
     elif job["error"]:
-        st.error(f"The report could not be built: {job['error']}")
+        st.error(f"The report could not be built: {ui.plain(job['error'])}")
     elif job["size"] and job["run_ids"] == run_ids:
         st.success(f"Report built ({job['size'] / 1e6:.1f} MB); your browser saves the zip.")
 
@@ -277,8 +287,10 @@ def _report_section(store: RunStore, run_ids: list[int], runs: list[dict[str, An
 # ---------------------------------------------------------------------------- the page
 
 
-def _choose_runs(store: RunStore) -> pd.DataFrame | None:
-    """The chosen runs' rows (default: the latest two), with a word when there are none."""
+def _choose_runs(store: RunStore) -> tuple[pd.DataFrame, dict[int, str]] | None:
+    """The chosen runs' rows (default: the latest two) and every run's status, as the
+    picker shows them; a word when there are none."""
+    ui.reap_dead(store)
     all_runs = store.runs_frame()
     if all_runs.empty:
         st.info(
@@ -288,24 +300,28 @@ def _choose_runs(store: RunStore) -> pd.DataFrame | None:
         return None
     if ui.COMPARE_KEY not in st.session_state:
         st.session_state[ui.COMPARE_KEY] = [int(i) for i in all_runs["id"].tail(2)]
-    chosen = ui.run_picker(store, "Runs to compare", multi=True, key="compare.runs")
+    chosen = ui.run_picker(store, "Runs to compare", multi=True, key="compare.runs", runs=all_runs)
     if not chosen:
         st.info("Pick one or more runs above to overlay them.")
         return None
     # In the order picked, so tables and the report list runs as the user chose them.
-    return all_runs.set_index("id").loc[chosen].reset_index()
+    return all_runs.set_index("id").loc[chosen].reset_index(), _statuses(all_runs)
 
 
 store = ui.store_or_stop()
 st.title("Compare")
 ui.show_flashes()
+ui.store_notice(store)
 picked: pd.DataFrame | None = None
+seen: dict[int, str] = {}
 with ui.guard("Reading the run store"):
-    picked = _choose_runs(store)
+    choice = _choose_runs(store)
+    if choice is not None:
+        picked, seen = choice
 if picked is not None:
     chosen = [int(i) for i in picked["id"]]
     any_active = bool(picked["status"].isin(ACTIVE_STATUSES).any())
-    st.fragment(_curves, run_every=REFRESH_S if any_active else None)(store, chosen, any_active)
+    st.fragment(_curves, run_every=REFRESH_S if any_active else None)(store, chosen, seen)
     with ui.guard("Config differences"):
         _config_section(store, chosen)
     with ui.guard("Report"):

@@ -3,7 +3,9 @@
 While the run is queued or running, everything below the run picker is a fragment that
 reruns every 1.5 s on its own (the rest of the page and the sidebar stay put). Only the open
 tab reads and draws; the per-step series are kept in session state and extended with the
-rows logged since the last refresh instead of being read whole every time.
+rows logged since the last refresh instead of being read whole every time. When any run's
+status changes (queued -> running, a dead run reaped as failed) the whole page reruns once,
+so the picker's labels and the header always show the same status.
 """
 
 from __future__ import annotations
@@ -142,12 +144,16 @@ def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None
     run_id, status = int(run["id"]), str(run["status"])
     step, max_steps = run.get("step"), run.get("max_steps")
     with st.container(horizontal=True, vertical_alignment="center"):
-        st.subheader(f"#{run_id} {run['name']}", anchor=False)
+        st.subheader(f"#{run_id} {ui.plain(run['name'])}", anchor=False)
         st.badge(status, color=STATUS_COLORS.get(status, "gray"))
         if status in ACTIVE_STATUSES and st.button(
-            "Stop", key="live.stop", icon=":material/stop_circle:", help="Checkpoint and stop"
+            "Stop",
+            key="live.stop",
+            icon=":material/stop_circle:",
+            help="Checkpoint and stop" if ui.writable(store) else ui.READONLY_NOTICE,
+            disabled=not ui.writable(store),
         ):
-            st.toast(f"Run #{run_id}: {runner.stop(store, run_id)}")
+            st.toast(ui.plain(f"Run #{run_id}: {runner.stop(store, run_id)}"))
     step_text = "—" if step is None else f"{int(step):,}"
     step_label = f"Step (of {int(max_steps):,})" if max_steps else "Step"
     tokens_per_sec = _throughput(scalars)
@@ -198,12 +204,12 @@ def _divergence_text(run: dict[str, Any], scalars: pd.DataFrame) -> str:
     if not bad.empty:
         first = bad[bad["step"] == bad["step"].min()]
         what = ", ".join(
-            f"`{name}` = {_fmt_value(float(value))}"
+            f"{ui.literal(name)} = {_fmt_value(float(value))}"
             for name, value in zip(first["name"], first["value"], strict=True)
         )
         parts.append(f"At step {int(first['step'].iloc[0]):,}: {what}.")
     if run.get("error"):
-        parts.append(str(run["error"]))
+        parts.append(ui.plain(run["error"]))
     parts.append("The loss chart marks the step in red.")
     return " ".join(parts)
 
@@ -219,7 +225,8 @@ def _status_message(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame)
         st.error(_divergence_text(run, recent), icon=":material/warning:")
     elif status == "failed":
         at = f" at step {int(step):,}" if step is not None else ""
-        st.error(f"**This run failed{at}:** {run.get('error') or 'no error was recorded.'}")
+        error = ui.plain(run.get("error") or "no error was recorded.")
+        st.error(f"**This run failed{at}:** {error}")
         with st.expander("Log tail (last 40 lines of train.log)", expanded=True):
             tail = runner.log_tail(store, int(run["id"]))
             st.code(tail or "(the run wrote no log)", language=None)
@@ -395,23 +402,35 @@ def _samples_tab(store: RunStore, run: dict[str, Any]) -> None:
         st.info("No samples yet: the model writes one every sample_interval steps.")
         return
     for row in samples.itertuples(index=False):
-        st.markdown(f"**step {int(row.step):,}** · prompt `{row.prompt!r}`")
+        st.markdown(f"**step {int(row.step):,}** · prompt {ui.literal(repr(row.prompt))}")
         st.code(row.text, language=None, wrap_lines=True)
 
 
 # ---------------------------------------------------------------------------- the page
 
 
-def _live(store: RunStore, run_id: int, was_active: bool) -> None:
-    """Everything that changes while the run trains; a fragment while it is active."""
+def _statuses(runs: pd.DataFrame) -> dict[int, str]:
+    return {int(i): str(s) for i, s in zip(runs["id"], runs["status"], strict=True)}
+
+
+def _live(store: RunStore, run_id: int, seen: dict[int, str]) -> None:
+    """Everything that changes while the run trains; a fragment while it is active.
+
+    `seen` is the status of every run as the picker above shows it. When the store says
+    otherwise, the whole page reruns, so the picker's labels, the header and the refresh
+    timer follow the change.
+    """
+    ui.reap_dead(store)
     try:
         run = store.get_run(run_id)
     except StoreError:
         ui.flash("warning", f"Run #{run_id} was deleted while it was open here.")
         ui.select_run(None)
         st.rerun()
-    if was_active and run["status"] not in ACTIVE_STATUSES:
-        st.rerun()  # finished: redraw once without the timer
+    fresh = _statuses(store.runs_frame())
+    if fresh != seen:
+        st.rerun()
+    run["status"] = fresh[run_id]  # what the picker shows, unchanged since it was read
     for key, default in PREFERENCES.items():
         # Re-assigning keeps a control's value while its tab is closed (Streamlit would
         # otherwise forget the state of widgets that were not drawn).
@@ -439,8 +458,9 @@ def _live(store: RunStore, run_id: int, was_active: bool) -> None:
             renderers[label]()
 
 
-def _pick_run(store: RunStore) -> tuple[int, bool] | None:
-    """The run to show (and whether it is active), with a word when there is none."""
+def _pick_run(store: RunStore) -> tuple[int, dict[int, str]] | None:
+    """The run to show and every run's status as the picker shows it; a word when none."""
+    ui.reap_dead(store)
     runs = store.runs_frame()
     if runs.empty:
         st.info(
@@ -448,25 +468,23 @@ def _pick_run(store: RunStore) -> tuple[int, bool] | None:
             "The run appears here and updates as it trains."
         )
         return None
-    remembered = ui.selected_run_id()
-    if remembered is not None and remembered not in set(runs["id"]):
-        st.warning(f"Run #{remembered} no longer exists (it was deleted); showing the newest run.")
-    selected = ui.run_picker(store, "Run", multi=False, key="live.run")
+    notice = ui.selection_notice(runs)
+    if notice:
+        st.warning(ui.plain(notice))
+    selected = ui.run_picker(store, "Run", multi=False, key="live.run", runs=runs)
     if selected is None:
         return None
-    try:
-        return selected, store.get_run(selected)["status"] in ACTIVE_STATUSES
-    except StoreError:
-        st.warning(f"Run #{selected} no longer exists; pick another run above.")
-        return None
+    return selected, _statuses(runs)
 
 
 store = ui.store_or_stop()
 st.title("Live")
 ui.show_flashes()
-picked: tuple[int, bool] | None = None
+ui.store_notice(store)
+picked: tuple[int, dict[int, str]] | None = None
 with ui.guard("Reading the run store"):
     picked = _pick_run(store)
 if picked is not None:
-    run_id, active = picked
-    st.fragment(_live, run_every=REFRESH_S if active else None)(store, run_id, active)
+    run_id, seen = picked
+    active = seen.get(run_id) in ACTIVE_STATUSES
+    st.fragment(_live, run_every=REFRESH_S if active else None)(store, run_id, seen)

@@ -10,10 +10,13 @@ from blockviz.store import ACTIVE_STATUSES, StoreError
 store = ui.store_or_stop()
 st.title("Runs")
 ui.show_flashes()
+ui.store_notice(store)
+writable = ui.writable(store)
+write_help = None if writable else ui.READONLY_NOTICE
 
 runs = None
 with ui.guard("Run list"):
-    store.reap_dead()
+    ui.reap_dead(store)
     runs = store.runs_frame()
 if runs is None:
     st.stop()
@@ -23,9 +26,9 @@ if runs.empty:
 
 counts = runs["status"].value_counts()
 st.caption(
-    f"{len(runs)} run(s) in `{store.path}`: "
+    f"{len(runs)} run(s) in {ui.literal(store.path)}: "
     + ", ".join(f"{counts[s]} {s}" for s in counts.index)
-    + f". Each run's files (config, log, checkpoints) are in `{store.workspace}/<id>/`."
+    + "."
 )
 st.dataframe(
     ui.runs_table(runs.iloc[::-1], time.time()),
@@ -38,13 +41,17 @@ st.dataframe(
 )
 
 st.subheader("Act on a run")
-run_id = ui.run_picker(store, "Run", multi=False, key="runs.pick")
+notice = ui.selection_notice(runs)
+if notice:
+    st.warning(ui.plain(notice))
+run_id = ui.run_picker(store, "Run", multi=False, key="runs.pick", runs=runs)
 if run_id is None:
     st.stop()
 
 with ui.guard("Run actions"):
     run = store.get_run(run_id)
     active = run["status"] in ACTIVE_STATUSES
+    st.caption(f"Its files (config, log, checkpoints): {ui.literal(store.run_dir(run_id))}")
     open_col, compare_col, stop_col = st.columns(3)
     if open_col.button("Open in Live", key="runs.open", icon=":material/monitoring:"):
         ui.open_in_live(run_id)
@@ -58,20 +65,28 @@ with ui.guard("Run actions"):
         ui.add_to_compare(run_id)
         ui.flash("success", f"Added #{run_id} {run['name']} to Compare.")
         st.rerun()
-    if active and stop_col.button("Stop", key="runs.stop", icon=":material/stop:"):
+    if active and stop_col.button(
+        "Stop", key="runs.stop", icon=":material/stop:", disabled=not writable, help=write_help
+    ):
         ui.flash("info", f"Run #{run_id}: {runner.stop(store, run_id)}")
         st.rerun()
     if run.get("error"):
-        st.error(f"Run #{run_id} ended with: {run['error']}")
+        st.error(f"Run #{run_id} ended with: {ui.plain(run['error'])}")
 
     rename_col, delete_col = st.columns(2)
     with rename_col:
         new_name = st.text_input("New name", value=run["name"], key=f"runs.name.{run_id}")
-        if st.button("Rename", key="runs.rename", icon=":material/edit:"):
+        if st.button(
+            "Rename",
+            key="runs.rename",
+            icon=":material/edit:",
+            disabled=not writable,
+            help=write_help,
+        ):
             try:
                 stored = store.rename_run(run_id, new_name)
             except StoreError as exc:
-                st.error(str(exc))
+                st.error(ui.plain(exc))
             else:
                 ui.flash("success", f"Run #{run_id} is now called {stored}.")
                 st.rerun()
@@ -79,8 +94,15 @@ with ui.guard("Run actions"):
         confirm = st.checkbox(
             f"Delete run #{run_id} with its metrics and files",
             key=f"runs.confirm.{run_id}",
+            disabled=not writable,
         )
-        if st.button("Delete", key="runs.delete", disabled=not confirm, icon=":material/delete:"):
+        if st.button(
+            "Delete",
+            key="runs.delete",
+            disabled=not (confirm and writable),
+            icon=":material/delete:",
+            help=write_help,
+        ):
             if active:
                 st.error(
                     f"Run #{run_id} is {run['status']}; stop it first (Stop above), then delete."
@@ -89,7 +111,7 @@ with ui.guard("Run actions"):
                 try:
                     store.delete_run(run_id)
                 except StoreError as exc:
-                    st.error(str(exc))
+                    st.error(ui.plain(exc))
                 else:
                     if ui.selected_run_id() == run_id:
                         ui.select_run(None)

@@ -14,6 +14,7 @@ st.caption(
     "training when you close the tab."
 )
 ui.show_flashes()
+ui.store_notice(store)
 
 model_cfg = state.model_for_params
 wiring, summary = st.columns([5, 4], gap="large")
@@ -64,25 +65,26 @@ with summary:
     slots = runner.default_max_running()
     if store is None:
         st.error(
-            f"Cannot open the run store at `{ui.store_path()}`; set `BLOCKVIZ_STORE` to a "
-            "writable file path and restart the app."
+            f"Cannot open the run store at {ui.literal(ui.store_path())}; set `BLOCKVIZ_STORE` "
+            "to a writable file path and restart the app."
         )
     else:
-        st.write(f"Run name: **{state.name}**")
+        st.markdown(f"Run name: {ui.literal(state.name)}")
         if state.problem is not None:
-            st.error(state.problem, icon=":material/block:")
+            st.error(ui.plain(state.problem), icon=":material/block:")
         clicked = st.button(
             "Launch",
             type="primary",
-            disabled=not state.can_launch,
+            disabled=not (state.can_launch and ui.writable(store)),
             key="launch",
             icon=":material/rocket_launch:",
+            help=None if ui.writable(store) else ui.READONLY_NOTICE,
         )
         st.caption(
             f"Up to {slots} run(s) train at once (set BLOCKVIZ_MAX_RUNNING to change it); "
             "more wait as queued and start when a slot frees."
         )
-        if clicked and state.run_config is not None:
+        if clicked and state.run_config is not None and ui.writable(store):
             try:
                 launched = runner.launch(state.run_config, state.name, store, max_running=slots)
             except runner.LaunchError as exc:
@@ -95,11 +97,12 @@ with summary:
         outcome = st.session_state.get("train.launch")
         if outcome is not None and outcome[0] == "ok":
             run_id = outcome[1]
-            st.success(f"Launched run #{run_id}. Its log is `{store.run_dir(run_id)}/train.log`.")
+            log_path = store.run_dir(run_id) / "train.log"
+            st.success(f"Launched run #{run_id}. Its log is {ui.literal(log_path)}.")
             if st.button("Open in Live", key="train.open_live", icon=":material/monitoring:"):
                 ui.open_in_live(run_id)
         elif outcome is not None:
-            st.error(f"Launch failed: {outcome[1]}")
+            st.error(f"Launch failed: {ui.plain(outcome[1])}")
             if outcome[2]:
                 st.code(outcome[2], language=None)
 
@@ -111,6 +114,7 @@ def _progress(run_store: RunStore) -> None:
 
 
 def _progress_rows(run_store: RunStore) -> None:
+    ui.reap_dead(run_store)
     active = runner.active(run_store)
     if not active:
         st.caption("No runs in progress.")
@@ -120,22 +124,28 @@ def _progress_rows(run_store: RunStore) -> None:
         return
     st.session_state["train.was_active"] = True
     for run in active:
-        text = f"#{run.id} {run.name} · {run.status}"
+        text = f"#{run.id} {ui.plain(run.name)} · {run.status}"
         if run.status == "running":
             text += f" · step {run.step:,}/{run.max_steps:,} · ETA {ui.format_duration(run.eta_s)}"
         else:
             text += " · waiting for a free slot"
         bar, stop = st.columns([6, 1], vertical_alignment="bottom")
         bar.progress(run.fraction, text=text)
-        if stop.button("Stop", key=f"train.stop.{run.id}", icon=":material/stop:"):
+        if stop.button(
+            "Stop",
+            key=f"train.stop.{run.id}",
+            icon=":material/stop:",
+            disabled=not ui.writable(run_store),
+            help=None if ui.writable(run_store) else ui.READONLY_NOTICE,
+        ):
             with ui.guard(f"Stopping run #{run.id}"):
-                st.toast(f"Run #{run.id}: {runner.stop(run_store, run.id)}")
+                st.toast(ui.plain(f"Run #{run.id}: {runner.stop(run_store, run.id)}"))
 
 
 st.subheader("Runs in progress")
 if store is not None:
     with ui.guard("Runs in progress"):
-        store.reap_dead()
+        ui.reap_dead(store)
         any_active = bool(runner.active(store))
         st.session_state["train.was_active"] = any_active
         st.fragment(_progress, run_every=2 if any_active else None)(store)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from blockviz import synthetic, ui
-from blockviz.store import RunStore, default_store_path
+from blockviz.store import RunStore, StoreError, StoreLocked, default_store_path
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
@@ -45,8 +46,13 @@ def open_page(page: str) -> AppTest:
     return at
 
 
+def shown(markdown: str) -> str:
+    """Markdown source as the reader sees it: backslash escapes (ui.plain's) removed."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
+
+
 def texts(at: AppTest, kind: str) -> str:
-    return "\n".join(str(e.value) for e in getattr(at, kind))
+    return "\n".join(shown(str(e.value)) for e in getattr(at, kind))
 
 
 def test_pages_render_with_an_empty_store(store: RunStore) -> None:
@@ -272,7 +278,7 @@ NO_TORCH_SCRIPT = """
 import json, sys
 from streamlit.testing.v1 import AppTest
 from blockviz import synthetic
-from blockviz.store import RunStore, default_store_path
+from blockviz.store import RunStore, StoreError, StoreLocked, default_store_path
 store = RunStore(default_store_path())
 synthetic.populate(store, n_runs=4, n_steps=40, n_layer=2, statuses={statuses!r})
 store.close()
@@ -296,3 +302,134 @@ def test_no_page_imports_torch() -> None:
     assert report["problems"] == []
     assert report["heavy"] == [], f"the UI imported {report['heavy']}"
     assert {"pages/live.py", "pages/compare.py"} <= set(PAGES)
+
+
+# ---------------------------------------------------------------------------- read-only store
+
+WRITE_BUTTONS = {
+    "pages/train.py": ["launch", "train.stop.{running}"],
+    "pages/live.py": ["live.stop"],
+    "pages/runs.py": ["runs.stop", "runs.rename", "runs.delete"],
+    "pages/compare.py": [],
+}
+
+
+@pytest.fixture
+def readonly_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
+    """Opening the store read-write fails as on a read-only file; read-only opens work.
+
+    (Tests run as root, which chmod cannot stop, so the refusal is simulated.) Yields the
+    `readonly` flag of every open the pages attempted.
+    """
+    attempts: list[bool] = []
+
+    def open_store(path: str, *, readonly: bool = False, **options: object) -> RunStore:
+        attempts.append(readonly)
+        if not readonly:
+            raise StoreError(f"the run store {path} is not writable; set BLOCKVIZ_STORE")
+        return RunStore(path, readonly=True, **options)
+
+    ui._open_store.clear()
+    monkeypatch.setattr(ui, "RunStore", open_store)
+    yield attempts
+    ui._open_store.clear()
+
+
+@pytest.mark.parametrize("page", list(WRITE_BUTTONS))
+def test_a_read_only_store_is_shown_with_writing_actions_off(
+    store: RunStore, populated: list[int], readonly_only: list[bool], page: str
+) -> None:
+    running = populated[STATUSES.index("running")]
+    store.close()  # the pages open their own
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state[ui.RUN_KEY] = running
+    at.session_state[ui.COMPARE_KEY] = [running]
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert readonly_only[:2] == [False, True]  # read-write first, then read-only
+    assert ui.READONLY_NOTICE in texts(at, "info")
+    assert "Cannot open" not in texts(at, "error")
+    for key in WRITE_BUTTONS[page]:
+        assert at.button(key=key.format(running=running)).disabled, key
+    if page == "pages/runs.py":
+        assert len(at.dataframe[0].value) == len(populated)
+
+
+def test_a_write_that_reaches_a_read_only_store_is_a_message_not_a_traceback(
+    store: RunStore,
+    populated: list[int],
+    readonly_only: list[bool],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Buttons enabled as if the store were writable (a tab opened before the file turned
+    # read-only): what the click then does must still be a clear message.
+    monkeypatch.setattr(ui, "writable", lambda run_store: True)
+    completed = populated[STATUSES.index("completed")]
+    name = store.get_run(completed)["name"]
+    store.close()
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state[ui.RUN_KEY] = completed
+    at.switch_page("pages/runs.py").run()
+    at.text_input(key=f"runs.name.{completed}").set_value("renamed").run()
+    at.button(key="runs.rename").click().run()
+    assert not at.exception
+    assert "read-only" in texts(at, "error")
+    at.checkbox(key=f"runs.confirm.{completed}").check().run()
+    at.button(key="runs.delete").click().run()
+    assert not at.exception
+    assert "read-only" in texts(at, "error")
+    with RunStore(default_store_path(), readonly=True) as reread:
+        assert reread.get_run(completed)["name"] == name
+
+
+@pytest.mark.parametrize(
+    ("message", "falls_back"),
+    [
+        ("the run store {path} is not writable; set --store", True),
+        ("the run store {path} is read-only here (attempt to write a readonly database)", True),
+        ("cannot open the run store {path} (unable to open database file)", True),
+        ("{path} is not a blockviz run store (not a valid SQLite file)", False),
+        ("{path} was written by a newer blockviz (schema version 9)", False),
+    ],
+)
+def test_only_a_store_that_cannot_be_written_is_opened_read_only(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch, message: str, falls_back: bool
+) -> None:
+    path = str(default_store_path().absolute())
+    store.close()
+
+    def open_store(path: str, *, readonly: bool = False, **options: object) -> RunStore:
+        if not readonly:
+            raise StoreError(message.format(path=path))
+        return RunStore(path, readonly=True, **options)
+
+    monkeypatch.setattr(ui, "RunStore", open_store)
+    ui._open_store.clear()
+    try:
+        if falls_back:
+            assert ui._open_store(path).readonly
+        else:
+            with pytest.raises(StoreError, match="blockviz"):
+                ui._open_store(path)
+    finally:
+        ui._open_store.clear()
+
+
+def test_a_locked_store_is_not_opened_read_only(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = str(default_store_path().absolute())
+    opened: list[bool] = []
+
+    def open_store(path: str, *, readonly: bool = False, **options: object) -> RunStore:
+        opened.append(readonly)
+        raise StoreLocked(f"the run store {path} stayed locked (read-only would not help)")
+
+    monkeypatch.setattr(ui, "RunStore", open_store)
+    ui._open_store.clear()
+    try:
+        with pytest.raises(StoreLocked):
+            ui._open_store(path)
+    finally:
+        ui._open_store.clear()
+    assert opened == [False]

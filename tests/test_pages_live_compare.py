@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -12,7 +16,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from blockviz import config as cfg
-from blockviz import synthetic
+from blockviz import synthetic, ui
 from blockviz.store import RunStore
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
@@ -44,6 +48,11 @@ def _charts(at: AppTest) -> dict[str, list[pd.DataFrame]]:
         ]
         found[str(title)] = frames
     return found
+
+
+def shown(markdown: str) -> str:
+    """Markdown source as the reader sees it: backslash escapes (ui.plain's) removed."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
 
 
 def _labels(at: AppTest) -> list[str]:
@@ -124,7 +133,7 @@ def test_live_failed_run_shows_its_error_and_log_tail(
     log.write_text("step 1 loss 4.1\nTraceback (most recent call last):\nRuntimeError: boom\n")
     at = _live(run_id).run()
     assert not at.exception
-    (message,) = [e.value for e in at.error]
+    (message,) = [shown(e.value) for e in at.error]
     assert store.get_run(run_id)["error"] in message
     assert any("RuntimeError: boom" in code.value for code in at.code)
 
@@ -304,3 +313,181 @@ def test_live_eta_is_the_same_estimate_the_train_page_shows(
     (active,) = [r for r in runner.active(store) if r.id == run_id]
     assert active.eta_s is not None
     assert eta == ui.format_duration(active.eta_s)
+
+
+# ---------------------------------------------------------------------------- ?run= names
+
+
+@pytest.mark.parametrize("page", ["live", "runs"])
+@pytest.mark.parametrize("param", ["²", "٣", "abc", "-1", "1.5"])
+def test_a_run_param_that_is_not_an_id_is_a_clear_message(
+    runs: dict[str, int], page: str, param: str
+) -> None:
+    at = _page(page)
+    at.query_params["run"] = param
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    warnings = [shown(w.value) for w in at.warning]
+    assert any(w.startswith(f"?run={param}: not a run id") for w in warnings), warnings
+    newest = max(runs.values())
+    assert at.session_state["run_id"] == newest  # the newest run is shown instead
+
+
+@pytest.mark.parametrize("page", ["live", "runs"])
+def test_a_run_id_that_does_not_exist_says_so(runs: dict[str, int], page: str) -> None:
+    at = _page(page)
+    at.query_params["run"] = "999"
+    at.run()
+    assert not at.exception
+    warnings = [shown(w.value) for w in at.warning]
+    assert any("Run #999 is not in this store" in w for w in warnings), warnings
+    assert at.session_state["run_id"] == max(runs.values())
+
+
+def test_a_run_param_with_spaces_around_the_id_names_that_run(runs: dict[str, int]) -> None:
+    at = _page("live")
+    at.query_params["run"] = f" {runs['completed']} "
+    at.run()
+    assert not at.exception and not at.warning
+    assert at.session_state["run_id"] == runs["completed"]
+
+
+# ---------------------------------------------------------------------------- fresh statuses
+
+
+def rerun_fragments(at: AppTest, monkeypatch: pytest.MonkeyPatch) -> AppTest:
+    """Rerun only the page's fragments, as their run_every timer does in a browser.
+
+    AppTest has no timer; a rerun request naming the fragments registered by the last
+    full run does the same. The tree then holds only what the fragments drew, unless
+    they asked for a full rerun.
+    """
+    from streamlit.testing.v1 import local_script_runner
+
+    fragment_ids = list(at._fragment_storage._fragments)
+    assert fragment_ids, "the page drew no fragment"
+    plain_rerun = local_script_runner.RerunData
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            local_script_runner,
+            "RerunData",
+            lambda **kwargs: plain_rerun(
+                **kwargs, fragment_id_queue=fragment_ids, is_auto_rerun=True
+            ),
+        )
+        at.run()
+    return at
+
+
+def _badges(at: AppTest) -> list[str]:
+    return [m.value for m in at.markdown if "-badge[" in m.value]
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (and been waited for)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_live_picker_and_header_show_the_status_of_the_same_fresh_read(
+    store: RunStore, runs: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = runs["running"]
+    name = store.get_run(run_id)["name"]
+    store.update_run(run_id, status="queued")
+    at = _live(run_id).run()
+    picker = at.selectbox(key="live.run")
+    assert f"#{run_id} {name} (queued)" in picker.options
+    assert _badges(at) == [":gray-badge[queued]"]
+
+    store.update_run(run_id, status="running")  # the run got its slot
+    rerun_fragments(at, monkeypatch)
+    assert not at.exception
+    # The browser keeps what a fragment rerun does not redraw: the picker of the last full
+    # run, unless the page reran in full.
+    shown_picker = next((s for s in at.selectbox if s.key == "live.run"), picker)
+    assert f"#{run_id} {name} (running)" in shown_picker.options
+    assert _badges(at) == [":blue-badge[running]"]
+
+
+def _kill(store: RunStore, run_id: int) -> None:
+    """What kill -9 leaves behind: status running, a pid that is gone, a stale heartbeat."""
+    store.update_run(run_id, pid=dead_pid(), heartbeat=time.time() - 60)
+    store.flush()
+
+
+APP = str(PAGES.parent / "app.py")
+
+
+@pytest.mark.parametrize("page", ["train", "live", "compare", "runs"])
+def test_a_killed_run_reads_failed_after_one_render_of_any_page(
+    store: RunStore, runs: dict[str, int], page: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ui, "_last_reap", {}, raising=False)
+    run_id = runs["running"]
+    name = store.get_run(run_id)["name"]
+    _kill(store, run_id)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["run_id"] = run_id
+    at.session_state["compare_ids"] = [run_id]
+    at.switch_page(f"pages/{page}.py").run()  # the first page this session opens
+    assert not at.exception, [e.value for e in at.exception]
+    assert store.get_run(run_id)["status"] == "failed"
+    if page == "train":
+        assert not [b for b in at.get("progress") if f"#{run_id}" in b.proto.text]
+    elif page == "live":
+        assert _badges(at) == [":red-badge[failed]"]
+        assert f"#{run_id} {name} (failed)" in at.selectbox(key="live.run").options
+    elif page == "compare":
+        assert f"#{run_id} {name} (failed)" in at.multiselect(key="compare.runs").options
+        (final,) = [d.value for d in at.dataframe if "steps" in d.value.columns]
+        assert final["status"].tolist() == ["failed"]
+    else:
+        table = at.dataframe[0].value.set_index("id")
+        assert table.loc[run_id, "status"] == "failed"
+
+
+@pytest.mark.parametrize("page", ["train", "live", "compare"])
+def test_a_run_killed_while_a_page_refreshes_reads_failed_on_the_next_refresh(
+    store: RunStore, runs: dict[str, int], page: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = runs["running"]
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["run_id"] = run_id
+    at.session_state["compare_ids"] = [run_id]
+    at.switch_page(f"pages/{page}.py").run()
+    assert store.get_run(run_id)["status"] == "running"
+    _kill(store, run_id)
+    monkeypatch.setattr(ui, "REAP_EVERY_S", 0.0, raising=False)  # the 5 s have passed
+    rerun_fragments(at, monkeypatch)
+    assert not at.exception, [e.value for e in at.exception]
+    assert store.get_run(run_id)["status"] == "failed"
+    if page == "live":
+        assert _badges(at) == [":red-badge[failed]"]
+    elif page == "train":
+        assert not [b for b in at.get("progress") if f"#{run_id}" in b.proto.text]
+
+
+def test_reaping_is_throttled_and_never_writes_a_read_only_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+
+    class Store:
+        def __init__(self, path: str, readonly: bool) -> None:
+            self.path, self.readonly = Path(path), readonly
+
+        def reap_dead(self) -> list[int]:
+            calls.append(str(self.path))
+            return []
+
+    monkeypatch.setattr(ui, "_last_reap", {})
+    writable, readonly = Store("a.db", False), Store("b.db", True)
+    for _ in range(3):
+        ui.reap_dead(writable)
+        ui.reap_dead(readonly)
+    assert calls == ["a.db"]  # once per REAP_EVERY_S, and never the read-only store
+    monkeypatch.setattr(ui, "REAP_EVERY_S", 0.0)
+    ui.reap_dead(writable)
+    assert calls == ["a.db", "a.db"]
