@@ -59,16 +59,41 @@ def config_overrides(args: argparse.Namespace, sections: Sequence[str]) -> dict[
     return overrides
 
 
+# A RunConfig is about 1 KB of JSON; anything much larger is not one.
+MAX_CONFIG_BYTES = 1024 * 1024
+
+
+def read_config_file(path: str) -> cfg.RunConfig:
+    """The RunConfig in a JSON file; UsageError naming the file when it cannot be one."""
+    from blockviz.corpora import DataError, read_regular_file
+
+    try:
+        data = read_regular_file(
+            path,
+            f"--config {path}",
+            MAX_CONFIG_BYTES,
+            want="a RunConfig JSON file",
+            advice="a RunConfig is about 1 KB of JSON",
+        )
+        text = data.decode("utf-8")
+    except DataError as exc:
+        raise UsageError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"--config {path}: byte offset {exc.start} is not UTF-8; a config is JSON text"
+        ) from None
+    try:
+        return cfg.RunConfig.from_json(text)
+    except cfg.ConfigError as exc:
+        raise UsageError(f"--config {path}: {exc}") from None
+
+
 def run_config_from_args(args: argparse.Namespace) -> cfg.RunConfig:
     """Preset or --config file, then field flags on top; validated."""
     base = cfg.preset(args.preset) if getattr(args, "preset", None) else cfg.RunConfig()
     config_path = getattr(args, "config", None)
     if config_path:
-        try:
-            with open(config_path, encoding="utf-8") as fh:
-                base = cfg.RunConfig.from_json(fh.read())
-        except OSError as exc:
-            raise UsageError(f"--config: cannot read {config_path!r} ({exc.strerror})") from None
+        base = read_config_file(config_path)
     overrides = config_overrides(args, list(cfg.SECTIONS))
     return cfg.replace(base, **overrides).validate() if overrides else base.validate()
 

@@ -2,13 +2,16 @@
 
 Every field is a plain value so a config is JSON on disk, a flag on the CLI and a widget in
 the sidebar. `validate()` raises `ConfigError` naming the field, the bad value and what is
-allowed; nothing here imports torch, so the UI can validate on every keystroke.
+allowed; every numeric field has a lower and an upper bound, kept in `BOUNDS`. Nothing here
+imports torch, so the UI can validate on every keystroke.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import sys
 from dataclasses import dataclass, field, fields
 from typing import Any, get_args, get_origin, get_type_hints
 
@@ -21,15 +24,101 @@ PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed")
 ACCELERATORS = ("auto", "cpu", "gpu", "mps")
 STRATEGIES = ("auto", "ddp")
 
+# Distinct characters a vocabulary may hold. 10,000 covers every alphabet and the few
+# thousand CJK characters of everyday text; past it a "character" model is mostly an
+# embedding table of symbols seen once or twice (a text of every Unicode code point has
+# 1.1 million). The data checks refuse larger vocabularies with this figure.
+MAX_VOCAB = 10_000
+MAX_STEPS = 10_000_000  # ~a month of a tiny model on a GPU; also caps warm-up and intervals
+MAX_SEED = 2**32 - 1  # what numpy's and torch's seeding accept
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The allowed range of one numeric field; inclusive ends unless marked open."""
+
+    low: float
+    high: float
+    low_open: bool = False
+    high_open: bool = False
+
+    def contains(self, value: float) -> bool:
+        """Whether `value` lies in the range (NaN never does)."""
+        above = self.low < value if self.low_open else self.low <= value
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def describe(self, integer: bool) -> str:
+        """'an integer in [1, 256]' or 'a number in (0.0, 10.0]'."""
+        left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+        kind = "an integer" if integer else "a number"
+        return f"{kind} in {left}{self.low}, {self.high}{right}"
+
+
+# Every numeric field's range, in one place: validate() enforces it, the sidebar's number
+# widgets take their min and max from it and the README quotes it. The limits are generous
+# for small character models on one machine or GPU box, yet keep every size a count or an
+# estimate can loop over, or a tensor can be allocated for, finite. Cross-field rules
+# (n_head divides d_model, min_lr <= lr, warmup_steps <= max_steps, ops_min_args <=
+# ops_max_args) are checked in validate() on top.
+BOUNDS: dict[str, Bound] = {
+    # ModelConfig
+    "vocab_size": Bound(1, MAX_VOCAB),
+    "n_layer": Bound(1, 256),
+    "n_head": Bound(1, 256),
+    "d_model": Bound(1, 16_384),
+    "block_size": Bound(1, 8_192),
+    "dropout": Bound(0.0, 1.0, high_open=True),
+    "residual_scale": Bound(0.0, 100.0),
+    "ffn_mult": Bound(1, 64),
+    # TrainConfig
+    "batch_size": Bound(1, 65_536),
+    "max_steps": Bound(1, MAX_STEPS),
+    "lr": Bound(0.0, 10.0, low_open=True),
+    "min_lr": Bound(0.0, 10.0),
+    "warmup_steps": Bound(0, MAX_STEPS),
+    "weight_decay": Bound(0.0, 10.0),
+    "beta1": Bound(0.0, 1.0, high_open=True),
+    "beta2": Bound(0.0, 1.0, high_open=True),
+    "grad_clip": Bound(0.0, 1e6),
+    "devices": Bound(1, 1_024),
+    "num_nodes": Bound(1, 1_024),
+    "seed": Bound(0, MAX_SEED),
+    "log_interval": Bound(1, MAX_STEPS),
+    "eval_interval": Bound(1, MAX_STEPS),
+    "eval_iters": Bound(1, 100_000),
+    "probe_interval": Bound(1, MAX_STEPS),
+    "sample_interval": Bound(1, MAX_STEPS),
+    # DataConfig
+    "val_fraction": Bound(0.0, 0.5, low_open=True),
+    "ops_examples": Bound(10, 1_000_000),
+    "ops_min_args": Bound(1, 9),
+    "ops_max_args": Bound(1, 9),
+    "ops_seed": Bound(0, MAX_SEED),
+}
+
+
+def _shown(value: Any) -> str:
+    """repr(value) for a message, kept to one short line whatever the value is."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        # repr() of an int past 4300 digits raises; the size is what the user needs anyway
+        return f"an integer of {math.floor(value.bit_length() * math.log10(2)) + 1:,} digits"
+    text = repr(value)
+    if len(text) > 80:
+        return f"{text[:60]}… ({len(text):,} characters)"
+    return text
+
 
 class ConfigError(ValueError):
     """A config field holds a value that is not allowed; the message names all three."""
 
-    def __init__(self, field_name: str, value: Any, allowed: str) -> None:
+    def __init__(
+        self, field_name: str, value: Any, allowed: str, message: str | None = None
+    ) -> None:
         self.field = field_name
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{field_name}: {value!r} is not allowed; {allowed}")
+        super().__init__(message or f"{field_name}: {_shown(value)} is not allowed; {allowed}")
 
 
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -37,17 +126,32 @@ def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
         raise ConfigError(name, value, "choose one of " + ", ".join(choices))
 
 
-def _int_at_least(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(name, value, f"must be an integer >= {low}")
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _number(name: str, value: Any, low: float, high: float, *, high_open: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    ok = ok and value == value and low <= value and (value < high if high_open else value <= high)
-    if not ok:
-        bracket = ")" if high_open else "]"
-        raise ConfigError(name, value, f"must be a number in [{low}, {high}{bracket}")
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: Any) -> None:
+    """ConfigError unless `value` is an integer within BOUNDS[name]."""
+    bound = BOUNDS[name]
+    if not (_is_int(value) and bound.contains(value)):
+        raise ConfigError(name, value, "must be " + bound.describe(integer=True))
+
+
+def check_number(name: str, value: Any) -> None:
+    """ConfigError unless `value` is a finite number within BOUNDS[name]."""
+    bound = BOUNDS[name]
+    if not (_is_number(value) and bound.contains(value)):
+        raise ConfigError(name, value, "must be " + bound.describe(integer=False))
+
+
+def _number(name: str, value: Any, low: float, high: float) -> None:
+    """A number in [low, high], for ranges that depend on another field."""
+    if not (_is_number(value) and low <= value <= high):
+        raise ConfigError(name, value, f"must be a number in [{low}, {high}]")
 
 
 def _bool(name: str, value: Any) -> None:
@@ -99,24 +203,24 @@ class ModelConfig:
 
     def validate(self) -> ModelConfig:
         """Raise ConfigError on the first bad field; return self when all are fine."""
-        _int_at_least("vocab_size", self.vocab_size, 1)
-        _int_at_least("n_layer", self.n_layer, 1)
-        _int_at_least("n_head", self.n_head, 1)
-        _int_at_least("d_model", self.d_model, 1)
-        _int_at_least("block_size", self.block_size, 1)
-        _number("dropout", self.dropout, 0.0, 1.0, high_open=True)
+        check_int("vocab_size", self.vocab_size)
+        check_int("n_layer", self.n_layer)
+        check_int("n_head", self.n_head)
+        check_int("d_model", self.d_model)
+        check_int("block_size", self.block_size)
+        check_number("dropout", self.dropout)
         _bool("bias", self.bias)
         _choice("norm_position", self.norm_position, NORM_POSITIONS)
         _choice("norm_type", self.norm_type, NORM_TYPES)
         _bool("residual", self.residual)
-        _number("residual_scale", self.residual_scale, 0.0, 100.0)
+        check_number("residual_scale", self.residual_scale)
         _bool("attention", self.attention)
         _bool("ffn", self.ffn)
         if not (self.attention or self.ffn):
             raise ConfigError(
                 "ffn", self.ffn, "attention and ffn cannot both be off (the block would be empty)"
             )
-        _int_at_least("ffn_mult", self.ffn_mult, 1)
+        check_int("ffn_mult", self.ffn_mult)
         _choice("activation", self.activation, ACTIVATIONS)
         if self.final_norm is not None:
             _bool("final_norm", self.final_norm)
@@ -161,29 +265,28 @@ class TrainConfig:
 
     def validate(self) -> TrainConfig:
         """Raise ConfigError on the first bad field; return self when all are fine."""
-        _int_at_least("batch_size", self.batch_size, 1)
-        _int_at_least("max_steps", self.max_steps, 1)
-        _number("lr", self.lr, 0.0, 10.0)
-        if self.lr <= 0:
-            raise ConfigError("lr", self.lr, "must be greater than 0")
+        check_int("batch_size", self.batch_size)
+        check_int("max_steps", self.max_steps)
+        check_number("lr", self.lr)
+        check_number("min_lr", self.min_lr)
         _number("min_lr", self.min_lr, 0.0, self.lr)
-        _int_at_least("warmup_steps", self.warmup_steps, 0)
+        check_int("warmup_steps", self.warmup_steps)
         _choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
-        _number("weight_decay", self.weight_decay, 0.0, 10.0)
-        _number("beta1", self.beta1, 0.0, 1.0, high_open=True)
-        _number("beta2", self.beta2, 0.0, 1.0, high_open=True)
-        _number("grad_clip", self.grad_clip, 0.0, 1e6)
+        check_number("weight_decay", self.weight_decay)
+        check_number("beta1", self.beta1)
+        check_number("beta2", self.beta2)
+        check_number("grad_clip", self.grad_clip)
         _choice("precision", self.precision, PRECISIONS)
         _choice("accelerator", self.accelerator, ACCELERATORS)
-        _int_at_least("devices", self.devices, 1)
-        _int_at_least("num_nodes", self.num_nodes, 1)
+        check_int("devices", self.devices)
+        check_int("num_nodes", self.num_nodes)
         _choice("strategy", self.strategy, STRATEGIES)
-        _int_at_least("seed", self.seed, 0)
-        _int_at_least("log_interval", self.log_interval, 1)
-        _int_at_least("eval_interval", self.eval_interval, 1)
-        _int_at_least("eval_iters", self.eval_iters, 1)
-        _int_at_least("probe_interval", self.probe_interval, 1)
-        _int_at_least("sample_interval", self.sample_interval, 1)
+        check_int("seed", self.seed)
+        check_int("log_interval", self.log_interval)
+        check_int("eval_interval", self.eval_interval)
+        check_int("eval_iters", self.eval_iters)
+        check_int("probe_interval", self.probe_interval)
+        check_int("sample_interval", self.sample_interval)
         _bool("compile", self.compile)
         return self
 
@@ -207,19 +310,15 @@ class DataConfig:
                 self.dataset,
                 "name a built-in corpus (pydocs, pycode, shakespeare, ops) or a text file",
             )
-        _number("val_fraction", self.val_fraction, 0.0, 0.5)
-        if self.val_fraction <= 0:
-            raise ConfigError("val_fraction", self.val_fraction, "must be in (0, 0.5]")
-        _int_at_least("ops_examples", self.ops_examples, 10)
-        _int_at_least("ops_min_args", self.ops_min_args, 1)
-        _int_at_least("ops_max_args", self.ops_max_args, 1)
+        check_number("val_fraction", self.val_fraction)
+        check_int("ops_examples", self.ops_examples)
+        check_int("ops_min_args", self.ops_min_args)
+        check_int("ops_max_args", self.ops_max_args)
         if self.ops_max_args < self.ops_min_args:
             raise ConfigError(
                 "ops_max_args", self.ops_max_args, f"must be >= ops_min_args={self.ops_min_args}"
             )
-        if self.ops_max_args > 9:
-            raise ConfigError("ops_max_args", self.ops_max_args, "must be <= 9")
-        _int_at_least("ops_seed", self.ops_seed, 0)
+        check_int("ops_seed", self.ops_seed)
         return self
 
 
@@ -260,11 +359,13 @@ class RunConfig:
         unknown = set(data) - {"model", "train", "data"}
         if unknown:
             raise ConfigError(sorted(unknown)[0], "?", "sections are model, train and data")
-        return cls(
-            model=from_dict(ModelConfig, data.get("model", {})),
-            train=from_dict(TrainConfig, data.get("train", {})),
-            data=from_dict(DataConfig, data.get("data", {})),
-        )
+        parts = {}
+        for section, section_cls in SECTIONS.items():
+            values = data.get(section, {})
+            if not isinstance(values, dict):
+                raise ConfigError(section, values, "must be a JSON object of field: value")
+            parts[section] = from_dict(section_cls, values)
+        return cls(**parts)
 
     @classmethod
     def from_json(cls, text: str) -> RunConfig:
@@ -273,6 +374,19 @@ class RunConfig:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError("config", text[:40], f"is not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            # A config is three levels deep; thousands of brackets are never one.
+            raise ConfigError(
+                "config", text[:40], "nests too deeply to be a config (sections, fields, values)"
+            ) from None
+        except ValueError:
+            # Python refuses to read an integer past sys.get_int_max_str_digits() digits.
+            raise ConfigError(
+                "config",
+                text[:40],
+                f"holds a number of more than {sys.get_int_max_str_digits():,} digits; "
+                "no config field takes one",
+            ) from None
         return cls.from_dict(data)
 
 
@@ -301,12 +415,17 @@ def coerce(name: str, text: str, annotation: Any) -> Any:
             return False
         raise ConfigError(name, text, "must be true or false")
     if annotation is int:
+        allowed = "must be " + (
+            BOUNDS[name].describe(integer=True) if name in BOUNDS else "an integer"
+        )
         try:
             return int(raw)
         except ValueError:
-            raise ConfigError(name, text, "must be an integer") from None
+            # Also digits past Python's int-from-text limit: far out of every range anyway.
+            raise ConfigError(name, text, allowed) from None
     if annotation is float:
         try:
+            # 1e999 reads as inf and "nan" as nan; validate() refuses both by name.
             return float(raw)
         except ValueError:
             raise ConfigError(name, text, "must be a number") from None
@@ -324,8 +443,8 @@ def from_dict(cls: type, values: dict[str, Any]) -> Any:
     kwargs = {}
     for name, value in values.items():
         # JSON has no int/float distinction for whole numbers: 1.0 is a fine lr.
-        if types[name] is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
+        if types[name] is float and _is_int(value) and abs(value) < 2**1023:
+            value = float(value)  # a larger int stays one, for validate() to refuse
         kwargs[name] = value
     return cls(**kwargs)
 

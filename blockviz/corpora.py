@@ -13,6 +13,7 @@ import http.client
 import json
 import os
 import random
+import stat
 import sys
 import sysconfig
 import tempfile
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from blockviz.config import DataConfig, from_dict
+from blockviz.config import MAX_VOCAB, DataConfig, check_int, from_dict
 
 BUILTIN = ("pydocs", "pycode", "shakespeare", "ops")
 
@@ -76,9 +77,14 @@ def load_corpus(cfg: DataConfig, progress: Progress | None = None) -> Corpus:
         text = ops_text(cfg.ops_examples, cfg.ops_min_args, cfg.ops_max_args, cfg.ops_seed)
         return Corpus("ops", source, text)
     path = Path(name).expanduser()
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError:  # a name too long for a path, say: no file has it
+        exists = False
+    if not exists:
+        shown = repr(name) if len(name) <= 200 else f"{name[:60]!r}… ({len(name):,} characters)"
         raise DataError(
-            f"dataset {name!r} is neither a built-in corpus nor an existing file; "
+            f"dataset {shown} is neither a built-in corpus nor an existing file; "
             f"choose one of {', '.join(BUILTIN)} or give the path of a UTF-8 text file"
         )
     return Corpus(path.name, str(path.resolve()), read_text_file(path))
@@ -91,24 +97,69 @@ def read_text_file(path: str | os.PathLike[str]) -> str:
     """The text of a UTF-8 file, after the same checks as an upload (see check_text_bytes)."""
     file = Path(path).expanduser()
     label = str(file)
+    data = read_regular_file(file, label, MAX_TEXT_BYTES, advice="use an excerpt of it")
+    return check_text_bytes(data, label)
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file that is not a regular file is, in words; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((kind for test, kind in kinds if test(mode)), "a special file")
+
+
+def read_regular_file(
+    path: str | os.PathLike[str],
+    label: str,
+    max_bytes: int,
+    *,
+    want: str = "a UTF-8 text file",
+    advice: str = "give a smaller file",
+) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`, or DataError naming `label`.
+
+    A FIFO, a device, a socket or a directory is refused from its stat, before any open:
+    reading a FIFO waits for a writer forever and /dev/zero never ends. The open itself is
+    non-blocking and checked again, in case the path changed in between.
+    """
+    where = f"give the path of {want}"
     try:
-        size = file.stat().st_size
+        status = os.stat(path)
     except FileNotFoundError:
         raise DataError(
             f"{label}: no such file; check the path (relative to {Path.cwd()})"
         ) from None
     except OSError as exc:
-        raise DataError(f"{label}: cannot read it ({exc.strerror})") from None
-    if file.is_dir():
-        raise DataError(f"{label} is a directory; give the path of a UTF-8 text file")
+        raise DataError(f"{label}: cannot read it ({exc.strerror}); {where}") from None
+    kind = _not_regular(status.st_mode)
+    if kind is not None:
+        raise DataError(f"{label} is {kind}, not a regular file; {where}")
     # Refuse before reading so a multi-gigabyte file never lands in memory.
-    if size > MAX_TEXT_BYTES:
-        raise _too_large(label, size)
+    if status.st_size > max_bytes:
+        raise _too_large(label, status.st_size, max_bytes, advice)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     try:
-        data = file.read_bytes()
+        fd = os.open(path, flags | getattr(os, "O_BINARY", 0))
     except OSError as exc:
-        raise DataError(f"{label}: cannot read it ({exc.strerror})") from None
-    return check_text_bytes(data, label)
+        raise DataError(f"{label}: cannot read it ({exc.strerror}); {where}") from None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            kind = _not_regular(os.fstat(fh.fileno()).st_mode)
+            if kind is not None:
+                raise DataError(f"{label} is {kind}, not a regular file; {where}")
+            data = fh.read(max_bytes + 1)  # a file that grew since the stat stops here
+    except OSError as exc:
+        raise DataError(f"{label}: cannot read it ({exc.strerror}); {where}") from None
+    if len(data) > max_bytes:
+        raise _too_large(label, len(data), max_bytes, advice)
+    return data
 
 
 def check_text_bytes(data: bytes, label: str) -> str:
@@ -116,7 +167,7 @@ def check_text_bytes(data: bytes, label: str) -> str:
     if not data:
         raise DataError(f"{label} is empty; a dataset needs text to train on")
     if len(data) > MAX_TEXT_BYTES:
-        raise _too_large(label, len(data))
+        raise _too_large(label, len(data), MAX_TEXT_BYTES, "use an excerpt of it")
     # Valid UTF-8 may hold NUL, but no text file does; it is the surest sign of binary data.
     nul = data.find(b"\x00")
     if nul >= 0:
@@ -136,13 +187,26 @@ def check_text_bytes(data: bytes, label: str) -> str:
     text = text.replace("\r\n", "\n")
     if not text:
         raise DataError(f"{label} holds only a byte-order mark; a dataset needs text to train on")
+    check_vocab_size(text, label)
     return text
 
 
-def _too_large(label: str, size: int) -> DataError:
+def check_vocab_size(text: str, label: str) -> int:
+    """The number of distinct characters of `text`; DataError past MAX_VOCAB (10,000)."""
+    size = len(set(text))
+    if size > MAX_VOCAB:
+        raise DataError(
+            f"{label} has {size:,} distinct characters, more than the {MAX_VOCAB:,} a "
+            "character vocabulary may hold; use text in fewer scripts, or replace rare "
+            "symbols before training"
+        )
+    return size
+
+
+def _too_large(label: str, size: int, max_bytes: int, advice: str) -> DataError:
+    mib = f" ({max_bytes / 2**20:g} MiB)" if max_bytes >= 2**20 else ""
     return DataError(
-        f"{label} is {size:,} bytes, larger than the {MAX_TEXT_BYTES:,}-byte limit "
-        f"({MAX_TEXT_BYTES // 2**20} MiB); use an excerpt of it"
+        f"{label} is {size:,} bytes, larger than the {max_bytes:,}-byte limit{mib}; {advice}"
     )
 
 
@@ -372,9 +436,10 @@ class CharVocab:
 
     @classmethod
     def from_text(cls, text: str) -> CharVocab:
-        """The sorted set of characters of `text`."""
+        """The sorted set of characters of `text`; DataError past MAX_VOCAB of them."""
         if not text:
             raise DataError("cannot build a vocabulary from empty text")
+        check_vocab_size(text, "the text")
         return cls(sorted(set(text)))
 
     @property
@@ -534,8 +599,8 @@ def cli_main(args: argparse.Namespace) -> int:
     data_cfg = from_dict(DataConfig, config_overrides(args, ["data"])).validate()
     if args.sample_chars < 0:
         raise DataError(f"--sample_chars: {args.sample_chars} is not allowed; must be >= 0")
-    if args.block_size is not None and args.block_size < 1:
-        raise DataError(f"--block_size: {args.block_size} is not allowed; must be >= 1")
+    if args.block_size is not None:
+        check_int("block_size", args.block_size)
     progress = DownloadProgress()
     try:
         corpus = load_corpus(data_cfg, progress)

@@ -14,7 +14,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from blockviz.config import DataConfig
+from blockviz.config import MAX_VOCAB, DataConfig
 from blockviz.corpora import (
     BUILTIN,
     MAX_TEXT_BYTES,
@@ -30,12 +30,14 @@ from blockviz.corpora import (
     cache_dir,
     check_split,
     check_text_bytes,
+    check_vocab_size,
     download,
     fingerprint,
     load_corpus,
     min_chars,
     ops_line,
     ops_text,
+    read_regular_file,
     read_text_file,
     split_sizes,
 )
@@ -43,6 +45,7 @@ from blockviz.corpora import (
 __all__ = [
     "BUILTIN",
     "MAX_TEXT_BYTES",
+    "MAX_VOCAB",
     "OPS",
     "PYCODE_MAX_CHARS",
     "SHAKESPEARE_BYTES",
@@ -58,6 +61,7 @@ __all__ = [
     "cache_dir",
     "check_split",
     "check_text_bytes",
+    "check_vocab_size",
     "download",
     "encode_tensor",
     "fingerprint",
@@ -65,6 +69,7 @@ __all__ = [
     "min_chars",
     "ops_line",
     "ops_text",
+    "read_regular_file",
     "read_text_file",
     "split_sizes",
 ]

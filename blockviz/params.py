@@ -1,9 +1,11 @@
-"""Parameter breakdown of a ModelConfig in closed form, without building (or importing) torch.
+"""Parameter breakdown and training-memory estimate of a config, without torch.
 
 The UI recomputes this on every sidebar change, so it must stay pure arithmetic. The counts
 mirror blockviz.model exactly (a test checks them against `sum(p.numel())` over a grid of
 configs). Layer numbers follow the model's convention: -1 for the embeddings, 0..n_layer-1
-for the blocks, n_layer for the final norm and the LM head.
+for the blocks, n_layer for the final norm and the LM head. `estimate_memory` turns a run
+config into the bytes one training step needs, so a run too large for the machine is
+refused with its estimate (`check_fits`) before it allocates anything.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
-from blockviz.config import ModelConfig
+from blockviz.config import ConfigError, ModelConfig, RunConfig, check_int
 
 COMPONENTS = (
     "token_embedding",
@@ -115,8 +118,19 @@ def _norm(cfg: ModelConfig) -> tuple[int, str]:
     return d, f"d_model (LayerNorm weight, no bias) = {d:,}"
 
 
+# The sizes a breakdown's work and numbers grow with; each is checked against config.BOUNDS
+# first, so even an unvalidated config (the sidebar's, while another field is wrong) cannot
+# make the count loop for minutes.
+_SIZE_FIELDS = ("vocab_size", "n_layer", "d_model", "block_size", "ffn_mult")
+
+
 def param_breakdown(cfg: ModelConfig) -> Breakdown:
-    """Closed-form parameter counts of CharTransformer(cfg), per layer and component."""
+    """Closed-form parameter counts of CharTransformer(cfg), per layer and component.
+
+    Raises ConfigError when a size is outside config.BOUNDS (the rows grow with n_layer).
+    """
+    for name in _SIZE_FIELDS:
+        check_int(name, getattr(cfg, name))
     d, d_ff = cfg.d_model, cfg.d_ff
     has_norm = cfg.norm_position != "none"
     rows: list[ParamRow] = []
@@ -149,6 +163,135 @@ def param_breakdown(cfg: ModelConfig) -> Breakdown:
     else:
         add(cfg.n_layer, "lm_head", _linear("d_model", d, "vocab_size", cfg.vocab_size, False))
     return Breakdown(rows)
+
+
+def param_count(cfg: ModelConfig) -> int:
+    """`param_breakdown(cfg).total` in constant time: one block's count times n_layer."""
+    one_block = param_breakdown(dataclasses.replace(cfg, n_layer=1)).by_layer()
+    return one_block[-1] + cfg.n_layer * one_block.get(0, 0) + one_block[1]
+
+
+# ---------------------------------------------------------------- training memory
+
+BYTES_PER_VALUE = 4  # float32; mixed precision keeps float32 weights and optimizer state
+# Per parameter AdamW training holds the weight, its gradient and two moments.
+TRAINING_COPIES = 4
+# Autograd keeps most forward intermediates for the backward pass, which at its peak holds
+# gradients of about the same size: the activations counted below, times this.
+AUTOGRAD_FACTOR = 2
+# Stream-sized (batch, block_size, d_model) tensors one block keeps: attention has its norm,
+# q, k, v, the heads' output, the projection and the sum; the FFN its norm, output and sum.
+_ATTN_STREAM_TENSORS = 7
+_FFN_STREAM_TENSORS = 3
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes one training process needs, by part; see `estimate_memory`."""
+
+    n_params: int
+    weights: int
+    gradients: int
+    optimizer: int  # AdamW's two moments
+    activations: int  # one step's forward intermediates and backward peak
+
+    @property
+    def weights_and_optimizer(self) -> int:
+        """Weights, gradients and optimizer state: what does not shrink with the batch."""
+        return self.weights + self.gradients + self.optimizer
+
+    @property
+    def total(self) -> int:
+        """Everything counted."""
+        return self.weights_and_optimizer + self.activations
+
+
+def estimate_memory(run_config: RunConfig) -> MemoryEstimate:
+    """An estimate (not a measurement) of the memory one training process needs.
+
+    It counts the parameters at 4 bytes each four times (weight, gradient and AdamW's two
+    moments), and the activations of one step of batch_size x block_size characters: per
+    block the residual-stream-sized tensors, the attention scores (batch·n_head·T·T) and
+    the FFN hidden activations before and after the nonlinearity (batch·T·d_ff each; SwiGLU
+    three), plus the embeddings and the logits with their softmax (batch·T·vocab_size each),
+    all at 4 bytes times AUTOGRAD_FACTOR for what autograd keeps and the backward peak.
+    Not counted: the framework itself, the data, CUDA's workspace and allocator slack. On
+    a GPU, fused attention does not keep the scores, so there it errs on the safe side.
+    With `devices` > 1 every process (device) needs this much on its own.
+    """
+    model, batch = run_config.model, run_config.train.batch_size
+    n_params = param_count(model)
+    tokens = batch * model.block_size  # B·T
+    stream = tokens * model.d_model  # one (B, T, d_model) tensor
+    per_block = stream  # the block's output
+    if model.attention:
+        per_block += _ATTN_STREAM_TENSORS * stream
+        per_block += batch * model.n_head * model.block_size * model.block_size  # (B, H, T, T)
+    if model.ffn:
+        hidden_tensors = 3 if model.activation == "swiglu" else 2  # pre/post nonlinearity
+        per_block += _FFN_STREAM_TENSORS * stream + hidden_tensors * tokens * model.d_ff
+    embeddings_and_head = 2 * stream + 2 * tokens * model.vocab_size  # (B, T, d), (B, T, V)
+    values = model.n_layer * per_block + embeddings_and_head
+    per_param = BYTES_PER_VALUE * n_params
+    return MemoryEstimate(
+        n_params=n_params,
+        weights=per_param,
+        gradients=per_param,
+        optimizer=(TRAINING_COPIES - 2) * per_param,
+        activations=AUTOGRAD_FACTOR * BYTES_PER_VALUE * values,
+    )
+
+
+def estimate_memory_bytes(run_config: RunConfig) -> int:
+    """`estimate_memory(run_config).total`: the bytes a training process needs, estimated."""
+    return estimate_memory(run_config).total
+
+
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def format_bytes(n_bytes: int) -> str:
+    """A byte count in binary units with one decimal: '512 B', '13.1 MiB', '37.2 GiB'."""
+    n_bytes = int(n_bytes)
+    if abs(n_bytes) < 1024:
+        return f"{n_bytes} B"
+    unit = min((abs(n_bytes).bit_length() - 1) // 10, len(_BYTE_UNITS) - 1)
+    return f"{n_bytes / (1 << (10 * unit)):,.1f} {_BYTE_UNITS[unit]}"
+
+
+def check_fits(run_config: RunConfig, available_bytes: int) -> MemoryEstimate:
+    """The estimate, or ConfigError (field `model`) saying it exceeds `available_bytes`."""
+    estimate = estimate_memory(run_config)
+    if estimate.total <= available_bytes:
+        return estimate
+    if estimate.activations > estimate.weights_and_optimizer:
+        shrink = "batch_size, block_size, n_layer or d_model"
+    else:
+        shrink = "n_layer, d_model, batch_size or block_size"
+    needs = format_bytes(estimate.total)
+    message = (
+        f"the model needs about {needs} to train (weights+optimizer "
+        f"{format_bytes(estimate.weights_and_optimizer)}, activations "
+        f"{format_bytes(estimate.activations)}) but {format_bytes(available_bytes)} is "
+        f"available; make it smaller ({shrink})"
+    )
+    allowed = f"must fit in the {format_bytes(available_bytes)} available"
+    raise ConfigError("model", f"about {needs}", allowed, message=message)
+
+
+def available_host_memory() -> int | None:
+    """Bytes of RAM the kernel says a new allocation can get (Linux MemAvailable), or None."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # the file counts in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def _layer_label(layer: int, n_layer: int) -> str:

@@ -3,6 +3,8 @@
 Widget values live in st.session_state under `cfg.<field>`, so they persist across pages
 (app.py renders the sidebar on every page). The RunConfig is built with blockviz.config and
 validated there; the sidebar only shows the ConfigError it raises, under the field it names.
+Number widgets take their min and max from config.BOUNDS. Text the user supplied (upload
+names, run names, messages that quote them) is shown through `ui.plain`, never as Markdown.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import streamlit as st
 
 from blockviz import config, corpora, params
 from blockviz.config import ConfigError, DataConfig, ModelConfig, RunConfig
-from blockviz.store import sanitize_name
-from blockviz.ui import run_via_app, store_path
+from blockviz.store import StoreError, check_name, sanitize_name
+from blockviz.ui import plain, run_via_app, store_path
 
 PREFIX = "cfg."
 PRESET_KEY = "cfg.preset"
@@ -186,18 +188,24 @@ class SidebarState:
     name_suggestion: str
     upload: UploadInfo | None
     model_for_params: config.ModelConfig | None  # also set when only the data is wrong
+    name_error: str | None = None  # the run name cannot be used (a bare number)
 
     @property
     def can_launch(self) -> bool:
         """Whether Launch may be pressed."""
-        return self.run_config is not None and self.error is None and self.data_error is None
+        return (
+            self.run_config is not None
+            and self.error is None
+            and self.data_error is None
+            and self.name_error is None
+        )
 
     @property
     def problem(self) -> str | None:
-        """The message that explains why Launch is disabled."""
+        """The message that explains why Launch is disabled (plain text, not Markdown)."""
         if self.error is not None:
             return str(self.error)
-        return self.data_error
+        return self.data_error or self.name_error
 
 
 # ------------------------------------------------------------------ widget <-> config values
@@ -298,7 +306,19 @@ def suggest_name(preset_name: str, run_config: RunConfig) -> str:
     shown = tokens[:MAX_NAME_TOKENS]
     if len(tokens) > MAX_NAME_TOKENS:
         shown.append(f"+{len(tokens) - MAX_NAME_TOKENS}")
-    return sanitize_name("-".join(shown))
+    name = sanitize_name("-".join(shown))
+    try:
+        return check_name(name)
+    except StoreError:  # an upload named 2024.txt: a bare number would read as a run id
+        return f"run-{name}"
+
+
+def checked_name(typed: str) -> tuple[str, str | None]:
+    """The sanitised run name and, when it cannot be used (a bare number), why not."""
+    try:
+        return check_name(typed), None
+    except StoreError as exc:
+        return sanitize_name(typed), str(exc)
 
 
 # ------------------------------------------------------------------ uploads
@@ -310,7 +330,7 @@ def uploads_dir() -> Path:
 
 
 def accept_upload(data: bytes, display_name: str) -> UploadInfo:
-    """Check uploaded bytes (UTF-8, non-empty, not binary, size) and save them by hash.
+    """Check uploaded bytes (UTF-8, non-empty, not binary, size, vocabulary) and save them.
 
     Raises corpora.DataError with a message for the user; nothing is written then. The
     saved file's name is the content's SHA-256 prefix, never the user's file name.
@@ -357,6 +377,29 @@ def _upload_widget() -> str | None:
 # ------------------------------------------------------------------ rendering
 
 
+def widget_range(name: str, kind: str) -> tuple[int, int] | tuple[float, float]:
+    """(min_value, max_value) of a number widget: the field's config.BOUNDS, typed."""
+    bound = config.BOUNDS[name]
+    if kind == "int":
+        return int(bound.low), int(bound.high)
+    return float(bound.low), float(bound.high)
+
+
+def _clamp_state(key: str, low: float, high: float) -> None:
+    """Bring a stored value into the widget's range (Streamlit would reset it to the min).
+
+    Only a config set from elsewhere (`apply_run_config` with an older run's) can hold
+    one; the nearest bound keeps it as close to what was asked as the widget allows.
+    """
+    value = st.session_state.get(key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    if value != value:  # NaN
+        st.session_state[key] = low
+    elif value < low or value > high:
+        st.session_state[key] = min(max(value, low), high)
+
+
 def _widget(spec: Field, error: ConfigError | None) -> None:
     key = PREFIX + spec.name
     if spec.kind in ("select", "tristate"):
@@ -364,13 +407,18 @@ def _widget(spec: Field, error: ConfigError | None) -> None:
         st.selectbox(spec.label, options, key=key, help=spec.help or None)
     elif spec.kind == "bool":
         st.toggle(spec.label, key=key, help=spec.help or None)
-    elif spec.kind == "int":
-        st.number_input(spec.label, step=int(spec.step or 1), key=key, help=spec.help or None)
     else:
+        low, high = widget_range(spec.name, spec.kind)  # _initialise clamped the value
+        if spec.kind == "int":
+            step, fmt = int(spec.step or 1), None
+        else:
+            step, fmt = float(spec.step or 0.1), spec.fmt
         st.number_input(
             spec.label,
-            step=float(spec.step or 0.1),
-            format=spec.fmt,
+            min_value=low,
+            max_value=high,
+            step=step,
+            format=fmt,
             key=key,
             help=spec.help or None,
         )
@@ -395,6 +443,10 @@ def _initialise() -> None:
     for key in list(st.session_state.keys()):
         if str(key).startswith(PREFIX) and key != UPLOAD_KEY:
             st.session_state[key] = st.session_state[key]
+    # Before anything reads them: the config, the count and the widgets see one value.
+    for spec in ALL_FIELDS:
+        if spec.kind in ("int", "float"):
+            _clamp_state(PREFIX + spec.name, *widget_range(spec.name, spec.kind))
 
 
 def _build(values: dict[str, dict[str, Any]]) -> tuple[RunConfig | None, ConfigError | None]:
@@ -502,11 +554,16 @@ def render_sidebar() -> SidebarState:
             st.text_input(
                 "Run name", key=NAME_KEY, help="Suggested from what differs from the preset"
             )
+            name, name_error = checked_name(st.session_state.get(NAME_KEY) or suggestion)
+            if name_error is not None:
+                st.error(plain(name_error), icon=":material/error:")
             if error is not None:
-                st.error(f"Cannot launch: fix **{error.field}** below.", icon=":material/block:")
+                field_name = plain(error.field)
+                st.error(f"Cannot launch: fix **{field_name}** below.", icon=":material/block:")
             elif data_error is not None:
-                st.warning(f"Cannot launch: {data_error}", icon=":material/block:")
-    name = sanitize_name(st.session_state.get(NAME_KEY) or suggestion)
+                st.warning(f"Cannot launch: {plain(data_error)}", icon=":material/block:")
+            elif name_error is not None:
+                st.warning("Cannot launch: change the run name.", icon=":material/block:")
     return SidebarState(
         preset=preset_name,
         run_config=run_config if error is None else None,
@@ -516,6 +573,7 @@ def render_sidebar() -> SidebarState:
         name_suggestion=suggestion,
         upload=upload,
         model_for_params=described.model if described is not None else None,
+        name_error=name_error,
     )
 
 
@@ -559,10 +617,11 @@ def _data_group(error: ConfigError | None, dataset_choice: str) -> str | None:
             upload_error = _upload_widget()
             info: UploadInfo | None = st.session_state.get(UPLOAD_INFO_KEY)
             if upload_error is not None:
-                st.error(f"Upload refused: {upload_error}", icon=":material/error:")
+                st.error(f"Upload refused: {plain(upload_error)}", icon=":material/error:")
             elif info is not None:
                 st.caption(
-                    f"Using {info.name}: {info.n_chars:,} characters, {info.vocab_size} distinct."
+                    f"Using {plain(info.name)}: {info.n_chars:,} characters, "
+                    f"{info.vocab_size} distinct."
                 )
         _widget(VAL_FRACTION, error)
     return upload_error

@@ -122,3 +122,111 @@ def test_cli_bad_flag_is_one_line_and_exit_2(argv, needle, capsys):
     assert code == 2
     assert needle in err
     assert len(err.splitlines()) == 1
+
+
+# ------------------------------------------------------------------ bounds (issue 10)
+
+NUMERIC_FIELDS = {
+    name
+    for cls in cfg.SECTIONS.values()
+    for name, annotation in cfg.field_types(cls).items()
+    if annotation in (int, float)
+}
+# Partners an end value needs so that the cross-field rules hold as well.
+PARTNERS = {
+    ("n_head", "high"): {"d_model": 256},
+    ("d_model", "low"): {"n_head": 1},
+    ("min_lr", "high"): {"lr": 10.0},
+    ("max_steps", "low"): {"warmup_steps": 0},
+    ("warmup_steps", "high"): {"max_steps": cfg.MAX_STEPS},
+    ("ops_min_args", "high"): {"ops_max_args": 9},
+    ("ops_max_args", "low"): {"ops_min_args": 1},
+}
+
+
+def is_int_field(name):
+    return cfg.field_types(cfg.SECTIONS[cfg.section_of(name)])[name] is int
+
+
+def test_every_numeric_field_has_one_bound():
+    assert set(cfg.BOUNDS) == NUMERIC_FIELDS
+    for name, bound in cfg.BOUNDS.items():
+        assert bound.low < bound.high, name
+
+
+@pytest.mark.parametrize("name", sorted(NUMERIC_FIELDS))
+def test_values_past_either_end_are_refused_by_name(name):
+    bound, is_int = cfg.BOUNDS[name], is_int_field(name)
+    if is_int:
+        outside = [bound.high + 1, bound.high * 1000, bound.low - 1]
+    else:
+        outside = [bound.high * 1.001 + 1e-9, bound.high * 1000.0, bound.low - 1.0]
+    for value in outside:
+        with pytest.raises(cfg.ConfigError) as info:
+            cfg.replace(cfg.RunConfig(), **{name: value}).validate()
+        assert info.value.field == name
+        assert str(info.value) == (
+            f"{name}: {value!r} is not allowed; must be {bound.describe(integer=is_int)}"
+        )
+
+
+@pytest.mark.parametrize("name", sorted(NUMERIC_FIELDS))
+@pytest.mark.parametrize("end", ["low", "high"])
+def test_the_ends_themselves_follow_the_table(name, end):
+    bound = cfg.BOUNDS[name]
+    value, is_open = (bound.low, bound.low_open) if end == "low" else (bound.high, bound.high_open)
+    run = cfg.replace(cfg.RunConfig(), **{**PARTNERS.get((name, end), {}), name: value})
+    if is_open:
+        with pytest.raises(cfg.ConfigError, match=f"^{name}: "):
+            run.validate()
+    else:
+        assert run.validate() is run
+
+
+def test_huge_values_give_a_short_message():
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.ModelConfig(n_layer=10**5000).validate()
+    message = str(info.value)
+    assert message.startswith("n_layer: an integer of 5,001 digits is not allowed")
+    assert len(message) < 200
+    with pytest.raises(cfg.ConfigError, match=r"^dataset: ") as info:
+        cfg.DataConfig(dataset=["x"] * 10_000).validate()
+    assert len(str(info.value)) < 300
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nests too deeply"),
+        ('{"train": {"seed": ' + "9" * 5000 + "}}", "more than"),
+        ("[1, 2]", "must be a JSON object"),
+        ('{"model": [1]}', "must be a JSON object"),
+    ],
+    ids=["deep", "5000-digits", "list", "section-list"],
+)
+def test_unusable_json_is_one_config_error(text, reason):
+    with pytest.raises(cfg.ConfigError, match=reason) as info:
+        cfg.RunConfig.from_json(text)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 300
+
+
+def test_an_int_too_large_for_a_float_field_is_refused_not_an_overflow():
+    run = cfg.RunConfig.from_dict({"train": {"lr": 10**400}})
+    with pytest.raises(cfg.ConfigError, match=r"^lr: an integer of 401 digits"):
+        run.validate()
+
+
+@pytest.mark.parametrize(
+    ("name", "text"), [("lr", "1e999"), ("lr", "nan"), ("lr", "-inf"), ("dropout", "NaN")]
+)
+def test_non_finite_flags_are_refused_by_name(name, text):
+    value = cfg.coerce(name, text, float)
+    with pytest.raises(cfg.ConfigError, match=f"^{name}: "):
+        cfg.replace(cfg.RunConfig(), **{name: value}).validate()
+
+
+def test_an_integer_flag_past_pythons_digit_limit_gives_the_range():
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.coerce("max_steps", "9" * 5000, int)
+    assert str(info.value).endswith("must be an integer in [1, 10000000]")
+    assert len(str(info.value)) < 200

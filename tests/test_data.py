@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import re
 import socket
 import sysconfig
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,6 +22,7 @@ from blockviz import cli, corpora
 from blockviz.config import DataConfig
 from blockviz.data import (
     BUILTIN,
+    MAX_VOCAB,
     PYCODE_MAX_CHARS,
     CharDataModule,
     CharVocab,
@@ -190,6 +194,122 @@ def test_missing_path_directory_and_unknown_name(tmp_path: Path) -> None:
     assert "'shakespear'" in str(caught.value)
     for name in BUILTIN:
         assert name in str(caught.value)
+
+
+# ---------------------------------------------------------------- special files (issue 10)
+
+
+def finished_within(seconds: float, call: Callable[[], object], fifo: Path | None = None) -> object:
+    """What `call` returned or raised, if it ends in time; a hang fails the test instead."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        if fifo is not None:  # a writer lets a reader blocked on the FIFO go
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail(f"still blocked after {seconds} s")
+    return outcome[0]
+
+
+def special_file(kind: str, tmp_path: Path) -> Path:
+    """A path of the given kind that is not a regular file."""
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "pipe.txt")
+        return tmp_path / "pipe.txt"
+    if kind == "directory":
+        (tmp_path / "folder.txt").mkdir()
+        return tmp_path / "folder.txt"
+    if kind == "socket":
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(str(tmp_path / "sock.txt"))  # the socket file outlives the socket
+        return tmp_path / "sock.txt"
+    if not Path("/dev/zero").exists():
+        pytest.skip("this system has no /dev/zero")
+    return Path("/dev/zero")
+
+
+SPECIAL_KINDS = {
+    "fifo": "a named pipe (FIFO)",
+    "directory": "a directory",
+    "socket": "a socket",
+    "device": "a character device",
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", sorted(SPECIAL_KINDS))
+def test_files_that_are_not_regular_are_refused_at_once(kind: str, tmp_path: Path) -> None:
+    path = special_file(kind, tmp_path)
+    fifo = path if kind == "fifo" else None
+    for call in (
+        lambda: read_text_file(path),
+        lambda: load_corpus(DataConfig(dataset=str(path))),
+    ):
+        error = finished_within(10, call, fifo)
+        assert isinstance(error, DataError), error
+        assert str(error).startswith(f"{path} is {SPECIAL_KINDS[kind]}, not a regular file;")
+
+
+@pytest.mark.timeout(60)
+def test_cli_data_refuses_a_fifo_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fifo = special_file("fifo", tmp_path)
+    assert finished_within(10, lambda: cli.main(["data", "--dataset", str(fifo)]), fifo) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"{fifo} is a named pipe (FIFO), not a regular file" in err
+
+
+def many_symbols(count: int) -> str:
+    """A text of `count` distinct CJK characters, each once, then a newline."""
+    return "".join(chr(0x4E00 + i) for i in range(count - 1)) + "\n"
+
+
+def test_a_vocabulary_past_the_cap_is_refused_for_files_uploads_and_vocabularies(
+    tmp_path: Path,
+) -> None:
+    text = many_symbols(MAX_VOCAB + 1)
+    path = tmp_path / "symbols.txt"
+    path.write_text(text, encoding="utf-8")
+    expected = (
+        f"has {MAX_VOCAB + 1:,} distinct characters, more than the {MAX_VOCAB:,} a "
+        "character vocabulary may hold"
+    )
+    for call, label in (
+        (lambda: load_corpus(DataConfig(dataset=str(path))), str(path)),
+        (lambda: check_text_bytes(text.encode(), "upload.txt"), "upload.txt"),
+        (lambda: CharVocab.from_text(text), "the text"),
+    ):
+        with pytest.raises(DataError) as caught:
+            call()
+        assert str(caught.value).startswith(f"{label} {expected}")
+
+
+def test_a_vocabulary_at_the_cap_is_accepted(tmp_path: Path) -> None:
+    text = many_symbols(MAX_VOCAB)
+    path = tmp_path / "symbols.txt"
+    path.write_text(text, encoding="utf-8")
+    assert CharVocab.from_text(load_corpus(DataConfig(dataset=str(path))).text).size == MAX_VOCAB
+
+
+def test_cli_data_refuses_too_many_symbols_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "symbols.txt"
+    path.write_text(many_symbols(MAX_VOCAB + 5), encoding="utf-8")
+    assert cli.main(["data", "--dataset", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"{MAX_VOCAB + 5:,} distinct characters" in err and f"{MAX_VOCAB:,}" in err
 
 
 def test_file_corpus_strips_bom_and_windows_line_endings(tmp_path: Path) -> None:

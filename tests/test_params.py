@@ -11,9 +11,19 @@ import pytest
 import torch
 
 from blockviz import cli
-from blockviz.config import ModelConfig
+from blockviz.config import BOUNDS, ConfigError, ModelConfig, RunConfig, replace
 from blockviz.model import CharTransformer
-from blockviz.params import COMPONENTS, Breakdown, format_table, param_breakdown
+from blockviz.params import (
+    COMPONENTS,
+    Breakdown,
+    check_fits,
+    estimate_memory,
+    estimate_memory_bytes,
+    format_bytes,
+    format_table,
+    param_breakdown,
+    param_count,
+)
 
 torch.set_num_threads(1)
 
@@ -187,3 +197,118 @@ def test_cli_unknown_preset_is_one_line_exit_2(capsys):
         cli.main(["params", "--preset", "nope"])
     assert exc.value.code == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- bounds and memory (issue 10)
+
+
+@pytest.mark.timeout(20)
+def test_counting_refuses_an_unbounded_depth_at_once():
+    # Unvalidated, as the sidebar's config can be: the count must not loop 10**9 times.
+    with pytest.raises(ConfigError, match=r"^n_layer: 1000000000 is not allowed"):
+        param_breakdown(ModelConfig(n_layer=10**9))
+
+
+@pytest.mark.timeout(20)
+def test_cli_refuses_a_huge_depth_before_counting(capsys):
+    assert cli.main(["params", "--n_layer", "1" + "0" * 20]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [err]
+    assert err.startswith("blockviz params: error: n_layer: 100000000000000000000 is not allowed")
+    assert f"[1, {BOUNDS['n_layer'].high}]" in err
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"n_layer": 7, "activation": "swiglu", "tie_weights": True},
+        {"attention": False, "norm_position": "none"},
+        {"ffn": False, "norm_position": "post", "bias": False},
+    ],
+)
+def test_param_count_equals_the_breakdown_total(overrides):
+    model = ModelConfig(**overrides).validate()
+    assert param_count(model) == param_breakdown(model).total
+
+
+def test_memory_estimate_counts_weights_gradients_and_two_moments():
+    run = RunConfig()
+    estimate = estimate_memory(run)
+    n_params = param_breakdown(run.model).total
+    assert estimate.n_params == n_params
+    assert estimate.weights == estimate.gradients == 4 * n_params
+    assert estimate.optimizer == 8 * n_params
+    assert estimate.weights_and_optimizer == 16 * n_params
+    assert estimate.total == estimate.weights_and_optimizer + estimate.activations
+    assert estimate_memory_bytes(run) == estimate.total
+
+
+def test_activations_scale_with_the_batch_and_weights_do_not():
+    small = estimate_memory(RunConfig())
+    double = estimate_memory(replace(RunConfig(), batch_size=2 * RunConfig().train.batch_size))
+    assert double.activations == 2 * small.activations
+    assert double.weights_and_optimizer == small.weights_and_optimizer
+    longer = estimate_memory(replace(RunConfig(), block_size=2 * RunConfig().model.block_size))
+    # Attention scores grow with T²: doubling the context more than doubles activations.
+    assert longer.activations > 2 * small.activations
+
+
+def test_memory_estimate_is_within_reach_of_a_real_training_step():
+    # AdamW's state is exactly as counted; what autograd saves is within a factor of 4.
+    run = replace(RunConfig(), vocab_size=65)
+    estimate = estimate_memory(run)
+    model = CharTransformer(run.model)
+    optimizer = torch.optim.AdamW(model.parameters())
+    x = torch.randint(65, (run.train.batch_size, run.model.block_size))  # (B, T)
+    saved = 0
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        nonlocal saved
+        saved += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        _, loss = model(x, x)
+    loss.backward()
+    optimizer.step()
+    moments = sum(
+        value.numel() * value.element_size()
+        for state in optimizer.state.values()
+        for name, value in state.items()
+        if name != "step"
+    )
+    assert estimate.optimizer == moments
+    assert saved / 4 < estimate.activations < saved * 4
+
+
+def test_format_bytes_uses_binary_units():
+    assert format_bytes(0) == "0 B"
+    assert format_bytes(1023) == "1023 B"
+    assert format_bytes(1536) == "1.5 KiB"
+    assert format_bytes(int(37.2 * 2**30)) == "37.2 GiB"
+    assert format_bytes(3 * 2**50) == "3.0 PiB"
+
+
+def test_check_fits_refuses_an_absurd_model_with_its_estimate():
+    absurd = replace(
+        RunConfig(), n_layer=256, d_model=16_384, n_head=128, block_size=8192, batch_size=512
+    ).validate()
+    available = 8 * 2**30
+    with pytest.raises(ConfigError) as info:
+        check_fits(absurd, available)
+    estimate = estimate_memory(absurd)
+    message = str(info.value)
+    assert info.value.field == "model"
+    assert message.startswith(f"the model needs about {format_bytes(estimate.total)} to train")
+    assert f"weights+optimizer {format_bytes(estimate.weights_and_optimizer)}" in message
+    assert f"activations {format_bytes(estimate.activations)}" in message
+    assert f"but {format_bytes(available)} is available" in message
+    assert "n_layer" in message and "batch_size" in message and "\n" not in message
+
+
+def test_check_fits_passes_a_small_model_and_returns_its_estimate():
+    run = RunConfig()
+    assert check_fits(run, 2**40) == estimate_memory(run)
+    with pytest.raises(ConfigError):
+        check_fits(run, estimate_memory(run).total - 1)

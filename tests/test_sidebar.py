@@ -61,6 +61,7 @@ def test_every_config_field_has_a_widget() -> None:
         ({"residual": False, "lr": 3e-4}, "no-resid-lr0.0003"),
         ({"attention": False, "dataset": "/data/My Notes.txt"}, "no-attn-My Notes"),
         ({"vocab_size": 97, "dataset": "pycode"}, "pycode"),  # the vocabulary follows the data
+        ({"dataset": "/data/2024.txt"}, "run-2024"),  # never a bare number (a run id)
     ],
 )
 def test_suggested_name_lists_what_differs(overrides: dict, expected: str) -> None:
@@ -81,7 +82,12 @@ def test_suggested_name_stays_short_with_many_changes() -> None:
         (b"", "empty"),
         (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary"),
         (b"caf\xe9 latin-1", "not UTF-8"),
+        (
+            "".join(chr(0x4E00 + i) for i in range(config.MAX_VOCAB + 1)).encode(),
+            f"{config.MAX_VOCAB + 1:,} distinct characters, more than the {config.MAX_VOCAB:,}",
+        ),
     ],
+    ids=["empty", "binary", "latin-1", "too-many-symbols"],
 )
 def test_bad_uploads_are_refused_and_not_saved(data: bytes, message: str) -> None:
     with pytest.raises(corpora.DataError, match=message):
@@ -208,3 +214,101 @@ def test_good_upload_becomes_the_dataset(app: AppTest) -> None:
     # The vocabulary of the upload sizes the embedding in the live parameter count.
     model = dataclasses.replace(config.preset("baby-cpu").model, vocab_size=len(set(text)))
     assert metric_total(app) == params.param_breakdown(model).total
+
+
+# ------------------------------------------------------------------ issue 10
+
+
+NUMBER_SPECS = [spec for spec in sidebar.ALL_FIELDS if spec.kind in ("int", "float")]
+
+
+def test_number_widgets_take_their_range_from_the_config_bounds(app: AppTest) -> None:
+    app.selectbox(key="cfg.dataset").set_value("ops").run()  # draws the ops fields too
+    assert {spec.name for spec in NUMBER_SPECS} == set(config.BOUNDS) - {"vocab_size"}
+    for spec in NUMBER_SPECS:
+        widget = app.number_input(key=sidebar.PREFIX + spec.name)
+        bound = config.BOUNDS[spec.name]
+        assert (widget.min, widget.max) == (bound.low, bound.high), spec.name
+
+
+def _sidebar_with_a_loaded_config() -> None:
+    """A page that loads a config with out-of-range sizes into the widgets, once."""
+    import streamlit as st
+
+    from blockviz import config, sidebar
+
+    if "loaded" not in st.session_state:
+        st.session_state["loaded"] = True
+        loaded = config.replace(config.RunConfig(), n_layer=10_000, batch_size=10**9, lr=50.0)
+        sidebar.apply_run_config(loaded)
+        st.session_state[sidebar.PRESET_KEY] = sidebar.DEFAULT_PRESET
+    sidebar.render_sidebar()
+
+
+@pytest.mark.timeout(60)
+def test_a_loaded_value_out_of_range_goes_to_the_nearest_end() -> None:
+    # The browser keeps a typed value within min/max; a value set by code is clamped here
+    # before anything reads it (so the count never loops over 10,000 layers).
+    at = AppTest.from_function(_sidebar_with_a_loaded_config, default_timeout=TIMEOUT).run()
+    assert not at.exception
+    for name in ("n_layer", "batch_size", "lr"):
+        assert at.number_input(key=sidebar.PREFIX + name).value == config.BOUNDS[name].high
+    assert at.session_state["cfg.n_layer"] == config.BOUNDS["n_layer"].high
+    assert metric_total(at) > 0  # counted for 256 layers, at once
+
+
+def _sidebar_alone() -> None:
+    """Only the sidebar, its state kept for the test (no pages, so no navigation quirks)."""
+    import streamlit as st
+
+    from blockviz import sidebar
+
+    st.session_state["test.state"] = sidebar.render_sidebar()
+
+
+@pytest.fixture
+def bare_sidebar() -> AppTest:
+    return AppTest.from_function(_sidebar_alone, default_timeout=TIMEOUT).run()
+
+
+def sidebar_texts(at: AppTest) -> list[str]:
+    """The Markdown bodies of every text element in the sidebar."""
+    side = at.sidebar
+    elements = [*side.markdown, *side.caption, *side.error, *side.warning, *side.info]
+    return [element.value for element in elements]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        "".join(f"line {i}: the quick brown fox\n" for i in range(200)).encode(),
+        b"\x00 binary",
+        b"short text",
+    ],
+    ids=["accepted", "refused", "too-short"],
+)
+def test_an_upload_name_is_shown_as_text_not_markdown(bare_sidebar: AppTest, data: bytes) -> None:
+    at = bare_sidebar
+    name = "![t](http://127.0.0.1:9/pixel.png).txt"
+    at.selectbox(key="cfg.dataset").set_value(sidebar.UPLOAD_CHOICE).run()
+    at.file_uploader(key=sidebar.UPLOAD_KEY).set_value((name, data, "text/plain")).run()
+    assert not at.exception
+    quoting = [text for text in sidebar_texts(at) if "pixel" in text]
+    assert quoting  # the name is shown...
+    for text in quoting:  # ...with every Markdown character escaped
+        assert "![" not in text and "](" not in text
+        assert "\\!\\[t\\]\\(http" in text
+
+
+def test_a_bare_number_run_name_blocks_launch_with_the_reason(bare_sidebar: AppTest) -> None:
+    at = bare_sidebar
+    at.text_input(key=sidebar.NAME_KEY).set_value("2").run()
+    assert not at.exception
+    state = at.session_state["test.state"]
+    assert not state.can_launch and "bare number" in state.problem
+    (shown,) = [e.value for e in at.sidebar.error if "bare number" in e.value]
+    assert "run\\-2" in shown  # the fix it suggests, escaped as plain text
+    at.text_input(key=sidebar.NAME_KEY).set_value("run-2").run()
+    state = at.session_state["test.state"]
+    assert state.can_launch and state.name == "run-2"
+    assert not any("bare number" in e.value for e in at.sidebar.error)

@@ -1,0 +1,117 @@
+"""Bad flags, config files and datasets: one line naming the problem, exit 2, no run.
+
+Every case here must be refused before training starts (issue 10: a huge number, a
+pathological JSON file or a FIFO gave a traceback, a hang or a run that died later).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from blockviz import cli
+from blockviz.config import MAX_VOCAB
+from blockviz.store import default_store_path
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """Exit status and stderr of `blockviz ARGV`."""
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # argparse's own usage errors
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+def assert_one_line(code: int, err: str, *needles: str) -> None:
+    assert code == 2, err
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert "Traceback" not in err and len(err) < 400, err
+    for needle in needles:
+        assert needle in err, err
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["train", "--max_steps", "99999999999999999999"], "max_steps: 99999999999999999999"),
+        (["train", "--seed", "9" * 5000], "seed: '999"),
+        (["train", "--lr", "1e999"], "lr: inf"),
+        (["train", "--lr", "nan"], "lr: nan"),
+        (["train", "--n_layer", "10000"], "n_layer: 10000"),
+        (["train", "--batch_size", "10000000"], "batch_size: 10000000"),
+        (["train", "--vocab_size", "1000000"], "vocab_size: 1000000"),
+        (["params", "--n_layer", "100000000000000000000"], "n_layer: 100000000000000000000"),
+        (["params", "--d_model", "9" * 5000], "d_model: '999"),
+        (["data", "--ops_examples", "1000000000"], "ops_examples: 1000000000"),
+        (["data", "--dataset", "ops", "--block_size", "100000"], "block_size: 100000"),
+    ],
+)
+def test_out_of_range_flags_are_one_line(argv: list[str], needle: str, capsys) -> None:
+    code, err = run_cli(argv, capsys)
+    assert_one_line(code, err, needle, "is not allowed; must be")
+    assert not default_store_path().exists()  # no run was created
+
+
+CONFIG_FILES = {
+    # name: (file content, what the one line must say)
+    "deeply-nested": ("[" * 100_000 + "]" * 100_000, "nests too deeply"),
+    "5000-digit-int": ('{"train": {"seed": ' + "9" * 5000 + "}}", "more than 4,300 digits"),
+    "a-list": ("[1, 2, 3]", "must be a JSON object"),
+    "a-section-list": ('{"model": [4]}', "model: [4] is not allowed"),
+    "string-for-int": ('{"model": {"n_layer": "4"}}', "n_layer: '4' is not allowed"),
+    "float-for-int": ('{"train": {"max_steps": 1e30}}', "max_steps: 1e+30 is not allowed"),
+    "huge-int-for-float": ('{"train": {"lr": 1' + "0" * 400 + "}}", "lr: an integer of 401"),
+    "unknown-field": ('{"model": {"n_layers": 3}}', "n_layers: 3 is not allowed"),
+    "not-json": ("{nope", "is not valid JSON"),
+    "not-utf8": (b"\xff\xfe{}", "is not UTF-8"),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", sorted(CONFIG_FILES))
+def test_bad_config_files_are_one_line(case: str, tmp_path: Path, capsys) -> None:
+    content, needle = CONFIG_FILES[case]
+    path = tmp_path / "run.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    code, err = run_cli(["train", "--config", str(path)], capsys)
+    assert_one_line(code, err, needle)
+    assert not default_store_path().exists()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("command", "option"), [("train", "--config"), ("train", "--dataset"), ("data", "--dataset")]
+)
+def test_a_fifo_is_refused_at_once(command: str, option: str, tmp_path: Path, capsys) -> None:
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    outcome: list[object] = []
+    worker = threading.Thread(
+        target=lambda: outcome.append(run_cli([command, option, str(fifo)], capsys)), daemon=True
+    )
+    worker.start()
+    worker.join(60)
+    if worker.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # let the blocked reader go
+        pytest.fail(f"blockviz {command} {option} FIFO still blocked after 60 s")
+    code, err = outcome[0]
+    assert_one_line(code, err, str(fifo), "is a named pipe (FIFO), not a regular file")
+    assert not default_store_path().exists()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["train", "data"])
+def test_too_many_symbols_are_refused_before_training(command: str, tmp_path: Path, capsys):
+    path = tmp_path / "symbols.txt"
+    path.write_text("".join(chr(0x4E00 + i) for i in range(MAX_VOCAB + 1)), encoding="utf-8")
+    code, err = run_cli([command, "--dataset", str(path)], capsys)
+    assert_one_line(code, err, str(path), f"{MAX_VOCAB + 1:,} distinct characters")
+    assert not default_store_path().exists()
