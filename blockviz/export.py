@@ -790,6 +790,7 @@ def cli_main(args: argparse.Namespace) -> int:
     """`python -m blockviz export RUN [RUN ...] --out DIR --format ...`: write, then list."""
     store = RunStore(args.store, readonly=True) if args.store else RunStore(readonly=True)
     try:
+        store.check_integrity()  # a damaged store is refused, not half exported
         started = time.perf_counter()
         written = export_to_folder(store, args.runs, Path(args.out), args.format)
     finally:

@@ -68,6 +68,17 @@ def literal(text: object) -> str:
 @st.cache_resource(show_spinner=False)
 def _open_store(path: str) -> RunStore:
     # One connection per store file for the whole server; RunStore serialises threads.
+    # A damaged file is refused once, when it is opened, rather than misread page by page.
+    store = _open_read_or_write(path)
+    try:
+        store.check_integrity()
+    except StoreError:
+        store.close()
+        raise
+    return store
+
+
+def _open_read_or_write(path: str) -> RunStore:
     try:
         return RunStore(path, busy_timeout_s=PAGE_BUSY_TIMEOUT_S)
     except StoreLocked:

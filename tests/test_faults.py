@@ -8,6 +8,7 @@ start-up plus 20-40 ms a step on two cores).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -257,15 +259,26 @@ def small_run(tmp_path, corpus) -> Path:
     return store_path
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a read-only tmpfs needs root")
+@contextlib.contextmanager
+def _tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A small tmpfs at `mount` (root only), unmounted afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("a tmpfs mount (a read-only or full disk) needs root; CI runs as root")
+    mount.mkdir()
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)]
+    ).returncode:
+        pytest.skip("this machine refuses tmpfs mounts (no CAP_SYS_ADMIN)")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
 def test_a_store_on_a_read_only_filesystem_can_be_listed_shown_and_exported(small_run, tmp_path):
     from blockviz import cli
 
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)]).returncode:
-        pytest.skip("this machine refuses tmpfs mounts (no CAP_SYS_ADMIN)")
-    try:
+    with _tmpfs(tmp_path / "ro", "16m") as mount:
         subprocess.run(["cp", "-a", str(small_run.parent), str(mount)], check=True)
         subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
         store = str(mount / "ws" / "blockviz.db")
@@ -276,8 +289,6 @@ def test_a_store_on_a_read_only_filesystem_can_be_listed_shown_and_exported(smal
             cli.main(["export", "1", "--out", str(out), "--format", "csv", "--store", store]) == 0
         )
         assert any(out.rglob("*.csv"))
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_a_corrupt_store_is_reported_not_read(small_run, tmp_path, capsys):
@@ -286,7 +297,7 @@ def test_a_corrupt_store_is_reported_not_read(small_run, tmp_path, capsys):
     size = small_run.stat().st_size
     with open(small_run, "r+b") as fh:  # garbage over the middle of the file
         fh.seek(size // 2)
-        fh.write(os.urandom(min(8192, size // 4)))
+        fh.write(random.Random(0).randbytes(min(8192, size // 4)))
     store = str(small_run)
     for argv in (["runs"], ["show", "1"], ["export", "1", "--out", str(tmp_path / "x")]):
         assert cli.main([*argv, "--store", store]) == 2
@@ -307,15 +318,8 @@ def test_a_damaged_checkpoint_on_resume_is_one_line(small_run, corpus, damage):
     assert len(err.strip().splitlines()) == 1 and "last.ckpt" in err, err
 
 
-@pytest.mark.skipif(
-    os.geteuid() != 0, reason="a small full disk is a tmpfs mount, which needs root"
-)
 def test_a_full_disk_fails_the_run_in_one_line_with_a_consistent_step(tmp_path, corpus):
-    mount = tmp_path / "full"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mount)]).returncode:
-        pytest.skip("this machine refuses tmpfs mounts (no CAP_SYS_ADMIN)")
-    try:
+    with _tmpfs(tmp_path / "full", "600k") as mount:
         store_path = mount / "blockviz.db"
         proc = _train(store_path, corpus, "--max_steps", "3000", "--probe_interval", "1")
         code, _, err = finish(proc)
@@ -335,8 +339,6 @@ def test_a_full_disk_fails_the_run_in_one_line_with_a_consistent_step(tmp_path, 
         with pytest.raises(StoreError):
             RunStore(mount / "new.db")
         assert not (mount / "new.db").exists()
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_a_model_too_big_for_memory_is_refused_before_training(tmp_path, capsys):
