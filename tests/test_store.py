@@ -774,3 +774,14 @@ def test_synthetic_runs_are_complete_and_deterministic(tmp_path):
             assert not filled.attention(ids[0]).empty and not filled.samples(ids[0]).empty
             assert not filled.histograms(ids[0]).empty
     pd.testing.assert_frame_equal(frames[0], frames[1])
+
+
+@pytest.mark.parametrize("bare", ["2", " 17 ", "007"])
+def test_a_bare_number_is_refused_as_a_name_so_ids_stay_unambiguous(store, bare):
+    run_id = new_run(store, "named")
+    with pytest.raises(StoreError, match="bare number"):
+        store.rename_run(run_id, bare)  # before: `show 2` then meant run id 2, not this run
+    with pytest.raises(StoreError, match="bare number"):
+        store.create_run(bare, CONFIG_JSON)
+    assert store.rename_run(run_id, "²") == "²"  # not an id: `show ²` finds it by name
+    assert store.resolve("²") == run_id
