@@ -35,7 +35,7 @@ import vl_convert as vlc
 
 from blockviz import charts
 from blockviz import config as cfg
-from blockviz.store import RunStore
+from blockviz.store import RunStore, checked
 
 Progress = Callable[[float, str], None]
 ChartEntry = tuple[str, alt.TopLevelMixin, pd.DataFrame]
@@ -788,9 +788,9 @@ def _export(
 
 def cli_main(args: argparse.Namespace) -> int:
     """`python -m blockviz export RUN [RUN ...] --out DIR --format ...`: write, then list."""
-    store = RunStore(args.store, readonly=True) if args.store else RunStore(readonly=True)
+    # Read-only, and a damaged store is refused rather than half exported.
+    store = checked(RunStore(args.store or None, readonly=True))
     try:
-        store.check_integrity()  # a damaged store is refused, not half exported
         started = time.perf_counter()
         written = export_to_folder(store, args.runs, Path(args.out), args.format)
     finally:

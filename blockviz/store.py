@@ -308,6 +308,24 @@ def sanitize_name(name: str) -> str:
     return trimmed or "run"
 
 
+READONLY_HINTS = ("not writable", "read-only", "readonly", "unable to open", "cannot create")
+
+
+def is_readonly_error(exc: StoreError) -> bool:
+    """Whether opening failed because the file or its folder cannot be written here."""
+    return any(hint in str(exc) for hint in READONLY_HINTS)
+
+
+def checked(store: RunStore) -> RunStore:
+    """The store after `check_integrity`; closed and StoreError when it is damaged."""
+    try:
+        store.check_integrity()
+    except StoreError:
+        store.close()
+        raise
+    return store
+
+
 def is_id_text(text: str) -> bool:
     """Whether text names a run by id: ASCII digits only (`²` and `٣` are not ids)."""
     return text.isascii() and text.isdigit()
@@ -509,24 +527,22 @@ class RunStore:
         """Open for reading: read-write when allowed (readers mark dead runs), else read-only.
 
         `runs`, `show`, `export` and the pages work on a store in a read-only file or
-        folder; only training needs to write.
+        folder; only training needs to write. A locked store is not reopened read-only,
+        and when the read-only open fails too, the first error (why writing was refused)
+        is raised.
         """
         try:
             return cls(path, **options)
+        except StoreLocked:
+            raise
         except StoreError as exc:
-            text = str(exc)
-            if not any(
-                hint in text
-                for hint in (
-                    "not writable",
-                    "read-only",
-                    "readonly",
-                    "unable to open",
-                    "cannot create",
-                )
-            ):
+            target = Path(path).expanduser() if path is not None else default_store_path()
+            if not target.is_file() or not is_readonly_error(exc):
                 raise
-        return cls(path, readonly=True, **options)
+            try:
+                return cls(path, readonly=True, **options)
+            except StoreError:
+                raise exc from None
 
     # -- opening ------------------------------------------------------------------------
 

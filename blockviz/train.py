@@ -42,7 +42,7 @@ from typing import Any
 
 from blockviz import config as cfg
 from blockviz import procs
-from blockviz.store import ACTIVE_STATUSES, RunStore, StoreError, StoreLocked
+from blockviz.store import ACTIVE_STATUSES, RunStore, StoreError, StoreLocked, checked
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 HEARTBEAT_S = 2.0
@@ -927,13 +927,7 @@ def _follower_main(args: argparse.Namespace) -> int:
 def _open_store(args: argparse.Namespace) -> RunStore:
     """The store for reading: writable when it can be (to mark dead runs), else read-only;
     a damaged file is reported as corrupt rather than read."""
-    store = RunStore.open_readable(args.store or None)
-    try:
-        store.check_integrity()
-    except StoreError:
-        store.close()
-        raise
-    return store
+    return checked(RunStore.open_readable(args.store or None))
 
 
 def _fmt(value: Any, spec: str = "") -> str:

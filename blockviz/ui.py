@@ -23,8 +23,10 @@ from blockviz.store import (
     RunStore,
     StoreError,
     StoreLocked,
+    checked,
     default_store_path,
     is_id_text,
+    is_readonly_error,
 )
 
 LIVE_PAGE = "pages/live.py"
@@ -34,9 +36,6 @@ COMPARE_KEY = "compare_ids"  # session_state key of the runs the Compare page ov
 REAP_EVERY_S = 5.0  # pages mark dead runs failed at most this often (fragments refresh faster)
 READONLY_NOTICE = "read-only store: launching, stopping, renaming and deleting are off"
 # What RunStore says when the file or its folder cannot be written (then: open read-only).
-_READONLY_HINTS = ("not writable", "read-only", "readonly", "unable to open")
-
-
 _MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
 
 
@@ -69,13 +68,7 @@ def literal(text: object) -> str:
 def _open_store(path: str) -> RunStore:
     # One connection per store file for the whole server; RunStore serialises threads.
     # A damaged file is refused once, when it is opened, rather than misread page by page.
-    store = _open_read_or_write(path)
-    try:
-        store.check_integrity()
-    except StoreError:
-        store.close()
-        raise
-    return store
+    return checked(_open_read_or_write(path))
 
 
 def _open_read_or_write(path: str) -> RunStore:
@@ -86,7 +79,9 @@ def _open_read_or_write(path: str) -> RunStore:
     except StoreError as exc:
         # A store this process may read but not write (a read-only file or folder, a
         # copy from another user): show it, with the actions that write turned off.
-        if not Path(path).is_file() or not any(h in str(exc) for h in _READONLY_HINTS):
+        # (RunStore.open_readable does the same; this goes through the module's RunStore
+        # name so the page tests can stand in for the file system.)
+        if not Path(path).is_file() or not is_readonly_error(exc):
             raise
         try:
             return RunStore(path, readonly=True, busy_timeout_s=PAGE_BUSY_TIMEOUT_S)
