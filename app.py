@@ -7,7 +7,7 @@ process (blockviz.runner).
 
 import streamlit as st
 
-from blockviz import sidebar
+from blockviz.dashboard import sidebar
 
 st.set_page_config(page_title="blockviz", layout="wide")
 

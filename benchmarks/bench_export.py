@@ -19,8 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_store import timed  # (median ms, best ms, CPU ms, len(result))
-from blockviz import charts, export, synthetic
+from blockviz import synthetic
 from blockviz.store import RunStore
+from blockviz.views import charts, export
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         # Imported after the environment is set: the app reads BLOCKVIZ_STORE.
         from streamlit.testing.v1 import AppTest
 
-        from blockviz import synthetic, ui
+        from blockviz import synthetic
+        from blockviz.dashboard import ui
         from blockviz.store import RunStore
 
         store = RunStore(os.environ["BLOCKVIZ_STORE"])

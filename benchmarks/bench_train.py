@@ -124,9 +124,9 @@ def worker_plain(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from blockviz import cli
-    from blockviz.data import CharDataModule
-    from blockviz.lit import lr_at, param_groups, resolve_precision
-    from blockviz.model import CharTransformer
+    from blockviz.training.data import CharDataModule
+    from blockviz.training.lit import lr_at, param_groups, resolve_precision
+    from blockviz.training.model import CharTransformer
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import lightning as L
 import torch
 
-from blockviz import config as cfg
-from blockviz.data import CharDataModule
-from blockviz.lit import LitCharModel, lr_at, make_trainer, param_groups, quiet_lightning
-from blockviz.model import CharTransformer
+from blockviz.core import config as cfg
+from blockviz.training.data import CharDataModule
+from blockviz.training.lit import LitCharModel, lr_at, make_trainer, param_groups, quiet_lightning
+from blockviz.training.model import CharTransformer
 
 WARMUP_STEPS = 5  # left out of the medians (first-call allocations)
 

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from blockviz import procs
-from blockviz.config import RunConfig
-from blockviz.corpora import BUILTIN
-from blockviz.store import ACTIVE_STATUSES, RunStore
+from blockviz.core import procs
+from blockviz.core.config import RunConfig
+from blockviz.core.corpora import BUILTIN
+from blockviz.core.spec import ACTIVE_STATUSES
+from blockviz.store import RunStore
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 LOG_NAME = "train.log"

@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from blockviz import config as cfg
-from blockviz import procs
-from blockviz.store import TAP_STATS, TAPS, RunStore
+from blockviz.core import config as cfg
+from blockviz.core import procs
+from blockviz.core.spec import TAP_STATS, TAPS
+from blockviz.store import RunStore
 
 DEFAULT_STATUSES = ("completed", "running", "diverged", "failed")
 PROBE_TEXT = "To be, or not to be"

@@ -15,42 +15,19 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from blockviz import charts, export, ui
-from blockviz.store import ACTIVE_STATUSES, COMPONENTS, RunStore, StoreError
+from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, LOSS_NAMES
+from blockviz.dashboard import tables, ui
+from blockviz.store import RunStore, StoreError
+from blockviz.views import charts, export
 
 REFRESH_S = 1.5
 POLL_S = 0.5
 MAX_POINTS = 800  # per series; the store keeps each bucket's min and max
 REPORT_JOB_KEY = "compare.report_job"
 REPORT_STALL_S = 120.0  # a requested build that never started is given up after this
-LOSS_NAMES = ("train/loss", "val/loss")
-FINAL_COLUMNS = {
-    "run": st.column_config.TextColumn("run"),
-    "status": st.column_config.TextColumn("status"),
-    "steps": st.column_config.NumberColumn("steps", format="%d"),
-    "train_loss": st.column_config.NumberColumn("train loss", format="%.4f"),
-    "val_loss": st.column_config.NumberColumn("val loss", format="%.4f"),
-    "val_ppl": st.column_config.NumberColumn("val perplexity", format="%.2f"),
-    "val_bpc": st.column_config.NumberColumn("val bits/char", format="%.3f"),
-    "answer_acc": st.column_config.NumberColumn("answer accuracy", format="percent"),
-    "diverged_at": st.column_config.TextColumn("diverged at step"),
-    "time": st.column_config.TextColumn("time"),
-    "tokens_per_sec": st.column_config.NumberColumn("tokens/s", format="%.0f"),
-    "n_params": st.column_config.NumberColumn("parameters", format="localized"),
-}
 
 
 # ---------------------------------------------------------------------------- tables
-
-
-def _final_table(store: RunStore, run_ids: list[int]) -> pd.DataFrame:
-    final = store.final_metrics(run_ids)
-    final["time"] = [ui.format_duration(None if pd.isna(t) else t) for t in final["time_s"]]
-    # Blank rather than Streamlit's "None" for the runs that did not diverge.
-    final["diverged_at"] = ["" if pd.isna(s) else str(int(s)) for s in final["diverged_at"]]
-    if final["answer_acc"].isna().all():
-        final = final.drop(columns="answer_acc")  # only the ops dataset has answers
-    return final[[c for c in FINAL_COLUMNS if c in final.columns]]
 
 
 # ---------------------------------------------------------------------------- curves
@@ -108,7 +85,11 @@ def _draw_curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> N
 
     st.subheader("Final metrics", anchor=False)
     with ui.guard("Final metrics"):
-        st.dataframe(_final_table(store, run_ids), hide_index=True, column_config=FINAL_COLUMNS)
+        st.dataframe(
+            tables.final_table(store, run_ids),
+            hide_index=True,
+            column_config=tables.FINAL_COLUMN_CONFIG,
+        )
 
     _grad_by_layer(store, run_ids, colors, tag)
 

@@ -18,8 +18,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from blockviz import charts, runner, ui
-from blockviz.store import ACTIVE_STATUSES, COMPONENTS, TAP_STATS, TAPS, RunStore, StoreError
+from blockviz import runner
+from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, TAP_STATS, TAPS
+from blockviz.dashboard import ui
+from blockviz.store import RunStore, StoreError
+from blockviz.views import charts
 
 REFRESH_S = 1.5
 MAX_POINTS = 800  # per series on the first read; the store keeps each bucket's min and max

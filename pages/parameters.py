@@ -2,7 +2,9 @@
 
 import streamlit as st
 
-from blockviz import charts, params, sidebar, ui
+from blockviz.core import params
+from blockviz.dashboard import sidebar, ui
+from blockviz.views import charts
 
 state = sidebar.state()
 model_cfg = state.model_for_params

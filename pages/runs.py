@@ -4,8 +4,10 @@ import time
 
 import streamlit as st
 
-from blockviz import runner, ui
-from blockviz.store import ACTIVE_STATUSES, StoreError
+from blockviz import runner
+from blockviz.core.spec import ACTIVE_STATUSES
+from blockviz.dashboard import ui
+from blockviz.store import StoreError
 
 store = ui.store_or_stop()
 st.title("Runs")

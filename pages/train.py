@@ -2,8 +2,11 @@
 
 import streamlit as st
 
-from blockviz import charts, diagram, params, runner, sidebar, ui
+from blockviz import runner
+from blockviz.core import params
+from blockviz.dashboard import sidebar, ui
 from blockviz.store import RunStore
+from blockviz.views import charts, diagram
 
 state = sidebar.state()
 store = ui.get_store()

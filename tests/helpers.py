@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from blockviz import config as cfg
+from blockviz.core import config as cfg
 
 TINY_RUN = {
     "n_layer": 2,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from blockviz.procs import is_alive
+from blockviz.core.procs import is_alive
 from blockviz.store import RunStore
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]

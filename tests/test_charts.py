@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from blockviz import charts
+from blockviz.views import charts
 
 RUNS = {1: "preln", 2: "postln"}
 TAPS = ("resid_pre", "attn_out", "resid_post")

@@ -3,7 +3,7 @@
 import pytest
 
 from blockviz import cli
-from blockviz import config as cfg
+from blockviz.core import config as cfg
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from blockviz import cli, corpora
-from blockviz.config import DataConfig
-from blockviz.data import (
+from blockviz import cli
+from blockviz.core import corpora
+from blockviz.core.config import DataConfig
+from blockviz.training.data import (
     BUILTIN,
     MAX_VOCAB,
     PYCODE_MAX_CHARS,

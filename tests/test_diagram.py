@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from blockviz.config import ModelConfig
-from blockviz.diagram import block_dot, model_dot
+from blockviz.core.config import ModelConfig
+from blockviz.views.diagram import block_dot, model_dot
 
 NODE = re.compile(r"^\s+(\w+) \[", re.MULTILINE)
 EDGE = re.compile(r"^\s+(\w+) -> (\w+)(?: \[(.*)\])?;$", re.MULTILINE)
@@ -94,7 +94,7 @@ def test_block_dot_is_well_formed_and_wired(cfg: ModelConfig) -> None:
 
 @pytest.mark.parametrize("cfg", GRID[::5], ids=_ids)
 def test_block_dot_taps_match_the_model(cfg: ModelConfig) -> None:
-    model = pytest.importorskip("blockviz.model")
+    model = pytest.importorskip("blockviz.training.model")
     _, edges = parse(block_dot(cfg))
     assert edge_taps(edges) == set(model.block_tap_names(cfg))
 

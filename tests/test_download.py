@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from blockviz import cli
-from blockviz.config import DataConfig
-from blockviz.corpora import (
+from blockviz.core.config import DataConfig
+from blockviz.core.corpora import (
     SHAKESPEARE_BYTES,
     SHAKESPEARE_FILE,
     CharVocab,

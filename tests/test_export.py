@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from blockviz import charts, cli, export, synthetic
-from blockviz import config as cfg
+from blockviz import cli, synthetic
+from blockviz.core import config as cfg
 from blockviz.store import RunStore
+from blockviz.views import charts, export
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 NETWORK_SCRIPT = re.compile(r"<script[^>]*\bsrc\s*=", re.IGNORECASE)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from blockviz import cli, export, synthetic
+from blockviz import cli, synthetic
 from blockviz.store import RunStore
+from blockviz.views import export
 
 
 @pytest.fixture

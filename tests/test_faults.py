@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from blockviz import procs, runner
+from blockviz import runner
+from blockviz.core import procs
 from blockviz.store import RunStore, StoreError
 from tests.test_train_cli import CORPUS, finish, start, train_command
 

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from blockviz import config as cfg
-from blockviz.data import CharDataModule, CharVocab, Corpus
-from blockviz.lit import (
+from blockviz.core import config as cfg
+from blockviz.training.data import CharDataModule, CharVocab, Corpus
+from blockviz.training.lit import (
     LN2,
     ConsoleProgress,
     LitCharModel,

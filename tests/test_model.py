@@ -9,9 +9,10 @@ import math
 import pytest
 import torch
 
-from blockviz import model as model_module
-from blockviz.config import ACTIVATIONS, INITS, NORM_POSITIONS, NORM_TYPES, ModelConfig
-from blockviz.model import (
+from blockviz.core.config import ACTIVATIONS, INITS, NORM_POSITIONS, NORM_TYPES, ModelConfig
+from blockviz.core.params import param_breakdown
+from blockviz.training import model as model_module
+from blockviz.training.model import (
     TAP_NAMES,
     Block,
     CharTransformer,
@@ -21,7 +22,6 @@ from blockviz.model import (
     capture_attention,
     param_component,
 )
-from blockviz.params import param_breakdown
 
 torch.set_num_threads(1)
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from blockviz import synthetic, ui
+from blockviz import synthetic
+from blockviz.dashboard import ui
 from blockviz.store import RunStore, StoreError, StoreLocked, default_store_path
 
 ROOT = Path(__file__).resolve().parent.parent

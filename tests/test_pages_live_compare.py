@@ -15,8 +15,9 @@ import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from blockviz import config as cfg
-from blockviz import synthetic, ui
+from blockviz import synthetic
+from blockviz.core import config as cfg
+from blockviz.dashboard import ui
 from blockviz.store import RunStore
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
@@ -304,7 +305,8 @@ def test_compare_gradient_by_layer_draws_step_zero_and_the_latest_common_step(
 def test_live_eta_is_the_same_estimate_the_train_page_shows(
     store: RunStore, runs: dict[str, int]
 ) -> None:
-    from blockviz import runner, ui
+    from blockviz import runner
+    from blockviz.dashboard import ui
 
     run_id = runs["running"]
     at = _live(run_id).run()

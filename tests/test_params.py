@@ -11,9 +11,8 @@ import pytest
 import torch
 
 from blockviz import cli
-from blockviz.config import BOUNDS, ConfigError, ModelConfig, RunConfig, replace
-from blockviz.model import CharTransformer
-from blockviz.params import (
+from blockviz.core.config import BOUNDS, ConfigError, ModelConfig, RunConfig, replace
+from blockviz.core.params import (
     COMPONENTS,
     Breakdown,
     check_fits,
@@ -24,6 +23,7 @@ from blockviz.params import (
     param_breakdown,
     param_count,
 )
+from blockviz.training.model import CharTransformer
 
 torch.set_num_threads(1)
 
@@ -162,7 +162,7 @@ def test_to_dict_is_json_with_total_components_and_layers():
 
 
 def test_params_module_does_not_import_torch():
-    code = "import sys, blockviz.params; sys.exit('torch' in sys.modules)"
+    code = "import sys, blockviz.core.params; sys.exit('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True)
     assert result.returncode == 0, result.stderr.decode()
 

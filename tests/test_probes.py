@@ -6,11 +6,12 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from blockviz import config as cfg
-from blockviz.data import CharDataModule, Corpus
-from blockviz.lit import LitCharModel, make_trainer, quiet_lightning
-from blockviz.model import CharTransformer, block_tap_names
-from blockviz.probes import (
+from blockviz.core import config as cfg
+from blockviz.store import RunStore
+from blockviz.training.data import CharDataModule, Corpus
+from blockviz.training.lit import LitCharModel, make_trainer, quiet_lightning
+from blockviz.training.model import CharTransformer, block_tap_names
+from blockviz.training.probes import (
     HIST_RANGE,
     TAP_STATS,
     BlockProbe,
@@ -18,7 +19,6 @@ from blockviz.probes import (
     tap_hooks,
     tap_statistics,
 )
-from blockviz.store import RunStore
 from tests import helpers
 
 torch.set_num_threads(1)

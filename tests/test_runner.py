@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from blockviz import procs, runner
-from blockviz.config import preset, replace
+from blockviz import runner
+from blockviz.core import procs
+from blockviz.core.config import preset, replace
 from blockviz.store import RunStore
 
 TERMINAL = ("completed", "diverged", "failed", "stopped")
@@ -73,7 +74,7 @@ def finished(run: dict) -> bool:
 LAUNCH_AND_DIE = """
 import os, signal, sys
 from blockviz import runner
-from blockviz.config import RunConfig
+from blockviz.core.config import RunConfig
 from blockviz.store import RunStore
 store = RunStore(sys.argv[1])
 print(runner.launch(RunConfig.from_json(sys.argv[2]), "smoke", store, max_running=2), flush=True)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from blockviz import config, corpora, params, sidebar
+from blockviz.core import config, corpora, params
+from blockviz.dashboard import sidebar
 from blockviz.store import default_store_path
 
 TIMEOUT = 30
@@ -235,7 +236,8 @@ def _sidebar_with_a_loaded_config() -> None:
     """A page that loads a config with out-of-range sizes into the widgets, once."""
     import streamlit as st
 
-    from blockviz import config, sidebar
+    from blockviz.core import config
+    from blockviz.dashboard import sidebar
 
     if "loaded" not in st.session_state:
         st.session_state["loaded"] = True
@@ -261,7 +263,7 @@ def _sidebar_alone() -> None:
     """Only the sidebar, its state kept for the test (no pages, so no navigation quirks)."""
     import streamlit as st
 
-    from blockviz import sidebar
+    from blockviz.dashboard import sidebar
 
     st.session_state["test.state"] = sidebar.render_sidebar()
 

@@ -17,9 +17,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from blockviz import config as cfg
-from blockviz import procs, synthetic
 from blockviz import store as st
+from blockviz import synthetic
+from blockviz.core import config as cfg
+from blockviz.core import procs, spec
 from blockviz.store import RunStore, StoreError
 
 CONFIG_JSON = cfg.RunConfig().to_json()
@@ -768,7 +769,7 @@ def test_synthetic_runs_are_complete_and_deterministic(tmp_path):
             assert {-1, 0, 1, 2, 3} == set(at_init["layer"])
             assert {"attn", "ffn", "norm", "block"} <= set(at_init["component"])
             taps = filled.layer_stats(ids[0], kind="tap", step=0)
-            assert len(taps) == 3 * len(st.TAPS) * len(st.TAP_STATS)
+            assert len(taps) == 3 * len(spec.TAPS) * len(spec.TAP_STATS)
             ratios = filled.layer_stats(ids[0], kind="component", stat="update_ratio")
             assert 2e-4 < ratios["value"].median() < 5e-3
             assert not filled.attention(ids[0]).empty and not filled.samples(ids[0]).empty

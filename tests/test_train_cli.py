@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from blockviz import cli
-from blockviz.model import block_tap_names
-from blockviz.probes import TAP_STATS
+from blockviz.core.spec import TAP_STATS
 from blockviz.store import RunStore
+from blockviz.training.model import block_tap_names
 
 ROOT = Path(__file__).resolve().parent.parent
 # Repetitive enough that 30 steps visibly overfit it.
@@ -135,7 +135,7 @@ def test_probes_recorded_every_layer_component_and_tap(two_runs):
     updates = store.layer_stats(run_id, kind="component", stat="update_ratio")
     assert len(updates) == len(grads) and (updates.value > 0).all()
     taps = store.layer_stats(run_id, kind="tap", step=20)
-    from blockviz.config import RunConfig
+    from blockviz.core.config import RunConfig
 
     tap_names = block_tap_names(RunConfig.from_dict(config).model)
     assert len(taps) == n_layer * len(tap_names) * len(TAP_STATS)

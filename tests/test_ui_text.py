@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from blockviz import synthetic, ui
+from blockviz import synthetic
+from blockviz.dashboard import ui
 from blockviz.store import RunStore, default_store_path, sanitize_name
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -177,7 +178,7 @@ def test_runs_page_flash_after_add_to_compare_is_plain_text(
 
 
 def _guarded_failure() -> None:
-    from blockviz import ui
+    from blockviz.dashboard import ui
 
     with ui.guard("Loading"):
         raise ValueError("cannot read ![t](http://127.0.0.1:9/p.png) **now**")
@@ -186,7 +187,7 @@ def _guarded_failure() -> None:
 def _flashed() -> None:
     import streamlit as st
 
-    from blockviz import ui
+    from blockviz.dashboard import ui
 
     if not st.session_state.get("flashed"):
         st.session_state["flashed"] = True

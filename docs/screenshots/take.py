@@ -31,7 +31,8 @@ COMPARE_HEIGHT = 2100  # down to the config diff
 
 def _active_runs() -> int:
     """Runs of this script's store still queued or running."""
-    from blockviz.store import ACTIVE_STATUSES, RunStore
+    from blockviz.core.spec import ACTIVE_STATUSES
+    from blockviz.store import RunStore
 
     with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
         return int(store.runs_frame()["status"].isin(ACTIVE_STATUSES).sum())

@@ -1,7 +1,7 @@
 """Character datasets as tensors: encoding, contiguous splits, batches, the DataModule.
 
-The corpora, the vocabulary and every input check live in `blockviz.corpora` (no torch);
-they are re-exported here so `from blockviz.data import ...` finds the whole data API.
+The corpora, the vocabulary and every input check live in `blockviz.core.corpora` (no torch);
+they are re-exported here so `from blockviz.training.data import ...` finds the whole data API.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from blockviz.config import MAX_VOCAB, DataConfig
-from blockviz.corpora import (
+from blockviz.core.config import MAX_VOCAB, DataConfig
+from blockviz.core.corpora import (
     BUILTIN,
     MAX_TEXT_BYTES,
     OPS,

@@ -3,7 +3,7 @@
 The LightningModule owns the science: next-character cross-entropy, validation metrics,
 AdamW with decay / no-decay groups and the warm-up + decay schedule, text generation.
 The Trainer owns the engineering (device, precision, DDP, checkpoints) and is built by
-`make_trainer` from the run config. Monitoring lives in callbacks (`blockviz.probes`).
+`make_trainer` from the run config. Monitoring lives in callbacks (`blockviz.training.probes`).
 
 Metric steps: a number recorded "at step s" describes the model after s optimizer
 updates. The training loss at step s is the loss of batch s (computed with those
@@ -30,9 +30,9 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import nn
 
-from blockviz.config import RunConfig, TrainConfig
-from blockviz.data import CharVocab, answer_accuracy
-from blockviz.model import CharTransformer, ModelInputError
+from blockviz.core.config import RunConfig, TrainConfig
+from blockviz.training.data import CharVocab, answer_accuracy
+from blockviz.training.model import CharTransformer, ModelInputError
 
 LN2 = math.log(2.0)
 # How many recent per-step losses the final `train_loss` averages (one batch is noisy).

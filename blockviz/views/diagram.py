@@ -1,20 +1,20 @@
 """Graphviz DOT text for the wiring of one block and the whole model, from a ModelConfig.
 
 Pure string building (no torch, no graphviz install): the Train page hands the text to
-`st.graphviz_chart`, which renders it in the browser. The wiring follows blockviz.model
+`st.graphviz_chart`, which renders it in the browser. The wiring follows blockviz.training.model
 exactly, for residual scale s and a sublayer f (attention or FFN):
 
     pre   x + s*f(norm(x))      post   norm(x + s*f(x))      none   x + s*f(x)
 
 With the residual off the skip edge and the add go; the norm stays where it sits. Tap names
-(the probe points of blockviz.model) label the edges they sit on, small and grey.
+(the probe points of blockviz.training.model) label the edges they sit on, small and grey.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from blockviz.config import ModelConfig
+from blockviz.core.config import ModelConfig
 
 FONT = "Helvetica"
 COLOURS = {

@@ -40,9 +40,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from blockviz import config as cfg
-from blockviz import procs
-from blockviz.store import ACTIVE_STATUSES, RunStore, StoreError, StoreLocked, checked
+from blockviz.core import config as cfg
+from blockviz.core import procs
+from blockviz.core.spec import ACTIVE_STATUSES
+from blockviz.store import RunStore, StoreError, StoreLocked, checked
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 HEARTBEAT_S = 2.0
@@ -69,7 +70,7 @@ RESUMABLE_FIELDS = (
     "sample_interval",
 )
 
-log = logging.getLogger("blockviz.train")
+log = logging.getLogger("blockviz.training.train")
 
 # ---------------------------------------------------------------------- lifecycle parts
 
@@ -441,7 +442,7 @@ def check_memory(config: cfg.RunConfig) -> None:
     """
     import torch
 
-    from blockviz import params
+    from blockviz.core import params
 
     train = config.train
     use_cuda = train.accelerator == "gpu" or (
@@ -462,8 +463,8 @@ def check_memory(config: cfg.RunConfig) -> None:
 
 
 def _datamodule(config: cfg.RunConfig) -> Any:
-    from blockviz import corpora
-    from blockviz.data import CharDataModule
+    from blockviz.core import corpora
+    from blockviz.training.data import CharDataModule
 
     # A first use of Tiny Shakespeare downloads 1.1 MB: the percentage goes to the terminal,
     # or to the run's log when the dashboard launched it; nothing is printed otherwise.
@@ -531,8 +532,8 @@ def _fit(
     import lightning as L
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from blockviz.lit import ConsoleProgress, LitCharModel, TrainingDiverged, make_trainer
-    from blockviz.probes import BlockProbe
+    from blockviz.training.lit import ConsoleProgress, LitCharModel, TrainingDiverged, make_trainer
+    from blockviz.training.probes import BlockProbe
 
     classes = lightning_classes()
     config = plan.config
@@ -613,7 +614,7 @@ def _write_json(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-_LOG_TARGETS = ("blockviz.train", "blockviz.store", "py.warnings")
+_LOG_TARGETS = ("blockviz.training.train", "blockviz.store", "py.warnings")
 
 
 class RunLogHandler(logging.FileHandler):
@@ -636,7 +637,7 @@ class RunLogHandler(logging.FileHandler):
 
 def _open_log(run_dir: Path) -> logging.Handler:
     """Route our log, Lightning's messages and Python warnings into <run_dir>/train.log."""
-    from blockviz.lit import quiet_lightning
+    from blockviz.training.lit import quiet_lightning
 
     handler = RunLogHandler(run_dir / "train.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
@@ -651,7 +652,7 @@ def _open_log(run_dir: Path) -> logging.Handler:
 
 
 def _close_log(handler: logging.Handler) -> None:
-    from blockviz.lit import release_lightning_log
+    from blockviz.training.lit import release_lightning_log
 
     release_lightning_log(handler)
     for name in _LOG_TARGETS:
@@ -874,7 +875,7 @@ def _wait_for_slot(store: RunStore, run_id: int, max_running: int, stop: StopReq
 
 def _record_failure(store: RunStore, run_id: int, name: str, exc: BaseException) -> int:
     """Status failed with a one-line error; the traceback goes to train.log."""
-    from blockviz.data import DataError
+    from blockviz.training.data import DataError
 
     message = f"{type(exc).__name__}: {exc}".strip()
     log.error("run %s failed:\n%s", run_id, "".join(traceback.format_exception(exc)))
@@ -898,7 +899,7 @@ def _record_failure(store: RunStore, run_id: int, name: str, exc: BaseException)
 def _follower_main(args: argparse.Namespace) -> int:
     """A rank > 0 process: the same fit, without the store (rank 0 records everything)."""
     from blockviz.cli import run_config_from_args
-    from blockviz.lit import quiet_lightning
+    from blockviz.training.lit import quiet_lightning
 
     quiet_lightning()
     run_dir_text = os.environ.get(ENV_RUN_DIR)

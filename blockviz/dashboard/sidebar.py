@@ -1,7 +1,7 @@
 """The shared sidebar: every config field as a widget, presets, uploads, the run name.
 
 Widget values live in st.session_state under `cfg.<field>`, so they persist across pages
-(app.py renders the sidebar on every page). The RunConfig is built with blockviz.config and
+(app.py renders the sidebar on every page). The RunConfig is built with blockviz.core.config and
 validated there; the sidebar only shows the ConfigError it raises, under the field it names.
 Number widgets take their min and max from config.BOUNDS. Text the user supplied (upload
 names, run names, messages that quote them) is shown through `ui.plain`, never as Markdown.
@@ -18,10 +18,10 @@ from typing import Any
 
 import streamlit as st
 
-from blockviz import config, corpora, params
-from blockviz.config import ConfigError, DataConfig, ModelConfig, RunConfig
+from blockviz.core import config, corpora, params
+from blockviz.core.config import ConfigError, DataConfig, ModelConfig, RunConfig
+from blockviz.dashboard.ui import plain, run_via_app, store_path
 from blockviz.store import StoreError, check_name, sanitize_name
-from blockviz.ui import plain, run_via_app, store_path
 
 PREFIX = "cfg."
 PRESET_KEY = "cfg.preset"

@@ -23,7 +23,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from blockviz.store import TAPS as TAP_ORDER  # a constant only: charts never read the store
+from blockviz.core import spec
 
 # Vega's "tableau10" colours (distinguishable, colour-blind tolerable), reordered so that
 # runs with neighbouring ids never get neighbouring hues (orange next to red, say) and the
@@ -41,39 +41,13 @@ PALETTE = (
     "#eeca3b",  # yellow
     "#bab0ac",  # grey
 )
-# The store files the embeddings under layer -1 and the final norm + LM head under n_layer.
-LAYER_AXIS_TITLE = "layer (−1 = embeddings, last = final norm + head)"
+LAYER_AXIS_TITLE = spec.LAYER_AXIS_TITLE
 DIVERGED_COLOR = "#d62728"
 LAYER_SCHEME = "viridis"  # sequential: depth reads as a gradient from first to last layer
 WIDTH, HEIGHT = 600, 280  # pages stretch to the container; exports use this size
 SMALL_WIDTH, SMALL_HEIGHT = 150, 120  # one panel of small multiples; 4 across fit a laptop
 NO_DATA = "no data yet"
 HEALTHY_UPDATE_RATIO = 1e-3  # Karpathy's rule of thumb for ‖Δθ‖/‖θ‖ per step
-
-
-# Axis titles with units, by scalar name; unknown names fall back to the name itself.
-SCALAR_AXIS_TITLES = {
-    "train/loss": "loss (nats/char)",
-    "val/loss": "loss (nats/char)",
-    "train/lr": "learning rate",
-    "train/step_time": "step time (s)",
-    "train/tokens_per_sec": "tokens/s",
-    "train/grad_norm": "gradient L2 norm",
-    "val/bpc": "bits per char",
-    "val/ppl": "perplexity",
-    "val/answer_acc": "answer accuracy (fraction)",
-}
-STAT_AXIS_TITLES = {
-    "grad_norm": "gradient L2 norm",
-    "param_norm": "parameter L2 norm",
-    "update_ratio": "‖Δθ‖/‖θ‖",
-    "mean": "activation mean",
-    "std": "activation std",
-    "rms": "activation RMS",
-    "max_abs": "activation max |x|",
-    "zero_frac": "fraction of zeros",
-    "attn_entropy": "attention entropy (nats)",
-}
 
 
 class ChartError(ValueError):
@@ -332,7 +306,7 @@ def metric_chart(
     diverged: Mapping[str, int] | pd.DataFrame | None = None,
 ) -> alt.LayerChart:
     """Any one scalar (lr, tokens/s, grad norm, val metric) over steps, coloured by run."""
-    y_title = SCALAR_AXIS_TITLES.get(name, name)
+    y_title = spec.scalar_label(name)
     return _series_chart(
         scalars, [name], smoothing, log_scale, colors, title or name, y_title, diverged
     )
@@ -386,10 +360,8 @@ def layer_lines(
     if frame.empty:
         return _no_data(frame, title or _sentence(f"{stat} per layer ({component})"))
     frame, run = _first_run(frame)
-    title = title or _sentence(
-        f"{STAT_AXIS_TITLES.get(stat, stat)} per layer ({component}) — {run}"
-    )
-    chart = _lines_by_layer("value", STAT_AXIS_TITLES.get(stat, stat), log_scale)
+    title = title or _sentence(f"{spec.stat_label(stat)} per layer ({component}) — {run}")
+    chart = _lines_by_layer("value", spec.stat_label(stat), log_scale)
     return alt.LayerChart(data=frame, layer=[chart]).properties(
         title=title, width=WIDTH, height=HEIGHT
     )
@@ -408,7 +380,7 @@ def layer_heatmap(
         return _no_data(frame, title or _sentence(f"{stat} by layer and step ({component})"))
     frame, run = _first_run(frame)
     frame = _step_spans(frame).reset_index(drop=True)
-    stat_title = STAT_AXIS_TITLES.get(stat, stat)
+    stat_title = spec.stat_label(stat)
     log_color = bool((frame["value"] > 0).all())
     heat = (
         alt.Chart()
@@ -437,11 +409,11 @@ def tap_stats_chart(
 ) -> alt.FacetChart | alt.LayerChart:
     """One run: a panel per tap (in block order), lines by layer of an activation statistic."""
     frame = _finite(_layer_frame(layer_stats, "tap", None, stat), "value", positive=log_scale)
-    stat_title = STAT_AXIS_TITLES.get(stat, stat)
+    stat_title = spec.stat_label(stat)
     if frame.empty:
         return _no_data(frame, title or _sentence(f"{stat_title} per tap"))
     frame, run = _first_run(frame)
-    taps = [t for t in TAP_ORDER if t in set(frame["component"])]
+    taps = [t for t in spec.TAPS if t in set(frame["component"])]
     taps += sorted(set(frame["component"]) - set(taps))
     panel = _lines_by_layer("value", stat_title, log_scale, extra_tips=["component:N"])
     return (

@@ -33,9 +33,10 @@ import altair as alt
 import pandas as pd
 import vl_convert as vlc
 
-from blockviz import charts
-from blockviz import config as cfg
+from blockviz.core import config as cfg
+from blockviz.core import spec
 from blockviz.store import RunStore, checked
+from blockviz.views import charts
 
 Progress = Callable[[float, str], None]
 ChartEntry = tuple[str, alt.TopLevelMixin, pd.DataFrame]
@@ -44,22 +45,7 @@ MAX_STEM = 100  # file-name stem cap: room for a suffix and well under every FS 
 REPORT_MAX_POINTS = 2000  # per series in report charts; the CSVs are never downsampled
 FORMATS = ("png", "svg", "html", "csv", "zip", "all")
 
-# Friendly headers of the final-metrics table, in store.final_metrics column order.
-METRIC_HEADERS = {
-    "run": "run",
-    "status": "status",
-    "steps": "steps",
-    "train_loss": "train loss",
-    "val_loss": "val loss",
-    "val_ppl": "val ppl",
-    "val_bpc": "val bpc",
-    "answer_acc": "answer acc",
-    "diverged_at": "diverged at",
-    "time_s": "time (s)",
-    "tokens_per_sec": "tokens/s",
-    "n_params": "params",
-}
-TEXT_COLUMNS = ("run", "status")
+TEXT_COLUMNS = tuple(c for c, col in spec.FINAL_COLUMNS.items() if col.kind == "text")
 
 
 class ExportError(ValueError):
@@ -314,11 +300,12 @@ def _format_cell(column: str, value: Any) -> str:
     number = float(value)
     if math.isinf(number):
         return "inf" if number > 0 else "-inf"
-    if column == "time_s":
+    shown = spec.FINAL_COLUMNS.get(column)
+    if shown and shown.kind == "duration":
         return f"{number:.1f}"
-    if column == "tokens_per_sec":
+    if shown and shown.digits == 0:
         return f"{number:,.0f}"
-    if column in ("steps", "diverged_at", "n_params") or number.is_integer():
+    if (shown and shown.kind in ("integer", "count")) or number.is_integer():
         return f"{int(number):,}"
     return f"{number:.4f}" if abs(number) < 1000 else f"{number:,.1f}"
 
@@ -355,7 +342,7 @@ def final_metrics_table(frame: pd.DataFrame) -> tuple[str, str, str]:
     """
     csv_text = frame.to_csv(index=False, lineterminator="\n")
     columns = _shown_columns(frame)
-    headers = [METRIC_HEADERS.get(c, c) for c in columns]
+    headers = [spec.final_header(c) for c in columns]
     rows = [[_format_cell(c, row[c]) for c in columns] for _, row in frame.iterrows()]
 
     def md_cell(text: str) -> str:
@@ -367,10 +354,10 @@ def final_metrics_table(frame: pd.DataFrame) -> tuple[str, str, str]:
         for cells in [[md_cell(h) for h in headers], align]
         + [[md_cell(v) for v in r] for r in rows]
     )
-    spec = "".join("l" if c in TEXT_COLUMNS else "r" for c in columns)
-    spec = spec if spec.startswith("l") else "l" + spec[1:]
+    col_spec = "".join("l" if c in TEXT_COLUMNS else "r" for c in columns)
+    col_spec = col_spec if col_spec.startswith("l") else "l" + col_spec[1:]
     latex_lines = [
-        f"\\begin{{tabular}}{{{spec}}}",
+        f"\\begin{{tabular}}{{{col_spec}}}",
         r"\toprule",
         " & ".join(latex_escape(h) for h in headers) + r" \\",
         r"\midrule",
@@ -597,7 +584,7 @@ def report_html(
 <h2>Runs</h2>
 {_html_table(["run", "status", "step", "device", "params"], run_rows)}
 <h2>Final metrics</h2>
-{_html_table([METRIC_HEADERS.get(c, c) for c in columns], metric_rows)}
+{_html_table([spec.final_header(c) for c in columns], metric_rows)}
 <h2>Configuration differences</h2>
 {diff_html}
 <h2>Charts</h2>

@@ -70,7 +70,8 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import numpy as np
 import pandas as pd
 
-from blockviz import procs
+from blockviz.core import procs
+from blockviz.core.spec import ACTIVE_STATUSES, STATUSES
 
 SCHEMA_VERSION = 2
 DEFAULT_STORE = Path("runs") / "blockviz.db"
@@ -86,22 +87,6 @@ DEFER_BUSY_TIMEOUT_S = 1.0
 MAX_DEFERRED_ROWS = 200_000
 SQLITE_HEADER = b"SQLite format 3\x00"
 
-STATUSES = ("queued", "running", "completed", "diverged", "failed", "stopped")
-ACTIVE_STATUSES = ("queued", "running")
-TAPS = (
-    "resid_pre",
-    "norm1_out",
-    "attn_out",
-    "resid_mid",
-    "norm2_out",
-    "ffn_hidden",
-    "ffn_out",
-    "resid_post",
-)
-TAP_STATS = ("mean", "std", "rms", "max_abs", "zero_frac")
-COMPONENTS = ("attn", "ffn", "norm", "embed", "head", "block")
-COMPONENT_STATS = ("grad_norm", "param_norm", "update_ratio")
-LAYER_KINDS = ("component", "param", "tap", "head")
 
 RunRef = int | str
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any, NoReturn
 
-from blockviz import config as cfg
+from blockviz.core import config as cfg
 
 EXIT_USAGE = 2
 
@@ -65,7 +65,7 @@ MAX_CONFIG_BYTES = 1024 * 1024
 
 def read_config_file(path: str) -> cfg.RunConfig:
     """The RunConfig in a JSON file; UsageError naming the file when it cannot be one."""
-    from blockviz.corpora import DataError, read_regular_file
+    from blockviz.core.corpora import DataError, read_regular_file
 
     try:
         data = read_regular_file(
@@ -115,7 +115,7 @@ def command(name: str, help_text: str, handler_path: str):
 
 
 @command(
-    "params", "parameter breakdown of a model config (no training)", "blockviz.params:cli_main"
+    "params", "parameter breakdown of a model config (no training)", "blockviz.core.params:cli_main"
 )
 def _params_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -123,7 +123,7 @@ def _params_args(p: argparse.ArgumentParser) -> None:
     add_config_flags(p, ["model"])
 
 
-@command("data", "statistics and a sample of a dataset", "blockviz.corpora:cli_main")
+@command("data", "statistics and a sample of a dataset", "blockviz.core.corpora:cli_main")
 def _data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample_chars", type=int, default=300, help="characters of sample text")
     p.add_argument("--block_size", type=int, default=None, help="check the text is long enough")
@@ -131,7 +131,9 @@ def _data_args(p: argparse.ArgumentParser) -> None:
 
 
 @command(
-    "train", "train one run (headless), recording into the run store", "blockviz.train:cli_main"
+    "train",
+    "train one run (headless), recording into the run store",
+    "blockviz.training.train:cli_main",
 )
 def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="RunConfig JSON file (flags below override it)")
@@ -150,26 +152,28 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     add_config_flags(p, list(cfg.SECTIONS))
 
 
-@command("runs", "list the runs in a store", "blockviz.train:cli_runs")
+@command("runs", "list the runs in a store", "blockviz.training.train:cli_runs")
 def _runs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", help="run store path")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
-@command("show", "summarise one run", "blockviz.train:cli_show")
+@command("show", "summarise one run", "blockviz.training.train:cli_show")
 def _show_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run id or name")
     p.add_argument("--store", help="run store path")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
-@command("stop", "stop a running run (checkpoint, status 'stopped')", "blockviz.train:cli_stop")
+@command(
+    "stop", "stop a running run (checkpoint, status 'stopped')", "blockviz.training.train:cli_stop"
+)
 def _stop_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run id or name")
     p.add_argument("--store", help="run store path")
 
 
-@command("export", "export charts, data and a report of runs", "blockviz.export:cli_main")
+@command("export", "export charts, data and a report of runs", "blockviz.views.export:cli_main")
 def _export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", help="run ids or names")
     p.add_argument("--out", required=True, help="output directory")

@@ -1,7 +1,7 @@
 """Parameter breakdown and training-memory estimate of a config, without torch.
 
 The UI recomputes this on every sidebar change, so it must stay pure arithmetic. The counts
-mirror blockviz.model exactly (a test checks them against `sum(p.numel())` over a grid of
+mirror blockviz.training.model exactly (a test checks them against `sum(p.numel())` over a grid of
 configs). Layer numbers follow the model's convention: -1 for the embeddings, 0..n_layer-1
 for the blocks, n_layer for the final norm and the LM head. `estimate_memory` turns a run
 config into the bytes one training step needs, so a run too large for the machine is
@@ -17,20 +17,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from blockviz.config import ConfigError, ModelConfig, RunConfig, check_int
+from blockviz.core.config import ConfigError, ModelConfig, RunConfig, check_int
+from blockviz.core.spec import PARAM_GROUPS, layer_label
 
-COMPONENTS = (
-    "token_embedding",
-    "position_embedding",
-    "attn_qkv",
-    "attn_out",
-    "ffn_in",
-    "ffn_out",
-    "norm1",
-    "norm2",
-    "final_norm",
-    "lm_head",
-)
+# The breakdown's rows are parameter groups (finer than the probes' components).
+COMPONENTS = tuple(PARAM_GROUPS)
 
 
 @dataclass(frozen=True)
@@ -294,14 +285,6 @@ def available_host_memory() -> int | None:
         return None
 
 
-def _layer_label(layer: int, n_layer: int) -> str:
-    if layer < 0:
-        return "embeddings"
-    if layer >= n_layer:
-        return "head (final norm + lm_head)"
-    return f"block {layer}"
-
-
 def format_table(b: Breakdown) -> str:
     """Aligned text: per component (count, share, formula), per layer, and the total."""
     total = b.total
@@ -315,14 +298,15 @@ def format_table(b: Breakdown) -> str:
     lines += ["", f"{'layer':<28} {'params':>14} {'share':>7}"]
     for layer, count in b.by_layer().items():
         share = 100.0 * count / total
-        lines.append(f"{_layer_label(layer, head_layer):<28} {count:>14,} {share:>6.2f}%")
+        lines.append(f"{layer_label(layer, head_layer):<28} {count:>14,} {share:>6.2f}%")
     lines += ["", f"{'total':<28} {total:>14,}"]
     return "\n".join(lines)
 
 
 def cli_main(args: argparse.Namespace) -> int:
     """`python -m blockviz params`: print the breakdown of a model config (table or JSON)."""
-    from blockviz import cli, config
+    from blockviz import cli
+    from blockviz.core import config
 
     base = config.preset(args.preset).model if args.preset else ModelConfig()
     overrides = cli.config_overrides(args, ["model"])

@@ -33,11 +33,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 
-from blockviz.model import capture_attention, param_component
-
-TAP_STATS = ("mean", "std", "rms", "max_abs", "zero_frac")
-HIST_BINS = 64
-HIST_RANGE = (-8.0, 8.0)
+from blockviz.core.spec import HIST_BINS, HIST_RANGE, TAP_STATS
+from blockviz.training.model import capture_attention, param_component
 
 
 def char_model(module: nn.Module) -> nn.Module:

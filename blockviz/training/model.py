@@ -26,18 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from blockviz.config import ModelConfig
+from blockviz.core.config import ModelConfig
+from blockviz.core.spec import TAPS
 
-TAP_NAMES = (
-    "resid_pre",  # the stream entering the block
-    "norm1_out",  # output of the attention sublayer's norm (Pre-LN: its input; Post-LN: after)
-    "attn_out",  # attention branch output, before residual scaling and the skip add
-    "resid_mid",  # the stream between attention and FFN (Post-LN: after norm1)
-    "norm2_out",  # output of the FFN sublayer's norm
-    "ffn_hidden",  # FFN hidden activations after the nonlinearity / gating, (B, T, d_ff)
-    "ffn_out",  # FFN branch output, before residual scaling and the skip add
-    "resid_post",  # the stream leaving the block
-)
+TAP_NAMES = TAPS  # the spec's taps, in forward order (see blockviz.core.spec)
 
 
 class ModelInputError(ValueError):

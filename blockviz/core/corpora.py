@@ -1,7 +1,7 @@
 """Where the characters come from: built-in corpora, a download cache, your own text, vocab.
 
 Nothing here imports torch, so the UI can check an uploaded file and show dataset
-statistics without it; `blockviz.data` re-exports every name and adds the tensors.
+statistics without it; `blockviz.training.data` re-exports every name and adds the tensors.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from blockviz.config import MAX_VOCAB, DataConfig, check_int, from_dict
+from blockviz.core.config import MAX_VOCAB, DataConfig, check_int, from_dict
 
 BUILTIN = ("pydocs", "pycode", "shakespeare", "ops")
 

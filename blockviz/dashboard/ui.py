@@ -15,11 +15,11 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from blockviz import export, runner
-from blockviz.config import ModelConfig
-from blockviz.params import Breakdown
+from blockviz import runner
+from blockviz.core.config import ModelConfig
+from blockviz.core.params import Breakdown
+from blockviz.core.spec import ACTIVE_STATUSES, layer_label
 from blockviz.store import (
-    ACTIVE_STATUSES,
     RunStore,
     StoreError,
     StoreLocked,
@@ -28,6 +28,7 @@ from blockviz.store import (
     is_id_text,
     is_readonly_error,
 )
+from blockviz.views import export
 
 LIVE_PAGE = "pages/live.py"
 RUN_KEY = "run_id"  # session_state key of the run the Live page shows
@@ -400,15 +401,6 @@ def show_flashes() -> None:
 
 
 # ------------------------------------------------------------------ parameter breakdown views
-
-
-def layer_label(layer: int, n_layer: int) -> str:
-    """'embeddings', 'block 0', ..., 'head' for the params/store layer numbering."""
-    if layer < 0:
-        return "embeddings"
-    if layer >= n_layer:
-        return "head"
-    return f"block {layer}"
 
 
 def breakdown_frames(

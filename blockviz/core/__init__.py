@@ -1,0 +1,1 @@
+"""The torch-free core: configuration, the vocabulary, parameter counts, naming."""

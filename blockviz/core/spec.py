@@ -1,0 +1,159 @@
+"""The vocabulary of blockviz: every name a run writes and every label a view shows.
+
+Model, probes, store, charts, export, pages and the CLI all take their names from here,
+so a tap, a statistic or a metric is spelled once and labelled once. Torch-free.
+
+Layers are numbered the way the store files them: -1 is the embeddings (token and
+position), 0 .. n_layer-1 the blocks, n_layer the head end (final norm + LM head).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# ------------------------------------------------------------------------- run status
+
+STATUSES = ("queued", "running", "completed", "diverged", "failed", "stopped")
+ACTIVE_STATUSES = ("queued", "running")  # a process is (or will be) working on the run
+FINISHED_STATUSES = ("completed", "diverged")  # the run ran its course (not cut short)
+
+# ------------------------------------------------------------------------------ taps
+
+# Named identity modules in every block, where probes read activations (in forward order).
+TAPS = (
+    "resid_pre",  # the stream entering the block
+    "norm1_out",  # output of the attention sublayer's norm (Pre-LN: its input; Post-LN: after)
+    "attn_out",  # attention branch output, before residual scaling and the skip add
+    "resid_mid",  # the stream between attention and FFN (Post-LN: after norm1)
+    "norm2_out",  # output of the FFN sublayer's norm
+    "ffn_hidden",  # FFN hidden activations after the nonlinearity / gating, (B, T, d_ff)
+    "ffn_out",  # FFN branch output, before residual scaling and the skip add
+    "resid_post",  # the stream leaving the block
+)
+# Statistics of one tap's activation, in the order a probe computes them.
+TAP_STATS = ("mean", "std", "rms", "max_abs", "zero_frac")
+HIST_BINS = 64  # equal-width bins of each tap's histogram
+HIST_RANGE = (-8.0, 8.0)  # values outside are counted in the end bins
+
+# ----------------------------------------------------------------- per-layer records
+
+# `layer_stats.kind`: what a row's `component` column names.
+LAYER_KINDS = ("component", "param", "tap", "head")
+# Parts of the model that gradient statistics are summed over (kind "component").
+# "block" is a whole block (or the whole embedding / head end).
+COMPONENTS = ("attn", "ffn", "norm", "embed", "head", "block")
+COMPONENT_STATS = ("grad_norm", "param_norm", "update_ratio")
+HEAD_STATS = ("attn_entropy",)
+
+# Parameter groups of the closed-form breakdown (params.py), and the component each
+# belongs to: the breakdown is finer than the probes' components, never different.
+PARAM_GROUPS = {
+    "token_embedding": "embed",
+    "position_embedding": "embed",
+    "attn_qkv": "attn",
+    "attn_out": "attn",
+    "ffn_in": "ffn",
+    "ffn_out": "ffn",
+    "norm1": "norm",
+    "norm2": "norm",
+    "final_norm": "norm",
+    "lm_head": "head",
+}
+
+# --------------------------------------------------------------------------- scalars
+
+# Scalar series names and their axis titles (with units).
+SCALARS = {
+    "train/loss": "loss (nats/char)",
+    "val/loss": "loss (nats/char)",
+    "train/lr": "learning rate",
+    "train/step_time": "step time (s)",
+    "train/tokens_per_sec": "tokens/s",
+    "train/grad_norm": "gradient L2 norm",
+    "val/bpc": "bits per char",
+    "val/ppl": "perplexity",
+    "val/answer_acc": "answer accuracy (fraction)",
+}
+LOSS_NAMES = ("train/loss", "val/loss")
+
+# Axis titles of per-layer statistics.
+STAT_LABELS = {
+    "grad_norm": "gradient L2 norm",
+    "param_norm": "parameter L2 norm",
+    "update_ratio": "‖Δθ‖/‖θ‖",
+    "mean": "activation mean",
+    "std": "activation std",
+    "rms": "activation RMS",
+    "max_abs": "activation max |x|",
+    "zero_frac": "fraction of zeros",
+    "attn_entropy": "attention entropy (nats)",
+}
+
+
+def scalar_label(name: str) -> str:
+    """Axis title of a scalar series (its name when unknown)."""
+    return SCALARS.get(name, name)
+
+
+def stat_label(stat: str) -> str:
+    """Axis title of a per-layer statistic (its name when unknown)."""
+    return STAT_LABELS.get(stat, stat)
+
+
+# ---------------------------------------------------------------------- final metrics
+
+
+@dataclass(frozen=True)
+class FinalColumn:
+    """A column of the final-metrics (ablation) table: its header and how to show it."""
+
+    header: str
+    kind: str = "number"  # number | integer | text | percent | count | duration
+    digits: int = 4
+
+
+# In the order of `RunStore.final_metrics`; every view of that table uses these headers.
+FINAL_COLUMNS = {
+    "run": FinalColumn("run", "text"),
+    "status": FinalColumn("status", "text"),
+    "steps": FinalColumn("steps", "integer"),
+    "train_loss": FinalColumn("train loss"),
+    "val_loss": FinalColumn("val loss"),
+    "val_ppl": FinalColumn("val perplexity", digits=2),
+    "val_bpc": FinalColumn("val bits/char", digits=3),
+    "answer_acc": FinalColumn("answer accuracy", "percent"),
+    "diverged_at": FinalColumn("diverged at step", "integer"),
+    "time_s": FinalColumn("time (s)", "duration", digits=1),
+    "tokens_per_sec": FinalColumn("tokens/s", digits=0),
+    "n_params": FinalColumn("parameters", "count"),
+}
+
+
+def final_header(column: str) -> str:
+    """Header of a final-metrics column (its name when unknown)."""
+    spec = FINAL_COLUMNS.get(column)
+    return spec.header if spec else column
+
+
+# ---------------------------------------------------------------------------- layers
+
+EMBED_LAYER = -1
+LAYER_AXIS_TITLE = "layer (−1 = embeddings, last = final norm + head)"
+
+
+def layer_label(layer: int, n_layer: int) -> str:
+    """'embeddings', 'block 0', ..., 'head': one name for each layer number, everywhere."""
+    if layer <= EMBED_LAYER:
+        return "embeddings"
+    if layer >= n_layer:
+        return "head"
+    return f"block {layer}"
+
+
+def layer_tick(layer: int, n_layer: int) -> str:
+    """A short axis tick or legend entry: 'embed', '0', '1', ..., 'head'."""
+    if layer <= EMBED_LAYER:
+        return "embed"
+    if layer >= n_layer:
+        return "head"
+    return str(layer)

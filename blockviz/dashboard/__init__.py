@@ -1,0 +1,1 @@
+"""The Streamlit side: the only code that imports streamlit."""

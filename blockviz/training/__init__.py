@@ -1,0 +1,1 @@
+"""The training side: the only code that imports torch and Lightning."""

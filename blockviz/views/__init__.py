@@ -1,0 +1,1 @@
+"""Views of runs: Altair charts, the block diagram, export (torch-free)."""
