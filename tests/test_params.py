@@ -312,3 +312,12 @@ def test_check_fits_passes_a_small_model_and_returns_its_estimate():
     assert check_fits(run, 2**40) == estimate_memory(run)
     with pytest.raises(ConfigError):
         check_fits(run, estimate_memory(run).total - 1)
+
+
+def test_available_host_memory_is_what_psutil_reports() -> None:
+    import psutil
+
+    from blockviz.core.params import available_host_memory
+
+    available = available_host_memory()
+    assert available is not None and 0 < available <= psutil.virtual_memory().total

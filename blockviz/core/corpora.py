@@ -6,25 +6,27 @@ statistics without it; `blockviz.training.data` re-exports every name and adds t
 
 from __future__ import annotations
 
-import argparse
 import codecs
-import hashlib
-import http.client
-import json
 import os
 import random
 import stat
 import sys
 import sysconfig
-import tempfile
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
-from blockviz.core.config import MAX_VOCAB, DataConfig, check_int, from_dict
+from blockviz.core.config import DataConfig
+from blockviz.core.download import DownloadProgress, Progress, cache_dir, download  # noqa: F401
+from blockviz.core.vocab import (  # noqa: F401 (re-exported: the corpora API)
+    CharVocab,
+    DataError,
+    check_split,
+    check_vocab_size,
+    fingerprint,
+    min_chars,
+    split_sizes,
+)
 
 BUILTIN = ("pydocs", "pycode", "shakespeare", "ops")
 
@@ -42,12 +44,6 @@ SHAKESPEARE_FILE = "tinyshakespeare.txt"
 SHAKESPEARE_VOCAB_SIZE = 65  # distinct characters of the file the SHA-256 pins
 
 OPS = ("max", "min", "first", "last", "sum")
-
-Progress = Callable[[int, int | None], None]
-
-
-class DataError(ValueError):
-    """A dataset, file or download that cannot be used; the message says why and what to do."""
 
 
 @dataclass
@@ -191,18 +187,6 @@ def check_text_bytes(data: bytes, label: str) -> str:
     return text
 
 
-def check_vocab_size(text: str, label: str) -> int:
-    """The number of distinct characters of `text`; DataError past MAX_VOCAB (10,000)."""
-    size = len(set(text))
-    if size > MAX_VOCAB:
-        raise DataError(
-            f"{label} has {size:,} distinct characters, more than the {MAX_VOCAB:,} a "
-            "character vocabulary may hold; use text in fewer scripts, or replace rare "
-            "symbols before training"
-        )
-    return size
-
-
 def _too_large(label: str, size: int, max_bytes: int, advice: str) -> DataError:
     mib = f" ({max_bytes / 2**20:g} MiB)" if max_bytes >= 2**20 else ""
     return DataError(
@@ -308,328 +292,3 @@ def ops_text(n_examples: int, min_args: int, max_args: int, seed: int) -> str:
 
 
 # ---------------------------------------------------------------- downloads and the cache
-
-
-def cache_dir() -> Path:
-    """Downloads live in $BLOCKVIZ_CACHE, else $XDG_CACHE_HOME/blockviz, else ~/.cache/blockviz."""
-    if os.environ.get("BLOCKVIZ_CACHE"):
-        return Path(os.environ["BLOCKVIZ_CACHE"]).expanduser()
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "blockviz"
-    return Path.home() / ".cache" / "blockviz"
-
-
-class _DownloadFailed(Exception):
-    """Why one download attempt failed, in words; turned into a DataError by `download`."""
-
-
-def download(
-    url: str,
-    dest: Path,
-    sha256: str,
-    size: int,
-    progress: Progress | None = None,
-    timeout: float = 30,
-) -> Path:
-    """`dest`, fetched from `url` unless a valid copy is there; verified, written atomically."""
-    dest = Path(dest)
-    if _file_matches(dest, sha256, size):
-        return dest
-    by_hand = (
-        f"To work offline, download that URL another way and save it as {dest} "
-        f"(it must be {size:,} bytes with SHA-256 {sha256})"
-    )
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    except OSError as exc:
-        raise DataError(
-            f"cannot write to the cache directory {dest.parent} ({exc.strerror}); "
-            "set BLOCKVIZ_CACHE to a writable directory"
-        ) from None
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            done, digest = _fetch(url, out, size, progress, timeout)
-        if done != size:
-            raise _DownloadFailed(f"the body ended after {done:,} of {size:,} bytes (truncated)")
-        if digest != sha256:
-            raise _DownloadFailed(f"its SHA-256 is {digest}, expected {sha256}")
-        os.replace(tmp, dest)  # atomic: readers see no file or the whole, verified file
-    except _DownloadFailed as exc:
-        tmp.unlink(missing_ok=True)
-        raise DataError(f"could not download {url} to {dest}: {exc}. {by_hand}") from None
-    except BaseException:
-        # Ctrl-C or a full disk: still never leave a partial file in the cache.
-        tmp.unlink(missing_ok=True)
-        raise
-    return dest
-
-
-def _fetch(
-    url: str, out: BinaryIO, size: int, progress: Progress | None, timeout: float
-) -> tuple[int, str]:
-    """Stream `url` into `out`; return (bytes written, SHA-256 hex). Errors become words."""
-    digest = hashlib.sha256()
-    done = 0
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            if progress:
-                progress(0, size)
-            while chunk := response.read(1 << 16):
-                done += len(chunk)
-                # A wrong URL can serve something huge; stop as soon as it is too big.
-                if done > size:
-                    raise _DownloadFailed(f"the server sent more than the expected {size:,} bytes")
-                digest.update(chunk)
-                out.write(chunk)
-                if progress:
-                    progress(done, size)
-    except urllib.error.HTTPError as exc:
-        raise _DownloadFailed(f"the server answered HTTP {exc.code} {exc.reason}") from None
-    except urllib.error.URLError as exc:
-        raise _DownloadFailed(f"no connection ({exc.reason})") from None
-    except TimeoutError:
-        raise _DownloadFailed(f"no answer within {timeout:g} s") from None
-    except (http.client.HTTPException, ConnectionError) as exc:
-        raise _DownloadFailed(f"the connection failed ({type(exc).__name__}: {exc})") from None
-    except ValueError as exc:  # urllib's answer to a malformed URL
-        raise _DownloadFailed(f"not a usable URL ({exc})") from None
-    return done, digest.hexdigest()
-
-
-def _file_matches(path: Path, sha256: str, size: int) -> bool:
-    """Whether `path` is a regular file of exactly `size` bytes with this SHA-256."""
-    try:
-        if not path.is_file() or path.stat().st_size != size:
-            return False
-        digest = hashlib.sha256()
-        with path.open("rb") as fh:
-            while chunk := fh.read(1 << 20):
-                digest.update(chunk)
-    except OSError:
-        return False
-    return digest.hexdigest() == sha256
-
-
-# ---------------------------------------------------------------- vocabulary
-
-
-class CharVocab:
-    """Characters <-> integer ids; built from a whole corpus and saved with each run as JSON.
-
-    `encode` is strict by default: a character the vocabulary has never seen raises
-    DataError naming it. With `replace_unknown=True` each unseen character becomes
-    `replacement`: a space when the vocabulary has one, else its first (lowest) symbol.
-    """
-
-    def __init__(self, chars: Sequence[str]) -> None:
-        chars = list(chars)
-        if not chars:
-            raise DataError("a vocabulary needs at least one character")
-        if any(not isinstance(c, str) or len(c) != 1 for c in chars):
-            raise DataError("a vocabulary holds single characters only")
-        if len(set(chars)) != len(chars):
-            raise DataError("a vocabulary lists each character once")
-        self.chars: list[str] = chars
-        self._ids: dict[str, int] = {c: i for i, c in enumerate(chars)}
-
-    @classmethod
-    def from_text(cls, text: str) -> CharVocab:
-        """The sorted set of characters of `text`; DataError past MAX_VOCAB of them."""
-        if not text:
-            raise DataError("cannot build a vocabulary from empty text")
-        check_vocab_size(text, "the text")
-        return cls(sorted(set(text)))
-
-    @property
-    def size(self) -> int:
-        """Number of symbols (the model's vocab_size)."""
-        return len(self.chars)
-
-    @property
-    def replacement(self) -> str:
-        """What `encode(..., replace_unknown=True)` writes for an unseen character."""
-        return " " if " " in self._ids else self.chars[0]
-
-    def __contains__(self, char: object) -> bool:
-        return char in self._ids
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, CharVocab) and other.chars == self.chars
-
-    __hash__ = None  # type: ignore[assignment]  # mutable list inside: not a dict key
-
-    def __repr__(self) -> str:
-        return f"CharVocab(size={self.size}, chars={''.join(self.chars)!r})"
-
-    def index(self, char: str) -> int:
-        """The id of one character (DataError when unseen)."""
-        return self.encode(char)[0]
-
-    def encode(self, text: str, replace_unknown: bool = False) -> list[int]:
-        """Ids of each character; unseen ones raise DataError, or map to `replacement`."""
-        ids = self._ids
-        try:
-            return [ids[c] for c in text]
-        except KeyError:
-            pass
-        if replace_unknown:
-            fallback = ids[self.replacement]
-            return [ids.get(c, fallback) for c in text]
-        unknown = [(pos, c) for pos, c in enumerate(text) if c not in ids]
-        shown = ", ".join(f"{c!r} at position {pos}" for pos, c in unknown[:5])
-        more = f" (and {len(unknown) - 5} more)" if len(unknown) > 5 else ""
-        raise DataError(
-            f"the text has {len(unknown)} character(s) the vocabulary does not know: "
-            f"{shown}{more}; the vocabulary has {self.size} symbols. Remove them, or encode with "
-            f"replace_unknown=True to write {self.replacement!r} in their place"
-        )
-
-    def decode(self, ids: Iterable[int]) -> str:
-        """The text of a sequence of ids (a list or a 1-D tensor)."""
-        if hasattr(ids, "tolist"):
-            ids = ids.tolist()  # a tensor: one transfer, then plain ints
-        ids = list(ids)
-        if not all(isinstance(i, int) and 0 <= i < self.size for i in ids):
-            raise DataError(
-                f"ids to decode must be integers in [0, {self.size - 1}] for this vocabulary"
-            )
-        return "".join(self.chars[i] for i in ids)
-
-    def to_json(self) -> str:
-        """JSON text that `from_json` reads back into an equal vocabulary."""
-        return json.dumps({"chars": self.chars})
-
-    @classmethod
-    def from_json(cls, text: str) -> CharVocab:
-        """A vocabulary saved by `to_json`."""
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"vocabulary JSON does not parse ({exc.msg})") from None
-        if not isinstance(data, dict) or not isinstance(data.get("chars"), list):
-            raise DataError('vocabulary JSON must be an object {"chars": [...]}')
-        return cls(data["chars"])
-
-
-# ---------------------------------------------------------------- splits and fingerprints
-
-
-def split_sizes(n_chars: int, val_fraction: float) -> tuple[int, int]:
-    """(train, val) lengths of a contiguous split: the last `val_fraction` is validation."""
-    n_train = int(n_chars * (1 - val_fraction))
-    return n_train, n_chars - n_train
-
-
-def min_chars(block_size: int, val_fraction: float) -> int:
-    """The shortest text whose both splits hold one window of block_size + 1 characters."""
-    need = block_size + 1
-    # The validation split holds ceil(n * val_fraction) characters, so n must pass
-    # (need - 1) / val_fraction; both lengths only grow with n, so walk up from there.
-    n = max(need, int((need - 1) / val_fraction) - 1)
-    while min(split_sizes(n, val_fraction)) < need:
-        n += 1
-    return n
-
-
-def check_split(n_chars: int, val_fraction: float, block_size: int, label: str) -> tuple[int, int]:
-    """Split sizes, or DataError saying how many characters `block_size` needs."""
-    n_train, n_val = split_sizes(n_chars, val_fraction)
-    need = block_size + 1
-    if min(n_train, n_val) < need:
-        short = "validation" if n_val < need else "training"
-        got = n_val if n_val < need else n_train
-        raise DataError(
-            f"{label} has {n_chars:,} characters, too short for block_size={block_size}: the "
-            f"{short} split gets {got:,} but needs at least {need:,} (block_size + 1). Use a text "
-            f"of at least {min_chars(block_size, val_fraction):,} characters at "
-            f"val_fraction={val_fraction}, or a smaller block_size"
-        )
-    return n_train, n_val
-
-
-def fingerprint(corpus: Corpus, vocab: CharVocab, n_train: int, n_val: int) -> dict[str, object]:
-    """What a run records about its data: name, source, sizes and the SHA-256 of the text."""
-    return {
-        "name": corpus.name,
-        "source": corpus.source,
-        "n_chars": len(corpus.text),
-        "vocab_size": vocab.size,
-        "n_train": n_train,
-        "n_val": n_val,
-        "sha256": hashlib.sha256(corpus.text.encode("utf-8")).hexdigest(),
-    }
-
-
-# ---------------------------------------------------------------- `python -m blockviz data`
-
-
-class DownloadProgress:
-    """Percentages on stderr while a download runs; silent when nothing is downloaded."""
-
-    def __init__(self) -> None:
-        self.shown = -1
-
-    def __call__(self, done: int, total: int | None) -> None:
-        percent = int(100 * done / total) if total else 0
-        if percent != self.shown:
-            self.shown = percent
-            total_text = f"{total:,}" if total else "?"
-            print(
-                f"\rdownloading: {percent:3d}% ({done:,} / {total_text} bytes)",
-                end="",
-                file=sys.stderr,
-            )
-
-    def finish(self) -> None:
-        if self.shown >= 0:
-            print(file=sys.stderr)
-
-
-def _symbols(chars: list[str]) -> str:
-    """The vocabulary as one Python string literal, so whitespace and controls are visible."""
-    return repr("".join(chars))
-
-
-def cli_main(args: argparse.Namespace) -> int:
-    """`python -m blockviz data`: statistics and a sample of a dataset."""
-    from blockviz.cli import config_overrides
-
-    data_cfg = from_dict(DataConfig, config_overrides(args, ["data"])).validate()
-    if args.sample_chars < 0:
-        raise DataError(f"--sample_chars: {args.sample_chars} is not allowed; must be >= 0")
-    if args.block_size is not None:
-        check_int("block_size", args.block_size)
-    progress = DownloadProgress()
-    try:
-        corpus = load_corpus(data_cfg, progress)
-    finally:
-        progress.finish()
-    n_chars = len(corpus.text)
-    if args.block_size is not None:
-        n_train, n_val = check_split(
-            n_chars, data_cfg.val_fraction, args.block_size, repr(corpus.name)
-        )
-    else:
-        n_train, n_val = split_sizes(n_chars, data_cfg.val_fraction)
-    vocab = CharVocab.from_text(corpus.text)
-    stats = fingerprint(corpus, vocab, n_train, n_val)
-    rows = [
-        ("dataset", corpus.name),
-        ("source", corpus.source),
-        ("characters", f"{n_chars:,}"),
-        ("vocabulary", f"{vocab.size} symbols: {_symbols(vocab.chars)}"),
-        ("train", f"{n_train:,} characters"),
-        ("val", f"{n_val:,} characters (the last {100 * data_cfg.val_fraction:g}% of the text)"),
-        ("sha256", stats["sha256"]),
-    ]
-    if args.block_size is not None:
-        need = min_chars(args.block_size, data_cfg.val_fraction)
-        rows.append(("block_size", f"{args.block_size}: long enough (needs >= {need:,} chars)"))
-    for label, value in rows:
-        print(f"{label:<11} {value}")
-    if args.sample_chars:
-        print(f"\nsample (first {min(args.sample_chars, n_chars):,} characters):")
-        print(corpus.text[: args.sample_chars])
-    return 0

@@ -10,12 +10,11 @@ refused with its estimate (`check_fits`) before it allocates anything.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import os
 from dataclasses import dataclass
 from typing import Any
+
+import psutil
 
 from blockviz.core.config import ConfigError, ModelConfig, RunConfig, check_int
 from blockviz.core.spec import PARAM_GROUPS, layer_label
@@ -271,17 +270,10 @@ def check_fits(run_config: RunConfig, available_bytes: int) -> MemoryEstimate:
 
 
 def available_host_memory() -> int | None:
-    """Bytes of RAM the kernel says a new allocation can get (Linux MemAvailable), or None."""
+    """Bytes of RAM a new allocation can get (psutil: MemAvailable on Linux), or None."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024  # the file counts in kB
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, OSError, ValueError):
+        return int(psutil.virtual_memory().available)
+    except (OSError, RuntimeError):  # psutil could not read the system's figures
         return None
 
 
@@ -301,19 +293,3 @@ def format_table(b: Breakdown) -> str:
         lines.append(f"{layer_label(layer, head_layer):<28} {count:>14,} {share:>6.2f}%")
     lines += ["", f"{'total':<28} {total:>14,}"]
     return "\n".join(lines)
-
-
-def cli_main(args: argparse.Namespace) -> int:
-    """`python -m blockviz params`: print the breakdown of a model config (table or JSON)."""
-    from blockviz import cli
-    from blockviz.core import config
-
-    base = config.preset(args.preset).model if args.preset else ModelConfig()
-    overrides = cli.config_overrides(args, ["model"])
-    model_cfg = dataclasses.replace(base, **overrides).validate()
-    breakdown = param_breakdown(model_cfg)
-    if args.json:
-        print(json.dumps(breakdown.to_dict(), indent=2))
-    else:
-        print(format_table(breakdown))
-    return 0

@@ -11,15 +11,12 @@ every write goes through `OutFolder`, which refuses any name or symlink that wou
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import html
 import io
 import json
 import math
 import os
 import re
-import secrets
 import stat
 import time
 import unicodedata
@@ -35,7 +32,8 @@ import vl_convert as vlc
 
 from blockviz.core import config as cfg
 from blockviz.core import spec
-from blockviz.store import RunStore, checked
+from blockviz.core.files import atomic_write
+from blockviz.store import RunStore
 from blockviz.views import charts
 
 Progress = Callable[[float, str], None]
@@ -140,13 +138,6 @@ _FOLDER_FLAGS = (
     | getattr(os, "O_NOFOLLOW", 0)
     | getattr(os, "O_CLOEXEC", 0)
 )
-_FILE_FLAGS = (
-    os.O_WRONLY
-    | os.O_CREAT
-    | os.O_EXCL
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-)
 
 
 class OutFolder:
@@ -242,18 +233,9 @@ class OutFolder:
             raise ExportError(f"{target} exists and is not a regular file; not writing over it")
         if info is not None and not overwrite:
             raise ExportError(f"{target} already exists; pass overwrite=True to replace it")
-        payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-        temp = f".tmp-{secrets.token_hex(8)}.part"
         try:
-            fd = os.open(temp, _FILE_FLAGS, 0o666, dir_fd=folder)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(payload)
-            # rename(2) replaces whatever entry has the name, a symlink included, and
-            # never follows it: a symlink planted since the check above is replaced.
-            os.replace(temp, name, src_dir_fd=folder, dst_dir_fd=folder)
+            atomic_write(name, data, dir_fd=folder)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(temp, dir_fd=folder)
             raise ExportError(f"cannot write {target} ({exc.strerror or exc})") from None
         return target
 
@@ -771,18 +753,3 @@ def _export(
         metrics_csv = final_metrics_table(store.final_metrics(ids))[0]
         written.append(out.write("final_metrics.csv", metrics_csv))
     return written
-
-
-def cli_main(args: argparse.Namespace) -> int:
-    """`python -m blockviz export RUN [RUN ...] --out DIR --format ...`: write, then list."""
-    # Read-only, and a damaged store is refused rather than half exported.
-    store = checked(RunStore(args.store or None, readonly=True))
-    try:
-        started = time.perf_counter()
-        written = export_to_folder(store, args.runs, Path(args.out), args.format)
-    finally:
-        store.close()
-    for path in written:
-        print(path)
-    print(f"wrote {len(written)} files in {time.perf_counter() - started:.1f} s")
-    return 0
