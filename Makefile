@@ -1,32 +1,44 @@
 # Two commands on a fresh machine with Python 3.11+:
-#   make run   set up .venv (once, again only when requirements.txt changes) and start the app
-#   make test  the same setup, then the whole test suite
+#   make run   set up .venv (once, again only when the dependencies change) and start the app
+#   make test  the same setup plus the dev tools (pytest, ruff, playwright, import-linter),
+#              then the whole test suite
+# The package is installed editable with its runtime dependencies from pyproject.toml;
+# requirements.txt pins torch to the build this project is tested with.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.requirements-installed
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+RUNTIME := $(VENV)/.runtime-installed
+DEV := $(VENV)/.dev-installed
 
 .PHONY: run test lint format clean
 
-$(STAMP): requirements.txt
+$(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "blockviz needs Python 3.11 or newer; set PYTHON=python3.11 (or newer) and retry")'
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
-	@touch $(STAMP)
+	$(PYTHON) -m venv $(VENV)
 
-run: $(STAMP)
+$(RUNTIME): requirements.txt pyproject.toml | $(PY)
+	$(PIP) -r requirements.txt -e .
+	@touch $@
+
+$(DEV): requirements.txt pyproject.toml | $(PY)
+	$(PIP) -r requirements.txt -e '.[dev]'
+	@touch $(RUNTIME) $@
+
+run: $(RUNTIME)
 	$(PY) -m streamlit run app.py
 
-test: $(STAMP)
+test: $(DEV)
 	$(PY) -m pytest
 
-lint: $(STAMP)
+lint: $(DEV)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
-format: $(STAMP)
+format: $(DEV)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -115,3 +115,20 @@ def test_too_many_symbols_are_refused_before_training(command: str, tmp_path: Pa
     code, err = run_cli([command, "--dataset", str(path)], capsys)
     assert_one_line(code, err, str(path), f"{MAX_VOCAB + 1:,} distinct characters")
     assert not default_store_path().exists()
+
+
+def test_the_blockviz_console_script_runs_the_cli() -> None:
+    """`pip install -e .` (what make does) puts a `blockviz` command beside the interpreter."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = shutil.which("blockviz", path=str(Path(sys.executable).parent))
+    if script is None:
+        pytest.skip("blockviz is not installed in this interpreter's environment (make test does)")
+    result = subprocess.run(
+        [script, "params", "--n_layer", "1", "--json"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert '"total"' in result.stdout

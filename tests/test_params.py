@@ -161,12 +161,6 @@ def test_to_dict_is_json_with_total_components_and_layers():
     assert set(data["rows"][0]) == {"layer", "component", "count", "formula"}
 
 
-def test_params_module_does_not_import_torch():
-    code = "import sys, blockviz.core.params; sys.exit('torch' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True)
-    assert result.returncode == 0, result.stderr.decode()
-
-
 def test_cli_json_total_equals_the_built_model():
     argv = ["params", "--n_layer", "12", "--d_model", "768", "--n_head", "12", "--json"]
     result = subprocess.run(
