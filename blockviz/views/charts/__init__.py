@@ -1,0 +1,65 @@
+"""Altair chart builders: a tidy DataFrame from the run store in, an `alt.Chart` out.
+
+Pure functions: no Streamlit, no torch, no store access, so the pages, the exports and the
+tests build exactly the same chart. Conventions shared by every builder:
+
+- The frame the chart draws (after filtering and smoothing, with the smoothed column) is
+  the chart's top-level `data`; `chart_data(chart)` reads it back for the CSV export. Extra
+  layers that annotate (divergence rules, guide lines, "no data yet") carry their own data.
+- Line charts have tooltips (run, step, value, plus layer / component where relevant), a
+  legend that highlights the clicked run or layer, and zoom / pan on the x axis.
+- Runs keep one colour everywhere: `run_color_scale` maps run id % 10 onto a fixed palette.
+- Non-finite values (a diverged run's inf / NaN) are dropped from marks, never raised on;
+  the step where they start is marked on loss and metric charts instead.
+- An empty frame gives a chart that says "no data yet".
+"""
+
+from blockviz.views.charts.base import (
+    DIVERGED_COLOR,
+    HEALTHY_UPDATE_RATIO,
+    LAYER_AXIS_TITLE,
+    LAYER_SCHEME,
+    NO_DATA,
+    PALETTE,
+    ChartError,
+    chart_data,
+    ema,
+    run_color_scale,
+)
+from blockviz.views.charts.layers import (
+    attention_entropy_chart,
+    attention_heatmap,
+    grad_by_layer_chart,
+    histogram_over_time,
+    layer_heatmap,
+    layer_lines,
+    tap_stats_chart,
+    update_ratio_chart,
+)
+from blockviz.views.charts.params import param_breakdown_chart, param_layer_chart
+from blockviz.views.charts.series import loss_chart, metric_chart
+
+__all__ = [
+    "DIVERGED_COLOR",
+    "HEALTHY_UPDATE_RATIO",
+    "LAYER_AXIS_TITLE",
+    "LAYER_SCHEME",
+    "NO_DATA",
+    "PALETTE",
+    "ChartError",
+    "attention_entropy_chart",
+    "attention_heatmap",
+    "chart_data",
+    "ema",
+    "grad_by_layer_chart",
+    "histogram_over_time",
+    "layer_heatmap",
+    "layer_lines",
+    "loss_chart",
+    "metric_chart",
+    "param_breakdown_chart",
+    "param_layer_chart",
+    "run_color_scale",
+    "tap_stats_chart",
+    "update_ratio_chart",
+]

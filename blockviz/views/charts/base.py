@@ -1,0 +1,165 @@
+"""Shared pieces of every chart: palette, constants, smoothing, tooltips, "no data yet"."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from itertools import pairwise
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from blockviz.core import spec
+
+# Vega's "tableau10" colours (distinguishable, colour-blind tolerable), reordered so that
+# runs with neighbouring ids never get neighbouring hues (orange next to red, say) and the
+# faint yellow and grey come last. A run's colour is PALETTE[run_id % 10], whatever else
+# is on the chart.
+PALETTE = (
+    "#4c78a8",  # blue
+    "#f58518",  # orange
+    "#54a24b",  # green
+    "#e45756",  # red
+    "#b279a2",  # purple
+    "#72b7b2",  # teal
+    "#9d755d",  # brown
+    "#ff9da6",  # pink
+    "#eeca3b",  # yellow
+    "#bab0ac",  # grey
+)
+LAYER_AXIS_TITLE = spec.LAYER_AXIS_TITLE
+DIVERGED_COLOR = "#d62728"
+LAYER_SCHEME = "viridis"  # sequential: depth reads as a gradient from first to last layer
+WIDTH, HEIGHT = 600, 280  # pages stretch to the container; exports use this size
+SMALL_WIDTH, SMALL_HEIGHT = 150, 120  # one panel of small multiples; 4 across fit a laptop
+NO_DATA = "no data yet"
+HEALTHY_UPDATE_RATIO = 1e-3  # Karpathy's rule of thumb for ‖Δθ‖/‖θ‖ per step
+
+
+class ChartError(ValueError):
+    """A chart argument is out of range; the message names it, the value and what is allowed."""
+
+
+# ---------------------------------------------------------------------------------------
+# Small shared pieces
+
+
+def ema(values: pd.Series, smoothing: float) -> pd.Series:
+    """TensorBoard-style debiased exponential moving average; 0 = no smoothing.
+
+    Non-finite points pass through unchanged and do not enter the average, so one inf at
+    divergence neither poisons every later point nor hides the finite ones before it.
+    """
+    if isinstance(smoothing, bool) or not (0.0 <= float(smoothing) < 1.0):
+        raise ChartError(f"smoothing: {smoothing!r} is not allowed; must be in [0, 1)")
+    numbers = pd.to_numeric(values, errors="coerce").astype(float)
+    finite = np.isfinite(numbers.to_numpy())
+    smoothed = numbers.copy()
+    if smoothing > 0 and finite.any():
+        # ewm(adjust=True) divides by the sum of the weights: exactly TensorBoard's debiasing
+        # (accumulator / (1 - w**n)) without a Python loop.
+        smoothed[finite] = numbers[finite].ewm(alpha=1.0 - smoothing, adjust=True).mean()
+    return smoothed
+
+
+def run_color_scale(runs: pd.DataFrame | Mapping[int, str]) -> alt.Scale:
+    """Colour scale over run names: ordered by id, colour = PALETTE[run_id % 10]."""
+    by_id = _run_names(runs)
+    ids = sorted(by_id)
+    return alt.Scale(domain=[by_id[i] for i in ids], range=[PALETTE[i % 10] for i in ids])
+
+
+def _run_names(runs: pd.DataFrame | Mapping[int, str]) -> dict[int, str]:
+    """run id -> name from a runs frame (id, name), a tidy frame (run_id, run) or a mapping."""
+    if isinstance(runs, pd.DataFrame):
+        id_col, name_col = ("id", "name") if "id" in runs.columns else ("run_id", "run")
+        pairs = runs[[id_col, name_col]].drop_duplicates()
+        return {int(i): str(n) for i, n in zip(pairs[id_col], pairs[name_col], strict=True)}
+    return {int(i): str(n) for i, n in runs.items()}
+
+
+def chart_data(chart: alt.TopLevelMixin) -> pd.DataFrame:
+    """The frame a builder attached as the chart's data (what the CSV export writes)."""
+    data = getattr(chart, "data", None)
+    return data.copy() if isinstance(data, pd.DataFrame) else pd.DataFrame()
+
+
+def _no_data(frame: pd.DataFrame, title: str, message: str = NO_DATA) -> alt.LayerChart:
+    """A titled, chart-sized placeholder; its data is the (empty) frame it was given."""
+    note = (
+        alt.Chart(pd.DataFrame({"message": [message]}))
+        .mark_text(size=14, color="gray")
+        .encode(text="message:N")
+    )
+    return alt.LayerChart(data=frame, layer=[note]).properties(
+        title=title, width=WIDTH, height=HEIGHT
+    )
+
+
+def _finite(frame: pd.DataFrame, column: str, positive: bool = False) -> pd.DataFrame:
+    """Rows whose `column` is finite (and > 0 for log scales)."""
+    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+    keep = np.isfinite(values) & ((values > 0) if positive else True)
+    return frame[keep]
+
+
+def _sentence(text: str) -> str:
+    """Capitalise the first letter only (titles built from lower-case axis titles)."""
+    return text[:1].upper() + text[1:]
+
+
+def _y_scale(log_scale: bool) -> alt.Scale:
+    return alt.Scale(type="log") if log_scale else alt.Scale(zero=False)
+
+
+def _x_step() -> alt.X:
+    return alt.X("step:Q", title="step", axis=alt.Axis(format="~s"))
+
+
+def _tooltip(*fields: str | alt.Tooltip) -> list[alt.Tooltip]:
+    """Tooltips, with numbers shown to 4 significant digits."""
+    return [alt.Tooltip(f) if isinstance(f, str) else f for f in fields]
+
+
+def _value_tip(field: str = "value", title: str = "value") -> alt.Tooltip:
+    return alt.Tooltip(f"{field}:Q", title=title, format=".4~g")
+
+
+def _legend_highlight(field: str) -> alt.Parameter:
+    """Click a legend entry to highlight that run / layer; click again (or empty) for all."""
+    return alt.selection_point(fields=[field], bind="legend")
+
+
+def _x_zoom() -> alt.Parameter:
+    """Drag to pan, scroll to zoom, on the x axis only (y stays fitted to the data)."""
+    return alt.selection_interval(bind="scales", encodings=["x"])
+
+
+def _highlight(param: alt.Parameter, on: float = 1.0, off: float = 0.12) -> alt.Parameter:
+    return alt.when(param).then(alt.value(on)).otherwise(alt.value(off))
+
+
+def _step_spans(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add `step_end`: the next logged step, so heat-map cells tile the step axis."""
+    steps = np.sort(frame["step"].unique())
+    gap = float(np.median(np.diff(steps))) if len(steps) > 1 else 1.0
+    following = dict(pairwise(steps))
+    out = frame.copy()
+    out["step_end"] = [following.get(s, s + gap) for s in out["step"]]
+    return out
+
+
+def _select(frame: pd.DataFrame, **equals: object) -> pd.DataFrame:
+    """Rows where every given column equals the given value (None = any)."""
+    mask = np.ones(len(frame), dtype=bool)
+    for column, wanted in equals.items():
+        if wanted is not None:
+            mask &= (frame[column] == wanted).to_numpy()
+    return frame[mask]
+
+
+def _first_run(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """One-run charts show the lowest run id present; return its rows and its name."""
+    run_id = frame["run_id"].min()
+    rows = frame[frame["run_id"] == run_id]
+    return rows, str(rows["run"].iloc[0])

@@ -1,0 +1,312 @@
+"""Per-layer statistics of one run, and gradient norm by layer across runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from blockviz.core import spec
+from blockviz.views.charts.base import (
+    HEALTHY_UPDATE_RATIO,
+    HEIGHT,
+    LAYER_AXIS_TITLE,
+    LAYER_SCHEME,
+    SMALL_HEIGHT,
+    SMALL_WIDTH,
+    WIDTH,
+    _finite,
+    _first_run,
+    _highlight,
+    _legend_highlight,
+    _no_data,
+    _select,
+    _sentence,
+    _step_spans,
+    _tooltip,
+    _value_tip,
+    _x_step,
+    _x_zoom,
+    _y_scale,
+    run_color_scale,
+)
+
+
+def _layer_frame(
+    layer_stats: pd.DataFrame, kind: str, component: str | None, stat: str
+) -> pd.DataFrame:
+    rows = _select(layer_stats, kind=kind, component=component, stat=stat)
+    return rows.sort_values(["run_id", "layer", "component", "step"]).reset_index(drop=True)
+
+
+def _lines_by_layer(
+    y: str,
+    y_title: str,
+    log_scale: bool,
+    extra_tips: Iterable[str | alt.Tooltip] = (),
+) -> alt.Chart:
+    """One line per layer over steps, legend-highlight by layer, x zoom; data left to caller."""
+    layers = _legend_highlight("layer")
+    return (
+        alt.Chart()
+        .mark_line(strokeWidth=1.5)
+        .encode(
+            x=_x_step(),
+            y=alt.Y(f"{y}:Q", title=y_title, scale=_y_scale(log_scale)),
+            color=alt.Color("layer:O", title="layer", scale=alt.Scale(scheme=LAYER_SCHEME)),
+            detail="run:N",
+            opacity=_highlight(layers),
+            tooltip=_tooltip("run:N", "layer:O", *extra_tips, "step:Q", _value_tip(y, y_title)),
+        )
+        .add_params(layers, _x_zoom())
+    )
+
+
+def layer_lines(
+    layer_stats: pd.DataFrame,
+    stat: str = "grad_norm",
+    component: str = "block",
+    log_scale: bool = True,
+    kind: str = "component",
+    title: str | None = None,
+) -> alt.LayerChart:
+    """One run: one line per layer of `stat` for `component` over steps, coloured by depth."""
+    frame = _layer_frame(layer_stats, kind, component, stat)
+    frame = _finite(frame, "value", positive=log_scale)
+    if frame.empty:
+        return _no_data(frame, title or _sentence(f"{stat} per layer ({component})"))
+    frame, run = _first_run(frame)
+    title = title or _sentence(f"{spec.stat_label(stat)} per layer ({component}) — {run}")
+    chart = _lines_by_layer("value", spec.stat_label(stat), log_scale)
+    return alt.LayerChart(data=frame, layer=[chart]).properties(
+        title=title, width=WIDTH, height=HEIGHT
+    )
+
+
+def layer_heatmap(
+    layer_stats: pd.DataFrame,
+    stat: str = "grad_norm",
+    component: str = "block",
+    kind: str = "component",
+    title: str | None = None,
+) -> alt.LayerChart:
+    """One run: layer (y) x step (x) heat map of `stat`, log colour when all values are > 0."""
+    frame = _finite(_layer_frame(layer_stats, kind, component, stat), "value")
+    if frame.empty:
+        return _no_data(frame, title or _sentence(f"{stat} by layer and step ({component})"))
+    frame, run = _first_run(frame)
+    frame = _step_spans(frame).reset_index(drop=True)
+    stat_title = spec.stat_label(stat)
+    log_color = bool((frame["value"] > 0).all())
+    heat = (
+        alt.Chart()
+        .mark_rect()
+        .encode(
+            x=_x_step(),
+            x2="step_end:Q",
+            y=alt.Y("layer:O", title="layer", sort="descending"),
+            color=alt.Color(
+                "value:Q",
+                title=stat_title,
+                scale=alt.Scale(type="log" if log_color else "linear", scheme=LAYER_SCHEME),
+            ),
+            tooltip=_tooltip("run:N", "layer:O", "component:N", "step:Q", _value_tip()),
+        )
+        .add_params(_x_zoom())
+    )
+    title = title or _sentence(f"{stat_title} by layer and step ({component}) — {run}")
+    return alt.LayerChart(data=frame, layer=[heat]).properties(
+        title=title, width=WIDTH, height=HEIGHT
+    )
+
+
+def tap_stats_chart(
+    layer_stats: pd.DataFrame, stat: str = "rms", log_scale: bool = False, title: str | None = None
+) -> alt.FacetChart | alt.LayerChart:
+    """One run: a panel per tap (in block order), lines by layer of an activation statistic."""
+    frame = _finite(_layer_frame(layer_stats, "tap", None, stat), "value", positive=log_scale)
+    stat_title = spec.stat_label(stat)
+    if frame.empty:
+        return _no_data(frame, title or _sentence(f"{stat_title} per tap"))
+    frame, run = _first_run(frame)
+    taps = [t for t in spec.TAPS if t in set(frame["component"])]
+    taps += sorted(set(frame["component"]) - set(taps))
+    panel = _lines_by_layer("value", stat_title, log_scale, extra_tips=["component:N"])
+    return (
+        panel.properties(width=SMALL_WIDTH, height=SMALL_HEIGHT)
+        .facet(data=frame, facet=alt.Facet("component:N", title=None, sort=taps), columns=4)
+        .resolve_scale(y="independent")
+        .properties(title=title or _sentence(f"{stat_title} per tap and layer — {run}"))
+    )
+
+
+def histogram_over_time(
+    hist: pd.DataFrame, layer: int | None = None, tap: str | None = None, title: str | None = None
+) -> alt.LayerChart:
+    """One run, one layer and tap: step (x) x value bin (y) heat map of counts (log colour)."""
+    frame = _select(hist, layer=layer, tap=tap)
+    frame = frame[pd.to_numeric(frame["count"], errors="coerce") > 0]  # 0 = blank, as in TB
+    if frame.empty:
+        return _no_data(frame, title or "Activation histogram over time")
+    first = frame.sort_values(["run_id", "layer", "tap"]).iloc[0]
+    frame = _select(frame, run_id=first["run_id"], layer=first["layer"], tap=first["tap"])
+    frame = _step_spans(frame.sort_values(["step", "bin"])).reset_index(drop=True)
+    heat = (
+        alt.Chart()
+        .mark_rect()
+        .encode(
+            x=_x_step(),
+            x2="step_end:Q",
+            y=alt.Y("lo:Q", title=f"{first['tap']} value"),
+            y2="hi:Q",
+            color=alt.Color("count:Q", title="count", scale=alt.Scale(type="log", scheme="blues")),
+            tooltip=_tooltip(
+                "step:Q",
+                alt.Tooltip("lo:Q", format=".3~g"),
+                alt.Tooltip("hi:Q", format=".3~g"),
+                "count:Q",
+            ),
+        )
+        .add_params(_x_zoom())
+    )
+    title = title or f"Activation histogram over time — layer {first['layer']}, {first['tap']}"
+    return alt.LayerChart(data=frame, layer=[heat]).properties(
+        title=title, width=WIDTH, height=HEIGHT
+    )
+
+
+def update_ratio_chart(
+    layer_stats: pd.DataFrame, component: str = "block", title: str | None = None
+) -> alt.LayerChart:
+    """One run: log10 ‖Δθ‖/‖θ‖ per layer over steps with the ≈1e-3 guide line."""
+    frame = _finite(_layer_frame(layer_stats, "component", component, "update_ratio"), "value")
+    frame = frame[frame["value"] > 0].copy()
+    if frame.empty:
+        return _no_data(frame.assign(log10_update_ratio=pd.Series(dtype=float)), title or "Update")
+    frame, run = _first_run(frame)
+    frame = frame.assign(log10_update_ratio=np.log10(frame["value"].astype(float)))
+    lines = _lines_by_layer(
+        "log10_update_ratio",
+        "log10 ‖Δθ‖/‖θ‖",
+        log_scale=False,
+        extra_tips=[_value_tip("value", "‖Δθ‖/‖θ‖")],
+    )
+    guide_data = pd.DataFrame({"y": [np.log10(HEALTHY_UPDATE_RATIO)], "label": ["≈1e-3 healthy"]})
+    guide = alt.Chart(guide_data).encode(y="y:Q")
+    rule = guide.mark_rule(color="gray", strokeDash=[5, 4])
+    label = guide.mark_text(align="left", baseline="bottom", x=4, dy=-2, color="gray").encode(
+        text="label:N"
+    )
+    title = title or f"Update-to-data ratio per layer ({component}) — {run}"
+    return alt.LayerChart(data=frame, layer=[lines, rule, label]).properties(
+        title=title, width=WIDTH, height=HEIGHT
+    )
+
+
+def attention_entropy_chart(
+    layer_stats: pd.DataFrame, title: str | None = None
+) -> alt.FacetChart | alt.LayerChart:
+    """One run: a panel per layer, attention entropy of each head over steps."""
+    frame = _finite(_layer_frame(layer_stats, "head", None, "attn_entropy"), "value")
+    if frame.empty:
+        return _no_data(frame.assign(head=pd.Series(dtype=int)), title or "Attention entropy")
+    frame, run = _first_run(frame)
+    frame = frame.assign(head=pd.to_numeric(frame["component"], errors="coerce"))
+    heads = _legend_highlight("head")
+    panel = (
+        alt.Chart()
+        .mark_line(strokeWidth=1.5)
+        .encode(
+            x=_x_step(),
+            y=alt.Y("value:Q", title="attention entropy (nats)", scale=alt.Scale(zero=False)),
+            color=alt.Color("head:O", title="head", scale=alt.Scale(scheme="category10")),
+            opacity=_highlight(heads),
+            tooltip=_tooltip("run:N", "layer:O", "head:O", "step:Q", _value_tip()),
+        )
+        .add_params(heads, _x_zoom())
+        .properties(width=SMALL_WIDTH, height=SMALL_HEIGHT)
+    )
+    return panel.facet(data=frame, facet=alt.Facet("layer:O", title="layer"), columns=4).properties(
+        title=title or f"Attention entropy per head — {run}"
+    )
+
+
+def attention_heatmap(
+    attn: pd.DataFrame, layer: int, title: str | None = None
+) -> alt.FacetChart | alt.LayerChart:
+    """One step, one layer: a query x key weight map per head (causal: key <= query)."""
+    frame = _select(attn, layer=layer)
+    frame = frame[frame["key"] <= frame["query"]]  # the masked triangle is always 0
+    if frame.empty:
+        return _no_data(frame, title or f"Attention weights — layer {layer}")
+    frame = _select(frame, run_id=frame["run_id"].min())
+    frame = _select(frame, step=frame["step"].max()).reset_index(drop=True)
+    step = int(frame["step"].iloc[0])
+    panel = (
+        alt.Chart()
+        .mark_rect()
+        .encode(
+            x=alt.X("key:O", title="key position", axis=alt.Axis(labelOverlap=True)),
+            y=alt.Y("query:O", title="query position", axis=alt.Axis(labelOverlap=True)),
+            color=alt.Color(
+                "weight:Q", title="weight", scale=alt.Scale(scheme="viridis", domain=[0, 1])
+            ),
+            tooltip=_tooltip(
+                "head:O",
+                "query:O",
+                alt.Tooltip("query_char:N", title="query char"),
+                "key:O",
+                alt.Tooltip("key_char:N", title="key char"),
+                alt.Tooltip("weight:Q", format=".3f"),
+            ),
+        )
+        .properties(width=SMALL_WIDTH, height=SMALL_WIDTH)
+    )
+    return panel.facet(data=frame, facet=alt.Facet("head:O", title="head"), columns=4).properties(
+        title=title or f"Attention weights — layer {layer}, step {step}"
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Across runs
+
+
+def grad_by_layer_chart(
+    layer_stats: pd.DataFrame,
+    step: int = 0,
+    component: str = "block",
+    colors: alt.Scale | None = None,
+    title: str | None = None,
+) -> alt.LayerChart:
+    """Many runs: gradient norm (log) vs layer at `step` — the Pre-LN vs Post-LN picture.
+
+    Each run shows its probe step nearest to `step` (ties to the earlier), named in the tip.
+    """
+    where = "initialization (step 0)" if step == 0 else f"step {step}"
+    title = title or f"Gradient norm by layer at {where}"
+    frame = _finite(_layer_frame(layer_stats, "component", component, "grad_norm"), "value", True)
+    if frame.empty:
+        return _no_data(frame, title)
+    distance = (frame["step"] - step).abs()
+    nearest = frame.assign(distance=distance).groupby("run_id")["distance"].transform("min")
+    frame = frame[distance == nearest]
+    frame = frame[frame["step"] == frame.groupby("run_id")["step"].transform("min")]
+    frame = frame.sort_values(["run_id", "layer"]).reset_index(drop=True)
+    runs = _legend_highlight("run")
+    lines = (
+        alt.Chart()
+        .mark_line(point=True, strokeWidth=2)
+        .encode(
+            x=alt.X("layer:Q", title=LAYER_AXIS_TITLE, axis=alt.Axis(tickMinStep=1, format="d")),
+            y=alt.Y("value:Q", title="gradient L2 norm", scale=alt.Scale(type="log")),
+            color=alt.Color("run:N", title="run", scale=colors or run_color_scale(frame)),
+            opacity=_highlight(runs),
+            tooltip=_tooltip("run:N", "layer:O", "component:N", "step:Q", _value_tip()),
+        )
+        .add_params(runs, _x_zoom())
+    )
+    return alt.LayerChart(data=frame, layer=[lines]).properties(
+        title=title, width=WIDTH, height=HEIGHT
+    )

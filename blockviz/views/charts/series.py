@@ -1,0 +1,156 @@
+"""Scalars over steps: loss, learning rate, throughput, any metric; divergence marked."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from blockviz.core import spec
+from blockviz.views.charts.base import (
+    DIVERGED_COLOR,
+    HEIGHT,
+    WIDTH,
+    _finite,
+    _highlight,
+    _legend_highlight,
+    _no_data,
+    _tooltip,
+    _value_tip,
+    _x_step,
+    _x_zoom,
+    _y_scale,
+    ema,
+    run_color_scale,
+)
+
+
+def _diverged_frame(
+    raw: pd.DataFrame, diverged: Mapping[str, int] | pd.DataFrame | None
+) -> pd.DataFrame:
+    """run, step of each divergence: given (runs_frame or name->step) or first non-finite."""
+    found: dict[str, int] = {}
+    bad = raw[~np.isfinite(pd.to_numeric(raw["value"], errors="coerce").to_numpy(dtype=float))]
+    for run, rows in bad.groupby("run", sort=False):
+        found[str(run)] = int(rows["step"].min())
+    if isinstance(diverged, pd.DataFrame):
+        known = diverged.dropna(subset=["diverged_step"])
+        given = dict(zip(known["name"], known["diverged_step"], strict=True))
+    else:
+        given = dict(diverged or {})
+    shown = set(raw["run"].astype(str))
+    found.update({str(r): int(s) for r, s in given.items() if str(r) in shown})
+    rows = [{"run": r, "step": s, "label": f"{r} diverged @ {s}"} for r, s in found.items()]
+    return pd.DataFrame(rows, columns=["run", "step", "label"])
+
+
+def _divergence_layers(marks: pd.DataFrame) -> list[alt.Chart]:
+    """A red dashed rule and label at each diverged step."""
+    base = alt.Chart(marks).encode(
+        x="step:Q", tooltip=_tooltip("run:N", alt.Tooltip("step:Q", title="diverged at step"))
+    )
+    rule = base.mark_rule(color=DIVERGED_COLOR, strokeDash=[4, 3], strokeWidth=1.5)
+    label = base.mark_text(
+        color=DIVERGED_COLOR, align="left", baseline="top", dx=3, y=4, fontSize=11
+    ).encode(text="label:N")
+    return [rule, label]
+
+
+def _series_chart(
+    scalars: pd.DataFrame,
+    names: Sequence[str],
+    smoothing: float,
+    log_scale: bool,
+    colors: alt.Scale | None,
+    title: str,
+    y_title: str,
+    diverged: Mapping[str, int] | pd.DataFrame | None,
+) -> alt.LayerChart:
+    """Smoothed line per run x series, raw series faint behind, divergence marked."""
+    raw = scalars[scalars["name"].isin(list(names))].sort_values(["run_id", "name", "step"])
+    plotted = _finite(raw, "value", positive=log_scale).copy()
+    if plotted.empty:
+        return _no_data(plotted.assign(smoothed=pd.Series(dtype=float)), title)
+    plotted["smoothed"] = plotted.groupby(["run_id", "name"])["value"].transform(
+        lambda series: ema(series, smoothing)
+    )
+    plotted = plotted.reset_index(drop=True)
+    colors = colors or run_color_scale(plotted)
+    runs = _legend_highlight("run")
+    zoom = _x_zoom()
+    # train solid, val dashed; further names get further patterns.
+    dash_scale = alt.Scale(domain=list(names), range=[[1, 0], [6, 3], [2, 2], [8, 2, 2, 2]])
+    dash = alt.StrokeDash(
+        "name:N",
+        title="series",
+        sort=list(names),
+        scale=dash_scale,
+        legend=alt.Legend(symbolOpacity=1) if len(names) > 1 else None,
+    )
+    base = alt.Chart().encode(
+        x=_x_step(),
+        # The faint raw layer draws first; without this its opacity would fade the legend.
+        color=alt.Color("run:N", title="run", scale=colors, legend=alt.Legend(symbolOpacity=1)),
+        strokeDash=dash,
+    )
+    smooth_line = (
+        base.mark_line(strokeWidth=2)
+        .encode(
+            y=alt.Y("smoothed:Q", title=y_title, scale=_y_scale(log_scale)),
+            opacity=_highlight(runs),
+            tooltip=_tooltip(
+                "run:N", "name:N", "step:Q", _value_tip(), _value_tip("smoothed", "smoothed")
+            ),
+        )
+        .add_params(runs, zoom)
+    )
+    layers: list[alt.Chart] = [smooth_line]
+    if smoothing > 0:
+        raw_line = base.mark_line(strokeWidth=1).encode(
+            y="value:Q",
+            opacity=_highlight(runs, on=0.2, off=0.04),
+        )
+        layers.insert(0, raw_line)
+    marks = _diverged_frame(raw, diverged)
+    if not marks.empty:
+        layers += _divergence_layers(marks)
+    return alt.LayerChart(data=plotted, layer=layers).properties(
+        title=title, width=WIDTH, height=HEIGHT
+    )
+
+
+def loss_chart(
+    scalars: pd.DataFrame,
+    smoothing: float = 0.6,
+    log_scale: bool = False,
+    names: Sequence[str] = ("train/loss", "val/loss"),
+    colors: alt.Scale | None = None,
+    diverged: Mapping[str, int] | pd.DataFrame | None = None,
+    title: str = "Loss",
+) -> alt.LayerChart:
+    """Train (solid) and val (dashed) loss per run, EMA-smoothed over faint raw lines.
+
+    `diverged` is a runs frame (name, diverged_step) or {run name: step}; the first
+    non-finite value of a run is marked even without it.
+    """
+    return _series_chart(
+        scalars, names, smoothing, log_scale, colors, title, "loss (nats/char)", diverged
+    )
+
+
+def metric_chart(
+    scalars: pd.DataFrame,
+    name: str,
+    smoothing: float = 0.0,
+    log_scale: bool = False,
+    colors: alt.Scale | None = None,
+    title: str | None = None,
+    diverged: Mapping[str, int] | pd.DataFrame | None = None,
+) -> alt.LayerChart:
+    """Any one scalar (lr, tokens/s, grad norm, val metric) over steps, coloured by run."""
+    y_title = spec.scalar_label(name)
+    return _series_chart(
+        scalars, [name], smoothing, log_scale, colors, title or name, y_title, diverged
+    )
