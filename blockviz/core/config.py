@@ -468,6 +468,7 @@ def section_of(name: str) -> str:
 
 # Starting points for the sidebar and `--preset`. Each is a set of overrides on the
 # defaults, so a preset names only what makes it what it is.
+DEFAULT_PRESET = "baby-cpu"  # RunConfig() is this preset
 PRESETS: dict[str, dict[str, Any]] = {
     "baby-cpu": {},  # the defaults are the baby-cpu run: 4x4x128, ctx 64, 2000 steps
     "gpt2-preln": {"norm_position": "pre", "init": "gpt2", "bias": True, "activation": "gelu"},

@@ -1,0 +1,88 @@
+"""Run names: what characters a name may hold, and the one name suggested for a config.
+
+The sidebar and `blockviz train` name a run the same way: the preset it starts from, or
+the fields that differ from it ('post-ln-relu-6L'), architecture first. The store keeps
+names unique (adding -2, -3) and refuses bare numbers, which read as run ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from blockviz.core import config
+from blockviz.core.config import RunConfig
+from blockviz.core.corpora import BUILTIN
+
+NAME_MAX = 80
+NAME_EXTRA_CHARS = frozenset("-_.+= ")
+MAX_NAME_TOKENS = 5  # a longer difference is cut and says how many fields it left out
+
+# One token per field that differs, in this order (what a name is mostly about first);
+# any other field reads `<field><value>`, after these, in the config's field order.
+_TOKENS: dict[str, Callable[[Any], str]] = {
+    "norm_position": lambda v: {"pre": "pre-ln", "post": "post-ln", "none": "no-norm"}[v],
+    "norm_type": lambda v: v,
+    "residual": lambda v: "resid" if v else "no-resid",
+    "residual_scale": lambda v: f"rs{v:g}",
+    "attention": lambda v: "attn" if v else "no-attn",
+    "ffn": lambda v: "ffn" if v else "no-ffn",
+    "activation": lambda v: v,
+    "ffn_mult": lambda v: f"ffn{v}x",
+    "n_layer": lambda v: f"{v}L",
+    "n_head": lambda v: f"{v}H",
+    "d_model": lambda v: f"d{v}",
+    "block_size": lambda v: f"ctx{v}",
+    "bias": lambda v: "bias" if v else "nobias",
+    "final_norm": lambda v: {None: "finalnorm-auto", True: "finalnorm", False: "no-finalnorm"}[v],
+    "tie_weights": lambda v: "tied" if v else "untied",
+    "init": lambda v: f"{v}-init",
+    "max_steps": lambda v: f"{v}steps",
+    "lr": lambda v: f"lr{v:g}",
+    "dataset": lambda v: v if v in BUILTIN else Path(v).stem,
+}
+
+
+def sanitize_name(name: str) -> str:
+    """A run name made of letters, digits, `-_.+=` and single spaces, at most 80 chars."""
+    spaced = " ".join(str(name).split())  # tabs, newlines and runs of spaces: one space
+    kept = "".join(c if c.isalnum() or c in NAME_EXTRA_CHARS else "-" for c in spaced)
+    trimmed = kept[:NAME_MAX].strip(" -._")
+    return trimmed or "run"
+
+
+def is_id_text(text: str) -> bool:
+    """Whether text names a run by id: ASCII digits only (`²` and `٣` are not ids)."""
+    return text.isascii() and text.isdigit()
+
+
+def _field_order() -> dict[str, int]:
+    names = list(_TOKENS)
+    for section in config.SECTIONS.values():
+        names += [name for name in config.field_types(section) if name not in _TOKENS]
+    return {name: index for index, name in enumerate(names)}
+
+
+def run_name(run_config: RunConfig, preset: str | None = None) -> str:
+    """The suggested name: the preset's name, or what differs from it, e.g. 'post-ln-relu-6L'.
+
+    Without a preset the base is the default config ('baby-cpu'). The vocabulary size is
+    left out: it follows the dataset, which names itself.
+    """
+    base_name = preset or config.DEFAULT_PRESET
+    changed = config.diff(config.preset(base_name), run_config)
+    changed.pop("vocab_size", None)
+    order = _field_order()
+    tokens = [
+        _TOKENS.get(name, lambda v, n=name: f"{n}{v}")(new)
+        for name, (_, new) in sorted(changed.items(), key=lambda item: order[item[0]])
+    ]
+    if not tokens:
+        return base_name
+    shown = tokens[:MAX_NAME_TOKENS]
+    if len(tokens) > MAX_NAME_TOKENS:
+        shown.append(f"+{len(tokens) - MAX_NAME_TOKENS}")
+    name = sanitize_name("-".join(shown))
+    # An upload named 2024.txt: a bare number would read as a run id.
+    return f"run-{name}" if is_id_text(name) else name
