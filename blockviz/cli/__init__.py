@@ -77,22 +77,20 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     add_config_flags(p, list(cfg.SECTIONS))
 
 
-@command("runs", "list the runs in a store", "blockviz.training.train:cli_runs")
+@command("runs", "list the runs in a store", "blockviz.cli.runs:cli_runs")
 def _runs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", help="run store path")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
-@command("show", "summarise one run", "blockviz.training.train:cli_show")
+@command("show", "summarise one run", "blockviz.cli.runs:cli_show")
 def _show_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run id or name")
     p.add_argument("--store", help="run store path")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
-@command(
-    "stop", "stop a running run (checkpoint, status 'stopped')", "blockviz.training.train:cli_stop"
-)
+@command("stop", "stop a running run (checkpoint, status 'stopped')", "blockviz.cli.runs:cli_stop")
 def _stop_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run id or name")
     p.add_argument("--store", help="run store path")

@@ -1,0 +1,175 @@
+"""`python -m blockviz runs | show | stop`: the run store read and steered from a terminal.
+
+Torch-free, so these commands start at once: they read the store (or, for `stop`, hand
+over to `runner.stop_run`, the same stop as the dashboard's) and print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import Any
+
+from blockviz import runner
+from blockviz.core import config as cfg
+from blockviz.store import RunStore, checked
+
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+def _open_store(args: argparse.Namespace) -> RunStore:
+    """The store for reading: writable when it can be (to mark dead runs), else read-only;
+    a damaged file is reported as corrupt rather than read."""
+    return checked(RunStore.open_readable(args.store or None))
+
+
+def _fmt(value: Any, spec: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, spec)
+
+
+def cli_runs(args: argparse.Namespace) -> int:
+    """`python -m blockviz runs`: one line per run (id, name, status, step, val loss, device)."""
+    with _open_store(args) as store:
+        store.reap_dead()  # a read-only store is listed as it is
+        frame = store.runs_frame()
+    if args.json:
+        records = json.loads(frame.to_json(orient="records"))
+        print(json.dumps(records, indent=2))
+        return EXIT_OK
+    if frame.empty:
+        print("no runs yet; start one with `python -m blockviz train --preset baby-cpu`")
+        return EXIT_OK
+    header = ("id", "name", "status", "step", "val loss", "device")
+    rows = [
+        (
+            str(row.id),
+            str(row.name),
+            str(row.status),
+            f"{_fmt(row.step)}/{_fmt(row.max_steps)}",
+            _fmt(row.val_loss, ".4f"),
+            str(row.device) if isinstance(row.device, str) and row.device else "-",
+        )
+        for row in frame.itertuples()
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for line in [header, *rows]:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        )
+    return EXIT_OK
+
+
+def _config_summary(config: dict[str, Any] | None) -> list[tuple[str, str]]:
+    if not config:
+        return []
+    try:
+        run_config = cfg.RunConfig.from_dict(config)
+    except cfg.ConfigError:
+        return [("config", json.dumps(config))]
+    m, t, d = run_config.model, run_config.train, run_config.data
+    norm = "no norm" if m.norm_position == "none" else f"{m.norm_position}-{m.norm_type}"
+    sublayers = (
+        "attention + ffn"
+        if m.attention and m.ffn
+        else ("attention only" if m.attention else "ffn only")
+    )
+    model = (
+        f"{m.n_layer} layers x {m.n_head} heads, d_model {m.d_model}, ctx {m.block_size}, {norm}, "
+        f"{sublayers}, {m.activation} x{m.ffn_mult}, residual {'on' if m.residual else 'off'}, "
+        f"init {m.init}, dropout {m.dropout:g}"
+    )
+    schedule = "constant" if t.lr_schedule == "constant" else f"{t.lr_schedule} to {t.min_lr:g}"
+    train = (
+        f"{t.max_steps} steps x batch {t.batch_size}, AdamW lr {t.lr:g} {schedule} after "
+        f"{t.warmup_steps} warm-up steps, betas ({t.beta1:g}, {t.beta2:g}), wd {t.weight_decay:g}, "
+        f"clip {t.grad_clip:g}, seed {t.seed}"
+    )
+    return [("model", model), ("train", train), ("data", f"{d.dataset} (val {d.val_fraction:g})")]
+
+
+def _when(stamp: float | None) -> str:
+    return "-" if stamp is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp))
+
+
+def cli_show(args: argparse.Namespace) -> int:
+    """`python -m blockviz show RUN`: config summary, status, final metrics, last sample."""
+    with _open_store(args) as store:
+        store.reap_dead()
+        run = store.get_run(args.run)
+        samples = store.samples(run["id"], limit=1)
+        final = store.final_metrics([run["id"]])
+    last_sample = (
+        None
+        if samples.empty
+        else {
+            "step": int(samples.iloc[0]["step"]),
+            "prompt": str(samples.iloc[0]["prompt"]),
+            "text": str(samples.iloc[0]["text"]),
+        }
+    )
+    metrics = {} if final.empty else json.loads(final.iloc[[0]].to_json(orient="records"))[0]
+    if args.json:
+        print(
+            json.dumps(
+                {**run, "final_metrics": metrics, "last_sample": last_sample}, indent=2, default=str
+            )
+        )
+        return EXIT_OK
+    lines: list[tuple[str, str]] = [
+        ("run", f"{run['id']} ({run['name']})"),
+        (
+            "status",
+            str(run["status"])
+            + (f" at step {run['diverged_step']}" if run["diverged_step"] is not None else ""),
+        ),
+        ("step", f"{_fmt(run['step'])}/{_fmt(run['max_steps'])}"),
+        ("created", _when(run["created"])),
+        ("started", _when(run["started"])),
+        ("ended", _when(run["ended"])),
+        ("device", f"{run['device'] or '-'}, precision {run['precision'] or '-'}"),
+        ("params", _fmt(run["n_params"], ",")),
+    ]
+    dataset = run.get("dataset") or {}
+    if dataset:
+        size = f"{dataset.get('n_chars', 0):,} chars, vocab {dataset.get('vocab_size')}"
+        lines.append(("dataset", f"{dataset.get('name')}: {size}"))
+    lines += _config_summary(run.get("config"))
+    shown = (
+        "train_loss",
+        "val_loss",
+        "val_bpc",
+        "val_ppl",
+        "answer_acc",
+        "time_s",
+        "tokens_per_sec",
+    )
+    values = [
+        f"{key} {_fmt(metrics.get(key), '.4g')}" for key in shown if metrics.get(key) is not None
+    ]
+    if values:
+        lines.append(("metrics", ", ".join(values)))
+    if run.get("error"):
+        lines.append(("error", str(run["error"])))
+    width = max(len(label) for label, _ in lines)
+    for label, value in lines:
+        print(f"{label.ljust(width)}  {value}")
+    if last_sample is not None:
+        print(f"\nlast sample (step {last_sample['step']}, prompt {last_sample['prompt']!r}):")
+        print(last_sample["prompt"] + last_sample["text"])
+    return EXIT_OK
+
+
+def cli_stop(args: argparse.Namespace) -> int:
+    """`python -m blockviz stop RUN`: `runner.stop_run`, its message printed; exit 1 if refused."""
+    # Writable, not `_open_store`: a stop records `stopped` / `failed` when the run cannot.
+    with RunStore(args.store or None) as store:
+        run = store.get_run(args.run)  # RUN may be a name; stop_run takes the id
+        outcome = runner.stop_run(store, int(run["id"]))
+    label = f"run {run['id']} ({run['name']})"
+    print(f"{label}: {outcome.message}", file=sys.stdout if outcome.ok else sys.stderr)
+    return EXIT_OK if outcome.ok else EXIT_FAILED
