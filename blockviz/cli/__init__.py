@@ -12,7 +12,8 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from blockviz.cli.flags import (  # noqa: F401 (the flags API, used by the commands)
+from blockviz.core import config as cfg
+from blockviz.core.flags import (  # noqa: F401 (the flags API, used by the commands)
     EXIT_USAGE,
     UsageError,
     _Parser,
@@ -21,7 +22,6 @@ from blockviz.cli.flags import (  # noqa: F401 (the flags API, used by the comma
     read_config_file,
     run_config_from_args,
 )
-from blockviz.core import config as cfg
 
 # Each command registers its parser and a handler `fn(args) -> int`. Handlers import what
 # they need inside so that one command's dependencies never slow another down.

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from blockviz.cli.flags import config_overrides
 from blockviz.core.config import DataConfig, check_int, from_dict
 from blockviz.core.corpora import load_corpus
 from blockviz.core.download import DownloadProgress
+from blockviz.core.flags import config_overrides
 from blockviz.core.vocab import (
     CharVocab,
     DataError,

@@ -6,9 +6,9 @@ import argparse
 import dataclasses
 import json
 
-from blockviz.cli.flags import config_overrides
 from blockviz.core import config
 from blockviz.core.config import ModelConfig
+from blockviz.core.flags import config_overrides
 from blockviz.core.params import format_table, param_breakdown
 
 

@@ -17,9 +17,10 @@ from typing import Any
 
 import torch
 
-from blockviz.cli import UsageError, config_overrides, run_config_from_args
 from blockviz.core import config as cfg
 from blockviz.core import corpora, params, procs
+from blockviz.core.flags import UsageError, config_overrides, run_config_from_args
+from blockviz.core.naming import run_name
 from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.store import RunStore
 from blockviz.training.data import CharDataModule
@@ -56,37 +57,10 @@ class RunPlan:
     pending_rows: dict[str, list[list[Any]]] | None = None  # rows the checkpoint carried
 
 
-def default_run_name(config: cfg.RunConfig) -> str:
-    """A readable name from what makes the config what it is, e.g. `pre-layernorm-4x128`."""
-    model, train, data = config.model, config.train, config.data
-    defaults = cfg.RunConfig()
-    norm = (
-        "no-norm" if model.norm_position == "none" else f"{model.norm_position}-{model.norm_type}"
-    )
-    parts = [norm, f"{model.n_layer}x{model.d_model}"]
-    if not model.residual:
-        parts.append("no-residual")
-    if not model.attention:
-        parts.append("ffn-only")
-    if not model.ffn:
-        parts.append("attention-only")
-    if model.activation != defaults.model.activation:
-        parts.append(model.activation)
-    if model.init != defaults.model.init:
-        parts.append(f"{model.init}-init")
-    if train.lr != defaults.train.lr:
-        parts.append(f"lr{train.lr:g}")
-    if train.warmup_steps == 0:
-        parts.append("no-warmup")
-    if data.dataset != defaults.data.dataset:
-        parts.append(Path(data.dataset).stem or data.dataset)
-    return "-".join(parts)
-
-
 def plan_new(args: argparse.Namespace, store: RunStore | None) -> RunPlan:
     """A new run from the flags, or the queued run `--run_id` the runner created for them."""
     config = run_config_from_args(args)
-    name = args.name or default_run_name(config)
+    name = args.name or run_name(config, getattr(args, "preset", None))
     if store is not None and args.run_id is not None:
         run = store.get_run(args.run_id)
         if run["status"] != "queued":

@@ -41,9 +41,10 @@ from typing import Any
 
 import torch
 
-from blockviz.cli import UsageError, run_config_from_args
 from blockviz.core import config as cfg
 from blockviz.core import procs
+from blockviz.core.files import atomic_write
+from blockviz.core.flags import UsageError, run_config_from_args
 from blockviz.store import RunStore, StoreError
 from blockviz.training.data import DataError
 from blockviz.training.lifecycle import Heartbeat, StopRequest, global_rank_from_env, patiently
@@ -178,12 +179,6 @@ def _final_metrics(lit: Any, outcome: Outcome) -> dict[str, float | int | None]:
         "tokens_per_sec": tokens_per_sec,  # while training, evaluations excluded
         "steps": outcome.step,
     }
-
-
-def _write_json(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 # "blockviz.training" covers every module of the package (lifecycle, logger, plan, ...).
@@ -329,8 +324,8 @@ def _register_and_fit(
     run_dir = store.run_dir(run_id)
     try:
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-        _write_json(run_dir / "config.json", config.to_json())
-        _write_json(run_dir / "vocab.json", vocab.to_json())
+        atomic_write(run_dir / "config.json", config.to_json())
+        atomic_write(run_dir / "vocab.json", vocab.to_json())
     except OSError as exc:
         return _record_failure(store, run_id, name, exc)
     os.environ[ENV_RUN_DIR] = str(run_dir)

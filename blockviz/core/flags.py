@@ -1,4 +1,7 @@
-"""Command-line flags generated from the config dataclasses, and reading a config file."""
+"""Command-line flags generated from the config dataclasses, and reading a config file.
+
+Torch-free: the CLI and the `train` command (training side) both build configs this way.
+"""
 
 from __future__ import annotations
 
