@@ -1,0 +1,280 @@
+"""Opening a store file: the connection, its pragmas, its lock, its run folders.
+
+Every public method of RunStore runs under `guarded`: one lock per store object (Streamlit
+reads from several threads) and sqlite3 errors turned into StoreError naming the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import operator
+import os
+import shutil
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Concatenate, ParamSpec, Self, TypeVar
+
+from blockviz.store.errors import CORRUPT_ADVICE, StoreError, store_error
+from blockviz.store.schema import check_schema
+
+DEFAULT_STORE = Path("runs") / "blockviz.db"
+BUSY_TIMEOUT_S = 30.0
+RUN_DIRS_SUFFIX = ".runs"  # <workspace>/<store file name>.runs/<id>: each store its own
+# A training writer (defer_when_busy) that finds the store locked keeps its rows in memory
+# and retries, waiting this long per try so training goes on meanwhile (see writes.py).
+DEFER_BUSY_TIMEOUT_S = 1.0
+
+
+def default_store_path() -> Path:
+    """$BLOCKVIZ_STORE if set, else runs/blockviz.db relative to the working directory."""
+    configured = os.environ.get("BLOCKVIZ_STORE", "").strip()
+    return Path(configured).expanduser() if configured else DEFAULT_STORE
+
+
+Store = TypeVar("Store", bound="_Connection")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def guarded(
+    method: Callable[Concatenate[Store, P], R],
+) -> Callable[Concatenate[Store, P], R]:
+    """Hold the store's lock and turn sqlite3 errors into StoreError naming the file."""
+
+    @functools.wraps(method)
+    def wrapper(self: Store, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._lock:
+            if self._conn is None:
+                raise StoreError(f"the run store {self.path} is closed")
+            try:
+                return method(self, *args, **kwargs)
+            except sqlite3.Error as exc:
+                raise self._error_from(exc) from exc
+
+    return wrapper
+
+
+class _Connection:
+    """The part of RunStore that owns the file: open, check, close, transactions, folders."""
+
+    # Set by RunStore.__init__.
+    path: Path
+    readonly: bool
+    busy_timeout_s: float
+    defer_when_busy: bool
+    _lock: threading.RLock
+    _conn: sqlite3.Connection | None
+    _legacy_upto: int  # runs up to this id may keep <workspace>/<id> folders
+    _run_columns: tuple[str, ...]  # those the file has (a read-only v1 file: fewer)
+    # From writes.py.
+    flush: Callable[[], bool]
+
+    # -- opening ------------------------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        """Connect, set the pragmas, create, upgrade or check the schema."""
+        if self.path.is_dir():
+            raise StoreError(f"the run store path {self.path} is a directory; give a file path")
+        if self.readonly:
+            return self._open_readonly()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create the run store folder {self.path.parent} "
+                f"({exc.strerror or exc}); set --store or BLOCKVIZ_STORE to a writable path"
+            ) from None
+        if self.path.exists() and not os.access(self.path, os.W_OK):
+            raise StoreError(
+                f"the run store {self.path} is not writable; "
+                "set --store or BLOCKVIZ_STORE to a writable path"
+            )
+        created = [p for p in self._sqlite_files() if not p.exists()]
+        try:
+            return self._connect(str(self.path), uri=False)
+        except StoreError:
+            # A store that could not be set up (a full disk, say) leaves no empty files.
+            if self.path in created:
+                self._remove_if_empty(created)
+            raise
+
+    def _remove_if_empty(self, created: list[Path]) -> None:
+        """Remove the store file this open created if it is still empty, with its sidecars."""
+        with contextlib.suppress(OSError):
+            if self.path.stat().st_size > 0:
+                return  # another process wrote a schema into it meanwhile: not ours to remove
+            for leftover in created:
+                leftover.unlink(missing_ok=True)
+
+    def _sqlite_files(self) -> list[Path]:
+        return [self.path, *(self.path.with_name(self.path.name + s) for s in ("-wal", "-shm"))]
+
+    def _open_readonly(self) -> sqlite3.Connection:
+        """Open without writing anything; works in a read-only file or folder too."""
+        if not self.path.exists():
+            raise StoreError(f"no store at {self.path}")
+        base = self.path.as_uri()
+        try:
+            return self._connect(base + "?mode=ro", uri=True)
+        except StoreError as exc:
+            if "unable to open" not in str(exc) and "readonly" not in str(exc).replace("-", ""):
+                raise
+        # A WAL file in a folder we cannot write: SQLite cannot create the shared-memory
+        # file it reads through. Nobody can be writing there either, so read it as an
+        # immutable file.
+        return self._connect(base + "?mode=ro&immutable=1", uri=True)
+
+    def _connect(self, target: str, *, uri: bool) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                target,
+                uri=uri,
+                timeout=self._busy_s(),
+                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+                check_same_thread=False,  # Streamlit reads from several threads; _lock serialises
+            )
+        except sqlite3.Error as exc:
+            raise self._error_from(exc, opening=True) from None
+        try:
+            self._configure(conn)
+            self._legacy_upto, self._run_columns = check_schema(
+                conn, self.path, readonly=self.readonly
+            )
+        except StoreError:
+            conn.close()
+            raise
+        except sqlite3.Error as exc:
+            conn.close()
+            raise self._error_from(exc, opening=True) from None
+        return conn
+
+    def _busy_s(self) -> float:
+        """How long a statement waits for another process's lock."""
+        if self.defer_when_busy:
+            return min(self.busy_timeout_s, DEFER_BUSY_TIMEOUT_S)
+        return self.busy_timeout_s
+
+    def _configure(self, conn: sqlite3.Connection) -> None:
+        """Pragmas: WAL so readers never block the writer, a busy timeout, FKs."""
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_s() * 1000)}")
+        if not self.readonly:
+            conn.execute("PRAGMA journal_mode = WAL")
+            # NORMAL is durable across application crashes in WAL mode; only a power cut
+            # can lose the last commits, which for metrics is fine.
+            conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA cache_size = -32768")  # 32 MiB per connection
+        conn.execute("PRAGMA temp_store = MEMORY")  # ORDER BY sorts stay off the disk
+
+    def _error_from(self, exc: sqlite3.Error, *, opening: bool = False) -> StoreError:
+        """A StoreError that says what went wrong with which file."""
+        return store_error(exc, self.path, self.busy_timeout_s, opening=opening)
+
+    def check_integrity(self) -> None:
+        """StoreError when the file is damaged (`PRAGMA quick_check`); readers call it once.
+
+        quick_check reads every page but skips the index-content comparison of a full
+        integrity_check; benchmarks/bench_quick_check.py measures what it costs (0.31 s for a
+        100 MiB store of 20 runs x 5,000 steps x 12 layers).
+        """
+        try:
+            with self._lock:
+                rows = self.conn.execute("PRAGMA quick_check(3)").fetchall()
+        except sqlite3.Error as exc:
+            raise self._error_from(exc) from None
+        problems = [" ".join(str(row[0]).split()) for row in rows if row and row[0] != "ok"]
+        if problems:
+            raise StoreError(
+                f"the run store {self.path} is corrupt ({'; '.join(problems)[:160]}); "
+                f"{CORRUPT_ADVICE}"
+            )
+
+    # -- run folders --------------------------------------------------------------------
+
+    @property
+    def workspace(self) -> Path:
+        """The folder holding the store file (and uploads)."""
+        return self.path.parent
+
+    @property
+    def runs_root(self) -> Path:
+        """<workspace>/<store file name>.runs: the run folders of this store and no other."""
+        return self.workspace / (self.path.name + RUN_DIRS_SUFFIX)
+
+    def run_dir(self, run_id: int) -> Path:
+        """<store>.runs/<run_id>: built from the integer id only, never from a name.
+
+        A run that an upgraded version 1 store already held keeps its old
+        <workspace>/<id> folder while that folder is there and the new one is not.
+        """
+        if isinstance(run_id, bool | str):
+            raise StoreError(f"run id {run_id!r} must be an integer")
+        try:
+            number = operator.index(run_id)
+        except TypeError:
+            raise StoreError(f"run id {run_id!r} must be an integer") from None
+        if number < 1:
+            raise StoreError(f"run id {number} must be a positive integer")
+        folder = self.runs_root / str(number)
+        if number <= self._legacy_upto and not folder.exists():
+            legacy = self.workspace / str(number)
+            if legacy.is_dir() and not legacy.is_symlink():
+                return legacy
+        return folder
+
+    def _remove_run_dir(self, run_id: int) -> None:
+        """rmtree <workspace>/<id>, but only a real folder that lies inside the workspace."""
+        folder = self.run_dir(run_id)
+        if folder.is_symlink():
+            folder.unlink()  # the link only: never follow it out of the workspace
+            return
+        if not folder.is_dir():
+            return
+        parent = folder.parent.resolve()
+        if folder.resolve().parent == parent and parent in (
+            self.workspace.resolve(),
+            self.runs_root.resolve(),
+        ):
+            shutil.rmtree(folder, ignore_errors=True)
+
+    # -- lifetime and transactions ------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush what is buffered and close the connection (idempotent)."""
+        with self._lock:
+            if self._conn is None:
+                return
+            try:
+                if not self.readonly:
+                    self.flush()
+            finally:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """The open connection (raises StoreError when closed)."""
+        if self._conn is None:
+            raise StoreError(f"the run store {self.path} is closed")
+        return self._conn
+
+    def _begin(self) -> None:
+        # IMMEDIATE takes the write lock up front, so a busy store waits (busy_timeout)
+        # instead of failing halfway through a read-then-write transaction.
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def _commit(self) -> None:
+        self.conn.execute("COMMIT")
+
+    def _rollback(self) -> None:
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")

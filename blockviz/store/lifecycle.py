@@ -1,0 +1,147 @@
+"""Runs across processes: a slot to run in, heartbeats, and reaping the dead.
+
+A training process claims a slot (at most N runs are 'running' at once), then beats while
+it trains. A reader that finds a queued or running run whose process is gone and whose
+beat is stale marks it failed, so a killed run never stays 'running'.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from blockviz.core import procs
+from blockviz.core.spec import ACTIVE_STATUSES
+from blockviz.store.connection import _Connection, guarded
+from blockviz.store.naming import RunRef
+from blockviz.store.values import placeholders
+
+HEARTBEAT_WRITE_S = 1.0  # a run's heartbeat reaches the file at most this often
+STALE_AFTER_S = 30.0  # a run whose process is gone is failed once its beat is this old
+
+
+class _Lifecycle(_Connection):
+    """The part of RunStore that knows which runs are alive."""
+
+    # From writes.py: beats not yet written, and when each run's beat was last written.
+    _heartbeats: dict[int, tuple[float, int]]
+    _beats_written: dict[int, float]
+    # From runs.py and reads.py.
+    _resolve: Callable[[RunRef], int]
+    _max_logged_step: Callable[[int], int | None]
+
+    @guarded
+    def heartbeat(self, run_id: int, step: int) -> None:
+        """Record that the run is alive at `step`; written now, or with the next flush."""
+        run_id = int(run_id)
+        self._heartbeats[run_id] = (time.time(), int(step))
+        # At most one write a second per run; a held beat rides along with the next flush.
+        written = self._beats_written.get(run_id)
+        if written is None or time.monotonic() - written >= HEARTBEAT_WRITE_S:
+            self.flush()
+
+    @guarded
+    def reap_dead(self, stale_after: float = STALE_AFTER_S) -> list[int]:
+        """Mark queued/running runs whose process is gone and beat is stale as failed.
+
+        "Gone" means no live, non-zombie process with the run's pid and start time
+        (`procs.is_alive`): a pid now used by another process does not keep a run alive.
+        A read-only store is left as it is.
+        """
+        if self.readonly:
+            return []
+        now = time.time()
+        cutoff = now - stale_after
+        # A plain read first: the dashboard calls this on every refresh and must not
+        # queue for the write lock when nothing has died.
+        started_column = "pid_started" if "pid_started" in self._run_columns else "NULL"
+        candidates = self.conn.execute(
+            f"SELECT id, pid, {started_column} FROM runs "
+            f"WHERE status IN ({placeholders(ACTIVE_STATUSES)}) "
+            "AND COALESCE(heartbeat, started, created, 0) < ?",
+            (*ACTIVE_STATUSES, cutoff),
+        ).fetchall()
+        dead = [
+            (run_id, pid) for run_id, pid, began in candidates if not procs.is_alive(pid, began)
+        ]
+        if not dead:
+            return []
+        reaped: list[int] = []
+        self._begin()
+        try:
+            for run_id, pid in dead:
+                who = f"process {pid}" if pid else "the run's process"
+                cursor = self.conn.execute(
+                    f"UPDATE runs SET status = 'failed', ended = ?, error = ? "
+                    f"WHERE id = ? AND pid IS ? AND status IN ({placeholders(ACTIVE_STATUSES)}) "
+                    "AND COALESCE(heartbeat, started, created, 0) < ?",
+                    (
+                        now,
+                        f"{who} exited without reporting (killed or out of memory?)",
+                        run_id,
+                        pid,
+                        *ACTIVE_STATUSES,
+                        cutoff,
+                    ),
+                )
+                if cursor.rowcount:
+                    reaped.append(run_id)
+                    self._settle_step(run_id)
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
+        return reaped
+
+    def _settle_step(self, run_id: int) -> None:
+        """Set the run's step to the last step it logged, when its rows got further."""
+        logged = self._max_logged_step(run_id)
+        if logged is not None:
+            self.conn.execute(
+                "UPDATE runs SET step = MAX(COALESCE(step, 0), ?) WHERE id = ?", (logged, run_id)
+            )
+
+    @guarded
+    def settle_step(self, run_id: RunRef) -> None:
+        """The run's step made consistent with its rows (for a run that ended abruptly)."""
+        run_id = self._resolve(run_id)
+        self._begin()
+        try:
+            self._settle_step(run_id)
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
+
+    @guarded
+    def claim_slot(
+        self,
+        run_id: RunRef,
+        max_running: int,
+        *,
+        pid: int | None = None,
+        pid_started: float | None = None,
+    ) -> bool:
+        """Atomically make the run 'running' if fewer than max_running (<=0: no limit) are."""
+        run_id = self._resolve(run_id)
+        self.reap_dead()
+        self._begin()
+        try:
+            if max_running > 0:
+                (running,) = self.conn.execute(
+                    "SELECT COUNT(*) FROM runs WHERE status = 'running' AND id != ?", (run_id,)
+                ).fetchone()
+                if running >= max_running:
+                    self._commit()
+                    return False
+            now = time.time()
+            self.conn.execute(
+                "UPDATE runs SET status = 'running', started = ?, heartbeat = ?, "
+                "pid = COALESCE(?, pid), pid_started = COALESCE(?, pid_started) WHERE id = ?",
+                (now, now, pid, pid_started if pid is not None else None, run_id),
+            )
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
+        return True

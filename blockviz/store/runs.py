@@ -1,0 +1,249 @@
+"""Run records: create, rename, update and delete runs; find them by id or by name."""
+
+from __future__ import annotations
+
+import operator
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from blockviz.core import procs
+from blockviz.core.spec import ACTIVE_STATUSES, STATUSES
+from blockviz.store.connection import _Connection, guarded
+from blockviz.store.errors import StoreError
+from blockviz.store.naming import NAME_MAX, RunRef, check_name, is_id_text
+from blockviz.store.schema import JSON_COLUMNS, METRIC_TABLES, RUN_COLUMNS, RUNS_FRAME, typed_frame
+from blockviz.store.values import decode_json, encode_json, placeholders
+
+
+class _Runs(_Connection):
+    """The part of RunStore that keeps the runs table: one row per run."""
+
+    # From writes.py.
+    _drop_buffered: Callable[[int], None]
+
+    # -- writing ------------------------------------------------------------------------
+
+    @guarded
+    def create_run(
+        self,
+        name: str,
+        config_json: str | Mapping[str, Any] | Any,
+        status: str = "queued",
+        max_steps: int | None = None,
+        **fields: Any,
+    ) -> int:
+        """Insert a run (its name sanitized and made unique with -2, -3, ...); its id."""
+        self._check_fields(fields)
+        self._check_status(status)
+        config_text = encode_json(config_json)
+        config = decode_json(config_text) if config_text is not None else None
+        if config_text is not None and config is None:
+            raise StoreError(f"run config for {name!r} is not valid JSON: {config_text[:60]!r}")
+        if max_steps is None and isinstance(config, dict):
+            max_steps = (config.get("train") or {}).get("max_steps")
+        values: dict[str, Any] = {"created": time.time(), **fields}
+        values.update(status=status, config=config_text, max_steps=max_steps)
+        for column in JSON_COLUMNS:
+            values[column] = encode_json(values.get(column))
+        self._begin()
+        try:
+            values["name"] = self._unique_name(check_name(name))
+            columns = list(values)
+            cursor = self.conn.execute(
+                f"INSERT INTO runs ({', '.join(columns)}) VALUES ({placeholders(columns)})",
+                [values[c] for c in columns],
+            )
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
+        return int(cursor.lastrowid or 0)
+
+    def _unique_name(self, base: str) -> str:
+        """base, or base-2, base-3, ... whichever is free (inside a write transaction)."""
+        taken = {
+            row[0]
+            for row in self.conn.execute(
+                "SELECT name FROM runs WHERE substr(name, 1, ?) = ?", (len(base), base)
+            )
+        }
+        if base not in taken:
+            return base
+        suffix = 2
+        while True:
+            tail = f"-{suffix}"
+            candidate = base[: NAME_MAX - len(tail)] + tail
+            if candidate not in taken and not self._name_exists(candidate):
+                return candidate
+            suffix += 1
+
+    def _name_exists(self, name: str) -> bool:
+        return (
+            self.conn.execute("SELECT 1 FROM runs WHERE name = ?", (name,)).fetchone() is not None
+        )
+
+    @staticmethod
+    def _check_fields(fields: Mapping[str, Any]) -> None:
+        unknown = sorted(set(fields) - set(RUN_COLUMNS) - {"name"})
+        if unknown or "id" in fields:
+            bad = unknown[0] if unknown else "id"
+            allowed = ", ".join(c for c in RUN_COLUMNS if c != "id")
+            raise StoreError(f"run field {bad!r} cannot be set; known fields: {allowed}")
+        if "status" in fields:
+            _Runs._check_status(fields["status"])
+
+    @staticmethod
+    def _check_status(status: str) -> None:
+        if status not in STATUSES:
+            raise StoreError(f"run status {status!r} is not one of {', '.join(STATUSES)}")
+
+    @guarded
+    def update_run(self, run_id: RunRef, **fields: Any) -> None:
+        """Set run columns by name; dicts for config/dataset/final are stored as JSON."""
+        self._check_fields(fields)
+        run_id = self._resolve(run_id)
+        if "name" in fields:
+            self.rename_run(run_id, fields.pop("name"))
+        if not fields:
+            return
+        values = {k: (encode_json(v) if k in JSON_COLUMNS else v) for k, v in fields.items()}
+        assignments = ", ".join(f"{column} = ?" for column in values)
+        self._begin()
+        try:
+            self.conn.execute(
+                f"UPDATE runs SET {assignments} WHERE id = ?", [*values.values(), run_id]
+            )
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
+
+    @guarded
+    def rename_run(self, run_id: RunRef, new_name: str) -> str:
+        """Give a run a new (sanitized) name; StoreError if another run has it."""
+        run_id = self._resolve(run_id)
+        name = check_name(new_name)
+        self._begin()
+        try:
+            row = self.conn.execute("SELECT id FROM runs WHERE name = ?", (name,)).fetchone()
+            if row is not None and row[0] != run_id:
+                raise StoreError(
+                    f"run name {name!r} is already taken by run {row[0]}; choose another name"
+                )
+            self.conn.execute("UPDATE runs SET name = ? WHERE id = ?", (name, run_id))
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
+        return name
+
+    @guarded
+    def delete_run(self, run_id: RunRef) -> None:
+        """Delete a run's rows and its folder; refuses a run whose process is alive."""
+        run_id = self._resolve(run_id)
+        self._begin()  # the liveness check and the delete see the same state
+        try:
+            status, pid, began, name = self.conn.execute(
+                "SELECT status, pid, pid_started, name FROM runs WHERE id = ?", (run_id,)
+            ).fetchone()
+            if status in ACTIVE_STATUSES and procs.is_alive(pid, began):
+                raise StoreError(
+                    f"run {run_id} ({name}) is {status} in process {pid}; stop it before deleting"
+                )
+            for table in METRIC_TABLES:
+                self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            self.conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
+        self._drop_buffered(run_id)
+        self._remove_run_dir(run_id)
+
+    # -- finding and reading ------------------------------------------------------------
+
+    @guarded
+    def resolve(self, run_id_or_name: RunRef) -> int:
+        """The id of a run given its id (int or digits) or its exact name."""
+        return self._resolve(run_id_or_name)
+
+    def _resolve(self, ref: RunRef) -> int:
+        conn = self.conn
+        if isinstance(ref, str):
+            text = ref.strip()
+            if is_id_text(text):
+                row = conn.execute("SELECT id FROM runs WHERE id = ?", (int(text),)).fetchone()
+                if row:
+                    return int(row[0])
+            row = conn.execute("SELECT id FROM runs WHERE name = ?", (text,)).fetchone()
+            if row:
+                return int(row[0])
+            raise StoreError(f"no run named {ref!r} in {self.path}; `blockviz runs` lists them")
+        if isinstance(ref, bool):
+            raise StoreError(f"run {ref!r} is neither a run id nor a run name")
+        try:
+            number = operator.index(ref)
+        except TypeError:
+            raise StoreError(f"run {ref!r} is neither a run id nor a run name") from None
+        if conn.execute("SELECT 1 FROM runs WHERE id = ?", (number,)).fetchone() is None:
+            raise StoreError(f"no run with id {number} in {self.path}; `blockviz runs` lists them")
+        return int(number)
+
+    def _ids(self, run_ids: RunRef | Iterable[RunRef] | None) -> list[int]:
+        """Run ids from an id, a name or an iterable of them; None means every run."""
+        if run_ids is None:
+            return [row[0] for row in self.conn.execute("SELECT id FROM runs ORDER BY id")]
+        if isinstance(run_ids, str) or not isinstance(run_ids, Iterable):
+            run_ids = [run_ids]
+        ids: list[int] = []
+        for ref in run_ids:
+            if isinstance(ref, str):
+                ids.append(self._resolve(ref))
+                continue
+            try:
+                ids.append(operator.index(ref))
+            except TypeError:
+                raise StoreError(f"run {ref!r} is neither a run id nor a run name") from None
+        return list(dict.fromkeys(ids))
+
+    def _names(self, ids: Sequence[int]) -> dict[int, str]:
+        if not ids:
+            return {}
+        return dict(
+            self.conn.execute(
+                f"SELECT id, name FROM runs WHERE id IN ({placeholders(ids)})", list(ids)
+            ).fetchall()
+        )
+
+    @guarded
+    def get_run(self, run_id_or_name: RunRef) -> dict[str, Any]:
+        """Every column of one run; config, dataset and final parsed from JSON."""
+        run_id = self._resolve(run_id_or_name)
+        row = self.conn.execute(
+            f"SELECT {', '.join(self._run_columns)} FROM runs WHERE id = ?", (run_id,)
+        ).fetchone()
+        run = dict.fromkeys(RUN_COLUMNS)
+        run.update(zip(self._run_columns, row, strict=True))
+        for column in JSON_COLUMNS:
+            run[column] = decode_json(run[column])
+        return run
+
+    @guarded
+    def runs_frame(self) -> pd.DataFrame:
+        """One row per run (oldest first) with its latest train and val loss."""
+        latest = (
+            "(SELECT value FROM scalars WHERE run_id = r.id AND name = '{}' "
+            "ORDER BY step DESC LIMIT 1)"
+        )
+        rows = self.conn.execute(
+            "SELECT r.id, r.name, r.status, r.created, r.started, r.ended, r.step, r.max_steps, "
+            "r.device, r.precision, r.n_params, "
+            f"{latest.format('val/loss')}, {latest.format('train/loss')}, "
+            "r.diverged_step, r.heartbeat, r.pid, "
+            f"{'r.pid_started' if 'pid_started' in self._run_columns else 'NULL'} "
+            "FROM runs AS r ORDER BY r.id"
+        ).fetchall()
+        return typed_frame(rows, RUNS_FRAME)

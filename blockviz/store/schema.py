@@ -1,0 +1,316 @@
+"""The store's tables, their version, and the frames the read API returns.
+
+Schema (version 2; `meta.schema_version` says which one a file holds):
+
+    meta(key TEXT PRIMARY KEY, value TEXT)            schema_version; legacy_run_dirs_upto
+    runs(id INTEGER PRIMARY KEY AUTOINCREMENT,        ids are never reused, so
+         name TEXT UNIQUE NOT NULL,                   <store>.runs/<id> is a fresh folder
+         created, started, ended REAL,
+         status TEXT,                                 queued | running | completed | diverged
+                                                      | failed | stopped
+         config TEXT, dataset TEXT, final TEXT,       JSON: RunConfig, dataset fingerprint,
+                                                      final metrics
+         device TEXT, precision TEXT, n_params INTEGER,
+         pid INTEGER, heartbeat REAL, step INTEGER,   liveness: the writer's pid and last beat
+         max_steps INTEGER, diverged_step INTEGER, error TEXT,
+         pid_started REAL)                            the writer's start time (pid reuse)
+    scalars(run_id, step, name, value)                PRIMARY KEY (run_id, name, step)
+    layer_stats(run_id, step, layer, kind,            PRIMARY KEY (run_id, kind, stat, step,
+                component, stat, value)                            layer, component)
+    histograms(run_id, step, layer, tap, lo, hi,      UNIQUE (run_id, layer, tap, step);
+               counts)                                counts: JSON list of ints, equal bins
+    samples(run_id, step, prompt, text)               UNIQUE (run_id, step)
+    attention(run_id, step, layer, head,              UNIQUE (run_id, step, layer, head);
+              tokens, weights)                        JSON list of chars, JSON T x T
+
+scalars and layer_stats are WITHOUT ROWID tables clustered on their primary key, so a
+series is one contiguous range on disk. Writing a (run, series, step) again replaces the
+old value: a run resumed from a checkpoint overwrites the steps it repeats instead of
+drawing them twice (and `truncate_after` first drops what the killed process logged
+after its checkpoint). `layer` is -1 for the embeddings and n_layer for the final norm
+and LM head.
+
+Version 1 files (before run folders moved under `<store>.runs/` and before process start
+times) are upgraded in place when opened for writing: the column and the unique index are
+added, and the runs they already hold keep their old `<workspace>/<id>` folders.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from blockviz.store.errors import StoreError
+
+SCHEMA_VERSION = 2
+
+SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT UNIQUE NOT NULL,
+    created REAL, started REAL, ended REAL,
+    status TEXT,
+    config TEXT, dataset TEXT,
+    device TEXT, precision TEXT, n_params INTEGER,
+    pid INTEGER, heartbeat REAL, step INTEGER,
+    max_steps INTEGER, diverged_step INTEGER,
+    final TEXT, error TEXT,
+    pid_started REAL
+);
+CREATE TABLE IF NOT EXISTS scalars (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    value REAL,
+    PRIMARY KEY (run_id, name, step)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS layer_stats (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    layer INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    component TEXT NOT NULL,
+    stat TEXT NOT NULL,
+    value REAL,
+    PRIMARY KEY (run_id, kind, stat, step, layer, component)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS histograms (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    layer INTEGER NOT NULL,
+    tap TEXT NOT NULL,
+    lo REAL, hi REAL,
+    counts TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS histograms_series ON histograms (run_id, layer, tap, step);
+CREATE TABLE IF NOT EXISTS samples (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    prompt TEXT,
+    text TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS samples_series ON samples (run_id, step);
+CREATE TABLE IF NOT EXISTS attention (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    layer INTEGER NOT NULL,
+    head INTEGER NOT NULL,
+    tokens TEXT,
+    weights TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS attention_run_step ON attention (run_id, step, layer, head);
+"""
+
+RUN_COLUMNS = (
+    "id",
+    "name",
+    "created",
+    "started",
+    "ended",
+    "status",
+    "config",
+    "dataset",
+    "device",
+    "precision",
+    "n_params",
+    "pid",
+    "heartbeat",
+    "step",
+    "max_steps",
+    "diverged_step",
+    "final",
+    "error",
+    "pid_started",
+)
+JSON_COLUMNS = ("config", "dataset", "final")
+METRIC_TABLES = ("scalars", "layer_stats", "histograms", "samples", "attention")
+# Columns of each table's buffered rows after the run id (step comes first in each).
+TABLE_WIDTHS = {"scalars": 3, "layer_stats": 6, "histograms": 6, "samples": 3, "attention": 5}
+
+# Column -> dtype of every frame the read API returns; empty frames get the same.
+_STR = "str"
+RUNS_FRAME = {
+    "id": "int64",
+    "name": _STR,
+    "status": _STR,
+    "created": "float64",
+    "started": "float64",
+    "ended": "float64",
+    "step": "Int64",
+    "max_steps": "Int64",
+    "device": _STR,
+    "precision": _STR,
+    "n_params": "Int64",
+    "val_loss": "float64",
+    "train_loss": "float64",
+    "diverged_step": "Int64",
+    "heartbeat": "float64",
+    "pid": "Int64",
+    "pid_started": "float64",
+}
+SCALARS_FRAME = {
+    "run_id": "int64",
+    "run": _STR,
+    "step": "int64",
+    "name": _STR,
+    "value": "float64",
+}
+LAYER_STATS_FRAME = {
+    "run_id": "int64",
+    "run": _STR,
+    "step": "int64",
+    "layer": "int64",
+    "kind": _STR,
+    "component": _STR,
+    "stat": _STR,
+    "value": "float64",
+}
+HISTOGRAMS_FRAME = {
+    "run_id": "int64",
+    "step": "int64",
+    "layer": "int64",
+    "tap": _STR,
+    "bin": "int64",
+    "lo": "float64",
+    "hi": "float64",
+    "count": "int64",
+}
+SAMPLES_FRAME = {"run_id": "int64", "step": "int64", "prompt": _STR, "text": _STR}
+ATTENTION_FRAME = {
+    "run_id": "int64",
+    "step": "int64",
+    "layer": "int64",
+    "head": "int64",
+    "query": "int64",
+    "key": "int64",
+    "query_char": _STR,
+    "key_char": _STR,
+    "weight": "float64",
+}
+# How layer_stats columns are read into numpy before the frame is built.
+LAYER_STATS_DTYPES: dict[str, Any] = {
+    "run_id": np.int64,
+    "step": np.int64,
+    "layer": np.int64,
+    "kind": object,
+    "component": object,
+    "stat": object,
+    "value": float,
+}
+FINAL_METRICS_FRAME = {
+    "run": _STR,
+    "status": _STR,
+    "steps": "Int64",
+    "train_loss": "float64",
+    "val_loss": "float64",
+    "val_ppl": "float64",
+    "val_bpc": "float64",
+    "answer_acc": "float64",
+    "diverged_at": "Int64",
+    "time_s": "float64",
+    "tokens_per_sec": "float64",
+    "n_params": "Int64",
+}
+
+
+def typed_frame(rows: Sequence[Sequence[Any]], schema: Mapping[str, str]) -> pd.DataFrame:
+    """A DataFrame with exactly the schema's columns and dtypes (also when empty)."""
+    frame = pd.DataFrame.from_records(list(rows), columns=list(schema))
+    return frame.astype(dict(schema))
+
+
+class SchemaState(NamedTuple):
+    """What opening learnt about a file's schema."""
+
+    legacy_upto: int  # runs up to this id may keep <workspace>/<id> folders
+    run_columns: tuple[str, ...]  # the runs columns the file has (a read-only v1 file: fewer)
+
+
+def check_schema(conn: sqlite3.Connection, path: Path, *, readonly: bool) -> SchemaState:
+    """Create the schema in an empty file, upgrade an old one; refuse foreign or newer files."""
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "meta" not in tables:
+        if {t for t in tables if not t.startswith("sqlite_")}:
+            raise StoreError(
+                f"{path} is an SQLite database but not a blockviz run store; "
+                "give another --store path"
+            )
+        if readonly:
+            raise StoreError(f"no store at {path} (the file holds no blockviz schema)")
+        # One transaction, so a crash never leaves tables without their version row;
+        # IF NOT EXISTS / OR IGNORE make a concurrent first open harmless.
+        try:
+            conn.executescript(
+                "BEGIN IMMEDIATE;"
+                + SCHEMA_SQL
+                + "INSERT OR IGNORE INTO meta (key, value) "
+                + f"VALUES ('schema_version', '{SCHEMA_VERSION}');"
+                + "COMMIT;"
+            )
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    try:
+        version = int(row[0]) if row else None
+    except (TypeError, ValueError):
+        version = None
+    if version is None:
+        raise StoreError(
+            f"{path} is not a blockviz run store (no schema version in its meta table)"
+        )
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} was written by a newer blockviz (schema version {version}; "
+            f"this version reads up to {SCHEMA_VERSION}); upgrade blockviz to open it"
+        )
+    if version < SCHEMA_VERSION and not readonly:
+        upgrade(conn)
+    row = conn.execute("SELECT value FROM meta WHERE key = 'legacy_run_dirs_upto'").fetchone()
+    legacy_upto = int(row[0]) if row and str(row[0]).isdigit() else 0
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+    # A version 1 file opened read-only keeps its columns: read what is there.
+    return SchemaState(legacy_upto, tuple(c for c in RUN_COLUMNS if c in columns))
+
+
+def upgrade(conn: sqlite3.Connection) -> None:
+    """Version 1 -> 2, in one transaction (a concurrent opener finds it done)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        (version,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if int(version) < 2:
+            # The runs so far keep their <workspace>/<id> folders; ids are never
+            # reused, so every later run gets a folder of this store's own.
+            (upto,) = conn.execute(
+                "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'runs'), 0),"
+                " COALESCE((SELECT MAX(id) FROM runs), 0))"
+            ).fetchone()
+            conn.execute("ALTER TABLE runs ADD COLUMN pid_started REAL")
+            # One sample per step (a resume used to add a second copy).
+            conn.execute(
+                "DELETE FROM samples WHERE rowid NOT IN "
+                "(SELECT MAX(rowid) FROM samples GROUP BY run_id, step)"
+            )
+            conn.execute("DROP INDEX IF EXISTS samples_run_step")
+            conn.execute(
+                "CREATE UNIQUE INDEX IF NOT EXISTS samples_series ON samples (run_id, step)"
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('legacy_run_dirs_upto', ?)",
+                (str(int(upto)),),
+            )
+            conn.execute(
+                "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

@@ -1,0 +1,345 @@
+"""Buffered metric writes: rows wait in memory and land in one transaction per flush.
+
+A log call flushes once `flush_rows` rows wait or the last flush is `flush_seconds` old;
+close flushes the rest. A busy timeout lets several runs share the file; a training writer
+opened with `defer_when_busy` keeps its rows while another process holds the lock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from itertools import repeat
+from operator import itemgetter
+from typing import Any, Self
+
+from blockviz.store.connection import _Connection, guarded
+from blockviz.store.errors import StoreError, is_busy
+from blockviz.store.naming import RunRef
+from blockviz.store.schema import METRIC_TABLES, TABLE_WIDTHS
+from blockviz.store.values import convert_column, placeholders, real
+
+# A writer that finds the store locked keeps up to this many rows in memory (about 40 MB
+# of scalar and layer rows); past it the writer waits for the lock, pausing training,
+# rather than drop a row.
+MAX_DEFERRED_ROWS = 200_000
+
+log = logging.getLogger("blockviz.store")  # training copies this logger into train.log
+
+
+class _Writes(_Connection):
+    """The part of RunStore that buffers metric rows and heartbeats and flushes them."""
+
+    # Set by RunStore.__init__.
+    flush_rows: int
+    flush_seconds: float | None
+    _buffers: dict[str, list[tuple[Any, ...]]]
+    _buffered: int
+    _heartbeats: dict[int, tuple[float, int]]  # run -> (time, step) not yet written
+    _beats_written: dict[int, float]  # run -> monotonic time of its last write
+    _last_flush: float
+    _deferred_since: float | None  # monotonic start of a lock episode
+    # From runs.py.
+    _resolve: Callable[[RunRef], int]
+
+    @guarded
+    def log_scalars(self, run_id: int, rows: Iterable[tuple[int, str, float]]) -> None:
+        """Buffer (step, name, value) rows of one run."""
+        self._buffer_rows("scalars", run_id, rows, (int, str, real))
+
+    @guarded
+    def log_metrics(self, run_id: int, step: int, metrics: Mapping[str, float]) -> None:
+        """Buffer a {name: value} dict of scalars logged at one step."""
+        self.log_scalars(run_id, [(step, name, value) for name, value in metrics.items()])
+
+    @guarded
+    def log_layer_stats(
+        self, run_id: int, rows: Iterable[tuple[int, int, str, str, str, float]]
+    ) -> None:
+        """Buffer (step, layer, kind, component, stat, value) rows of one run."""
+        self._buffer_rows("layer_stats", run_id, rows, (int, int, str, str, str, real))
+
+    def _buffer_rows(
+        self,
+        table: str,
+        run_id: int,
+        rows: Iterable[Sequence[Any]],
+        converters: Sequence[Callable[[Any], Any]],
+    ) -> None:
+        """Coerce rows column by column (numpy scalars would not bind) and buffer them."""
+        rows = rows if isinstance(rows, list | tuple) else list(rows)
+        if not rows:
+            return
+        try:
+            converted = [
+                convert_column(convert, list(map(itemgetter(index), rows)))
+                for index, convert in enumerate(converters)
+            ]
+        except (IndexError, TypeError, ValueError) as exc:
+            raise StoreError(
+                f"{table} rows must be {len(converters)}-tuples of numbers and text ({exc})"
+            ) from None
+        self._buffers[table].extend(zip(repeat(int(run_id)), *converted, strict=False))
+        self._added(len(rows))
+
+    @guarded
+    def log_histogram(
+        self,
+        run_id: int,
+        step: int,
+        layer: int,
+        tap: str,
+        lo: float,
+        hi: float,
+        counts: Sequence[int],
+    ) -> None:
+        """Buffer one fixed-range histogram: equal-width bin counts over [lo, hi]."""
+        counts_json = json.dumps([int(c) for c in counts], separators=(",", ":"))
+        row = (int(run_id), int(step), int(layer), str(tap), float(lo), float(hi), counts_json)
+        self._buffers["histograms"].append(row)
+        self._added(1)
+
+    @guarded
+    def log_sample(self, run_id: int, step: int, prompt: str, text: str) -> None:
+        """Buffer one generated text sample."""
+        self._buffers["samples"].append((int(run_id), int(step), str(prompt), str(text)))
+        self._added(1)
+
+    @guarded
+    def log_attention(
+        self,
+        run_id: int,
+        step: int,
+        layer: int,
+        head: int,
+        tokens: Sequence[str],
+        weights: Sequence[Sequence[float]],
+    ) -> None:
+        """Buffer one attention map: the probe's characters and the T x T weights."""
+        # Four decimals are plenty for a heatmap and keep a 64 x 64 map near 20 KB;
+        # `or 0` writes exact zeros (the causal mask) as a single character.
+        rounded = [[round(float(w), 4) or 0 for w in row] for row in weights]
+        row = (
+            int(run_id),
+            int(step),
+            int(layer),
+            int(head),
+            json.dumps(list(tokens), separators=(",", ":")),
+            json.dumps(rounded, separators=(",", ":")),
+        )
+        self._buffers["attention"].append(row)
+        self._added(1)
+
+    def _added(self, count: int) -> None:
+        self._buffered += count
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        """Flush when enough rows are buffered or the last flush is old enough."""
+        due_seconds = self.flush_seconds if self.flush_seconds is not None else math.inf
+        elapsed = time.monotonic() - self._last_flush
+        if self._buffered >= self.flush_rows or (elapsed >= due_seconds and self._buffered):
+            self.flush()
+
+    @guarded
+    def flush(self) -> bool:
+        """Write every buffered row (and pending heartbeats) in one transaction.
+
+        True when written. A writer opened with `defer_when_busy` that finds the store
+        locked by another process keeps its rows, notes the wait in its log and returns
+        False; the next flush retries. Past MAX_DEFERRED_ROWS rows it waits for the lock
+        instead, so memory stays bounded and no row is ever dropped.
+        """
+        self._last_flush = time.monotonic()
+        if not self._buffered and not self._heartbeats:
+            return True
+        while True:
+            try:
+                self._flush_once()
+            except sqlite3.OperationalError as exc:
+                if not (self.defer_when_busy and is_busy(exc)):
+                    raise
+                if self._deferred_since is None:
+                    self._deferred_since = time.monotonic()
+                    log.warning(
+                        "the run store %s is locked by another process; keeping rows in "
+                        "memory (up to %d) and retrying",
+                        self.path,
+                        MAX_DEFERRED_ROWS,
+                    )
+                if self._buffered < MAX_DEFERRED_ROWS:
+                    return False
+                log.warning(
+                    "%d rows held while the store is locked; waiting for the lock", self._buffered
+                )
+                continue  # each try waits DEFER_BUSY_TIMEOUT_S inside SQLite
+            if self._deferred_since is not None:
+                log.warning(
+                    "the run store is writable again after %.1f s; the rows kept meanwhile "
+                    "are written",
+                    time.monotonic() - self._deferred_since,
+                )
+                self._deferred_since = None
+            return True
+
+    def _flush_once(self) -> None:
+        self._begin()
+        try:
+            self._write_buffers()
+            self._commit()
+        except sqlite3.IntegrityError:
+            self._rollback()
+            missing = self._drop_missing_runs()
+            if not missing:
+                raise
+            raise StoreError(
+                f"cannot record metrics for run(s) {', '.join(map(str, missing))}: no such run "
+                "(deleted?); their buffered rows were dropped"
+            ) from None
+        except BaseException:
+            self._rollback()  # keep the buffers: the next flush retries them
+            raise
+        for rows in self._buffers.values():
+            rows.clear()
+        self._buffered = 0
+        written_at = time.monotonic()
+        for run_id in self._heartbeats:
+            self._beats_written[run_id] = written_at
+        self._heartbeats.clear()
+
+    @guarded
+    def buffered_rows(self, run_id: int) -> dict[str, list[list[Any]]]:
+        """The run's rows not yet written, per table (without the run id), as plain lists.
+
+        A checkpoint carries these, so rows logged before it survive a kill even when the
+        store was locked when the checkpoint was written (`restore_rows` puts them back).
+        """
+        run_id = int(run_id)
+        return {
+            table: [list(row[1:]) for row in rows if row[0] == run_id]
+            for table, rows in self._buffers.items()
+            if any(row[0] == run_id for row in rows)
+        }
+
+    @guarded
+    def restore_rows(self, run_id: int, rows: Mapping[str, Sequence[Sequence[Any]]]) -> int:
+        """Buffer rows saved by `buffered_rows` (from a checkpoint) and flush; their count."""
+        count = 0
+        for table, table_rows in rows.items():
+            width = TABLE_WIDTHS.get(table)
+            if width is None:
+                raise StoreError(f"rows for unknown table {table!r} in a checkpoint")
+            kept = [tuple(row) for row in table_rows if len(row) == width]
+            self._buffers[table].extend((int(run_id), *row) for row in kept)
+            count += len(kept)
+        self._buffered += count
+        self.flush()
+        return count
+
+    @guarded
+    def truncate_after(self, run_id: RunRef, step: int) -> int:
+        """Delete the run's rows logged after `step` (a resume from a checkpoint there).
+
+        What a killed process logged after its last checkpoint came from steps the
+        resumed run does again; without this, series would hold both. Returns the rows
+        deleted.
+        """
+        run_id = self._resolve(run_id)
+        self._drop_buffered_after(run_id, int(step))
+        deleted = 0
+        self._begin()
+        try:
+            for table in METRIC_TABLES:
+                cursor = self.conn.execute(
+                    f"DELETE FROM {table} WHERE run_id = ? AND step > ?", (run_id, int(step))
+                )
+                deleted += max(cursor.rowcount, 0)
+            self.conn.execute("UPDATE runs SET step = ? WHERE id = ?", (int(step), run_id))
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
+        return deleted
+
+    def _drop_buffered(self, run_id: int) -> None:
+        for table, rows in self._buffers.items():
+            kept = [row for row in rows if row[0] != run_id]
+            self._buffered -= len(rows) - len(kept)
+            self._buffers[table] = kept
+        self._heartbeats.pop(run_id, None)
+
+    def _drop_buffered_after(self, run_id: int, step: int) -> None:
+        for table, rows in self._buffers.items():
+            kept = [row for row in rows if row[0] != run_id or row[1] <= step]
+            self._buffered -= len(rows) - len(kept)
+            self._buffers[table] = kept
+
+    def _write_buffers(self) -> None:
+        conn = self.conn
+        buffers = self._buffers
+        if buffers["scalars"]:
+            conn.executemany(
+                "INSERT OR REPLACE INTO scalars (run_id, step, name, value) VALUES (?, ?, ?, ?)",
+                buffers["scalars"],
+            )
+        if buffers["layer_stats"]:
+            conn.executemany(
+                "INSERT OR REPLACE INTO layer_stats "
+                "(run_id, step, layer, kind, component, stat, value) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                buffers["layer_stats"],
+            )
+        if buffers["histograms"]:
+            conn.executemany(
+                "INSERT OR REPLACE INTO histograms (run_id, step, layer, tap, lo, hi, counts) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                buffers["histograms"],
+            )
+        if buffers["samples"]:
+            conn.executemany(
+                "INSERT OR REPLACE INTO samples (run_id, step, prompt, text) VALUES (?, ?, ?, ?)",
+                buffers["samples"],
+            )
+        if buffers["attention"]:
+            conn.executemany(
+                "INSERT OR REPLACE INTO attention (run_id, step, layer, head, tokens, weights) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                buffers["attention"],
+            )
+        if self._heartbeats:
+            conn.executemany(
+                "UPDATE runs SET heartbeat = ?, step = ? WHERE id = ?",
+                [(beat, step, run_id) for run_id, (beat, step) in self._heartbeats.items()],
+            )
+
+    def _drop_missing_runs(self) -> list[int]:
+        """After a foreign-key failure: drop buffered rows of runs that no longer exist."""
+        buffered_ids = {row[0] for rows in self._buffers.values() for row in rows}
+        existing = {
+            row[0]
+            for row in self.conn.execute(
+                f"SELECT id FROM runs WHERE id IN ({placeholders(list(buffered_ids))})",
+                list(buffered_ids),
+            )
+        }
+        missing = sorted(buffered_ids - existing)
+        for run_id in missing:
+            self._drop_buffered(run_id)
+        return missing
+
+    @contextmanager
+    def bulk_load(self) -> Iterator[Self]:
+        """Load many rows fast (synthetic data): no per-row foreign-key checks inside."""
+        with self._lock:
+            self.flush()
+            self.conn.execute("PRAGMA foreign_keys = OFF")
+            try:
+                yield self
+                self.flush()
+            finally:
+                if self._conn is not None:
+                    self._conn.execute("PRAGMA foreign_keys = ON")
