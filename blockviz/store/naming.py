@@ -1,26 +1,11 @@
-"""Run names: which characters a name may hold, and why a bare number is not a name."""
+"""Why a bare number is not a run name (the name syntax itself is `blockviz.core.naming`)."""
 
 from __future__ import annotations
 
+from blockviz.core.naming import NAME_MAX, is_id_text, sanitize_name  # noqa: F401
 from blockviz.store.errors import StoreError
 
 RunRef = int | str  # a run given by its id or by its exact name
-
-NAME_MAX = 80
-_NAME_EXTRA_CHARS = frozenset("-_.+= ")
-
-
-def sanitize_name(name: str) -> str:
-    """A run name made of letters, digits, `-_.+=` and single spaces, at most 80 chars."""
-    spaced = " ".join(str(name).split())  # tabs, newlines and runs of spaces: one space
-    kept = "".join(c if c.isalnum() or c in _NAME_EXTRA_CHARS else "-" for c in spaced)
-    trimmed = kept[:NAME_MAX].strip(" -._")
-    return trimmed or "run"
-
-
-def is_id_text(text: str) -> bool:
-    """Whether text names a run by id: ASCII digits only (`²` and `٣` are not ids)."""
-    return text.isascii() and text.isdigit()
 
 
 def check_name(name: str) -> str:
