@@ -16,7 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, LOSS_NAMES
-from blockviz.dashboard import tables, ui
+from blockviz.dashboard import store_access, tables, ui
 from blockviz.store import RunStore, StoreError
 from blockviz.views import charts, export
 
@@ -44,7 +44,7 @@ def _curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> None:
 
 
 def _draw_curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> None:
-    ui.reap_dead(store)
+    store_access.reap_dead(store)
     all_runs = store.runs_frame()
     runs = all_runs[all_runs["id"].isin(run_ids)]
     if len(runs) < len(run_ids):
@@ -271,7 +271,7 @@ def _report_section(store: RunStore, run_ids: list[int], runs: list[dict[str, An
 def _choose_runs(store: RunStore) -> tuple[pd.DataFrame, dict[int, str]] | None:
     """The chosen runs' rows (default: the latest two) and every run's status, as the
     picker shows them; a word when there are none."""
-    ui.reap_dead(store)
+    store_access.reap_dead(store)
     all_runs = store.runs_frame()
     if all_runs.empty:
         st.info(
@@ -289,10 +289,10 @@ def _choose_runs(store: RunStore) -> tuple[pd.DataFrame, dict[int, str]] | None:
     return all_runs.set_index("id").loc[chosen].reset_index(), _statuses(all_runs)
 
 
-store = ui.store_or_stop()
+store = store_access.store_or_stop()
 st.title("Compare")
 ui.show_flashes()
-ui.store_notice(store)
+store_access.store_notice(store)
 picked: pd.DataFrame | None = None
 seen: dict[int, str] = {}
 with ui.guard("Reading the run store"):

@@ -20,7 +20,7 @@ import streamlit as st
 
 from blockviz import runner
 from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, TAP_STATS, TAPS
-from blockviz.dashboard import ui
+from blockviz.dashboard import store_access, ui
 from blockviz.store import RunStore, StoreError
 from blockviz.views import charts
 
@@ -146,6 +146,7 @@ def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None
     """Name, status badge, Stop, and the numbers a glance needs."""
     run_id, status = int(run["id"]), str(run["status"])
     step, max_steps = run.get("step"), run.get("max_steps")
+    writable = store_access.writable(store)
     with st.container(horizontal=True, vertical_alignment="center"):
         st.subheader(f"#{run_id} {ui.plain(run['name'])}", anchor=False)
         st.badge(status, color=STATUS_COLORS.get(status, "gray"))
@@ -153,8 +154,8 @@ def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None
             "Stop",
             key="live.stop",
             icon=":material/stop_circle:",
-            help="Checkpoint and stop" if ui.writable(store) else ui.READONLY_NOTICE,
-            disabled=not ui.writable(store),
+            help="Checkpoint and stop" if writable else store_access.READONLY_NOTICE,
+            disabled=not writable,
         ):
             st.toast(ui.plain(f"Run #{run_id}: {runner.stop(store, run_id)}"))
     step_text = "—" if step is None else f"{int(step):,}"
@@ -423,7 +424,7 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str]) -> None:
     otherwise, the whole page reruns, so the picker's labels, the header and the refresh
     timer follow the change.
     """
-    ui.reap_dead(store)
+    store_access.reap_dead(store)
     try:
         run = store.get_run(run_id)
     except StoreError:
@@ -463,7 +464,7 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str]) -> None:
 
 def _pick_run(store: RunStore) -> tuple[int, dict[int, str]] | None:
     """The run to show and every run's status as the picker shows it; a word when none."""
-    ui.reap_dead(store)
+    store_access.reap_dead(store)
     runs = store.runs_frame()
     if runs.empty:
         st.info(
@@ -480,10 +481,10 @@ def _pick_run(store: RunStore) -> tuple[int, dict[int, str]] | None:
     return selected, _statuses(runs)
 
 
-store = ui.store_or_stop()
+store = store_access.store_or_stop()
 st.title("Live")
 ui.show_flashes()
-ui.store_notice(store)
+store_access.store_notice(store)
 picked: tuple[int, dict[int, str]] | None = None
 with ui.guard("Reading the run store"):
     picked = _pick_run(store)

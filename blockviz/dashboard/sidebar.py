@@ -20,7 +20,9 @@ import streamlit as st
 
 from blockviz.core import config, corpora, params
 from blockviz.core.config import ConfigError, DataConfig, ModelConfig, RunConfig
-from blockviz.dashboard.ui import plain, run_via_app, store_path
+from blockviz.dashboard.store_access import store_path
+from blockviz.dashboard.streamlit_compat import run_via_app
+from blockviz.dashboard.ui import plain
 from blockviz.store import StoreError, check_name, sanitize_name
 
 PREFIX = "cfg."
