@@ -9,25 +9,22 @@ progress meanwhile.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, LOSS_NAMES
-from blockviz.dashboard import tables, ui
+from blockviz.dashboard import store_access, tables, ui
+from blockviz.dashboard.controls import chart_controls
 from blockviz.store import RunStore, StoreError
 from blockviz.views import charts, export
+from blockviz.views.report_job import ReportJob
 
 REFRESH_S = 1.5
 POLL_S = 0.5
 MAX_POINTS = 800  # per series; the store keeps each bucket's min and max
 REPORT_JOB_KEY = "compare.report_job"
-REPORT_STALL_S = 120.0  # a requested build that never started is given up after this
-
-
-# ---------------------------------------------------------------------------- tables
 
 
 # ---------------------------------------------------------------------------- curves
@@ -44,7 +41,7 @@ def _curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> None:
 
 
 def _draw_curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> None:
-    ui.reap_dead(store)
+    store_access.reap_dead(store)
     all_runs = store.runs_frame()
     runs = all_runs[all_runs["id"].isin(run_ids)]
     if len(runs) < len(run_ids):
@@ -58,17 +55,10 @@ def _draw_curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> N
     tag = "-".join(str(i) for i in run_ids)
 
     st.subheader("Loss and metrics", anchor=False)
-    controls = st.columns([3, 1, 3], vertical_alignment="bottom")
-    smoothing = controls[0].slider(
-        "Smoothing (EMA, as in TensorBoard)", 0.0, 0.99, 0.6, 0.01, key="compare.smoothing"
-    )
-    log_scale = controls[1].toggle("Log scale", key="compare.log_scale")
     names = store.scalar_names(run_ids)
     others = [n for n in names if n not in LOSS_NAMES] or list(names)
-    if st.session_state.get("compare.metric") not in others and others:
-        preferred = [n for n in ("val/bpc", "train/grad_norm") if n in others]
-        st.session_state["compare.metric"] = (preferred or others)[0]
-    metric = controls[2].selectbox("Metric", others, key="compare.metric") if others else None
+    chosen = chart_controls("compare", others, preferred=("val/bpc", "train/grad_norm"))
+    smoothing, log_scale, metric = chosen.smoothing, chosen.log_scale, chosen.metric
     loss_col, metric_col = st.columns(2, gap="large")
     with loss_col, ui.guard("Loss chart"):
         scalars = store.scalars(run_ids, names=LOSS_NAMES, max_points=MAX_POINTS)
@@ -171,76 +161,27 @@ def _config_section(store: RunStore, run_ids: list[int]) -> None:
 # ---------------------------------------------------------------------------- report
 
 
-def _new_job() -> dict[str, Any]:
-    # A plain dict shared with the download's worker thread; it only ever sets fields.
-    return {
-        "requested": 0,
-        "started": 0,
-        "finished": 0,
-        "fraction": 0.0,
-        "message": "",
-        "error": "",
-        "size": 0,
-        "requested_at": 0.0,
-        "run_ids": [],
-    }
-
-
-def _report_job() -> dict[str, Any]:
+def _report_job() -> ReportJob:
+    """This session's report job (shared with the download's worker thread)."""
     job = st.session_state.get(REPORT_JOB_KEY)
-    if not isinstance(job, dict):
-        job = _new_job()
+    if not isinstance(job, ReportJob):
+        job = ReportJob()
         st.session_state[REPORT_JOB_KEY] = job
     return job
 
 
-def _mark_requested(job: dict[str, Any]) -> None:
-    job["requested"] += 1
-    job["requested_at"] = time.time()
-
-
-def _report_builder(store: RunStore, run_ids: list[int], job: dict[str, Any]) -> Any:
-    """The download's data callable: builds the zip on click, reporting progress to `job`."""
-
-    def progress(fraction: float, message: str = "") -> None:
-        job["fraction"] = min(max(float(fraction), 0.0), 1.0)
-        job["message"] = str(message)
-
-    def build() -> bytes:
-        job.update(started=job["started"] + 1, fraction=0.0, message="starting", error="", size=0)
-        job["run_ids"] = list(run_ids)
-        try:
-            data = export.build_report(store, run_ids, progress=progress)
-            job["size"] = len(data)  # before `finished`: the poller reads it once done
-            return data
-        except Exception as exc:
-            job["error"] = str(exc) or type(exc).__name__
-            raise
-        finally:
-            job["finished"] += 1
-
-    return build
-
-
-def _building(job: dict[str, Any]) -> bool:
-    pending = max(job["requested"], job["started"]) > job["finished"]
-    stalled = job["started"] < job["requested"] and (
-        time.time() - job["requested_at"] > REPORT_STALL_S
-    )
-    return pending and not stalled
-
-
-def _report_progress(job: dict[str, Any], run_ids: list[int], was_building: bool) -> None:
+def _report_progress(job: ReportJob, run_ids: list[int], was_building: bool) -> None:
     """Progress of the report being built (polled while it builds)."""
-    if _building(job):
-        text = f"Building the report… {ui.plain(job['message'])}".strip()
-        st.progress(job["fraction"], text=text)
+    status = job.status()
+    if status.building:
+        text = f"Building the report… {ui.plain(status.message)}".strip()
+        st.progress(status.fraction, text=text)
     elif was_building:
         st.rerun()  # done: redraw once without the timer
-    elif job["error"]:
-        st.error(f"The report could not be built: {ui.plain(job['error'])}")
-    elif job["size"] and job["run_ids"] == run_ids:
-        st.success(f"Report built ({job['size'] / 1e6:.1f} MB); your browser saves the zip.")
+    elif status.error:
+        st.error(f"The report could not be built: {ui.plain(status.error)}")
+    elif status.size and list(status.run_ids) == run_ids:
+        st.success(f"Report built ({status.size / 1e6:.1f} MB); your browser saves the zip.")
 
 
 def _report_section(store: RunStore, run_ids: list[int], runs: list[dict[str, Any]]) -> None:
@@ -252,16 +193,17 @@ def _report_section(store: RunStore, run_ids: list[int], runs: list[dict[str, An
     job = _report_job()
     st.download_button(
         "Download report (zip)",
-        data=_report_builder(store, run_ids, job),
+        data=job.builder(
+            lambda progress: export.build_report(store, run_ids, progress=progress), run_ids
+        ),
         file_name=export.report_name(runs),
         mime="application/zip",
         key="compare.report",
         type="primary",
         icon=":material/folder_zip:",
-        on_click=_mark_requested,
-        args=(job,),
+        on_click=job.request,
     )
-    building = _building(job)
+    building = job.building()
     st.fragment(_report_progress, run_every=POLL_S if building else None)(job, run_ids, building)
 
 
@@ -271,7 +213,7 @@ def _report_section(store: RunStore, run_ids: list[int], runs: list[dict[str, An
 def _choose_runs(store: RunStore) -> tuple[pd.DataFrame, dict[int, str]] | None:
     """The chosen runs' rows (default: the latest two) and every run's status, as the
     picker shows them; a word when there are none."""
-    ui.reap_dead(store)
+    store_access.reap_dead(store)
     all_runs = store.runs_frame()
     if all_runs.empty:
         st.info(
@@ -289,10 +231,10 @@ def _choose_runs(store: RunStore) -> tuple[pd.DataFrame, dict[int, str]] | None:
     return all_runs.set_index("id").loc[chosen].reset_index(), _statuses(all_runs)
 
 
-store = ui.store_or_stop()
+store = store_access.store_or_stop()
 st.title("Compare")
 ui.show_flashes()
-ui.store_notice(store)
+store_access.store_notice(store)
 picked: pd.DataFrame | None = None
 seen: dict[int, str] = {}
 with ui.guard("Reading the run store"):

@@ -10,8 +10,7 @@ so the picker's labels and the header always show the same status.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -20,16 +19,15 @@ import streamlit as st
 
 from blockviz import runner
 from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, TAP_STATS, TAPS
-from blockviz.dashboard import ui
+from blockviz.dashboard import store_access, ui
+from blockviz.dashboard.controls import SMOOTHING_DEFAULT, chart_controls
 from blockviz.store import RunStore, StoreError
-from blockviz.views import charts
+from blockviz.views import charts, summary
+from blockviz.views.incremental import IncrementalReader
 
 REFRESH_S = 1.5
-MAX_POINTS = 800  # per series on the first read; the store keeps each bucket's min and max
-REREAD_FACTOR = 4  # re-read downsampled once a cached series grows past 4x MAX_POINTS
 SAMPLES_SHOWN = 20
-DIVERGENCE_WINDOW = 200  # steps before the divergence read whole for its message
-CACHE_KEY = "live.cache"
+CACHE_KEY = "live.cache"  # the series read so far (IncrementalReader's state)
 TAB_KEY = "live.tab"
 TABS = ("Loss", "Gradients", "Activations", "Updates", "Attention", "Samples")
 STATUS_COLORS = {
@@ -42,7 +40,7 @@ STATUS_COLORS = {
 }
 # Controls that keep their value across tab switches and refreshes (key -> default).
 PREFERENCES: dict[str, Any] = {
-    "live.smoothing": 0.6,
+    "live.smoothing": SMOOTHING_DEFAULT,
     "live.log_scale": False,
     "live.metric": "train/grad_norm",  # spikes in it come before a divergence
     "live.grad.component": "block",
@@ -50,58 +48,14 @@ PREFERENCES: dict[str, Any] = {
     "live.act.stat": "rms",
     "live.upd.component": "block",
 }
-Fetch = Callable[[int | None, int | None], pd.DataFrame]  # (after_step, max_points) -> frame
 
 
 # ---------------------------------------------------------------------------- reading
 
 
-def _grown(name: str, run_id: int, fetch: Fetch, series: Sequence[str]) -> pd.DataFrame:
-    """A store frame cached for this run and extended with the rows logged since last time.
-
-    The newest cached step is read again, because a writer's flush may have landed only
-    part of it; everything before it is final.
-    """
-    cache = st.session_state.get(CACHE_KEY)
-    if not isinstance(cache, dict) or cache.get("run_id") != run_id:
-        cache = {"run_id": run_id}  # another run: drop the old run's frames
-        st.session_state[CACHE_KEY] = cache
-    cached: pd.DataFrame | None = cache.get(name)
-    too_long = (
-        cached is not None
-        and not cached.empty
-        and int(cached.groupby(list(series)).size().max()) > REREAD_FACTOR * MAX_POINTS
-    )
-    if cached is None or cached.empty or too_long:
-        frame = fetch(None, MAX_POINTS)
-    else:
-        last_step = int(cached["step"].max())
-        fresh = fetch(last_step - 1, None)
-        kept = cached[cached["step"] < last_step]
-        frame = pd.concat([kept, fresh], ignore_index=True) if not fresh.empty else cached
-        frame = frame.sort_values([*series, "step"], kind="stable", ignore_index=True)
-    cache[name] = frame
-    return frame
-
-
-def _scalars(store: RunStore, run_id: int) -> pd.DataFrame:
-    return _grown(
-        "scalars",
-        run_id,
-        lambda after, points: store.scalars(run_id, after_step=after, max_points=points),
-        ("run_id", "name"),
-    )
-
-
-def _layer_stats(store: RunStore, run_id: int, kind: str) -> pd.DataFrame:
-    return _grown(
-        f"layer_stats.{kind}",
-        run_id,
-        lambda after, points: store.layer_stats(
-            run_id, kind=kind, after_step=after, max_points=points
-        ),
-        ("run_id", "kind", "stat", "component", "layer"),
-    )
+def _reader() -> IncrementalReader:
+    """The run's series as read so far, kept in session state across refreshes."""
+    return IncrementalReader(st.session_state, CACHE_KEY)
 
 
 def _throughput(scalars: pd.DataFrame, window: int = 50) -> float | None:
@@ -117,19 +71,13 @@ def _throughput(scalars: pd.DataFrame, window: int = 50) -> float | None:
 
 
 def _n_layer(run: dict[str, Any]) -> int:
-    config = run.get("config") or {}
-    try:
-        return max(1, int(config["model"]["n_layer"]))
-    except (KeyError, TypeError, ValueError):
-        return 1
+    model = summary.stored_model_config(run)
+    return model.n_layer if model is not None else 1  # a damaged config: the one layer all have
 
 
 def _has_attention(run: dict[str, Any]) -> bool:
-    config = run.get("config") or {}
-    try:
-        return bool(config["model"]["attention"])
-    except (KeyError, TypeError):
-        return True
+    model = summary.stored_model_config(run)
+    return model.attention if model is not None else True
 
 
 # ---------------------------------------------------------------------------- header
@@ -146,6 +94,7 @@ def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None
     """Name, status badge, Stop, and the numbers a glance needs."""
     run_id, status = int(run["id"]), str(run["status"])
     step, max_steps = run.get("step"), run.get("max_steps")
+    writable = store_access.writable(store)
     with st.container(horizontal=True, vertical_alignment="center"):
         st.subheader(f"#{run_id} {ui.plain(run['name'])}", anchor=False)
         st.badge(status, color=STATUS_COLORS.get(status, "gray"))
@@ -153,8 +102,8 @@ def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None
             "Stop",
             key="live.stop",
             icon=":material/stop_circle:",
-            help="Checkpoint and stop" if ui.writable(store) else ui.READONLY_NOTICE,
-            disabled=not ui.writable(store),
+            help="Checkpoint and stop" if writable else store_access.READONLY_NOTICE,
+            disabled=not writable,
         ):
             st.toast(ui.plain(f"Run #{run_id}: {runner.stop(store, run_id)}"))
     step_text = "—" if step is None else f"{int(step):,}"
@@ -181,51 +130,20 @@ def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None
         st.progress(min(max(int(step) / int(max_steps), 0.0), 1.0))
 
 
-def _fmt_value(value: float) -> str:
-    return "NaN" if math.isnan(value) else ("+inf" if value > 0 else "-inf")
-
-
-def _divergence_text(run: dict[str, Any], scalars: pd.DataFrame) -> str:
-    """Where the run diverged (step) and how (last finite loss, what went non-finite).
-
-    `scalars` holds the run's last steps up to and past the divergence, not downsampled.
-    """
-    diverged_step = run.get("diverged_step")
-    values = scalars["value"].to_numpy(dtype=float)
-    bad = scalars[~np.isfinite(values)]
-    if diverged_step is None and not bad.empty:
-        diverged_step = int(bad["step"].min())
-    where = f"at step {int(diverged_step):,}" if diverged_step is not None else ""
-    parts = [f"**This run diverged {where}.**".replace(" .", ".")]
-    loss = scalars[scalars["name"] == "train/loss"]
-    finite = loss[np.isfinite(loss["value"].to_numpy(dtype=float))]
-    if not finite.empty:
-        last = finite.iloc[-1]
-        parts.append(
-            f"The last finite training loss was {last['value']:.4g} at step {int(last['step']):,}."
-        )
-    if not bad.empty:
-        first = bad[bad["step"] == bad["step"].min()]
-        what = ", ".join(
-            f"{ui.literal(name)} = {_fmt_value(float(value))}"
-            for name, value in zip(first["name"], first["value"], strict=True)
-        )
-        parts.append(f"At step {int(first['step'].iloc[0]):,}: {what}.")
-    if run.get("error"):
-        parts.append(ui.plain(run["error"]))
-    parts.append("The loss chart marks the step in red.")
-    return " ".join(parts)
+def _divergence_markdown(facts: summary.Divergence) -> str:
+    """The divergence in Markdown: metric names as code, the run's error as plain text."""
+    sentences = summary.render_divergence(
+        facts, bold=lambda text: f"**{text}**", code=ui.literal, text=ui.plain
+    )
+    return f"{sentences} The loss chart marks the step in red."
 
 
 def _status_message(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None:
     status = run["status"]
     step = run.get("step")
     if status == "diverged":
-        # The cached series may be downsampled; the last steps are read whole so the last
-        # finite loss and the first non-finite values are exact.
-        end = run.get("diverged_step") or step or 0
-        recent = store.scalars(int(run["id"]), after_step=max(int(end) - DIVERGENCE_WINDOW, -1))
-        st.error(_divergence_text(run, recent), icon=":material/warning:")
+        facts = summary.read_divergence(store, run)
+        st.error(_divergence_markdown(facts), icon=":material/warning:")
     elif status == "failed":
         at = f" at step {int(step):,}" if step is not None else ""
         error = ui.plain(run.get("error") or "no error was recorded.")
@@ -251,15 +169,15 @@ def _colors(run: dict[str, Any]) -> Any:
 def _loss_tab(run: dict[str, Any], scalars: pd.DataFrame) -> None:
     name = str(run["name"])
     others = [n for n in sorted(set(scalars["name"])) if n not in ("train/loss", "train/lr")]
-    if others and st.session_state.get("live.metric") not in others:
-        preferred = [n for n in ("train/grad_norm", "val/bpc") if n in others]
-        st.session_state["live.metric"] = (preferred or others)[0]
-    controls = st.columns([3, 1, 2], vertical_alignment="bottom", gap="large")
-    smoothing = controls[0].slider(
-        "Smoothing (EMA, as in TensorBoard)", 0.0, 0.99, step=0.01, key="live.smoothing"
+    chosen = chart_controls(
+        "live",
+        others,
+        preferred=("train/grad_norm", "val/bpc"),
+        metric_label="Another metric",
+        widths=(3, 1, 2),
+        gap="large",
     )
-    log_scale = controls[1].toggle("Log scale", key="live.log_scale")
-    metric = controls[2].selectbox("Another metric", others, key="live.metric") if others else None
+    smoothing, log_scale, metric = chosen.smoothing, chosen.log_scale, chosen.metric
     with ui.guard("Loss chart"):
         step = run.get("diverged_step")
         diverged = {name: int(step)} if step is not None else None
@@ -292,7 +210,7 @@ def _gradients_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) 
         format_func=lambda s: {"grad_norm": "gradient norm", "param_norm": "weight norm"}[s],
         key="live.grad.stat",
     )
-    stats = _layer_stats(store, run_id, "component")
+    stats = _reader().layer_stats(store, run_id, "component")
     lines_col, heat_col = st.columns(2, gap="large")
     with lines_col, ui.guard("Per-layer lines"):
         chart = charts.layer_lines(stats, stat, component)
@@ -317,7 +235,7 @@ def _activations_tab(store: RunStore, run: dict[str, Any]) -> None:
     name, run_id = str(run["name"]), int(run["id"])
     stat = st.segmented_control("Statistic", TAP_STATS, required=True, key="live.act.stat")
     with ui.guard("Activation statistics"):
-        chart = charts.tap_stats_chart(_layer_stats(store, run_id, "tap"), stat)
+        chart = charts.tap_stats_chart(_reader().layer_stats(store, run_id, "tap"), stat)
         label = f"{name} activation {stat}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.act")
     st.markdown("**Histogram over time**")
@@ -353,7 +271,8 @@ def _updates_tab(store: RunStore, run: dict[str, Any]) -> None:
         "far above, the step size is too large for it."
     )
     with ui.guard("Update-to-data ratio"):
-        chart = charts.update_ratio_chart(_layer_stats(store, run_id, "component"), component)
+        stats = _reader().layer_stats(store, run_id, "component")
+        chart = charts.update_ratio_chart(stats, component)
         label = f"{name} update ratio {component}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.upd")
 
@@ -364,7 +283,7 @@ def _attention_tab(store: RunStore, run: dict[str, Any]) -> None:
         st.info("This run's blocks have no attention (attention is off in its config).")
         return
     with ui.guard("Attention entropy"):
-        chart = charts.attention_entropy_chart(_layer_stats(store, run_id, "head"))
+        chart = charts.attention_entropy_chart(_reader().layer_stats(store, run_id, "head"))
         label = f"{name} attention entropy"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.entropy")
     st.markdown("**Attention maps**")
@@ -423,7 +342,7 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str]) -> None:
     otherwise, the whole page reruns, so the picker's labels, the header and the refresh
     timer follow the change.
     """
-    ui.reap_dead(store)
+    store_access.reap_dead(store)
     try:
         run = store.get_run(run_id)
     except StoreError:
@@ -440,7 +359,7 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str]) -> None:
         st.session_state[key] = st.session_state.get(key, default)
     scalars: pd.DataFrame | None = None
     with ui.guard("Run header"):
-        scalars = _scalars(store, run_id)
+        scalars = _reader().scalars(store, run_id)
         _header(store, run, scalars)
         _status_message(store, run, scalars)
     if scalars is None:
@@ -463,7 +382,7 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str]) -> None:
 
 def _pick_run(store: RunStore) -> tuple[int, dict[int, str]] | None:
     """The run to show and every run's status as the picker shows it; a word when none."""
-    ui.reap_dead(store)
+    store_access.reap_dead(store)
     runs = store.runs_frame()
     if runs.empty:
         st.info(
@@ -480,10 +399,10 @@ def _pick_run(store: RunStore) -> tuple[int, dict[int, str]] | None:
     return selected, _statuses(runs)
 
 
-store = ui.store_or_stop()
+store = store_access.store_or_stop()
 st.title("Live")
 ui.show_flashes()
-ui.store_notice(store)
+store_access.store_notice(store)
 picked: tuple[int, dict[int, str]] | None = None
 with ui.guard("Reading the run store"):
     picked = _pick_run(store)

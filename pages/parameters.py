@@ -5,6 +5,7 @@ import streamlit as st
 from blockviz.core import params
 from blockviz.dashboard import sidebar, ui
 from blockviz.views import charts
+from blockviz.views.breakdown import breakdown_frames, share_sentence
 
 state = sidebar.state()
 model_cfg = state.model_for_params
@@ -21,7 +22,7 @@ if model_cfg is None:
 
 with ui.guard("Parameter breakdown"):
     breakdown = params.param_breakdown(model_cfg)
-    by_component, by_layer, rows = ui.breakdown_frames(breakdown, model_cfg.n_layer)
+    by_component, by_layer, rows = breakdown_frames(breakdown, model_cfg.n_layer)
     total_col, blocks_col, vocab_col = st.columns(3)
     total_col.metric("Total parameters", f"{breakdown.total:,}")
     blocks_col.metric("Blocks", model_cfg.n_layer)
@@ -30,7 +31,7 @@ with ui.guard("Parameter breakdown"):
         model_cfg.vocab_size,
         help="Set from the dataset when a run starts; uploads use their own count here.",
     )
-    st.markdown(ui.share_sentence(model_cfg, breakdown))
+    st.markdown(share_sentence(model_cfg, breakdown))
 
     component_tab, layer_tab, rows_tab = st.tabs(["By component", "By layer", "Every tensor group"])
     with component_tab:

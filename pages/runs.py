@@ -6,19 +6,19 @@ import streamlit as st
 
 from blockviz import runner
 from blockviz.core.spec import ACTIVE_STATUSES
-from blockviz.dashboard import ui
+from blockviz.dashboard import store_access, tables, ui
 from blockviz.store import StoreError
 
-store = ui.store_or_stop()
+store = store_access.store_or_stop()
 st.title("Runs")
 ui.show_flashes()
-ui.store_notice(store)
-writable = ui.writable(store)
-write_help = None if writable else ui.READONLY_NOTICE
+store_access.store_notice(store)
+writable = store_access.writable(store)
+write_help = None if writable else store_access.READONLY_NOTICE
 
 runs = None
 with ui.guard("Run list"):
-    ui.reap_dead(store)
+    store_access.reap_dead(store)
     runs = store.runs_frame()
 if runs is None:
     st.stop()
@@ -33,7 +33,7 @@ st.caption(
     + "."
 )
 st.dataframe(
-    ui.runs_table(runs.iloc[::-1], time.time()),
+    tables.runs_table(runs.iloc[::-1], time.time()),
     hide_index=True,
     width="stretch",
     column_config={

@@ -4,12 +4,13 @@ import streamlit as st
 
 from blockviz import runner
 from blockviz.core import params
-from blockviz.dashboard import sidebar, ui
+from blockviz.dashboard import sidebar, store_access, ui
 from blockviz.store import RunStore
 from blockviz.views import charts, diagram
+from blockviz.views.breakdown import block_shares, breakdown_frames, share_sentence
 
 state = sidebar.state()
-store = ui.get_store()
+store = store_access.get_store()
 
 st.title("Train")
 st.caption(
@@ -17,7 +18,7 @@ st.caption(
     "training when you close the tab."
 )
 ui.show_flashes()
-ui.store_notice(store)
+store_access.store_notice(store)
 
 model_cfg = state.model_for_params
 wiring, summary = st.columns([5, 4], gap="large")
@@ -42,8 +43,8 @@ with summary:
     else:
         with ui.guard("Parameter breakdown"):
             breakdown = params.param_breakdown(model_cfg)
-            by_component, _, _ = ui.breakdown_frames(breakdown, model_cfg.n_layer)
-            block = ui.block_shares(breakdown)
+            by_component, _, _ = breakdown_frames(breakdown, model_cfg.n_layer)
+            block = block_shares(breakdown)
             total_col, ffn_col, attn_col = st.columns(3)
             total_col.metric("Total", f"{breakdown.total:,}")
             ffn_col.metric(
@@ -56,7 +57,7 @@ with summary:
                 f"{block['attn']:.1%}",
                 help="share of each block's parameters in its attention",
             )
-            st.caption(ui.share_sentence(model_cfg, breakdown))
+            st.caption(share_sentence(model_cfg, breakdown))
             ui.chart_with_downloads(
                 charts.param_breakdown_chart(by_component),
                 by_component,
@@ -68,8 +69,8 @@ with summary:
     slots = runner.default_max_running()
     if store is None:
         st.error(
-            f"Cannot open the run store at {ui.literal(ui.store_path())}; set `BLOCKVIZ_STORE` "
-            "to a writable file path and restart the app."
+            f"Cannot open the run store at {ui.literal(store_access.store_path())}; set "
+            "`BLOCKVIZ_STORE` to a writable file path and restart the app."
         )
     else:
         st.markdown(f"Run name: {ui.literal(state.name)}")
@@ -78,16 +79,16 @@ with summary:
         clicked = st.button(
             "Launch",
             type="primary",
-            disabled=not (state.can_launch and ui.writable(store)),
+            disabled=not (state.can_launch and store_access.writable(store)),
             key="launch",
             icon=":material/rocket_launch:",
-            help=None if ui.writable(store) else ui.READONLY_NOTICE,
+            help=None if store_access.writable(store) else store_access.READONLY_NOTICE,
         )
         st.caption(
             f"Up to {slots} run(s) train at once (set BLOCKVIZ_MAX_RUNNING to change it); "
             "more wait as queued and start when a slot frees."
         )
-        if clicked and state.run_config is not None and ui.writable(store):
+        if clicked and state.run_config is not None and store_access.writable(store):
             try:
                 launched = runner.launch(state.run_config, state.name, store, max_running=slots)
             except runner.LaunchError as exc:
@@ -117,7 +118,7 @@ def _progress(run_store: RunStore) -> None:
 
 
 def _progress_rows(run_store: RunStore) -> None:
-    ui.reap_dead(run_store)
+    store_access.reap_dead(run_store)
     active = runner.active(run_store)
     if not active:
         st.caption("No runs in progress.")
@@ -138,8 +139,8 @@ def _progress_rows(run_store: RunStore) -> None:
             "Stop",
             key=f"train.stop.{run.id}",
             icon=":material/stop:",
-            disabled=not ui.writable(run_store),
-            help=None if ui.writable(run_store) else ui.READONLY_NOTICE,
+            disabled=not store_access.writable(run_store),
+            help=None if store_access.writable(run_store) else store_access.READONLY_NOTICE,
         ):
             with ui.guard(f"Stopping run #{run.id}"):
                 st.toast(ui.plain(f"Run #{run.id}: {runner.stop(run_store, run.id)}"))
@@ -148,7 +149,7 @@ def _progress_rows(run_store: RunStore) -> None:
 st.subheader("Runs in progress")
 if store is not None:
     with ui.guard("Runs in progress"):
-        ui.reap_dead(store)
+        store_access.reap_dead(store)
         any_active = bool(runner.active(store))
         st.session_state["train.was_active"] = any_active
         st.fragment(_progress, run_every=2 if any_active else None)(store)

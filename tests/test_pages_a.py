@@ -8,14 +8,14 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from blockviz import synthetic
-from blockviz.dashboard import ui
+from blockviz.dashboard import store_access, streamlit_compat, ui
 from blockviz.store import RunStore, StoreError, StoreLocked, default_store_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,6 +54,20 @@ def shown(markdown: str) -> str:
 
 def texts(at: AppTest, kind: str) -> str:
     return "\n".join(shown(str(e.value)) for e in getattr(at, kind))
+
+
+def opened_by(open_store: Callable[..., RunStore]) -> type[RunStore]:
+    """A RunStore class whose opening is `open_store` (a stand-in for the file system).
+
+    `RunStore.open_readable` opens through `cls(...)`; `__new__` hands that to
+    `open_store`, whose stores are plain RunStores, so `__init__` is not run again.
+    """
+
+    class Opened(RunStore):
+        def __new__(cls, path: str | None = None, **options: object) -> RunStore:
+            return open_store(path, **options)
+
+    return Opened
 
 
 def test_pages_render_with_an_empty_store(store: RunStore) -> None:
@@ -194,7 +208,7 @@ def test_a_page_link_opened_first_still_goes_through_app_py(
 ) -> None:
     # The first request of a fresh server names a page (a bookmarked /live?run=3): Streamlit
     # would run that file alone, without app.py's navigation and sidebar.
-    monkeypatch.setattr(ui, "_rerouted", False)  # as in a freshly started server
+    monkeypatch.setattr(streamlit_compat, "_rerouted", False)  # as in a freshly started server
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.switch_page(page).run()
     assert not at.exception
@@ -217,9 +231,9 @@ def test_unopenable_store_is_a_message_not_a_traceback(
 def test_locked_store_is_a_message_after_a_short_wait_not_a_hang(
     store: RunStore, populated: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ui, "PAGE_BUSY_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(store_access, "PAGE_BUSY_TIMEOUT_S", 0.5)
     store.close()  # another process takes the lock below; nothing of ours may hold the file
-    ui._open_store.clear()
+    store_access._open_store.clear()
     locker = sqlite3.connect(default_store_path(), isolation_level=None)
     try:
         locker.execute("PRAGMA locking_mode = EXCLUSIVE")
@@ -231,7 +245,7 @@ def test_locked_store_is_a_message_after_a_short_wait_not_a_hang(
         assert time.monotonic() - started < TIMEOUT
     finally:
         locker.close()
-        ui._open_store.clear()
+        store_access._open_store.clear()
     # Unlocked again: the same page reads the runs.
     at = open_page("pages/runs.py")
     assert not at.exception and "locked" not in texts(at, "error")
@@ -330,10 +344,10 @@ def readonly_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
             raise StoreError(f"the run store {path} is not writable; set BLOCKVIZ_STORE")
         return RunStore(path, readonly=True, **options)
 
-    ui._open_store.clear()
-    monkeypatch.setattr(ui, "RunStore", open_store)
+    store_access._open_store.clear()
+    monkeypatch.setattr(store_access, "RunStore", opened_by(open_store))
     yield attempts
-    ui._open_store.clear()
+    store_access._open_store.clear()
 
 
 @pytest.mark.parametrize("page", list(WRITE_BUTTONS))
@@ -348,7 +362,7 @@ def test_a_read_only_store_is_shown_with_writing_actions_off(
     at.switch_page(page).run()
     assert not at.exception, [e.value for e in at.exception]
     assert readonly_only[:2] == [False, True]  # read-write first, then read-only
-    assert ui.READONLY_NOTICE in texts(at, "info")
+    assert store_access.READONLY_NOTICE in texts(at, "info")
     assert "Cannot open" not in texts(at, "error")
     for key in WRITE_BUTTONS[page]:
         assert at.button(key=key.format(running=running)).disabled, key
@@ -364,7 +378,7 @@ def test_a_write_that_reaches_a_read_only_store_is_a_message_not_a_traceback(
 ) -> None:
     # Buttons enabled as if the store were writable (a tab opened before the file turned
     # read-only): what the click then does must still be a clear message.
-    monkeypatch.setattr(ui, "writable", lambda run_store: True)
+    monkeypatch.setattr(store_access, "writable", lambda run_store: True)
     completed = populated[STATUSES.index("completed")]
     name = store.get_run(completed)["name"]
     store.close()
@@ -404,16 +418,16 @@ def test_only_a_store_that_cannot_be_written_is_opened_read_only(
             raise StoreError(message.format(path=path))
         return RunStore(path, readonly=True, **options)
 
-    monkeypatch.setattr(ui, "RunStore", open_store)
-    ui._open_store.clear()
+    monkeypatch.setattr(store_access, "RunStore", opened_by(open_store))
+    store_access._open_store.clear()
     try:
         if falls_back:
-            assert ui._open_store(path).readonly
+            assert store_access._open_store(path).readonly
         else:
             with pytest.raises(StoreError, match="blockviz"):
-                ui._open_store(path)
+                store_access._open_store(path)
     finally:
-        ui._open_store.clear()
+        store_access._open_store.clear()
 
 
 def test_a_locked_store_is_not_opened_read_only(
@@ -426,11 +440,11 @@ def test_a_locked_store_is_not_opened_read_only(
         opened.append(readonly)
         raise StoreLocked(f"the run store {path} stayed locked (read-only would not help)")
 
-    monkeypatch.setattr(ui, "RunStore", open_store)
-    ui._open_store.clear()
+    monkeypatch.setattr(store_access, "RunStore", opened_by(open_store))
+    store_access._open_store.clear()
     try:
         with pytest.raises(StoreLocked):
-            ui._open_store(path)
+            store_access._open_store(path)
     finally:
-        ui._open_store.clear()
+        store_access._open_store.clear()
     assert opened == [False]

@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from blockviz import synthetic
 from blockviz.core import config as cfg
-from blockviz.dashboard import ui
+from blockviz.dashboard import store_access
 from blockviz.store import RunStore
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
@@ -426,7 +426,7 @@ APP = str(PAGES.parent / "app.py")
 def test_a_killed_run_reads_failed_after_one_render_of_any_page(
     store: RunStore, runs: dict[str, int], page: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ui, "_last_reap", {}, raising=False)
+    monkeypatch.setattr(store_access, "_last_reap", {}, raising=False)
     run_id = runs["running"]
     name = store.get_run(run_id)["name"]
     _kill(store, run_id)
@@ -461,7 +461,7 @@ def test_a_run_killed_while_a_page_refreshes_reads_failed_on_the_next_refresh(
     at.switch_page(f"pages/{page}.py").run()
     assert store.get_run(run_id)["status"] == "running"
     _kill(store, run_id)
-    monkeypatch.setattr(ui, "REAP_EVERY_S", 0.0, raising=False)  # the 5 s have passed
+    monkeypatch.setattr(store_access, "REAP_EVERY_S", 0.0, raising=False)  # the 5 s have passed
     rerun_fragments(at, monkeypatch)
     assert not at.exception, [e.value for e in at.exception]
     assert store.get_run(run_id)["status"] == "failed"
@@ -484,12 +484,12 @@ def test_reaping_is_throttled_and_never_writes_a_read_only_store(
             calls.append(str(self.path))
             return []
 
-    monkeypatch.setattr(ui, "_last_reap", {})
+    monkeypatch.setattr(store_access, "_last_reap", {})
     writable, readonly = Store("a.db", False), Store("b.db", True)
     for _ in range(3):
-        ui.reap_dead(writable)
-        ui.reap_dead(readonly)
+        store_access.reap_dead(writable)
+        store_access.reap_dead(readonly)
     assert calls == ["a.db"]  # once per REAP_EVERY_S, and never the read-only store
-    monkeypatch.setattr(ui, "REAP_EVERY_S", 0.0)
-    ui.reap_dead(writable)
+    monkeypatch.setattr(store_access, "REAP_EVERY_S", 0.0)
+    store_access.reap_dead(writable)
     assert calls == ["a.db", "a.db"]

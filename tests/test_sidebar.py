@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from blockviz.core import config, corpora, params
-from blockviz.dashboard import sidebar
+from blockviz.dashboard import config_fields, run_names, sidebar, uploads
 from blockviz.store import default_store_path
 
 TIMEOUT = 30
@@ -46,12 +46,12 @@ def uploads_dir() -> Path:
 
 def test_every_config_field_has_a_widget() -> None:
     wanted = {f.name for cls in config.SECTIONS.values() for f in dataclasses.fields(cls)} - set(
-        sidebar.NOT_WIDGETS
+        config_fields.NOT_WIDGETS
     )
-    assert {spec.name for spec in sidebar.ALL_FIELDS} == wanted
+    assert {spec.name for spec in config_fields.ALL_FIELDS} == wanted
     # Architecture comes first and holds every ModelConfig widget.
     model_fields = {f.name for f in dataclasses.fields(config.ModelConfig)} - {"vocab_size"}
-    assert {spec.name for spec in sidebar.ARCHITECTURE} == model_fields
+    assert {spec.name for spec in config_fields.ARCHITECTURE} == model_fields
 
 
 @pytest.mark.parametrize(
@@ -67,14 +67,14 @@ def test_every_config_field_has_a_widget() -> None:
 )
 def test_suggested_name_lists_what_differs(overrides: dict, expected: str) -> None:
     run_config = config.replace(config.preset("baby-cpu"), **overrides)
-    assert sidebar.suggest_name("baby-cpu", run_config) == expected
+    assert run_names.suggest_name("baby-cpu", run_config) == expected
 
 
 def test_suggested_name_stays_short_with_many_changes() -> None:
     changes = {"n_layer": 2, "n_head": 2, "d_model": 64, "block_size": 32, "dropout": 0.1}
     changes |= {"bias": False, "init": "gpt2"}
-    name = sidebar.suggest_name("baby-cpu", config.replace(config.preset("baby-cpu"), **changes))
-    assert name.endswith(f"+{len(changes) - sidebar.MAX_NAME_TOKENS}")
+    name = run_names.suggest_name("baby-cpu", config.replace(config.preset("baby-cpu"), **changes))
+    assert name.endswith(f"+{len(changes) - run_names.MAX_NAME_TOKENS}")
 
 
 @pytest.mark.parametrize(
@@ -92,13 +92,13 @@ def test_suggested_name_stays_short_with_many_changes() -> None:
 )
 def test_bad_uploads_are_refused_and_not_saved(data: bytes, message: str) -> None:
     with pytest.raises(corpora.DataError, match=message):
-        sidebar.accept_upload(data, "notes.txt")
+        uploads.accept_upload(data, "notes.txt")
     assert not uploads_dir().exists() or not any(uploads_dir().iterdir())
 
 
 def test_accepted_upload_is_saved_under_its_hash_not_its_name() -> None:
     data = b"hello, blockviz\r\n" * 10
-    info = sidebar.accept_upload(data, "../../etc/evil name.txt")
+    info = uploads.accept_upload(data, "../../etc/evil name.txt")
     expected = uploads_dir() / f"{hashlib.sha256(data).hexdigest()[:16]}.txt"
     assert Path(info.path) == expected and expected.is_file()
     assert expected.read_text(encoding="utf-8") == "hello, blockviz\n" * 10
@@ -193,9 +193,9 @@ def test_name_follows_the_suggestion_until_typed(app: AppTest) -> None:
 def test_refused_uploads_show_a_message_and_block_launch(
     app: AppTest, data: bytes, message: str
 ) -> None:
-    app.selectbox(key="cfg.dataset").set_value(sidebar.UPLOAD_CHOICE).run()
+    app.selectbox(key="cfg.dataset").set_value(config_fields.UPLOAD_CHOICE).run()
     assert launch_disabled(app)  # nothing uploaded yet
-    app.file_uploader(key=sidebar.UPLOAD_KEY).set_value(("notes.txt", data, "text/plain")).run()
+    app.file_uploader(key=uploads.UPLOAD_KEY).set_value(("notes.txt", data, "text/plain")).run()
     assert not app.exception
     shown = errors(app) + "\n".join(w.value for w in app.warning)
     assert message in shown
@@ -204,8 +204,8 @@ def test_refused_uploads_show_a_message_and_block_launch(
 
 def test_good_upload_becomes_the_dataset(app: AppTest) -> None:
     text = "".join(f"line {i}: the quick brown fox\n" for i in range(200))
-    app.selectbox(key="cfg.dataset").set_value(sidebar.UPLOAD_CHOICE).run()
-    app.file_uploader(key=sidebar.UPLOAD_KEY).set_value(
+    app.selectbox(key="cfg.dataset").set_value(config_fields.UPLOAD_CHOICE).run()
+    app.file_uploader(key=uploads.UPLOAD_KEY).set_value(
         ("fox.txt", text.encode(), "text/plain")
     ).run()
     assert not app.exception and not errors(app)
@@ -220,7 +220,7 @@ def test_good_upload_becomes_the_dataset(app: AppTest) -> None:
 # ------------------------------------------------------------------ issue 10
 
 
-NUMBER_SPECS = [spec for spec in sidebar.ALL_FIELDS if spec.kind in ("int", "float")]
+NUMBER_SPECS = [spec for spec in config_fields.ALL_FIELDS if spec.kind in ("int", "float")]
 
 
 def test_number_widgets_take_their_range_from_the_config_bounds(app: AppTest) -> None:
@@ -292,8 +292,8 @@ def sidebar_texts(at: AppTest) -> list[str]:
 def test_an_upload_name_is_shown_as_text_not_markdown(bare_sidebar: AppTest, data: bytes) -> None:
     at = bare_sidebar
     name = "![t](http://127.0.0.1:9/pixel.png).txt"
-    at.selectbox(key="cfg.dataset").set_value(sidebar.UPLOAD_CHOICE).run()
-    at.file_uploader(key=sidebar.UPLOAD_KEY).set_value((name, data, "text/plain")).run()
+    at.selectbox(key="cfg.dataset").set_value(config_fields.UPLOAD_CHOICE).run()
+    at.file_uploader(key=uploads.UPLOAD_KEY).set_value((name, data, "text/plain")).run()
     assert not at.exception
     quoting = [text for text in sidebar_texts(at) if "pixel" in text]
     assert quoting  # the name is shown...

@@ -1,7 +1,8 @@
-"""Tables the pages show: the final-metrics (ablation) table with its column formats."""
+"""Tables the pages show: the runs list, the final-metrics (ablation) table and its formats."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pandas as pd
@@ -33,3 +34,34 @@ def final_table(store: RunStore, run_ids: list[int]) -> pd.DataFrame:
     if final["answer_acc"].isna().all():
         final = final.drop(columns="answer_acc")  # only the ops dataset has answers
     return final[[c for c in spec.FINAL_COLUMNS if c in final.columns]]
+
+
+def runs_table(runs: pd.DataFrame, now: float) -> pd.DataFrame:
+    """The columns a person scans: id, name, status, created, duration, step, val loss, device.
+
+    Duration runs to `ended`, to `now` for an active run, else to the last heartbeat.
+    """
+    active = runs["status"].isin(spec.ACTIVE_STATUSES)
+    end = runs["ended"].where(runs["ended"].notna(), runs["heartbeat"]).where(~active, now)
+    duration = end - runs["started"]
+    steps = [
+        f"{'–' if pd.isna(step) else f'{int(step):,}'} / "
+        f"{'?' if pd.isna(total) else f'{int(total):,}'}"
+        for step, total in zip(runs["step"], runs["max_steps"], strict=True)
+    ]
+    created = [
+        "" if pd.isna(c) else time.strftime("%Y-%m-%d %H:%M", time.localtime(c))
+        for c in runs["created"]
+    ]
+    return pd.DataFrame(
+        {
+            "id": runs["id"].to_numpy(),
+            "name": runs["name"].to_numpy(),
+            "status": runs["status"].to_numpy(),
+            "created": created,
+            "duration": [format_duration(None if pd.isna(d) else d) for d in duration],
+            "step": steps,
+            "val loss": runs["val_loss"].to_numpy(),
+            "device": runs["device"].to_numpy(),
+        }
+    )

@@ -1,42 +1,25 @@
-"""Streamlit helpers shared by every page: the store, error guards, chart downloads, run picking.
+"""Streamlit helpers shared by every page: safe text, error guards, chart downloads, run picking.
 
-Pages stay thin by leaning on these. Nothing here imports torch.
+Pages stay thin by leaning on these (the store itself: `store_access`). Nothing here
+imports torch.
 """
 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
-from pathlib import Path
+from contextlib import contextmanager
 
 import altair as alt
 import pandas as pd
 import streamlit as st
 
-from blockviz import runner
-from blockviz.core.config import ModelConfig
-from blockviz.core.params import Breakdown
-from blockviz.core.spec import ACTIVE_STATUSES, layer_label
-from blockviz.store import (
-    RunStore,
-    StoreError,
-    StoreLocked,
-    checked,
-    default_store_path,
-    is_id_text,
-    is_readonly_error,
-)
+from blockviz.store import RunStore, is_id_text
 from blockviz.views import export
 
 LIVE_PAGE = "pages/live.py"
 RUN_KEY = "run_id"  # session_state key of the run the Live page shows
-PAGE_BUSY_TIMEOUT_S = 5.0  # a locked store: the page says so after this, never hangs
 COMPARE_KEY = "compare_ids"  # session_state key of the runs the Compare page overlays
-REAP_EVERY_S = 5.0  # pages mark dead runs failed at most this often (fragments refresh faster)
-READONLY_NOTICE = "read-only store: launching, stopping, renaming and deleting are off"
-# What RunStore says when the file or its folder cannot be written (then: open read-only).
 _MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
 
 
@@ -63,124 +46,6 @@ def literal(text: object) -> str:
     fence = "`" * (longest + 1)
     pad = " " if flat[0] == "`" or flat[-1] == "`" else ""
     return f"{fence}{pad}{flat}{pad}{fence}"
-
-
-@st.cache_resource(show_spinner=False)
-def _open_store(path: str) -> RunStore:
-    # One connection per store file for the whole server; RunStore serialises threads.
-    # A damaged file is refused once, when it is opened, rather than misread page by page.
-    return checked(_open_read_or_write(path))
-
-
-def _open_read_or_write(path: str) -> RunStore:
-    try:
-        return RunStore(path, busy_timeout_s=PAGE_BUSY_TIMEOUT_S)
-    except StoreLocked:
-        raise
-    except StoreError as exc:
-        # A store this process may read but not write (a read-only file or folder, a
-        # copy from another user): show it, with the actions that write turned off.
-        # (RunStore.open_readable does the same; this goes through the module's RunStore
-        # name so the page tests can stand in for the file system.)
-        if not Path(path).is_file() or not is_readonly_error(exc):
-            raise
-        try:
-            return RunStore(path, readonly=True, busy_timeout_s=PAGE_BUSY_TIMEOUT_S)
-        except StoreError:
-            raise exc from None  # the first error says why writing was refused
-
-
-_rerouted = False  # whether run_via_app has rerun a page run already (once per process)
-
-
-def run_via_app() -> None:
-    """Rerun through app.py when Streamlit ran a page file on its own.
-
-    A Streamlit quirk: until some run of the server has called st.navigation, a main
-    script that sits next to a `pages/` folder gets the old multipage behaviour, in which
-    a `/<page>` URL runs that page file alone, without app.py's navigation, page config and
-    sidebar. That is the first visit after a (re)start that opens a page link, such as a
-    bookmarked `/live?run=3`. Turning the old behaviour off and rerunning sends the run
-    through app.py. Every page reaches this early (via the store or the sidebar).
-
-    The rerun happens once per process: a server keeps the switch off from then on, while
-    AppTest turns it back on for every run, and a rerun there would swallow the click
-    that started the run.
-    """
-    global _rerouted
-    try:
-        from streamlit.runtime.pages_manager import PagesManager
-    except ImportError:  # a future Streamlit without the switch: nothing to undo
-        return
-    if getattr(PagesManager, "uses_pages_directory", False):
-        PagesManager.uses_pages_directory = False
-        if not _rerouted:
-            _rerouted = True
-            st.rerun()
-
-
-def store_path() -> Path:
-    """The store file the dashboard uses ($BLOCKVIZ_STORE or runs/blockviz.db), absolute."""
-    return default_store_path().expanduser().absolute()
-
-
-def get_store() -> RunStore | None:
-    """The cached RunStore, or None (showing nothing) when it cannot be opened."""
-    run_via_app()
-    try:
-        return _open_store(str(store_path()))
-    except (StoreError, OSError):
-        return None
-
-
-def store_or_stop() -> RunStore:
-    """The cached RunStore; otherwise a clear error naming the path, and the page stops."""
-    run_via_app()
-    path = store_path()
-    try:
-        return _open_store(str(path))
-    except (StoreError, OSError) as exc:
-        if isinstance(exc, StoreLocked):
-            advice = "Reload the page to try again."
-        else:
-            advice = "Set `BLOCKVIZ_STORE` to a writable file path and restart the app."
-        st.error(f"Cannot open the run store at {literal(path)}: {plain(exc)}. {advice}")
-        st.stop()
-        raise  # unreachable: st.stop() raises; keeps type checkers honest
-
-
-def writable(store: RunStore | None) -> bool:
-    """Whether launching, stopping, renaming and deleting may write to this store."""
-    return store is not None and not store.readonly
-
-
-def store_notice(store: RunStore | None) -> None:
-    """The one-line notice a read-only store gets on every page that uses it."""
-    if store is not None and store.readonly:
-        st.info(READONLY_NOTICE, icon=":material/lock:")
-
-
-_last_reap: dict[str, float] = {}  # store path -> monotonic time of this process's last reap
-
-
-def reap_dead(store: RunStore) -> None:
-    """Mark runs whose process died (kill -9, out of memory) as failed; called on refreshes.
-
-    At most once per REAP_EVERY_S per store, so a page refreshing every 1.5 s does not
-    query process tables that often; a dead run reads `failed` within its 30 s heartbeat
-    staleness plus this. A read-only store is never written. Best effort: a store that
-    cannot be written right now is tried again on a later refresh, while the page reads on.
-    """
-    if store.readonly:
-        return
-    now = time.monotonic()
-    key = str(store.path)
-    last = _last_reap.get(key)
-    if last is not None and now - last < REAP_EVERY_S:
-        return
-    _last_reap[key] = now
-    with suppress(StoreError):
-        runner.reap(store)  # also collects the dashboard's own exited children
 
 
 @contextmanager
@@ -398,105 +263,3 @@ def show_flashes() -> None:
         {"success": st.success, "error": st.error, "warning": st.warning}.get(kind, st.info)(
             plain(message)
         )
-
-
-# ------------------------------------------------------------------ parameter breakdown views
-
-
-def breakdown_frames(
-    breakdown: Breakdown, n_layer: int
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(per component, per layer and component, every row) frames of a parameter breakdown."""
-    rows = pd.DataFrame(
-        [
-            (r.layer, layer_label(r.layer, n_layer), r.component, r.count, r.formula)
-            for r in breakdown.rows
-        ],
-        columns=["layer_index", "layer", "component", "count", "formula"],
-    )
-    total = max(breakdown.total, 1)
-    components = []
-    for component, count in breakdown.by_component().items():
-        mine = rows[rows["component"] == component]
-        formula = mine["formula"].iloc[0]
-        if len(mine) > 1:
-            formula = f"{len(mine)} × [{formula}]"
-        components.append((component, count, count / total, len(mine), formula))
-    by_component = pd.DataFrame(
-        components, columns=["component", "count", "share", "layers", "formula"]
-    )
-    by_layer = rows.sort_values("layer_index", kind="stable")[["layer", "component", "count"]]
-    return by_component, by_layer.reset_index(drop=True), rows
-
-
-def _block_counts(breakdown: Breakdown) -> dict[str, int]:
-    """Parameters of one block (all blocks are alike): total, ffn, attn, norm."""
-    block = [r for r in breakdown.rows if r.layer == 0]
-    counts = {"total": sum(r.count for r in block)}
-    for part in ("ffn", "attn", "norm"):
-        counts[part] = sum(r.count for r in block if r.component.startswith(part))
-    return counts
-
-
-def block_shares(breakdown: Breakdown) -> dict[str, float]:
-    """Fractions of one block's parameters in its FFN, attention and norms."""
-    counts = _block_counts(breakdown)
-    total = max(counts["total"], 1)
-    return {part: counts[part] / total for part in ("ffn", "attn", "norm")}
-
-
-def share_sentence(model_cfg: ModelConfig, breakdown: Breakdown) -> str:
-    """Where the parameters sit, in words computed from the breakdown."""
-    counts = _block_counts(breakdown)
-    block_total, ffn, attn, norms = (counts[k] for k in ("total", "ffn", "attn", "norm"))
-    total = max(breakdown.total, 1)
-    blocks_total = sum(r.count for r in breakdown.rows if 0 <= r.layer < model_cfg.n_layer)
-    parts = []
-    if block_total:
-        width = f"ffn_mult {model_cfg.ffn_mult}, {model_cfg.activation}"
-        if ffn:
-            parts.append(
-                f"The FFN holds {ffn / block_total:.1%} of each block's {block_total:,} "
-                f"parameters ({ffn:,} at {width})"
-            )
-        if attn:
-            parts.append(f"attention {attn / block_total:.1%} ({attn:,})")
-        if norms:
-            parts.append(f"norms {norms / block_total:.1%} ({norms:,})")
-    sentence = "; ".join(parts) + "." if parts else ""
-    rest = total - blocks_total
-    return (
-        f"{sentence} The {model_cfg.n_layer} blocks hold {blocks_total / total:.1%} of the "
-        f"{breakdown.total:,} parameters; embeddings and the head the other {rest / total:.1%}."
-    ).strip()
-
-
-def runs_table(runs: pd.DataFrame, now: float) -> pd.DataFrame:
-    """The columns a person scans: id, name, status, created, duration, step, val loss, device.
-
-    Duration runs to `ended`, to `now` for an active run, else to the last heartbeat.
-    """
-    active = runs["status"].isin(ACTIVE_STATUSES)
-    end = runs["ended"].where(runs["ended"].notna(), runs["heartbeat"]).where(~active, now)
-    duration = end - runs["started"]
-    steps = [
-        f"{'–' if pd.isna(step) else f'{int(step):,}'} / "
-        f"{'?' if pd.isna(total) else f'{int(total):,}'}"
-        for step, total in zip(runs["step"], runs["max_steps"], strict=True)
-    ]
-    created = [
-        "" if pd.isna(c) else time.strftime("%Y-%m-%d %H:%M", time.localtime(c))
-        for c in runs["created"]
-    ]
-    return pd.DataFrame(
-        {
-            "id": runs["id"].to_numpy(),
-            "name": runs["name"].to_numpy(),
-            "status": runs["status"].to_numpy(),
-            "created": created,
-            "duration": [format_duration(None if pd.isna(d) else d) for d in duration],
-            "step": steps,
-            "val loss": runs["val_loss"].to_numpy(),
-            "device": runs["device"].to_numpy(),
-        }
-    )
