@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
 
 from blockviz.core import corpora
+from blockviz.core.files import atomic_write
 from blockviz.dashboard.config_fields import DATASET_NOTES, UPLOAD_CHOICE
 from blockviz.dashboard.store_access import store_path
 
@@ -46,9 +46,7 @@ def accept_upload(data: bytes, display_name: str) -> UploadInfo:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{digest[:16]}.txt"
     if not path.exists():
-        partial = folder / f".{digest[:16]}.{os.getpid()}.part"
-        partial.write_text(text, encoding="utf-8")
-        partial.replace(path)  # atomic: a concurrent reader never sees half a file
+        atomic_write(path, text)  # a concurrent reader never sees half a file
     vocab_size = corpora.CharVocab.from_text(text).size
     return UploadInfo(display_name, str(path), len(text), vocab_size, digest)
 
