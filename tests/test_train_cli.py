@@ -188,7 +188,7 @@ def test_runs_and_show_commands(two_runs, capsys):
 # -------------------------------------------------------------- endings of a run
 
 
-def test_divergence_is_a_result_not_a_crash(tmp_path, corpus):
+def test_divergence_is_a_result_not_a_crash(tmp_path, corpus, capsys):
     store_path = tmp_path / "blockviz.db"
     code, out, err = finish(start(train_command(store_path, corpus, *DIVERGING)))
     assert code == 0, err
@@ -200,6 +200,13 @@ def test_divergence_is_a_result_not_a_crash(tmp_path, corpus):
         assert list(loss.index) == [0, 1]
         assert not torch.isfinite(torch.tensor(loss[1]))  # the bad value is recorded
         assert store.layer_stats(1, kind="component").step.unique().tolist() == [0]
+    # `show` says where and how, in the Live page's words (views.summary), and as JSON.
+    assert cli.main(["show", "1", "--store", str(store_path)]) == 0
+    shown = capsys.readouterr().out
+    assert "This run diverged at step 1." in shown and "train/loss = " in shown
+    assert cli.main(["show", "1", "--store", str(store_path), "--json"]) == 0
+    divergence = json.loads(capsys.readouterr().out)["divergence"]
+    assert divergence["step"] == 1 and divergence["nonfinite_step"] == 1
 
 
 def test_sigterm_stops_with_a_checkpoint_and_resume_continues_from_it(tmp_path, corpus):

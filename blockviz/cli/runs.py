@@ -11,11 +11,13 @@ import json
 import math
 import sys
 import time
+from dataclasses import asdict, replace
 from typing import Any
 
 from blockviz import runner
 from blockviz.core import config as cfg
 from blockviz.store import RunStore, checked
+from blockviz.views.summary import read_divergence, render_divergence
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -103,6 +105,7 @@ def cli_show(args: argparse.Namespace) -> int:
         run = store.get_run(args.run)
         samples = store.samples(run["id"], limit=1)
         final = store.final_metrics([run["id"]])
+        divergence = read_divergence(store, run) if run["status"] == "diverged" else None
     last_sample = (
         None
         if samples.empty
@@ -116,7 +119,14 @@ def cli_show(args: argparse.Namespace) -> int:
     if args.json:
         print(
             json.dumps(
-                {**run, "final_metrics": metrics, "last_sample": last_sample}, indent=2, default=str
+                {
+                    **run,
+                    "final_metrics": metrics,
+                    "last_sample": last_sample,
+                    "divergence": None if divergence is None else asdict(divergence),
+                },
+                indent=2,
+                default=str,
             )
         )
         return EXIT_OK
@@ -153,6 +163,8 @@ def cli_show(args: argparse.Namespace) -> int:
     ]
     if values:
         lines.append(("metrics", ", ".join(values)))
+    if divergence is not None:  # the same sentences as the Live page
+        lines.append(("diverged", render_divergence(replace(divergence, error=None))))
     if run.get("error"):
         lines.append(("error", str(run["error"])))
     width = max(len(label) for label, _ in lines)
