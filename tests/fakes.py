@@ -47,14 +47,7 @@ SAMPLE_CHARS = 120  # characters generated per text sample
 DEVICE, PRECISION = "cpu", "32-true"
 
 # How far through max_steps each status gets before the run stops (its `step`).
-PROGRESS = {
-    "completed": 1.0,
-    "stopped": 0.7,
-    "running": 0.6,
-    "diverged": 0.4,
-    "failed": 0.3,
-    "queued": 0.0,
-}
+PROGRESS = {"completed": 1.0, "stopped": 0.7, "running": 0.6, "diverged": 0.4, "failed": 0.3}
 
 # Linear layers and norms of a block, in the order CharTransformer registers them, with
 # the parameter group (core.params) each one is.
@@ -213,6 +206,7 @@ def _hist_probabilities() -> np.ndarray:
 
 
 _HIST_P = _hist_probabilities()
+LayerRow = tuple[int, int, str, str, str, float]  # (step, layer, kind, component, stat, value)
 
 
 class _FakeRun:
@@ -262,59 +256,46 @@ class _FakeRun:
 
     # -- probes --------------------------------------------------------------------------
 
-    def norm_rows(self) -> tuple[list[tuple[int, int, str, str, str, float]], np.ndarray]:
+    def norm_rows(self) -> tuple[list[LayerRow], np.ndarray]:
         """Per-tensor, per-component and per-layer norms and update ratios; and the global
         gradient norm per probe step (the root of the summed squares, as BlockProbe has it)."""
-        steps = self.timeline.probes
-        size = len(steps)
-        rows: list[tuple[int, int, str, str, str, float]] = []
+        size = len(self.timeline.probes)
+        rows: list[LayerRow] = []
         groups: dict[tuple[int, str], np.ndarray] = {}  # (layer, component) -> (3, S) squares
         for tensor in param_tensors(self.model):
             draws = self.rng("param", tensor.name).standard_normal((3, size))
             grad = 0.3 * np.exp(0.5 * draws[0])
             param = 4.0 * np.exp(0.2 * draws[1])
             delta = param * 1e-3 * np.exp(0.5 * draws[2])
-            rows += self._series(tensor.layer, "param", tensor.name, grad, param, delta)
+            rows += self._norms(tensor.layer, "param", tensor.name, grad, param, delta)
             squares = np.stack([grad, param, delta]) ** 2
             for key in ((tensor.layer, tensor.component), (tensor.layer, "block")):
                 groups[key] = groups.get(key, 0) + squares
         for (layer, component), squares in sorted(groups.items()):
-            grad, param, delta = np.sqrt(squares)
-            rows += self._series(layer, "component", component, grad, param, delta)
+            rows += self._norms(layer, "component", component, *np.sqrt(squares))
         total = sum(squares[0] for (_, part), squares in groups.items() if part == "block")
         return rows, np.sqrt(total) if size else np.zeros(0)
 
-    def _series(
-        self,
-        layer: int,
-        kind: str,
-        component: str,
-        grad: np.ndarray,
-        param: np.ndarray,
-        delta: np.ndarray,
-    ) -> list[tuple[int, int, str, str, str, float]]:
-        rows: list[tuple[int, int, str, str, str, float]] = []
-        for stat, values in (
-            ("grad_norm", grad),
-            ("param_norm", param),
-            ("update_ratio", delta / param),
-        ):
-            rows += zip(
-                self.timeline.probes,
-                repeat(layer),
-                repeat(kind),
-                repeat(component),
-                repeat(stat),
-                values.tolist(),
-                strict=False,
-            )
-        return rows
+    def _norms(
+        self, layer: int, kind: str, component: str, grad: Any, param: Any, delta: Any
+    ) -> list[LayerRow]:
+        return [
+            *self._rows(layer, kind, component, "grad_norm", grad),
+            *self._rows(layer, kind, component, "param_norm", param),
+            *self._rows(layer, kind, component, "update_ratio", delta / param),
+        ]
 
-    def tap_and_head_rows(self) -> list[tuple[int, int, str, str, str, float]]:
+    def _rows(
+        self, layer: int, kind: str, component: str, stat: str, values: np.ndarray
+    ) -> list[LayerRow]:
+        """One statistic's rows over the probe steps."""
+        pairs = zip(self.timeline.probes, values.tolist(), strict=True)
+        return [(step, layer, kind, component, stat, value) for step, value in pairs]
+
+    def tap_and_head_rows(self) -> list[LayerRow]:
         """Activation statistics of every tap and the attention entropy of every head."""
-        steps = self.timeline.probes
-        size = len(steps)
-        rows: list[tuple[int, int, str, str, str, float]] = []
+        size = len(self.timeline.probes)
+        rows: list[LayerRow] = []
         for layer in range(self.model.n_layer):
             for tap in tap_names(self.model):
                 draws = self.rng("tap", layer, tap).standard_normal((3, size))
@@ -329,28 +310,12 @@ class _FakeRun:
                     "zero_frac": np.zeros(size),
                 }
                 for stat in TAP_STATS:
-                    rows += zip(
-                        steps,
-                        repeat(layer),
-                        repeat("tap"),
-                        repeat(tap),
-                        repeat(stat),
-                        stats[stat].tolist(),
-                        strict=False,
-                    )
+                    rows += self._rows(layer, "tap", tap, stat, stats[stat])
             if self.model.attention:
                 top = math.log(self.model.block_size)  # the most a causal row can have
                 for head in range(self.model.n_head):
                     entropy = top * self.rng("head", layer, head).uniform(0.2, 0.9, size)
-                    rows += zip(
-                        steps,
-                        repeat(layer),
-                        repeat("head"),
-                        repeat(str(head)),
-                        repeat("attn_entropy"),
-                        entropy.tolist(),
-                        strict=False,
-                    )
+                    rows += self._rows(layer, "head", str(head), "attn_entropy", entropy)
         return rows
 
     def write_histograms(self, store: RunStore, run_id: int) -> None:

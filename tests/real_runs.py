@@ -34,10 +34,11 @@ RUNS = {
     "pre": (),
     "post": ("--norm_position", "post"),
     "ffn_only": ("--attention", "false", "--tie_weights", "true"),
-    # lr 10 without warm-up, clipping or norms: the loss is non-finite at step 1.
+    # lr 10 without warm-up, clipping or norms: the loss is non-finite at step 1, a probe
+    # step here (what a diverged step still records is part of the shape).
     "diverged": (
         *("--lr", "10", "--warmup_steps", "0", "--grad_clip", "0", "--norm_position", "none"),
-        *("--n_layer", "6", "--activation", "relu"),
+        *("--n_layer", "6", "--activation", "relu", "--probe_interval", "1"),
     ),
 }
 _TRAIN_ALL = """

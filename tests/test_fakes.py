@@ -73,8 +73,12 @@ def shape(store: RunStore, run_id: int) -> dict[str, Any]:
         "layer_stats": sorted(
             layers[["step", "layer", "kind", "component", "stat"]].itertuples(index=False)
         ),
+        # Counts sum to the activation's size, except where the activations are not finite
+        # (the step a run diverged at: NaN lands in no bin), so the sum is left out there.
         "histograms": {
             key: (len(one), one["lo"].min(), one["hi"].max(), int(one["count"].sum()))
+            if key[0] != run["diverged_step"]
+            else len(one)
             for key, one in hists.groupby(["step", "layer", "tap"])
         },
         "attention": maps,
