@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_export.py [--runs 4] [--steps 2000] [--layers 4]
 
-Fills a temporary store with synthetic runs (blockviz.synthetic), times vl-convert
+Fills a temporary store with fake runs (tests/fakes.py), times vl-convert
 rendering of the Compare page's loss chart in each format (median of --repeats), then
 one build_report of all runs. Not a test: numbers for BENCHMARKS.md.
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_store import timed  # (median ms, best ms, CPU ms, len(result))
-from blockviz import synthetic
 from blockviz.store import RunStore
 from blockviz.views import charts, export
+from tests import fakes  # fake runs shaped like real ones (ROOT is on sys.path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(Path(tmp) / "blockviz.db")
-        ids = synthetic.populate(store, n_runs=args.runs, n_steps=args.steps, n_layer=args.layers)
+        ids = fakes.populate(store, n_runs=args.runs, n_steps=args.steps, n_layer=args.layers)
         frame = store.scalars(ids, names=["train/loss", "val/loss"], max_points=800)
         chart = charts.loss_chart(frame, smoothing=0.6)
         export.chart_png(chart)  # the first call loads vl-convert's engine
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"machine: {platform.machine()} {os.cpu_count()} CPUs, python {platform.python_version()}"
     )
-    print(f"runs: {args.runs} synthetic x {args.steps} steps x {args.layers} layers")
+    print(f"runs: {args.runs} fake x {args.steps} steps x {args.layers} layers")
     print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print()
     print(f"{'export':<24} {'wall s':>7} {'cpu s':>7} {'bytes':>11}")

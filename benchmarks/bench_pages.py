@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_pages.py [--runs 20] [--steps 5000] [--layers 12]
 
-Fills a temporary store with synthetic runs (blockviz.synthetic, every one completed, so
+Fills a temporary store with fake runs (tests/fakes.py, every one completed, so
 each holds all its steps), then runs app.py through Streamlit's AppTest and times one
 script run of each page: the sidebar plus the page, everything the server does for a
 browser's rerun except sending the result over the websocket. Compare overlays all runs.
@@ -43,12 +43,12 @@ def main(argv: list[str] | None = None) -> int:
         # Imported after the environment is set: the app reads BLOCKVIZ_STORE.
         from streamlit.testing.v1 import AppTest
 
-        from blockviz import synthetic
         from blockviz.dashboard import ui
         from blockviz.store import RunStore
+        from tests import fakes  # fake runs shaped like real ones
 
         store = RunStore(os.environ["BLOCKVIZ_STORE"])
-        ids = synthetic.populate(
+        ids = fakes.populate(
             store,
             n_runs=args.runs,
             n_steps=args.steps,

@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/bench_quick_check.py [--runs 20] [--steps 5000] [--layers 12]
 
 `runs`, `show`, `export` and the dashboard run `RunStore.check_integrity` once when they open
-a store. This fills a temporary store with synthetic runs and times that check, three
-times, with the file's size. Not a test: numbers for BENCHMARKS.md.
+a store. This fills a temporary store with fake runs (tests/fakes.py, shaped like real
+ones) and times that check, three times, with the file's size. Not a test: numbers for
+BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from blockviz import synthetic
 from blockviz.store import RunStore
+from tests import fakes  # fake runs shaped like real ones (the root is on sys.path)
 
 
 def main() -> None:
@@ -30,7 +31,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "blockviz.db"
         with RunStore(path) as store:
-            synthetic.populate(
+            fakes.populate(
                 store,
                 n_runs=args.runs,
                 n_steps=args.steps,

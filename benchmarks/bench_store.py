@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_store.py [--runs 20] [--steps 5000] [--layers 12]
 
-Fills a temporary store with synthetic runs (blockviz.synthetic), then times the reads a
+Fills a temporary store with fake runs (tests/fakes.py), then times the reads a
 Live page and a Compare page make. Each read is repeated; the table shows the median and
 the best time in milliseconds and the rows returned. Not a test: numbers for BENCHMARKS.md.
 """
@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from blockviz import synthetic
 from blockviz.store import RunStore
+from tests import fakes  # fake runs shaped like real ones (ROOT is on sys.path)
 
 
 def timed(read: Callable[[], object], repeats: int) -> tuple[float, float, float, int]:
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         store = RunStore(path)
         start, start_cpu = time.perf_counter(), time.process_time()
         # Every run completed: each one has all max_steps, the largest store at this scale.
-        ids = synthetic.populate(
+        ids = fakes.populate(
             store,
             n_runs=args.runs,
             n_steps=args.steps,

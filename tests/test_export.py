@@ -15,10 +15,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from blockviz import cli, synthetic
+from blockviz import cli
 from blockviz.core import config as cfg
 from blockviz.store import RunStore
 from blockviz.views import charts, export
+from tests.real_runs import RealRuns, as_running, copy_run
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 NETWORK_SCRIPT = re.compile(r"<script[^>]*\bsrc\s*=", re.IGNORECASE)
@@ -26,17 +27,12 @@ NETWORK_LINK = re.compile(r"<link[^>]*\bhref\s*=\s*[\"']?https?:", re.IGNORECASE
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunStore]:
-    """A finished Pre-LN run and a still-running Post-LN run, small enough to render fast."""
+def store(tmp_path_factory: pytest.TempPathFactory, real_runs: RealRuns) -> Iterator[RunStore]:
+    """Real tiny runs: a finished Pre-LN run 1 and a Post-LN run 2 still running at step 15."""
     run_store = RunStore(tmp_path_factory.mktemp("export") / "blockviz.db")
-    synthetic.populate(
-        run_store,
-        n_runs=2,
-        n_steps=60,
-        n_layer=2,
-        probe_every=20,
-        statuses=("completed", "running"),
-    )
+    for label in ("pre", "post"):
+        copy_run(run_store, real_runs.path, real_runs.ids[label])
+    as_running(run_store, 2, step=15)
     yield run_store
     run_store.close()
 
@@ -76,9 +72,9 @@ def test_png_has_the_signature_and_twice_the_svg_size(loss_chart) -> None:
     assert export.svg_png(svg) == png  # the report's shortcut gives the very same image
 
 
-def test_svg_parses_and_shows_title_and_axis_titles(loss_chart) -> None:
+def test_svg_parses_and_shows_title_and_axis_titles(store: RunStore, loss_chart) -> None:
     text = svg_text(export.chart_svg(loss_chart))
-    for label in ("Loss", "step", "loss (nats/char)", "synthetic-preln-0"):
+    for label in ("Loss", "step", "loss (nats/char)", store.get_run(1)["name"]):
         assert label in text
 
 
@@ -165,7 +161,7 @@ def test_report_html_is_offline_with_one_bundle_and_says_what_was_running(report
     assert len(specs) == charts_in_zip
     assert "was still running at step" in page
     assert "was still running at step" in archive.read("README.txt").decode()
-    assert "norm_position" in page  # the config diff: synthetic runs alternate Pre/Post-LN
+    assert "norm_position" in page  # the config diff: run 1 is Pre-LN, run 2 Post-LN
 
 
 def test_report_progress_rises_to_done(report) -> None:
@@ -297,12 +293,10 @@ def test_write_file_overwrite_behaviour(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def finished_run() -> Iterator[str]:
-    """One completed synthetic run in the default store ($BLOCKVIZ_STORE); its name."""
+def finished_run(real_runs: RealRuns) -> Iterator[str]:
+    """One completed real run in the default store ($BLOCKVIZ_STORE); its name."""
     run_store = RunStore()
-    (run_id,) = synthetic.populate(
-        run_store, n_runs=1, n_steps=40, n_layer=2, probe_every=20, statuses=("completed",)
-    )
+    run_id = copy_run(run_store, real_runs.path, real_runs.ids["pre"])
     name = run_store.get_run(run_id)["name"]
     run_store.close()
     yield name

@@ -8,18 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from blockviz import cli, synthetic
+from blockviz import cli
 from blockviz.store import RunStore
 from blockviz.views import export
+from tests.real_runs import RealRuns, copy_run
 
 
 @pytest.fixture
-def run_name() -> Iterator[str]:
-    """One completed synthetic run with a config, in the default store; its name."""
+def run_name(real_runs: RealRuns) -> Iterator[str]:
+    """One completed real run with a config, in the default store; its name."""
     store = RunStore()
-    (run_id,) = synthetic.populate(
-        store, n_runs=1, n_steps=30, n_layer=1, probe_every=10, statuses=("completed",)
-    )
+    run_id = copy_run(store, real_runs.path, real_runs.ids["pre"])
     name = store.get_run(run_id)["name"]
     store.close()
     yield name

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from blockviz import synthetic
 from blockviz.dashboard import store_access, streamlit_compat, ui
 from blockviz.store import RunStore, StoreError, StoreLocked, default_store_path
+from tests import fakes
+from tests.real_runs import RealRuns, copy_run
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
@@ -35,9 +36,11 @@ def store() -> Iterator[RunStore]:
 
 
 @pytest.fixture
-def populated(store: RunStore) -> list[int]:
-    """One finished, running, diverged and failed synthetic run, tiny."""
-    return synthetic.populate(store, n_runs=4, n_steps=60, n_layer=2, statuses=STATUSES)
+def populated(store: RunStore, real_runs: RealRuns) -> list[int]:
+    """A finished real run, then a running, diverged and failed fake one, tiny (STATUSES)."""
+    completed = copy_run(store, real_runs.path, real_runs.ids["pre"])
+    others = fakes.populate(store, n_runs=3, n_steps=60, n_layer=2, statuses=STATUSES[1:])
+    return [completed, *others]
 
 
 def open_page(page: str) -> AppTest:
@@ -292,10 +295,10 @@ def test_launch_failure_shows_the_error_and_the_log_tail(
 NO_TORCH_SCRIPT = """
 import json, sys
 from streamlit.testing.v1 import AppTest
-from blockviz import synthetic
 from blockviz.store import RunStore, StoreError, StoreLocked, default_store_path
+from tests import fakes
 store = RunStore(default_store_path())
-synthetic.populate(store, n_runs=4, n_steps=40, n_layer=2, statuses={statuses!r})
+fakes.populate(store, n_runs=4, n_steps=40, n_layer=2, statuses={statuses!r})
 store.close()
 at = AppTest.from_file({app!r}, default_timeout=60).run()
 problems = [str(e.value) for e in at.exception]

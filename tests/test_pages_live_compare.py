@@ -1,4 +1,4 @@
-"""AppTest of the Live and Compare pages against empty and synthetic run stores."""
+"""AppTest of the Live and Compare pages against empty stores, real runs and fake ones."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from blockviz import synthetic
 from blockviz.core import config as cfg
 from blockviz.dashboard import store_access
 from blockviz.store import RunStore
+from tests import fakes
+from tests.real_runs import RealRuns, copy_run
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
 LIVE_TABS = ("Loss", "Gradients", "Activations", "Updates", "Attention", "Samples")
@@ -68,9 +69,14 @@ def store() -> RunStore:
 
 
 @pytest.fixture
-def runs(store: RunStore) -> dict[str, int]:
-    """One synthetic run per status (completed, running, diverged, failed): status -> id."""
-    ids = synthetic.populate(store, n_runs=4, n_steps=60, n_layer=2, probe_every=10, n_head=2)
+def runs(store: RunStore, real_runs: RealRuns) -> dict[str, int]:
+    """A run per status: running, diverged and failed fakes, then a real completed one
+    (the newest): status -> id."""
+    statuses = [s for s in fakes.DEFAULT_STATUSES if s != "completed"]
+    ids = fakes.populate(
+        store, n_runs=3, n_steps=60, n_layer=2, probe_every=10, n_head=2, statuses=statuses
+    )
+    ids.append(copy_run(store, real_runs.path, real_runs.ids["pre"]))
     return {store.get_run(run_id)["status"]: run_id for run_id in ids}
 
 
@@ -88,7 +94,7 @@ def test_empty_store_says_what_to_do_next(page: str) -> None:
 # ---------------------------------------------------------------------------- Live
 
 
-@pytest.mark.parametrize("status", synthetic.DEFAULT_STATUSES)
+@pytest.mark.parametrize("status", fakes.DEFAULT_STATUSES)
 def test_live_renders_every_tab_of_every_kind_of_run(
     store: RunStore, runs: dict[str, int], status: str
 ) -> None:
@@ -282,7 +288,7 @@ def test_compare_with_nothing_chosen_asks_for_runs(runs: dict[str, int]) -> None
 def test_compare_gradient_by_layer_draws_step_zero_and_the_latest_common_step(
     store: RunStore, runs: dict[str, int]
 ) -> None:
-    # completed reaches step 60, diverged stops earlier: the later chart uses a step both have.
+    # completed reaches step 30, diverged stops earlier: the later chart uses a step both have.
     chosen = [runs["completed"], runs["diverged"]]
     common = set(store.layer_steps(chosen[0], "component", "grad_norm")) & set(
         store.layer_steps(chosen[1], "component", "grad_norm")

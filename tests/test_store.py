@@ -18,10 +18,11 @@ import pandas as pd
 import pytest
 
 from blockviz import store as st
-from blockviz import synthetic
 from blockviz.core import config as cfg
-from blockviz.core import procs, spec
+from blockviz.core import procs
 from blockviz.store import RunStore, StoreError, lifecycle
+from tests import fakes
+from tests.real_runs import RealRuns, copy_run
 
 CONFIG_JSON = cfg.RunConfig().to_json()
 
@@ -468,9 +469,10 @@ def test_empty_reads_have_the_contract_columns_and_dtypes(tmp_path, read):
         }
 
 
-def test_full_frames_keep_the_same_dtypes(tmp_path):
+def test_full_frames_keep_the_same_dtypes(tmp_path, real_runs: RealRuns):
     with RunStore(tmp_path / "s.db") as full:
-        ids = synthetic.populate(full, n_runs=4, n_steps=60, n_layer=2, probe_every=10)
+        ids = [copy_run(full, real_runs.path, run_id) for run_id in real_runs.ids.values()]
+        ids += fakes.populate(full, n_runs=4, n_steps=60, n_layer=2, probe_every=10)
         frames = {
             "runs_frame": (full.runs_frame(), st.RUNS_FRAME),
             "scalars": (full.scalars(ids), st.SCALARS_FRAME),
@@ -743,38 +745,6 @@ def test_is_alive_checks_the_process_identity_not_just_the_pid():
     assert not procs.is_alive(-1, None)
     # The same pid with another start time is another process (a reused pid).
     assert not procs.is_alive(me.pid, me.started - 100)
-
-
-# -- synthetic runs ------------------------------------------------------------------
-
-
-def test_synthetic_runs_are_complete_and_deterministic(tmp_path):
-    statuses = ("completed", "running", "diverged", "failed", "queued")
-    frames = []
-    for name in ("a.db", "b.db"):
-        with RunStore(tmp_path / name) as filled:
-            ids = synthetic.populate(
-                filled, n_runs=5, n_steps=120, n_layer=3, statuses=statuses, probe_every=20
-            )
-            assert filled.reap_dead() == []  # running and queued runs look alive
-            frames.append(filled.scalars(ids))
-            runs = filled.runs_frame().set_index("id")
-            assert runs["status"].tolist() == list(statuses)
-            diverged = ids[2]
-            assert runs.loc[diverged, "train_loss"] == math.inf
-            assert runs.loc[diverged, "diverged_step"] == filled.max_step(diverged)
-            assert filled.get_run(ids[3])["error"]
-            assert filled.get_run(ids[0])["config"]["model"]["n_layer"] == 3
-            at_init = filled.layer_stats(ids[0], kind="component", stat="grad_norm", step=0)
-            assert {-1, 0, 1, 2, 3} == set(at_init["layer"])
-            assert {"attn", "ffn", "norm", "block"} <= set(at_init["component"])
-            taps = filled.layer_stats(ids[0], kind="tap", step=0)
-            assert len(taps) == 3 * len(spec.TAPS) * len(spec.TAP_STATS)
-            ratios = filled.layer_stats(ids[0], kind="component", stat="update_ratio")
-            assert 2e-4 < ratios["value"].median() < 5e-3
-            assert not filled.attention(ids[0]).empty and not filled.samples(ids[0]).empty
-            assert not filled.histograms(ids[0]).empty
-    pd.testing.assert_frame_equal(frames[0], frames[1])
 
 
 @pytest.mark.parametrize("bare", ["2", " 17 ", "007"])

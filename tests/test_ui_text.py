@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from blockviz import synthetic
 from blockviz.dashboard import ui
 from blockviz.store import RunStore, default_store_path, sanitize_name
+from tests import fakes
+from tests.real_runs import RealRuns, copy_run
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 TIMEOUT = 60
@@ -83,10 +84,12 @@ def store() -> Iterator[RunStore]:
 
 
 @pytest.fixture
-def evil(store: RunStore) -> dict[str, int]:
-    """A run per status, each named EVIL (as sanitised), with EVIL as its dataset, and
-    EVIL in the error of the failed and diverged runs: status -> id."""
-    ids = synthetic.populate(store, n_runs=4, n_steps=40, n_layer=2, statuses=STATUSES)
+def evil(store: RunStore, real_runs: RealRuns) -> dict[str, int]:
+    """A run per status (the completed one real, the others fake), each named EVIL (as
+    sanitised), with EVIL as its dataset, and EVIL in the error of the failed and diverged
+    runs: status -> id."""
+    ids = [copy_run(store, real_runs.path, real_runs.ids["pre"])]
+    ids += fakes.populate(store, n_runs=3, n_steps=40, n_layer=2, statuses=STATUSES[1:])
     by_status = {}
     for index, run_id in enumerate(ids):
         run = store.get_run(run_id)

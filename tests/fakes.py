@@ -1,0 +1,499 @@
+"""Fake runs for tests and benchmarks, with the shapes a real run of blockviz.training writes.
+
+A real run (`python -m blockviz train`) decides which rows exist: the scalar names and the
+steps that hold them, the (layer, kind, component, stat) records of each probe step, the
+parameter tensors as CharTransformer names them, the taps a block of its config has, the
+histograms, attention maps and samples. This module writes exactly those rows, derived
+from the run's config through blockviz.core.spec and blockviz.core.params, without torch
+(the page tests run torch-free); tests/test_fakes.py checks each shape against real runs
+and the real model. A fake gives what one real tiny run cannot cheaply give: many runs,
+many steps, a run that is running, queued, failed or diverged.
+
+The values mean nothing. Every series is seeded noise around a constant of its statistic,
+never a function of the layer, the step or the config, so no fake makes one configuration
+look better than another or draws a depth profile. Only what holds by definition holds (a
+component's norm is the root of its tensors' summed squares, val/bpc = val/loss / ln 2,
+tokens/s = tokens per batch / step time), and a diverged run's last loss is +inf.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+
+from blockviz.core import config as cfg
+from blockviz.core import corpora, params, procs
+from blockviz.core.spec import HIST_BINS, HIST_RANGE, PARAM_GROUPS, TAP_STATS, TAPS
+from blockviz.store import RunStore
+
+DEFAULT_STATUSES = ("completed", "running", "diverged", "failed")
+# The text both the fakes and tests/real_runs.py's real runs are about: offline, small,
+# with a newline (samples start from "\n", as on most corpora).
+CORPUS = ("the quick brown fox jumps over the lazy dog. " * 3 + "\n") * 80
+CORPUS_NAME = "fox.txt"
+FAILED_ERROR = "RuntimeError: out of memory at step {step} (synthetic failure)"
+# BlockProbe's defaults (blockviz.training.probes), which real runs record with.
+PROBE_BATCH = 4  # sequences of the fixed probe batch
+ATTENTION_CHARS = 48  # an attention map covers the first characters of probe sequence 0
+SAMPLE_CHARS = 120  # characters generated per text sample
+DEVICE, PRECISION = "cpu", "32-true"
+
+# How far through max_steps each status gets before the run stops (its `step`).
+PROGRESS = {"completed": 1.0, "stopped": 0.7, "running": 0.6, "diverged": 0.4, "failed": 0.3}
+
+# Linear layers and norms of a block, in the order CharTransformer registers them, with
+# the parameter group (core.params) each one is.
+_BLOCK_MODULES = (
+    ("norm1", "norm1"),
+    ("attn.qkv", "attn_qkv"),
+    ("attn.proj", "attn_out"),
+    ("norm2", "norm2"),
+    ("ffn.fc_in", "ffn_in"),
+    ("ffn.fc_out", "ffn_out"),
+)
+_NORM_GROUPS = ("norm1", "norm2", "final_norm")
+
+
+# ---------------------------------------------------------------- names a run writes
+
+
+@dataclass(frozen=True)
+class ParamTensor:
+    """One parameter tensor as a probe files it: its name, layer and component."""
+
+    name: str
+    layer: int
+    component: str
+
+
+def param_tensors(model: cfg.ModelConfig) -> list[ParamTensor]:
+    """CharTransformer(model)'s trainable tensors in `named_parameters` order, torch-free.
+
+    Which groups exist comes from the closed-form breakdown (core.params), which component
+    each belongs to from core.spec; a tied LM head is listed once, as tok_emb.weight.
+    """
+    groups = {(row.layer, row.component) for row in params.param_breakdown(model).rows}
+    norm_bias = model.bias and model.norm_type == "layernorm"
+
+    def tensors(layer: int, group: str, module: str) -> list[ParamTensor]:
+        if (layer, group) not in groups:
+            return []
+        if group in ("token_embedding", "position_embedding"):
+            suffixes = ("weight",)
+        elif group == "lm_head":
+            suffixes = () if model.tie_weights else ("weight",)  # the head never has a bias
+        else:
+            has_bias = norm_bias if group in _NORM_GROUPS else model.bias
+            suffixes = ("weight", "bias") if has_bias else ("weight",)
+        component = PARAM_GROUPS[group]
+        return [ParamTensor(f"{module}.{suffix}", layer, component) for suffix in suffixes]
+
+    found = tensors(-1, "token_embedding", "tok_emb") + tensors(-1, "position_embedding", "pos_emb")
+    for layer in range(model.n_layer):
+        for module, group in _BLOCK_MODULES:
+            found += tensors(layer, group, f"blocks.{layer}.{module}")
+    found += tensors(model.n_layer, "final_norm", "final_norm")
+    found += tensors(model.n_layer, "lm_head", "lm_head")
+    return found
+
+
+def tap_names(model: cfg.ModelConfig) -> tuple[str, ...]:
+    """The taps a block of this config has, in forward order (as model.block_tap_names)."""
+    has_norm = model.norm_position != "none"
+    present = {
+        "resid_pre": True,
+        "norm1_out": model.attention and has_norm,
+        "attn_out": model.attention,
+        "resid_mid": model.attention and model.ffn,
+        "norm2_out": model.ffn and has_norm,
+        "ffn_hidden": model.ffn,
+        "ffn_out": model.ffn,
+        "resid_post": True,
+    }
+    return tuple(tap for tap in TAPS if present[tap])
+
+
+@dataclass(frozen=True)
+class FakeData:
+    """The corpus a fake run trained on: its vocabulary, split and fingerprint."""
+
+    text: str
+    vocab: corpora.CharVocab
+    n_train: int
+    n_val: int
+    fingerprint: dict[str, Any]
+
+    @property
+    def prompt(self) -> str:
+        """The fixed prompt of text samples: a newline, or the text's first character."""
+        return "\n" if "\n" in self.vocab else self.text[0]
+
+
+def fake_data(val_fraction: float = 0.1, block_size: int = 64) -> FakeData:
+    """CORPUS as CharDataModule splits and fingerprints it."""
+    n_train, n_val = corpora.check_split(len(CORPUS), val_fraction, block_size, CORPUS_NAME)
+    vocab = corpora.CharVocab.from_text(CORPUS)
+    corpus = corpora.Corpus(name=CORPUS_NAME, source=CORPUS_NAME, text=CORPUS)
+    return FakeData(
+        CORPUS, vocab, n_train, n_val, corpora.fingerprint(corpus, vocab, n_train, n_val)
+    )
+
+
+# ------------------------------------------------------------- which steps hold rows
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The steps holding each kind of row when a run has stopped at step `end`."""
+
+    end: int
+    train: list[int]  # train/loss, lr, step_time, tokens_per_sec
+    probes: list[int]  # layer stats, histograms and train/grad_norm
+    vals: list[int]  # val/loss, val/bpc, val/ppl
+    samples: list[int]  # text samples and attention maps
+    diverged: bool
+
+
+def timeline(train: cfg.TrainConfig, status: str, end: int) -> Timeline:
+    """What LitCharModel and BlockProbe have logged by the time a run with `status` stops.
+
+    `end` is the run's step: the updates done, or for a diverged run the step whose loss
+    went non-finite. That step still ran its probes, but logged only its loss; validation
+    at step k*eval_interval runs after update k*eval_interval - 1; a completed run ends with
+    a validation at max_steps and a last sample there.
+    """
+    diverged = status == "diverged"
+    ran = end + 1 if diverged else end  # batches that reached their probes
+    last = train.max_steps - 1
+    train_steps = [s for s in range(end) if s % train.log_interval == 0 or s == last]
+    probes = [s for s in range(ran) if s % train.probe_interval == 0]
+    samples = [s for s in range(ran) if s % train.sample_interval == 0]
+    vals = list(range(train.eval_interval, end + 1, train.eval_interval))
+    if status == "completed":
+        vals = sorted({*vals, train.max_steps})
+        samples = sorted({*samples, train.max_steps})
+    return Timeline(end, train_steps, probes, vals, samples, diverged)
+
+
+# ------------------------------------------------------------------------- values
+
+
+def _noise(seed: int, index: int, *key: object) -> np.random.Generator:
+    """The generator of one series: fixed by seed, run index and the series' key only.
+
+    The key never includes the config, so two runs that differ only in, say, the norm
+    position get the very same numbers wherever both have a series.
+    """
+    digest = zlib.crc32("/".join(map(str, key)).encode("utf-8"))
+    return np.random.default_rng([seed, index, digest])
+
+
+def _hist_probabilities() -> np.ndarray:
+    """Chance of each histogram bin for a standard normal, clamped into the end bins."""
+    lo, hi = HIST_RANGE
+    edges = np.linspace(lo, hi, HIST_BINS + 1)
+    cdf = np.array([0.5 * (1 + math.erf(edge / math.sqrt(2))) for edge in edges])
+    cdf[0], cdf[-1] = 0.0, 1.0
+    return np.diff(cdf)
+
+
+_HIST_P = _hist_probabilities()
+LayerRow = tuple[int, int, str, str, str, float]  # (step, layer, kind, component, stat, value)
+
+
+class _FakeRun:
+    """The rows of one fake run, from its config, status and stopping step."""
+
+    def __init__(self, config: cfg.RunConfig, timeline: Timeline, seed: int, index: int) -> None:
+        self.config = config
+        self.model = config.model
+        self.train = config.train
+        self.timeline = timeline
+        self.seed = seed
+        self.index = index
+        self.data = fake_data(config.data.val_fraction, self.model.block_size)
+
+    def rng(self, *key: object) -> np.random.Generator:
+        return _noise(self.seed, self.index, *key)
+
+    # -- scalars -------------------------------------------------------------------------
+
+    def scalar_rows(self, global_grad: np.ndarray) -> list[tuple[int, str, float]]:
+        """Train rows, train/grad_norm at probe steps, validation rows."""
+        line = self.timeline
+        steps = line.train
+        n = len(steps)
+        loss = 2.5 + 0.1 * self.rng("train/loss").standard_normal(n)
+        step_time = 0.05 * np.exp(0.1 * self.rng("train/step_time").standard_normal(n))
+        tokens = self.train.batch_size * self.model.block_size
+        rows: list[tuple[int, str, float]] = []
+        for name, values in (
+            ("train/loss", loss),
+            ("train/lr", np.full(n, self.train.lr)),
+            ("train/step_time", step_time),
+            ("train/tokens_per_sec", tokens / step_time),
+        ):
+            rows += zip(steps, repeat(name), values.tolist(), strict=False)
+        if line.diverged:
+            rows.append((line.end, "train/loss", math.inf))
+        rows += zip(line.probes, repeat("train/grad_norm"), global_grad.tolist(), strict=False)
+        val_loss = 2.6 + 0.1 * self.rng("val/loss").standard_normal(len(line.vals))
+        for name, values in (
+            ("val/loss", val_loss),
+            ("val/bpc", val_loss / math.log(2)),
+            ("val/ppl", np.exp(val_loss)),
+        ):
+            rows += zip(line.vals, repeat(name), values.tolist(), strict=False)
+        return rows
+
+    # -- probes --------------------------------------------------------------------------
+
+    def norm_rows(self) -> tuple[list[LayerRow], np.ndarray]:
+        """Per-tensor, per-component and per-layer norms and update ratios; and the global
+        gradient norm per probe step (the root of the summed squares, as BlockProbe has it)."""
+        size = len(self.timeline.probes)
+        rows: list[LayerRow] = []
+        groups: dict[tuple[int, str], np.ndarray] = {}  # (layer, component) -> (3, S) squares
+        for tensor in param_tensors(self.model):
+            draws = self.rng("param", tensor.name).standard_normal((3, size))
+            grad = 0.3 * np.exp(0.5 * draws[0])
+            param = 4.0 * np.exp(0.2 * draws[1])
+            delta = param * 1e-3 * np.exp(0.5 * draws[2])
+            rows += self._norms(tensor.layer, "param", tensor.name, grad, param, delta)
+            squares = np.stack([grad, param, delta]) ** 2
+            for key in ((tensor.layer, tensor.component), (tensor.layer, "block")):
+                groups[key] = groups.get(key, 0) + squares
+        for (layer, component), squares in sorted(groups.items()):
+            rows += self._norms(layer, "component", component, *np.sqrt(squares))
+        total = sum(squares[0] for (_, part), squares in groups.items() if part == "block")
+        return rows, np.sqrt(total) if size else np.zeros(0)
+
+    def _norms(
+        self, layer: int, kind: str, component: str, grad: Any, param: Any, delta: Any
+    ) -> list[LayerRow]:
+        return [
+            *self._rows(layer, kind, component, "grad_norm", grad),
+            *self._rows(layer, kind, component, "param_norm", param),
+            *self._rows(layer, kind, component, "update_ratio", delta / param),
+        ]
+
+    def _rows(
+        self, layer: int, kind: str, component: str, stat: str, values: np.ndarray
+    ) -> list[LayerRow]:
+        """One statistic's rows over the probe steps."""
+        pairs = zip(self.timeline.probes, values.tolist(), strict=True)
+        return [(step, layer, kind, component, stat, value) for step, value in pairs]
+
+    def tap_and_head_rows(self) -> list[LayerRow]:
+        """Activation statistics of every tap and the attention entropy of every head."""
+        size = len(self.timeline.probes)
+        rows: list[LayerRow] = []
+        for layer in range(self.model.n_layer):
+            for tap in tap_names(self.model):
+                draws = self.rng("tap", layer, tap).standard_normal((3, size))
+                mean = 0.05 * draws[0]
+                std = np.exp(0.3 * draws[1])
+                rms = np.sqrt(mean**2 + std**2)
+                stats = {
+                    "mean": mean,
+                    "std": std,
+                    "rms": rms,
+                    "max_abs": rms * (4 + draws[2].clip(-2, 2)),
+                    "zero_frac": np.zeros(size),
+                }
+                for stat in TAP_STATS:
+                    rows += self._rows(layer, "tap", tap, stat, stats[stat])
+            if self.model.attention:
+                top = math.log(self.model.block_size)  # the most a causal row can have
+                for head in range(self.model.n_head):
+                    entropy = top * self.rng("head", layer, head).uniform(0.2, 0.9, size)
+                    rows += self._rows(layer, "head", str(head), "attn_entropy", entropy)
+        return rows
+
+    def write_histograms(self, store: RunStore, run_id: int) -> None:
+        """One histogram per probe step, layer and tap; counts sum to the activation's size."""
+        steps = self.timeline.probes
+        batch = max(1, min(PROBE_BATCH, self.data.n_val - self.model.block_size))
+        lo, hi = HIST_RANGE
+        for layer in range(self.model.n_layer):
+            for tap in tap_names(self.model):
+                width = self.model.d_ff if tap == "ffn_hidden" else self.model.d_model
+                size = batch * self.model.block_size * width
+                counts = self.rng("hist", layer, tap).multinomial(size, _HIST_P, len(steps))
+                for step, row in zip(steps, counts.tolist(), strict=True):
+                    store.log_histogram(run_id, step, layer, tap, lo, hi, row)
+
+    def write_samples_and_attention(self, store: RunStore, run_id: int) -> None:
+        """A text sample and every head's attention map at each sample step."""
+        data = self.data
+        chars = np.array(data.vocab.chars)
+        text_rng = self.rng("samples")
+        for step in self.timeline.samples:
+            text = "".join(text_rng.choice(chars, SAMPLE_CHARS).tolist())
+            store.log_sample(run_id, step, data.prompt, text)
+        if not self.model.attention or not self.timeline.samples:
+            return
+        size = min(ATTENTION_CHARS, self.model.block_size)
+        tokens = list(data.text[data.n_train : data.n_train + size])  # probe sequence 0
+        causal = np.tril(np.ones((size, size), dtype=bool))  # (T, T)
+        for layer in range(self.model.n_layer):
+            for head in range(self.model.n_head):
+                rng = self.rng("attention", layer, head)
+                scores = rng.standard_normal((len(self.timeline.samples), size, size))
+                scores = np.where(causal, scores, -np.inf)  # (K, T, T)
+                weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+                weights /= weights.sum(axis=-1, keepdims=True)  # each row sums to 1
+                for step, one_map in zip(self.timeline.samples, weights, strict=True):
+                    store.log_attention(run_id, step, layer, head, tokens, one_map.tolist())
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def fake_config(**fields: Any) -> cfg.RunConfig:
+    """A validated RunConfig on CORPUS (its vocab_size and name), with `fields` set."""
+    vocab_size = corpora.CharVocab.from_text(CORPUS).size
+    return cfg.replace(
+        cfg.RunConfig(), vocab_size=vocab_size, dataset=CORPUS_NAME, **fields
+    ).validate()
+
+
+def _own_start() -> float | None:
+    me = procs.identity_of()
+    return None if me is None else me.started
+
+
+def add_run(
+    store: RunStore,
+    config: cfg.RunConfig,
+    status: str = "completed",
+    *,
+    step: int | None = None,
+    name: str | None = None,
+    created: float | None = None,
+    seed: int = 0,
+    index: int = 0,
+) -> int:
+    """Write one fake run with `config` that has reached `status` at `step`; its id.
+
+    `step` defaults to the status's share of max_steps (PROGRESS); a diverged run's `step`
+    is the step whose loss went non-finite. Running and queued runs name this process as
+    theirs, so they look alive until it ends.
+    """
+    train = config.train
+    if step is None:
+        share = PROGRESS.get(status, 1.0)
+        step = train.max_steps if status == "completed" else math.ceil(train.max_steps * share)
+        if status == "diverged":
+            step = min(max(step, 1), train.max_steps - 1)
+    data = fake_data(config.data.val_fraction, config.model.block_size)
+    created = time.time() if created is None else created
+    run_id = store.create_run(
+        name or f"fake-{index}",
+        config.to_json(),
+        status=status,
+        created=created,
+        dataset=data.fingerprint,
+        pid=os.getpid(),
+        pid_started=_own_start(),
+    )
+    if status == "queued":
+        store.update_run(run_id, heartbeat=time.time(), step=0)
+        return run_id
+    line = timeline(train, status, step)
+    fake = _FakeRun(config, line, seed, index)
+    layer_rows, global_grad = fake.norm_rows()
+    scalars = fake.scalar_rows(global_grad)
+    store.log_scalars(run_id, scalars)
+    store.log_layer_stats(run_id, layer_rows + fake.tap_and_head_rows())
+    fake.write_histograms(store, run_id)
+    fake.write_samples_and_attention(store, run_id)
+    started = created + 2.0
+    update: dict[str, Any] = {
+        "started": started,
+        "device": DEVICE,
+        "precision": PRECISION,
+        "n_params": params.param_breakdown(config.model).total,
+        "step": step,
+    }
+    elapsed = 0.05 * max(1, step)
+    if status == "running":
+        update["heartbeat"] = time.time()
+    else:
+        update.update(ended=started + elapsed, heartbeat=started + elapsed)
+    if status == "failed":
+        update["error"] = FAILED_ERROR.format(step=step)
+    if status in ("completed", "diverged", "stopped"):
+        update["final"] = _final(scalars, step, elapsed)
+    if status == "diverged":
+        update["diverged_step"] = step
+    store.update_run(run_id, **update)
+    if status == "failed":
+        store.flush()
+        store.settle_step(run_id)
+    return run_id
+
+
+def _final(scalars: list[tuple[int, str, float]], step: int, elapsed: float) -> dict[str, Any]:
+    """The final metrics a run records when it ends on its own (train._final_metrics)."""
+    losses = [v for _, name, v in scalars if name == "train/loss" and math.isfinite(v)]
+    last_val = {name: v for _, name, v in sorted(scalars) if name.startswith("val/")}
+    rates = [v for _, name, v in scalars if name == "train/tokens_per_sec"]
+    return {
+        "train_loss": float(np.mean(losses[-50:])) if losses else None,
+        "val_loss": last_val.get("val/loss"),
+        "val_ppl": last_val.get("val/ppl"),
+        "val_bpc": last_val.get("val/bpc"),
+        "answer_acc": None,  # only the ops dataset has answers to check
+        "time_s": round(elapsed, 3),
+        "tokens_per_sec": float(np.mean(rates)) if rates else None,
+        "steps": step,
+    }
+
+
+def populate(
+    store: RunStore,
+    n_runs: int = 4,
+    n_steps: int = 500,
+    n_layer: int = 4,
+    statuses: Sequence[str] = DEFAULT_STATUSES,
+    probe_every: int = 50,
+    seed: int = 0,
+    *,
+    n_head: int = 4,
+    d_model: int = 128,
+) -> list[int]:
+    """Write n_runs fake runs (statuses cycled, Pre-/Post-LN alternating); their ids."""
+    if n_runs < 0 or n_steps < 1 or n_layer < 1 or probe_every < 1 or not statuses:
+        raise ValueError(
+            f"populate: n_runs={n_runs}, n_steps={n_steps}, n_layer={n_layer}, "
+            f"probe_every={probe_every} must be positive and statuses non-empty"
+        )
+    now = time.time()
+    ids = []
+    with store.bulk_load():
+        for index in range(n_runs):
+            config = fake_config(
+                n_layer=n_layer,
+                n_head=n_head,
+                d_model=d_model,
+                norm_position=("pre", "post")[index % 2],
+                lr=(1e-3, 3e-3, 6e-4)[index % 3],
+                max_steps=n_steps,
+                warmup_steps=min(100, n_steps // 10),
+                probe_interval=probe_every,
+                eval_interval=max(1, min(100, n_steps // 5)),
+                sample_interval=max(1, min(500, n_steps // 3)),
+            )
+            status = statuses[index % len(statuses)]
+            created = now - (n_runs - index) * 600.0
+            ids.append(add_run(store, config, status, created=created, seed=seed, index=index))
+    return ids
