@@ -1,8 +1,10 @@
 """The architecture holds: import-linter's contracts in pyproject.toml (the two sides and
-the layers) are kept, and breaking one is caught."""
+the layers) are kept, breaking one is caught, and the running dashboard imports no torch
+(the CLI's handlers are imported by name at run time, which static analysis cannot see)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -11,6 +13,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "app.py")
+PAGES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "pages").glob("*.py"))
+STATUSES = ("completed", "running", "diverged", "failed")
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -51,3 +56,34 @@ def test_a_forbidden_import_breaks_its_contract(
     result = lint_imports(tmp_path)
     assert result.returncode != 0
     assert f"{contract}" in result.stdout and "BROKEN" in result.stdout
+
+
+# Every page rendered in one process, as a user would open them, then its modules checked.
+NO_TORCH_SCRIPT = """
+import json, sys
+from streamlit.testing.v1 import AppTest
+from blockviz.store import RunStore, StoreError, StoreLocked, default_store_path
+from tests import fakes
+store = RunStore(default_store_path())
+fakes.populate(store, n_runs=4, n_steps=40, n_layer=2, statuses={statuses!r})
+store.close()
+at = AppTest.from_file({app!r}, default_timeout=60).run()
+problems = [str(e.value) for e in at.exception]
+for page in {pages!r}:
+    at.switch_page(page).run()
+    problems += [page + ": " + str(e.value) for e in at.exception]
+heavy = sorted(m for m in ("torch", "lightning", "pytorch_lightning") if m in sys.modules)
+print(json.dumps({{"heavy": heavy, "problems": problems}}))
+"""
+
+
+def test_the_running_dashboard_imports_no_torch() -> None:
+    script = NO_TORCH_SCRIPT.format(statuses=STATUSES, app=APP, pages=PAGES)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["problems"] == []
+    assert report["heavy"] == [], f"the UI imported {report['heavy']}"
+    assert {"pages/live.py", "pages/compare.py"} <= set(PAGES)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -290,36 +288,6 @@ def test_launch_failure_shows_the_error_and_the_log_tail(
     assert any("Traceback: boom" in code.value for code in at.code)
     (run_id,) = store.runs_frame()["id"].tolist()
     assert store.get_run(run_id)["status"] == "failed"
-
-
-NO_TORCH_SCRIPT = """
-import json, sys
-from streamlit.testing.v1 import AppTest
-from blockviz.store import RunStore, StoreError, StoreLocked, default_store_path
-from tests import fakes
-store = RunStore(default_store_path())
-fakes.populate(store, n_runs=4, n_steps=40, n_layer=2, statuses={statuses!r})
-store.close()
-at = AppTest.from_file({app!r}, default_timeout=60).run()
-problems = [str(e.value) for e in at.exception]
-for page in {pages!r}:
-    at.switch_page(page).run()
-    problems += [page + ": " + str(e.value) for e in at.exception]
-heavy = sorted(m for m in ("torch", "lightning", "pytorch_lightning") if m in sys.modules)
-print(json.dumps({{"heavy": heavy, "problems": problems}}))
-"""
-
-
-def test_no_page_imports_torch() -> None:
-    script = NO_TORCH_SCRIPT.format(statuses=STATUSES, app=APP, pages=PAGES)
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["problems"] == []
-    assert report["heavy"] == [], f"the UI imported {report['heavy']}"
-    assert {"pages/live.py", "pages/compare.py"} <= set(PAGES)
 
 
 # ---------------------------------------------------------------------------- read-only store

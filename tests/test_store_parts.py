@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -77,13 +74,3 @@ def test_busy_and_locked_count_as_busy():
     assert is_busy(sqlite3.OperationalError("database is locked"))
     assert is_busy(sqlite3.OperationalError("database table is busy"))
     assert not is_busy(sqlite3.OperationalError("disk I/O error"))
-
-
-def test_importing_the_store_loads_neither_torch_nor_streamlit():
-    heavy = ("torch", "lightning", "streamlit")
-    code = f"import sys, blockviz.store; print([m for m in {heavy!r} if m in sys.modules])"
-    root = Path(__file__).resolve().parents[1]
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == "[]"

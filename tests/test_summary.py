@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from typing import Any
 
 import pandas as pd
@@ -110,13 +108,3 @@ def test_stored_model_config_is_none_when_missing_or_damaged(
     assert (model.n_layer if model else None) == n_layer
     if model is not None:
         assert model.attention is False
-
-
-def test_summary_imports_neither_streamlit_nor_torch() -> None:
-    code = (
-        "import sys, blockviz.views.summary, blockviz.views.incremental, "
-        "blockviz.views.report_job, blockviz.views.breakdown\n"
-        "print(sorted(m for m in ('streamlit', 'torch', 'lightning') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
