@@ -31,7 +31,7 @@ import numpy as np
 
 from blockviz.core import config as cfg
 from blockviz.core import corpora, params, procs
-from blockviz.core.spec import HIST_BINS, HIST_RANGE, PARAM_GROUPS, TAP_STATS, TAPS
+from blockviz.core.spec import HIST_BINS, HIST_RANGE, PARAM_GROUPS, TAP_STATS, block_tap_names
 from blockviz.store import RunStore
 
 DEFAULT_STATUSES = ("completed", "running", "diverged", "failed")
@@ -103,22 +103,6 @@ def param_tensors(model: cfg.ModelConfig) -> list[ParamTensor]:
     found += tensors(model.n_layer, "final_norm", "final_norm")
     found += tensors(model.n_layer, "lm_head", "lm_head")
     return found
-
-
-def tap_names(model: cfg.ModelConfig) -> tuple[str, ...]:
-    """The taps a block of this config has, in forward order (as model.block_tap_names)."""
-    has_norm = model.norm_position != "none"
-    present = {
-        "resid_pre": True,
-        "norm1_out": model.attention and has_norm,
-        "attn_out": model.attention,
-        "resid_mid": model.attention and model.ffn,
-        "norm2_out": model.ffn and has_norm,
-        "ffn_hidden": model.ffn,
-        "ffn_out": model.ffn,
-        "resid_post": True,
-    }
-    return tuple(tap for tap in TAPS if present[tap])
 
 
 @dataclass(frozen=True)
@@ -297,7 +281,7 @@ class _FakeRun:
         size = len(self.timeline.probes)
         rows: list[LayerRow] = []
         for layer in range(self.model.n_layer):
-            for tap in tap_names(self.model):
+            for tap in block_tap_names(self.model):
                 draws = self.rng("tap", layer, tap).standard_normal((3, size))
                 mean = 0.05 * draws[0]
                 std = np.exp(0.3 * draws[1])
@@ -324,7 +308,7 @@ class _FakeRun:
         batch = max(1, min(PROBE_BATCH, self.data.n_val - self.model.block_size))
         lo, hi = HIST_RANGE
         for layer in range(self.model.n_layer):
-            for tap in tap_names(self.model):
+            for tap in block_tap_names(self.model):
                 width = self.model.d_ff if tap == "ffn_hidden" else self.model.d_model
                 size = batch * self.model.block_size * width
                 counts = self.rng("hist", layer, tap).multinomial(size, _HIST_P, len(steps))

@@ -19,6 +19,21 @@ class Clock:
         return self.now
 
 
+def start_slow_build(job: ReportJob) -> tuple[threading.Thread, threading.Event]:
+    """A build running in its worker thread until `finish` is set."""
+    started, finish = threading.Event(), threading.Event()
+
+    def slow(progress) -> bytes:
+        started.set()
+        finish.wait(10)
+        return b"zip"
+
+    worker = threading.Thread(target=job.builder(slow, [1]))
+    worker.start()
+    started.wait(10)
+    return worker, finish
+
+
 def test_a_new_job_is_idle() -> None:
     assert ReportJob().status() == JobStatus(False, 0.0, "", "", 0, ())
 
@@ -52,16 +67,7 @@ def test_a_click_builds_reports_progress_and_ends_with_the_size() -> None:
 
 def test_the_build_may_start_before_the_click_is_seen() -> None:
     job = ReportJob()
-    started, finish = threading.Event(), threading.Event()
-
-    def slow(progress) -> bytes:
-        started.set()
-        finish.wait(10)
-        return b"zip"
-
-    worker = threading.Thread(target=job.builder(slow, [1]))
-    worker.start()
-    started.wait(10)
+    worker, finish = start_slow_build(job)
     assert job.building()  # started, not yet requested: still building
     job.request()
     finish.set()
@@ -119,16 +125,7 @@ def test_a_started_build_never_stalls() -> None:
     clock = Clock()
     job = ReportJob(stall_s=1.0, clock=clock)
     job.request()
-    started, finish = threading.Event(), threading.Event()
-
-    def slow(progress) -> bytes:
-        started.set()
-        finish.wait(10)
-        return b"zip"
-
-    worker = threading.Thread(target=job.builder(slow, [1]))
-    worker.start()
-    started.wait(10)
+    worker, finish = start_slow_build(job)
     clock.now += 3600.0
     assert job.building()  # a long build is still a build
     finish.set()

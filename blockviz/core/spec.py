@@ -10,6 +10,10 @@ position), 0 .. n_layer-1 the blocks, n_layer the head end (final norm + LM head
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from blockviz.core.config import ModelConfig
 
 # ------------------------------------------------------------------------- run status
 
@@ -30,6 +34,30 @@ TAPS = (
     "ffn_out",  # FFN branch output, before residual scaling and the skip add
     "resid_post",  # the stream leaving the block
 )
+
+
+def block_tap_names(cfg: ModelConfig) -> tuple[str, ...]:
+    """The taps a block of this config has, in forward order.
+
+    resid_pre and resid_post always exist. attn_out exists iff attention is on, ffn_hidden
+    and ffn_out iff the FFN is on; norm1_out / norm2_out also need a norm (norm_position
+    pre or post); resid_mid needs both sublayers (with one of them off there is no "between").
+    The model builds exactly these (absent taps are absent, never silent pass-throughs).
+    """
+    has_norm = cfg.norm_position != "none"
+    present = {
+        "resid_pre": True,
+        "norm1_out": cfg.attention and has_norm,
+        "attn_out": cfg.attention,
+        "resid_mid": cfg.attention and cfg.ffn,
+        "norm2_out": cfg.ffn and has_norm,
+        "ffn_hidden": cfg.ffn,
+        "ffn_out": cfg.ffn,
+        "resid_post": True,
+    }
+    return tuple(name for name in TAPS if present[name])
+
+
 # Statistics of one tap's activation, in the order a probe computes them.
 TAP_STATS = ("mean", "std", "rms", "max_abs", "zero_frac")
 HIST_BINS = 64  # equal-width bins of each tap's histogram

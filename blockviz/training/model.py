@@ -27,35 +27,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from blockviz.core.config import ModelConfig
-from blockviz.core.spec import TAPS
+from blockviz.core.spec import TAPS, block_tap_names
 
 TAP_NAMES = TAPS  # the spec's taps, in forward order (see blockviz.core.spec)
 
 
 class ModelInputError(ValueError):
     """An input the model cannot take (too long a sequence, a bad sampling setting)."""
-
-
-def block_tap_names(cfg: ModelConfig) -> tuple[str, ...]:
-    """The taps a block of this config has, in forward order.
-
-    resid_pre and resid_post always exist. attn_out exists iff attention is on, ffn_hidden
-    and ffn_out iff the FFN is on; norm1_out / norm2_out also need a norm (norm_position
-    pre or post); resid_mid needs both sublayers (with one of them off there is no "between").
-    Absent taps are absent from the ModuleDict, never silent pass-throughs.
-    """
-    has_norm = cfg.norm_position != "none"
-    present = {
-        "resid_pre": True,
-        "norm1_out": cfg.attention and has_norm,
-        "attn_out": cfg.attention,
-        "resid_mid": cfg.attention and cfg.ffn,
-        "norm2_out": cfg.ffn and has_norm,
-        "ffn_hidden": cfg.ffn,
-        "ffn_out": cfg.ffn,
-        "resid_post": True,
-    }
-    return tuple(name for name in TAP_NAMES if present[name])
 
 
 class RMSNorm(nn.Module):
