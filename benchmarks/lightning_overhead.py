@@ -32,8 +32,9 @@ import torch
 
 from blockviz.core import config as cfg
 from blockviz.training.data import CharDataModule
-from blockviz.training.lit import LitCharModel, lr_at, make_trainer, param_groups, quiet_lightning
+from blockviz.training.lit import LitCharModel, lr_at, param_groups
 from blockviz.training.model import CharTransformer
+from blockviz.training.trainer import make_trainer, quiet_lightning
 
 WARMUP_STEPS = 5  # left out of the medians (first-call allocations)
 

@@ -9,7 +9,7 @@ from lightning.pytorch.callbacks import Callback
 from blockviz.core import config as cfg
 from blockviz.store import RunStore
 from blockviz.training.data import CharDataModule, Corpus
-from blockviz.training.lit import LitCharModel, make_trainer, quiet_lightning
+from blockviz.training.lit import LitCharModel
 from blockviz.training.model import CharTransformer, block_tap_names
 from blockviz.training.probes import (
     HIST_RANGE,
@@ -19,6 +19,8 @@ from blockviz.training.probes import (
     tap_hooks,
     tap_statistics,
 )
+from blockviz.training.sinks import StoreSink
+from blockviz.training.trainer import make_trainer, quiet_lightning
 from tests import helpers
 
 torch.set_num_threads(1)
@@ -116,7 +118,8 @@ def probed_fit(tmp_path, store: RunStore | None, **overrides):
     dm.setup()
     config = cfg.replace(config, vocab_size=dm.vocab.size)
     run_id = store.create_run("probe-test", config.to_json(), status="running") if store else 0
-    probe = BlockProbe(store, run_id, probe_interval=2, sample_interval=3, sample_chars=20)
+    sinks = [StoreSink(store, run_id)] if store is not None else []
+    probe = BlockProbe(sinks, probe_interval=2, sample_interval=3, sample_chars=20)
     spy = HookSpy()
     lit = LitCharModel(config.to_dict(), dm.vocab.to_json())
     make_trainer(config, [probe, spy], run_dir=tmp_path).fit(lit, datamodule=dm)
@@ -228,6 +231,6 @@ def test_probe_handles_blocks_without_a_sublayer(tmp_path, variant):
         assert store.layer_stats(run_id, kind="head").empty != has_attention
 
 
-def test_probe_without_a_store_measures_nothing(tmp_path):
+def test_probe_without_sinks_measures_nothing(tmp_path):
     _, _, probe, spy, _ = probed_fit(tmp_path, None, max_steps=3)
     assert probe.probe_steps == [] and spy.steps_checked == 3

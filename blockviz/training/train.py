@@ -532,12 +532,18 @@ def _fit(
     import lightning as L
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from blockviz.training.lit import ConsoleProgress, LitCharModel, TrainingDiverged, make_trainer
+    from blockviz.training.callbacks import ConsoleProgress, TrainingDiverged
+    from blockviz.training.lit import LitCharModel
     from blockviz.training.probes import BlockProbe
+    from blockviz.training.sinks import LoggerSink, StoreSink
+    from blockviz.training.trainer import make_trainer, run_loggers
 
     classes = lightning_classes()
     config = plan.config
     train = config.train
+    # Rank 0 also writes TensorBoard / CSV files into run_dir when --logger asks.
+    resume_step = plan.start_step if plan.checkpoint is not None else None
+    extra_loggers = run_loggers(train, run_dir, resume_step) if store is not None else []
     L.seed_everything(train.seed, workers=False, verbose=False)
     lit = LitCharModel(
         config.to_dict(), datamodule.vocab.to_json(), schedule_steps=plan.schedule_steps
@@ -546,10 +552,12 @@ def _fit(
     lifecycle = classes["RunLifecycle"](stop, heartbeat, store, run_id)
     callbacks: list[Any] = [lifecycle]
     if store is not None:
+        sinks: list[Any] = [StoreSink(store, run_id)]
+        if extra_loggers:
+            sinks.append(LoggerSink(extra_loggers))
         callbacks.append(
             BlockProbe(
-                store,
-                run_id,
+                sinks,
                 probe_interval=train.probe_interval,
                 sample_interval=train.sample_interval,
                 prompt=_sample_prompt(datamodule),
@@ -557,8 +565,8 @@ def _fit(
         )
     if progress:
         callbacks.append(ConsoleProgress())
-    logger = classes["StoreLogger"](store, run_id) if store is not None else None
-    trainer = make_trainer(config, callbacks, logger, run_dir)
+    loggers = [classes["StoreLogger"](store, run_id), *extra_loggers] if store is not None else None
+    trainer = make_trainer(config, callbacks, loggers, run_dir)
     if on_ready is not None:
         on_ready(trainer, lit)
     if heartbeat is not None:
@@ -594,16 +602,18 @@ def _sample_prompt(datamodule: Any) -> str:
     return "\n" if "\n" in datamodule.vocab else datamodule.corpus.text[0]
 
 
-def _final_metrics(lit: Any, outcome: Outcome) -> dict[str, float | int | None]:
-    tokens_per_sec = lit.tokens_seen / lit.train_time_s if lit.train_time_s > 0 else None
+def _final_metrics(lit: Any, trainer: Any, outcome: Outcome) -> dict[str, float | int | None]:
+    from blockviz.training.callbacks import training_monitor
+
+    monitor = training_monitor(trainer)
     return {
-        "train_loss": _finite_or_none(lit.recent_train_loss()),
+        "train_loss": _finite_or_none(monitor.recent_train_loss()),
         "val_loss": _finite_or_none(lit.last_val.get("val/loss")),
         "val_ppl": _finite_or_none(lit.last_val.get("val/ppl")),
         "val_bpc": _finite_or_none(lit.last_val.get("val/bpc")),
         "answer_acc": _finite_or_none(lit.last_val.get("val/answer_acc")),
-        "time_s": round(lit.wall_time_s(), 3),  # training wall time, evaluations included
-        "tokens_per_sec": tokens_per_sec,  # while training, evaluations excluded
+        "time_s": round(monitor.wall_time_s(), 3),  # training wall time, evaluations included
+        "tokens_per_sec": monitor.tokens_per_sec(),  # while training, evaluations excluded
         "steps": outcome.step,
     }
 
@@ -637,7 +647,7 @@ class RunLogHandler(logging.FileHandler):
 
 def _open_log(run_dir: Path) -> logging.Handler:
     """Route our log, Lightning's messages and Python warnings into <run_dir>/train.log."""
-    from blockviz.training.lit import quiet_lightning
+    from blockviz.training.trainer import quiet_lightning
 
     handler = RunLogHandler(run_dir / "train.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
@@ -652,7 +662,7 @@ def _open_log(run_dir: Path) -> logging.Handler:
 
 
 def _close_log(handler: logging.Handler) -> None:
-    from blockviz.training.lit import release_lightning_log
+    from blockviz.training.trainer import release_lightning_log
 
     release_lightning_log(handler)
     for name in _LOG_TARGETS:
@@ -795,7 +805,7 @@ def _register_and_fit(
             )
 
         try:
-            outcome, _, lit = _fit(
+            outcome, trainer, lit = _fit(
                 plan, datamodule, run_dir, stop, store, run_id, not args.no_progress, on_ready
             )
         except Exception as exc:
@@ -803,7 +813,7 @@ def _register_and_fit(
         except BaseException as exc:  # KeyboardInterrupt outside our handlers, SystemExit
             _record_failure(store, run_id, name, exc)
             raise
-        final = _final_metrics(lit, outcome)
+        final = _final_metrics(lit, trainer, outcome)
         final["time_s"] = round(float(final["time_s"] or 0.0) + earlier_s, 3)
         patiently(
             store.update_run,
@@ -899,7 +909,7 @@ def _record_failure(store: RunStore, run_id: int, name: str, exc: BaseException)
 def _follower_main(args: argparse.Namespace) -> int:
     """A rank > 0 process: the same fit, without the store (rank 0 records everything)."""
     from blockviz.cli import run_config_from_args
-    from blockviz.training.lit import quiet_lightning
+    from blockviz.training.trainer import quiet_lightning
 
     quiet_lightning()
     run_dir_text = os.environ.get(ENV_RUN_DIR)
