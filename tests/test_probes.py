@@ -19,7 +19,7 @@ from blockviz.training.probes import (
     tap_hooks,
     tap_statistics,
 )
-from blockviz.training.sinks import StoreSink
+from blockviz.training.sinks import ProbeRecords, StoreSink
 from blockviz.training.trainer import make_trainer, quiet_lightning
 from tests import helpers
 
@@ -105,6 +105,20 @@ class HookSpy(Callback):
         self.steps_checked += 1
 
 
+class ListSink:
+    """A second sink: keeps every record it is given."""
+
+    def __init__(self) -> None:
+        self.records: list[ProbeRecords] = []
+        self.flushes = 0
+
+    def write(self, records: ProbeRecords) -> None:
+        self.records.append(records)
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+
 def probed_fit(tmp_path, store: RunStore | None, **overrides):
     quiet_lightning()
     config = tiny_config(**overrides)
@@ -118,7 +132,7 @@ def probed_fit(tmp_path, store: RunStore | None, **overrides):
     dm.setup()
     config = cfg.replace(config, vocab_size=dm.vocab.size)
     run_id = store.create_run("probe-test", config.to_json(), status="running") if store else 0
-    sinks = [StoreSink(store, run_id)] if store is not None else []
+    sinks = [StoreSink(store, run_id), ListSink()] if store is not None else []
     probe = BlockProbe(sinks, probe_interval=2, sample_interval=3, sample_chars=20)
     spy = HookSpy()
     lit = LitCharModel(config.to_dict(), dm.vocab.to_json())
@@ -218,6 +232,26 @@ def test_attention_maps_and_samples_at_sample_steps_and_the_end(probed):
     samples = store.samples(run_id)
     assert sorted(samples.step) == [0, 3, 6]
     assert (samples.text.str.len() == 20).all()
+
+
+def test_every_sink_gets_the_records_the_store_got(probed):
+    store, _, _, probe, _, run_id = probed
+    listed = probe.sinks[1]
+    # probe steps 0, 2, 4; sample steps 0, 3 and the end (6); one flush when training ends
+    assert [records.step for records in listed.records] == [0, 2, 3, 4, 6]
+    assert listed.flushes == 1
+
+    def comparable(value: float) -> float | None:
+        return None if math.isnan(value) else value  # the update ratio of a zero tensor
+
+    rows = {
+        row[:5]: comparable(row.value) for records in listed.records for row in records.layer_stats
+    }
+    frame = store.layer_stats(run_id)
+    keys = zip(frame.step, frame.layer, frame.kind, frame.component, frame.stat, strict=True)
+    assert rows == {key: comparable(v) for key, v in zip(keys, frame.value, strict=True)}
+    grad_norm = store.scalars(run_id, names="train/grad_norm").set_index("step").value
+    assert {r.step: r.grad_norm for r in listed.records if r.grad_norm} == grad_norm.to_dict()
 
 
 @pytest.mark.parametrize("variant", ["ffn-only", "attention-only"])
