@@ -125,8 +125,9 @@ def worker_plain(args: argparse.Namespace) -> dict[str, Any]:
 
     from blockviz import cli
     from blockviz.training.data import CharDataModule
-    from blockviz.training.lit import lr_at, param_groups, resolve_precision
+    from blockviz.training.lit import lr_at, param_groups
     from blockviz.training.model import CharTransformer
+    from blockviz.training.trainer import resolve_precision
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -32,8 +32,9 @@ import torch
 
 from blockviz.core import config as cfg
 from blockviz.training.data import CharDataModule
-from blockviz.training.lit import LitCharModel, lr_at, make_trainer, param_groups, quiet_lightning
+from blockviz.training.lit import LitCharModel, lr_at, param_groups
 from blockviz.training.model import CharTransformer
+from blockviz.training.trainer import make_trainer, quiet_lightning
 
 WARMUP_STEPS = 5  # left out of the medians (first-call allocations)
 
@@ -152,7 +153,11 @@ def main() -> int:
     dm = CharDataModule(run.data, run.model.block_size, run.train.batch_size, eval_iters=1)
     dm.setup()
     run = cfg.replace(
-        run, vocab_size=dm.vocab.size, max_steps=args.steps, eval_interval=10**9, warmup_steps=5
+        run,
+        vocab_size=dm.vocab.size,
+        max_steps=args.steps,
+        eval_interval=cfg.MAX_STEPS,
+        warmup_steps=5,
     )
     loops: dict[str, Callable[[cfg.RunConfig, CharDataModule], list[float]]] = {
         "plain": plain,

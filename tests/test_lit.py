@@ -7,17 +7,10 @@ import pytest
 import torch
 
 from blockviz.core import config as cfg
+from blockviz.training.callbacks import ConsoleProgress
 from blockviz.training.data import CharDataModule, CharVocab, Corpus
-from blockviz.training.lit import (
-    LN2,
-    ConsoleProgress,
-    LitCharModel,
-    lr_at,
-    make_trainer,
-    param_groups,
-    quiet_lightning,
-    resolve_precision,
-)
+from blockviz.training.lit import LN2, LitCharModel, lr_at, param_groups
+from blockviz.training.trainer import make_trainer, quiet_lightning, resolve_precision
 from tests.helpers import tiny_config
 
 torch.set_num_threads(1)

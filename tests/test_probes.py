@@ -9,7 +9,7 @@ from lightning.pytorch.callbacks import Callback
 from blockviz.core import config as cfg
 from blockviz.store import RunStore
 from blockviz.training.data import CharDataModule, Corpus
-from blockviz.training.lit import LitCharModel, make_trainer, quiet_lightning
+from blockviz.training.lit import LitCharModel
 from blockviz.training.model import CharTransformer, block_tap_names
 from blockviz.training.probes import (
     HIST_RANGE,
@@ -19,6 +19,8 @@ from blockviz.training.probes import (
     tap_hooks,
     tap_statistics,
 )
+from blockviz.training.sinks import ProbeRecords, StoreSink
+from blockviz.training.trainer import make_trainer, quiet_lightning
 from tests import helpers
 
 torch.set_num_threads(1)
@@ -103,6 +105,20 @@ class HookSpy(Callback):
         self.steps_checked += 1
 
 
+class ListSink:
+    """A second sink: keeps every record it is given."""
+
+    def __init__(self) -> None:
+        self.records: list[ProbeRecords] = []
+        self.flushes = 0
+
+    def write(self, records: ProbeRecords) -> None:
+        self.records.append(records)
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+
 def probed_fit(tmp_path, store: RunStore | None, **overrides):
     quiet_lightning()
     config = tiny_config(**overrides)
@@ -116,7 +132,8 @@ def probed_fit(tmp_path, store: RunStore | None, **overrides):
     dm.setup()
     config = cfg.replace(config, vocab_size=dm.vocab.size)
     run_id = store.create_run("probe-test", config.to_json(), status="running") if store else 0
-    probe = BlockProbe(store, run_id, probe_interval=2, sample_interval=3, sample_chars=20)
+    sinks = [StoreSink(store, run_id), ListSink()] if store is not None else []
+    probe = BlockProbe(sinks, probe_interval=2, sample_interval=3, sample_chars=20)
     spy = HookSpy()
     lit = LitCharModel(config.to_dict(), dm.vocab.to_json())
     make_trainer(config, [probe, spy], run_dir=tmp_path).fit(lit, datamodule=dm)
@@ -217,6 +234,26 @@ def test_attention_maps_and_samples_at_sample_steps_and_the_end(probed):
     assert (samples.text.str.len() == 20).all()
 
 
+def test_every_sink_gets_the_records_the_store_got(probed):
+    store, _, _, probe, _, run_id = probed
+    listed = probe.sinks[1]
+    # probe steps 0, 2, 4; sample steps 0, 3 and the end (6); one flush when training ends
+    assert [records.step for records in listed.records] == [0, 2, 3, 4, 6]
+    assert listed.flushes == 1
+
+    def comparable(value: float) -> float | None:
+        return None if math.isnan(value) else value  # the update ratio of a zero tensor
+
+    rows = {
+        row[:5]: comparable(row.value) for records in listed.records for row in records.layer_stats
+    }
+    frame = store.layer_stats(run_id)
+    keys = zip(frame.step, frame.layer, frame.kind, frame.component, frame.stat, strict=True)
+    assert rows == {key: comparable(v) for key, v in zip(keys, frame.value, strict=True)}
+    grad_norm = store.scalars(run_id, names="train/grad_norm").set_index("step").value
+    assert {r.step: r.grad_norm for r in listed.records if r.grad_norm} == grad_norm.to_dict()
+
+
 @pytest.mark.parametrize("variant", ["ffn-only", "attention-only"])
 def test_probe_handles_blocks_without_a_sublayer(tmp_path, variant):
     with RunStore(tmp_path / "runs.db") as store:
@@ -228,6 +265,6 @@ def test_probe_handles_blocks_without_a_sublayer(tmp_path, variant):
         assert store.layer_stats(run_id, kind="head").empty != has_attention
 
 
-def test_probe_without_a_store_measures_nothing(tmp_path):
+def test_probe_without_sinks_measures_nothing(tmp_path):
     _, _, probe, spy, _ = probed_fit(tmp_path, None, max_steps=3)
     assert probe.probe_steps == [] and spy.steps_checked == 3

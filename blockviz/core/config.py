@@ -23,6 +23,7 @@ LR_SCHEDULES = ("constant", "cosine", "linear")
 PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed")
 ACCELERATORS = ("auto", "cpu", "gpu", "mps")
 STRATEGIES = ("auto", "ddp")
+LOGGERS = ("none", "tensorboard", "csv")  # Lightning loggers a run writes besides the store
 
 # Distinct characters a vocabulary may hold. 10,000 covers every alphabet and the few
 # thousand CJK characters of everyday text; past it a "character" model is mostly an
@@ -262,6 +263,7 @@ class TrainConfig:
     probe_interval: int = 50  # steps between gradient / activation / update probes (and step 0)
     sample_interval: int = 500  # steps between generated samples and attention maps
     compile: bool = False  # torch.compile the model (worth it on a GPU, not on a laptop CPU)
+    logger: str = "none"  # tensorboard | csv: also write metrics and layer stats in run_dir
 
     def validate(self) -> TrainConfig:
         """Raise ConfigError on the first bad field; return self when all are fine."""
@@ -288,6 +290,7 @@ class TrainConfig:
         check_int("probe_interval", self.probe_interval)
         check_int("sample_interval", self.sample_interval)
         _bool("compile", self.compile)
+        _choice("logger", self.logger, LOGGERS)
         return self
 
 

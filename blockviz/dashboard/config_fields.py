@@ -123,6 +123,13 @@ TRAINING_ADVANCED = (
     Field("eval_iters", "Validation batches", "int", "per evaluation", step=1),
     Field("probe_interval", "Probe every (steps)", "int", "gradient / activation stats", step=10),
     Field("sample_interval", "Sample every (steps)", "int", "text samples, attention", step=10),
+    Field(
+        "logger",
+        "Also log to",
+        "select",
+        "TensorBoard or CSV files in the run's folder, besides the dashboard",
+        config.LOGGERS,
+    ),
 )
 OPS_FIELDS = (
     Field("ops_examples", "ops: lines", "int", "", step=1000),

@@ -118,11 +118,3 @@ class RunLifecycle(Callback):
         """Remember where a stop interrupted fit (LastCheckpoint saved that step)."""
         if isinstance(exception, SIGTERMException):
             self.stopped_at = trainer.global_step
-
-
-def lightning_classes() -> dict[str, type]:
-    """{"StoreLogger": ..., "RunLifecycle": ...}: what `train._fit` looks them up in.
-
-    Left only until `_fit`, which is being edited elsewhere, names the classes directly.
-    """
-    return {"StoreLogger": StoreLogger, "RunLifecycle": RunLifecycle}

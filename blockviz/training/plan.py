@@ -39,6 +39,7 @@ RESUMABLE_FIELDS = (
     "eval_interval",
     "probe_interval",
     "sample_interval",
+    "logger",
 )
 
 log = logging.getLogger(__name__)

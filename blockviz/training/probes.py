@@ -16,14 +16,15 @@ Every `sample_interval` steps (and when training ends): the attention maps of on
 probe sequence and a text sample generated from a fixed prompt.
 
 Everything a probe step measures is computed on the device and reaches the host in one
-transfer. Forward hooks exist only inside `tap_hooks`, for one probe forward pass, so
-ordinary steps run the bare model. Only global rank 0 probes and writes.
+transfer, becomes one `ProbeRecords` and goes to every sink (`blockviz.training.sinks`:
+the run store, Lightning loggers). Forward hooks exist only inside `tap_hooks`, for one
+probe forward pass, so ordinary steps run the bare model. Only global rank 0 probes.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,14 @@ from torch import nn
 
 from blockviz.core.spec import HIST_BINS, HIST_RANGE, TAP_STATS
 from blockviz.training.model import capture_attention, param_component
+from blockviz.training.sinks import (
+    AttentionMap,
+    Histogram,
+    LayerStat,
+    ProbeRecords,
+    ProbeSink,
+    Sample,
+)
 
 
 def char_model(module: nn.Module) -> nn.Module:
@@ -133,17 +142,17 @@ class _PendingProbe:
 
 
 class BlockProbe(Callback):
-    """Gradient, parameter, update, activation and attention statistics into the run store.
+    """Gradient, parameter, update, activation and attention statistics, to `sinks`.
 
-    `store` is a `RunStore` (None: measure nothing, e.g. on ranks other than 0); `prompt`
-    seeds the text samples; `probe_batch` sequences of the validation split form the
-    fixed probe batch; the attention map shows the first `attention_chars` of sequence 0.
+    `sinks` take each probe step's records (none: measure nothing, e.g. on ranks other
+    than 0); `prompt` seeds the text samples; `probe_batch` sequences of the validation
+    split form the fixed probe batch; the attention map shows the first `attention_chars`
+    of sequence 0.
     """
 
     def __init__(
         self,
-        store: Any,
-        run_id: int,
+        sinks: Sequence[ProbeSink],
         probe_interval: int = 50,
         sample_interval: int = 200,
         probe_batch: int = 4,
@@ -155,8 +164,7 @@ class BlockProbe(Callback):
         hist_bins: int = HIST_BINS,
         hist_range: tuple[float, float] = HIST_RANGE,
     ) -> None:
-        self.store = store
-        self.run_id = run_id
+        self.sinks = list(sinks)
         self.probe_interval = probe_interval
         self.sample_interval = sample_interval
         self.probe_batch = probe_batch
@@ -168,6 +176,7 @@ class BlockProbe(Callback):
         self.hist_bins = hist_bins
         self.hist_range = hist_range
         self._index: _ParamIndex | None = None
+        self._n_layer = 0
         self._probe_x: torch.Tensor | None = None
         self._pending: _PendingProbe | None = None
         self._last_sample_step: int | None = None
@@ -176,14 +185,14 @@ class BlockProbe(Callback):
     # -- setup ----------------------------------------------------------------------------
 
     def _active(self, trainer: L.Trainer) -> bool:
-        return self.store is not None and trainer.is_global_zero
+        return bool(self.sinks) and trainer.is_global_zero
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Index the parameters into groups and draw the fixed probe batch once."""
         if not self._active(trainer):
             return
         model = char_model(pl_module)
-        n_layer = model.cfg.n_layer
+        n_layer = self._n_layer = model.cfg.n_layer
         names, params, keys = [], [], []
         for name, param in model.named_parameters():
             if param.requires_grad:
@@ -348,10 +357,17 @@ class BlockProbe(Callback):
         self._measure_forward(trainer, pl_module, pending, probe=False, sample=True)
         pending.sample = self._generate(pl_module, step)
         self._write(pending)
-        self.store.flush()
+        for sink in self.sinks:
+            sink.flush()
 
     def _write(self, pending: _PendingProbe) -> None:
-        """Move every statistic to the host in one transfer, then buffer the store rows."""
+        """Move every statistic to the host in one transfer, then hand the records on."""
+        records = self._records(pending)
+        for sink in self.sinks:
+            sink.write(records)
+
+    def _records(self, pending: _PendingProbe) -> ProbeRecords:
+        """The host-side records of one probe step (the one device->host copy is here)."""
         names = list(pending.parts)
         flat = [pending.parts[name].reshape(-1).float() for name in names]
         values = torch.cat(flat).tolist() if flat else []  # the one device->host copy
@@ -361,51 +377,49 @@ class BlockProbe(Callback):
             host[name] = values[offset : offset + tensor.numel()]
             offset += tensor.numel()
         step = pending.step
-        rows: list[tuple[int, int, str, str, str, float]] = []
+        records = ProbeRecords(step=step, n_layer=self._n_layer)
+        rows = records.layer_stats
         if "grad_norm" in host:
             rows += self._norm_rows(step, host)
-            self.store.log_scalars(
-                self.run_id, [(step, "train/grad_norm", host["global_grad_norm"][0])]
-            )
+            records.grad_norm = host["global_grad_norm"][0]
         if "taps" in host:
-            rows += self._tap_rows(step, pending.tap_keys, host["taps"])
+            tap_rows, records.histograms = self._tap_records(step, pending.tap_keys, host["taps"])
+            rows += tap_rows
         if "entropy" in host:
             layers = pending.attention_layers
             n_head = len(host["entropy"]) // len(layers)
             for i, value in enumerate(host["entropy"]):
                 head = str(i % n_head)
-                rows.append((step, layers[i // n_head], "head", head, "attn_entropy", value))
-        if rows:
-            self.store.log_layer_stats(self.run_id, rows)
+                rows.append(
+                    LayerStat(step, layers[i // n_head], "head", head, "attn_entropy", value)
+                )
         if "attention" in host and pending.attention_tokens is not None:
-            self._write_attention(
-                step, pending.attention_layers, pending.attention_tokens, host["attention"]
+            records.attention = self._attention_maps(
+                pending.attention_layers, pending.attention_tokens, host["attention"]
             )
         if pending.sample is not None:
-            self.store.log_sample(self.run_id, step, self.prompt, pending.sample)
+            records.sample = Sample(self.prompt, pending.sample)
+        return records
 
-    def _norm_rows(
-        self, step: int, host: dict[str, list[float]]
-    ) -> list[tuple[int, int, str, str, str, float]]:
+    def _norm_rows(self, step: int, host: dict[str, list[float]]) -> list[LayerStat]:
         """Per-tensor, per-component and per-layer grad_norm, param_norm and update_ratio."""
         index = self._index
         grad = torch.tensor(host["grad_norm"], dtype=torch.float64)  # (P,)
         param = torch.tensor(host["param_norm"], dtype=torch.float64)  # (P,)
         delta = host.get("delta_norm")
         delta_t = torch.tensor(delta, dtype=torch.float64) if delta is not None else None
-        rows: list[tuple[int, int, str, str, str, float]] = []
+        rows: list[LayerStat] = []
 
         def ratio(step_norm: float, size: float) -> float:
             return step_norm / size if size > 0 else math.nan
 
         for i, name in enumerate(index.names):
             layer, _ = index.groups[int(index.group_of[i])]
-            rows.append((step, layer, "param", name, "grad_norm", float(grad[i])))
-            rows.append((step, layer, "param", name, "param_norm", float(param[i])))
+            rows.append(LayerStat(step, layer, "param", name, "grad_norm", float(grad[i])))
+            rows.append(LayerStat(step, layer, "param", name, "param_norm", float(param[i])))
             if delta_t is not None:
-                rows.append(
-                    (step, layer, "param", name, "update_ratio", ratio(delta_t[i], param[i]))
-                )
+                value = ratio(float(delta_t[i]), float(param[i]))
+                rows.append(LayerStat(step, layer, "param", name, "update_ratio", value))
         # Group norms combine tensors as one vector: sqrt of the summed squares (host side,
         # on a few dozen numbers).
         for members, keys in (
@@ -421,42 +435,46 @@ class BlockProbe(Callback):
                 else None
             )
             for g, (layer, component) in enumerate(keys):
+                grad_norm, param_norm = float(grad_g[g].sqrt()), float(param_g[g].sqrt())
+                rows.append(LayerStat(step, layer, "component", component, "grad_norm", grad_norm))
                 rows.append(
-                    (step, layer, "component", component, "grad_norm", float(grad_g[g].sqrt()))
-                )
-                rows.append(
-                    (step, layer, "component", component, "param_norm", float(param_g[g].sqrt()))
+                    LayerStat(step, layer, "component", component, "param_norm", param_norm)
                 )
                 if delta_g is not None:
-                    value = ratio(float(delta_g[g].sqrt()), float(param_g[g].sqrt()))
-                    rows.append((step, layer, "component", component, "update_ratio", value))
+                    value = ratio(float(delta_g[g].sqrt()), param_norm)
+                    rows.append(
+                        LayerStat(step, layer, "component", component, "update_ratio", value)
+                    )
         return rows
 
-    def _tap_rows(
+    def _tap_records(
         self, step: int, keys: list[tuple[int, str]], values: list[float]
-    ) -> list[tuple[int, int, str, str, str, float]]:
-        """Tap statistics rows; histograms go straight to the store."""
+    ) -> tuple[list[LayerStat], list[Histogram]]:
+        """Tap statistics rows and the histogram of each tap."""
         width = len(TAP_STATS) + self.hist_bins
         lo, hi = self.hist_range
-        rows: list[tuple[int, int, str, str, str, float]] = []
+        rows: list[LayerStat] = []
+        histograms: list[Histogram] = []
         for k, (layer, tap) in enumerate(keys):
             chunk = values[k * width : (k + 1) * width]
             for stat, value in zip(TAP_STATS, chunk[: len(TAP_STATS)], strict=True):
-                rows.append((step, layer, "tap", tap, stat, value))
+                rows.append(LayerStat(step, layer, "tap", tap, stat, value))
             counts = [round(c) for c in chunk[len(TAP_STATS) :]]
-            self.store.log_histogram(self.run_id, step, layer, tap, lo, hi, counts)
-        return rows
+            histograms.append(Histogram(layer, tap, lo, hi, counts))
+        return rows, histograms
 
-    def _write_attention(
-        self, step: int, layers: list[int], tokens: list[str], values: list[float]
-    ) -> None:
+    @staticmethod
+    def _attention_maps(
+        layers: list[int], tokens: list[str], values: list[float]
+    ) -> list[AttentionMap]:
+        """The flat (L, nh, n, n) weights cut into one map per layer and head."""
         n = len(tokens)
         per_map = n * n
         n_maps = len(values) // per_map
         n_head = n_maps // len(layers)
+        maps = []
         for m in range(n_maps):
             flat = values[m * per_map : (m + 1) * per_map]
             weights = [flat[q * n : (q + 1) * n] for q in range(n)]
-            self.store.log_attention(
-                self.run_id, step, layers[m // n_head], m % n_head, tokens, weights
-            )
+            maps.append(AttentionMap(layers[m // n_head], m % n_head, tokens, weights))
+        return maps

@@ -39,18 +39,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from blockviz.core import config as cfg
 from blockviz.core import procs
 from blockviz.core.files import atomic_write
 from blockviz.core.flags import UsageError, run_config_from_args
 from blockviz.store import RunStore, StoreError
+from blockviz.training.callbacks import ConsoleProgress, TrainingDiverged
 from blockviz.training.data import DataError
 from blockviz.training.lifecycle import Heartbeat, StopRequest, global_rank_from_env, patiently
-from blockviz.training.lit import quiet_lightning, release_lightning_log
-from blockviz.training.logger import FLUSH_EVERY_S, lightning_classes
+from blockviz.training.lit import LitCharModel
+from blockviz.training.logger import FLUSH_EVERY_S, RunLifecycle, StoreLogger
 from blockviz.training.plan import RunPlan, check_memory, load_datamodule, plan_new, plan_resume
+from blockviz.training.probes import BlockProbe
+from blockviz.training.sinks import LoggerSink, StoreSink
+from blockviz.training.trainer import (
+    check_logger_available,
+    make_trainer,
+    quiet_lightning,
+    release_lightning_log,
+    run_loggers,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 QUEUE_POLL_S = 1.0
@@ -102,27 +114,25 @@ def _fit(
     on_ready: Any = None,
 ) -> tuple[Outcome, Any, Any]:
     """Build model, callbacks and Trainer and fit; every rank runs this the same way."""
-    import lightning as L
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-    from blockviz.training.lit import ConsoleProgress, LitCharModel, TrainingDiverged, make_trainer
-    from blockviz.training.probes import BlockProbe
-
-    classes = lightning_classes()
     config = plan.config
     train = config.train
+    # Rank 0 also writes TensorBoard / CSV files into run_dir when --logger asks.
+    resume_step = plan.start_step if plan.checkpoint is not None else None
+    extra_loggers = run_loggers(train, run_dir, resume_step) if store is not None else []
     L.seed_everything(train.seed, workers=False, verbose=False)
     lit = LitCharModel(
         config.to_dict(), datamodule.vocab.to_json(), schedule_steps=plan.schedule_steps
     )
     heartbeat = Heartbeat(store, run_id) if store is not None else None
-    lifecycle = classes["RunLifecycle"](stop, heartbeat, store, run_id)
+    lifecycle = RunLifecycle(stop, heartbeat, store, run_id)
     callbacks: list[Any] = [lifecycle]
     if store is not None:
+        sinks: list[Any] = [StoreSink(store, run_id)]
+        if extra_loggers:
+            sinks.append(LoggerSink(extra_loggers))
         callbacks.append(
             BlockProbe(
-                store,
-                run_id,
+                sinks,
                 probe_interval=train.probe_interval,
                 sample_interval=train.sample_interval,
                 prompt=_sample_prompt(datamodule),
@@ -130,8 +140,8 @@ def _fit(
         )
     if progress:
         callbacks.append(ConsoleProgress())
-    logger = classes["StoreLogger"](store, run_id) if store is not None else None
-    trainer = make_trainer(config, callbacks, logger, run_dir)
+    loggers = [StoreLogger(store, run_id), *extra_loggers] if store is not None else None
+    trainer = make_trainer(config, callbacks, loggers, run_dir)
     if on_ready is not None:
         on_ready(trainer, lit)
     if heartbeat is not None:
@@ -167,16 +177,18 @@ def _sample_prompt(datamodule: Any) -> str:
     return "\n" if "\n" in datamodule.vocab else datamodule.corpus.text[0]
 
 
-def _final_metrics(lit: Any, outcome: Outcome) -> dict[str, float | int | None]:
-    tokens_per_sec = lit.tokens_seen / lit.train_time_s if lit.train_time_s > 0 else None
+def _final_metrics(lit: Any, trainer: Any, outcome: Outcome) -> dict[str, float | int | None]:
+    from blockviz.training.callbacks import training_monitor
+
+    monitor = training_monitor(trainer)
     return {
-        "train_loss": _finite_or_none(lit.recent_train_loss()),
+        "train_loss": _finite_or_none(monitor.recent_train_loss()),
         "val_loss": _finite_or_none(lit.last_val.get("val/loss")),
         "val_ppl": _finite_or_none(lit.last_val.get("val/ppl")),
         "val_bpc": _finite_or_none(lit.last_val.get("val/bpc")),
         "answer_acc": _finite_or_none(lit.last_val.get("val/answer_acc")),
-        "time_s": round(lit.wall_time_s(), 3),  # training wall time, evaluations included
-        "tokens_per_sec": tokens_per_sec,  # while training, evaluations excluded
+        "time_s": round(monitor.wall_time_s(), 3),  # training wall time, evaluations included
+        "tokens_per_sec": monitor.tokens_per_sec(),  # while training, evaluations excluded
         "steps": outcome.step,
     }
 
@@ -235,15 +247,13 @@ def cli_main(args: argparse.Namespace) -> int:
     if args.resume is None and args.run_id is None:
         # A new run: a bad flag, config or dataset must not even create the store file.
         plan = plan_new(args, None)
-        datamodule = load_datamodule(plan.config)
-        check_memory(cfg.replace(plan.config, vocab_size=datamodule.vocab.size))
+        datamodule = _preflight(plan)
         store = _writer_store(args)
     else:
         store = _writer_store(args)
         try:
             plan = plan_resume(args, store) if args.resume else plan_new(args, store)
-            datamodule = load_datamodule(plan.config)
-            check_memory(cfg.replace(plan.config, vocab_size=datamodule.vocab.size))
+            datamodule = _preflight(plan)
         except (UsageError, ValueError) as exc:
             if args.run_id is not None and not args.resume:
                 _mark_failed_quietly(store, args.run_id, str(exc))
@@ -253,6 +263,14 @@ def cli_main(args: argparse.Namespace) -> int:
         return _run(args, store, plan, datamodule)
     finally:
         _close_quietly(store)
+
+
+def _preflight(plan: RunPlan) -> Any:
+    """Load the data and check the run can start here (memory, logger); the datamodule."""
+    datamodule = load_datamodule(plan.config)
+    check_memory(cfg.replace(plan.config, vocab_size=datamodule.vocab.size))
+    check_logger_available(plan.config.train)
+    return datamodule
 
 
 def _writer_store(args: argparse.Namespace) -> RunStore:
@@ -357,7 +375,7 @@ def _register_and_fit(
             )
 
         try:
-            outcome, _, lit = _fit(
+            outcome, trainer, lit = _fit(
                 plan, datamodule, run_dir, stop, store, run_id, not args.no_progress, on_ready
             )
         except Exception as exc:
@@ -365,7 +383,7 @@ def _register_and_fit(
         except BaseException as exc:  # KeyboardInterrupt outside our handlers, SystemExit
             _record_failure(store, run_id, name, exc)
             raise
-        final = _final_metrics(lit, outcome)
+        final = _final_metrics(lit, trainer, outcome)
         final["time_s"] = round(float(final["time_s"] or 0.0) + earlier_s, 3)
         patiently(
             store.update_run,

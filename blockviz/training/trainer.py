@@ -1,0 +1,170 @@
+"""The Trainer of a run: device, precision, DDP, cadence, checkpoints, loggers, quiet logs.
+
+`make_trainer` turns a `RunConfig` into a Lightning Trainer; the engineering lives here
+and in Lightning, never in the LightningModule (`blockviz.training.lit`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import warnings
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.loggers import Logger
+
+from blockviz.core.config import ConfigError, RunConfig, TrainConfig
+from blockviz.training.callbacks import LastCheckpoint, TrainingMonitor
+
+# Where `--logger` writes, inside the run's folder.
+TENSORBOARD_DIR = "tensorboard"
+CSV_DIR = "csv"
+
+
+def resolve_precision(precision: str, accelerator: str) -> str:
+    """`auto` -> bf16-mixed on a CUDA GPU that supports it, else 32-true; others pass."""
+    if precision != "auto":
+        return precision
+    wants_cuda = accelerator in ("auto", "gpu")
+    if wants_cuda and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16-mixed"
+    return "32-true"
+
+
+# Lightning's info lines and "possible user" warnings that say nothing to a blockviz user:
+# our loaders are in-process tensor indexing (no workers needed), logging cadence is ours.
+_QUIET_WARNINGS = (
+    r".*does not have many workers.*",
+    r".*number of training batches.*logging interval.*",
+    r".*litlogger.*",
+    r".*sync_dist=True.*",
+    r".*GPU available but not used.*",
+    r".*`isinstance\(treespec, LeafSpec\)` is deprecated.*",
+    r".*Checkpoint directory .* exists and is not empty.*",
+    r".*`training_step` returned `None`.*",
+)
+_LIGHTNING_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric")
+
+
+def quiet_lightning(handler: logging.Handler | None = None) -> None:
+    """Keep the console for our progress line: Lightning's chatter goes to `handler` (or nowhere).
+
+    Call `release_lightning_log(handler)` to detach a handler given here.
+    """
+    for pattern in _QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern)
+    for name in _LIGHTNING_LOGGERS:
+        logger = logging.getLogger(name)
+        for old in list(logger.handlers):
+            # Lightning installs a console StreamHandler of its own; files stay.
+            if isinstance(old, logging.StreamHandler) and not isinstance(old, logging.FileHandler):
+                logger.removeHandler(old)
+        logger.propagate = False
+        if handler is not None:
+            logger.addHandler(handler)
+            logger.setLevel(logging.INFO)
+        else:
+            logger.setLevel(logging.WARNING)
+
+
+def release_lightning_log(handler: logging.Handler) -> None:
+    """Detach a handler that `quiet_lightning` attached."""
+    for name in _LIGHTNING_LOGGERS:
+        logging.getLogger(name).removeHandler(handler)
+
+
+def checkpoint_callbacks(run_dir: str | Path) -> list[Callback]:
+    """best.ckpt on the lowest val/loss and last.ckpt as LastCheckpoint keeps it."""
+    dirpath = Path(run_dir) / "checkpoints"
+    best = ModelCheckpoint(
+        dirpath=dirpath,
+        filename="best",
+        monitor="val/loss",
+        mode="min",
+        save_top_k=1,
+        save_last=False,
+        auto_insert_metric_name=False,
+        enable_version_counter=False,
+    )
+    return [best, LastCheckpoint(dirpath)]
+
+
+def check_logger_available(train: TrainConfig) -> None:
+    """ConfigError naming the missing package when `train.logger` cannot write here."""
+    if train.logger != "tensorboard":
+        return
+    # Lightning's TensorBoardLogger writes with either package.
+    if not any(importlib.util.find_spec(name) for name in ("tensorboard", "tensorboardX")):
+        raise ConfigError(
+            "logger",
+            train.logger,
+            "install the tensorboard package",
+            message="--logger tensorboard needs the tensorboard package, which is not "
+            "installed: pip install tensorboard",
+        )
+
+
+def run_loggers(train: TrainConfig, run_dir: str | Path, resume_step: int | None) -> list[Logger]:
+    """The Lightning loggers `train.logger` asks for, writing into the run's folder.
+
+    tensorboard: event files in <run_dir>/tensorboard, one per training session; a resumed
+    session hides what an earlier one logged after the checkpoint (`purge_step`), as the
+    store drops those rows. csv: <run_dir>/csv/version_<n>/metrics.csv, one folder per
+    session (Lightning's CSV writer replaces an existing metrics.csv).
+    """
+    check_logger_available(train)
+    if train.logger == "tensorboard":
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        purge = {} if resume_step is None else {"purge_step": resume_step + 1}
+        return [
+            TensorBoardLogger(
+                run_dir, name=TENSORBOARD_DIR, version="", default_hp_metric=False, **purge
+            )
+        ]
+    if train.logger == "csv":
+        from lightning.pytorch.loggers import CSVLogger
+
+        return [CSVLogger(run_dir, name=CSV_DIR)]
+    return []
+
+
+def make_trainer(
+    run_cfg: RunConfig,
+    callbacks: Sequence[Callback] = (),
+    logger: Logger | Iterable[Logger] | None = None,
+    run_dir: str | Path = ".",
+) -> L.Trainer:
+    """A Trainer for the run: device, precision, DDP, clipping, cadence, checkpoints.
+
+    Every Trainer gets a `TrainingMonitor` (train metrics, clocks, divergence), after
+    `callbacks` so that it sees each event after them: the wall clock includes the
+    probe's last sample, and a diverged step still has its probe records written.
+    """
+    train = run_cfg.train
+    monitor = TrainingMonitor(train.log_interval)
+    return L.Trainer(
+        accelerator=train.accelerator,
+        devices=train.devices,
+        num_nodes=train.num_nodes,
+        strategy=train.strategy,
+        precision=resolve_precision(train.precision, train.accelerator),
+        max_steps=train.max_steps,
+        max_epochs=-1,  # the training loader never ends; max_steps does
+        gradient_clip_val=train.grad_clip or None,
+        val_check_interval=train.eval_interval,
+        check_val_every_n_epoch=None,  # count val_check_interval in steps across "epochs"
+        limit_val_batches=train.eval_iters,
+        num_sanity_val_steps=0,
+        callbacks=[*checkpoint_callbacks(run_dir), *callbacks, monitor],
+        logger=list(logger) if isinstance(logger, Iterable) else (logger or False),
+        log_every_n_steps=train.log_interval,
+        enable_model_summary=False,
+        enable_progress_bar=False,  # ConsoleProgress, when wanted, is one of `callbacks`
+        use_distributed_sampler=False,  # the data module gives each rank its own windows
+        default_root_dir=str(run_dir),
+    )
