@@ -209,6 +209,18 @@ def test_divergence_is_a_result_not_a_crash(tmp_path, corpus, capsys):
     assert divergence["step"] == 1 and divergence["nonfinite_step"] == 1
 
 
+def test_a_divergence_on_a_sample_step_is_still_diverged(tmp_path, corpus):
+    """Sampling from the blown-up model must not turn the result into a crash (failed)."""
+    store_path = tmp_path / "blockviz.db"
+    command = train_command(store_path, corpus, *DIVERGING, "--sample_interval", "1")
+    code, _out, err = finish(start(command))
+    assert code == 0, err
+    with RunStore(store_path) as store:
+        run = store.get_run(1)
+        assert (run["status"], run["diverged_step"], run["error"]) == ("diverged", 1, None)
+        assert store.samples(1)["step"].tolist() == [0]  # nothing sampled from non-finite logits
+
+
 def test_sigterm_stops_with_a_checkpoint_and_resume_continues_from_it(tmp_path, corpus):
     store_path = tmp_path / "blockviz.db"
     proc = start(train_command(store_path, corpus, "--max_steps", "5000"))

@@ -36,6 +36,10 @@ class ModelInputError(ValueError):
     """An input the model cannot take (too long a sequence, a bad sampling setting)."""
 
 
+class NonFiniteLogits(ArithmeticError):
+    """Sampling met NaN or infinite logits: the weights or the stream blew up."""
+
+
 class RMSNorm(nn.Module):
     """x / sqrt(mean(x²) + eps) * weight over the last dim: LayerNorm without centring or bias.
 
@@ -296,7 +300,10 @@ class CharTransformer(nn.Module):
                 if top_k is not None:
                     kth_best = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
                     logits = logits.masked_fill(logits < kth_best, float("-inf"))  # (B, V)
-                next_id = torch.multinomial(logits.softmax(dim=-1), num_samples=1)  # (B, 1)
+                probs = logits.softmax(dim=-1)  # (B, V)
+                if not bool(probs.isfinite().all()):  # a diverged model: nothing to sample from
+                    raise NonFiniteLogits("the model's next-character logits are not finite")
+                next_id = torch.multinomial(probs, num_samples=1)  # (B, 1)
             idx = torch.cat([idx, next_id], dim=1)  # (B, T+1)
         return idx
 

@@ -35,7 +35,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import nn
 
 from blockviz.core.spec import HIST_BINS, HIST_RANGE, TAP_STATS
-from blockviz.training.model import capture_attention, param_component
+from blockviz.training.model import NonFiniteLogits, capture_attention, param_component
 from blockviz.training.sinks import (
     AttentionMap,
     Histogram,
@@ -310,18 +310,16 @@ class BlockProbe(Callback):
         if generate is None or getattr(pl_module, "vocab", None) is None:
             return None
         self._last_sample_step = step
-        # Sampling from non-finite logits raises; a diverged model has nothing to say.
-        with torch.no_grad():
-            finite = torch.stack([p.isfinite().all() for p in self._index.params]).all()
-        if not bool(finite):
+        try:
+            return generate(
+                self.prompt,
+                max_new_tokens=self.sample_chars,
+                temperature=self.temperature,
+                top_k=self.top_k,
+                seed=step,
+            )
+        except NonFiniteLogits:  # a diverged model has nothing to say; the run says why
             return None
-        return generate(
-            self.prompt,
-            max_new_tokens=self.sample_chars,
-            temperature=self.temperature,
-            top_k=self.top_k,
-            seed=step,
-        )
 
     # -- after the optimizer step: update ratios, one transfer, the writes ----------------
 
