@@ -30,10 +30,6 @@ REPORT_JOB_KEY = "compare.report_job"
 # ---------------------------------------------------------------------------- curves
 
 
-def _statuses(runs: pd.DataFrame) -> dict[int, str]:
-    return {int(i): str(s) for i, s in zip(runs["id"], runs["status"], strict=True)}
-
-
 def _curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> None:
     """Everything that moves while a chosen run trains; a fragment while one is active."""
     with ui.guard("Comparison"):
@@ -47,7 +43,7 @@ def _draw_curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> N
     if len(runs) < len(run_ids):
         ui.flash("warning", "A compared run was deleted; it was taken out of the comparison.")
         st.rerun()
-    if _statuses(all_runs) != seen:
+    if ui.run_statuses(all_runs) != seen:
         # A status changed (finished, started, reaped): redraw the page once, so the
         # picker's labels and the refresh timer follow.
         st.rerun()
@@ -228,7 +224,7 @@ def _choose_runs(store: RunStore) -> tuple[pd.DataFrame, dict[int, str]] | None:
         st.info("Pick one or more runs above to overlay them.")
         return None
     # In the order picked, so tables and the report list runs as the user chose them.
-    return all_runs.set_index("id").loc[chosen].reset_index(), _statuses(all_runs)
+    return all_runs.set_index("id").loc[chosen].reset_index(), ui.run_statuses(all_runs)
 
 
 store = store_access.store_or_stop()

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -58,18 +57,6 @@ def _reader() -> IncrementalReader:
     return IncrementalReader(st.session_state, CACHE_KEY)
 
 
-def _throughput(scalars: pd.DataFrame, window: int = 50) -> float | None:
-    """Median tokens/s of the last `window` logged steps.
-
-    The median, because the steps that also evaluate or probe are many times slower and
-    would make a mean jump.
-    """
-    rows = scalars[scalars["name"] == "train/tokens_per_sec"].sort_values("step")
-    values = rows["value"].to_numpy(dtype=float)
-    finite = values[np.isfinite(values)][-window:]
-    return float(np.median(finite)) if finite.size else None
-
-
 def _n_layer(run: dict[str, Any]) -> int:
     model = summary.stored_model_config(run)
     return model.n_layer if model is not None else 1  # a damaged config: the one layer all have
@@ -108,7 +95,7 @@ def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None
             st.toast(ui.plain(f"Run #{run_id}: {runner.stop(store, run_id)}"))
     step_text = "—" if step is None else f"{int(step):,}"
     step_label = f"Step (of {int(max_steps):,})" if max_steps else "Step"
-    tokens_per_sec = _throughput(scalars)
+    tokens_per_sec = summary.recent_tokens_per_sec(scalars)
     cols = st.columns(6)
     cols[0].metric(step_label, step_text)
     cols[1].metric(
@@ -331,10 +318,6 @@ def _samples_tab(store: RunStore, run: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------- the page
 
 
-def _statuses(runs: pd.DataFrame) -> dict[int, str]:
-    return {int(i): str(s) for i, s in zip(runs["id"], runs["status"], strict=True)}
-
-
 def _live(store: RunStore, run_id: int, seen: dict[int, str]) -> None:
     """Everything that changes while the run trains; a fragment while it is active.
 
@@ -349,7 +332,7 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str]) -> None:
         ui.flash("warning", f"Run #{run_id} was deleted while it was open here.")
         ui.select_run(None)
         st.rerun()
-    fresh = _statuses(store.runs_frame())
+    fresh = ui.run_statuses(store.runs_frame())
     if fresh != seen:
         st.rerun()
     run["status"] = fresh[run_id]  # what the picker shows, unchanged since it was read
@@ -396,7 +379,7 @@ def _pick_run(store: RunStore) -> tuple[int, dict[int, str]] | None:
     selected = ui.run_picker(store, "Run", multi=False, key="live.run", runs=runs)
     if selected is None:
         return None
-    return selected, _statuses(runs)
+    return selected, ui.run_statuses(runs)
 
 
 store = store_access.store_or_stop()

@@ -108,3 +108,12 @@ def test_stored_model_config_is_none_when_missing_or_damaged(
     assert (model.n_layer if model else None) == n_layer
     if model is not None:
         assert model.attention is False
+
+
+def test_recent_tokens_per_sec_is_the_median_of_the_last_finite_steps() -> None:
+    steps = list(range(60))
+    values = [1000.0] * 55 + [10.0, float("nan"), 3000.0, 3000.0, 3000.0]  # a slow probe step
+    frame = pd.DataFrame({"step": steps, "name": "train/tokens_per_sec", "value": values})
+    assert summary.recent_tokens_per_sec(frame) == 1000.0
+    assert summary.recent_tokens_per_sec(frame, window=3) == 3000.0
+    assert summary.recent_tokens_per_sec(frame.iloc[:0]) is None

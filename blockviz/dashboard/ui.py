@@ -185,6 +185,11 @@ def add_to_compare(run_id: int) -> None:
     st.session_state[COMPARE_KEY] = chosen
 
 
+def run_statuses(runs: pd.DataFrame) -> dict[int, str]:
+    """{run id: status}: what a page compares between refreshes to notice a change."""
+    return {int(i): str(s) for i, s in zip(runs["id"], runs["status"], strict=True)}
+
+
 def run_label(row: pd.Series | dict) -> str:
     """'#id name (status)': how a run is named in pickers.
 

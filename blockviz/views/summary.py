@@ -122,3 +122,15 @@ def render_divergence(
     if facts.error:
         parts.append(text(facts.error))
     return " ".join(parts)
+
+
+def recent_tokens_per_sec(scalars: pd.DataFrame, window: int = 50) -> float | None:
+    """Median tokens/s of the last `window` logged steps (None before the first).
+
+    The median, because the steps that also evaluate or probe are many times slower and
+    would make a mean jump.
+    """
+    rows = scalars[scalars["name"] == "train/tokens_per_sec"].sort_values("step")
+    values = rows["value"].to_numpy(dtype=float)
+    finite = values[np.isfinite(values)][-window:]
+    return float(np.median(finite)) if finite.size else None
