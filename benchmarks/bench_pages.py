@@ -35,10 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5000)
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--store", help="time the pages on this existing store (its runs) instead of fakes"
+    )
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
-        os.environ["BLOCKVIZ_STORE"] = str(Path(tmp) / "blockviz.db")
+        os.environ["BLOCKVIZ_STORE"] = args.store or str(Path(tmp) / "blockviz.db")
         os.chdir(ROOT)
         # Imported after the environment is set: the app reads BLOCKVIZ_STORE.
         from streamlit.testing.v1 import AppTest
@@ -48,13 +51,16 @@ def main(argv: list[str] | None = None) -> int:
         from tests import fakes  # fake runs shaped like real ones
 
         store = RunStore(os.environ["BLOCKVIZ_STORE"])
-        ids = fakes.populate(
-            store,
-            n_runs=args.runs,
-            n_steps=args.steps,
-            n_layer=args.layers,
-            statuses=("completed",),
-        )
+        if args.store:
+            ids = store.runs_frame()["id"].tolist()
+        else:
+            ids = fakes.populate(
+                store,
+                n_runs=args.runs,
+                n_steps=args.steps,
+                n_layer=args.layers,
+                statuses=("completed",),
+            )
         store.close()
 
         rows = []
@@ -90,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"machine: {platform.machine()} {os.cpu_count()} CPUs, python {platform.python_version()}"
     )
-    print(f"store: {args.runs} runs x {args.steps} steps x {args.layers} layers (all completed)")
+    if args.store:
+        print(f"store: {args.store} ({len(ids)} runs)")
+    else:
+        print(f"store: {args.runs} runs x {args.steps} steps x {args.layers} layers (completed)")
     print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print()
     print(
