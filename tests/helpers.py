@@ -25,3 +25,22 @@ TINY_RUN = {
 def tiny_config(**overrides: Any) -> cfg.RunConfig:
     """A validated 2-layer, d_model 16 run config that trains in well under a second."""
     return cfg.replace(cfg.RunConfig(), **{**TINY_RUN, **overrides}).validate()
+
+
+FOX_TEXT = "the quick brown fox jumps over the lazy dog; pack my box with five dozen jugs.\n" * 40
+
+
+def tiny_datamodule(config: cfg.RunConfig, text: str = FOX_TEXT) -> tuple[Any, cfg.RunConfig]:
+    """A set-up CharDataModule over `text` (one validation batch) and the config with its
+    vocabulary size; the training side is imported here, so torch-free tests stay so."""
+    from blockviz.training.data import CharDataModule, Corpus
+
+    dm = CharDataModule(
+        config.data,
+        config.model.block_size,
+        config.train.batch_size,
+        eval_iters=1,
+        corpus=Corpus("fox", "test", text),
+    )
+    dm.setup()
+    return dm, cfg.replace(config, vocab_size=dm.vocab.size)

@@ -16,18 +16,15 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
 from blockviz import cli
-from blockviz.core import config as cfg
 from blockviz.store import RunStore
 from blockviz.training.callbacks import TrainingDiverged, training_monitor
-from blockviz.training.data import CharDataModule, Corpus
 from blockviz.training.lit import LitCharModel, lr_at
 from blockviz.training.trainer import make_trainer, quiet_lightning, run_loggers
-from tests.helpers import tiny_config
+from tests.helpers import FOX_TEXT, tiny_config, tiny_datamodule
 
 torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parent.parent
-TEXT = "the quick brown fox jumps over the lazy dog; pack my box with five dozen jugs.\n" * 40
 
 
 class RecordingLogger(Logger):
@@ -79,15 +76,7 @@ def fit(tmp_path, lit_cls=LitCharModel, callbacks=(), **overrides) -> Fitted:
     """A tiny in-process fit with a recording logger."""
     quiet_lightning()
     config = tiny_config(**overrides)
-    dm = CharDataModule(
-        config.data,
-        config.model.block_size,
-        config.train.batch_size,
-        eval_iters=1,
-        corpus=Corpus("fox", "test", TEXT),
-    )
-    dm.setup()
-    config = cfg.replace(config, vocab_size=dm.vocab.size)
+    dm, config = tiny_datamodule(config)
     lit = lit_cls(config.to_dict(), dm.vocab.to_json())
     logger, spy = RecordingLogger(), LossSpy()
     trainer = make_trainer(config, [spy, *callbacks], logger, run_dir=tmp_path)
@@ -197,7 +186,7 @@ def test_tensorboard_without_its_package_is_one_line_and_exit_2(tmp_path, monkey
         importlib.util, "find_spec", lambda name, *a: None if name in hidden else real(name, *a)
     )
     corpus = tmp_path / "fox.txt"
-    corpus.write_text(TEXT, encoding="utf-8")
+    corpus.write_text(FOX_TEXT, encoding="utf-8")
     flags = ["--preset", "tiny", "--dataset", str(corpus), "--store", str(tmp_path / "s.db")]
     code = cli.main(["train", *flags, "--logger", "tensorboard", "--no_progress"])
     err = capsys.readouterr().err
@@ -229,7 +218,7 @@ def tiny(corpus: Path) -> list[str]:
 @pytest.fixture
 def corpus(tmp_path) -> Path:
     path = tmp_path / "fox.txt"
-    path.write_text(TEXT, encoding="utf-8")
+    path.write_text(FOX_TEXT, encoding="utf-8")
     return path
 
 

@@ -8,7 +8,6 @@ from lightning.pytorch.callbacks import Callback
 
 from blockviz.core import config as cfg
 from blockviz.store import RunStore
-from blockviz.training.data import CharDataModule, Corpus
 from blockviz.training.lit import LitCharModel
 from blockviz.training.model import CharTransformer, block_tap_names
 from blockviz.training.probes import (
@@ -25,7 +24,7 @@ from tests import helpers
 
 torch.set_num_threads(1)
 
-TEXT = "the quick brown fox jumps over the lazy dog; pack my box with five dozen jugs.\n" * 40
+
 VARIANTS = {
     "pre-ln": {},
     "post-ln-relu": {"norm_position": "post", "activation": "relu"},
@@ -122,15 +121,7 @@ class ListSink:
 def probed_fit(tmp_path, store: RunStore | None, **overrides):
     quiet_lightning()
     config = tiny_config(**overrides)
-    dm = CharDataModule(
-        config.data,
-        config.model.block_size,
-        config.train.batch_size,
-        eval_iters=1,
-        corpus=Corpus("fox", "test", TEXT),
-    )
-    dm.setup()
-    config = cfg.replace(config, vocab_size=dm.vocab.size)
+    dm, config = helpers.tiny_datamodule(config)
     run_id = store.create_run("probe-test", config.to_json(), status="running") if store else 0
     sinks = [StoreSink(store, run_id), ListSink()] if store is not None else []
     probe = BlockProbe(sinks, probe_interval=2, sample_interval=3, sample_chars=20)
