@@ -24,6 +24,7 @@ import pandas as pd
 from blockviz.core import procs
 from blockviz.core.config import RunConfig
 from blockviz.core.corpora import BUILTIN
+from blockviz.core.files import atomic_write
 from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.store import RunStore
 
@@ -148,7 +149,7 @@ def launch(
     run_dir = store.run_dir(run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / CONFIG_NAME
-    config_path.write_text(run_config.to_json(), encoding="utf-8")
+    atomic_write(config_path, run_config.to_json())
     command = [
         sys.executable,
         "-m",
@@ -242,7 +243,7 @@ def stop_run(store: RunStore, run_id: int) -> StopOutcome:
     if status not in ACTIVE_STATUSES:
         return StopOutcome(f"already {status}")
     if pid == os.getpid():
-        # Only a run recorded by this very process (demo data) lands here; never signal
+        # Only a run recorded by this very process (test fakes) lands here; never signal
         # ourselves, it would take the dashboard down.
         return StopOutcome("not stopped: the run belongs to this process", ok=False)
     if procs.signal_own(pid, began):

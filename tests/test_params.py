@@ -13,7 +13,7 @@ import torch
 from blockviz import cli
 from blockviz.core.config import BOUNDS, ConfigError, ModelConfig, RunConfig, replace
 from blockviz.core.params import (
-    COMPONENTS,
+    PARAM_GROUP_NAMES,
     Breakdown,
     check_fits,
     estimate_memory,
@@ -82,7 +82,7 @@ def test_totals_agree_across_views():
     assert sum(breakdown.by_component().values()) == total
     assert sum(breakdown.by_layer().values()) == total
     assert sum(breakdown.shares().values()) == pytest.approx(100.0)
-    assert list(breakdown.by_component()) == list(COMPONENTS)  # forward order
+    assert list(breakdown.by_component()) == list(PARAM_GROUP_NAMES)  # forward order
     assert list(breakdown.by_layer()) == [-1, 0, 1, 2, 3]
 
 
@@ -126,7 +126,7 @@ def test_tied_head_counts_zero_and_says_so():
 )
 def test_absent_parts_have_no_rows(overrides, absent):
     present = set(param_breakdown(ModelConfig(**overrides)).by_component())
-    assert present == set(COMPONENTS) - absent
+    assert present == set(PARAM_GROUP_NAMES) - absent
 
 
 @pytest.mark.parametrize(
@@ -143,7 +143,7 @@ def test_norm_counts_follow_type_and_bias(norm_type, bias, per_norm):
 def test_format_table_lists_components_layers_and_total():
     breakdown = param_breakdown(ModelConfig(n_layer=2))
     table = format_table(breakdown)
-    for component in COMPONENTS:
+    for component in PARAM_GROUP_NAMES:
         assert component in table
     assert "block 0" in table and "block 1" in table and "embeddings" in table
     assert f"{breakdown.total:,}" in table.splitlines()[-1]

@@ -10,6 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from blockviz.core import config, corpora, params
+from blockviz.core.naming import MAX_NAME_TOKENS
 from blockviz.dashboard import config_fields, run_names, sidebar, uploads
 from blockviz.store import default_store_path
 
@@ -74,7 +75,7 @@ def test_suggested_name_stays_short_with_many_changes() -> None:
     changes = {"n_layer": 2, "n_head": 2, "d_model": 64, "block_size": 32, "dropout": 0.1}
     changes |= {"bias": False, "init": "gpt2"}
     name = run_names.suggest_name("baby-cpu", config.replace(config.preset("baby-cpu"), **changes))
-    assert name.endswith(f"+{len(changes) - run_names.MAX_NAME_TOKENS}")
+    assert name.endswith(f"+{len(changes) - MAX_NAME_TOKENS}")
 
 
 @pytest.mark.parametrize(
@@ -314,3 +315,11 @@ def test_a_bare_number_run_name_blocks_launch_with_the_reason(bare_sidebar: AppT
     state = at.session_state["test.state"]
     assert state.can_launch and state.name == "run-2"
     assert not any("bare number" in e.value for e in at.sidebar.error)
+
+
+def test_every_built_in_dataset_is_offered_with_a_note() -> None:
+    from blockviz.core.corpora import BUILTIN
+    from blockviz.dashboard.config_fields import DATASET_CHOICES, DATASET_NOTES
+
+    assert set(BUILTIN) < set(DATASET_CHOICES)
+    assert set(DATASET_CHOICES) == set(DATASET_NOTES)

@@ -20,7 +20,7 @@ import pytest
 from blockviz import store as st
 from blockviz.core import config as cfg
 from blockviz.core import procs
-from blockviz.store import RunStore, StoreError, lifecycle
+from blockviz.store import RunStore, StoreError, liveness
 from tests import fakes
 from tests.real_runs import RealRuns, copy_run
 
@@ -374,7 +374,7 @@ def test_buffered_rows_are_invisible_until_flush(store, table):
 
 
 def test_one_transaction_per_flush(store, monkeypatch):
-    monkeypatch.setattr(lifecycle, "HEARTBEAT_WRITE_S", 3600.0)
+    monkeypatch.setattr(liveness, "HEARTBEAT_WRITE_S", 3600.0)
     run_id = new_run(store)
     store.heartbeat(run_id, 0)  # a run's first beat is written at once
     statements: list[str] = []
@@ -405,7 +405,7 @@ def test_auto_flush_by_row_count_and_by_age(tmp_path):
 
 
 def test_heartbeat_is_written_at_once_then_throttled(store, monkeypatch):
-    monkeypatch.setattr(lifecycle, "HEARTBEAT_WRITE_S", 3600.0)
+    monkeypatch.setattr(liveness, "HEARTBEAT_WRITE_S", 3600.0)
     run_id = new_run(store)
     store.heartbeat(run_id, 7)
     run = store.get_run(run_id)

@@ -10,12 +10,13 @@ import blockviz.store as store_package
 from blockviz.store import RunStore, StoreError, StoreLocked
 from blockviz.store.connection import _Connection
 from blockviz.store.errors import has_sqlite_header, is_busy, store_error
-from blockviz.store.lifecycle import _Lifecycle
+from blockviz.store.liveness import _Liveness
+from blockviz.store.queue import _Queue
 from blockviz.store.reads import _Reads
 from blockviz.store.runs import _Runs
 from blockviz.store.writes import _Writes
 
-PARTS = (_Connection, _Runs, _Lifecycle, _Writes, _Reads)
+PARTS = (_Connection, _Runs, _Queue, _Liveness, _Writes, _Reads)
 
 
 @pytest.mark.parametrize("part", PARTS, ids=lambda part: part.__name__)

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from blockviz.core.naming import sanitize_name
 from blockviz.dashboard import ui
-from blockviz.store import RunStore, default_store_path, sanitize_name
+from blockviz.store import RunStore, default_store_path
 from tests import fakes
 from tests.real_runs import RealRuns, copy_run
 

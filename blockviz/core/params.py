@@ -19,8 +19,9 @@ import psutil
 from blockviz.core.config import ConfigError, ModelConfig, RunConfig, check_int
 from blockviz.core.spec import PARAM_GROUPS, layer_label
 
-# The breakdown's rows are parameter groups (finer than the probes' components).
-COMPONENTS = tuple(PARAM_GROUPS)
+# The breakdown's rows are parameter groups, finer than the probes' components
+# (spec.PARAM_GROUPS maps each to its component).
+PARAM_GROUP_NAMES = tuple(PARAM_GROUPS)
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class Breakdown:
     def by_component(self) -> dict[str, int]:
         """Count per component, summed over layers, in forward order."""
         counts: dict[str, int] = {}
-        for component in COMPONENTS:
+        for component in PARAM_GROUP_NAMES:
             matching = [row.count for row in self.rows if row.component == component]
             if matching:
                 counts[component] = sum(matching)

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from blockviz.core import config
+from blockviz.core.corpora import BUILTIN
 
 UPLOAD_CHOICE = "upload your own text"
-DATASET_CHOICES = ("pydocs", "pycode", "shakespeare", "ops", UPLOAD_CHOICE)
+DATASET_CHOICES = (*BUILTIN, UPLOAD_CHOICE)  # a new built-in corpus needs only a note below
 DATASET_NOTES = {
     "pydocs": "Python's built-in help topics (~1 MB of English prose and code), offline.",
     "pycode": "Python standard-library source (first 2M characters), offline.",

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from blockviz.core.config import RunConfig
-from blockviz.core.naming import MAX_NAME_TOKENS, run_name  # noqa: F401
-from blockviz.store import StoreError, check_name, sanitize_name
+from blockviz.core.naming import run_name, sanitize_name
+from blockviz.store import StoreError, check_name
 
 
 def suggest_name(preset_name: str, run_config: RunConfig) -> str:

@@ -45,7 +45,7 @@ PRESET_KEY = "cfg.preset"
 NAME_KEY = "run_name"
 AUTO_NAME_KEY = "run_name_suggested"  # the last suggestion, to tell it from a typed name
 STATE_KEY = "sidebar_state"  # app.py hands this run's SidebarState to the page
-DEFAULT_PRESET = "baby-cpu"
+DEFAULT_PRESET = config.DEFAULT_PRESET
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from blockviz.store import RunStore, is_id_text
+from blockviz.core.naming import is_id_text
+from blockviz.store import RunStore
 from blockviz.views import export
 
 LIVE_PAGE = "pages/live.py"

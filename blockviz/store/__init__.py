@@ -16,12 +16,13 @@ One concern per module; import from here, not from them:
                    check, run folders, close, transactions, the `guarded` lock
     schema.py      the tables and their version (v1 -> v2 upgrade), the frames' dtypes
     runs.py        the runs table: create, update, rename, delete, resolve, runs_frame
-    lifecycle.py   claim_slot, heartbeats, reap_dead, settle_step
+    liveness.py    heartbeats, reap_dead, settle_step
+    queue.py       claim_slot: at most N runs running
     writes.py      buffered log_* writes, flush, rows kept while the store is locked,
                    restore and truncate for resumed runs
     reads.py       scalars, layer_stats, histograms, samples, attention, final_metrics
     downsample.py  min/max bucket downsampling in numpy
-    naming.py      run-name rules: sanitize_name, check_name, is_id_text
+    naming.py      check_name: a bare number is no run name (syntax: core.naming)
     values.py      floats, JSON columns and `?` lists on their way into SQLite
     errors.py      StoreError, StoreLocked and the wording of what went wrong
 """
@@ -42,8 +43,8 @@ from blockviz.store.errors import (
     StoreLocked,
     is_readonly_error,
 )
-from blockviz.store.lifecycle import HEARTBEAT_WRITE_S, STALE_AFTER_S
-from blockviz.store.naming import RunRef, check_name, is_id_text, sanitize_name
+from blockviz.store.liveness import HEARTBEAT_WRITE_S, STALE_AFTER_S
+from blockviz.store.naming import RunRef, check_name
 from blockviz.store.runstore import RunStore, checked
 from blockviz.store.schema import (
     ATTENTION_FRAME,
@@ -86,7 +87,5 @@ __all__ = [
     "checked",
     "default_store_path",
     "downsample_mask",
-    "is_id_text",
     "is_readonly_error",
-    "sanitize_name",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from blockviz.core.naming import NAME_MAX, is_id_text, sanitize_name  # noqa: F401
+from blockviz.core.naming import is_id_text, sanitize_name
 from blockviz.store.errors import StoreError
 
 RunRef = int | str  # a run given by its id or by its exact name

@@ -10,10 +10,11 @@ from typing import Any
 import pandas as pd
 
 from blockviz.core import procs
+from blockviz.core.naming import NAME_MAX, is_id_text
 from blockviz.core.spec import ACTIVE_STATUSES, STATUSES
 from blockviz.store.connection import _Connection, guarded
 from blockviz.store.errors import StoreError
-from blockviz.store.naming import NAME_MAX, RunRef, check_name, is_id_text
+from blockviz.store.naming import RunRef, check_name
 from blockviz.store.schema import JSON_COLUMNS, METRIC_TABLES, RUN_COLUMNS, RUNS_FRAME, typed_frame
 from blockviz.store.values import decode_json, encode_json, placeholders
 

@@ -10,18 +10,20 @@ from typing import Any
 
 from blockviz.store.connection import BUSY_TIMEOUT_S, _Connection, default_store_path
 from blockviz.store.errors import StoreError, StoreLocked, is_readonly_error
-from blockviz.store.lifecycle import _Lifecycle
+from blockviz.store.liveness import _Liveness
+from blockviz.store.queue import _Queue
 from blockviz.store.reads import _Reads
 from blockviz.store.runs import _Runs
 from blockviz.store.schema import METRIC_TABLES, RUN_COLUMNS
 from blockviz.store.writes import _Writes
 
 
-class RunStore(_Runs, _Lifecycle, _Writes, _Reads, _Connection):
+class RunStore(_Runs, _Queue, _Liveness, _Writes, _Reads, _Connection):
     """One SQLite run store: buffered metric writes, run lifecycle, DataFrame reads.
 
-    connection.py opens and closes the file, runs.py keeps the runs table, lifecycle.py
-    tracks which runs are alive, writes.py buffers metric rows, reads.py returns frames.
+    connection.py opens and closes the file, runs.py keeps the runs table, queue.py hands
+    out running slots, liveness.py tracks which runs are alive, writes.py buffers metric
+    rows, reads.py returns frames.
     """
 
     def __init__(

@@ -333,7 +333,7 @@ class _Writes(_Connection):
 
     @contextmanager
     def bulk_load(self) -> Iterator[Self]:
-        """Load many rows fast (synthetic data): no per-row foreign-key checks inside."""
+        """Load many rows fast (test fakes, benchmarks): no per-row foreign-key checks inside."""
         with self._lock:
             self.flush()
             self.conn.execute("PRAGMA foreign_keys = OFF")

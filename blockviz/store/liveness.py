@@ -1,8 +1,8 @@
-"""Runs across processes: a slot to run in, heartbeats, and reaping the dead.
+"""Liveness: heartbeats, and reaping the dead.
 
-A training process claims a slot (at most N runs are 'running' at once), then beats while
-it trains. A reader that finds a queued or running run whose process is gone and whose
-beat is stale marks it failed, so a killed run never stays 'running'.
+A training process beats while it trains. A reader that finds a queued or running run
+whose process is gone (`procs.is_alive`: pid and start time) and whose beat is stale marks
+it failed, so a killed run never stays 'running'.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ HEARTBEAT_WRITE_S = 1.0  # a run's heartbeat reaches the file at most this often
 STALE_AFTER_S = 30.0  # a run whose process is gone is failed once its beat is this old
 
 
-class _Lifecycle(_Connection):
+class _Liveness(_Connection):
     """The part of RunStore that knows which runs are alive."""
 
     # From writes.py: beats not yet written, and when each run's beat was last written.
@@ -112,36 +112,3 @@ class _Lifecycle(_Connection):
         except BaseException:
             self._rollback()
             raise
-
-    @guarded
-    def claim_slot(
-        self,
-        run_id: RunRef,
-        max_running: int,
-        *,
-        pid: int | None = None,
-        pid_started: float | None = None,
-    ) -> bool:
-        """Atomically make the run 'running' if fewer than max_running (<=0: no limit) are."""
-        run_id = self._resolve(run_id)
-        self.reap_dead()
-        self._begin()
-        try:
-            if max_running > 0:
-                (running,) = self.conn.execute(
-                    "SELECT COUNT(*) FROM runs WHERE status = 'running' AND id != ?", (run_id,)
-                ).fetchone()
-                if running >= max_running:
-                    self._commit()
-                    return False
-            now = time.time()
-            self.conn.execute(
-                "UPDATE runs SET status = 'running', started = ?, heartbeat = ?, "
-                "pid = COALESCE(?, pid), pid_started = COALESCE(?, pid_started) WHERE id = ?",
-                (now, now, pid, pid_started if pid is not None else None, run_id),
-            )
-            self._commit()
-        except BaseException:
-            self._rollback()
-            raise
-        return True
