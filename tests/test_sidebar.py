@@ -323,3 +323,23 @@ def test_every_built_in_dataset_is_offered_with_a_note() -> None:
 
     assert set(BUILTIN) < set(DATASET_CHOICES)
     assert set(DATASET_CHOICES) == set(DATASET_NOTES)
+
+
+def test_tensorboard_logging_without_the_package_is_refused_before_launch(
+    bare_sidebar: AppTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make run` does not install tensorboard: the sidebar says so under the field."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    hidden = {"tensorboard", "tensorboardX"}
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in hidden else real(name, *a)
+    )
+    at = bare_sidebar
+    at.selectbox(key="cfg.logger").set_value("tensorboard").run()
+    state = at.session_state["test.state"]
+    assert not state.can_launch
+    assert "pip install tensorboard" in state.problem
+    at.selectbox(key="cfg.logger").set_value("csv").run()
+    assert at.session_state["test.state"].can_launch

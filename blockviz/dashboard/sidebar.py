@@ -18,6 +18,7 @@ import streamlit as st
 
 from blockviz.core import config, corpora, params
 from blockviz.core.config import ConfigError, DataConfig, ModelConfig, RunConfig
+from blockviz.core.extras import check_logger_available
 from blockviz.dashboard.config_fields import (
     ALL_FIELDS,
     ARCHITECTURE,
@@ -185,7 +186,9 @@ def _initialise() -> None:
 
 def _build(values: dict[str, dict[str, Any]]) -> tuple[RunConfig | None, ConfigError | None]:
     try:
-        return RunConfig.from_dict(values).validate(), None
+        run_config = RunConfig.from_dict(values).validate()
+        check_logger_available(run_config.train)  # shown under "Also log to", not at launch
+        return run_config, None
     except ConfigError as exc:
         return None, exc
 

@@ -45,6 +45,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from blockviz.core import config as cfg
 from blockviz.core import procs
+from blockviz.core.extras import check_logger_available
 from blockviz.core.files import atomic_write
 from blockviz.core.flags import UsageError, run_config_from_args
 from blockviz.store import RunStore, StoreError
@@ -57,7 +58,6 @@ from blockviz.training.plan import RunPlan, check_memory, load_datamodule, plan_
 from blockviz.training.probes import BlockProbe
 from blockviz.training.sinks import LoggerSink, StoreSink
 from blockviz.training.trainer import (
-    check_logger_available,
     make_trainer,
     quiet_lightning,
     release_lightning_log,

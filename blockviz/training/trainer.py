@@ -6,7 +6,6 @@ and in Lightning, never in the LightningModule (`blockviz.training.lit`).
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import warnings
 from collections.abc import Iterable, Sequence
@@ -17,7 +16,8 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 
-from blockviz.core.config import ConfigError, RunConfig, TrainConfig
+from blockviz.core.config import RunConfig, TrainConfig
+from blockviz.core.extras import check_logger_available
 from blockviz.training.callbacks import LastCheckpoint, TrainingMonitor
 
 # Where `--logger` writes, inside the run's folder.
@@ -91,21 +91,6 @@ def checkpoint_callbacks(run_dir: str | Path) -> list[Callback]:
         enable_version_counter=False,
     )
     return [best, LastCheckpoint(dirpath)]
-
-
-def check_logger_available(train: TrainConfig) -> None:
-    """ConfigError naming the missing package when `train.logger` cannot write here."""
-    if train.logger != "tensorboard":
-        return
-    # Lightning's TensorBoardLogger writes with either package.
-    if not any(importlib.util.find_spec(name) for name in ("tensorboard", "tensorboardX")):
-        raise ConfigError(
-            "logger",
-            train.logger,
-            "install the tensorboard package",
-            message="--logger tensorboard needs the tensorboard package, which is not "
-            "installed: pip install tensorboard",
-        )
 
 
 def run_loggers(train: TrainConfig, run_dir: str | Path, resume_step: int | None) -> list[Logger]:
