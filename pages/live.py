@@ -153,6 +153,26 @@ def _colors(run: dict[str, Any]) -> Any:
     return charts.run_color_scale({int(run["id"]): str(run["name"])})
 
 
+def _answer_caption(scalars: pd.DataFrame) -> str | None:
+    """ops only: the latest answer accuracy beside the trivial baseline's on the same answers."""
+    latest = scalars[scalars["name"] == "val/answer_acc"].sort_values("step").tail(1)
+    if latest.empty:
+        return None
+    step, value = int(latest["step"].iloc[0]), float(latest["value"].iloc[0])
+    if value != value:  # NaN: the evaluation scored no answer
+        return f"Answer accuracy at step {step:,}: no whole question fell in a validation window."
+    text = f"Answer accuracy at step {step:,}: {value:.1%}"
+    same_step = (scalars["name"] == "val/answer_baseline") & (scalars["step"] == step)
+    baseline = scalars.loc[same_step, "value"]
+    if baseline.empty:
+        return text + "."
+    # A model that only copies first/last's argument and guesses gets this much for free.
+    return (
+        f"{text}; the trivial baseline on the same answers: {float(baseline.iloc[0]):.1%} "
+        "(first/last copy their argument, other ops guess their most frequent training answer)."
+    )
+
+
 def _loss_tab(run: dict[str, Any], scalars: pd.DataFrame) -> None:
     name = str(run["name"])
     others = [n for n in sorted(set(scalars["name"])) if n not in ("train/loss", "train/lr")]
@@ -182,6 +202,9 @@ def _loss_tab(run: dict[str, Any], scalars: pd.DataFrame) -> None:
                 scalars, metric, smoothing, log_scale, colors=_colors(run), diverged=None
             )
             ui.chart_with_downloads(chart, charts.chart_data(chart), f"{name} {metric}", "live.m")
+    answers = _answer_caption(scalars)
+    if answers is not None:
+        st.caption(answers)
 
 
 def _gradients_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None:

@@ -437,6 +437,7 @@ def _final(scalars: list[tuple[int, str, float]], step: int, elapsed: float) -> 
         "val_ppl": last_val.get("val/ppl"),
         "val_bpc": last_val.get("val/bpc"),
         "answer_acc": None,  # only the ops dataset has answers to check
+        "answer_baseline": None,
         "time_s": round(elapsed, 3),
         "tokens_per_sec": float(np.mean(rates)) if rates else None,
         "steps": step,

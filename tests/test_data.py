@@ -120,7 +120,7 @@ def _expected_answer(op: str, args: list[int]) -> int:
 
 
 @pytest.mark.parametrize(
-    ("n", "low", "high", "seed"), [(500, 2, 5, 0), (200, 1, 1, 3), (300, 9, 9, 7)]
+    ("n", "low", "high", "seed"), [(500, 2, 5, 0), (50, 1, 1, 3), (300, 9, 9, 7)]
 )
 def test_ops_lines_are_well_formed_with_correct_answers(
     n: int, low: int, high: int, seed: int, offline: None
@@ -132,6 +132,7 @@ def test_ops_lines_are_well_formed_with_correct_answers(
     assert text.endswith("\n")
     lines = text[:-1].split("\n")
     assert len(lines) == n
+    assert len(set(lines)) == n  # each example once, so no line can be in both splits
     seen_ops = set()
     for line in lines:
         match = OPS_LINE.match(line)
@@ -594,11 +595,24 @@ def test_answer_accuracy_all_right_one_wrong_and_cut_answers() -> None:
     assert two_rows == (2, 4)
 
 
-def test_answer_accuracy_counts_an_answer_whose_equals_sign_is_the_first_input() -> None:
-    x, y = _window("=5\nmax(1,2", OPS_VOCAB)
+@pytest.mark.parametrize(
+    "text",
+    [
+        "=5\nmax(1,2",  # the '=' is the first input
+        "x(1,2)=2\nmin(",  # the question's start is before the window
+        "max(1,2)=2\nmin(",  # the window cannot tell that its first character starts a line
+    ],
+)
+def test_answer_accuracy_does_not_score_a_question_cut_by_the_window(text: str) -> None:
+    x, y = _window(text, OPS_VOCAB)
+    assert answer_accuracy(x, y, y, OPS_VOCAB) == (0, 0)
+
+
+def test_answer_accuracy_scores_a_question_right_after_the_first_newline() -> None:
+    x, y = _window("\nmax(1,2)=2\nmin(", OPS_VOCAB)
     assert answer_accuracy(x, y, y, OPS_VOCAB) == (1, 1)
     wrong = y.clone()
-    wrong[0, 0] = OPS_VOCAB.index("4")
+    wrong[0, len("\nmax(1,2)")] = OPS_VOCAB.index("4")  # the target after '='
     assert answer_accuracy(x, y, wrong, OPS_VOCAB) == (0, 1)
 
 
@@ -609,7 +623,7 @@ def test_answer_accuracy_without_equals_in_the_vocabulary_is_zero_of_zero() -> N
 
 
 def _answers_by_loop(window: str, predicted: str) -> tuple[int, int]:
-    """Reference: for each newline target, walk back to its line's last '=' (if in window)."""
+    """Reference: each newline target whose line's last '=' and start are in the window."""
     correct = total = 0
     for end in range(1, len(window)):
         if window[end] != "\n":
@@ -619,6 +633,8 @@ def _answers_by_loop(window: str, predicted: str) -> tuple[int, int]:
             start -= 1
         if start < 0 or window[start] != "=":
             continue
+        if window.rfind("\n", 0, start) < 0:
+            continue  # the line starts before the window: its question is cut
         total += 1
         # The target at position t is window[t + 1]; the answer covers t = start .. end - 1.
         correct += all(predicted[t] == window[t + 1] for t in range(start, end))

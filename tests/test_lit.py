@@ -8,7 +8,14 @@ import torch
 
 from blockviz.core import config as cfg
 from blockviz.training.callbacks import ConsoleProgress
-from blockviz.training.data import CharDataModule, CharVocab, Corpus
+from blockviz.training.data import (
+    CharDataModule,
+    CharVocab,
+    Corpus,
+    answer_accuracy,
+    baseline_predictions,
+    batch_from,
+)
 from blockviz.training.lit import LN2, LitCharModel, lr_at, param_groups
 from blockviz.training.trainer import make_trainer, quiet_lightning, resolve_precision
 from tests.helpers import tiny_config
@@ -172,6 +179,7 @@ def test_validation_metrics_are_consistent(fitted):
     assert val["val/bpc"] == pytest.approx(val["val/loss"] / LN2)
     assert val["val/ppl"] == pytest.approx(math.exp(val["val/loss"]))
     assert "val/answer_acc" not in val  # only the ops dataset has answers
+    assert "val/answer_baseline" not in val
 
 
 def test_checkpoints_load_with_weights_only(fitted):
@@ -206,6 +214,15 @@ def test_answer_accuracy_is_logged_for_ops(tmp_path):
     lit = lit_for(config, dm)
     make_trainer(config, run_dir=tmp_path).fit(lit, datamodule=dm)
     assert 0.0 <= lit.last_val["val/answer_acc"] <= 1.0
+    # The trivial baseline, scored on the same answers of the same batches, is logged beside it.
+    right = scored = 0
+    for starts in dm.val_starts:
+        x, y = batch_from(dm.val_ids, starts, dm.block_size)
+        correct, total = answer_accuracy(
+            x, y, baseline_predictions(x, dm.vocab, dm.answer_table), dm.vocab
+        )
+        right, scored = right + correct, scored + total
+    assert scored > 0 and lit.last_val["val/answer_baseline"] == pytest.approx(right / scored)
 
 
 # ------------------------------------------------------------------------ generation

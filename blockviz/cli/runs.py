@@ -155,6 +155,7 @@ def cli_show(args: argparse.Namespace) -> int:
         "val_bpc",
         "val_ppl",
         "answer_acc",
+        "answer_baseline",
         "time_s",
         "tokens_per_sec",
     )

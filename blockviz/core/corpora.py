@@ -9,9 +9,11 @@ from __future__ import annotations
 import codecs
 import os
 import random
+import re
 import stat
 import sys
 import sysconfig
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -280,15 +282,72 @@ def ops_line(op: str, args: Sequence[int]) -> str:
     raise DataError(f"ops: unknown operation {op!r}; choose one of {', '.join(OPS)}")
 
 
+def ops_distinct_lines(min_args: int, max_args: int) -> int:
+    """How many different task lines exist with min_args..max_args digit arguments."""
+    return len(OPS) * sum(10**k for k in range(min_args, max_args + 1))
+
+
 def ops_text(n_examples: int, min_args: int, max_args: int, seed: int) -> str:
-    """`n_examples` newline-terminated task lines drawn from `random.Random(seed)`."""
+    """`n_examples` different newline-terminated task lines drawn from `random.Random(seed)`.
+
+    Each line is one example and appears once: the contiguous train/val split then keeps
+    every complete validation line out of training (with repeats, all 2-argument lines of
+    the defaults were in both). A draw that repeats an earlier line is drawn again, so
+    short lines, of which there are few, are rarer than the uniform draw would make them;
+    the lines are then shuffled so that both splits hold the same mix.
+    """
+    available = ops_distinct_lines(min_args, max_args)
+    if n_examples > available:
+        raise DataError(
+            f"ops: {n_examples:,} different lines were asked for, but only {available:,} "
+            f"exist with {min_args}-{max_args} arguments; lower ops_examples or allow "
+            "more arguments"
+        )
     rng = random.Random(seed)
-    lines = []
-    for _ in range(n_examples):
+    seen: dict[str, None] = {}  # insertion-ordered set: reproducible from the seed
+    while len(seen) < n_examples:
         op = rng.choice(OPS)
         args = [rng.randrange(10) for _ in range(rng.randint(min_args, max_args))]
-        lines.append(ops_line(op, args) + "\n")
+        seen.setdefault(ops_line(op, args) + "\n")
+    # Shuffled: short lines run out early in the draw order, and validation is the text's
+    # end, so without this it would hold long lines only.
+    lines = list(seen)
+    rng.shuffle(lines)
     return "".join(lines)
+
+
+_QUESTION = re.compile(r"(\w+)\(([0-9,]*)\)(?:%10)?=")
+
+
+def ops_baseline_table(text: str) -> dict[str, str]:
+    """Per op, the answer its complete lines in `text` give most often (ties: the smallest).
+
+    The trivial baseline guesses this for max, min and sum; `text` is the training split.
+    """
+    counts: dict[str, Counter[str]] = {}
+    for line in text.split("\n")[:-1]:  # the last piece may be cut by the split
+        question, equals, answer = line.rpartition("=")
+        match = _QUESTION.fullmatch(question + equals)
+        if match and answer:
+            counts.setdefault(match.group(1), Counter())[answer] += 1
+    return {op: min(seen, key=lambda a: (-seen[a], a)) for op, seen in counts.items()}
+
+
+def ops_baseline_answer(question: str, table: dict[str, str]) -> str | None:
+    """The trivial baseline's answer to a question such as `first(3,9)=`; None if it cannot.
+
+    first and last copy their argument (no arithmetic needed); any other op gets its most
+    frequent training answer from `table` (see ops_baseline_table).
+    """
+    match = _QUESTION.fullmatch(question)
+    if match is None or not match.group(2):
+        return None
+    op, args = match.group(1), match.group(2).split(",")
+    if op == "first":
+        return args[0]
+    if op == "last":
+        return args[-1]
+    return table.get(op)
 
 
 # ---------------------------------------------------------------- downloads and the cache

@@ -101,6 +101,8 @@ SCALARS = {
     "val/bpc": "bits per char",
     "val/ppl": "perplexity",
     "val/answer_acc": "answer accuracy (fraction)",
+    # the same answers, by copying first/last's argument, else the op's most frequent answer
+    "val/answer_baseline": "trivial baseline's answer accuracy (fraction)",
 }
 LOSS_NAMES = ("train/loss", "val/loss")
 
@@ -150,6 +152,7 @@ FINAL_COLUMNS = {
     "val_ppl": FinalColumn("val perplexity", digits=2),
     "val_bpc": FinalColumn("val bits/char", digits=3),
     "answer_acc": FinalColumn("answer accuracy", "percent"),
+    "answer_baseline": FinalColumn("trivial baseline's answer accuracy", "percent"),
     "diverged_at": FinalColumn("diverged at step", "integer"),
     "time_s": FinalColumn("time (s)", "duration", digits=1),
     "tokens_per_sec": FinalColumn("tokens/s", digits=0),

@@ -333,6 +333,7 @@ class _Reads(_Connection):
             "val_ppl": "val/ppl",
             "val_bpc": "val/bpc",
             "answer_acc": "val/answer_acc",
+            "answer_baseline": "val/answer_baseline",
         }
         for run_id in ids:
             run = self.conn.execute(

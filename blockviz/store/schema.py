@@ -212,6 +212,7 @@ FINAL_METRICS_FRAME = {
     "val_ppl": "float64",
     "val_bpc": "float64",
     "answer_acc": "float64",
+    "answer_baseline": "float64",
     "diverged_at": "Int64",
     "time_s": "float64",
     "tokens_per_sec": "float64",

@@ -35,6 +35,8 @@ from blockviz.core.corpora import (
     fingerprint,
     load_corpus,
     min_chars,
+    ops_baseline_answer,
+    ops_baseline_table,
     ops_line,
     ops_text,
     read_regular_file,
@@ -57,6 +59,7 @@ __all__ = [
     "DataError",
     "Progress",
     "answer_accuracy",
+    "baseline_predictions",
     "batch_from",
     "cache_dir",
     "check_split",
@@ -67,6 +70,8 @@ __all__ = [
     "fingerprint",
     "load_corpus",
     "min_chars",
+    "ops_baseline_answer",
+    "ops_baseline_table",
     "ops_line",
     "ops_text",
     "read_regular_file",
@@ -166,6 +171,8 @@ class CharDataModule(L.LightningDataModule):
         self.val_ids: torch.Tensor | None = None
         self.val_starts: torch.Tensor | None = None
         self.fingerprint: dict[str, Any] | None = None
+        # ops only: the trivial baseline's most frequent training answer per op
+        self.answer_table: dict[str, str] | None = None
 
     def prepare_data(self) -> None:
         """Download once per node before the ranks set up (Lightning calls this on rank 0)."""
@@ -189,6 +196,8 @@ class CharDataModule(L.LightningDataModule):
         shape = (self.eval_iters, self.batch_size)
         self.val_starts = torch.randint(n_starts, shape, generator=generator)  # (iters, B)
         self.fingerprint = fingerprint(corpus, vocab, n_train, n_val)
+        if self.data_cfg.dataset == "ops":
+            self.answer_table = ops_baseline_table(corpus.text[:n_train])
 
     def _rank(self) -> int:
         trainer = getattr(self, "trainer", None)
@@ -234,12 +243,14 @@ def answer_accuracy(
     """(correct, total) answers of the ops task in a batch, by exact match.
 
     An answer is the characters after '=' up to and including the '\\n' that ends its
-    line. Only answers wholly inside the window count: the '=' among the inputs `x` and
-    the newline among the targets `y`, so every answer character is a target. An answer
-    is correct when every one of its target positions has predictions == y; with
-    teacher forcing this is exactly whether greedy decoding from '=' would write it.
-    `predictions` is the argmax of the logits, (B, T) like x and y. If a line holds two
-    '=', the answer follows the last one. A vocabulary without '=' or '\\n' gives (0, 0).
+    line. Only answers whose whole line is inside the window count: the newline before
+    the question and the '=' among the inputs `x`, the answer's newline among the targets
+    `y`. A question cut by the window's start is not scored, since the model could not
+    see it. An answer is correct when every one of its target positions has
+    predictions == y; with teacher forcing this is exactly whether greedy decoding from
+    '=' would write it. `predictions` is the argmax of the logits, (B, T) like x and y.
+    If a line holds two '=', the answer follows the last one. A vocabulary without '='
+    or '\\n' gives (0, 0).
     """
     if "=" not in vocab or "\n" not in vocab:
         return 0, 0
@@ -257,6 +268,33 @@ def answer_accuracy(
     start = last_start.clamp(min=0)  # (B, T)
     mistakes = torch.zeros(batch, steps, dtype=torch.int64, device=y.device)
     mistakes.scatter_add_(1, start, wrong.long())  # (B, T)
-    ends = newline & in_answer  # (B, T): one True per complete answer
+    # The question starts in the window when an input newline precedes its '='.
+    input_newline = torch.where(x == vocab.index("\n"), positions, none).cummax(dim=1).values
+    question_whole = input_newline.gather(1, start) >= 0  # (B, T)
+    ends = newline & in_answer & question_whole  # (B, T): one True per scored answer
     correct = ends & (mistakes.gather(1, start) == 0)  # (B, T)
     return int(correct.sum()), int(ends.sum())
+
+
+def baseline_predictions(x: torch.Tensor, vocab: CharVocab, table: dict[str, str]) -> torch.Tensor:
+    """The trivial baseline's teacher-forced predictions (B, T) for the answers in `x`.
+
+    After each '=' whose line starts in the window, the targets get the guess of
+    `ops_baseline_answer` and a newline; everywhere else -1, which matches no target. So
+    `answer_accuracy(x, y, baseline_predictions(...), vocab)` scores the baseline on
+    exactly the answers it scores the model on.
+    """
+    predictions = torch.full(x.shape, -1, dtype=torch.int64)  # (B, T)
+    steps = x.shape[1]
+    for row, ids in enumerate(x.tolist()):
+        text = vocab.decode(ids)
+        equals = text.find("=")
+        while equals >= 0:
+            line_start = text.rfind("\n", 0, equals)
+            guess = ops_baseline_answer(text[line_start + 1 : equals + 1], table)
+            if line_start >= 0 and guess is not None and all(c in vocab for c in guess):
+                # Target t predicts input t + 1: the answer's first character is target `equals`.
+                written = vocab.encode(guess + "\n")[: steps - equals]
+                predictions[row, equals : equals + len(written)] = torch.tensor(written)
+            equals = text.find("=", equals + 1)
+    return predictions.to(x.device)

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from blockviz.core.config import RunConfig, TrainConfig
-from blockviz.training.data import CharVocab, answer_accuracy
+from blockviz.training.data import CharVocab, answer_accuracy, baseline_predictions
 from blockviz.training.model import CharTransformer, ModelInputError
 
 LN2 = math.log(2.0)
@@ -112,6 +112,8 @@ class LitCharModel(L.LightningModule):
         self._val_loss_sum: torch.Tensor | None = None
         self._val_batches = 0
         self._answers = [0, 0]  # correct, total (ops only)
+        self._baseline = [0, 0]  # the trivial baseline's correct, total on the same answers
+        self._answer_table: dict[str, str] | None = None  # from the datamodule, per evaluation
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
@@ -140,6 +142,9 @@ class LitCharModel(L.LightningModule):
         self._val_loss_sum = torch.zeros((), device=self.device)
         self._val_batches = 0
         self._answers = [0, 0]
+        self._baseline = [0, 0]
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
+        self._answer_table = getattr(datamodule, "answer_table", None)
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         """Accumulate the loss (and ops answers) of one validation batch on the device."""
@@ -151,9 +156,14 @@ class LitCharModel(L.LightningModule):
             correct, total = answer_accuracy(x, y, logits.argmax(dim=-1), self.vocab)
             self._answers[0] += correct
             self._answers[1] += total
+            if self._answer_table is not None:
+                guesses = baseline_predictions(x, self.vocab, self._answer_table)
+                correct, total = answer_accuracy(x, y, guesses, self.vocab)
+                self._baseline[0] += correct
+                self._baseline[1] += total
 
     def on_validation_epoch_end(self) -> None:
-        """val/loss, val/bpc (= loss / ln 2), val/ppl and val/answer_acc for ops."""
+        """val/loss, val/bpc (= loss / ln 2), val/ppl; for ops val/answer_acc and baseline."""
         if not self._val_batches or self._val_loss_sum is None:
             return
         # Every rank evaluates the same fixed batches, so no cross-rank reduction is needed.
@@ -166,6 +176,9 @@ class LitCharModel(L.LightningModule):
         if self.is_ops:
             correct, total = self._answers
             metrics["val/answer_acc"] = correct / total if total else math.nan
+            if self._answer_table is not None:
+                right, scored = self._baseline
+                metrics["val/answer_baseline"] = right / scored if scored else math.nan
         # callback_metrics only (ModelCheckpoint monitors val/loss); the store gets the
         # values once, with our step, below.
         self.log("val/loss", mean_loss, logger=False, prog_bar=False)

@@ -187,6 +187,7 @@ def _final_metrics(lit: Any, trainer: Any, outcome: Outcome) -> dict[str, float 
         "val_ppl": _finite_or_none(lit.last_val.get("val/ppl")),
         "val_bpc": _finite_or_none(lit.last_val.get("val/bpc")),
         "answer_acc": _finite_or_none(lit.last_val.get("val/answer_acc")),
+        "answer_baseline": _finite_or_none(lit.last_val.get("val/answer_baseline")),
         "time_s": round(monitor.wall_time_s(), 3),  # training wall time, evaluations included
         "tokens_per_sec": monitor.tokens_per_sec(),  # while training, evaluations excluded
         "steps": outcome.step,
