@@ -31,8 +31,9 @@ def final_table(store: RunStore, run_ids: list[int]) -> pd.DataFrame:
     final["time_s"] = [format_duration(None if pd.isna(t) else t) for t in final["time_s"]]
     # Blank rather than Streamlit's "None" for the runs that did not diverge.
     final["diverged_at"] = ["" if pd.isna(s) else str(int(s)) for s in final["diverged_at"]]
-    if final["answer_acc"].isna().all():
-        final = final.drop(columns="answer_acc")  # only the ops dataset has answers
+    answers = [c for c in ("answer_acc", "answer_baseline") if c in final.columns]
+    if final[answers].isna().all().all():
+        final = final.drop(columns=answers)  # only the ops dataset has answers
     return final[[c for c in spec.FINAL_COLUMNS if c in final.columns]]
 
 
