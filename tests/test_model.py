@@ -457,11 +457,10 @@ def test_xavier_init_matches_its_variance_and_zeroes_biases(activation):
         assert weight.abs().max().item() <= math.sqrt(6 / (fan_in + fan_out))
 
     for block in model.blocks:
-        for part in block.attn.qkv.weight.chunk(3):  # q, k and v: one d x d map each
-            assert_xavier(part, d, d)
+        assert_xavier(block.attn.qkv.weight, d, 3 * d)  # fused, as nn.MultiheadAttention
         assert_xavier(block.attn.proj.weight, d, d)
-        for part in block.ffn.fc_in.weight.chunk(2 if activation == "swiglu" else 1):
-            assert_xavier(part, d, d_ff)
+        gated = 2 if activation == "swiglu" else 1
+        assert_xavier(block.ffn.fc_in.weight, d, gated * d_ff)
         assert_xavier(block.ffn.fc_out.weight, d_ff, d)
         for linear in (block.attn.qkv, block.attn.proj, block.ffn.fc_in, block.ffn.fc_out):
             assert torch.count_nonzero(linear.bias) == 0

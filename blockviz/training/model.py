@@ -255,25 +255,18 @@ class CharTransformer(nn.Module):
     def _init_xavier(self) -> None:
         """Xavier-uniform Linear weights, zero biases (Xiong et al. 2020); embeddings untouched.
 
-        The fused projections are initialised as the separate matrices they stand for: qkv as
-        three d_model x d_model maps and a swiglu fc_in as gate and value, so each gets the
-        fan-out of one map, not of the stack. Embeddings keep PyTorch's N(0, 1), the per-entry
-        scale of fairseq's Transformer (N(0, 1/d) token embeddings times sqrt(d)); norms keep
-        weight 1, bias 0. A tied matrix is the LM head's Linear weight, so it is initialised as one.
+        The fused qkv is initialised as one (3·d_model, d_model) matrix, as PyTorch's
+        nn.MultiheadAttention does: q, k and v get variance 1/(2·d_model), which is also what
+        fairseq gives its separate q, k, v maps (xavier with gain 1/sqrt(2)). Embeddings keep
+        PyTorch's N(0, 1), the per-entry scale of fairseq's Transformer (N(0, 1/d) token
+        embeddings times sqrt(d)); norms keep weight 1, bias 0. A tied matrix is the LM
+        head's Linear weight, so it is initialised as one.
         """
-        fused = {}
-        for block in self.blocks:
-            if block.attn is not None:
-                fused[block.attn.qkv] = 3
-            if block.ffn is not None and block.ffn.gated:
-                fused[block.ffn.fc_in] = 2
         for module in self.modules():
-            if not isinstance(module, nn.Linear):
-                continue
-            for part in module.weight.detach().chunk(fused.get(module, 1), dim=0):
-                nn.init.xavier_uniform_(part)  # U(±sqrt(6 / (fan_in + fan_out)))
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)  # U(±sqrt(6 / (fan_in + fan_out)))
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
