@@ -158,7 +158,7 @@ def timeline(train: cfg.TrainConfig, status: str, end: int) -> Timeline:
     ran = end + 1 if diverged else end  # batches that reached their probes
     last = train.max_steps - 1
     train_steps = [s for s in range(end) if s % train.log_interval == 0 or s == last]
-    probes = [s for s in range(ran) if s % train.probe_interval == 0]
+    probes = [s for s in range(ran) if s % train.probe_interval == 0 or s == last]
     samples = [s for s in range(ran) if s % train.sample_interval == 0]
     vals = list(range(train.eval_interval, end + 1, train.eval_interval))
     if status == "completed":

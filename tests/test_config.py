@@ -16,7 +16,7 @@ from blockviz.core import config as cfg
         ({"norm_position": "middle"}, "norm_position"),
         ({"norm_type": "batchnorm"}, "norm_type"),
         ({"activation": "tanh"}, "activation"),
-        ({"init": "xavier"}, "init"),
+        ({"init": "orthogonal"}, "init"),
         ({"attention": False, "ffn": False}, "ffn"),
         ({"block_size": 0}, "block_size"),
         ({"ffn_mult": 0}, "ffn_mult"),

@@ -55,7 +55,7 @@ def toggle_grid() -> list[ModelConfig]:
                 activation=activation,
                 final_norm=(None, True, False)[i % 3],
                 tie_weights=bool(i % 2),
-                init=INITS[(i // 5) % 2],
+                init=INITS[(i // 5) % len(INITS)],
                 bias=bool((i // 7) % 2),
                 residual_scale=(1.0, 0.5)[(i // 11) % 2],
             )
@@ -153,6 +153,41 @@ def test_one_backward_pass_reaches_every_parameter(position, sublayers, activati
         # tensor-level: the k slice of a qkv bias gets no gradient (softmax is shift-invariant)
         # but the fused tensor as a whole must
         assert param.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("cfg", GRID, ids=config_id)
+def test_every_block_parameter_gets_a_gradient_from_a_random_projection(cfg):
+    torch.manual_seed(0)
+    block = Block(cfg, layer_index=0)
+    x = torch.randn(BATCH, SEQ, cfg.d_model, requires_grad=True)
+    out = block(x)
+    # A random projection, not out.sum(): a LayerNorm's output sums to the same number over
+    # the features whatever its input, so .sum() sends no gradient back through a Post-LN
+    # block's last norm (see the test below). A random direction has no such blind spot.
+    (out * torch.randn_like(out)).sum().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    for name, param in block.named_parameters():
+        assert param.grad is not None, name
+        assert torch.isfinite(param.grad).all(), name
+        assert param.grad.abs().sum() > 0, name
+
+
+def test_out_sum_sends_no_gradient_through_a_post_ln_layernorm_block():
+    torch.manual_seed(0)
+    block = Block(tiny(norm_position="post", norm_type="layernorm"), layer_index=0)
+    x = torch.randn(BATCH, SEQ, 8, requires_grad=True)
+    block(x).sum().backward()
+    grads = {name: param.grad.abs().max().item() for name, param in block.named_parameters()}
+    # Only the last norm's own weight and bias see the loss; everything before it, the
+    # input included, gets zero up to float round-off, because sum(LayerNorm(h)) over the
+    # features is sum(bias) + sum(weight * h_hat) and with weight = 1 (its init) h_hat
+    # sums to 0 whatever h is.
+    assert grads.pop("norm2.weight") > 1.0 and grads.pop("norm2.bias") > 1.0
+    assert max(grads.values()) < 1e-5 and x.grad.abs().max() < 1e-5, grads
+    # RMSNorm does not centre, so its output's sum does depend on the input
+    rms_block = Block(tiny(norm_position="post", norm_type="rmsnorm"), layer_index=0)
+    rms_block(x).sum().backward()
+    assert all(param.grad.abs().max() > 1e-3 for param in rms_block.parameters())
 
 
 @pytest.mark.parametrize(("attention", "ffn"), [(True, False), (False, True)])
@@ -404,6 +439,51 @@ def test_gpt2_init_scales_residual_projections():
     assert model.tok_emb.weight.std().item() == pytest.approx(0.02, rel=0.05)
     default = CharTransformer(dataclasses.replace(cfg, init="default"))
     assert default.blocks[0].attn.proj.weight.std().item() > 2 * residual_std
+
+
+@pytest.mark.parametrize("activation", ["gelu", "swiglu"])
+def test_xavier_init_matches_its_variance_and_zeroes_biases(activation):
+    cfg = ModelConfig(
+        vocab_size=65, n_layer=2, n_head=4, d_model=128, init="xavier", activation=activation
+    )
+    torch.manual_seed(0)
+    model = CharTransformer(cfg)
+    d, d_ff = cfg.d_model, cfg.d_ff
+
+    def assert_xavier(weight: torch.Tensor, fan_in: int, fan_out: int) -> None:
+        # U(-a, a) has variance a²/3 = 2 / (fan_in + fan_out); with >= 8k samples the
+        # sample variance is within ~2% of it
+        assert weight.var().item() == pytest.approx(2 / (fan_in + fan_out), rel=0.05)
+        assert weight.abs().max().item() <= math.sqrt(6 / (fan_in + fan_out))
+
+    for block in model.blocks:
+        assert_xavier(block.attn.qkv.weight, d, 3 * d)  # fused, as nn.MultiheadAttention
+        assert_xavier(block.attn.proj.weight, d, d)
+        gated = 2 if activation == "swiglu" else 1
+        assert_xavier(block.ffn.fc_in.weight, d, gated * d_ff)
+        assert_xavier(block.ffn.fc_out.weight, d_ff, d)
+        for linear in (block.attn.qkv, block.attn.proj, block.ffn.fc_in, block.ffn.fc_out):
+            assert torch.count_nonzero(linear.bias) == 0
+        assert torch.equal(block.norm1.weight, torch.ones(d))
+        assert torch.count_nonzero(block.norm2.bias) == 0
+    assert_xavier(model.lm_head.weight, d, cfg.vocab_size)
+    # embeddings keep PyTorch's N(0, 1)
+    assert model.tok_emb.weight.std().item() == pytest.approx(1.0, rel=0.05)
+    assert model.pos_emb.weight.std().item() == pytest.approx(1.0, rel=0.05)
+
+
+def test_xavier_init_initialises_a_tied_matrix_as_the_head():
+    cfg = ModelConfig(vocab_size=65, d_model=128, init="xavier", tie_weights=True)
+    model = CharTransformer(cfg)
+    assert model.tok_emb.weight is model.lm_head.weight
+    assert model.lm_head.weight.var().item() == pytest.approx(2 / (128 + 65), rel=0.05)
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_parameter_count_does_not_depend_on_init(tie):
+    counts = {init: CharTransformer(tiny(init=init, tie_weights=tie)).n_params() for init in INITS}
+    assert len(set(counts.values())) == 1, counts
+    assert counts["xavier"] == param_breakdown(tiny(init="xavier", tie_weights=tie)).total
 
 
 def test_tied_weights_share_one_tensor():

@@ -142,12 +142,24 @@ def probed(tmp_path_factory):
     store.close()
 
 
-def test_probe_steps_are_step_zero_and_every_interval(probed):
+def test_probe_steps_are_step_zero_every_interval_and_the_last(probed):
     store, _, _, probe, spy, run_id = probed
-    assert probe.probe_steps == [0, 2, 4]
+    # max_steps 6, interval 2: batch 5 is the last with a gradient, so it is probed too
+    assert probe.probe_steps == [0, 2, 4, 5]
     assert spy.steps_checked == 6
     for kind in ("component", "param", "tap", "head"):
-        assert store.layer_steps(run_id, kind) == [0, 2, 4]
+        assert store.layer_steps(run_id, kind) == [0, 2, 4, 5]
+    grad_steps = store.scalars(run_id, names="train/grad_norm").step.tolist()
+    assert grad_steps == [0, 2, 4, 5]
+
+
+def test_a_last_step_on_the_interval_is_probed_once(tmp_path):
+    with RunStore(tmp_path / "runs.db") as store:
+        _, _, probe, _, run_id = probed_fit(tmp_path, store, max_steps=5)
+        assert probe.probe_steps == [0, 2, 4]  # the last trained step, 4, is on the interval
+        frame = store.layer_stats(run_id, kind="component", stat="grad_norm")
+        assert not frame.duplicated(["step", "layer", "component"]).any()
+        assert sorted(set(frame.step)) == [0, 2, 4]
 
 
 def test_grad_norms_cover_every_layer_and_component(probed):
@@ -181,7 +193,7 @@ def test_group_norms_combine_their_tensors(probed):
 def test_global_grad_norm_is_recorded_before_clipping(probed):
     store, config, *_, run_id = probed
     norms = store.scalars(run_id, names="train/grad_norm").value
-    assert len(norms) == 3
+    assert len(norms) == 4
     assert (norms > 10 * config.train.grad_clip).all()
 
 
@@ -199,7 +211,7 @@ def test_tap_statistics_and_histograms_for_every_tap(probed):
         (layer, tap, stat) for layer in range(2) for tap in taps for stat in TAP_STATS
     }
     hist = store.histograms(run_id, layer=1, tap="resid_post")
-    assert sorted(hist.step.unique()) == [0, 2, 4]
+    assert sorted(hist.step.unique()) == [0, 2, 4, 5]
     assert hist.lo.min() == HIST_RANGE[0] and hist.hi.max() == HIST_RANGE[1]
     probe_values = probe.probe_batch * config.model.block_size * config.model.d_model
     assert (hist.groupby("step")["count"].sum() == probe_values).all()
@@ -228,8 +240,8 @@ def test_attention_maps_and_samples_at_sample_steps_and_the_end(probed):
 def test_every_sink_gets_the_records_the_store_got(probed):
     store, _, _, probe, _, run_id = probed
     listed = probe.sinks[1]
-    # probe steps 0, 2, 4; sample steps 0, 3 and the end (6); one flush when training ends
-    assert [records.step for records in listed.records] == [0, 2, 3, 4, 6]
+    # probe steps 0, 2, 4 and the last (5); sample steps 0, 3 and the end (6); one flush
+    assert [records.step for records in listed.records] == [0, 2, 3, 4, 5, 6]
     assert listed.flushes == 1
 
     def comparable(value: float) -> float | None:

@@ -18,7 +18,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 NORM_POSITIONS = ("pre", "post", "none")
 NORM_TYPES = ("layernorm", "rmsnorm")
 ACTIVATIONS = ("gelu", "relu", "silu", "swiglu")
-INITS = ("default", "gpt2")
+INITS = ("default", "gpt2", "xavier")
 LR_SCHEDULES = ("constant", "cosine", "linear")
 PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed")
 ACCELERATORS = ("auto", "cpu", "gpu", "mps")

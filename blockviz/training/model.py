@@ -233,6 +233,8 @@ class CharTransformer(nn.Module):
             self.tok_emb.weight = self.lm_head.weight
         if cfg.init == "gpt2":
             self._init_gpt2()
+        elif cfg.init == "xavier":
+            self._init_xavier()
 
     def _init_gpt2(self) -> None:
         """GPT-2 init: N(0, 0.02) weights, zero biases, residual projections shrunk."""
@@ -249,6 +251,22 @@ class CharTransformer(nn.Module):
                 nn.init.normal_(block.attn.proj.weight, mean=0.0, std=residual_std)
             if block.ffn is not None:
                 nn.init.normal_(block.ffn.fc_out.weight, mean=0.0, std=residual_std)
+
+    def _init_xavier(self) -> None:
+        """Xavier-uniform Linear weights, zero biases (Xiong et al. 2020); embeddings untouched.
+
+        The fused qkv is initialised as one (3·d_model, d_model) matrix, as PyTorch's
+        nn.MultiheadAttention does: q, k and v get variance 1/(2·d_model), which is also what
+        fairseq gives its separate q, k, v maps (xavier with gain 1/sqrt(2)). Embeddings keep
+        PyTorch's N(0, 1), the per-entry scale of fairseq's Transformer (N(0, 1/d) token
+        embeddings times sqrt(d)); norms keep weight 1, bias 0. A tied matrix is the LM
+        head's Linear weight, so it is initialised as one.
+        """
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)  # U(±sqrt(6 / (fan_in + fan_out)))
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None

@@ -1,6 +1,7 @@
 """BlockProbe: a Lightning Callback that records what each block is doing.
 
-At step 0 (the gradient at initialization) and every `probe_interval` steps:
+At step 0 (the gradient at initialization), every `probe_interval` steps and at the last
+trained step (max_steps - 1: the last batch with a gradient, so the charts reach the end):
 
 - gradient L2 norms per parameter tensor, per (layer, component) and per layer (`block`),
   plus the global norm (scalar `train/grad_norm`), read in `on_before_optimizer_step`:
@@ -180,6 +181,7 @@ class BlockProbe(Callback):
         self._probe_x: torch.Tensor | None = None
         self._pending: _PendingProbe | None = None
         self._last_sample_step: int | None = None
+        self._last_step: int | None = None  # the fit's last trained step, max_steps - 1
         self.probe_steps: list[int] = []  # gradient-probe steps run in this process
 
     # -- setup ----------------------------------------------------------------------------
@@ -191,6 +193,9 @@ class BlockProbe(Callback):
         """Index the parameters into groups and draw the fixed probe batch once."""
         if not self._active(trainer):
             return
+        # Batch max_steps - 1 is the last one whose gradient and update exist; a fit bounded
+        # by epochs instead (max_steps -1) has no known last step.
+        self._last_step = trainer.max_steps - 1 if trainer.max_steps > 0 else None
         model = char_model(pl_module)
         n_layer = self._n_layer = model.cfg.n_layer
         names, params, keys = [], [], []
@@ -223,8 +228,8 @@ class BlockProbe(Callback):
         return val_ids[starts[:, None] + offsets]  # (B, T)
 
     def is_probe_step(self, step: int) -> bool:
-        """Whether `step` gets gradient / activation statistics."""
-        return step % self.probe_interval == 0
+        """Whether `step` gets gradient / activation statistics: every interval and the last."""
+        return step % self.probe_interval == 0 or step == self._last_step
 
     def is_sample_step(self, step: int) -> bool:
         """Whether `step` gets attention maps and a text sample."""
