@@ -17,7 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from blockviz import runner
-from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, TAP_STATS, TAPS
+from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, TAP_STATS, TAPS, WEIGHTS_COMPONENT
 from blockviz.dashboard import store_access, ui
 from blockviz.dashboard.controls import SMOOTHING_DEFAULT, chart_controls
 from blockviz.store import RunStore, StoreError
@@ -45,7 +45,7 @@ PREFERENCES: dict[str, Any] = {
     "live.grad.component": "block",
     "live.grad.stat": "grad_norm",
     "live.act.stat": "rms",
-    "live.upd.component": "block",
+    "live.upd.component": WEIGHTS_COMPONENT,  # norm gains would dilute a whole layer's
 }
 
 
@@ -254,12 +254,19 @@ def _updates_tab(store: RunStore, run: dict[str, Any]) -> None:
         "Component", COMPONENTS, required=True, key="live.upd.component"
     )
     st.caption(
-        "‖Δθ‖/‖θ‖ per step: around 1e-3 is healthy; far below, the layer barely learns; "
-        "far above, the step size is too large for it."
+        "‖Δθ‖/‖θ‖ per step: the norm of one optimizer step's change to the chosen tensors "
+        "over the norm of those tensors, at each probe step. **weights** sums the layer's "
+        "weight matrices only; **block** sums every tensor of the layer, where the norm gains "
+        "(ones at initialization, ‖γ‖² = d_model) and biases dilute the ratio. The dashed "
+        "1e-3 line is a rule of thumb for another quantity, std(lr·grad)/std(θ): a landmark, "
+        "not a target."
     )
     with ui.guard("Update-to-data ratio"):
         stats = _reader().layer_stats(store, run_id, "component")
-        chart = charts.update_ratio_chart(stats, component)
+        # None: the weight matrices, or the whole layer for a run recorded before the
+        # probes summed the matrices alone (the chart's title says which it shows).
+        chosen = None if component == WEIGHTS_COMPONENT else component
+        chart = charts.update_ratio_chart(stats, chosen)
         label = f"{name} update ratio {component}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.upd")
 

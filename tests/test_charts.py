@@ -356,14 +356,41 @@ def test_histogram_leaves_empty_bins_blank() -> None:
     assert (data["step_end"] > data["step"]).all()
 
 
-def test_update_ratio_chart_draws_the_healthy_guide() -> None:
-    chart = charts.update_ratio_chart(layer_frame())
+def _guide_rows(chart) -> list[dict]:
     spec = chart.to_dict()
-    guide = [
+    return [
         row for v in walk(spec, "datasets") for rows in v.values() for row in rows if "y" in row
     ]
-    assert guide == [{"y": -3.0, "label": "≈1e-3 healthy"}]
+
+
+def test_update_ratio_guide_says_it_is_a_rule_for_another_quantity() -> None:
+    chart = charts.update_ratio_chart(layer_frame())
+    (guide,) = _guide_rows(chart)
+    assert guide["y"] == -3.0
+    # Named as the rule of thumb it is (std(lr·grad)/std(θ)), never as "healthy".
+    assert "std(lr·grad)/std(θ)" in guide["label"] and "not this ratio" in guide["label"]
+    assert "healthy" not in (guide["label"] + guide["about"]).lower()
+    assert "‖Δθ‖/‖θ‖" in guide["about"]
     np.testing.assert_allclose(charts.chart_data(chart)["log10_update_ratio"], -3.0)
+
+
+def _with_weights(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` plus a "weights" group with its own update ratio (2e-3)."""
+    ratios = frame[(frame["component"] == "block") & (frame["stat"] == "update_ratio")]
+    return pd.concat([frame, ratios.assign(component="weights", value=2e-3)], ignore_index=True)
+
+
+def test_update_ratio_chart_defaults_to_the_weight_matrices() -> None:
+    chart = charts.update_ratio_chart(_with_weights(layer_frame()))
+    data = charts.chart_data(chart)
+    assert set(data["component"]) == {"weights"}
+    np.testing.assert_allclose(data["value"], 2e-3)
+    assert "weight matrices only" in chart.to_dict()["title"]
+    # Any other group on request; a run recorded without "weights" rows shows "block".
+    block = charts.chart_data(charts.update_ratio_chart(_with_weights(layer_frame()), "block"))
+    assert set(block["component"]) == {"block"}
+    older = charts.chart_data(charts.update_ratio_chart(layer_frame()))
+    assert set(older["component"]) == {"block"}
 
 
 def test_one_run_charts_show_one_run() -> None:

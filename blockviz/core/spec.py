@@ -68,8 +68,17 @@ HIST_RANGE = (-8.0, 8.0)  # values outside are counted in the end bins
 # `layer_stats.kind`: what a row's `component` column names.
 LAYER_KINDS = ("component", "param", "tap", "head")
 # Parts of the model that gradient statistics are summed over (kind "component").
-# "block" is a whole block (or the whole embedding / head end).
-COMPONENTS = ("attn", "ffn", "norm", "embed", "head", "block")
+# "block" is a whole block (or the whole embedding / head end). "weights" is a layer's
+# weight matrices only (its 2-D tensors: the Linear weights, and at layer -1 the embedding
+# tables): the norm gains start at ones (‖γ‖² = d) and would dilute the layer's update
+# ratio, so that view reads the matrices alone; norms and biases keep their own groups.
+COMPONENTS = ("attn", "ffn", "norm", "embed", "head", "block", "weights")
+WEIGHTS_COMPONENT = "weights"
+# What the two components that cut across the others hold, for titles and captions.
+COMPONENT_LABELS = {
+    "block": "every tensor of the layer",
+    "weights": "the layer's weight matrices only",
+}
 COMPONENT_STATS = ("grad_norm", "param_norm", "update_ratio")
 HEAD_STATS = ("attn_entropy",)
 
@@ -108,7 +117,7 @@ LOSS_NAMES = ("train/loss", "val/loss")
 STAT_LABELS = {
     "grad_norm": "gradient L2 norm",
     "param_norm": "parameter L2 norm",
-    "update_ratio": "‖Δθ‖/‖θ‖",
+    "update_ratio": "‖Δθ‖/‖θ‖ per step",
     "mean": "activation mean",
     "std": "activation std",
     "rms": "activation RMS",
@@ -121,6 +130,11 @@ STAT_LABELS = {
 def scalar_label(name: str) -> str:
     """Axis title of a scalar series (its name when unknown)."""
     return SCALARS.get(name, name)
+
+
+def component_label(component: str) -> str:
+    """What a component group holds, in words (its name when it needs none)."""
+    return COMPONENT_LABELS.get(component, component)
 
 
 def stat_label(stat: str) -> str:

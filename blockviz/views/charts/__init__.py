@@ -16,11 +16,11 @@ tests build exactly the same chart. Conventions shared by every builder:
 
 from blockviz.views.charts.base import (
     DIVERGED_COLOR,
-    HEALTHY_UPDATE_RATIO,
     LAYER_AXIS_TITLE,
     LAYER_SCHEME,
     NO_DATA,
     PALETTE,
+    UPDATE_RATIO_GUIDE,
     ChartError,
     chart_data,
     ema,
@@ -41,11 +41,11 @@ from blockviz.views.charts.series import loss_chart, metric_chart
 
 __all__ = [
     "DIVERGED_COLOR",
-    "HEALTHY_UPDATE_RATIO",
     "LAYER_AXIS_TITLE",
     "LAYER_SCHEME",
     "NO_DATA",
     "PALETTE",
+    "UPDATE_RATIO_GUIDE",
     "ChartError",
     "attention_entropy_chart",
     "attention_heatmap",

@@ -33,7 +33,18 @@ LAYER_SCHEME = "viridis"  # sequential: depth reads as a gradient from first to 
 WIDTH, HEIGHT = 600, 280  # pages stretch to the container; exports use this size
 SMALL_WIDTH, SMALL_HEIGHT = 150, 120  # one panel of small multiples; 4 across fit a laptop
 NO_DATA = "no data yet"
-HEALTHY_UPDATE_RATIO = 1e-3  # Karpathy's rule of thumb for ‖Δθ‖/‖θ‖ per step
+# The update-ratio chart's dashed reference line. 1e-3 is a rule of thumb for a different
+# quantity: std(lr·grad) / std(θ) (Karpathy, "Building makemore Part 3"), the raw gradient
+# step against the weights' spread. The chart draws ‖Δθ‖/‖θ‖, norms of the step AdamW
+# actually took (momentum, per-coordinate scaling and weight decay included), so the line
+# is an order-of-magnitude landmark, never a target; its label and tooltip say so.
+UPDATE_RATIO_GUIDE = 1e-3
+UPDATE_RATIO_GUIDE_LABEL = "1e-3: rule of thumb for std(lr·grad)/std(θ), not this ratio"
+UPDATE_RATIO_GUIDE_TIP = (
+    "A landmark, not a target: 1e-3 is a rule of thumb (Karpathy) for std(lr·grad)/std(θ). "
+    "The lines are ‖Δθ‖/‖θ‖: the norm of the step the optimizer (AdamW) took over the norm "
+    "of the weights, a different quantity."
+)
 
 
 class ChartError(ValueError):
