@@ -17,6 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from blockviz import runner
+from blockviz.core import spec
 from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, TAP_STATS, TAPS, WEIGHTS_COMPONENT
 from blockviz.dashboard import store_access, ui
 from blockviz.dashboard.controls import SMOOTHING_DEFAULT, chart_controls
@@ -95,13 +96,13 @@ def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None
             st.toast(ui.plain(f"Run #{run_id}: {runner.stop(store, run_id)}"))
     step_text = "—" if step is None else f"{int(step):,}"
     step_label = f"Step (of {int(max_steps):,})" if max_steps else "Step"
-    tokens_per_sec = summary.recent_tokens_per_sec(scalars)
+    tokens_per_sec = summary.recent_tokens_per_sec(scalars, window=spec.RECENT_LOGS)
     cols = st.columns(6)
     cols[0].metric(step_label, step_text)
     cols[1].metric(
-        "Tokens/s",
+        spec.RECENT_TOKENS_PER_SEC,
         "—" if tokens_per_sec is None else f"{tokens_per_sec:,.0f}",
-        help="Median training throughput of the last 50 logged steps",
+        help=spec.RECENT_TOKENS_PER_SEC_HELP,
     )
     if status in ACTIVE_STATUSES:
         eta = runner.eta_s(store, run_id, int(step), int(max_steps)) if step and max_steps else None

@@ -105,13 +105,24 @@ SCALARS = {
     "val/loss": "loss (nats/char)",
     "train/lr": "learning rate",
     "train/step_time": "step time (s)",
-    "train/tokens_per_sec": "tokens/s",
+    "train/tokens_per_sec": "tokens/s (per logged interval)",
     "train/grad_norm": "gradient L2 norm",
     "val/bpc": "bits per char",
     "val/ppl": "perplexity",
     "val/answer_acc": "answer accuracy (fraction)",
 }
 LOSS_NAMES = ("train/loss", "val/loss")
+
+# Two throughputs, named apart everywhere: Live's header shows the recent one (median of
+# the last RECENT_LOGS logged train/tokens_per_sec values, robust to the slow probe steps);
+# the final metrics' `tokens_per_sec` is the mean over training (tokens seen / training
+# time, probe steps included, evaluations excluded).
+RECENT_LOGS = 50
+RECENT_TOKENS_PER_SEC = "Recent tokens/s"
+RECENT_TOKENS_PER_SEC_HELP = (
+    f"Median of the last {RECENT_LOGS} logged throughputs (train/tokens_per_sec). "
+    "Compare, `show` and the report give the mean tokens/s over training instead."
+)
 
 # Axis titles of per-layer statistics.
 STAT_LABELS = {
@@ -159,14 +170,16 @@ FINAL_COLUMNS = {
     "run": FinalColumn("run", "text"),
     "status": FinalColumn("status", "text"),
     "steps": FinalColumn("steps", "integer"),
-    "train_loss": FinalColumn("train loss"),
+    # The final train loss averages the last 50 steps' losses (TrainingMonitor's
+    # RECENT_LOSSES): one batch's loss is too noisy to report alone.
+    "train_loss": FinalColumn("train loss (mean of last 50 steps)"),
     "val_loss": FinalColumn("val loss"),
     "val_ppl": FinalColumn("val perplexity", digits=2),
     "val_bpc": FinalColumn("val bits/char", digits=3),
     "answer_acc": FinalColumn("answer accuracy", "percent"),
     "diverged_at": FinalColumn("diverged at step", "integer"),
     "time_s": FinalColumn("time (s)", "duration", digits=1),
-    "tokens_per_sec": FinalColumn("tokens/s", digits=0),
+    "tokens_per_sec": FinalColumn("mean tokens/s over training", digits=0),
     "n_params": FinalColumn("parameters", "count"),
 }
 
