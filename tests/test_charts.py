@@ -280,6 +280,34 @@ def test_loss_chart_data_holds_the_smoothed_values_it_draws() -> None:
     assert len(data) == len(frame[frame["name"] != "train/lr"])
 
 
+def test_a_sparse_val_series_is_drawn_raw_and_ends_at_its_last_value() -> None:
+    # Three evaluations; the train loss logged at every step is dense and gets the EMA.
+    frame = scalars_frame(steps=30)
+    vals = frame[frame["name"] == "val/loss"]
+    assert vals.groupby("run")["step"].count().eq(3).all()
+    data = charts.chart_data(charts.loss_chart(frame, smoothing=0.6))
+    for _, rows in data[data["name"] == "val/loss"].groupby("run"):
+        rows = rows.sort_values("step")
+        np.testing.assert_allclose(rows["smoothed"], rows["value"])
+        assert rows["smoothed"].iloc[-1] == rows["value"].iloc[-1]
+    train = data[(data["run"] == "preln") & (data["name"] == "train/loss")].sort_values("step")
+    assert len(train) >= charts.MIN_SMOOTHED_POINTS
+    np.testing.assert_allclose(train["smoothed"], charts.ema(train["value"], 0.6))
+    assert not np.allclose(train["smoothed"], train["value"])
+
+
+def test_only_dense_non_validation_series_are_smoothed() -> None:
+    dense = charts.MIN_SMOOTHED_POINTS
+    assert charts.is_smoothed("train/loss", dense)
+    assert not charts.is_smoothed("train/loss", dense - 1)
+    assert not charts.is_smoothed("val/loss", 10 * dense)  # even a long validation series
+    short = scalars_frame(steps=dense - 1)
+    data = charts.chart_data(charts.metric_chart(short, "train/loss", smoothing=0.9))
+    np.testing.assert_allclose(data["smoothed"], data["value"])
+    with pytest.raises(charts.ChartError, match="smoothing"):
+        charts.metric_chart(short, "train/loss", smoothing=1.5)
+
+
 def tensorboard_ema(values: list[float], weight: float) -> list[float]:
     """TensorBoard's loop: debiased accumulator; non-finite values pass through untouched."""
     out, last, count = [], 0.0, 0
