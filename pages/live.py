@@ -17,7 +17,8 @@ import pandas as pd
 import streamlit as st
 
 from blockviz import runner
-from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, TAP_STATS, TAPS
+from blockviz.core import spec
+from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, TAP_STATS, TAPS, WEIGHTS_COMPONENT
 from blockviz.dashboard import store_access, ui
 from blockviz.dashboard.controls import SMOOTHING_DEFAULT, chart_controls
 from blockviz.store import RunStore, StoreError
@@ -45,7 +46,7 @@ PREFERENCES: dict[str, Any] = {
     "live.grad.component": "block",
     "live.grad.stat": "grad_norm",
     "live.act.stat": "rms",
-    "live.upd.component": "block",
+    "live.upd.component": WEIGHTS_COMPONENT,  # norm gains would dilute a whole layer's
 }
 
 
@@ -95,13 +96,13 @@ def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None
             st.toast(ui.plain(f"Run #{run_id}: {runner.stop(store, run_id)}"))
     step_text = "—" if step is None else f"{int(step):,}"
     step_label = f"Step (of {int(max_steps):,})" if max_steps else "Step"
-    tokens_per_sec = summary.recent_tokens_per_sec(scalars)
+    tokens_per_sec = summary.recent_tokens_per_sec(scalars, window=spec.RECENT_LOGS)
     cols = st.columns(6)
     cols[0].metric(step_label, step_text)
     cols[1].metric(
-        "Tokens/s",
+        spec.RECENT_TOKENS_PER_SEC,
         "—" if tokens_per_sec is None else f"{tokens_per_sec:,.0f}",
-        help="Median training throughput of the last 50 logged steps",
+        help=spec.RECENT_TOKENS_PER_SEC_HELP,
     )
     if status in ACTIVE_STATUSES:
         eta = runner.eta_s(store, run_id, int(step), int(max_steps)) if step and max_steps else None
@@ -277,12 +278,19 @@ def _updates_tab(store: RunStore, run: dict[str, Any]) -> None:
         "Component", COMPONENTS, required=True, key="live.upd.component"
     )
     st.caption(
-        "‖Δθ‖/‖θ‖ per step: around 1e-3 is healthy; far below, the layer barely learns; "
-        "far above, the step size is too large for it."
+        "‖Δθ‖/‖θ‖ per step: the norm of one optimizer step's change to the chosen tensors "
+        "over the norm of those tensors, at each probe step. **weights** sums the layer's "
+        "weight matrices only; **block** sums every tensor of the layer, where the norm gains "
+        "(ones at initialization, ‖γ‖² = d_model) and biases dilute the ratio. The dashed "
+        "1e-3 line is a rule of thumb for another quantity, std(lr·grad)/std(θ): a landmark, "
+        "not a target."
     )
     with ui.guard("Update-to-data ratio"):
         stats = _reader().layer_stats(store, run_id, "component")
-        chart = charts.update_ratio_chart(stats, component)
+        # None: the weight matrices, or the whole layer for a run recorded before the
+        # probes summed the matrices alone (the chart's title says which it shows).
+        chosen = None if component == WEIGHTS_COMPONENT else component
+        chart = charts.update_ratio_chart(stats, chosen)
         label = f"{name} update ratio {component}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.upd")
 

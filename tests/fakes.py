@@ -31,7 +31,14 @@ import numpy as np
 
 from blockviz.core import config as cfg
 from blockviz.core import corpora, params, procs
-from blockviz.core.spec import HIST_BINS, HIST_RANGE, PARAM_GROUPS, TAP_STATS, block_tap_names
+from blockviz.core.spec import (
+    HIST_BINS,
+    HIST_RANGE,
+    PARAM_GROUPS,
+    TAP_STATS,
+    WEIGHTS_COMPONENT,
+    block_tap_names,
+)
 from blockviz.store import RunStore
 
 DEFAULT_STATUSES = ("completed", "running", "diverged", "failed")
@@ -67,11 +74,13 @@ _NORM_GROUPS = ("norm1", "norm2", "final_norm")
 
 @dataclass(frozen=True)
 class ParamTensor:
-    """One parameter tensor as a probe files it: its name, layer and component."""
+    """One parameter tensor as a probe files it: its name, layer, component, and whether it
+    is a matrix (2-D: a Linear weight or an embedding table), as the "weights" group sums."""
 
     name: str
     layer: int
     component: str
+    matrix: bool
 
 
 def param_tensors(model: cfg.ModelConfig) -> list[ParamTensor]:
@@ -94,7 +103,16 @@ def param_tensors(model: cfg.ModelConfig) -> list[ParamTensor]:
             has_bias = norm_bias if group in _NORM_GROUPS else model.bias
             suffixes = ("weight", "bias") if has_bias else ("weight",)
         component = PARAM_GROUPS[group]
-        return [ParamTensor(f"{module}.{suffix}", layer, component) for suffix in suffixes]
+        # Norm gains and every bias are vectors; every other weight is a matrix.
+        return [
+            ParamTensor(
+                f"{module}.{suffix}",
+                layer,
+                component,
+                matrix=suffix == "weight" and group not in _NORM_GROUPS,
+            )
+            for suffix in suffixes
+        ]
 
     found = tensors(-1, "token_embedding", "tok_emb") + tensors(-1, "position_embedding", "pos_emb")
     for layer in range(model.n_layer):
@@ -253,7 +271,10 @@ class _FakeRun:
             delta = param * 1e-3 * np.exp(0.5 * draws[2])
             rows += self._norms(tensor.layer, "param", tensor.name, grad, param, delta)
             squares = np.stack([grad, param, delta]) ** 2
-            for key in ((tensor.layer, tensor.component), (tensor.layer, "block")):
+            keys = [(tensor.layer, tensor.component), (tensor.layer, "block")]
+            if tensor.matrix:
+                keys.append((tensor.layer, WEIGHTS_COMPONENT))
+            for key in keys:
                 groups[key] = groups.get(key, 0) + squares
         for (layer, component), squares in sorted(groups.items()):
             rows += self._norms(layer, "component", component, *np.sqrt(squares))

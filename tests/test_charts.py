@@ -280,6 +280,34 @@ def test_loss_chart_data_holds_the_smoothed_values_it_draws() -> None:
     assert len(data) == len(frame[frame["name"] != "train/lr"])
 
 
+def test_a_sparse_val_series_is_drawn_raw_and_ends_at_its_last_value() -> None:
+    # Three evaluations; the train loss logged at every step is dense and gets the EMA.
+    frame = scalars_frame(steps=30)
+    vals = frame[frame["name"] == "val/loss"]
+    assert vals.groupby("run")["step"].count().eq(3).all()
+    data = charts.chart_data(charts.loss_chart(frame, smoothing=0.6))
+    for _, rows in data[data["name"] == "val/loss"].groupby("run"):
+        rows = rows.sort_values("step")
+        np.testing.assert_allclose(rows["smoothed"], rows["value"])
+        assert rows["smoothed"].iloc[-1] == rows["value"].iloc[-1]
+    train = data[(data["run"] == "preln") & (data["name"] == "train/loss")].sort_values("step")
+    assert len(train) >= charts.MIN_SMOOTHED_POINTS
+    np.testing.assert_allclose(train["smoothed"], charts.ema(train["value"], 0.6))
+    assert not np.allclose(train["smoothed"], train["value"])
+
+
+def test_only_dense_non_validation_series_are_smoothed() -> None:
+    dense = charts.MIN_SMOOTHED_POINTS
+    assert charts.is_smoothed("train/loss", dense)
+    assert not charts.is_smoothed("train/loss", dense - 1)
+    assert not charts.is_smoothed("val/loss", 10 * dense)  # even a long validation series
+    short = scalars_frame(steps=dense - 1)
+    data = charts.chart_data(charts.metric_chart(short, "train/loss", smoothing=0.9))
+    np.testing.assert_allclose(data["smoothed"], data["value"])
+    with pytest.raises(charts.ChartError, match="smoothing"):
+        charts.metric_chart(short, "train/loss", smoothing=1.5)
+
+
 def tensorboard_ema(values: list[float], weight: float) -> list[float]:
     """TensorBoard's loop: debiased accumulator; non-finite values pass through untouched."""
     out, last, count = [], 0.0, 0
@@ -356,14 +384,41 @@ def test_histogram_leaves_empty_bins_blank() -> None:
     assert (data["step_end"] > data["step"]).all()
 
 
-def test_update_ratio_chart_draws_the_healthy_guide() -> None:
-    chart = charts.update_ratio_chart(layer_frame())
+def _guide_rows(chart) -> list[dict]:
     spec = chart.to_dict()
-    guide = [
+    return [
         row for v in walk(spec, "datasets") for rows in v.values() for row in rows if "y" in row
     ]
-    assert guide == [{"y": -3.0, "label": "≈1e-3 healthy"}]
+
+
+def test_update_ratio_guide_says_it_is_a_rule_for_another_quantity() -> None:
+    chart = charts.update_ratio_chart(layer_frame())
+    (guide,) = _guide_rows(chart)
+    assert guide["y"] == -3.0
+    # Named as the rule of thumb it is (std(lr·grad)/std(θ)), never as "healthy".
+    assert "std(lr·grad)/std(θ)" in guide["label"] and "not this ratio" in guide["label"]
+    assert "healthy" not in (guide["label"] + guide["about"]).lower()
+    assert "‖Δθ‖/‖θ‖" in guide["about"]
     np.testing.assert_allclose(charts.chart_data(chart)["log10_update_ratio"], -3.0)
+
+
+def _with_weights(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` plus a "weights" group with its own update ratio (2e-3)."""
+    ratios = frame[(frame["component"] == "block") & (frame["stat"] == "update_ratio")]
+    return pd.concat([frame, ratios.assign(component="weights", value=2e-3)], ignore_index=True)
+
+
+def test_update_ratio_chart_defaults_to_the_weight_matrices() -> None:
+    chart = charts.update_ratio_chart(_with_weights(layer_frame()))
+    data = charts.chart_data(chart)
+    assert set(data["component"]) == {"weights"}
+    np.testing.assert_allclose(data["value"], 2e-3)
+    assert "weight matrices only" in chart.to_dict()["title"]
+    # Any other group on request; a run recorded without "weights" rows shows "block".
+    block = charts.chart_data(charts.update_ratio_chart(_with_weights(layer_frame()), "block"))
+    assert set(block["component"]) == {"block"}
+    older = charts.chart_data(charts.update_ratio_chart(layer_frame()))
+    assert set(older["component"]) == {"block"}
 
 
 def test_one_run_charts_show_one_run() -> None:

@@ -38,11 +38,11 @@ def test_param_and_tap_names_are_the_real_models(overrides: dict[str, Any]) -> N
     model_cfg = fakes.fake_config(n_layer=2, n_head=2, d_model=16, **overrides).model
     model = CharTransformer(model_cfg)
     real = [
-        (name, *param_component(name, model_cfg.n_layer))
+        (name, *param_component(name, model_cfg.n_layer), param.ndim == 2)
         for name, param in model.named_parameters()
         if param.requires_grad
     ]
-    fake = [(t.name, t.layer, t.component) for t in fakes.param_tensors(model_cfg)]
+    fake = [(t.name, t.layer, t.component, t.matrix) for t in fakes.param_tensors(model_cfg)]
     assert fake == real
     # The taps the fakes write (the spec's rule) are the modules the real model builds.
     for block in model.blocks:

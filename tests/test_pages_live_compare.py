@@ -117,6 +117,21 @@ def test_live_renders_every_tab_of_every_kind_of_run(
     assert any(m.label.startswith("Step") for m in at.metric)
 
 
+def test_live_update_ratios_default_to_the_weight_matrices(
+    store: RunStore, runs: dict[str, int]
+) -> None:
+    at = _live(runs["completed"])
+    at.session_state["live.tab"] = "Updates"
+    at.run()
+    assert not at.exception
+    (title,) = [t for t in _charts(at) if t.startswith("Update ratio")]
+    assert "weight matrices only" in title
+    frames = _charts(at)[title]
+    data = next(f for f in frames if "log10_update_ratio" in f.columns)
+    assert set(data["component"]) == {"weights"}
+    assert not any("healthy" in caption.value for caption in at.caption)
+
+
 def test_live_diverged_run_says_where_and_how(store: RunStore, runs: dict[str, int]) -> None:
     run_id = runs["diverged"]
     diverged_step = store.get_run(run_id)["diverged_step"]
@@ -181,7 +196,7 @@ def test_live_adds_rows_logged_since_the_last_refresh(
     store.flush()
     at.run()
     assert not at.exception
-    tokens = next(m for m in at.metric if m.label == "Tokens/s")
+    tokens = next(m for m in at.metric if m.label == "Recent tokens/s")
     assert tokens.value == "4,242"
     cached = at.session_state["live.cache"]["scalars"]
     assert ((cached["name"] == "val/answer_acc") & (cached["step"] == last_step)).sum() == 1

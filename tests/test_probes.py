@@ -169,6 +169,8 @@ def test_grad_norms_cover_every_layer_and_component(probed):
     n = config.model.n_layer
     expected = {(-1, "embed"), (-1, "block"), (n, "norm"), (n, "head"), (n, "block")}
     expected |= {(i, c) for i in range(n) for c in ("attn", "ffn", "norm", "block")}
+    # "weights": every layer with a matrix (the LM head's, untied here, at the head end).
+    expected |= {(i, "weights") for i in range(-1, n + 1)}
     assert found == expected
     assert (frame.value > 0).all()
 
@@ -183,11 +185,37 @@ def test_group_norms_combine_their_tensors(probed):
     attn0 = params[params.component.str.startswith("blocks.0.attn.")].value
     value = components.query("layer == 0 and component == 'attn'").value.item()
     assert value == pytest.approx(math.sqrt((attn0**2).sum()), rel=1e-5)
-    block0 = components.query("layer == 0 and component != 'block'").value
+    block0 = components.query("layer == 0 and component not in ('block', 'weights')").value
     value = components.query("layer == 0 and component == 'block'").value.item()
     assert value == pytest.approx(math.sqrt((block0**2).sum()), rel=1e-5)
     global_norm = store.scalars(run_id, names="train/grad_norm").set_index("step").value[2]
     assert global_norm == pytest.approx(math.sqrt((params.value**2).sum()), rel=1e-5)
+
+
+def test_the_weights_group_is_the_layers_matrices_alone(probed):
+    store, _, lit, *_, run_id = probed
+    rows = store.layer_stats(run_id, step=2)
+    shapes = {name: p.ndim for name, p in lit.model.named_parameters()}
+    tensors = rows[rows.kind == "param"]
+    params = tensors.pivot(index="component", columns="stat", values="value")
+    layer_of = tensors.groupby("component").layer.first()
+    components = rows[rows.kind == "component"]
+    for layer in (-1, 0, 1, 2):
+        names = [n for n in params.index if shapes[n] == 2 and layer_of[n] == layer]
+        assert names, layer
+        mine = params.loc[names]
+        weights = components[(components.layer == layer) & (components.component == "weights")]
+        got = weights.set_index("stat").value
+        assert got["grad_norm"] == pytest.approx(math.sqrt((mine.grad_norm**2).sum()), rel=1e-5)
+        param_norm = math.sqrt((mine.param_norm**2).sum())
+        assert got["param_norm"] == pytest.approx(param_norm, rel=1e-5)
+        # ‖Δθ‖ of the group from the per-tensor ratios: ‖Δθ_i‖ = ratio_i · ‖θ_i‖
+        delta = math.sqrt(((mine.update_ratio * mine.param_norm) ** 2).sum())
+        assert got["update_ratio"] == pytest.approx(delta / param_norm, rel=1e-5)
+    # A block's norm gains and biases are not in it: its parameter norm is below the block's.
+    block0 = components[(components.layer == 0) & (components.stat == "param_norm")]
+    norms = block0.set_index("component").value
+    assert norms["weights"] < norms["block"]
 
 
 def test_global_grad_norm_is_recorded_before_clipping(probed):

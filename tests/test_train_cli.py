@@ -15,6 +15,7 @@ from blockviz import cli
 from blockviz.core.spec import TAP_STATS
 from blockviz.store import RunStore
 from blockviz.training.model import block_tap_names
+from tests import fakes
 
 ROOT = Path(__file__).resolve().parent.parent
 # Repetitive enough that 30 steps visibly overfit it.
@@ -183,6 +184,18 @@ def test_runs_and_show_commands(two_runs, capsys):
     assert "completed" in text and "last sample (step 30" in text
     assert cli.main(["stop", str(ids["fp32"]), "--store", str(store.path)]) == 0
     assert "already completed" in capsys.readouterr().out
+
+
+def test_show_says_which_train_loss_and_which_throughput(tmp_path, capsys):
+    path = tmp_path / "blockviz.db"
+    with RunStore(path) as store:
+        (run_id,) = fakes.populate(store, n_runs=1, n_steps=40, n_layer=1, statuses=["completed"])
+    assert cli.main(["show", str(run_id), "--store", str(path)]) == 0
+    metrics = next(line for line in capsys.readouterr().out.splitlines() if "metrics" in line)
+    # The labels of Compare's table, not the bare keys: these two are easy to misread.
+    assert "train loss (mean of last 50 steps) = " in metrics
+    assert "mean tokens/s over training = " in metrics
+    assert "train_loss" not in metrics and "tokens_per_sec" not in metrics
 
 
 # -------------------------------------------------------------- endings of a run

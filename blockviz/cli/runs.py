@@ -16,6 +16,7 @@ from typing import Any
 
 from blockviz import runner
 from blockviz.core import config as cfg
+from blockviz.core.spec import final_header
 from blockviz.store import RunStore, checked
 from blockviz.views.summary import read_divergence, render_divergence
 
@@ -159,8 +160,12 @@ def cli_show(args: argparse.Namespace) -> int:
         "time_s",
         "tokens_per_sec",
     )
+    # Each under its table header (core.spec), so "train loss" and the mean tokens/s say
+    # which train loss and which throughput they are, as on Compare and in the report.
     values = [
-        f"{key} {_fmt(metrics.get(key), '.4g')}" for key in shown if metrics.get(key) is not None
+        f"{final_header(key)} = {_fmt(metrics.get(key), '.4g')}"
+        for key in shown
+        if metrics.get(key) is not None
     ]
     if values:
         lines.append(("metrics", ", ".join(values)))

@@ -68,8 +68,17 @@ HIST_RANGE = (-8.0, 8.0)  # values outside are counted in the end bins
 # `layer_stats.kind`: what a row's `component` column names.
 LAYER_KINDS = ("component", "param", "tap", "head")
 # Parts of the model that gradient statistics are summed over (kind "component").
-# "block" is a whole block (or the whole embedding / head end).
-COMPONENTS = ("attn", "ffn", "norm", "embed", "head", "block")
+# "block" is a whole block (or the whole embedding / head end). "weights" is a layer's
+# weight matrices only (its 2-D tensors: the Linear weights, and at layer -1 the embedding
+# tables): the norm gains start at ones (‖γ‖² = d) and would dilute the layer's update
+# ratio, so that view reads the matrices alone; norms and biases keep their own groups.
+COMPONENTS = ("attn", "ffn", "norm", "embed", "head", "block", "weights")
+WEIGHTS_COMPONENT = "weights"
+# What the two components that cut across the others hold, for titles and captions.
+COMPONENT_LABELS = {
+    "block": "every tensor of the layer",
+    "weights": "the layer's weight matrices only",
+}
 COMPONENT_STATS = ("grad_norm", "param_norm", "update_ratio")
 HEAD_STATS = ("attn_entropy",)
 
@@ -96,7 +105,7 @@ SCALARS = {
     "val/loss": "loss (nats/char)",
     "train/lr": "learning rate",
     "train/step_time": "step time (s)",
-    "train/tokens_per_sec": "tokens/s",
+    "train/tokens_per_sec": "tokens/s (per logged interval)",
     "train/grad_norm": "gradient L2 norm",
     "val/bpc": "bits per char",
     "val/ppl": "perplexity",
@@ -106,11 +115,22 @@ SCALARS = {
 }
 LOSS_NAMES = ("train/loss", "val/loss")
 
+# Two throughputs, named apart everywhere: Live's header shows the recent one (median of
+# the last RECENT_LOGS logged train/tokens_per_sec values, robust to the slow probe steps);
+# the final metrics' `tokens_per_sec` is the mean over training (tokens seen / training
+# time, probe steps included, evaluations excluded).
+RECENT_LOGS = 50
+RECENT_TOKENS_PER_SEC = "Recent tokens/s"
+RECENT_TOKENS_PER_SEC_HELP = (
+    f"Median of the last {RECENT_LOGS} logged throughputs (train/tokens_per_sec). "
+    "Compare, `show` and the report give the mean tokens/s over training instead."
+)
+
 # Axis titles of per-layer statistics.
 STAT_LABELS = {
     "grad_norm": "gradient L2 norm",
     "param_norm": "parameter L2 norm",
-    "update_ratio": "‖Δθ‖/‖θ‖",
+    "update_ratio": "‖Δθ‖/‖θ‖ per step",
     "mean": "activation mean",
     "std": "activation std",
     "rms": "activation RMS",
@@ -123,6 +143,11 @@ STAT_LABELS = {
 def scalar_label(name: str) -> str:
     """Axis title of a scalar series (its name when unknown)."""
     return SCALARS.get(name, name)
+
+
+def component_label(component: str) -> str:
+    """What a component group holds, in words (its name when it needs none)."""
+    return COMPONENT_LABELS.get(component, component)
 
 
 def stat_label(stat: str) -> str:
@@ -147,7 +172,9 @@ FINAL_COLUMNS = {
     "run": FinalColumn("run", "text"),
     "status": FinalColumn("status", "text"),
     "steps": FinalColumn("steps", "integer"),
-    "train_loss": FinalColumn("train loss"),
+    # The final train loss averages the last 50 steps' losses (TrainingMonitor's
+    # RECENT_LOSSES): one batch's loss is too noisy to report alone.
+    "train_loss": FinalColumn("train loss (mean of last 50 steps)"),
     "val_loss": FinalColumn("val loss"),
     "val_ppl": FinalColumn("val perplexity", digits=2),
     "val_bpc": FinalColumn("val bits/char", digits=3),
@@ -155,7 +182,7 @@ FINAL_COLUMNS = {
     "answer_baseline": FinalColumn("trivial baseline's answer accuracy", "percent"),
     "diverged_at": FinalColumn("diverged at step", "integer"),
     "time_s": FinalColumn("time (s)", "duration", digits=1),
-    "tokens_per_sec": FinalColumn("tokens/s", digits=0),
+    "tokens_per_sec": FinalColumn("mean tokens/s over training", digits=0),
     "n_params": FinalColumn("parameters", "count"),
 }
 

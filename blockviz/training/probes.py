@@ -35,7 +35,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 
-from blockviz.core.spec import HIST_BINS, HIST_RANGE, TAP_STATS
+from blockviz.core.spec import HIST_BINS, HIST_RANGE, TAP_STATS, WEIGHTS_COMPONENT
 from blockviz.training.model import NonFiniteLogits, capture_attention, param_component
 from blockviz.training.sinks import (
     AttentionMap,
@@ -117,6 +117,11 @@ def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
     return row_entropy.mean(dim=(0, 2))  # (nh,)
 
 
+def _summed_squares(norms: torch.Tensor, members: torch.Tensor, size: int) -> torch.Tensor:
+    """(size,) sum of the squared `norms` of the tensors in each group (`members`: (P,))."""
+    return torch.zeros(size, dtype=torch.float64).index_add_(0, members, norms.square())
+
+
 @dataclass
 class _ParamIndex:
     """Which (layer, component) group and which layer each probed tensor belongs to."""
@@ -127,6 +132,8 @@ class _ParamIndex:
     layers: list[int]  # layer per layer group
     group_of: torch.Tensor  # (P,) group index of each tensor (host)
     layer_of: torch.Tensor  # (P,) layer-group index of each tensor (host)
+    matrix_layers: list[int]  # layer per "weights" group (a layer's 2-D tensors only)
+    matrix_of: torch.Tensor  # (P,) weights-group index of each tensor, -1 if not 2-D (host)
 
 
 @dataclass
@@ -207,6 +214,8 @@ class BlockProbe(Callback):
                 keys.append(param_component(clean, n_layer))
         groups = sorted(set(keys))
         layers = sorted({layer for layer, _ in keys})
+        is_matrix = [param.ndim == 2 for param in params]
+        matrix_layers = sorted({layer for (layer, _), m in zip(keys, is_matrix, strict=True) if m})
         self._index = _ParamIndex(
             names=names,
             params=params,
@@ -214,6 +223,13 @@ class BlockProbe(Callback):
             layers=layers,
             group_of=torch.tensor([groups.index(k) for k in keys]),
             layer_of=torch.tensor([layers.index(k[0]) for k in keys]),
+            matrix_layers=matrix_layers,
+            matrix_of=torch.tensor(
+                [
+                    matrix_layers.index(layer) if m else -1
+                    for (layer, _), m in zip(keys, is_matrix, strict=True)
+                ]
+            ),
         )
         self._probe_x = self._draw_probe_batch(trainer, model.cfg.block_size).to(params[0].device)
 
@@ -405,7 +421,11 @@ class BlockProbe(Callback):
         return records
 
     def _norm_rows(self, step: int, host: dict[str, list[float]]) -> list[LayerStat]:
-        """Per-tensor, per-component and per-layer grad_norm, param_norm and update_ratio."""
+        """Per-tensor, per-component and per-layer grad_norm, param_norm and update_ratio.
+
+        Component groups: each (layer, component), the whole layer ("block"), and the
+        layer's weight matrices alone ("weights").
+        """
         index = self._index
         grad = torch.tensor(host["grad_norm"], dtype=torch.float64)  # (P,)
         param = torch.tensor(host["param_norm"], dtype=torch.float64)  # (P,)
@@ -424,18 +444,23 @@ class BlockProbe(Callback):
                 value = ratio(float(delta_t[i]), float(param[i]))
                 rows.append(LayerStat(step, layer, "param", name, "update_ratio", value))
         # Group norms combine tensors as one vector: sqrt of the summed squares (host side,
-        # on a few dozen numbers).
-        for members, keys in (
-            (index.group_of, list(index.groups)),
-            (index.layer_of, [(layer, "block") for layer in index.layers]),
+        # on a few dozen numbers). `chosen` picks the tensors a grouping sums over.
+        every = torch.ones(len(index.names), dtype=torch.bool)
+        matrix = index.matrix_of >= 0
+        for members, keys, chosen in (
+            (index.group_of, list(index.groups), every),
+            (index.layer_of, [(layer, "block") for layer in index.layers], every),
+            (
+                index.matrix_of,
+                [(layer, WEIGHTS_COMPONENT) for layer in index.matrix_layers],
+                matrix,
+            ),
         ):
-            size = len(keys)
-            grad_g = torch.zeros(size, dtype=torch.float64).index_add_(0, members, grad.square())
-            param_g = torch.zeros(size, dtype=torch.float64).index_add_(0, members, param.square())
+            members, size = members[chosen], len(keys)
+            grad_g = _summed_squares(grad[chosen], members, size)
+            param_g = _summed_squares(param[chosen], members, size)
             delta_g = (
-                torch.zeros(size, dtype=torch.float64).index_add_(0, members, delta_t.square())
-                if delta_t is not None
-                else None
+                _summed_squares(delta_t[chosen], members, size) if delta_t is not None else None
             )
             for g, (layer, component) in enumerate(keys):
                 grad_norm, param_norm = float(grad_g[g].sqrt()), float(param_g[g].sqrt())

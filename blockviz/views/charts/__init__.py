@@ -3,6 +3,8 @@
 Pure functions: no Streamlit, no torch, no store access, so the pages, the exports and the
 tests build exactly the same chart. Conventions shared by every builder:
 
+- Scalar series are EMA-smoothed only when dense (`is_smoothed`: at least
+  MIN_SMOOTHED_POINTS points, never val/*); the others are drawn as they are.
 - The frame the chart draws (after filtering and smoothing, with the smoothed column) is
   the chart's top-level `data`; `chart_data(chart)` reads it back for the CSV export. Extra
   layers that annotate (divergence rules, guide lines, "no data yet") carry their own data.
@@ -16,14 +18,16 @@ tests build exactly the same chart. Conventions shared by every builder:
 
 from blockviz.views.charts.base import (
     DIVERGED_COLOR,
-    HEALTHY_UPDATE_RATIO,
     LAYER_AXIS_TITLE,
     LAYER_SCHEME,
+    MIN_SMOOTHED_POINTS,
     NO_DATA,
     PALETTE,
+    UPDATE_RATIO_GUIDE,
     ChartError,
     chart_data,
     ema,
+    is_smoothed,
     run_color_scale,
 )
 from blockviz.views.charts.layers import (
@@ -41,11 +45,12 @@ from blockviz.views.charts.series import loss_chart, metric_chart
 
 __all__ = [
     "DIVERGED_COLOR",
-    "HEALTHY_UPDATE_RATIO",
     "LAYER_AXIS_TITLE",
     "LAYER_SCHEME",
+    "MIN_SMOOTHED_POINTS",
     "NO_DATA",
     "PALETTE",
+    "UPDATE_RATIO_GUIDE",
     "ChartError",
     "attention_entropy_chart",
     "attention_heatmap",
@@ -53,6 +58,7 @@ __all__ = [
     "ema",
     "grad_by_layer_chart",
     "histogram_over_time",
+    "is_smoothed",
     "layer_heatmap",
     "layer_lines",
     "loss_chart",

@@ -10,12 +10,14 @@ import pandas as pd
 
 from blockviz.core import spec
 from blockviz.views.charts.base import (
-    HEALTHY_UPDATE_RATIO,
     HEIGHT,
     LAYER_AXIS_TITLE,
     LAYER_SCHEME,
     SMALL_HEIGHT,
     SMALL_WIDTH,
+    UPDATE_RATIO_GUIDE,
+    UPDATE_RATIO_GUIDE_LABEL,
+    UPDATE_RATIO_GUIDE_TIP,
     WIDTH,
     _finite,
     _first_run,
@@ -178,28 +180,48 @@ def histogram_over_time(
 
 
 def update_ratio_chart(
-    layer_stats: pd.DataFrame, component: str = "block", title: str | None = None
+    layer_stats: pd.DataFrame, component: str | None = None, title: str | None = None
 ) -> alt.LayerChart:
-    """One run: log10 ‖Δθ‖/‖θ‖ per layer over steps with the ≈1e-3 guide line."""
+    """One run: log10 ‖Δθ‖/‖θ‖ per step, one line per layer, with a 1e-3 reference line.
+
+    ‖Δθ‖/‖θ‖ is the norm of one optimizer step's change of the component's tensors over
+    their norm. `component` None: the layer's weight matrices ("weights"), or the whole
+    layer ("block") for a run recorded before the probes summed the matrices alone.
+    """
+    if component is None:
+        recorded = _select(layer_stats, kind="component", stat="update_ratio")["component"]
+        component = (
+            spec.WEIGHTS_COMPONENT if (recorded == spec.WEIGHTS_COMPONENT).any() else "block"
+        )
     frame = _finite(_layer_frame(layer_stats, "component", component, "update_ratio"), "value")
     frame = frame[frame["value"] > 0].copy()
+    what = spec.component_label(component)
+    fallback = title or f"Update ratio ‖Δθ‖/‖θ‖ per layer ({what})"
     if frame.empty:
-        return _no_data(frame.assign(log10_update_ratio=pd.Series(dtype=float)), title or "Update")
+        return _no_data(frame.assign(log10_update_ratio=pd.Series(dtype=float)), fallback)
     frame, run = _first_run(frame)
     frame = frame.assign(log10_update_ratio=np.log10(frame["value"].astype(float)))
     lines = _lines_by_layer(
         "log10_update_ratio",
-        "log10 ‖Δθ‖/‖θ‖",
+        f"log10 {spec.stat_label('update_ratio')}",
         log_scale=False,
-        extra_tips=[_value_tip("value", "‖Δθ‖/‖θ‖")],
+        extra_tips=["component:N", _value_tip("value", spec.stat_label("update_ratio"))],
     )
-    guide_data = pd.DataFrame({"y": [np.log10(HEALTHY_UPDATE_RATIO)], "label": ["≈1e-3 healthy"]})
-    guide = alt.Chart(guide_data).encode(y="y:Q")
+    guide_data = pd.DataFrame(
+        {
+            "y": [np.log10(UPDATE_RATIO_GUIDE)],
+            "label": [UPDATE_RATIO_GUIDE_LABEL],
+            "about": [UPDATE_RATIO_GUIDE_TIP],
+        }
+    )
+    guide = alt.Chart(guide_data).encode(
+        y="y:Q", tooltip=[alt.Tooltip("about:N", title="dashed line")]
+    )
     rule = guide.mark_rule(color="gray", strokeDash=[5, 4])
     label = guide.mark_text(align="left", baseline="bottom", x=4, dy=-2, color="gray").encode(
         text="label:N"
     )
-    title = title or f"Update-to-data ratio per layer ({component}) — {run}"
+    title = title or f"Update ratio ‖Δθ‖/‖θ‖ per step, by layer ({what}) — {run}"
     return alt.LayerChart(data=frame, layer=[lines, rule, label]).properties(
         title=title, width=WIDTH, height=HEIGHT
     )

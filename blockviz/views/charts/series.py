@@ -13,6 +13,7 @@ from blockviz.views.charts.base import (
     DIVERGED_COLOR,
     HEIGHT,
     WIDTH,
+    _check_smoothing,
     _finite,
     _highlight,
     _legend_highlight,
@@ -23,6 +24,7 @@ from blockviz.views.charts.base import (
     _x_zoom,
     _y_scale,
     ema,
+    is_smoothed,
     run_color_scale,
 )
 
@@ -68,15 +70,20 @@ def _series_chart(
     y_title: str,
     diverged: Mapping[str, int] | pd.DataFrame | None,
 ) -> alt.LayerChart:
-    """Smoothed line per run x series, raw series faint behind, divergence marked."""
+    """A line per run x series (EMA-smoothed where is_smoothed, else raw), raw values faint
+    behind, divergence marked."""
     raw = scalars[scalars["name"].isin(list(names))].sort_values(["run_id", "name", "step"])
-    plotted = _finite(raw, "value", positive=log_scale).copy()
+    plotted = _finite(raw, "value", positive=log_scale).reset_index(drop=True)
     if plotted.empty:
         return _no_data(plotted.assign(smoothed=pd.Series(dtype=float)), title)
-    plotted["smoothed"] = plotted.groupby(["run_id", "name"])["value"].transform(
-        lambda series: ema(series, smoothing)
-    )
-    plotted = plotted.reset_index(drop=True)
+    _check_smoothing(smoothing)  # refused even when no series here is dense enough to use it
+    # Sparse and validation series keep their values (see is_smoothed): each drawn line
+    # then ends at its real last value.
+    smoothed = pd.to_numeric(plotted["value"], errors="coerce").astype(float)
+    for (_, name), rows in plotted.groupby(["run_id", "name"], sort=False):
+        if is_smoothed(str(name), len(rows)):
+            smoothed[rows.index] = ema(rows["value"], smoothing)
+    plotted["smoothed"] = smoothed
     colors = colors or run_color_scale(plotted)
     runs = _legend_highlight("run")
     zoom = _x_zoom()
@@ -130,7 +137,8 @@ def loss_chart(
     diverged: Mapping[str, int] | pd.DataFrame | None = None,
     title: str = "Loss",
 ) -> alt.LayerChart:
-    """Train (solid) and val (dashed) loss per run, EMA-smoothed over faint raw lines.
+    """Train (solid) and val (dashed) loss per run: train EMA-smoothed over a faint raw line
+    once it has MIN_SMOOTHED_POINTS points, val always raw (its line ends at its last value).
 
     `diverged` is a runs frame (name, diverged_step) or {run name: step}; the first
     non-finite value of a run is marked even without it.
@@ -149,7 +157,8 @@ def metric_chart(
     title: str | None = None,
     diverged: Mapping[str, int] | pd.DataFrame | None = None,
 ) -> alt.LayerChart:
-    """Any one scalar (lr, tokens/s, grad norm, val metric) over steps, coloured by run."""
+    """Any one scalar (lr, tokens/s, grad norm, val metric) over steps, coloured by run;
+    smoothed only where is_smoothed (dense, not val/*)."""
     y_title = spec.scalar_label(name)
     return _series_chart(
         scalars, [name], smoothing, log_scale, colors, title or name, y_title, diverged
