@@ -181,7 +181,7 @@ class ModelConfig:
     activation: str = "gelu"  # swiglu gates: silu(x W) * (x V), then W_out
     final_norm: bool | None = None  # None = auto: on for pre, off for post and none
     tie_weights: bool = False  # share the token embedding with the LM head
-    init: str = "default"  # gpt2: N(0, 0.02), residual projections / sqrt(2 n_layer)
+    init: str = "default"  # gpt2: N(0, 0.02) (residual projections smaller); xavier: Glorot
 
     @property
     def d_ff(self) -> int:

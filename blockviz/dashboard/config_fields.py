@@ -83,7 +83,8 @@ ARCHITECTURE = (
         "init",
         "Initialisation",
         "select",
-        "gpt2: N(0, 0.02), residual projections / sqrt(2·n_layer)",
+        "gpt2: N(0, 0.02), residual projections / sqrt(2·n_layer); xavier: Xavier-uniform "
+        "Linear weights, zero biases (Xiong et al. 2020)",
         config.INITS,
     ),
 )
