@@ -77,7 +77,8 @@ def _assert_continuous(store_path: Path, run_id: int, max_steps: int) -> None:
     assert _logged_steps(store_path, run_id, "val/loss") == list(range(10, max_steps + 1, 10))
     with RunStore(store_path) as store:
         probed = store.layer_steps(run_id, kind="component", stat="grad_norm")
-        assert probed == list(range(0, max_steps, 5))
+        # every 5 steps, and the last trained step (issue 12: the last step is probed)
+        assert probed == sorted({*range(0, max_steps, 5), max_steps - 1})
         samples = store.samples(run_id)["step"].tolist()
         assert sorted(samples) == sorted(set(samples))  # one sample per step
         assert set(range(0, max_steps, 10)) <= set(samples)

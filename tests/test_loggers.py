@@ -277,5 +277,5 @@ def test_tensorboard_run_reads_back_with_tensorboards_reader(tmp_path, corpus):
         assert f"grad_norm/block{layer}/attn" in tags["scalars"]
         assert f"act_rms/block{layer}/resid_post" in tags["scalars"]
     hist = events.Histograms("act_hist/block0/resid_post")
-    assert [h.step for h in hist] == [0, 10] and hist[0].histogram_value.num > 0
+    assert [h.step for h in hist] == [0, 10, 19] and hist[0].histogram_value.num > 0  # 19: last
     assert [t.step for t in events.Tensors("sample/text_summary")] == [0, 20]

@@ -118,7 +118,7 @@ def test_concurrent_runs_lose_no_rows(two_runs):
             assert counts[name] == 30, name
         assert sorted(frame[frame.name == "train/loss"].step) == list(range(30))
         assert sorted(frame[frame.name == "val/loss"].step) == [25, 30]
-        assert sorted(frame[frame.name == "train/grad_norm"].step) == [0, 10, 20]
+        assert sorted(frame[frame.name == "train/grad_norm"].step) == [0, 10, 20, 29]  # 29: last
 
 
 def test_probes_recorded_every_layer_component_and_tap(two_runs):
@@ -132,7 +132,7 @@ def test_probes_recorded_every_layer_component_and_tap(two_runs):
     for layer in range(n_layer):
         assert {(layer, c) for c in ("attn", "ffn", "norm", "block")} <= components
     assert {(-1, "embed"), (n_layer, "head")} <= components
-    assert sorted(grads.step.unique()) == [0, 10, 20]
+    assert sorted(grads.step.unique()) == [0, 10, 20, 29]  # every 10 steps and the last
     updates = store.layer_stats(run_id, kind="component", stat="update_ratio")
     assert len(updates) == len(grads) and (updates.value > 0).all()
     taps = store.layer_stats(run_id, kind="tap", step=20)
