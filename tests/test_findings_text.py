@@ -38,6 +38,8 @@ def test_a_level_profile_says_level_with_its_ratio_and_range() -> None:
     [
         (1.0, 1.2, "level"),  # exactly LEVEL_RATIO apart still reads level
         (1.2, 1.0, "level"),
+        (1.2004, 1.0, "level"),  # shown as 1.20: the word agrees with the number shown
+        (1.0, 1.206, "level"),  # first / last shown as 0.83
         (1.0, 1.25, "rising towards the output"),
         (1.25, 1.0, "falling towards the output"),
         (2.0, 0.5, "falling towards the output"),

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-# A profile across blocks is "level" when the larger of the first and the last block's
-# gradient is at most LEVEL_RATIO times the smaller; otherwise it rises or falls towards
-# the output. README ("Compare") documents the value.
+# A profile across blocks is "level" when first block / last block, as shown (two
+# decimals), lies within LEVEL_RATIO either way (0.83 to 1.20): the word never disagrees
+# with the number beside it. Otherwise it rises or falls towards the output. README
+# ("Screenshots", Compare) documents the value.
 LEVEL_RATIO = 1.2
 # Two runs' last-block gradients within this factor read "about the same".
 SAME_RATIO = 1.05
@@ -75,9 +76,10 @@ def block_values(frame: pd.DataFrame, run_id: int, n_layer: int, step: int) -> d
 
 def profile_word(first: float, last: float) -> str:
     """'level', 'rising towards the output' or 'falling towards the output' (LEVEL_RATIO)."""
-    if max(first, last) <= LEVEL_RATIO * min(first, last):
+    ratio = round(first / last, 2)
+    if round(1 / LEVEL_RATIO, 2) <= ratio <= LEVEL_RATIO:
         return "level"
-    return "rising towards the output" if last > first else "falling towards the output"
+    return "rising towards the output" if ratio < 1 else "falling towards the output"
 
 
 def _profile_sentence(shape: RunShape, values: dict[int, float], step: int, what: str) -> str:
