@@ -130,3 +130,12 @@ def test_the_component_is_named_and_the_paper_claim_states_its_conditions() -> N
     claim = ft.PAPER_CLAIM
     assert claim.startswith("The paper's claim") and "Xavier" in claim and "Theorem 1" in claim
     assert "README" in claim
+
+
+def test_a_tiny_first_block_is_shown_with_significant_digits_not_as_zero() -> None:
+    # Measured: a Post-LN run at its last step, first block 6.9e-07, last 0.0427.
+    frame = grads({1: [1.0, 6.93e-07, 0.01, 0.0427, 1.0]}, step=299)
+    (sentence,) = ft.grad_by_layer_sentences(frame, {1: RunShape("p", 3, "post")}, 299)
+    assert "rising towards the output (first / last = 1.6e-05; every block between 6.93e-07" in (
+        sentence
+    )

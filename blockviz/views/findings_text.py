@@ -51,6 +51,11 @@ def _num(value: float) -> str:
     return f"{value:.3g}"
 
 
+def _ratio(ratio: float) -> str:
+    """Two decimals, or two significant digits where two decimals would read 0.00."""
+    return f"{ratio:.2f}" if 0.01 <= ratio < 100 else f"{ratio:.2g}"
+
+
 def _times(ratio: float) -> str:
     return f"{ratio:.1f}×" if ratio < 10 else f"{ratio:,.0f}×"
 
@@ -95,7 +100,7 @@ def _profile_sentence(shape: RunShape, values: dict[int, float], step: int, what
         spread += _num(max(values.values()))
     return (
         f"{_when(step)}, {_label(shape)}: from the first block to the last the {what} is "
-        f"{profile_word(first, last)} (first / last = {first / last:.2f}{spread})."
+        f"{profile_word(first, last)} (first / last = {_ratio(first / last)}{spread})."
     )
 
 
