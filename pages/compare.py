@@ -4,7 +4,9 @@ The curves, the final-metrics table and the gradient picture refresh every 1.5 s
 chosen run is still queued or running; when any run's status changes the whole page reruns
 once, so the picker's labels show the statuses the table shows. The report button builds
 the zip only when clicked (in a background thread of the download) and the page shows its
-progress meanwhile.
+progress meanwhile. Under the gradient-by-layer charts, sentences computed from the runs
+drawn (views/findings_text.py) replace any fixed text; the paper's claim is a caption of
+its own, labelled as a claim.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, LOSS_NAMES
 from blockviz.dashboard import store_access, tables, ui
 from blockviz.dashboard.controls import chart_controls
 from blockviz.store import RunStore, StoreError
-from blockviz.views import charts, export
+from blockviz.views import charts, export, findings_text, summary
 from blockviz.views.report_job import ReportJob
 
 REFRESH_S = 1.5
@@ -83,11 +85,6 @@ def _draw_curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> N
 def _grad_by_layer(store: RunStore, run_ids: list[int], colors: Any, tag: str) -> None:
     """Gradient norm vs depth at step 0 and at a chosen later probe step, one line per run."""
     st.subheader("Gradient norm by layer", anchor=False)
-    st.caption(
-        "At initialization, Post-LN gradients grow towards the last layers while Pre-LN "
-        "gradients stay level across depth (Xiong et al., 2020, *On Layer Normalization in "
-        "the Transformer Architecture*) — the reason Post-LN needs a learning-rate warm-up."
-    )
     st.session_state.setdefault("compare.component", "block")
     # Steps first, then only the two steps drawn: reading every probe step of 20 runs
     # would cost more than the rest of the page.
@@ -115,18 +112,47 @@ def _grad_by_layer(store: RunStore, run_ids: list[int], colors: Any, tag: str) -
         ],
         ignore_index=True,
     )
+    shapes = _run_shapes(store, run_ids)
     init_col, later_col = st.columns(2, gap="large")
     with init_col, ui.guard("Gradient by layer at initialization"):
         chart = charts.grad_by_layer_chart(grads, 0, component, colors=colors)
         label = f"compare grad by layer init {tag}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "cmp.grad0")
+        _findings(grads, shapes, 0, component)
     with later_col, ui.guard("Gradient by layer later"):
         if step is None:
             st.info("Only step 0 is logged so far; later probe steps appear here.")
-            return
-        chart = charts.grad_by_layer_chart(grads, step, component, colors=colors)
-        label = f"compare grad by layer step {step} {tag}"
-        ui.chart_with_downloads(chart, charts.chart_data(chart), label, "cmp.gradN")
+        else:
+            chart = charts.grad_by_layer_chart(grads, step, component, colors=colors)
+            label = f"compare grad by layer step {step} {tag}"
+            ui.chart_with_downloads(chart, charts.chart_data(chart), label, "cmp.gradN")
+            _findings(grads, shapes, step, component)
+    st.caption(ui.plain(findings_text.PAPER_CLAIM))
+
+
+def _run_shapes(store: RunStore, run_ids: list[int]) -> dict[int, findings_text.RunShape]:
+    """Name, depth and norm position of each run whose stored config can be read."""
+    shapes = {}
+    for run_id in run_ids:
+        try:
+            run = store.get_run(run_id)
+        except StoreError:
+            continue  # deleted meanwhile; the curves say so
+        model = summary.stored_model_config(run)
+        if model is not None:
+            shapes[run_id] = findings_text.RunShape(
+                str(run["name"]), model.n_layer, model.norm_position
+            )
+    return shapes
+
+
+def _findings(
+    grads: pd.DataFrame, shapes: dict[int, findings_text.RunShape], step: int, component: str
+) -> None:
+    """What the chart above shows, in sentences computed from its numbers (as plain text)."""
+    sentences = findings_text.grad_by_layer_sentences(grads, shapes, step, component)
+    if sentences:
+        st.caption("\n\n".join(ui.plain(sentence) for sentence in sentences))
 
 
 # ---------------------------------------------------------------------------- config diff

@@ -323,6 +323,58 @@ def test_compare_gradient_by_layer_draws_step_zero_and_the_latest_common_step(
     assert steps == [0, max(common)]
 
 
+def _pre_and_post(store: RunStore, real_runs: RealRuns) -> list[int]:
+    """Copies of the real Pre-LN and Post-LN runs (tiny preset, 2 blocks, 30 steps)."""
+    return [copy_run(store, real_runs.path, real_runs.ids[label]) for label in ("pre", "post")]
+
+
+def _captions(at: AppTest) -> list[str]:
+    return [shown(caption.value) for caption in at.caption]
+
+
+def test_compare_gradient_by_layer_says_only_what_the_runs_show(
+    store: RunStore, real_runs: RealRuns
+) -> None:
+    chosen = _pre_and_post(store, real_runs)
+    pre, post = (store.get_run(i)["name"] for i in chosen)
+    at = _page("compare")
+    at.session_state["compare_ids"] = chosen
+    at.run()
+    assert not at.exception
+    assert not at.error
+    text = "\n".join(_captions(at))
+    # The fixed claim over the measured chart is gone; the paper's is stated as a claim.
+    assert "grow towards the last layers" not in text and "stay level" not in text
+    assert "The paper's claim, not a measurement of the runs above: Xiong et al. 2020" in text
+    # Sentences computed from the runs on screen, naming them and the step drawn.
+    init = f"At initialization (step 0), {pre} (Pre-LN, 2 blocks): from the first block"
+    assert init in text
+    assert f"At initialization (step 0), {post} (Post-LN, 2 blocks):" in text
+    grads = store.layer_stats(chosen, "component", "grad_norm", 0, component="block")
+    last = {name: rows.set_index("layer")["value"][1] for name, rows in grads.groupby("run")}
+    big, small = sorted(last, key=last.get, reverse=True)
+    ratio = f"{last[big] / last[small]:.1f}×"
+    assert f"the last block's gradient is {ratio} larger in {big} than in {small}" in text
+    later = max(store.layer_steps(chosen[0], "component", "grad_norm"))
+    assert f"At step {later}, {post} (Post-LN, 2 blocks):" in text  # the later chart's step
+
+
+def test_compare_gradient_sentences_show_a_markdown_run_name_as_text(
+    store: RunStore, real_runs: RealRuns
+) -> None:
+    chosen = _pre_and_post(store, real_runs)
+    name = store.rename_run(chosen[1], "**bold** ![t](http://127.0.0.1:9/p.png) :red[x]")
+    at = _page("compare")
+    at.session_state["compare_ids"] = chosen
+    at.run()
+    assert not at.exception
+    sentences = [c.value for c in at.caption if "(Post-LN, 2 blocks)" in shown(c.value)]
+    assert sentences
+    for markdown in sentences:
+        assert name in shown(markdown)  # as typed, once the escapes are read
+        assert "**bold**" not in markdown and "![t]" not in markdown and ":red[" not in markdown
+
+
 def test_live_eta_is_the_same_estimate_the_train_page_shows(
     store: RunStore, runs: dict[str, int]
 ) -> None:
