@@ -18,7 +18,18 @@ import streamlit as st
 
 from blockviz import runner
 from blockviz.core import spec
-from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, TAP_STATS, TAPS, WEIGHTS_COMPONENT
+from blockviz.core.spec import (
+    ABOVE_RANGE,
+    ACTIVE_STATUSES,
+    BELOW_RANGE,
+    COMPONENTS,
+    HIST_BINS,
+    HIST_RANGE,
+    TAP_STATS,
+    TAPS,
+    WEIGHTS_COMPONENT,
+    number_label,
+)
 from blockviz.dashboard import store_access, ui
 from blockviz.dashboard.controls import SMOOTHING_DEFAULT, chart_controls
 from blockviz.store import RunStore, StoreError
@@ -250,6 +261,12 @@ def _activations_tab(store: RunStore, run: dict[str, Any]) -> None:
         label = f"{name} activation {stat}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.act")
     st.markdown("**Histogram over time**")
+    lo, hi = (number_label(end) for end in HIST_RANGE)
+    st.caption(
+        f"{HIST_BINS} equal bins over [{lo}, {hi}], counting only the values inside; the "
+        "share of values below and above the range is in the subtitle and the tooltip "
+        "(statistics below_range and above_range above)."
+    )
     layers = list(range(_n_layer(run)))
     layer_key = f"live.{run_id}.hist.layer"
     if st.session_state.get(layer_key) not in layers:
@@ -267,7 +284,11 @@ def _activations_tab(store: RunStore, run: dict[str, Any]) -> None:
         if st.session_state.get(tap_key) not in taps:
             st.session_state[tap_key] = taps[-1]
         tap = controls[1].selectbox("Tap", taps, key=tap_key)
-        chart = charts.histogram_over_time(hist, layer, tap)
+        # Read whole (no downsampling), so the subtitle's largest share is the true one.
+        outside = store.layer_stats(
+            run_id, kind="tap", stat=(BELOW_RANGE, ABOVE_RANGE), layer=layer, component=tap
+        )
+        chart = charts.histogram_over_time(hist, layer, tap, tap_stats=outside)
         label = f"{name} histogram layer {layer} {tap}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.hist")
 

@@ -32,6 +32,8 @@ import numpy as np
 from blockviz.core import config as cfg
 from blockviz.core import corpora, params, procs
 from blockviz.core.spec import (
+    ABOVE_RANGE,
+    BELOW_RANGE,
     HIST_BINS,
     HIST_RANGE,
     PARAM_GROUPS,
@@ -198,13 +200,17 @@ def _noise(seed: int, index: int, *key: object) -> np.random.Generator:
     return np.random.default_rng([seed, index, digest])
 
 
+# The fake activations' spread: wide enough that a small share (about 0.8%) falls outside
+# HIST_RANGE, so the histogram's out-of-range note has something to show.
+HIST_STD = 3.0
+
+
 def _hist_probabilities() -> np.ndarray:
-    """Chance of each histogram bin for a standard normal, clamped into the end bins."""
+    """Chance of [below HIST_RANGE, each histogram bin, above it] for a normal of HIST_STD."""
     lo, hi = HIST_RANGE
-    edges = np.linspace(lo, hi, HIST_BINS + 1)
-    cdf = np.array([0.5 * (1 + math.erf(edge / math.sqrt(2))) for edge in edges])
-    cdf[0], cdf[-1] = 0.0, 1.0
-    return np.diff(cdf)
+    edges = np.linspace(lo, hi, HIST_BINS + 1) / HIST_STD
+    cdf = np.array([0.0, *(0.5 * (1 + math.erf(edge / math.sqrt(2))) for edge in edges), 1.0])
+    return np.diff(cdf)  # (HIST_BINS + 2,)
 
 
 _HIST_P = _hist_probabilities()
@@ -314,6 +320,10 @@ class _FakeRun:
                     "max_abs": rms * (4 + draws[2].clip(-2, 2)),
                     "zero_frac": np.zeros(size),
                 }
+                # The shares outside the histogram's range, from the histogram's own draws.
+                counts = self.tap_counts(layer, tap)
+                stats[BELOW_RANGE] = counts[:, 0] / self.tap_size(tap)
+                stats[ABOVE_RANGE] = counts[:, -1] / self.tap_size(tap)
                 for stat in TAP_STATS:
                     rows += self._rows(layer, "tap", tap, stat, stats[stat])
             if self.model.attention:
@@ -323,17 +333,24 @@ class _FakeRun:
                     rows += self._rows(layer, "head", str(head), "attn_entropy", entropy)
         return rows
 
-    def write_histograms(self, store: RunStore, run_id: int) -> None:
-        """One histogram per probe step, layer and tap; counts sum to the activation's size."""
-        steps = self.timeline.probes
+    def tap_size(self, tap: str) -> int:
+        """How many values one tap holds on the probe batch."""
         batch = max(1, min(PROBE_BATCH, self.data.n_val - self.model.block_size))
+        width = self.model.d_ff if tap == "ffn_hidden" else self.model.d_model
+        return batch * self.model.block_size * width
+
+    def tap_counts(self, layer: int, tap: str) -> np.ndarray:
+        """(probe steps, HIST_BINS + 2): counts below the range, in each bin, above it."""
+        steps = len(self.timeline.probes)
+        return self.rng("hist", layer, tap).multinomial(self.tap_size(tap), _HIST_P, steps)
+
+    def write_histograms(self, store: RunStore, run_id: int) -> None:
+        """One histogram per probe step, layer and tap, of the values inside HIST_RANGE."""
         lo, hi = HIST_RANGE
         for layer in range(self.model.n_layer):
             for tap in block_tap_names(self.model):
-                width = self.model.d_ff if tap == "ffn_hidden" else self.model.d_model
-                size = batch * self.model.block_size * width
-                counts = self.rng("hist", layer, tap).multinomial(size, _HIST_P, len(steps))
-                for step, row in zip(steps, counts.tolist(), strict=True):
+                counts = self.tap_counts(layer, tap)[:, 1:-1]
+                for step, row in zip(self.timeline.probes, counts.tolist(), strict=True):
                     store.log_histogram(run_id, step, layer, tap, lo, hi, row)
 
     def write_samples_and_attention(self, store: RunStore, run_id: int) -> None:

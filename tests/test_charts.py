@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -382,6 +383,50 @@ def test_histogram_leaves_empty_bins_blank() -> None:
     data = charts.chart_data(charts.histogram_over_time(hist_frame()))
     assert (data["count"] > 0).all()
     assert (data["step_end"] > data["step"]).all()
+
+
+def outside_frame(below: float, above: float, steps=(0, 10, 20)) -> pd.DataFrame:
+    """Tap statistics below_range / above_range of hist_frame's tap: `above` at step 10 only."""
+    rows = [
+        (1, "preln", step, 0, "tap", "resid_post", stat, value if step == 10 else 0.0)
+        for step in steps
+        for stat, value in (("below_range", below), ("above_range", above))
+    ]
+    columns = ["run_id", "run", "step", "layer", "kind", "component", "stat", "value"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _subtitle(chart) -> str | None:
+    title = chart.to_dict()["title"]
+    return title.get("subtitle") if isinstance(title, dict) else None
+
+
+def test_histogram_states_the_share_outside_its_range() -> None:
+    chart = charts.histogram_over_time(hist_frame(), tap_stats=outside_frame(0.003, 0.021))
+    # hist_frame's bins span [-1, 1]
+    assert _subtitle(chart) == (
+        "Not drawn: values outside [−1, 1], at most 0.3% below −1 and 2.1% above 1 at a "
+        "probe step (each step's in the tooltip)."
+    )
+    data = charts.chart_data(chart)
+    assert data.groupby("step")["above_range"].first().to_dict() == {0: 0.0, 10: 0.021, 20: 0.0}
+
+
+def test_histogram_says_when_every_value_lay_inside_its_range() -> None:
+    chart = charts.histogram_over_time(hist_frame(), tap_stats=outside_frame(0.0, 0.0))
+    assert _subtitle(chart) == "Every value lay inside [−1, 1] at every probe step."
+
+
+def test_histogram_of_an_older_run_warns_its_end_bins_may_hold_outliers() -> None:
+    chart = charts.histogram_over_time(hist_frame(), tap_stats=outside_frame(0.1, 0.1).iloc[:0])
+    assert "end bins may include them" in _subtitle(chart)
+    assert _subtitle(charts.histogram_over_time(hist_frame())) is None  # nothing to go on
+
+
+def test_histogram_with_every_value_outside_its_range_says_so() -> None:
+    empty = hist_frame().assign(count=0)
+    chart = charts.histogram_over_time(empty, tap_stats=outside_frame(0.0, 1.0))
+    assert "No value inside the histogram's range" in json.dumps(chart.to_dict())
 
 
 def _guide_rows(chart) -> list[dict]:

@@ -49,6 +49,11 @@ def test_param_and_tap_names_are_the_real_models(overrides: dict[str, Any]) -> N
         assert tuple(block.taps) == block_tap_names(model_cfg)
 
 
+def covered_size(bins: pd.DataFrame, outside: float) -> int:
+    """The number of values a histogram covers: its counts, and the share outside its range."""
+    return round(bins["count"].sum() / (1 - outside))
+
+
 def shape(store: RunStore, run_id: int) -> dict[str, Any]:
     """Everything about a stored run except its values: names, steps, keys, sizes."""
     run = store.get_run(run_id)
@@ -62,6 +67,8 @@ def shape(store: RunStore, run_id: int) -> dict[str, Any]:
         for (layer, head), one in frame.groupby(["layer", "head"]):
             first_row = one[one["query"] == one["query"].max()].sort_values("key")
             maps[(step, layer, head)] = "".join(first_row["key_char"])
+    shares = layers[layers["stat"].isin([spec.BELOW_RANGE, spec.ABOVE_RANGE])]
+    outside = shares.groupby(["step", "layer", "component"])["value"].sum().to_dict()
     final = run["final"] or {}
     dataset = {k: v for k, v in (run["dataset"] or {}).items() if k != "source"}
     return {
@@ -76,10 +83,11 @@ def shape(store: RunStore, run_id: int) -> dict[str, Any]:
         "layer_stats": sorted(
             layers[["step", "layer", "kind", "component", "stat"]].itertuples(index=False)
         ),
-        # Counts sum to the activation's size, except where the activations are not finite
-        # (the step a run diverged at: NaN lands in no bin), so the sum is left out there.
+        # The bins with the shares below and above their range cover the activation's size,
+        # except where the activations are not finite (the step a run diverged at: NaN lands
+        # in no bin and on neither side), so the size is left out there.
         "histograms": {
-            key: (len(one), one["lo"].min(), one["hi"].max(), int(one["count"].sum()))
+            key: (len(one), one["lo"].min(), one["hi"].max(), covered_size(one, outside[key]))
             if key[0] != run["diverged_step"]
             else len(one)
             for key, one in hists.groupby(["step", "layer", "tap"])

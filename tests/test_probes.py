@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
+from torch.overrides import TorchFunctionMode
 
 from blockviz.core import config as cfg
 from blockviz.store import RunStore
@@ -70,17 +71,24 @@ def test_tap_hooks_are_removed_when_the_forward_fails():
     assert not any(tap._forward_hooks for tap in all_taps(model))
 
 
-def test_tap_statistics_values_and_clamped_histogram():
-    x = torch.tensor([-10.0, -1.0, 0.0, 0.0, 1.0, 3.0, 10.0])
+def test_tap_statistics_values_and_histogram_of_the_values_inside_its_range():
+    x = torch.tensor([-10.0, -8.0, -1.0, 0.0, 0.0, 1.0, 3.0, 8.0, 10.0, 12.0])
     stats = tap_statistics(x, bins=4, value_range=(-8.0, 8.0))
-    values = dict(zip(TAP_STATS, stats[:5].tolist(), strict=True))
-    assert values["mean"] == pytest.approx(3.0 / 7)
+    width = len(TAP_STATS)
+    values = dict(zip(TAP_STATS, stats[:width].tolist(), strict=True))
+    assert values["mean"] == pytest.approx(1.5)
     assert values["std"] == pytest.approx(x.std(unbiased=False).item())
-    assert values["rms"] == pytest.approx(math.sqrt(sum(v * v for v in x.tolist()) / 7))
-    assert values["max_abs"] == 10.0
-    assert values["zero_frac"] == pytest.approx(2 / 7)
-    # bins [-8,-4) [-4,0) [0,4) [4,8]: -10 and 10 are clamped into the end bins
-    assert stats[5:].tolist() == [1.0, 1.0, 4.0, 1.0]
+    assert values["rms"] == pytest.approx(math.sqrt(sum(v * v for v in x.tolist()) / 10))
+    assert values["max_abs"] == 12.0
+    assert values["zero_frac"] == pytest.approx(2 / 10)
+    # -10 lies below the range, 10 and 12 above it: counted apart, in no bin
+    assert values["below_range"] == pytest.approx(1 / 10)
+    assert values["above_range"] == pytest.approx(2 / 10)
+    # bins [-8,-4) [-4,0) [0,4) [4,8]: both ends belong to the range
+    counts = stats[width:].tolist()
+    assert counts == [1.0, 1.0, 4.0, 1.0]
+    outside = (values["below_range"] + values["above_range"]) * x.numel()
+    assert sum(counts) + round(outside) == x.numel()
 
 
 def test_attention_entropy_of_uniform_and_one_hot_rows():
@@ -242,7 +250,11 @@ def test_tap_statistics_and_histograms_for_every_tap(probed):
     assert sorted(hist.step.unique()) == [0, 2, 4, 5]
     assert hist.lo.min() == HIST_RANGE[0] and hist.hi.max() == HIST_RANGE[1]
     probe_values = probe.probe_batch * config.model.block_size * config.model.d_model
-    assert (hist.groupby("step")["count"].sum() == probe_values).all()
+    # the bins hold the values inside the range, the two shares the rest
+    taps = store.layer_stats(run_id, kind="tap", layer=1, component="resid_post")
+    outside = taps[taps.stat.isin(["below_range", "above_range"])].groupby("step").value.sum()
+    inside = hist.groupby("step")["count"].sum()
+    assert ((inside + (outside * probe_values).round()) == probe_values).all()
 
 
 def test_attention_entropy_per_head_is_bounded(probed):
@@ -299,3 +311,61 @@ def test_probe_handles_blocks_without_a_sublayer(tmp_path, variant):
 def test_probe_without_sinks_measures_nothing(tmp_path):
     _, _, probe, spy, _ = probed_fit(tmp_path, None, max_steps=3)
     assert probe.probe_steps == [] and spy.steps_checked == 3
+
+
+class HostReads(TorchFunctionMode):
+    """Counts the tensor methods that copy values to the host (a sync on an accelerator)."""
+
+    READS = frozenset({"tolist", "item", "cpu", "numpy", "__float__", "__int__", "__bool__"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+        self.paused = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if not self.paused and name in self.READS:
+            self.reads.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_probe_step_reaches_the_host_in_one_transfer(tmp_path, monkeypatch):
+    reads: dict[int, list[str]] = {}
+
+    def counted(method):
+        def run(self, trainer, *args):
+            with HostReads() as mode:
+                original_rows = self._norm_rows
+
+                def host_side(*rows_args):  # sums a few dozen host numbers, after the copy
+                    mode.paused = True
+                    try:
+                        return original_rows(*rows_args)
+                    finally:
+                        mode.paused = False
+
+                self._norm_rows = host_side
+                try:
+                    method(self, trainer, *args)
+                finally:
+                    del self._norm_rows
+            reads.setdefault(trainer.global_step, []).extend(mode.reads)
+
+        return run
+
+    monkeypatch.setattr(
+        BlockProbe, "on_before_optimizer_step", counted(BlockProbe.on_before_optimizer_step)
+    )
+    monkeypatch.setattr(BlockProbe, "on_train_batch_end", counted(BlockProbe.on_train_batch_end))
+    quiet_lightning()
+    config = tiny_config(max_steps=5)
+    dm, config = helpers.tiny_datamodule(config)
+    # sample steps (generation, attention maps) only at step 0: steps 2 and 4 probe alone
+    probe = BlockProbe([ListSink()], probe_interval=2, sample_interval=1000)
+    lit = LitCharModel(config.to_dict(), dm.vocab.to_json())
+    make_trainer(config, [probe], run_dir=tmp_path).fit(lit, datamodule=dm)
+    assert probe.probe_steps == [0, 2, 4]
+    # on_train_batch_end runs after the optimizer step has advanced global_step
+    probed = {step: reads.get(step, []) + reads.get(step + 1, []) for step in (2, 4)}
+    assert probed == {2: ["tolist"], 4: ["tolist"]}

@@ -58,10 +58,19 @@ def block_tap_names(cfg: ModelConfig) -> tuple[str, ...]:
     return tuple(name for name in TAPS if present[name])
 
 
-# Statistics of one tap's activation, in the order a probe computes them.
-TAP_STATS = ("mean", "std", "rms", "max_abs", "zero_frac")
+def number_label(value: float) -> str:
+    """A number as labels write it, with a true minus sign: -8.0 -> "−8"."""
+    return f"{value:g}".replace("-", "−")
+
+
 HIST_BINS = 64  # equal-width bins of each tap's histogram
-HIST_RANGE = (-8.0, 8.0)  # values outside are counted in the end bins
+# The histogram's fixed value range. Its bins count only the values inside it; the
+# fractions of values below and above it are tap statistics of their own (below_range,
+# above_range), so a value of 10 is never drawn as if it lay in the last bin.
+HIST_RANGE = (-8.0, 8.0)
+# Statistics of one tap's activation, in the order a probe computes them.
+TAP_STATS = ("mean", "std", "rms", "max_abs", "zero_frac", "below_range", "above_range")
+BELOW_RANGE, ABOVE_RANGE = "below_range", "above_range"
 
 # ----------------------------------------------------------------- per-layer records
 
@@ -136,6 +145,8 @@ STAT_LABELS = {
     "rms": "activation RMS",
     "max_abs": "activation max |x|",
     "zero_frac": "fraction of zeros",
+    "below_range": f"fraction below {number_label(HIST_RANGE[0])} (outside the histogram)",
+    "above_range": f"fraction above {number_label(HIST_RANGE[1])} (outside the histogram)",
     "attn_entropy": "attention entropy (nats)",
 }
 

@@ -9,8 +9,9 @@ trained step (max_steps - 1: the last batch with a gradient, so the charts reach
 - parameter norms, and the update-to-data ratio ||delta theta|| / ||theta|| of the
   optimizer step, per tensor, component and layer (params snapshotted before the step,
   compared in `on_train_batch_end`);
-- activation statistics (mean, std, rms, max |x|, exact-zero fraction) and a fixed-range
-  histogram at every tap of every block, on a fixed probe batch from the validation split;
+- activation statistics (mean, std, rms, max |x|, exact-zero fraction, the fractions below
+  and above the histogram's range) and a fixed-range histogram of the values inside it at
+  every tap of every block, on a fixed probe batch from the validation split;
 - attention entropy per layer and head on the same batch.
 
 Every `sample_interval` steps (and when training ends): the attention maps of one fixed
@@ -90,10 +91,12 @@ def tap_hooks(
 def tap_statistics(
     activation: torch.Tensor, bins: int = HIST_BINS, value_range: tuple[float, float] = HIST_RANGE
 ) -> torch.Tensor:
-    """[mean, std, rms, max_abs, zero_frac, *histogram counts] of one activation, on its device.
+    """[mean, std, rms, max_abs, zero_frac, below, above, *histogram counts] of one activation.
 
-    The histogram has `bins` equal bins over `value_range`; values outside are clamped
-    into the end bins so the counts always sum to the number of elements.
+    Computed on the activation's device. The histogram has `bins` equal bins over
+    `value_range` and counts only the values inside it (both ends included); `below` and
+    `above` are the fractions of values beyond each end, so bins + below + above cover
+    every finite value and an outlier is never drawn as if it lay in an end bin.
     """
     x = activation.float().reshape(-1)  # (N,)
     lo, hi = value_range
@@ -104,10 +107,12 @@ def tap_statistics(
             x.square().mean().sqrt(),
             x.abs().max(),
             (x == 0).float().mean(),
+            (x < lo).float().mean(),
+            (x > hi).float().mean(),
         ]
-    )  # (5,)
-    counts = torch.histc(x.clamp(lo, hi), bins=bins, min=lo, max=hi)  # (bins,)
-    return torch.cat([moments, counts])  # (5 + bins,)
+    )  # (len(TAP_STATS),)
+    counts = torch.histc(x, bins=bins, min=lo, max=hi)  # (bins,) values outside are ignored
+    return torch.cat([moments, counts])  # (len(TAP_STATS) + bins,)
 
 
 def attention_entropy(weights: torch.Tensor) -> torch.Tensor:

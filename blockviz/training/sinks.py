@@ -52,7 +52,11 @@ class LayerStat(NamedTuple):
 
 @dataclass(frozen=True)
 class Histogram:
-    """Equal-width bin counts of one tap's activations over [lo, hi] (ends clamped in)."""
+    """Equal-width bin counts of the tap's activations that lie in [lo, hi].
+
+    Values outside are not counted here: the tap statistics below_range / above_range
+    give their fractions.
+    """
 
     layer: int
     tap: str

@@ -13,6 +13,7 @@ from blockviz.views.charts.base import (
     HEIGHT,
     LAYER_AXIS_TITLE,
     LAYER_SCHEME,
+    NO_DATA,
     SMALL_HEIGHT,
     SMALL_WIDTH,
     UPDATE_RATIO_GUIDE,
@@ -144,17 +145,90 @@ def tap_stats_chart(
     )
 
 
+def _percent(fraction: float) -> str:
+    """A share of values in words: 0.021 -> "2.1%", a trace -> "<0.001%"."""
+    if fraction == 0:
+        return "0%"
+    if fraction < 1e-5:
+        return "<0.001%"
+    return f"{100 * fraction:.2g}%"
+
+
+def _outside_shares(
+    tap_stats: pd.DataFrame, run_id: object, layer: object, tap: object
+) -> pd.DataFrame:
+    """Per probe step, the fractions of one tap's values below and above the histogram range."""
+    rows = _select(tap_stats, run_id=run_id, layer=layer, kind="tap", component=tap)
+    rows = rows[rows["stat"].isin([spec.BELOW_RANGE, spec.ABOVE_RANGE])]
+    shares = rows.pivot_table(index="step", columns="stat", values="value", aggfunc="last")
+    return shares.reindex(columns=[spec.BELOW_RANGE, spec.ABOVE_RANGE]).dropna().reset_index()
+
+
+def _outside_note(shares: pd.DataFrame, lo: float, hi: float) -> str:
+    """The subtitle saying how much of the tap lies outside [lo, hi] and is not drawn."""
+    lo_text, hi_text = spec.number_label(lo), spec.number_label(hi)
+    if shares.empty:  # a run recorded before the probes counted them apart
+        return (
+            f"Recorded before values outside [{lo_text}, {hi_text}] were counted apart: "
+            "the end bins may include them."
+        )
+    below, above = shares[spec.BELOW_RANGE].max(), shares[spec.ABOVE_RANGE].max()
+    if below == 0 and above == 0:
+        return f"Every value lay inside [{lo_text}, {hi_text}] at every probe step."
+    return (
+        f"Not drawn: values outside [{lo_text}, {hi_text}], at most {_percent(below)} below "
+        f"{lo_text} and {_percent(above)} above {hi_text} at a probe step (each step's in the "
+        "tooltip)."
+    )
+
+
 def histogram_over_time(
-    hist: pd.DataFrame, layer: int | None = None, tap: str | None = None, title: str | None = None
+    hist: pd.DataFrame,
+    layer: int | None = None,
+    tap: str | None = None,
+    title: str | None = None,
+    tap_stats: pd.DataFrame | None = None,
 ) -> alt.LayerChart:
-    """One run, one layer and tap: step (x) x value bin (y) heat map of counts (log colour)."""
-    frame = _select(hist, layer=layer, tap=tap)
-    frame = frame[pd.to_numeric(frame["count"], errors="coerce") > 0]  # 0 = blank, as in TB
+    """One run, one layer and tap: step (x) x value bin (y) heat map of counts (log colour).
+
+    The bins hold only the values inside the histogram's range [lo, hi]. `tap_stats` (the
+    run's layer statistics of kind "tap") adds the fractions below and above it: the
+    subtitle states the largest, each cell's tooltip its step's.
+    """
+    recorded = _select(hist, layer=layer, tap=tap)
+    frame = recorded[pd.to_numeric(recorded["count"], errors="coerce") > 0]  # 0 = blank, as TB
     if frame.empty:
-        return _no_data(frame, title or "Activation histogram over time")
+        inside = "No value inside the histogram's range" if len(recorded) else NO_DATA
+        return _no_data(frame, title or "Activation histogram over time", inside)
     first = frame.sort_values(["run_id", "layer", "tap"]).iloc[0]
     frame = _select(frame, run_id=first["run_id"], layer=first["layer"], tap=first["tap"])
     frame = _step_spans(frame.sort_values(["step", "bin"])).reset_index(drop=True)
+    drawn = _select(recorded, run_id=first["run_id"], layer=first["layer"], tap=first["tap"])
+    lo, hi = float(drawn["lo"].min()), float(drawn["hi"].max())  # empty end bins included
+    tips: list[str | alt.Tooltip] = [
+        "step:Q",
+        alt.Tooltip("lo:Q", format=".3~g"),
+        alt.Tooltip("hi:Q", format=".3~g"),
+        "count:Q",
+    ]
+    title = title or f"Activation histogram over time — layer {first['layer']}, {first['tap']}"
+    heading: str | alt.TitleParams = title
+    if tap_stats is not None:
+        shares = _outside_shares(tap_stats, first["run_id"], first["layer"], first["tap"])
+        frame = frame.merge(shares, on="step", how="left")
+        heading = alt.TitleParams(title, subtitle=_outside_note(shares, lo, hi))
+        tips += [
+            alt.Tooltip(
+                f"{spec.BELOW_RANGE}:Q",
+                title=spec.stat_label(spec.BELOW_RANGE),
+                format=".3~%",
+            ),
+            alt.Tooltip(
+                f"{spec.ABOVE_RANGE}:Q",
+                title=spec.stat_label(spec.ABOVE_RANGE),
+                format=".3~%",
+            ),
+        ]
     heat = (
         alt.Chart()
         .mark_rect()
@@ -164,18 +238,12 @@ def histogram_over_time(
             y=alt.Y("lo:Q", title=f"{first['tap']} value"),
             y2="hi:Q",
             color=alt.Color("count:Q", title="count", scale=alt.Scale(type="log", scheme="blues")),
-            tooltip=_tooltip(
-                "step:Q",
-                alt.Tooltip("lo:Q", format=".3~g"),
-                alt.Tooltip("hi:Q", format=".3~g"),
-                "count:Q",
-            ),
+            tooltip=_tooltip(*tips),
         )
         .add_params(_x_zoom())
     )
-    title = title or f"Activation histogram over time — layer {first['layer']}, {first['tap']}"
     return alt.LayerChart(data=frame, layer=[heat]).properties(
-        title=title, width=WIDTH, height=HEIGHT
+        title=heading, width=WIDTH, height=HEIGHT
     )
 
 
