@@ -504,7 +504,7 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
     "baby-cpu": "4 layers, 4 heads, d_model 128, ctx 64: trains on a laptop CPU in minutes",
     "gpt2-preln": "Pre-LN with GPT-2 initialisation: the modern default",
     "postln-original": "Post-LN with ReLU as in 'Attention Is All You Need', no final norm",
-    "no-residual": "Pre-LN without skip connections: watch the gradient vanish with depth",
+    "no-residual": "Pre-LN without skip connections; Compare draws its gradient by layer",
     "rmsnorm": "RMSNorm, no biases, SwiGLU FFN (the LLaMA-style block)",
     "attention-only": "Blocks without the FFN",
     "ffn-only": "Blocks without attention (no token mixing)",
