@@ -62,7 +62,7 @@ if result is None:
 with ui.guard("Gradients at init"):
     rows, summary = pd.DataFrame(result["rows"]), pd.DataFrame(result["summary"])
     st.caption(
-        f"Measured on {result['dataset']}, batch {result['batch_size']} × "
+        f"Measured on {ui.plain(result['dataset'])}, batch {result['batch_size']} × "
         f"{result['block_size']} characters, seeds {', '.join(map(str, result['seeds']))}, "
         f"in {result['seconds']:.1f} s."
     )

@@ -98,6 +98,7 @@ def test_cli_table_and_json_say_the_same(capsys) -> None:
     [
         (["--depths", "0"], "--depths 0"),
         (["--seeds", "0"], "--seeds 0"),
+        (["--threads", "0"], "--threads 0"),
         (["--ffn", "false"], "ffn is off"),
         (["--n_head", "3"], "n_head"),
     ],

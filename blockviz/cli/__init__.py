@@ -94,6 +94,9 @@ def _init_grads_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 averaged (default 3)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (default 1: small matrices)"
+    )
     # Only the fields the measurement uses: the model (n_layer, norm_position and init are
     # replaced by each variant), the dataset, and the batch size.
     add_config_flags(p, ["model", "data"])
