@@ -140,7 +140,8 @@ def test_measure_reports_progress_and_caches_per_config(stub_cli) -> None:
     first = init_grads.measure(run_config, [3, 6], ["default"], 1, lambda *a: seen.append(a))
     assert seen == [(0, 2, "default, pre-LN"), (2, 2, "done")]
     assert init_grads.measure(run_config, [6, 3], ["default"], 1) is first
-    assert len(stub_cli) == 1
+    assert init_grads.measure(cfg.replace(run_config, lr=0.1), [3, 6], ["default"], 1) is first
+    assert len(stub_cli) == 1  # the learning rate plays no part at initialization
     init_grads.measure(cfg.replace(run_config, d_model=64), [3, 6], ["default"], 1)
     assert len(stub_cli) == 2
 

@@ -36,10 +36,13 @@ class InitGradsError(RuntimeError):
 def cache_key(
     run_config: RunConfig, depths: Sequence[int], inits: Sequence[str], n_seeds: int
 ) -> str:
-    """What decides the result: the whole config and the options, as one JSON string."""
+    """What decides the result: model, data, batch size and the options, as one JSON string."""
+    parts = run_config.to_dict()
     return json.dumps(
         {
-            "config": run_config.to_dict(),
+            "model": parts["model"],
+            "data": parts["data"],
+            "batch_size": run_config.train.batch_size,
             "depths": sorted(depths),
             "inits": sorted(inits),
             "n_seeds": n_seeds,
