@@ -73,6 +73,8 @@ def test_sentences_are_computed_from_the_numbers() -> None:
     assert "does not move in one direction" in mixed
     (falling,) = init_grads.ratio_sentences(made_result({2: 1.5, 4: 1.25}))
     assert "falls with every added depth" in falling
+    (level,) = init_grads.ratio_sentences(made_result({2: 0.031, 4: 0.034}))
+    assert "rounds to 0.03× at every depth" in level and "(seed means, 1 seed)" in level
 
 
 def test_profile_chart_averages_seeds_one_line_per_variant() -> None:

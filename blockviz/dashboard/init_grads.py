@@ -127,6 +127,10 @@ PAPER_CLAIM = (
 )
 
 
+def _seeds(n: int) -> str:
+    return "1 seed" if n == 1 else f"{n} seeds"
+
+
 def _times(value: float) -> str:
     return f"{value:.2f}×"
 
@@ -140,8 +144,11 @@ def ratio_sentences(result: dict[str, Any]) -> list[str]:
             continue
         ratios = [r["ratio"] for r in rows]
         steps = list(itertools.pairwise(ratios))
+        shown = {f"{ratio:.2f}" for ratio in ratios}
         if len(rows) == 1:
             trend = ""
+        elif len(shown) == 1:
+            trend = f"; the ratio rounds to {shown.pop()}× at every depth"
         elif all(b > a for a, b in steps):
             trend = "; the ratio grows with every added depth"
         elif all(b < a for a, b in steps):
@@ -152,7 +159,7 @@ def ratio_sentences(result: dict[str, Any]) -> list[str]:
         profile = _profile(result["rows"], init, rows[-1]["depth"])
         sentences.append(
             f"**{init}**: the last block's gradient, Post-LN / Pre-LN, is {listed} "
-            f"(seed means, {len(result['seeds'])} seeds){trend}. {profile}"
+            f"(seed means, {_seeds(len(result['seeds']))}){trend}. {profile}"
         )
     return sentences
 

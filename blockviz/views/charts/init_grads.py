@@ -14,7 +14,7 @@ from blockviz.views.charts.base import HEIGHT, WIDTH, _finite, _no_data, _toolti
 
 ROW_COLUMNS = ("init", "norm_position", "depth", "seed", "layer", "grad_norm")
 BLOCK_AXIS_TITLE = "block (0 = first)"
-GRAD_TITLE = "‖∇ ffn.fc_out.weight‖ at init"
+GRAD_TITLE = "gradient L2 norm of ffn.fc_out.weight"
 
 
 def init_grad_means(rows: pd.DataFrame) -> pd.DataFrame:
@@ -42,9 +42,15 @@ def init_grad_profile_chart(rows: pd.DataFrame, title: str | None = None) -> alt
         .encode(
             x=alt.X("layer:Q", title=BLOCK_AXIS_TITLE, axis=alt.Axis(tickMinStep=1, format="d")),
             y=alt.Y("grad_norm:Q", title=GRAD_TITLE, scale=alt.Scale(type="log")),
-            color=alt.Color("depth:O", title="depth", scale=alt.Scale(domain=depths)),
-            strokeDash=alt.StrokeDash(
-                "norm_position:N", title="norms", scale=alt.Scale(domain=["post", "pre"])
+            # Position by colour, depth by opacity (deeper is darker): legends that every
+            # renderer draws (a dashed-line legend symbol came out blank in the PNG export).
+            color=alt.Color(
+                "norm_position:N",
+                title="norms",
+                scale=alt.Scale(domain=["post", "pre"], range=["#d62728", "#1f77b4"]),
+            ),
+            opacity=alt.Opacity(
+                "depth:O", title="depth", scale=alt.Scale(domain=depths, range=[0.35, 1.0])
             ),
             detail="variant:N",
             tooltip=_tooltip(
