@@ -17,6 +17,9 @@ navigation = st.navigation(
         st.Page("pages/live.py", title="Live", icon=":material/monitoring:"),
         st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
         st.Page("pages/parameters.py", title="Parameters", icon=":material/functions:"),
+        st.Page(
+            "pages/init_grads.py", title="Gradients at init", icon=":material/stacked_line_chart:"
+        ),
         st.Page("pages/runs.py", title="Runs", icon=":material/list:"),
     ]
 )

@@ -77,6 +77,32 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     add_config_flags(p, list(cfg.SECTIONS))
 
 
+@command(
+    "init-grads",
+    "per-layer gradient norm at initialization, Pre-LN vs Post-LN, by depth and init (no training)",
+    "blockviz.training.init_grads:cli_main",
+)
+def _init_grads_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="RunConfig JSON file (flags below override it)")
+    p.add_argument("--preset", choices=list(cfg.PRESETS), help="start from a preset")
+    p.add_argument(
+        "--depths", nargs="+", type=int, default=[3, 6, 12, 24], help="n_layer values (3 6 12 24)"
+    )
+    p.add_argument(
+        "--inits", nargs="+", choices=cfg.INITS, default=list(cfg.INITS), help="inits (all)"
+    )
+    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 averaged (default 3)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (default 1: small matrices)"
+    )
+    # Only the fields the measurement uses: the model (n_layer, norm_position and init are
+    # replaced by each variant), the dataset, and the batch size.
+    add_config_flags(p, ["model", "data"])
+    p.add_argument("--batch_size", dest="cfg_batch_size", metavar="INT", help="default 12")
+
+
 @command("runs", "list the runs in a store", "blockviz.cli.runs:cli_runs")
 def _runs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", help="run store path")

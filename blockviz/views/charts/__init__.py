@@ -30,6 +30,11 @@ from blockviz.views.charts.base import (
     is_smoothed,
     run_color_scale,
 )
+from blockviz.views.charts.init_grads import (
+    init_grad_means,
+    init_grad_profile_chart,
+    init_grad_ratio_chart,
+)
 from blockviz.views.charts.layers import (
     attention_entropy_chart,
     attention_heatmap,
@@ -58,6 +63,9 @@ __all__ = [
     "ema",
     "grad_by_layer_chart",
     "histogram_over_time",
+    "init_grad_means",
+    "init_grad_profile_chart",
+    "init_grad_ratio_chart",
     "is_smoothed",
     "layer_heatmap",
     "layer_lines",
