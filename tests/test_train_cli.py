@@ -380,3 +380,12 @@ def test_ddp_on_two_cpu_processes_writes_once_from_rank_zero(tmp_path, corpus):
         assert len(store.scalars(1, names="train/loss")) == 10
     assert sorted(p.name for p in store.runs_root.iterdir() if p.is_dir()) == ["1"]
     assert out.count("blockviz: run 1") == 2  # start and end lines, from rank 0 only
+
+
+def test_the_end_of_run_line_uses_the_labels_every_view_uses(two_runs):
+    _, _, outputs = two_runs
+    code, out, _ = outputs["fp32"]
+    assert code == 0
+    line = next(line for line in out.splitlines() if " completed: " in line)
+    assert "train loss (mean of last 50 steps) = " in line
+    assert "mean tokens/s over training = " in line and "tokens_per_sec" not in line

@@ -48,6 +48,7 @@ from blockviz.core import procs
 from blockviz.core.extras import check_logger_available
 from blockviz.core.files import atomic_write
 from blockviz.core.flags import UsageError, run_config_from_args
+from blockviz.core.spec import final_header
 from blockviz.store import RunStore, StoreError
 from blockviz.training.callbacks import ConsoleProgress, TrainingDiverged
 from blockviz.training.data import DataError
@@ -396,8 +397,11 @@ def _register_and_fit(
             diverged_step=outcome.step if outcome.status == "diverged" else None,
         )
         store.flush()
+        # The labels every view gives these metrics (`show`, Compare, the report).
         summary = ", ".join(
-            f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
+            f"{final_header(key)} = {value:.4g}"
+            if isinstance(value, float)
+            else f"{final_header(key)} = {value}"
             for key, value in final.items()
             if value is not None
         )

@@ -1,0 +1,87 @@
+"""Re-run README's "Three runs to start with" and check each stated outcome.
+
+    .venv/bin/python benchmarks/starter_runs.py            # about a minute on 2 CPU cores
+
+Each row of that table names a command and what it measured; this script runs the same
+commands (into a temporary store) and prints the measured outcome beside the stated one,
+exiting 1 when one no longer holds. Not a test: it trains three 300-step runs.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+@dataclass(frozen=True)
+class Starter:
+    """One README row: its flags and what README says it does."""
+
+    label: str
+    flags: tuple[str, ...]
+    status: str  # the run's final status
+    val_loss: float | None = None  # final validation loss, to two decimals
+    diverged_step: int | None = None
+
+
+BASE = ("--preset", "baby-cpu", "--warmup_steps", "0", "--max_steps", "300")
+STARTERS = (
+    Starter("Pre-LN, no warm-up, lr 0.01", (*BASE, "--lr", "0.01"), "completed", val_loss=2.19),
+    Starter(
+        "Post-LN, the same",
+        (*BASE, "--norm_position", "post", "--lr", "0.01"),
+        "completed",
+        val_loss=3.26,
+    ),
+    Starter(
+        "no norms, no clipping, lr 0.1",
+        (*BASE, "--norm_position", "none", "--grad_clip", "0", "--lr", "0.1"),
+        "diverged",
+        diverged_step=2,
+    ),
+)
+
+
+def main() -> int:
+    """Run every starter, compare, print; 1 if any stated outcome does not hold."""
+    from blockviz.store import RunStore
+
+    failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        store_path = Path(tmp) / "blockviz.db"
+        for run_id, starter in enumerate(STARTERS, start=1):  # a fresh store: ids 1, 2, 3
+            command = [sys.executable, "-m", "blockviz", "train", *starter.flags]
+            command += ["--store", str(store_path), "--no_progress"]
+            subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=900)
+            with RunStore(store_path) as store:
+                run = store.get_run(run_id)
+            val_loss = (run.get("final") or {}).get("val_loss")
+            holds = run["status"] == starter.status
+            if starter.val_loss is not None:
+                holds = holds and val_loss is not None and round(val_loss, 2) == starter.val_loss
+            if starter.diverged_step is not None:
+                holds = holds and run["diverged_step"] == starter.diverged_step
+            failures += not holds
+            measured = f"{run['status']}"
+            if val_loss is not None and math.isfinite(val_loss):
+                measured += f", val loss {val_loss:.4f}"
+            if run["diverged_step"] is not None:
+                measured += f" at step {run['diverged_step']}"
+            stated = starter.status + (
+                f", val loss {starter.val_loss}" if starter.val_loss is not None else ""
+            )
+            stated += f" at step {starter.diverged_step}" if starter.diverged_step else ""
+            verdict = "holds" if holds else "DOES NOT HOLD"
+            print(f"{starter.label:<32} README: {stated:<28} measured: {measured:<32} {verdict}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
