@@ -27,10 +27,13 @@ class Starter:
     label: str
     flags: tuple[str, ...]
     status: str  # the run's final status
-    val_loss: float | None = None  # final validation loss, to two decimals
+    val_loss: float | None = None  # final validation loss, as README rounds it
     diverged_step: int | None = None
 
 
+# The same command gives 2.183 with torch's two threads and 2.194 with one on the dev box
+# (float sums in another order), so a stated loss holds within this margin.
+VAL_TOLERANCE = 0.015
 BASE = ("--preset", "baby-cpu", "--warmup_steps", "0", "--max_steps", "300")
 STARTERS = (
     Starter("Pre-LN, no warm-up, lr 0.01", (*BASE, "--lr", "0.01"), "completed", val_loss=2.19),
@@ -65,7 +68,8 @@ def main() -> int:
             val_loss = (run.get("final") or {}).get("val_loss")
             holds = run["status"] == starter.status
             if starter.val_loss is not None:
-                holds = holds and val_loss is not None and round(val_loss, 2) == starter.val_loss
+                close = val_loss is not None and abs(val_loss - starter.val_loss) <= VAL_TOLERANCE
+                holds = holds and close
             if starter.diverged_step is not None:
                 holds = holds and run["diverged_step"] == starter.diverged_step
             failures += not holds
