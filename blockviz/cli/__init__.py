@@ -23,6 +23,13 @@ from blockviz.core.flags import (  # noqa: F401 (the flags API, used by the comm
     run_config_from_args,
 )
 
+
+def _config_source_args(p: argparse.ArgumentParser) -> None:
+    """Where a command's RunConfig starts: a JSON file or a preset (field flags go on top)."""
+    p.add_argument("--config", help="RunConfig JSON file (flags below override it)")
+    p.add_argument("--preset", choices=list(cfg.PRESETS), help="start from a preset")
+
+
 # Each command registers its parser and a handler `fn(args) -> int`. Handlers import what
 # they need inside so that one command's dependencies never slow another down.
 Handler = Callable[[argparse.Namespace], int]
@@ -61,8 +68,7 @@ def _data_args(p: argparse.ArgumentParser) -> None:
     "blockviz.training.train:cli_main",
 )
 def _train_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="RunConfig JSON file (flags below override it)")
-    p.add_argument("--preset", choices=list(cfg.PRESETS), help="start from a preset")
+    _config_source_args(p)
     p.add_argument("--name", help="run name (default: derived from the config)")
     p.add_argument("--store", help="run store path (default $BLOCKVIZ_STORE or runs/blockviz.db)")
     p.add_argument("--resume", metavar="RUN", help="continue RUN from its last checkpoint")
@@ -83,8 +89,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     "blockviz.training.init_grads:cli_main",
 )
 def _init_grads_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="RunConfig JSON file (flags below override it)")
-    p.add_argument("--preset", choices=list(cfg.PRESETS), help="start from a preset")
+    _config_source_args(p)
     p.add_argument(
         "--depths", nargs="+", type=int, default=[3, 6, 12, 24], help="n_layer values (3 6 12 24)"
     )
