@@ -14,7 +14,9 @@ import pytest
 
 from blockviz.views import charts
 
-RUNS = {1: "preln", 2: "postln"}
+# Hand-made frames for the pure builders: names and values carry no claim about any
+# configuration (values differ per run and layer only so that marks can be told apart).
+RUNS = {1: "run-a", 2: "run-b"}
 TAPS = ("resid_pre", "attn_out", "resid_post")
 
 
@@ -23,7 +25,7 @@ def scalars_frame(steps: int = 30, runs: dict[int, str] = RUNS) -> pd.DataFrame:
     rows = []
     for run_id, name in runs.items():
         for step in range(steps):
-            loss = 3.0 * math.exp(-step / 10) + 0.1 * run_id
+            loss = 3.0 * math.exp(-step / 10) + 0.1 * run_id  # distinct curves, no ranking
             rows += [
                 (run_id, name, step, "train/loss", loss),
                 (run_id, name, step, "train/lr", 1e-3 * min(1.0, (step + 1) / 5)),
@@ -40,13 +42,14 @@ def layer_frame(runs: dict[int, str] = RUNS, steps=(0, 10, 20, 30), n_layer: int
         for step in steps:
             for layer in range(n_layer):
                 for component in ("attn", "ffn", "block"):
-                    grad = 0.1 * (layer + 1) * run_id * (1 + step / 100)
+                    # the same hump for every run (middle layer highest): no depth trend
+                    grad = (0.1 * (1 + (layer == 1)) + 0.05 * run_id) * (1 + step / 100)
                     rows += [
                         (run_id, name, step, layer, "component", component, "grad_norm", grad),
                         (run_id, name, step, layer, "component", component, "update_ratio", 1e-3),
                     ]
                 for tap in TAPS:
-                    rows.append((run_id, name, step, layer, "tap", tap, "rms", 1.0 + layer))
+                    rows.append((run_id, name, step, layer, "tap", tap, "rms", 1.0 + (layer % 2)))
                 for head in ("0", "1"):
                     rows.append((run_id, name, step, layer, "head", head, "attn_entropy", 2.0))
     columns = ["run_id", "run", "step", "layer", "kind", "component", "stat", "value"]
@@ -253,28 +256,28 @@ def test_non_finite_values_are_dropped_not_raised(case: str) -> None:
 
 def test_loss_chart_marks_divergence_at_the_first_non_finite_step() -> None:
     frame = scalars_frame()
-    blown = (frame["run"] == "postln") & (frame["step"] >= 22)
+    blown = (frame["run"] == "run-b") & (frame["step"] >= 22)
     frame.loc[blown, "value"] = np.inf
     spec = charts.loss_chart(frame).to_dict()
     rules = [layer for layer in spec["layer"] if "rule" in marks(layer)]
     assert rules, "no divergence rule"
     marked = [row for values in walk(spec, "datasets") for rows in values.values() for row in rows]
-    assert {"run": "postln", "step": 22, "label": "postln diverged @ 22"} in marked
+    assert {"run": "run-b", "step": 22, "label": "run-b diverged @ 22"} in marked
 
 
 def test_loss_chart_uses_a_given_diverged_step() -> None:
-    spec = charts.loss_chart(scalars_frame(), diverged={"preln": 17, "elsewhere": 3}).to_dict()
+    spec = charts.loss_chart(scalars_frame(), diverged={"run-a": 17, "elsewhere": 3}).to_dict()
     labels = [
         row.get("label") for v in walk(spec, "datasets") for rows in v.values() for row in rows
     ]
-    assert "preln diverged @ 17" in labels
+    assert "run-a diverged @ 17" in labels
     assert not any(str(label).startswith("elsewhere") for label in labels)
 
 
 def test_loss_chart_data_holds_the_smoothed_values_it_draws() -> None:
     frame = scalars_frame()
     data = charts.chart_data(charts.loss_chart(frame, smoothing=0.5))
-    one = data[(data["run"] == "preln") & (data["name"] == "train/loss")].sort_values("step")
+    one = data[(data["run"] == "run-a") & (data["name"] == "train/loss")].sort_values("step")
     expected = charts.ema(one["value"], 0.5)
     np.testing.assert_allclose(one["smoothed"], expected)
     assert set(data["name"]) == {"train/loss", "val/loss"}
@@ -291,7 +294,7 @@ def test_a_sparse_val_series_is_drawn_raw_and_ends_at_its_last_value() -> None:
         rows = rows.sort_values("step")
         np.testing.assert_allclose(rows["smoothed"], rows["value"])
         assert rows["smoothed"].iloc[-1] == rows["value"].iloc[-1]
-    train = data[(data["run"] == "preln") & (data["name"] == "train/loss")].sort_values("step")
+    train = data[(data["run"] == "run-a") & (data["name"] == "train/loss")].sort_values("step")
     assert len(train) >= charts.MIN_SMOOTHED_POINTS
     np.testing.assert_allclose(train["smoothed"], charts.ema(train["value"], 0.6))
     assert not np.allclose(train["smoothed"], train["value"])
@@ -359,10 +362,10 @@ def test_run_colours_are_stable_whatever_else_is_shown() -> None:
 
 
 def test_charts_default_to_the_stable_run_colours() -> None:
-    only_second = scalars_frame(runs={2: "postln"})
+    only_second = scalars_frame(runs={2: "run-b"})
     spec = charts.loss_chart(only_second).to_dict()
     ranges = [enc["color"]["scale"]["range"] for enc in walk(spec, "encoding") if "color" in enc]
-    assert ranges and all(r == [colour_of(charts.run_color_scale(RUNS), "postln")] for r in ranges)
+    assert ranges and all(r == [colour_of(charts.run_color_scale(RUNS), "run-b")] for r in ranges)
 
 
 @pytest.mark.parametrize(("step", "shown"), [(0, 0), (25, 20), (12, 10), (1000, 30)])
@@ -388,7 +391,7 @@ def test_histogram_leaves_empty_bins_blank() -> None:
 def outside_frame(below: float, above: float, steps=(0, 10, 20)) -> pd.DataFrame:
     """Tap statistics below_range / above_range of hist_frame's tap: `above` at step 10 only."""
     rows = [
-        (1, "preln", step, 0, "tap", "resid_post", stat, value if step == 10 else 0.0)
+        (1, "run-a", step, 0, "tap", "resid_post", stat, value if step == 10 else 0.0)
         for step in steps
         for stat, value in (("below_range", below), ("above_range", above))
     ]
@@ -468,4 +471,4 @@ def test_update_ratio_chart_defaults_to_the_weight_matrices() -> None:
 
 def test_one_run_charts_show_one_run() -> None:
     data = charts.chart_data(charts.layer_lines(layer_frame()))
-    assert set(data["run"]) == {"preln"}
+    assert set(data["run"]) == {"run-a"}
