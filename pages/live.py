@@ -229,7 +229,7 @@ def _gradients_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) 
         "Statistic",
         ("grad_norm", "param_norm"),
         required=True,
-        format_func=lambda s: {"grad_norm": "gradient norm", "param_norm": "weight norm"}[s],
+        format_func=spec.stat_label,
         key="live.grad.stat",
     )
     stats = _reader().layer_stats(store, run_id, "component")

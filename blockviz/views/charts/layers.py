@@ -310,7 +310,7 @@ def attention_entropy_chart(
         .mark_line(strokeWidth=1.5)
         .encode(
             x=_x_step(),
-            y=alt.Y("value:Q", title="attention entropy (nats)", scale=alt.Scale(zero=False)),
+            y=alt.Y("value:Q", title=spec.stat_label("attn_entropy"), scale=alt.Scale(zero=False)),
             color=alt.Color("head:O", title="head", scale=alt.Scale(scheme="category10")),
             opacity=_highlight(heads),
             tooltip=_tooltip("run:N", "layer:O", "head:O", "step:Q", _value_tip()),
@@ -390,7 +390,7 @@ def grad_by_layer_chart(
         .mark_line(point=True, strokeWidth=2)
         .encode(
             x=alt.X("layer:Q", title=LAYER_AXIS_TITLE, axis=alt.Axis(tickMinStep=1, format="d")),
-            y=alt.Y("value:Q", title="gradient L2 norm", scale=alt.Scale(type="log")),
+            y=alt.Y("value:Q", title=spec.stat_label("grad_norm"), scale=alt.Scale(type="log")),
             color=alt.Color("run:N", title="run", scale=colors or run_color_scale(frame)),
             opacity=_highlight(runs),
             tooltip=_tooltip("run:N", "layer:O", "component:N", "step:Q", _value_tip()),

@@ -132,7 +132,7 @@ def loss_chart(
     scalars: pd.DataFrame,
     smoothing: float = 0.6,
     log_scale: bool = False,
-    names: Sequence[str] = ("train/loss", "val/loss"),
+    names: Sequence[str] = spec.LOSS_NAMES,
     colors: alt.Scale | None = None,
     diverged: Mapping[str, int] | pd.DataFrame | None = None,
     title: str = "Loss",
@@ -144,7 +144,14 @@ def loss_chart(
     non-finite value of a run is marked even without it.
     """
     return _series_chart(
-        scalars, names, smoothing, log_scale, colors, title, "loss (nats/char)", diverged
+        scalars,
+        names,
+        smoothing,
+        log_scale,
+        colors,
+        title,
+        spec.scalar_label("train/loss"),
+        diverged,
     )
 
 
