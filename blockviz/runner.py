@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,8 +137,12 @@ def launch(
     name: str | None,
     store: RunStore,
     max_running: int | None = None,
+    tags: str | Iterable[str] = (),
 ) -> int:
-    """Start a run in the background and return its id; LaunchError if it dies at once."""
+    """Start a run in the background and return its id; LaunchError if it dies at once.
+
+    `tags` label the run (the Playground tags its auto-runs `core.tags.AUTO_TAG`).
+    """
     run_config = _with_absolute_dataset(run_config.validate())
     slots = default_max_running() if max_running is None else max_running
     run_id = store.create_run(
@@ -145,6 +150,7 @@ def launch(
         run_config.to_json(),
         status="queued",
         max_steps=run_config.train.max_steps,
+        tags=tags,
     )
     run_dir = store.run_dir(run_id)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -176,6 +176,8 @@ def test_an_upgraded_version_1_store_finds_its_old_run_folders(tmp_path):
         conn.execute("DROP INDEX samples_series")
         conn.execute("CREATE INDEX samples_run_step ON samples (run_id, step)")
         conn.execute("ALTER TABLE runs DROP COLUMN pid_started")
+        conn.execute("ALTER TABLE runs DROP COLUMN tags")
+        conn.execute("ALTER TABLE runs DROP COLUMN notes")
         conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     (tmp_path / str(old) / "checkpoints").mkdir(parents=True)
     with RunStore(store_path, readonly=True) as reader:  # read as it is, not upgraded

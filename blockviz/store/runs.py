@@ -12,6 +12,7 @@ import pandas as pd
 from blockviz.core import procs
 from blockviz.core.naming import NAME_MAX, is_id_text
 from blockviz.core.spec import ACTIVE_STATUSES, STATUSES
+from blockviz.core.tags import TagError, clean_notes, parse_tags, tags_text
 from blockviz.store.connection import _Connection, guarded
 from blockviz.store.errors import StoreError
 from blockviz.store.naming import RunRef, check_name
@@ -36,8 +37,16 @@ class _Runs(_Connection):
         max_steps: int | None = None,
         **fields: Any,
     ) -> int:
-        """Insert a run (its name sanitized and made unique with -2, -3, ...); its id."""
+        """Insert a run (its name sanitized and made unique with -2, -3, ...); its id.
+
+        `tags` (an iterable or comma-separated text) and `notes` are checked like
+        `set_tags` / `set_notes` do.
+        """
         self._check_fields(fields)
+        if "tags" in fields:
+            fields["tags"] = list(_checked(parse_tags, fields["tags"]))
+        if "notes" in fields:
+            fields["notes"] = _checked(clean_notes, fields["notes"])
         self._check_status(status)
         config_text = encode_json(config_json)
         config = decode_json(config_text) if config_text is not None else None
@@ -121,6 +130,20 @@ class _Runs(_Connection):
         except BaseException:
             self._rollback()
             raise
+
+    @guarded
+    def set_tags(self, run_id: RunRef, tags: str | Iterable[str] | None) -> tuple[str, ...]:
+        """Replace a run's tags (comma-separated text or an iterable); the tags stored."""
+        clean = _checked(parse_tags, tags)
+        self.update_run(run_id, tags=list(clean))
+        return clean
+
+    @guarded
+    def set_notes(self, run_id: RunRef, notes: str | None) -> str:
+        """Replace a run's notes (plain text, bounded); the notes stored."""
+        clean = _checked(clean_notes, notes)
+        self.update_run(run_id, notes=clean)
+        return clean
 
     @guarded
     def rename_run(self, run_id: RunRef, new_name: str) -> str:
@@ -234,7 +257,10 @@ class _Runs(_Connection):
 
     @guarded
     def runs_frame(self) -> pd.DataFrame:
-        """One row per run (oldest first) with its latest train and val loss."""
+        """One row per run (oldest first) with its latest train and val loss.
+
+        `tags` is the run's tags as comma-separated text ("" for none).
+        """
         latest = (
             "(SELECT value FROM scalars WHERE run_id = r.id AND name = '{}' "
             "ORDER BY step DESC LIMIT 1)"
@@ -244,7 +270,21 @@ class _Runs(_Connection):
             "r.device, r.precision, r.n_params, "
             f"{latest.format('val/loss')}, {latest.format('train/loss')}, "
             "r.diverged_step, r.heartbeat, r.pid, "
-            f"{'r.pid_started' if 'pid_started' in self._run_columns else 'NULL'} "
+            f"{self._column_or_null('pid_started')}, {self._column_or_null('tags')}, "
+            f"{self._column_or_null('notes')} "
             "FROM runs AS r ORDER BY r.id"
         ).fetchall()
+        rows = [(*row[:-2], tags_text(decode_json(row[-2]) or ()), row[-1] or "") for row in rows]
         return typed_frame(rows, RUNS_FRAME)
+
+    def _column_or_null(self, column: str) -> str:
+        """`r.<column>`, or NULL for a column an old file opened read-only does not have."""
+        return f"r.{column}" if column in self._run_columns else "NULL"
+
+
+def _checked(clean: Callable[[Any], Any], value: Any) -> Any:
+    """clean(value), its TagError worded as the StoreError every store caller handles."""
+    try:
+        return clean(value)
+    except TagError as exc:
+        raise StoreError(str(exc)) from None

@@ -1,6 +1,6 @@
 """The store's tables, their version, and the frames the read API returns.
 
-Schema (version 2; `meta.schema_version` says which one a file holds):
+Schema (version 3; `meta.schema_version` says which one a file holds):
 
     meta(key TEXT PRIMARY KEY, value TEXT)            schema_version; legacy_run_dirs_upto
     runs(id INTEGER PRIMARY KEY AUTOINCREMENT,        ids are never reused, so
@@ -13,7 +13,8 @@ Schema (version 2; `meta.schema_version` says which one a file holds):
          device TEXT, precision TEXT, n_params INTEGER,
          pid INTEGER, heartbeat REAL, step INTEGER,   liveness: the writer's pid and last beat
          max_steps INTEGER, diverged_step INTEGER, error TEXT,
-         pid_started REAL)                            the writer's start time (pid reuse)
+         pid_started REAL,                            the writer's start time (pid reuse)
+         tags TEXT, notes TEXT)                       JSON list of tags; plain-text notes
     scalars(run_id, step, name, value)                PRIMARY KEY (run_id, name, step)
     layer_stats(run_id, step, layer, kind,            PRIMARY KEY (run_id, kind, stat, step,
                 component, stat, value)                            layer, component)
@@ -30,9 +31,10 @@ drawing them twice (and `truncate_after` first drops what the killed process log
 after its checkpoint). `layer` is -1 for the embeddings and n_layer for the final norm
 and LM head.
 
-Version 1 files (before run folders moved under `<store>.runs/` and before process start
-times) are upgraded in place when opened for writing: the column and the unique index are
-added, and the runs they already hold keep their old `<workspace>/<id>` folders.
+Older files are upgraded in place when opened for writing. Version 1 (before run folders
+moved under `<store>.runs/` and before process start times) gains the column and the
+unique index, and the runs it already holds keep their old `<workspace>/<id>` folders;
+version 2 gains the tags and notes columns (empty for its runs).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import pandas as pd
 
 from blockviz.store.errors import StoreError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -61,7 +63,8 @@ CREATE TABLE IF NOT EXISTS runs (
     pid INTEGER, heartbeat REAL, step INTEGER,
     max_steps INTEGER, diverged_step INTEGER,
     final TEXT, error TEXT,
-    pid_started REAL
+    pid_started REAL,
+    tags TEXT, notes TEXT
 );
 CREATE TABLE IF NOT EXISTS scalars (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -127,8 +130,10 @@ RUN_COLUMNS = (
     "final",
     "error",
     "pid_started",
+    "tags",
+    "notes",
 )
-JSON_COLUMNS = ("config", "dataset", "final")
+JSON_COLUMNS = ("config", "dataset", "final", "tags")
 METRIC_TABLES = ("scalars", "layer_stats", "histograms", "samples", "attention")
 # Columns of each table's buffered rows after the run id (step comes first in each).
 TABLE_WIDTHS = {"scalars": 3, "layer_stats": 6, "histograms": 6, "samples": 3, "attention": 5}
@@ -153,6 +158,8 @@ RUNS_FRAME = {
     "heartbeat": "float64",
     "pid": "Int64",
     "pid_started": "float64",
+    "tags": _STR,  # comma-separated, "" for none
+    "notes": _STR,
 }
 SCALARS_FRAME = {
     "run_id": "int64",
@@ -282,7 +289,7 @@ def check_schema(conn: sqlite3.Connection, path: Path, *, readonly: bool) -> Sch
 
 
 def upgrade(conn: sqlite3.Connection) -> None:
-    """Version 1 -> 2, in one transaction (a concurrent opener finds it done)."""
+    """Version 1 or 2 -> 3, in one transaction (a concurrent opener finds it done)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         (version,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -307,6 +314,10 @@ def upgrade(conn: sqlite3.Connection) -> None:
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('legacy_run_dirs_upto', ?)",
                 (str(int(upto)),),
             )
+        if int(version) < 3:
+            conn.execute("ALTER TABLE runs ADD COLUMN tags TEXT")
+            conn.execute("ALTER TABLE runs ADD COLUMN notes TEXT")
+        if int(version) < SCHEMA_VERSION:
             conn.execute(
                 "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
             )
