@@ -520,3 +520,25 @@ def test_an_upload_says_it_cannot_travel_in_the_url(app: AppTest) -> None:
     app.selectbox(key="cfg.dataset").set_value(config_fields.UPLOAD_CHOICE).run()
     assert any("cannot travel in a URL" in c.value for c in app.sidebar.caption)
     assert "dataset" not in qp(app)
+
+
+def _load_then_sidebar() -> None:
+    """A page that loads a run's config into a fresh session, then draws the sidebar."""
+    import streamlit as st
+
+    from blockviz.core import config
+    from blockviz.dashboard import sidebar
+
+    if "loaded" not in st.session_state:
+        st.session_state["loaded"] = True
+        sidebar.apply_run_config(config.replace(config.RunConfig(), n_layer=3))
+    sidebar.render_sidebar()
+
+
+def test_a_config_loaded_before_the_first_sidebar_is_not_replaced_by_the_url() -> None:
+    at = AppTest.from_function(_load_then_sidebar, default_timeout=TIMEOUT)
+    at.query_params["n_layer"] = "5"
+    at.run()
+    assert not at.exception
+    assert at.number_input(key="cfg.n_layer").value == 3
+    assert qp(at)["n_layer"] == "3"

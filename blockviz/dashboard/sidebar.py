@@ -88,7 +88,13 @@ class SidebarState:
 
 
 def apply_run_config(run_config: RunConfig) -> None:
-    """Set every config widget to the values of `run_config`."""
+    """Set every config widget to the values of `run_config`.
+
+    Called before any sidebar of the session (a run's config loaded on another page),
+    it also starts the session's config, so the URL query read at a session's first
+    sidebar cannot replace what was loaded.
+    """
+    st.session_state.setdefault(PRESET_KEY, DEFAULT_PRESET)
     for section in config.SECTIONS:
         for f in fields(config.SECTIONS[section]):
             if f.name == "vocab_size":
