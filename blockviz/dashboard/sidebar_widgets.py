@@ -44,6 +44,7 @@ def clamp_state(key: str, low: float, high: float) -> None:
 
 
 def widget(spec: Field, error: ConfigError | None, inert: dict[str, str] | None = None) -> None:
+    """One field's widget, the error that names it under it; disabled where `inert` says."""
     key = PREFIX + spec.name
     why_off = (inert or {}).get(spec.name)
     help_text = spec.help or None
@@ -82,6 +83,7 @@ def group(
     expanded: bool,
     inert: dict[str, str] | None = None,
 ) -> None:
+    """An expander of widgets, opened when it holds the field an error names."""
     holds_error = error is not None and any(s.name == error.field for s in specs)
     with st.expander(title, expanded=expanded or holds_error):
         for spec in specs:
