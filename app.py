@@ -1,7 +1,9 @@
 """blockviz: the Streamlit entry point (`make run`).
 
-Navigation between the pages, and the shared sidebar drawn once per run before the page,
-so every page sees the same config. No torch here or in any page: training runs in its own
+Navigation between the pages, and the config sidebar, drawn once per run before the page on
+the pages it drives (Train, Parameters, Gradients at init), so they see the same config.
+The other pages draw no config; their runs keep its values (`sidebar.keep_values`) and
+leave the URL's config keys out. No torch here or in any page: training runs in its own
 process (blockviz.runner).
 """
 
@@ -11,19 +13,26 @@ from blockviz.dashboard import sidebar
 
 st.set_page_config(page_title="blockviz", layout="wide")
 
+train = st.Page("pages/train.py", title="Train", icon=":material/model_training:", default=True)
+parameters = st.Page("pages/parameters.py", title="Parameters", icon=":material/functions:")
+init_grads = st.Page(
+    "pages/init_grads.py", title="Gradients at init", icon=":material/stacked_line_chart:"
+)
 navigation = st.navigation(
     [
-        st.Page("pages/train.py", title="Train", icon=":material/model_training:", default=True),
+        train,
         st.Page("pages/live.py", title="Live", icon=":material/monitoring:"),
         st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
-        st.Page("pages/parameters.py", title="Parameters", icon=":material/functions:"),
-        st.Page(
-            "pages/init_grads.py", title="Gradients at init", icon=":material/stacked_line_chart:"
-        ),
+        parameters,
+        init_grads,
         st.Page("pages/runs.py", title="Runs", icon=":material/list:"),
     ]
 )
-st.session_state[sidebar.STATE_KEY] = sidebar.render_sidebar()
+if navigation in (train, parameters, init_grads):  # the pages the config drives
+    st.session_state[sidebar.STATE_KEY] = sidebar.render_sidebar()
+else:
+    sidebar.keep_values()
+    sidebar.drop_query()
 try:
     navigation.run()
 finally:

@@ -17,7 +17,7 @@ st.caption(
 )
 
 if model_cfg is None:
-    st.info("Fix the config in the sidebar (see the message there) to count its parameters.")
+    sidebar.show_invalid(state, "to count its parameters")  # the message, not a count
     st.stop()
 
 with ui.guard("Parameter breakdown"):

@@ -21,94 +21,105 @@ ui.show_flashes()
 store_access.store_notice(store)
 
 model_cfg = state.model_for_params
-wiring, summary = st.columns([5, 4], gap="large")
 
-with wiring:
-    st.subheader("One block, as wired now")
-    if model_cfg is None:
-        st.info("Fix the config in the sidebar to see the block.")
-    else:
-        with ui.guard("Block diagram"):
-            st.graphviz_chart(diagram.block_dot(model_cfg))
-            st.caption(
-                "Grey labels name the taps the probes record; dashed edges are the skip paths."
-            )
-        with st.expander("The whole model"), ui.guard("Model diagram"):
-            st.graphviz_chart(diagram.model_dot(model_cfg))
 
-with summary:
-    st.subheader("Parameters")
-    if model_cfg is None:
-        st.info("Fix the config in the sidebar to count the parameters.")
-    else:
-        with ui.guard("Parameter breakdown"):
-            breakdown = params.param_breakdown(model_cfg)
-            by_component, _, _ = breakdown_frames(breakdown, model_cfg.n_layer)
-            block = block_shares(breakdown)
-            total_col, ffn_col, attn_col = st.columns(3)
-            total_col.metric("Total", f"{breakdown.total:,}")
-            ffn_col.metric(
-                "FFN / block",
-                f"{block['ffn']:.1%}",
-                help="share of each block's parameters in its FFN",
-            )
-            attn_col.metric(
-                "Attn / block",
-                f"{block['attn']:.1%}",
-                help="share of each block's parameters in its attention",
-            )
-            st.caption(share_sentence(model_cfg, breakdown))
-            ui.chart_with_downloads(
-                charts.param_breakdown_chart(by_component),
-                by_component,
-                f"parameters-{state.name}",
-                key="train.params",
-            )
-
-    st.subheader("Launch")
+def _launch() -> None:
+    """Run name, Launch and its outcome: first on the page, so it is above the fold."""
     slots = runner.default_max_running()
     if store is None:
         st.error(
             f"Cannot open the run store at {ui.literal(store_access.store_path())}; set "
             "`BLOCKVIZ_STORE` to a writable file path and restart the app."
         )
-    else:
-        st.markdown(f"Run name: {ui.literal(state.name)}")
-        if state.problem is not None:
-            st.error(ui.plain(state.problem), icon=":material/block:")
-        clicked = st.button(
-            "Launch",
-            type="primary",
-            disabled=not (state.can_launch and store_access.writable(store)),
-            key="launch",
-            icon=":material/rocket_launch:",
-            help=None if store_access.writable(store) else store_access.READONLY_NOTICE,
+        return
+    name_col, button_col = st.columns([3, 1], vertical_alignment="center")
+    name_col.markdown(f"Run name: {ui.literal(state.name)}")
+    clicked = button_col.button(
+        "Launch",
+        type="primary",
+        disabled=not (state.can_launch and store_access.writable(store)),
+        key="launch",
+        icon=":material/rocket_launch:",
+        help=None if store_access.writable(store) else store_access.READONLY_NOTICE,
+        width="stretch",
+    )
+    if state.problem is not None and not (model_cfg is None and state.error is not None):
+        st.error(ui.plain(state.problem), icon=":material/block:")  # else show_invalid says it
+    st.caption(
+        f"Up to {slots} run(s) train at once (set BLOCKVIZ_MAX_RUNNING to change it); "
+        "more wait as queued and start when a slot frees."
+    )
+    if clicked and state.run_config is not None and store_access.writable(store):
+        try:
+            launched = runner.launch(state.run_config, state.name, store, max_running=slots)
+        except runner.LaunchError as exc:
+            st.session_state["train.launch"] = ("error", str(exc), exc.log_tail)
+        except ValueError as exc:  # ConfigError, StoreError: already worded for users
+            st.session_state["train.launch"] = ("error", str(exc), "")
+        else:
+            ui.select_run(launched)
+            st.session_state["train.launch"] = ("ok", launched, "")
+    outcome = st.session_state.get("train.launch")
+    if outcome is not None and outcome[0] == "ok":
+        run_id = outcome[1]
+        log_path = store.run_dir(run_id) / "train.log"
+        st.success(f"Launched run #{run_id}. Its log is {ui.literal(log_path)}.")
+        if st.button("Open in Live", key="train.open_live", icon=":material/monitoring:"):
+            ui.open_in_live(run_id)
+    elif outcome is not None:
+        st.error(f"Launch failed: {ui.plain(outcome[1])}")
+        if outcome[2]:
+            st.code(outcome[2], language=None)
+
+
+def _wiring() -> None:
+    st.subheader("One block, as wired now")
+    with ui.guard("Block diagram"):
+        st.graphviz_chart(diagram.block_dot(model_cfg))
+        st.caption("Grey labels name the taps the probes record; dashed edges are the skip paths.")
+    with st.expander("The whole model"), ui.guard("Model diagram"):
+        # Top to bottom at its own size: a left-to-right strip shrank to unreadable text.
+        st.graphviz_chart(diagram.model_dot(model_cfg, rankdir="TB"), width="content")
+
+
+def _parameters() -> None:
+    st.subheader("Parameters")
+    with ui.guard("Parameter breakdown"):
+        breakdown = params.param_breakdown(model_cfg)
+        by_component, _, _ = breakdown_frames(breakdown, model_cfg.n_layer)
+        block = block_shares(breakdown)
+        # The total alone on its row: three metrics side by side cut it ("2,216,…").
+        st.metric("Total", f"{breakdown.total:,}")
+        ffn_col, attn_col = st.columns(2)
+        ffn_col.metric(
+            "FFN / block",
+            f"{block['ffn']:.1%}",
+            help="share of each block's parameters in its FFN",
         )
-        st.caption(
-            f"Up to {slots} run(s) train at once (set BLOCKVIZ_MAX_RUNNING to change it); "
-            "more wait as queued and start when a slot frees."
+        attn_col.metric(
+            "Attn / block",
+            f"{block['attn']:.1%}",
+            help="share of each block's parameters in its attention",
         )
-        if clicked and state.run_config is not None and store_access.writable(store):
-            try:
-                launched = runner.launch(state.run_config, state.name, store, max_running=slots)
-            except runner.LaunchError as exc:
-                st.session_state["train.launch"] = ("error", str(exc), exc.log_tail)
-            except ValueError as exc:  # ConfigError, StoreError: already worded for users
-                st.session_state["train.launch"] = ("error", str(exc), "")
-            else:
-                ui.select_run(launched)
-                st.session_state["train.launch"] = ("ok", launched, "")
-        outcome = st.session_state.get("train.launch")
-        if outcome is not None and outcome[0] == "ok":
-            run_id = outcome[1]
-            log_path = store.run_dir(run_id) / "train.log"
-            st.success(f"Launched run #{run_id}. Its log is {ui.literal(log_path)}.")
-            if st.button("Open in Live", key="train.open_live", icon=":material/monitoring:"):
-                ui.open_in_live(run_id)
-        elif outcome is not None:
-            st.error(f"Launch failed: {ui.plain(outcome[1])}")
-            if outcome[2]:
-                st.code(outcome[2], language=None)
+        st.caption(share_sentence(model_cfg, breakdown))
+        ui.chart_with_downloads(
+            charts.param_breakdown_chart(by_component),
+            by_component,
+            f"parameters-{state.name}",
+            key="train.params",
+        )
+
+
+st.subheader("Launch")
+_launch()
+if model_cfg is None:
+    sidebar.show_invalid(state, "to see the block and its parameters")
+else:
+    wiring, summary = st.columns([5, 4], gap="large")
+    with wiring:
+        _wiring()
+    with summary:
+        _parameters()
 
 
 def _progress(run_store: RunStore) -> None:

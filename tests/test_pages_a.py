@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from blockviz.dashboard import store_access, streamlit_compat, ui
+from blockviz.dashboard import sidebar, store_access, streamlit_compat, ui
 from blockviz.store import RunStore, StoreError, StoreLocked, default_store_path
 from tests import fakes
 from tests.real_runs import RealRuns, copy_run
@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
 PAGES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "pages").glob("*.py"))
 MY_PAGES = ("pages/train.py", "pages/parameters.py", "pages/runs.py")
+CONFIG_PAGES = ("pages/train.py", "pages/parameters.py", "pages/init_grads.py")  # draw the config
 TIMEOUT = 30
 STATUSES = ("completed", "running", "diverged", "failed")
 
@@ -210,10 +211,16 @@ def test_a_page_link_opened_first_still_goes_through_app_py(
     # The first request of a fresh server names a page (a bookmarked /live?run=3): Streamlit
     # would run that file alone, without app.py's navigation and sidebar.
     monkeypatch.setattr(streamlit_compat, "_rerouted", False)  # as in a freshly started server
+    through_app: list[bool] = []  # app.py keeps the config's values on a page without it
+    keep = sidebar.keep_values
+    monkeypatch.setattr(sidebar, "keep_values", lambda: through_app.append(True) or keep())
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.switch_page(page).run()
     assert not at.exception
-    assert at.sidebar.selectbox(key="cfg.preset").value == "baby-cpu"
+    if page in CONFIG_PAGES:
+        assert at.sidebar.selectbox(key="cfg.preset").value == "baby-cpu"
+    else:
+        assert through_app and not at.sidebar.selectbox
 
 
 def test_unopenable_store_is_a_message_not_a_traceback(

@@ -11,7 +11,14 @@ from streamlit.testing.v1 import AppTest
 
 from blockviz.core import config, corpora, params
 from blockviz.core.naming import MAX_NAME_TOKENS
-from blockviz.dashboard import config_fields, run_names, sidebar, uploads
+from blockviz.dashboard import (
+    config_fields,
+    run_names,
+    sidebar,
+    streamlit_compat,
+    uploads,
+    url_config,
+)
 from blockviz.store import default_store_path
 
 TIMEOUT = 30
@@ -343,3 +350,195 @@ def test_tensorboard_logging_without_the_package_is_refused_before_launch(
     assert "pip install tensorboard" in state.problem
     at.selectbox(key="cfg.logger").set_value("csv").run()
     assert at.session_state["test.state"].can_launch
+
+
+# ------------------------------------------------------------------ issue 13
+
+
+def qp(at: AppTest) -> dict[str, str]:
+    """The app's URL query, one value per key."""
+    return {k: v[-1] if isinstance(v, list) else v for k, v in at.query_params.items()}
+
+
+def sidebar_metric(at: AppTest) -> str:
+    (metric,) = [m for m in at.sidebar.metric if m.label == "Parameters"]
+    return metric.value
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"cfg.d_model": 130, "cfg.n_head": 4}, "n_head"),
+        ({"cfg.attention": False, "cfg.ffn": False}, "ffn"),
+    ],
+    ids=["heads-do-not-divide", "empty-block"],
+)
+def test_an_invalid_config_shows_its_message_not_a_diagram_or_a_count(
+    app: AppTest, changes: dict, field: str
+) -> None:
+    assert app.get("graphviz_chart") and sidebar_metric(app) != "—"
+    for key, value in changes.items():
+        widget = app.toggle(key=key) if isinstance(value, bool) else app.number_input(key=key)
+        widget.set_value(value).run()
+    assert not app.exception
+    assert sidebar_metric(app) == "—"
+    main_errors = [e.value.replace("\\", "") for e in app.main.error]  # ui.plain's escapes
+    assert any("does not validate" in e and f"{field}:" in e for e in main_errors)
+    assert not app.get("graphviz_chart")
+    assert not [m for m in app.main.metric if m.label in ("Total", "FFN / block")]
+    app.switch_page("pages/parameters.py").run()
+    assert any("does not validate" in e.value for e in app.main.error)
+    assert not app.main.metric and not app.main.dataframe
+
+
+def test_without_an_upload_yet_the_diagram_and_count_stay(app: AppTest) -> None:
+    app.selectbox(key="cfg.dataset").set_value(config_fields.UPLOAD_CHOICE).run()
+    assert launch_disabled(app)  # the data is missing, the model is fine
+    assert app.get("graphviz_chart") and sidebar_metric(app) != "—"
+    assert [m for m in app.main.metric if m.label == "Total"]
+
+
+def test_norm_type_is_greyed_out_and_left_out_of_the_name_without_norms(app: AppTest) -> None:
+    app.selectbox(key="cfg.norm_type").set_value("rmsnorm").run()
+    assert not app.selectbox(key="cfg.norm_type").disabled
+    assert app.text_input(key=sidebar.NAME_KEY).value == "rmsnorm"
+    app.selectbox(key="cfg.norm_position").set_value("none").run()
+    norm_type = app.selectbox(key="cfg.norm_type")
+    assert norm_type.disabled and "norm position is none" in norm_type.help
+    assert app.selectbox(key="cfg.final_norm").disabled
+    assert app.text_input(key=sidebar.NAME_KEY).value == "no-norm"
+    app.selectbox(key="cfg.norm_position").set_value("post").run()
+    assert not app.selectbox(key="cfg.norm_type").disabled
+    assert app.selectbox(key="cfg.norm_type").value == "rmsnorm"  # kept while greyed out
+
+
+def test_the_preset_caption_says_what_differs_from_the_preset(app: AppTest) -> None:
+    preset = config.preset(sidebar.DEFAULT_PRESET)
+
+    def captions() -> str:
+        return "\n".join(c.value for c in app.sidebar.caption)
+
+    assert "Changed" not in captions()
+    app.number_input(key="cfg.d_model").set_value(64).run()
+    assert f"d\\_model 64 \\(preset {preset.model.d_model}\\)" in captions()
+    app.number_input(key="cfg.d_model").set_value(preset.model.d_model).run()
+    assert "Changed" not in captions()
+
+
+def through_app(at: AppTest, page: str, monkeypatch: pytest.MonkeyPatch) -> AppTest:
+    """Switch pages as the server does: through app.py's navigation.
+
+    AppTest runs a switched-to page file alone, after the first rerun through app.py
+    (streamlit_compat); a server always runs app.py. Allowing that rerun again makes
+    this switch go through app.py, as it does in the browser.
+    """
+    monkeypatch.setattr(streamlit_compat, "_rerouted", False)
+    return at.switch_page(page).run()
+
+
+def test_config_is_drawn_only_where_it_drives_and_kept_across_pages(
+    app: AppTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app.number_input(key="cfg.n_layer").set_value(6).run()
+    app.selectbox(key="cfg.norm_position").set_value("post").run()
+    app.text_input(key=sidebar.NAME_KEY).set_value("my run").run()
+    kept: list[bool] = []
+    keep = sidebar.keep_values
+    monkeypatch.setattr(sidebar, "keep_values", lambda: kept.append(True) or keep())
+    for page in ("pages/live.py", "pages/compare.py", "pages/runs.py"):
+        through_app(app, page, monkeypatch)
+        assert kept, page  # app.py ran, and kept the values
+        assert not app.exception, page
+        assert not app.sidebar.number_input and not app.sidebar.selectbox, page
+        assert not set(qp(app)) & set(url_config.PARAMS), page  # no config in its URL
+    through_app(app, "pages/train.py", monkeypatch)
+    assert app.number_input(key="cfg.n_layer").value == 6
+    assert app.selectbox(key="cfg.norm_position").value == "post"
+    assert app.text_input(key=sidebar.NAME_KEY).value == "my run"
+    assert qp(app)["n_layer"] == "6"  # Train writes the session's config back
+
+
+def test_a_shared_url_opens_the_same_config() -> None:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update({"preset": "tiny", "norm_position": "post", "lr": "0.003"})
+    at.query_params.update({"dataset": "ops", "final_norm": "true"})
+    at.run()
+    assert not at.exception and not at.warning
+    assert at.selectbox(key="cfg.preset").value == "tiny"
+    assert at.selectbox(key="cfg.norm_position").value == "post"
+    assert at.number_input(key="cfg.lr").value == 0.003
+    assert at.selectbox(key="cfg.dataset").value == "ops"
+    assert at.selectbox(key="cfg.final_norm").value == "on"
+    tiny = config.preset("tiny")
+    assert at.number_input(key="cfg.n_layer").value == tiny.model.n_layer  # from the preset
+    # A change is written back: the preset plus what differs from it, nothing else.
+    at.number_input(key="cfg.n_layer").set_value(tiny.model.n_layer + 1).run()
+    expected = {"preset": "tiny", "norm_position": "post", "lr": "0.003", "dataset": "ops"}
+    expected |= {"final_norm": "true", "n_layer": str(tiny.model.n_layer + 1)}
+    assert qp(at) == expected
+    at.number_input(key="cfg.lr").set_value(tiny.train.lr).run()
+    assert "lr" not in qp(at)
+
+
+def test_a_typed_name_travels_in_the_url_a_suggested_one_does_not(app: AppTest) -> None:
+    app.selectbox(key="cfg.norm_position").set_value("post").run()
+    assert qp(app) == {"preset": sidebar.DEFAULT_PRESET, "norm_position": "post"}
+    app.text_input(key=sidebar.NAME_KEY).set_value("baseline post").run()
+    assert qp(app)["name"] == "baseline post"
+    fresh = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    fresh.query_params.update(qp(app))
+    fresh.run()
+    assert fresh.text_input(key=sidebar.NAME_KEY).value == "baseline post"
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "says"),
+    [
+        ("n_layer", "many", "must be an integer in [1, 256]"),
+        ("norm_position", "middle", "choose one of pre, post, none"),
+        ("colour", "blue", "not a config field"),
+        ("preset", "huge", "choose one of"),
+    ],
+)
+def test_a_bad_url_value_is_a_warning_naming_it(key: str, text: str, says: str) -> None:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update({"d_model": "64", key: text})
+    at.run()
+    assert not at.exception
+    (warning,) = [w.value for w in at.sidebar.warning if "From the link" in w.value]
+    plain_text = warning.replace("\\", "")
+    assert key in plain_text and says in plain_text
+    assert at.number_input(key="cfg.d_model").value == 64  # the good key still applies
+    preset = config.preset(sidebar.DEFAULT_PRESET)
+    assert at.number_input(key="cfg.n_layer").value == preset.model.n_layer
+    assert at.selectbox(key="cfg.norm_position").value == preset.model.norm_position
+    at.number_input(key="cfg.d_model").set_value(96).run()  # the user moves on
+    assert not [w for w in at.sidebar.warning if "From the link" in w.value]
+
+
+def test_an_upload_says_it_cannot_travel_in_the_url(app: AppTest) -> None:
+    app.selectbox(key="cfg.dataset").set_value(config_fields.UPLOAD_CHOICE).run()
+    assert any("cannot travel in a URL" in c.value for c in app.sidebar.caption)
+    assert "dataset" not in qp(app)
+
+
+def _load_then_sidebar() -> None:
+    """A page that loads a run's config into a fresh session, then draws the sidebar."""
+    import streamlit as st
+
+    from blockviz.core import config
+    from blockviz.dashboard import sidebar
+
+    if "loaded" not in st.session_state:
+        st.session_state["loaded"] = True
+        sidebar.apply_run_config(config.replace(config.RunConfig(), n_layer=3))
+    sidebar.render_sidebar()
+
+
+def test_a_config_loaded_before_the_first_sidebar_is_not_replaced_by_the_url() -> None:
+    at = AppTest.from_function(_load_then_sidebar, default_timeout=TIMEOUT)
+    at.query_params["n_layer"] = "5"
+    at.run()
+    assert not at.exception
+    assert at.number_input(key="cfg.n_layer").value == 3
+    assert qp(at)["n_layer"] == "3"

@@ -14,6 +14,7 @@ from typing import Any
 from blockviz.core import config
 from blockviz.core.config import RunConfig
 from blockviz.core.corpora import BUILTIN
+from blockviz.core.inert import inert_fields
 
 NAME_MAX = 80
 NAME_EXTRA_CHARS = frozenset("-_.+= ")
@@ -68,11 +69,14 @@ def run_name(run_config: RunConfig, preset: str | None = None) -> str:
     """The suggested name: the preset's name, or what differs from it, e.g. 'post-ln-relu-6L'.
 
     Without a preset the base is the default config ('baby-cpu'). The vocabulary size is
-    left out: it follows the dataset, which names itself.
+    left out: it follows the dataset, which names itself. So is a field that does nothing
+    under the rest of the config (core.inert: Norm type with norm position none).
     """
     base_name = preset or config.DEFAULT_PRESET
     changed = config.diff(config.preset(base_name), run_config)
     changed.pop("vocab_size", None)
+    for name in inert_fields(run_config):
+        changed.pop(name, None)
     order = _field_order()
     tokens = [
         _TOKENS.get(name, lambda v, n=name: f"{n}{v}")(new)

@@ -1,8 +1,11 @@
 """The shared sidebar: every config field as a widget, presets, uploads, the run name.
 
-Widget values live in st.session_state under `cfg.<field>`, so they persist across pages
-(app.py renders the sidebar on every page). The RunConfig is built with blockviz.core.config and
-validated there; the sidebar only shows the ConfigError it raises, under the field it names.
+Widget values live in st.session_state under `cfg.<field>`, so they persist across pages:
+app.py draws the sidebar only on the pages it drives (Train, Parameters, Gradients at init)
+and calls `keep_values` on the others, so no value is lost while its widget is not drawn.
+The RunConfig is built with blockviz.core.config and validated there; the sidebar only
+shows the ConfigError it raises, under the field it names. The config also lives in the
+URL query (`url_config`): a fresh session reads it, every drawn sidebar writes it back.
 Number widgets take their min and max from config.BOUNDS. Text the user supplied (upload
 names, run names, messages that quote them) is shown through `ui.plain`, never as Markdown.
 What each widget is lives in `config_fields`, uploads in `uploads`, run names in `run_names`.
@@ -10,7 +13,6 @@ What each widget is lives in `config_fields`, uploads in `uploads`, run names in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -19,33 +21,32 @@ import streamlit as st
 from blockviz.core import config, corpora, params
 from blockviz.core.config import ConfigError, DataConfig, ModelConfig, RunConfig
 from blockviz.core.extras import check_logger_available
+from blockviz.core.inert import inert_fields
+from blockviz.dashboard import sidebar_widgets, url_config
 from blockviz.dashboard.config_fields import (
     ALL_FIELDS,
     ARCHITECTURE,
-    DATASET_CHOICES,
-    DATASET_NOTES,
-    FINAL_NORM_CHOICES,
     NOT_WIDGETS,
-    OPS_FIELDS,
     TRAINING,
     TRAINING_ADVANCED,
     UPLOAD_CHOICE,
-    VAL_FRACTION,
-    Field,
     from_widget,
     to_widget,
     widget_range,
 )
 from blockviz.dashboard.run_names import checked_name, suggest_name
+from blockviz.dashboard.sidebar_widgets import clamp_state, data_group, group
 from blockviz.dashboard.streamlit_compat import run_via_app
 from blockviz.dashboard.ui import plain
-from blockviz.dashboard.uploads import UPLOAD_INFO_KEY, UPLOAD_KEY, UploadInfo, upload_widget
+from blockviz.dashboard.uploads import UPLOAD_INFO_KEY, UPLOAD_KEY, UploadInfo
 
-PREFIX = "cfg."
+PREFIX = sidebar_widgets.PREFIX
 PRESET_KEY = "cfg.preset"
 NAME_KEY = "run_name"
 AUTO_NAME_KEY = "run_name_suggested"  # the last suggestion, to tell it from a typed name
 STATE_KEY = "sidebar_state"  # app.py hands this run's SidebarState to the page
+URL_PROBLEMS_KEY = "cfg_url_problems"  # what a shared URL asked for that could not be used
+URL_LOADED_KEY = "cfg_url_loaded"  # the query as first written: problems show until it changes
 DEFAULT_PRESET = config.DEFAULT_PRESET
 
 
@@ -60,7 +61,9 @@ class SidebarState:
     name: str  # the sanitized run name to launch with
     name_suggestion: str
     upload: UploadInfo | None
-    model_for_params: config.ModelConfig | None  # also set when only the data is wrong
+    # The model to draw and count: None while the config does not validate, but set when
+    # only the data is wrong (no upload yet), so the diagram and the count stay.
+    model_for_params: config.ModelConfig | None
     name_error: str | None = None  # the run name cannot be used (a bare number)
 
     @property
@@ -85,7 +88,13 @@ class SidebarState:
 
 
 def apply_run_config(run_config: RunConfig) -> None:
-    """Set every config widget to the values of `run_config`."""
+    """Set every config widget to the values of `run_config`.
+
+    Called before any sidebar of the session (a run's config loaded on another page),
+    it also starts the session's config, so the URL query read at a session's first
+    sidebar cannot replace what was loaded.
+    """
+    st.session_state.setdefault(PRESET_KEY, DEFAULT_PRESET)
     for section in config.SECTIONS:
         for f in fields(config.SECTIONS[section]):
             if f.name == "vocab_size":
@@ -120,68 +129,40 @@ def _values_from_state() -> dict[str, dict[str, Any]]:
 # ------------------------------------------------------------------ rendering
 
 
-def _clamp_state(key: str, low: float, high: float) -> None:
-    """Bring a stored value into the widget's range (Streamlit would reset it to the min).
+def keep_values() -> None:
+    """Keep every config value through a run that does not draw its widget.
 
-    Only a config set from elsewhere (`apply_run_config` with an older run's) can hold
-    one; the nearest bound keeps it as close to what was asked as the widget allows.
+    Streamlit drops a widget's value at the end of a run that did not draw it (the ops
+    fields while another dataset is chosen; every field on Live, Compare and Runs, which
+    draw no sidebar). Re-assigning the value makes it the session's own, which survives.
     """
-    value = st.session_state.get(key)
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return
-    if value != value:  # NaN
-        st.session_state[key] = low
-    elif value < low or value > high:
-        st.session_state[key] = min(max(value, low), high)
+    for key in list(st.session_state.keys()):
+        if (str(key).startswith(PREFIX) and key != UPLOAD_KEY) or key == NAME_KEY:
+            st.session_state[key] = st.session_state[key]
 
 
-def _widget(spec: Field, error: ConfigError | None) -> None:
-    key = PREFIX + spec.name
-    if spec.kind in ("select", "tristate"):
-        options = FINAL_NORM_CHOICES if spec.kind == "tristate" else spec.options
-        st.selectbox(spec.label, options, key=key, help=spec.help or None)
-    elif spec.kind == "bool":
-        st.toggle(spec.label, key=key, help=spec.help or None)
-    else:
-        low, high = widget_range(spec.name, spec.kind)  # _initialise clamped the value
-        if spec.kind == "int":
-            step, fmt = int(spec.step or 1), None
-        else:
-            step, fmt = float(spec.step or 0.1), spec.fmt
-        st.number_input(
-            spec.label,
-            min_value=low,
-            max_value=high,
-            step=step,
-            format=fmt,
-            key=key,
-            help=spec.help or None,
-        )
-    if error is not None and error.field == spec.name:
-        st.error(str(error), icon=":material/error:")
-
-
-def _group(title: str, specs: Sequence[Field], error: ConfigError | None, expanded: bool) -> None:
-    holds_error = error is not None and any(s.name == error.field for s in specs)
-    with st.expander(title, expanded=expanded or holds_error):
-        for spec in specs:
-            _widget(spec, error)
+def _from_url() -> None:
+    """First sidebar of a session: the config the URL query asks for, over its preset."""
+    query = {key: st.query_params[key] for key in st.query_params}
+    decoded = url_config.decode(query)
+    st.session_state[PRESET_KEY] = decoded.preset
+    apply_run_config(config.replace(config.preset(decoded.preset), **decoded.values))
+    if decoded.name is not None:
+        st.session_state[NAME_KEY] = decoded.name
+    if decoded.problems:
+        st.session_state[URL_PROBLEMS_KEY] = decoded.problems
+        st.session_state.pop(URL_LOADED_KEY, None)
 
 
 def _initialise() -> None:
-    """First run of a session: the default preset; later runs: keep values off-page too."""
+    """First run of a session: the URL's config (or the default preset); later: keep values."""
     if PRESET_KEY not in st.session_state:
-        st.session_state[PRESET_KEY] = DEFAULT_PRESET
-        apply_run_config(config.preset(DEFAULT_PRESET))
-    # Re-assigning keeps a value whose widget is not drawn this run (the ops fields while
-    # another dataset is chosen) from being dropped by Streamlit's widget cleanup.
-    for key in list(st.session_state.keys()):
-        if str(key).startswith(PREFIX) and key != UPLOAD_KEY:
-            st.session_state[key] = st.session_state[key]
+        _from_url()
+    keep_values()
     # Before anything reads them: the config, the count and the widgets see one value.
     for spec in ALL_FIELDS:
         if spec.kind in ("int", "float"):
-            _clamp_state(PREFIX + spec.name, *widget_range(spec.name, spec.kind))
+            clamp_state(PREFIX + spec.name, *widget_range(spec.name, spec.kind))
 
 
 def _build(values: dict[str, dict[str, Any]]) -> tuple[RunConfig | None, ConfigError | None]:
@@ -264,6 +245,8 @@ def render_sidebar() -> SidebarState:
     # Field errors are known before drawing (widget values are in session state already),
     # so each can sit under its widget; only an upload needs its widget drawn first.
     _, error, _ = _with_dataset(values, dataset_choice, st.session_state.get(UPLOAD_INFO_KEY))
+    before = _described(values, dataset_choice, st.session_state.get(UPLOAD_INFO_KEY))
+    inert = _architecture_inert(before)
     with st.sidebar:
         st.selectbox(
             "Start from a preset",
@@ -272,26 +255,32 @@ def render_sidebar() -> SidebarState:
             on_change=_apply_preset,
             help="Choosing a preset resets every field below to it.",
         )
-        st.caption(config.PRESET_DESCRIPTIONS.get(preset_name, ""))
+        preset_caption = st.container()
+        url_notes = st.container()
         summary = st.container()
-        _group("Architecture", ARCHITECTURE, error, expanded=True)
-        _group("Training", TRAINING, error, expanded=False)
-        _group("Training: advanced", TRAINING_ADVANCED, error, expanded=False)
-        upload_error = _data_group(error, dataset_choice)
+        group("Architecture", ARCHITECTURE, error, expanded=True, inert=inert)
+        group("Training", TRAINING, error, expanded=False)
+        group("Training: advanced", TRAINING_ADVANCED, error, expanded=False)
+        upload_error = data_group(error, dataset_choice)
         upload = None if upload_error else st.session_state.get(UPLOAD_INFO_KEY)
         if dataset_choice != UPLOAD_CHOICE:
             upload = None
         run_config, error, data_error = _with_dataset(values, dataset_choice, upload)
         data_error = upload_error or data_error
         described = _described(values, dataset_choice, upload)
+        model_for_params = _valid_model(described)
         suggestion = suggest_name(preset_name, described) if described else preset_name
+        flat = _flat(values, dataset_choice)
+        with preset_caption:
+            _preset_caption(preset_name, flat)
         with summary:
-            _parameter_metric(described)
+            _parameter_metric(model_for_params)
             _name_follows(suggestion)
             st.text_input(
                 "Run name", key=NAME_KEY, help="Suggested from what differs from the preset"
             )
-            name, name_error = checked_name(st.session_state.get(NAME_KEY) or suggestion)
+            typed = st.session_state.get(NAME_KEY) or suggestion
+            name, name_error = checked_name(typed)
             if name_error is not None:
                 st.error(plain(name_error), icon=":material/error:")
             if error is not None:
@@ -301,6 +290,10 @@ def render_sidebar() -> SidebarState:
                 st.warning(f"Cannot launch: {plain(data_error)}", icon=":material/block:")
             elif name_error is not None:
                 st.warning("Cannot launch: change the run name.", icon=":material/block:")
+        query = url_config.encode(preset_name, flat, None if typed == suggestion else typed)
+        with url_notes:
+            _url_problems(query)
+        _write_query(query)
     return SidebarState(
         preset=preset_name,
         run_config=run_config if error is None else None,
@@ -309,9 +302,79 @@ def render_sidebar() -> SidebarState:
         name=name,
         name_suggestion=suggestion,
         upload=upload,
-        model_for_params=described.model if described is not None else None,
+        model_for_params=model_for_params,
         name_error=name_error,
     )
+
+
+def _architecture_inert(described: RunConfig | None) -> dict[str, str]:
+    """The Architecture fields that do nothing under the rest of the config, and why."""
+    if described is None:
+        return {}
+    names = {spec.name for spec in ARCHITECTURE}
+    return {name: why for name, why in inert_fields(described).items() if name in names}
+
+
+def _valid_model(described: RunConfig | None) -> ModelConfig | None:
+    """The model to draw and count, or None when the config does not validate.
+
+    Validated apart from the Launch checks: a missing upload or an uninstalled logger
+    package blocks Launch but leaves a model that can be drawn and counted.
+    """
+    if described is None:
+        return None
+    try:
+        described.validate()
+    except ConfigError:
+        return None
+    return described.model
+
+
+def _flat(values: dict[str, dict[str, Any]], dataset_choice: str) -> dict[str, Any]:
+    """{field: config value} of the widgets, `dataset` being the chosen corpus (or upload)."""
+    flat = {name: value for part in values.values() for name, value in part.items()}
+    flat["dataset"] = dataset_choice
+    flat.pop("vocab_size", None)
+    return flat
+
+
+def _preset_caption(preset_name: str, flat: dict[str, Any]) -> None:
+    """What the preset is, and which fields now differ from it (computed, not described)."""
+    description = config.PRESET_DESCRIPTIONS.get(preset_name, "")
+    st.caption(f"Preset {plain(preset_name)}: {plain(description)}")
+    changed = url_config.changes_caption(preset_name, flat)
+    if changed:
+        st.caption(plain(changed[0].upper() + changed[1:]))
+
+
+def _url_problems(query: dict[str, str]) -> None:
+    """What the opening URL asked for and did not get, until the config is changed."""
+    problems = st.session_state.get(URL_PROBLEMS_KEY)
+    if not problems:
+        return
+    loaded = st.session_state.setdefault(URL_LOADED_KEY, query)
+    if loaded != query:
+        st.session_state.pop(URL_PROBLEMS_KEY, None)
+        st.session_state.pop(URL_LOADED_KEY, None)
+        return
+    for problem in problems:
+        st.warning(f"From the link: {plain(problem)}", icon=":material/link_off:")
+
+
+def _write_query(query: dict[str, str]) -> None:
+    """Put the config in the URL, touching no key that is not the config's."""
+    current = st.query_params
+    for key in [key for key in current if key in url_config.PARAMS and key not in query]:
+        del current[key]
+    for key, text in query.items():
+        if current.get(key) != text:
+            current[key] = text
+
+
+def drop_query() -> None:
+    """On a page without the sidebar: the URL carries none of the config's keys."""
+    for key in [key for key in st.query_params if key in url_config.PARAMS]:
+        del st.query_params[key]
 
 
 def _name_follows(suggestion: str) -> None:
@@ -322,46 +385,34 @@ def _name_follows(suggestion: str) -> None:
     st.session_state[AUTO_NAME_KEY] = suggestion
 
 
-def _parameter_metric(run_config: RunConfig | None) -> None:
-    if run_config is None:
-        st.metric("Parameters", "—")
+def _parameter_metric(model: ModelConfig | None) -> None:
+    """The total, or "—" while the config does not validate (its message says why)."""
+    if model is None:
+        st.metric("Parameters", "—", help="the config does not validate; see the message below")
         return
     try:
-        total = params.param_breakdown(run_config.model).total
+        total = params.param_breakdown(model).total
     except (ValueError, ArithmeticError):
         st.metric("Parameters", "—")
         return
     st.metric(
         "Parameters",
         f"{total:,}",
-        help=f"for vocab_size {run_config.model.vocab_size} (set from the dataset when a run "
+        help=f"for vocab_size {model.vocab_size} (set from the dataset when a run "
         "starts); the Parameters page has the breakdown",
     )
 
 
-def _data_group(error: ConfigError | None, dataset_choice: str) -> str | None:
-    """The Data expander; returns a refused upload's message (shown there too)."""
-    upload_error = None
-    data_fields = ("dataset", "val_fraction", *(f.name for f in OPS_FIELDS))
-    holds_error = error is not None and error.field in data_fields
-    with st.expander("Data", expanded=holds_error or dataset_choice == UPLOAD_CHOICE):
-        st.selectbox("Dataset", DATASET_CHOICES, key=PREFIX + "dataset")
-        st.caption(DATASET_NOTES[dataset_choice])
-        if dataset_choice == "ops":
-            for spec in OPS_FIELDS:
-                _widget(spec, error)
-        if dataset_choice == UPLOAD_CHOICE:
-            upload_error = upload_widget()
-            info: UploadInfo | None = st.session_state.get(UPLOAD_INFO_KEY)
-            if upload_error is not None:
-                st.error(f"Upload refused: {plain(upload_error)}", icon=":material/error:")
-            elif info is not None:
-                st.caption(
-                    f"Using {plain(info.name)}: {info.n_chars:,} characters, "
-                    f"{info.vocab_size} distinct."
-                )
-        _widget(VAL_FRACTION, error)
-    return upload_error
+def show_invalid(state: SidebarState, purpose: str) -> None:
+    """In place of what an invalid config cannot have: its message, naming the field."""
+    if state.error is None:
+        st.error(f"Fix the config in the sidebar {purpose}.", icon=":material/error:")
+        return
+    st.error(
+        f"This config does not validate: {plain(state.error)}. Fix "
+        f"**{plain(state.error.field)}** in the sidebar {purpose}.",
+        icon=":material/error:",
+    )
 
 
 def state() -> SidebarState:

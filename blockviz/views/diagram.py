@@ -161,10 +161,13 @@ def block_dot(model_cfg: ModelConfig) -> str:
     return graph.to_dot()
 
 
-def model_dot(model_cfg: ModelConfig) -> str:
-    """DOT for the whole model as one strip: embeddings → n_layer × block → final norm → head."""
+def model_dot(model_cfg: ModelConfig, rankdir: str = "LR") -> str:
+    """DOT for the whole model as one strip: embeddings → n_layer × block → final norm → head.
+
+    `rankdir="TB"` stacks the strip top to bottom: narrow enough to show at its own size.
+    """
     cfg = model_cfg
-    graph = _Graph("model", "LR")
+    graph = _Graph("model", rankdir)
     tokens = graph.node("tokens", f"characters\n(B, T ≤ {cfg.block_size})", "stream")
     embed = graph.node(
         "embed",
