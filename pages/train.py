@@ -4,7 +4,7 @@ import streamlit as st
 
 from blockviz import runner
 from blockviz.core import params
-from blockviz.dashboard import sidebar, store_access, ui
+from blockviz.dashboard import playground, sidebar, store_access, ui
 from blockviz.store import RunStore
 from blockviz.views import charts, diagram
 from blockviz.views.breakdown import block_shares, breakdown_frames, share_sentence
@@ -109,6 +109,8 @@ with summary:
             st.error(f"Launch failed: {ui.plain(outcome[1])}")
             if outcome[2]:
                 st.code(outcome[2], language=None)
+
+playground.render(state, store)  # Auto-run: the Playground loop
 
 
 def _progress(run_store: RunStore) -> None:

@@ -1,0 +1,199 @@
+"""The Playground on Train: with Auto-run on, each settled change of the sidebar launches a
+short run (tagged `core.tags.AUTO_TAG`) and its loss joins a trail of the last few.
+
+Two fragments: the launcher looks every second whether the sidebar's config has settled
+on one not launched yet (stopping the trail's still-active run first, so the new one
+takes its slot), and the trail chart redraws every two seconds while a run of it is
+active. Every decision is a pure function in `views.playground`; this module holds the
+session state and the widgets.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import streamlit as st
+
+from blockviz import runner
+from blockviz.core.config import RunConfig
+from blockviz.core.spec import ACTIVE_STATUSES, LOSS_NAMES
+from blockviz.core.tags import AUTO_TAG
+from blockviz.dashboard import store_access, ui
+from blockviz.dashboard.sidebar import SidebarState
+from blockviz.store import RunStore
+from blockviz.views import charts
+from blockviz.views import playground as pg
+
+TOGGLE_KEY = "playground.on"
+STEPS_KEY = "playground.steps"
+TRAIL_LENGTH_KEY = "playground.trail_length"
+PENDING_KEY = "playground.pending"  # views.playground.Pending: the config and since when
+LAST_KEY = "playground.last"  # JSON of the last config auto-launched (never twice)
+TRAIL_KEY = "playground.trail"  # list[views.playground.TrailEntry], oldest first
+ERROR_KEY = "playground.error"  # the last launch's failure, shown until the next launch
+LAUNCH_EVERY_S = 1.0  # how often the launcher looks for a settled change
+CHART_EVERY_S = 2.0  # how often the trail chart redraws while one of its runs is active
+MAX_POINTS = 400  # per series on the trail chart
+
+
+def _switched() -> None:
+    """on_change of the switch: turning it on launches the current config once more."""
+    st.session_state.pop(LAST_KEY, None)
+    st.session_state.pop(PENDING_KEY, None)
+
+
+def render(state: SidebarState, store: RunStore | None) -> None:
+    """The Playground block: the switch, its settings, the launcher and the trail chart."""
+    st.subheader("Playground")
+    if store is None:
+        return  # the Launch block above already says why there is no store
+    writable = store_access.writable(store)
+    switch, steps, trail = st.columns([2, 1, 1], vertical_alignment="bottom")
+    switch.toggle(
+        "Auto-run",
+        key=TOGGLE_KEY,
+        on_change=_switched,
+        disabled=not writable,
+        help="Each change of the sidebar launches a short run of it and draws its loss "
+        "here, next to the previous ones. A new change stops a still-running auto-run. "
+        + ("" if writable else store_access.READONLY_NOTICE),
+    )
+    steps.number_input(
+        "Steps per auto-run",
+        min_value=pg.MIN_STEPS,
+        max_value=pg.MAX_STEPS,
+        value=pg.DEFAULT_STEPS,
+        step=50,
+        key=STEPS_KEY,
+    )
+    trail.number_input(
+        "Runs on the chart",
+        min_value=1,
+        max_value=pg.MAX_TRAIL,
+        value=pg.DEFAULT_TRAIL,
+        key=TRAIL_LENGTH_KEY,
+    )
+    on = bool(st.session_state.get(TOGGLE_KEY)) and writable
+    candidate: str | None = None
+    if on:
+        if state.can_launch and state.run_config is not None:
+            steps_value = int(st.session_state[STEPS_KEY])
+            candidate = pg.auto_config(state.run_config, steps_value).to_json()
+        else:
+            st.warning(
+                f"Auto-run launches nothing until the config is valid: {ui.plain(state.problem)}",
+                icon=":material/block:",
+            )
+    st.caption(
+        "Auto-runs are ordinary runs tagged "
+        f"{ui.literal(AUTO_TAG)}: the sidebar's config with the steps above, probes and "
+        "samples only at the first and last step, and a few evaluations."
+    )
+    st.fragment(_launcher, run_every=LAUNCH_EVERY_S if on else None)(
+        candidate, f"auto-{state.name}", state.preset, store
+    )
+    active = on or any(_status(store, e.run_id) in ACTIVE_STATUSES for e in _trail())
+    st.fragment(_trail_view, run_every=CHART_EVERY_S if active else None)(store)
+
+
+def _trail() -> list[pg.TrailEntry]:
+    return list(st.session_state.get(TRAIL_KEY, []))
+
+
+def _run(store: RunStore, run_id: int) -> dict | None:
+    """The run's record, or None once it has been deleted from the store."""
+    try:
+        return store.get_run(run_id)
+    except ValueError:  # StoreError: no such run
+        return None
+
+
+def _status(store: RunStore, run_id: int) -> str:
+    run = _run(store, run_id)
+    return "deleted" if run is None else str(run["status"])
+
+
+def _launcher(candidate: str | None, name: str, preset: str, store: RunStore) -> None:
+    """Launch the sidebar's config once it has settled and differs from the last one."""
+    if candidate is None:
+        st.session_state.pop(PENDING_KEY, None)
+        return
+    now = time.time()
+    pending = pg.observe(st.session_state.get(PENDING_KEY), candidate, now)
+    st.session_state[PENDING_KEY] = pending
+    if not pg.should_launch(pending, now, st.session_state.get(LAST_KEY), pg.DEBOUNCE_S):
+        return
+    st.session_state[LAST_KEY] = candidate  # never twice, even when this launch fails
+    with ui.guard("Auto-run"):
+        _replace_and_launch(candidate, name, preset, store)
+        st.rerun(scope="app")  # the trail chart and Runs in progress start their timers
+
+
+def _replace_and_launch(candidate: str, name: str, preset: str, store: RunStore) -> None:
+    """Stop the trail's active runs, launch `candidate`, and add it to the trail."""
+    trail = _trail()
+    for entry in trail:
+        if _status(store, entry.run_id) in ACTIVE_STATUSES:
+            runner.stop_run(store, entry.run_id)
+    run_config = RunConfig.from_json(candidate)
+    previous = RunConfig.from_json(trail[-1].config_json) if trail else None
+    label = pg.change_label(previous, run_config, preset)
+    st.session_state.pop(ERROR_KEY, None)
+    try:
+        run_id = runner.launch(
+            run_config, name, store, max_running=runner.default_max_running(), tags=(AUTO_TAG,)
+        )
+    except runner.LaunchError as exc:
+        st.session_state[ERROR_KEY] = str(exc)
+        if exc.run_id is None:
+            return
+        run_id = exc.run_id  # a failed run is still a point of the trail: it says so
+    except ValueError as exc:  # ConfigError, StoreError: already worded for users
+        st.session_state[ERROR_KEY] = str(exc)
+        return
+    length = int(st.session_state.get(TRAIL_LENGTH_KEY, pg.DEFAULT_TRAIL))
+    entry = pg.TrailEntry(run_id, label, candidate)
+    st.session_state[TRAIL_KEY] = pg.add_to_trail(trail, entry, length)
+
+
+def _trail_view(store: RunStore) -> None:
+    """The trail's loss curves (newest marked) and one line per run with its status."""
+    with ui.guard("Playground chart"):
+        error = st.session_state.get(ERROR_KEY)
+        if error:
+            st.error(f"Auto-run failed to launch: {ui.plain(error)}")
+        length = int(st.session_state.get(TRAIL_LENGTH_KEY, pg.DEFAULT_TRAIL))
+        trail = _trail()[-length:]
+        if not trail:
+            st.caption("No auto-runs yet: turn Auto-run on, then change the sidebar.")
+            return
+        store_access.reap_dead(store)
+        labels = pg.legend_labels(trail)
+        known = {e.run_id for e in trail if _status(store, e.run_id) != "deleted"}
+        scalars = store.scalars(sorted(known), names=LOSS_NAMES, max_points=MAX_POINTS)
+        scalars = _relabelled(scalars, labels)
+        colors = charts.run_color_scale({i: labels[i] for i in known})
+        chart = charts.loss_chart(scalars, colors=colors, title="Auto-runs: loss")
+        ui.chart_with_downloads(chart, charts.chart_data(chart), "auto-runs loss", "playground")
+        for entry in reversed(trail):
+            _trail_line(store, entry, labels[entry.run_id])
+
+
+def _relabelled(scalars: pd.DataFrame, labels: dict[int, str]) -> pd.DataFrame:
+    """The store's scalars with each run named by its trail label (the legend's text)."""
+    if scalars.empty:
+        return scalars
+    return scalars.assign(run=scalars["run_id"].map(labels).astype(str))
+
+
+def _trail_line(store: RunStore, entry: pg.TrailEntry, label: str) -> None:
+    run = _run(store, entry.run_id)
+    if run is None:
+        st.markdown(f"{ui.plain(label)} · deleted")
+        return
+    text = f"{ui.plain(label)} · {run['status']}"
+    step, max_steps = run.get("step"), run.get("max_steps")
+    if step is not None and max_steps:
+        text += f" · step {int(step):,}/{int(max_steps):,}"
+    st.markdown(text)
