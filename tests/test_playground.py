@@ -14,12 +14,14 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from blockviz import runner
-from blockviz.core import config
+from blockviz.core import config, spec
 from blockviz.core.config import RunConfig
 from blockviz.core.tags import AUTO_TAG
 from blockviz.dashboard import playground as page_part
 from blockviz.store import RunStore, default_store_path
+from blockviz.views import charts, export
 from blockviz.views import playground as pg
+from tests import fakes
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
@@ -73,7 +75,9 @@ def test_change_label_stops_after_a_few_fields() -> None:
 def test_trail_keeps_the_newest_entries() -> None:
     trail: list[pg.TrailEntry] = []
     for run_id in range(1, 9):
-        trail = pg.add_to_trail(trail, pg.TrailEntry(run_id, f"change {run_id}", "{}"), 5)
+        trail = pg.add_to_trail(
+            trail, pg.TrailEntry(run_id, f"change {run_id}", f"c{run_id}", "{}"), 5
+        )
         assert len(trail) == min(run_id, 5)
         assert trail[-1].run_id == run_id  # oldest first, newest last
     assert [e.run_id for e in trail] == list(range(4, 9))
@@ -81,12 +85,31 @@ def test_trail_keeps_the_newest_entries() -> None:
         pg.add_to_trail(trail, trail[0], 0)
 
 
-def test_legend_labels_mark_only_the_newest() -> None:
-    trail = [pg.TrailEntry(i, f"label {i}", "{}") for i in (3, 5, 9)]
-    labels = pg.legend_labels(trail)
-    assert [i for i, text in labels.items() if "(newest)" in text] == [9]
-    assert all(text.startswith(f"#{i} label {i}") for i, text in labels.items())
-    assert pg.legend_labels([]) == {}
+def test_trail_lines_mark_only_the_newest() -> None:
+    trail = [pg.TrailEntry(i, f"label {i}", f"short {i}", "{}") for i in (3, 5, 9)]
+    lines = pg.trail_lines(trail)
+    assert [i for i, text in lines.items() if "(newest)" in text] == [9]
+    assert all(text.startswith(f"#{i} label {i}") for i, text in lines.items())
+    assert pg.legend_labels(trail) == {i: f"#{i} short {i}" for i in (3, 5, 9)}
+    assert pg.trail_lines([]) == {} == pg.legend_labels([])
+
+
+def test_trail_chart_names_runs_by_change_and_draws_the_newest_on_top(store: RunStore) -> None:
+    ids = fakes.populate(store, n_runs=3, n_steps=40, n_layer=2)
+    trail = [pg.TrailEntry(i, f"long label {i}", f"c{i}", "{}") for i in ids]
+    scalars = store.scalars(ids, names=spec.LOSS_NAMES)
+    chart = pg.trail_chart(scalars, trail)
+    plain = charts.loss_chart(scalars)
+    drawn = charts.chart_data(chart)
+    assert set(drawn["run"]) == set(pg.legend_labels(trail).values())
+    assert len(drawn) == len(charts.chart_data(plain))  # every point, relabelled only
+    assert len(chart.layer) == len(plain.layer) + 1
+    emphasis = chart.layer[-1].to_dict()
+    assert emphasis["mark"]["strokeWidth"] > 2
+    newest = pg.legend_labels(trail)[ids[-1]]
+    assert newest in json.dumps(emphasis["transform"])
+    assert export.chart_svg(chart).startswith("<svg")  # Vega renders it (params intact)
+    assert "no data yet" in json.dumps(pg.trail_chart(scalars.iloc[:0], trail).to_dict())
 
 
 def test_debounce_waits_for_a_settled_config() -> None:
@@ -184,8 +207,8 @@ def test_a_change_stops_the_active_auto_run_and_launches_the_new_config(
     assert fake_runner.stopped == first  # replaced, not queued behind
     assert [c.model.norm_position for c, _ in fake_runner.launched] == ["pre", "post"]
     shown = _texts(at, "markdown")
-    assert "norm_position: pre → post (newest) · running" in shown
-    assert "start: baby-cpu · stopped" in shown  # the replaced run stays in the trail
+    assert "#2 norm_position: pre → post (newest) · running" in shown
+    assert "#1 start: baby-cpu · stopped" in shown  # the replaced run stays in the trail
     assert len(at.session_state[page_part.TRAIL_KEY]) == 2
 
 
@@ -237,7 +260,7 @@ def test_auto_run_trains_a_real_run_and_draws_its_loss(store: RunStore) -> None:
     assert not at.exception and not _texts(at, "error")
     assert "completed" in _texts(at, "markdown")
     (drawn,) = _chart_frames(at, "Auto-runs: loss")
-    assert set(drawn["run"]) == {f"#{run_id} start: tiny (newest)"}
+    assert set(drawn["run"]) == {f"#{run_id} start: tiny"}
     losses = drawn[drawn["name"] == "train/loss"]
     assert len(losses) == len(store.scalars(run_id, names="train/loss")) > 0
 

@@ -4,15 +4,14 @@ short run (tagged `core.tags.AUTO_TAG`) and its loss joins a trail of the last f
 Two fragments: the launcher looks every second whether the sidebar's config has settled
 on one not launched yet (stopping the trail's still-active run first, so the new one
 takes its slot), and the trail chart redraws every two seconds while a run of it is
-active. Every decision is a pure function in `views.playground`; this module holds the
-session state and the widgets.
+active (a launch reruns the page, which starts that timer). Every decision is a pure
+function in `views.playground`; this module holds the session state and the widgets.
 """
 
 from __future__ import annotations
 
 import time
 
-import pandas as pd
 import streamlit as st
 
 from blockviz import runner
@@ -31,6 +30,7 @@ TRAIL_LENGTH_KEY = "playground.trail_length"
 PENDING_KEY = "playground.pending"  # views.playground.Pending: the config and since when
 LAST_KEY = "playground.last"  # JSON of the last config auto-launched (never twice)
 TRAIL_KEY = "playground.trail"  # list[views.playground.TrailEntry], oldest first
+TICKING_KEY = "playground.ticking"  # whether the chart's timer runs (a trail run is active)
 ERROR_KEY = "playground.error"  # the last launch's failure, shown until the next launch
 LAUNCH_EVERY_S = 1.0  # how often the launcher looks for a settled change
 CHART_EVERY_S = 2.0  # how often the trail chart redraws while one of its runs is active
@@ -93,8 +93,13 @@ def render(state: SidebarState, store: RunStore | None) -> None:
     st.fragment(_launcher, run_every=LAUNCH_EVERY_S if on else None)(
         candidate, f"auto-{state.name}", state.preset, store
     )
-    active = on or any(_status(store, e.run_id) in ACTIVE_STATUSES for e in _trail())
-    st.fragment(_trail_view, run_every=CHART_EVERY_S if active else None)(store)
+    ticking = _any_active(store)
+    st.session_state[TICKING_KEY] = ticking
+    st.fragment(_trail_view, run_every=CHART_EVERY_S if ticking else None)(store)
+
+
+def _any_active(store: RunStore) -> bool:
+    return any(_status(store, e.run_id) in ACTIVE_STATUSES for e in _trail())
 
 
 def _trail() -> list[pg.TrailEntry]:
@@ -139,6 +144,7 @@ def _replace_and_launch(candidate: str, name: str, preset: str, store: RunStore)
     run_config = RunConfig.from_json(candidate)
     previous = RunConfig.from_json(trail[-1].config_json) if trail else None
     label = pg.change_label(previous, run_config, preset)
+    short = pg.change_label(previous, run_config, preset, short=True)
     st.session_state.pop(ERROR_KEY, None)
     try:
         run_id = runner.launch(
@@ -153,7 +159,7 @@ def _replace_and_launch(candidate: str, name: str, preset: str, store: RunStore)
         st.session_state[ERROR_KEY] = str(exc)
         return
     length = int(st.session_state.get(TRAIL_LENGTH_KEY, pg.DEFAULT_TRAIL))
-    entry = pg.TrailEntry(run_id, label, candidate)
+    entry = pg.TrailEntry(run_id, label, short, candidate)
     st.session_state[TRAIL_KEY] = pg.add_to_trail(trail, entry, length)
 
 
@@ -169,22 +175,20 @@ def _trail_view(store: RunStore) -> None:
             st.caption("No auto-runs yet: turn Auto-run on, then change the sidebar.")
             return
         store_access.reap_dead(store)
-        labels = pg.legend_labels(trail)
-        known = {e.run_id for e in trail if _status(store, e.run_id) != "deleted"}
-        scalars = store.scalars(sorted(known), names=LOSS_NAMES, max_points=MAX_POINTS)
-        scalars = _relabelled(scalars, labels)
-        colors = charts.run_color_scale({i: labels[i] for i in known})
-        chart = charts.loss_chart(scalars, colors=colors, title="Auto-runs: loss")
+        if st.session_state.get(TICKING_KEY) and not _any_active(store):
+            st.session_state[TICKING_KEY] = False
+            st.rerun(scope="app")  # drop the timer: the trail's runs have all ended
+        known = [e for e in trail if _status(store, e.run_id) != "deleted"]
+        ids = [e.run_id for e in known]
+        if not ids:
+            st.caption("The auto-runs of this trail have been deleted.")
+            return
+        scalars = store.scalars(ids, names=LOSS_NAMES, max_points=MAX_POINTS)
+        chart = pg.trail_chart(scalars, known)
         ui.chart_with_downloads(chart, charts.chart_data(chart), "auto-runs loss", "playground")
+        lines = pg.trail_lines(trail)
         for entry in reversed(trail):
-            _trail_line(store, entry, labels[entry.run_id])
-
-
-def _relabelled(scalars: pd.DataFrame, labels: dict[int, str]) -> pd.DataFrame:
-    """The store's scalars with each run named by its trail label (the legend's text)."""
-    if scalars.empty:
-        return scalars
-    return scalars.assign(run=scalars["run_id"].map(labels).astype(str))
+            _trail_line(store, entry, lines[entry.run_id])
 
 
 def _trail_line(store: RunStore, entry: pg.TrailEntry, label: str) -> None:

@@ -11,8 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from blockviz.core import config
+import altair as alt
+import pandas as pd
+
+from blockviz.core import config, spec
 from blockviz.core.config import RunConfig
+from blockviz.views import charts
 
 DEFAULT_STEPS = 300  # a few hundred steps: loss curves part within them (README has times)
 MIN_STEPS, MAX_STEPS = 20, 5000  # short runs only: a long one belongs to Launch
@@ -21,6 +25,8 @@ MAX_TRAIL = 10  # one colour each (the run palette has ten)
 DEBOUNCE_S = 1.0  # a config must sit unchanged this long before it launches
 EVALS_PER_RUN = 4  # evaluations (each followed by a checkpoint) in one auto-run
 MAX_EVAL_ITERS = 10  # validation batches per evaluation in an auto-run
+TRAIL_TITLE = "Auto-runs: loss"
+NEWEST_WIDTH = 4  # the newest run's train loss, over the others' 2
 LABEL_FIELDS = 3  # changed fields named in a label before "+N more"
 # Never named in a label: the vocabulary follows the dataset (which is named), and the
 # cadence is what `auto_config` derives from the step count (max_steps is named).
@@ -58,17 +64,20 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def change_label(previous: RunConfig | None, current: RunConfig, start: str) -> str:
+def change_label(
+    previous: RunConfig | None, current: RunConfig, start: str, short: bool = False
+) -> str:
     """What changed from `previous` to `current`, in a few words.
 
     "start: <start>" for the first run of a trail, "norm_position: pre → post" for one
     change, up to LABEL_FIELDS changes joined by ", " and "+N more" after them, "no change"
-    when the configs are equal (the switch turned off and on again).
+    when the configs are equal (the switch turned off and on again). `short` drops the old
+    values ("norm_position=post"): the chart's legend cuts long labels.
     """
     if previous is None:
         return f"start: {start}"
     changes = [
-        f"{name}: {_shown(old)} → {_shown(new)}"
+        f"{name}={_shown(new)}" if short else f"{name}: {_shown(old)} → {_shown(new)}"
         for name, (old, new) in config.diff(previous, current).items()
         if name not in UNLABELLED
     ]
@@ -107,7 +116,8 @@ class TrailEntry:
     """One auto-run on the chart: its run id, what changed, and the config it trained."""
 
     run_id: int
-    label: str
+    label: str  # change_label's, for the trail's lines
+    short: str  # change_label's short one, for the chart's legend
     config_json: str  # the config it trained (`auto_config`'s), for the next label
 
 
@@ -118,9 +128,43 @@ def add_to_trail(trail: list[TrailEntry], entry: TrailEntry, length: int) -> lis
     return [*trail, entry][-length:]
 
 
-def legend_labels(trail: list[TrailEntry]) -> dict[int, str]:
-    """run id -> the name the chart shows: '#id label', the newest marked as such."""
+def trail_lines(trail: list[TrailEntry]) -> dict[int, str]:
+    """run id -> the line under the chart: '#id label', the newest marked as such."""
     out = {entry.run_id: f"#{entry.run_id} {entry.label}" for entry in trail}
     if trail:
         out[trail[-1].run_id] += " (newest)"
     return out
+
+
+def legend_labels(trail: list[TrailEntry]) -> dict[int, str]:
+    """run id -> the run's name on the chart: '#id short label' (fits the legend)."""
+    return {entry.run_id: f"#{entry.run_id} {entry.short}" for entry in trail}
+
+
+def trail_chart(scalars: pd.DataFrame, trail: list[TrailEntry]) -> alt.LayerChart:
+    """The trail's loss curves (charts.loss_chart, runs named by `legend_labels`), the
+    newest run's train loss drawn thicker on top."""
+    labels = legend_labels(trail)
+    if not scalars.empty:
+        scalars = scalars.assign(run=scalars["run_id"].map(labels).astype(str))
+    colors = charts.run_color_scale(labels)
+    chart = charts.loss_chart(scalars, colors=colors, title=TRAIL_TITLE)
+    data = charts.chart_data(chart)
+    if not trail or data.empty:
+        return chart
+    newest = labels[trail[-1].run_id]
+    emphasis = (
+        alt.Chart()
+        .mark_line(strokeWidth=NEWEST_WIDTH)
+        .encode(
+            x="step:Q",
+            y="smoothed:Q",
+            color=alt.Color("run:N", scale=colors, legend=None),
+        )
+        .transform_filter((alt.datum.run == newest) & (alt.datum.name == spec.LOSS_NAMES[0]))
+    )
+    # A copy keeps the top-level params (legend highlight, zoom) that Altair lifted out of
+    # the layers when loss_chart built it; a new LayerChart would lose them.
+    combined = chart.copy(deep=False)
+    combined.layer = [*chart.layer, emphasis]
+    return combined
