@@ -277,3 +277,35 @@ def _chart_frames(at: AppTest, title: str) -> list[pd.DataFrame]:
                 for d in element.proto.datasets
             ]
     return found
+
+
+def test_a_failed_launch_says_why_and_is_not_retried(
+    store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
+    calls: list[RunConfig] = []
+
+    def failing(run_config: RunConfig, *args: Any, **kw: Any) -> int:
+        calls.append(run_config)
+        raise runner.LaunchError("could not start the training process (**boom**)")
+
+    monkeypatch.setattr(runner, "launch", failing)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
+    at.run()
+    assert not at.exception and len(calls) == 1  # the same config is not launched again
+    assert "Auto-run failed to launch: could not start the training process (**boom**)" in (
+        _texts(at, "error")
+    )
+
+
+def test_a_read_only_store_disables_the_switch(
+    store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
+    monkeypatch.setattr(page_part.store_access, "writable", lambda run_store: False)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    assert at.toggle(key=page_part.TOGGLE_KEY).disabled
+    at.session_state[page_part.TOGGLE_KEY] = True  # even if it were on
+    at.run()
+    assert not at.exception and not fake_runner.launched
