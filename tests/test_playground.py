@@ -309,3 +309,21 @@ def test_a_read_only_store_disables_the_switch(
     at.session_state[page_part.TOGGLE_KEY] = True  # even if it were on
     at.run()
     assert not at.exception and not fake_runner.launched
+
+
+def test_auto_run_stays_on_across_pages_and_launches_what_changed_meanwhile(
+    store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.number_input(key=page_part.STEPS_KEY).set_value(pg.MIN_STEPS).run()
+    at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
+    at.switch_page("pages/parameters.py").run()
+    at.selectbox(key="cfg.norm_position").set_value("post").run()
+    assert len(fake_runner.launched) == 1  # the Playground lives on Train
+    at.switch_page("pages/train.py").run()
+    assert not at.exception
+    assert at.toggle(key=page_part.TOGGLE_KEY).value
+    assert at.number_input(key=page_part.STEPS_KEY).value == pg.MIN_STEPS
+    assert [c.model.norm_position for c, _ in fake_runner.launched] == ["pre", "post"]
+    assert fake_runner.launched[-1][0].train.max_steps == pg.MIN_STEPS

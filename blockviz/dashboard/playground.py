@@ -32,6 +32,8 @@ LAST_KEY = "playground.last"  # JSON of the last config auto-launched (never twi
 TRAIL_KEY = "playground.trail"  # list[views.playground.TrailEntry], oldest first
 TICKING_KEY = "playground.ticking"  # whether the chart's timer runs (a trail run is active)
 ERROR_KEY = "playground.error"  # the last launch's failure, shown until the next launch
+KEPT = "kept."  # the widgets' values under keys Streamlit does not drop off the page
+WIDGETS = {TOGGLE_KEY: False, STEPS_KEY: pg.DEFAULT_STEPS, TRAIL_LENGTH_KEY: pg.DEFAULT_TRAIL}
 LAUNCH_EVERY_S = 1.0  # how often the launcher looks for a settled change
 CHART_EVERY_S = 2.0  # how often the trail chart redraws while one of its runs is active
 MAX_POINTS = 400  # per series on the trail chart
@@ -49,6 +51,8 @@ def render(state: SidebarState, store: RunStore | None) -> None:
     if store is None:
         return  # the Launch block above already says why there is no store
     writable = store_access.writable(store)
+    for key, default in WIDGETS.items():
+        _restore(key, default)
     switch, steps, trail = st.columns([2, 1, 1], vertical_alignment="bottom")
     switch.toggle(
         "Auto-run",
@@ -63,7 +67,6 @@ def render(state: SidebarState, store: RunStore | None) -> None:
         "Steps per auto-run",
         min_value=pg.MIN_STEPS,
         max_value=pg.MAX_STEPS,
-        value=pg.DEFAULT_STEPS,
         step=50,
         key=STEPS_KEY,
     )
@@ -71,9 +74,10 @@ def render(state: SidebarState, store: RunStore | None) -> None:
         "Runs on the chart",
         min_value=1,
         max_value=pg.MAX_TRAIL,
-        value=pg.DEFAULT_TRAIL,
         key=TRAIL_LENGTH_KEY,
     )
+    for key in WIDGETS:
+        st.session_state[KEPT + key] = st.session_state[key]
     on = bool(st.session_state.get(TOGGLE_KEY)) and writable
     candidate: str | None = None
     if on:
@@ -100,6 +104,13 @@ def render(state: SidebarState, store: RunStore | None) -> None:
 
 def _any_active(store: RunStore) -> bool:
     return any(_status(store, e.run_id) in ACTIVE_STATUSES for e in _trail())
+
+
+def _restore(key: str, default: object) -> None:
+    """A widget's value back after another page (Streamlit drops the keys of widgets a page
+    did not draw), else its default."""
+    if key not in st.session_state:
+        st.session_state[key] = st.session_state.get(KEPT + key, default)
 
 
 def _trail() -> list[pg.TrailEntry]:
