@@ -18,7 +18,7 @@ from blockviz.core import config, spec
 from blockviz.core.config import RunConfig
 from blockviz.core.tags import AUTO_TAG
 from blockviz.dashboard import playground as page_part
-from blockviz.store import RunStore, default_store_path
+from blockviz.store import RunStore, StoreLocked, default_store_path
 from blockviz.views import charts, export
 from blockviz.views import playground as pg
 from tests import fakes
@@ -327,3 +327,26 @@ def test_auto_run_stays_on_across_pages_and_launches_what_changed_meanwhile(
     assert at.number_input(key=page_part.STEPS_KEY).value == pg.MIN_STEPS
     assert [c.model.norm_position for c, _ in fake_runner.launched] == ["pre", "post"]
     assert fake_runner.launched[-1][0].train.max_steps == pg.MIN_STEPS
+
+
+def test_a_locked_store_while_stopping_retries_instead_of_skipping_the_change(
+    store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
+    stop_for_real = fake_runner.stop_run
+    refusals = [StoreLocked("the run store is locked by another process; try again")]
+
+    def locked_once(run_store: RunStore, run_id: int) -> runner.StopOutcome:
+        if refusals:
+            raise refusals.pop()
+        return stop_for_real(run_store, run_id)
+
+    monkeypatch.setattr(runner, "stop_run", locked_once)
+    at.selectbox(key="cfg.norm_position").set_value("post").run()
+    assert "locked" in _texts(at, "error")
+    assert len(fake_runner.launched) == 1  # not launched beside a run it could not stop
+    at.run()  # the launcher's next look
+    assert [c.model.norm_position for c, _ in fake_runner.launched] == ["pre", "post"]
+    assert fake_runner.stopped == store.runs_frame()["id"].tolist()[:1]

@@ -11,7 +11,9 @@ function in `views.playground`; this module holds the session state and the widg
 from __future__ import annotations
 
 import time
+from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from blockviz import runner
@@ -97,13 +99,15 @@ def render(state: SidebarState, store: RunStore | None) -> None:
     st.fragment(_launcher, run_every=LAUNCH_EVERY_S if on else None)(
         candidate, f"auto-{state.name}", state.preset, store
     )
-    ticking = _any_active(store)
+    ticking = False
+    with ui.guard("Auto-runs"):
+        ticking = _any_active(_runs(store))
     st.session_state[TICKING_KEY] = ticking
     st.fragment(_trail_view, run_every=CHART_EVERY_S if ticking else None)(store)
 
 
-def _any_active(store: RunStore) -> bool:
-    return any(_status(store, e.run_id) in ACTIVE_STATUSES for e in _trail())
+def _any_active(runs: dict[int, dict[str, Any]]) -> bool:
+    return any(_status(runs, e.run_id) in ACTIVE_STATUSES for e in _trail())
 
 
 def _restore(key: str, default: object) -> None:
@@ -117,16 +121,15 @@ def _trail() -> list[pg.TrailEntry]:
     return list(st.session_state.get(TRAIL_KEY, []))
 
 
-def _run(store: RunStore, run_id: int) -> dict | None:
-    """The run's record, or None once it has been deleted from the store."""
-    try:
-        return store.get_run(run_id)
-    except ValueError:  # StoreError: no such run
-        return None
+def _runs(store: RunStore) -> dict[int, dict[str, Any]]:
+    """Every run's row (id -> status, step, max_steps, ...) in one read; a store error
+    propagates (a locked store is not a deleted run)."""
+    frame = store.runs_frame()
+    return {int(row["id"]): row for row in frame.to_dict("records")}
 
 
-def _status(store: RunStore, run_id: int) -> str:
-    run = _run(store, run_id)
+def _status(runs: dict[int, dict[str, Any]], run_id: int) -> str:
+    run = runs.get(run_id)
     return "deleted" if run is None else str(run["status"])
 
 
@@ -140,7 +143,6 @@ def _launcher(candidate: str | None, name: str, preset: str, store: RunStore) ->
     st.session_state[PENDING_KEY] = pending
     if not pg.should_launch(pending, now, st.session_state.get(LAST_KEY), pg.DEBOUNCE_S):
         return
-    st.session_state[LAST_KEY] = candidate  # never twice, even when this launch fails
     with ui.guard("Auto-run"):
         _replace_and_launch(candidate, name, preset, store)
         st.rerun(scope="app")  # the trail chart and Runs in progress start their timers
@@ -149,9 +151,13 @@ def _launcher(candidate: str | None, name: str, preset: str, store: RunStore) ->
 def _replace_and_launch(candidate: str, name: str, preset: str, store: RunStore) -> None:
     """Stop the trail's active runs, launch `candidate`, and add it to the trail."""
     trail = _trail()
+    runs = _runs(store)
     for entry in trail:
-        if _status(store, entry.run_id) in ACTIVE_STATUSES:
+        if _status(runs, entry.run_id) in ACTIVE_STATUSES:
             runner.stop_run(store, entry.run_id)
+    # Set once the old runs are stopped (a locked store above retries on the next tick);
+    # from here on never twice, even when the launch fails.
+    st.session_state[LAST_KEY] = candidate
     run_config = RunConfig.from_json(candidate)
     previous = RunConfig.from_json(trail[-1].config_json) if trail else None
     label = pg.change_label(previous, run_config, preset)
@@ -186,10 +192,11 @@ def _trail_view(store: RunStore) -> None:
             st.caption("No auto-runs yet: turn Auto-run on, then change the sidebar.")
             return
         store_access.reap_dead(store)
-        if st.session_state.get(TICKING_KEY) and not _any_active(store):
+        runs = _runs(store)
+        if st.session_state.get(TICKING_KEY) and not _any_active(runs):
             st.session_state[TICKING_KEY] = False
             st.rerun(scope="app")  # drop the timer: the trail's runs have all ended
-        known = [e for e in trail if _status(store, e.run_id) != "deleted"]
+        known = [e for e in trail if e.run_id in runs]
         ids = [e.run_id for e in known]
         if not ids:
             st.caption("The auto-runs of this trail have been deleted.")
@@ -199,16 +206,16 @@ def _trail_view(store: RunStore) -> None:
         ui.chart_with_downloads(chart, charts.chart_data(chart), "auto-runs loss", "playground")
         lines = pg.trail_lines(trail)
         for entry in reversed(trail):
-            _trail_line(store, entry, lines[entry.run_id])
+            _trail_line(runs.get(entry.run_id), lines[entry.run_id])
 
 
-def _trail_line(store: RunStore, entry: pg.TrailEntry, label: str) -> None:
-    run = _run(store, entry.run_id)
+def _trail_line(run: dict[str, Any] | None, label: str) -> None:
+    """'#2 norm_position: pre → post (newest) · running · step 120/300' (plain text)."""
     if run is None:
         st.markdown(f"{ui.plain(label)} · deleted")
         return
     text = f"{ui.plain(label)} · {run['status']}"
     step, max_steps = run.get("step"), run.get("max_steps")
-    if step is not None and max_steps:
+    if not pd.isna(step) and not pd.isna(max_steps) and max_steps:
         text += f" · step {int(step):,}/{int(max_steps):,}"
     st.markdown(text)
