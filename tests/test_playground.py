@@ -96,7 +96,8 @@ def test_trail_lines_mark_only_the_newest() -> None:
 
 def test_trail_chart_names_runs_by_change_and_draws_the_newest_on_top(store: RunStore) -> None:
     ids = fakes.populate(store, n_runs=3, n_steps=40, n_layer=2)
-    trail = [pg.TrailEntry(i, f"long label {i}", f"c{i}", "{}") for i in ids]
+    # Short labels as typed into a field: quotes and backslashes must not break the chart.
+    trail = [pg.TrailEntry(i, f"long label {i}", f"c{i}='\\\"", "{}") for i in ids]
     scalars = store.scalars(ids, names=spec.LOSS_NAMES)
     chart = pg.trail_chart(scalars, trail)
     plain = charts.loss_chart(scalars)
@@ -105,10 +106,11 @@ def test_trail_chart_names_runs_by_change_and_draws_the_newest_on_top(store: Run
     assert len(drawn) == len(charts.chart_data(plain))  # every point, relabelled only
     assert len(chart.layer) == len(plain.layer) + 1
     emphasis = chart.layer[-1].to_dict()
-    assert emphasis["mark"]["strokeWidth"] > 2
+    assert emphasis["mark"]["strokeWidth"] == pg.NEWEST_WIDTH == 4
     newest = pg.legend_labels(trail)[ids[-1]]
-    assert newest in json.dumps(emphasis["transform"])
-    assert export.chart_svg(chart).startswith("<svg")  # Vega renders it (params intact)
+    assert {"field": "run", "equal": newest} in [t["filter"] for t in emphasis["transform"]]
+    svg = export.chart_svg(chart)  # Vega renders it: params intact, the filter matches
+    assert 'stroke-width="4"' in svg and 'stroke-width="4"' not in export.chart_svg(plain)
     assert "no data yet" in json.dumps(pg.trail_chart(scalars.iloc[:0], trail).to_dict())
 
 

@@ -1,5 +1,6 @@
 """The Playground loop's bookkeeping (torch-free, Streamlit-free): what an auto-run trains,
-when a sidebar change is settled enough to launch, what changed, and the trail of runs.
+when a sidebar change is settled enough to launch, what changed, the trail of runs and
+its chart.
 
 The Train page's Auto-run switch (`dashboard/playground.py`) keeps its state in the
 session and asks these functions every decision, so each is a plain function of values
@@ -161,7 +162,9 @@ def trail_chart(scalars: pd.DataFrame, trail: list[TrailEntry]) -> alt.LayerChar
             y="smoothed:Q",
             color=alt.Color("run:N", scale=colors, legend=None),
         )
-        .transform_filter((alt.datum.run == newest) & (alt.datum.name == spec.LOSS_NAMES[0]))
+        # Field predicates, not expressions: a label may hold any character.
+        .transform_filter(alt.FieldEqualPredicate(field="run", equal=newest))
+        .transform_filter(alt.FieldEqualPredicate(field="name", equal=spec.LOSS_NAMES[0]))
     )
     # A copy keeps the top-level params (legend highlight, zoom) that Altair lifted out of
     # the layers when loss_chart built it; a new LayerChart would lose them.
