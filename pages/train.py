@@ -4,7 +4,7 @@ import streamlit as st
 
 from blockviz import runner
 from blockviz.core import params
-from blockviz.dashboard import sidebar, store_access, ui
+from blockviz.dashboard import playground, sidebar, store_access, ui
 from blockviz.store import RunStore
 from blockviz.views import charts, diagram
 from blockviz.views.breakdown import block_shares, breakdown_frames, share_sentence
@@ -120,6 +120,8 @@ else:
         _wiring()
     with summary:
         _parameters()
+
+playground.render(state, store)  # Auto-run: the Playground loop
 
 
 def _progress(run_store: RunStore) -> None:

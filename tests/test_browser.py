@@ -171,3 +171,61 @@ def test_launch_watch_live_and_compare(app_url: str) -> None:
                 assert "report.html" in archive.namelist()
         finally:
             browser.close()
+
+
+def _loss_rows(run_id: int) -> int:
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        if store.runs_frame().empty or run_id not in set(store.runs_frame()["id"]):
+            return 0
+        return len(store.scalars(run_id, names="train/loss"))
+
+
+def test_auto_run_draws_pre_ln_then_post_ln_without_launch(app_url: str) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1366, "height": 768})
+            page.set_default_timeout(30_000)
+            expect.set_options(timeout=STEP_WAIT_MS)
+            page.goto(app_url)
+            sidebar = page.get_by_test_id("stSidebar")
+            main = page.get_by_test_id("stMain")
+            sidebar.get_by_role("combobox", name="Start from a preset").click()
+            page.get_by_role("option", name="tiny", exact=True).click()
+            expect(sidebar.get_by_text("2 layers, d_model 32")).to_be_visible()
+
+            # Auto-run on: the sidebar's Pre-LN config trains and its loss is drawn.
+            main.get_by_text("Auto-run", exact=True).click()
+            trail = main.locator("p")  # one line per auto-run, under the chart
+            expect(trail.filter(has_text="#1 start: tiny (newest) ·")).to_be_visible()
+            deadline = time.monotonic() + STEP_WAIT_MS / 1000
+            while _loss_rows(1) == 0 and time.monotonic() < deadline:
+                page.wait_for_timeout(500)
+            assert _loss_rows(1) > 0, "the first auto-run logged no loss"
+            chart = main.get_by_test_id("stVegaLiteChart").filter(has_text="Auto-runs: loss")
+            expect(chart).to_be_visible()
+
+            # Flip to Post-LN: a second run is launched and joins the chart; no Launch.
+            sidebar.get_by_role("combobox", name="Norm position").click()
+            page.get_by_role("option", name="post", exact=True).click()
+            second = trail.filter(has_text="#2 norm_position: pre → post (newest) ·")
+            expect(second).to_be_visible()
+            # The replaced run stays in the trail, no longer the newest.
+            expect(trail.filter(has_text="#1 start: tiny ·")).to_be_visible()
+            deadline = time.monotonic() + STEP_WAIT_MS / 1000
+            while _loss_rows(2) == 0 and time.monotonic() < deadline:
+                page.wait_for_timeout(500)
+            assert _loss_rows(2) > 0, "the second auto-run logged no loss"
+            # Both curves in the chart: its legend names the two runs.
+            expect(chart.get_by_text("#2 norm_position=post", exact=True)).to_be_visible()
+            expect(chart.get_by_text("#1 start: tiny", exact=True)).to_be_visible()
+            assert main.get_by_text("Launched run #").count() == 0
+            assert page.get_by_test_id("stException").count() == 0
+            with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+                runs = store.runs_frame()
+            assert list(runs["id"]) == [1, 2]
+            assert all("auto" in tags.split(", ") for tags in runs["tags"])
+        finally:
+            browser.close()

@@ -1,0 +1,354 @@
+"""The Playground loop (Auto-run on Train): its pure bookkeeping and the page behaviour."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from blockviz import runner
+from blockviz.core import config, spec
+from blockviz.core.config import RunConfig
+from blockviz.core.tags import AUTO_TAG
+from blockviz.dashboard import playground as page_part
+from blockviz.store import RunStore, StoreLocked, default_store_path
+from blockviz.views import charts, export
+from blockviz.views import playground as pg
+from tests import fakes
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "app.py")
+TIMEOUT = 30
+CADENCE = {"max_steps", "warmup_steps", "eval_interval", "eval_iters", "probe_interval"}
+CADENCE |= {"sample_interval"}
+
+
+# ---------------------------------------------------------------------------- pure logic
+
+
+@pytest.mark.parametrize("preset", list(config.PRESETS))
+@pytest.mark.parametrize("steps", [pg.MIN_STEPS, pg.DEFAULT_STEPS, 1234])
+def test_auto_config_changes_only_the_length_and_cadence(preset: str, steps: int) -> None:
+    sidebar = config.preset(preset)
+    auto = pg.auto_config(sidebar, steps)
+    assert auto.train.max_steps == steps
+    assert set(config.diff(sidebar, auto)) <= CADENCE  # the model and data stay as set
+    assert auto.model == sidebar.model and auto.data == sidebar.data
+    evaluations = steps // auto.train.eval_interval
+    assert pg.EVALS_PER_RUN <= evaluations <= pg.EVALS_PER_RUN + 1
+    assert auto.train.warmup_steps <= steps
+    assert auto.train.eval_iters <= min(sidebar.train.eval_iters, pg.MAX_EVAL_ITERS)
+    # Probes and samples at the first and last step only: nothing between.
+    assert auto.train.probe_interval == steps and auto.train.sample_interval == steps
+
+
+def test_change_label_names_what_changed() -> None:
+    before = config.preset("baby-cpu")
+    assert pg.change_label(None, before, "baby-cpu") == "start: baby-cpu"
+    assert pg.change_label(before, before, "baby-cpu") == "no change"
+    post = config.replace(before, norm_position="post")
+    assert pg.change_label(before, post, "baby-cpu") == "norm_position: pre → post"
+    no_skip = config.replace(before, residual=False, final_norm=True)
+    label = pg.change_label(before, no_skip, "baby-cpu")
+    assert "residual: on → off" in label and "final_norm: auto → on" in label
+    # The vocabulary follows the dataset: only the dataset is named.
+    other_data = config.replace(before, dataset="pycode", vocab_size=99)
+    assert pg.change_label(before, other_data, "baby-cpu") == "dataset: pydocs → pycode"
+
+
+def test_change_label_stops_after_a_few_fields() -> None:
+    before = config.preset("baby-cpu")
+    changes = {"n_layer": 2, "n_head": 2, "d_model": 64, "lr": 0.01, "seed": 7}
+    after = config.replace(before, **changes)
+    label = pg.change_label(before, after, "baby-cpu")
+    assert label.count("→") == pg.LABEL_FIELDS
+    assert label.endswith(f"+{len(changes) - pg.LABEL_FIELDS} more")
+
+
+def test_trail_keeps_the_newest_entries() -> None:
+    trail: list[pg.TrailEntry] = []
+    for run_id in range(1, 9):
+        trail = pg.add_to_trail(
+            trail, pg.TrailEntry(run_id, f"change {run_id}", f"c{run_id}", "{}"), 5
+        )
+        assert len(trail) == min(run_id, 5)
+        assert trail[-1].run_id == run_id  # oldest first, newest last
+    assert [e.run_id for e in trail] == list(range(4, 9))
+    with pytest.raises(ValueError, match="trail length"):
+        pg.add_to_trail(trail, trail[0], 0)
+
+
+def test_trail_lines_mark_only_the_newest() -> None:
+    trail = [pg.TrailEntry(i, f"label {i}", f"short {i}", "{}") for i in (3, 5, 9)]
+    lines = pg.trail_lines(trail)
+    assert [i for i, text in lines.items() if "(newest)" in text] == [9]
+    assert all(text.startswith(f"#{i} label {i}") for i, text in lines.items())
+    assert pg.legend_labels(trail) == {i: f"#{i} short {i}" for i in (3, 5, 9)}
+    assert pg.trail_lines([]) == {} == pg.legend_labels([])
+
+
+def test_trail_chart_names_runs_by_change_and_draws_the_newest_on_top(store: RunStore) -> None:
+    ids = fakes.populate(store, n_runs=3, n_steps=40, n_layer=2)
+    # Short labels as typed into a field: quotes and backslashes must not break the chart.
+    trail = [pg.TrailEntry(i, f"long label {i}", f"c{i}='\\\"", "{}") for i in ids]
+    scalars = store.scalars(ids, names=spec.LOSS_NAMES)
+    chart = pg.trail_chart(scalars, trail)
+    plain = charts.loss_chart(scalars)
+    drawn = charts.chart_data(chart)
+    assert set(drawn["run"]) == set(pg.legend_labels(trail).values())
+    assert len(drawn) == len(charts.chart_data(plain))  # every point, relabelled only
+    assert len(chart.layer) == len(plain.layer) + 1
+    emphasis = chart.layer[-1].to_dict()
+    assert emphasis["mark"]["strokeWidth"] == pg.NEWEST_WIDTH == 4
+    newest = pg.legend_labels(trail)[ids[-1]]
+    assert {"field": "run", "equal": newest} in [t["filter"] for t in emphasis["transform"]]
+    svg = export.chart_svg(chart)  # Vega renders it: params intact, the filter matches
+    assert 'stroke-width="4"' in svg and 'stroke-width="4"' not in export.chart_svg(plain)
+    assert "no data yet" in json.dumps(pg.trail_chart(scalars.iloc[:0], trail).to_dict())
+
+
+def test_debounce_waits_for_a_settled_config() -> None:
+    debounce = 1.0
+    pending = pg.observe(None, "A", now=100.0)
+    assert not pg.should_launch(pending, 100.0 + debounce / 2, None, debounce)
+    # Another change before the wait is over restarts the clock.
+    pending = pg.observe(pending, "B", now=100.0 + debounce * 0.9)
+    assert not pg.should_launch(pending, 100.0 + debounce * 1.1, None, debounce)
+    assert pg.should_launch(pending, 100.0 + debounce * 1.9, None, debounce)
+    # The same config seen again keeps its first time.
+    assert pg.observe(pending, "B", now=500.0) == pending
+    # Never twice for the config launched last, however long it sits.
+    assert not pg.should_launch(pending, 10_000.0, "B", debounce)
+    assert pg.should_launch(pending, 10_000.0, "A", debounce)
+
+
+# ---------------------------------------------------------------------------- the page
+
+
+@pytest.fixture
+def store() -> Iterator[RunStore]:
+    run_store = RunStore(default_store_path())
+    yield run_store
+    run_store.close()
+
+
+class FakeRunner:
+    """runner.launch / stop_run stand-ins: runs recorded in the store, no processes."""
+
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+        self.launched: list[tuple[RunConfig, dict[str, Any]]] = []
+        self.stopped: list[int] = []
+
+    def launch(self, run_config: RunConfig, name: str | None, store: RunStore, **kw: Any) -> int:
+        self.launched.append((run_config, kw))
+        return store.create_run(
+            name or "run",
+            run_config.to_json(),
+            status="running",
+            max_steps=run_config.train.max_steps,
+            tags=kw.get("tags", ()),
+        )
+
+    def stop_run(self, store: RunStore, run_id: int) -> runner.StopOutcome:
+        self.stopped.append(run_id)
+        store.update_run(run_id, status="stopped", ended=time.time())
+        return runner.StopOutcome("stopped")
+
+
+@pytest.fixture
+def fake_runner(store: RunStore, monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
+    fake = FakeRunner(store)
+    monkeypatch.setattr(runner, "launch", fake.launch)
+    monkeypatch.setattr(runner, "stop_run", fake.stop_run)
+    return fake
+
+
+def _texts(at: AppTest, kind: str) -> str:
+    return "\n".join(str(e.value).replace("\\", "") for e in getattr(at, kind))
+
+
+def test_switching_auto_run_on_launches_the_sidebar_config_once(
+    store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    assert not fake_runner.launched  # off by default
+    at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
+    assert not at.exception
+    ((launched, options),) = fake_runner.launched
+    steps = at.number_input(key=page_part.STEPS_KEY).value
+    assert launched.train.max_steps == steps
+    assert options["tags"] == (AUTO_TAG,)
+    assert launched.model.norm_position == at.selectbox(key="cfg.norm_position").value
+    (row,) = store.runs_frame().itertuples()
+    assert AUTO_TAG in row.tags.split(", ")
+    # The same config again, on any rerun: nothing more is launched.
+    at.run()
+    at.run()
+    assert len(fake_runner.launched) == 1
+    assert "start: baby-cpu" in _texts(at, "markdown")
+
+
+def test_a_change_stops_the_active_auto_run_and_launches_the_new_config(
+    store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
+    first = store.runs_frame()["id"].tolist()
+    at.selectbox(key="cfg.norm_position").set_value("post").run()
+    assert not at.exception
+    assert fake_runner.stopped == first  # replaced, not queued behind
+    assert [c.model.norm_position for c, _ in fake_runner.launched] == ["pre", "post"]
+    shown = _texts(at, "markdown")
+    assert "#2 norm_position: pre → post (newest) · running" in shown
+    assert "#1 start: baby-cpu · stopped" in shown  # the replaced run stays in the trail
+    assert len(at.session_state[page_part.TRAIL_KEY]) == 2
+
+
+def test_a_change_waits_until_the_config_settles(
+    store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg, "DEBOUNCE_S", 0.5)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
+    assert not fake_runner.launched  # just changed: not settled yet
+    time.sleep(0.6)
+    at.run()  # what the launcher fragment's timer does
+    assert len(fake_runner.launched) == 1
+
+
+def test_an_invalid_config_launches_nothing_and_says_why(
+    store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.number_input(key="cfg.d_model").set_value(130).run()
+    at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
+    assert not at.exception
+    assert not fake_runner.launched
+    assert "Auto-run launches nothing" in _texts(at, "warning")
+    assert "d_model" in _texts(at, "warning")
+
+
+@pytest.mark.slow
+def test_auto_run_trains_a_real_run_and_draws_its_loss(store: RunStore) -> None:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.selectbox(key="cfg.preset").set_value("tiny").run()
+    at.number_input(key=page_part.STEPS_KEY).set_value(pg.MIN_STEPS).run()
+    at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
+    deadline = time.monotonic() + pg.DEBOUNCE_S + 5
+    while store.runs_frame().empty:
+        assert time.monotonic() < deadline, "no auto-run launched"
+        time.sleep(pg.DEBOUNCE_S / 2)
+        at.run()
+    (run_id,) = store.runs_frame()["id"].tolist()
+    deadline = time.monotonic() + 120
+    while store.get_run(run_id)["status"] in ("queued", "running"):
+        assert time.monotonic() < deadline, "the auto-run did not finish in 120 s"
+        time.sleep(0.5)
+    run = store.get_run(run_id)
+    assert run["status"] == "completed", run["error"]
+    assert run["step"] == pg.MIN_STEPS and AUTO_TAG in run["tags"]
+    at.run()
+    assert not at.exception and not _texts(at, "error")
+    assert "completed" in _texts(at, "markdown")
+    (drawn,) = _chart_frames(at, "Auto-runs: loss")
+    assert set(drawn["run"]) == {f"#{run_id} start: tiny"}
+    losses = drawn[drawn["name"] == "train/loss"]
+    assert len(losses) == len(store.scalars(run_id, names="train/loss")) > 0
+
+
+def _chart_frames(at: AppTest, title: str) -> list[pd.DataFrame]:
+    """The data frames the page sent for the chart titled `title` (decoded from Arrow)."""
+    found = []
+    for element in at.get("vega_lite_chart"):
+        spec = json.loads(element.proto.spec)
+        shown = spec.get("title")
+        if (shown.get("text") if isinstance(shown, dict) else shown) == title:
+            found += [
+                pa.ipc.open_stream(d.data.data).read_all().to_pandas()
+                for d in element.proto.datasets
+            ]
+    return found
+
+
+def test_a_failed_launch_says_why_and_is_not_retried(
+    store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
+    calls: list[RunConfig] = []
+
+    def failing(run_config: RunConfig, *args: Any, **kw: Any) -> int:
+        calls.append(run_config)
+        raise runner.LaunchError("could not start the training process (**boom**)")
+
+    monkeypatch.setattr(runner, "launch", failing)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
+    at.run()
+    assert not at.exception and len(calls) == 1  # the same config is not launched again
+    assert "Auto-run failed to launch: could not start the training process (**boom**)" in (
+        _texts(at, "error")
+    )
+
+
+def test_a_read_only_store_disables_the_switch(
+    store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
+    monkeypatch.setattr(page_part.store_access, "writable", lambda run_store: False)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    assert at.toggle(key=page_part.TOGGLE_KEY).disabled
+    at.session_state[page_part.TOGGLE_KEY] = True  # even if it were on
+    at.run()
+    assert not at.exception and not fake_runner.launched
+
+
+def test_auto_run_stays_on_across_pages_and_launches_what_changed_meanwhile(
+    store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.number_input(key=page_part.STEPS_KEY).set_value(pg.MIN_STEPS).run()
+    at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
+    at.switch_page("pages/parameters.py").run()
+    at.selectbox(key="cfg.norm_position").set_value("post").run()
+    assert len(fake_runner.launched) == 1  # the Playground lives on Train
+    at.switch_page("pages/train.py").run()
+    assert not at.exception
+    assert at.toggle(key=page_part.TOGGLE_KEY).value
+    assert at.number_input(key=page_part.STEPS_KEY).value == pg.MIN_STEPS
+    assert [c.model.norm_position for c, _ in fake_runner.launched] == ["pre", "post"]
+    assert fake_runner.launched[-1][0].train.max_steps == pg.MIN_STEPS
+
+
+def test_a_locked_store_while_stopping_retries_instead_of_skipping_the_change(
+    store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
+    stop_for_real = fake_runner.stop_run
+    refusals = [StoreLocked("the run store is locked by another process; try again")]
+
+    def locked_once(run_store: RunStore, run_id: int) -> runner.StopOutcome:
+        if refusals:
+            raise refusals.pop()
+        return stop_for_real(run_store, run_id)
+
+    monkeypatch.setattr(runner, "stop_run", locked_once)
+    at.selectbox(key="cfg.norm_position").set_value("post").run()
+    assert "locked" in _texts(at, "error")
+    assert len(fake_runner.launched) == 1  # not launched beside a run it could not stop
+    at.run()  # the launcher's next look
+    assert [c.model.norm_position for c, _ in fake_runner.launched] == ["pre", "post"]
+    assert fake_runner.stopped == store.runs_frame()["id"].tolist()[:1]
