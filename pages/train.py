@@ -112,6 +112,7 @@ def _parameters() -> None:
 
 st.subheader("Launch")
 _launch()
+playground.render(state, store)  # Auto-run: the Playground loop, right under Launch
 if model_cfg is None:
     sidebar.show_invalid(state, "to see the block and its parameters")
 else:
@@ -120,8 +121,6 @@ else:
         _wiring()
     with summary:
         _parameters()
-
-playground.render(state, store)  # Auto-run: the Playground loop
 
 
 def _progress(run_store: RunStore) -> None:
