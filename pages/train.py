@@ -5,6 +5,7 @@ import streamlit as st
 from blockviz import runner
 from blockviz.core import params
 from blockviz.dashboard import sidebar, store_access, ui
+from blockviz.dashboard.code_download import code_download_button
 from blockviz.store import RunStore
 from blockviz.views import charts, diagram
 from blockviz.views.breakdown import block_shares, breakdown_frames, share_sentence
@@ -84,6 +85,7 @@ with summary:
             icon=":material/rocket_launch:",
             help=None if store_access.writable(store) else store_access.READONLY_NOTICE,
         )
+        code_download_button(state.run_config, state.name, key="train.code")
         st.caption(
             f"Up to {slots} run(s) train at once (set BLOCKVIZ_MAX_RUNNING to change it); "
             "more wait as queued and start when a slot frees."

@@ -138,15 +138,19 @@ def _stop_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", help="run store path")
 
 
-@command("export", "export charts, data and a report of runs", "blockviz.cli.export:cli_main")
+@command(
+    "export",
+    "export charts, data and a report of runs, or runs as code",
+    "blockviz.cli.export:cli_main",
+)
 def _export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", help="run ids or names")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument(
         "--format",
-        choices=["png", "svg", "html", "csv", "zip", "all"],
+        choices=["png", "svg", "html", "csv", "zip", "all", "code"],
         default="all",
-        help="what to write (default: all)",
+        help="what to write; code: a self-contained PyTorch train_<name>.py per run (default: all)",
     )
     p.add_argument("--store", help="run store path")
 

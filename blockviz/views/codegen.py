@@ -12,15 +12,18 @@ Torch-free: the dashboard offers the download without importing torch.
 from __future__ import annotations
 
 import json
-from pathlib import PurePath
+from collections.abc import Sequence
+from pathlib import Path, PurePath
 from typing import Any
 
 from blockviz import __version__
 from blockviz.core.config import RunConfig
 from blockviz.core.corpora import BUILTIN
 from blockviz.core.naming import sanitize_name
+from blockviz.store import RunStore
 from blockviz.views.codegen_template import SCRIPT_BODY
-from blockviz.views.outfolder import safe_filename
+from blockviz.views.outfolder import ExportError, OutFolder, safe_filename
+from blockviz.views.report import selected_runs
 
 MIME = "text/x-python"
 
@@ -205,3 +208,32 @@ def script_text(config: RunConfig, name: str) -> str:
     shown = sanitize_name(name)
     filename = script_filename(name)
     return "\n".join([_header(config, shown, filename), _IMPORTS, _constants(config) + SCRIPT_BODY])
+
+
+def run_script(run: dict[str, Any]) -> tuple[str, str]:
+    """(file name, script text) of a stored run (a `RunStore.get_run` row)."""
+    if not run.get("config"):
+        raise ExportError(f"run {run['id']} has no stored config to export as code")
+    config = RunConfig.from_dict(run["config"])
+    return script_filename(run["name"]), script_text(config, run["name"])
+
+
+def export_code_to_folder(
+    store: RunStore, run_ids: Sequence[int | str], out_dir: Path
+) -> list[Path]:
+    """Write `train_<name>.py` for each run under out_dir (`-<id>` added if names clash)."""
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ExportError(f"--out {out_dir} exists and is not a folder")
+    scripts = []
+    for run in selected_runs(store, run_ids):
+        filename, text = run_script(run)
+        scripts.append((run["id"], filename, text))
+    written: list[Path] = []
+    taken: set[str] = set()
+    with OutFolder(out_dir) as out:
+        for run_id, filename, text in scripts:
+            if filename.lower() in taken:
+                filename = f"{filename.removesuffix('.py')}-{run_id}.py"
+            taken.add(filename.lower())
+            written.append(out.write(filename, text))
+    return written
