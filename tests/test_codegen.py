@@ -120,9 +120,7 @@ def script_losses(output: str) -> dict[tuple[str, int], float]:
 
 def store_losses(store: RunStore, name: str) -> dict[tuple[str, int], float]:
     frame = store.scalars(store.resolve(name), ["train/loss", "val/loss"])
-    return {
-        (row.name.split("/")[0], int(row.step)): float(row.value) for row in frame.itertuples()
-    }
+    return {(row.name.split("/")[0], int(row.step)): float(row.value) for row in frame.itertuples()}
 
 
 def test_exported_scripts_train_to_blockviz_losses(tmp_path: Path) -> None:
@@ -134,10 +132,8 @@ def test_exported_scripts_train_to_blockviz_losses(tmp_path: Path) -> None:
         config = tiny(dataset=str(text), **overrides)
         config_path = tmp_path / f"{label}.json"
         config_path.write_text(config.to_json(), encoding="utf-8")
-        flags.append(
-            ["--config", str(config_path), "--store", str(store_path), "--name", label]
-            + ["--no_progress"]
-        )
+        where = ("--store", str(store_path), "--name", label, "--no_progress")
+        flags.append(["--config", str(config_path), *where])
         scripts[label] = tmp_path / codegen.script_filename(label)
         scripts[label].write_text(codegen.script_text(config, label), encoding="utf-8")
     shared = [[str(scripts[label]), str(text)] for label in CONFIGS if label != STANDALONE]
@@ -206,7 +202,7 @@ def constants(source: str) -> dict[str, object]:
 def test_script_constants_are_the_configs_values() -> None:
     config = tiny(**CONFIGS["rmsnorm"], dataset="/somewhere/my text.txt")
     found = constants(codegen.script_text(config, "x"))
-    for section, values in config.to_dict().items():
+    for values in config.to_dict().values():
         for name, value in values.items():
             if name.upper() in found and name != "dataset":
                 assert found[name.upper()] == value, name
@@ -253,10 +249,8 @@ def test_cli_export_code_writes_one_script_per_run(tmp_path: Path, capsys) -> No
     second = fakes.add_run(store, fakes.fake_config(n_layer=3), name="Post run", index=1)
     store.close()
     out = tmp_path / "out"
-    code = cli.main(
-        ["export", str(first), "Post run", "--format", "code", "--out", str(out)]
-        + ["--store", str(store_path)]
-    )
+    where = ("--out", str(out), "--store", str(store_path))
+    code = cli.main(["export", str(first), "Post run", "--format", "code", *where])
     assert code == 0
     files = sorted(out.iterdir())
     # The two names sanitise to one file name: the second gets its run id.
@@ -270,10 +264,8 @@ def test_cli_export_code_writes_one_script_per_run(tmp_path: Path, capsys) -> No
 def test_cli_export_code_errors_are_one_line(tmp_path: Path, capsys) -> None:
     store_path = tmp_path / "runs.db"
     RunStore(str(store_path)).close()
-    code = cli.main(
-        ["export", "nope", "--format", "code", "--out", str(tmp_path / "o")]
-        + ["--store", str(store_path)]
-    )
+    where = ("--out", str(tmp_path / "o"), "--store", str(store_path))
+    code = cli.main(["export", "nope", "--format", "code", *where])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "nope" in err, err
 
