@@ -318,3 +318,27 @@ def test_runs_and_live_pages_export_the_shown_run(spied) -> None:
         found = constants(built_script(spied[key]))
         assert (found["N_LAYER"], found["INIT"]) == (3, "xavier"), key
         assert spied[key][0] == "train_xav.py"
+
+
+def script_function(source: str, name: str) -> object:
+    """One top-level function of a script, defined without running the script (no torch)."""
+    import codecs
+    import urllib.request
+
+    tree = ast.parse(source)
+    wanted = [n for n in tree.body if getattr(n, "name", None) == name]
+    namespace = {"codecs": codecs, "Path": Path, "sys": sys, "urllib": urllib}
+    exec(compile(ast.Module(body=wanted, type_ignores=[]), "script", "exec"), namespace)
+    return namespace[name]
+
+
+def test_script_reads_text_as_blockviz_does(tmp_path: Path) -> None:
+    from blockviz.core.corpora import load_corpus
+
+    read_text = script_function(codegen.script_text(tiny(), "x"), "read_text")
+    assert read_text("pydocs") == load_corpus(cfg.DataConfig(dataset="pydocs")).text
+    messy = tmp_path / "messy.txt"
+    messy.write_bytes(b"\xef\xbb\xbfline one\r\nline two \xc3\xa9\r\n\rend")
+    assert read_text(str(messy)) == load_corpus(cfg.DataConfig(dataset=str(messy))).text
+    with pytest.raises(SystemExit, match="not a text file"):
+        read_text(str(tmp_path / "missing.txt"))

@@ -109,8 +109,8 @@ def not_reproduced(config: RunConfig) -> list[str]:
         )
     elif data.dataset not in BUILTIN:
         notes.append(
-            "The run trained on a text file; the script reads the file named by DATASET "
-            "(its name only) unless given a path: the same text gives the same losses."
+            "The run's text file is named by DATASET without its folder (the run's path "
+            "need not exist here): pass the file's path if it lies elsewhere."
         )
     if train.devices > 1 or train.num_nodes > 1 or train.strategy != "auto":
         notes.append(
