@@ -12,6 +12,7 @@ Torch-free: the dashboard offers the download without importing torch.
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path, PurePath
 from typing import Any
@@ -132,14 +133,7 @@ def not_reproduced(config: RunConfig) -> list[str]:
 
 def _wrap(text: str, prefix: str, width: int = 92) -> list[str]:
     """`text` as lines of at most `width` characters, the first after `prefix`."""
-    lines, line = [], prefix
-    for word in text.split():
-        if len(line) + 1 + len(word) > width and line.strip() not in ("", "-"):
-            lines.append(line)
-            line = " " * len(prefix)
-        line = f"{line}{word}" if line.endswith(" ") or not line.strip() else f"{line} {word}"
-    lines.append(line)
-    return [entry.rstrip() for entry in lines]
+    return textwrap.wrap(text, width, initial_indent=prefix, subsequent_indent=" " * len(prefix))
 
 
 def _header(config: RunConfig, name: str, filename: str) -> str:
@@ -156,8 +150,9 @@ def _header(config: RunConfig, name: str, filename: str) -> str:
             "sorted characters as the "
             "vocabulary and its last VAL_FRACTION as validation, builds the same model, and "
             "trains it with the same AdamW groups, learning-rate schedule, clipping, batches "
-            "and seeding, printing the training loss of each step (the loss of that step's "
-            "batch before its update) and the validation loss every EVAL_INTERVAL steps.",
+            "and seeding. Every LOG_INTERVAL steps it prints the mean training loss of those "
+            "steps (each the loss of its batch before its update), and every EVAL_INTERVAL "
+            "steps the validation loss.",
             "",
         ),
         "",
