@@ -85,7 +85,6 @@ with summary:
             icon=":material/rocket_launch:",
             help=None if store_access.writable(store) else store_access.READONLY_NOTICE,
         )
-        code_download_button(state.run_config, state.name, key="train.code")
         st.caption(
             f"Up to {slots} run(s) train at once (set BLOCKVIZ_MAX_RUNNING to change it); "
             "more wait as queued and start when a slot frees."
@@ -148,6 +147,7 @@ def _progress_rows(run_store: RunStore) -> None:
                 st.toast(ui.plain(f"Run #{run.id}: {runner.stop(run_store, run.id)}"))
 
 
+code_download_button(state.run_config, state.name, key="train.code")  # the sidebar's config
 st.subheader("Runs in progress")
 if store is not None:
     with ui.guard("Runs in progress"):

@@ -13,7 +13,6 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from blockviz.dashboard import store_access, streamlit_compat, ui
-from blockviz.dashboard.code_download import LABEL as CODE_LABEL
 from blockviz.store import RunStore, StoreError, StoreLocked, default_store_path
 from tests import fakes
 from tests.real_runs import RealRuns, copy_run
@@ -105,6 +104,8 @@ def test_train_page_shows_the_block_parameters_and_progress(populated: list[int]
 
 @pytest.mark.parametrize(("page", "charts"), [("pages/train.py", 1), ("pages/parameters.py", 2)])
 def test_every_chart_offers_four_downloads(page: str, charts: int) -> None:
+    from blockviz.dashboard.code_download import LABEL as CODE_LABEL
+
     at = open_page(page)
     labels = sorted(b.label for b in at.get("download_button") if b.label != CODE_LABEL)
     assert labels == sorted(["PNG", "SVG", "HTML", "CSV"] * charts)
@@ -112,6 +113,8 @@ def test_every_chart_offers_four_downloads(page: str, charts: int) -> None:
 
 
 def test_download_buttons_build_the_promised_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    from blockviz.dashboard.code_download import LABEL as CODE_LABEL
+
     built: dict[str, object] = {}
     original = ui.st.download_button
 
