@@ -2,10 +2,10 @@
 
 import streamlit as st
 
+import blockviz.dashboard.code_download as code_download
 from blockviz import runner
 from blockviz.core import params
 from blockviz.dashboard import sidebar, store_access, ui
-from blockviz.dashboard.code_download import code_download_button
 from blockviz.store import RunStore
 from blockviz.views import charts, diagram
 from blockviz.views.breakdown import block_shares, breakdown_frames, share_sentence
@@ -147,7 +147,7 @@ def _progress_rows(run_store: RunStore) -> None:
                 st.toast(ui.plain(f"Run #{run.id}: {runner.stop(run_store, run.id)}"))
 
 
-code_download_button(state.run_config, state.name, key="train.code")  # the sidebar's config
+code_download.code_download_button(state.run_config, state.name, key="train.code")
 st.subheader("Runs in progress")
 if store is not None:
     with ui.guard("Runs in progress"):
