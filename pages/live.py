@@ -31,6 +31,7 @@ from blockviz.core.spec import (
     number_label,
 )
 from blockviz.dashboard import store_access, ui
+from blockviz.dashboard.code_download import code_download_button
 from blockviz.dashboard.controls import SMOOTHING_DEFAULT, chart_controls
 from blockviz.store import RunStore, StoreError
 from blockviz.views import charts, summary
@@ -105,6 +106,7 @@ def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None
             disabled=not writable,
         ):
             st.toast(ui.plain(f"Run #{run_id}: {runner.stop(store, run_id)}"))
+        code_download_button(run.get("config"), str(run["name"]), key="live.code")
     step_text = "—" if step is None else f"{int(step):,}"
     step_label = f"Step (of {int(max_steps):,})" if max_steps else "Step"
     tokens_per_sec = summary.recent_tokens_per_sec(scalars, window=spec.RECENT_LOGS)

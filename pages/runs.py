@@ -7,6 +7,7 @@ import streamlit as st
 from blockviz import runner
 from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.dashboard import store_access, tables, ui
+from blockviz.dashboard.code_download import code_download_button
 from blockviz.store import StoreError
 
 store = store_access.store_or_stop()
@@ -72,6 +73,7 @@ with ui.guard("Run actions"):
     ):
         ui.flash("info", f"Run #{run_id}: {runner.stop(store, run_id)}")
         st.rerun()
+    code_download_button(run["config"], run["name"], key="runs.code")
     if run.get("error"):
         st.error(f"Run #{run_id} ended with: {ui.plain(run['error'])}")
 

@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+import blockviz.dashboard.code_download as code_download
 from blockviz import runner
 from blockviz.core import params
 from blockviz.dashboard import playground, sidebar, store_access, ui
@@ -158,6 +159,7 @@ def _progress_rows(run_store: RunStore) -> None:
                 st.toast(ui.plain(f"Run #{run.id}: {runner.stop(run_store, run.id)}"))
 
 
+code_download.code_download_button(state.run_config, state.name, key="train.code")
 st.subheader("Runs in progress")
 if store is not None:
     with ui.guard("Runs in progress"):

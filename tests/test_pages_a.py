@@ -105,19 +105,24 @@ def test_train_page_shows_the_block_parameters_and_progress(populated: list[int]
 
 @pytest.mark.parametrize(("page", "charts"), [("pages/train.py", 1), ("pages/parameters.py", 2)])
 def test_every_chart_offers_four_downloads(page: str, charts: int) -> None:
+    from blockviz.dashboard.code_download import LABEL as CODE_LABEL
+
     at = open_page(page)
-    labels = sorted(b.label for b in at.get("download_button"))
+    labels = sorted(b.label for b in at.get("download_button") if b.label != CODE_LABEL)
     assert labels == sorted(["PNG", "SVG", "HTML", "CSV"] * charts)
     assert len(at.get("vega_lite_chart")) == charts
 
 
 def test_download_buttons_build_the_promised_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    from blockviz.dashboard.code_download import LABEL as CODE_LABEL
+
     built: dict[str, object] = {}
     original = ui.st.download_button
 
     def spy(label: str, data: object, file_name: str | None = None, **kwargs: object) -> bool:
         assert callable(data), "downloads must be built on click, not on every refresh"
-        built[str(file_name)] = data
+        if label != CODE_LABEL:  # the config as code: tests/test_codegen.py
+            built[str(file_name)] = data
         return original(label, data, file_name=file_name, **kwargs)
 
     monkeypatch.setattr(ui.st, "download_button", spy)

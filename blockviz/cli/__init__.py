@@ -19,6 +19,7 @@ from blockviz.core.flags import (  # noqa: F401 (the flags API, used by the comm
     _Parser,
     add_config_flags,
     config_overrides,
+    flag_metavar_and_help,
     read_config_file,
     run_config_from_args,
 )
@@ -57,8 +58,16 @@ def _params_args(p: argparse.ArgumentParser) -> None:
 
 @command("data", "statistics and a sample of a dataset", "blockviz.cli.data:cli_main")
 def _data_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sample_chars", type=int, default=300, help="characters of sample text")
-    p.add_argument("--block_size", type=int, default=None, help="check the text is long enough")
+    p.add_argument(
+        "--sample_chars",
+        type=int,
+        default=300,
+        metavar="INT",
+        help="characters of sample text (default: 300)",
+    )
+    p.add_argument(
+        "--block_size", type=int, default=None, metavar="INT", help="check the text is long enough"
+    )
     add_config_flags(p, ["data"])
 
 
@@ -77,7 +86,8 @@ def _train_args(p: argparse.ArgumentParser) -> None:
         "--max_running",
         type=int,
         default=0,
-        help="wait as 'queued' while this many runs are running (0: no limit)",
+        metavar="INT",
+        help="wait as 'queued' while this many runs are running (0: no limit; default: 0)",
     )
     p.add_argument("--no_progress", action="store_true", help="no progress bar")
     add_config_flags(p, list(cfg.SECTIONS))
@@ -105,7 +115,8 @@ def _init_grads_args(p: argparse.ArgumentParser) -> None:
     # Only the fields the measurement uses: the model (n_layer, norm_position and init are
     # replaced by each variant), the dataset, and the batch size.
     add_config_flags(p, ["model", "data"])
-    p.add_argument("--batch_size", dest="cfg_batch_size", metavar="INT", help="default 12")
+    batch_metavar, batch_help = flag_metavar_and_help("batch_size", int, cfg.TrainConfig.batch_size)
+    p.add_argument("--batch_size", dest="cfg_batch_size", metavar=batch_metavar, help=batch_help)
 
 
 @command("runs", "list the runs in a store", "blockviz.cli.runs:cli_runs")
@@ -127,15 +138,19 @@ def _stop_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", help="run store path")
 
 
-@command("export", "export charts, data and a report of runs", "blockviz.cli.export:cli_main")
+@command(
+    "export",
+    "export charts, data and a report of runs, or runs as code",
+    "blockviz.cli.export:cli_main",
+)
 def _export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", help="run ids or names")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument(
         "--format",
-        choices=["png", "svg", "html", "csv", "zip", "all"],
+        choices=["png", "svg", "html", "csv", "zip", "all", "code"],
         default="all",
-        help="what to write (default: all)",
+        help="what to write; code: a self-contained PyTorch train_<name>.py per run (default: all)",
     )
     p.add_argument("--store", help="run store path")
 

@@ -1,4 +1,4 @@
-"""`python -m blockviz export RUN ... --out DIR`: charts, data and a report, headless."""
+"""`python -m blockviz export RUN ... --out DIR`: charts, data and a report, or code, headless."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from blockviz.store import RunStore, checked
+from blockviz.views.codegen import export_code_to_folder
 from blockviz.views.export import export_to_folder
 
 
@@ -16,7 +17,10 @@ def cli_main(args: argparse.Namespace) -> int:
     store = checked(RunStore(args.store or None, readonly=True))
     try:
         started = time.perf_counter()
-        written = export_to_folder(store, args.runs, Path(args.out), args.format)
+        if args.format == "code":
+            written = export_code_to_folder(store, args.runs, Path(args.out))
+        else:
+            written = export_to_folder(store, args.runs, Path(args.out), args.format)
     finally:
         store.close()
     for path in written:

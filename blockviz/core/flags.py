@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import fields
-from typing import Any, NoReturn
+from typing import Any, NoReturn, get_args, get_origin
 
 from blockviz.core import config as cfg
 from blockviz.core.corpora import DataError, read_regular_file
@@ -27,21 +26,59 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+# The fields whose value is one of a few words, with those words (shown in --help).
+FIELD_CHOICES: dict[str, tuple[str, ...]] = {
+    "norm_position": cfg.NORM_POSITIONS,
+    "norm_type": cfg.NORM_TYPES,
+    "activation": cfg.ACTIVATIONS,
+    "init": cfg.INITS,
+    "lr_schedule": cfg.LR_SCHEDULES,
+    "precision": cfg.PRECISIONS,
+    "accelerator": cfg.ACCELERATORS,
+    "strategy": cfg.STRATEGIES,
+    "logger": cfg.LOGGERS,
+}
+_DATASET_HELP = "a built-in corpus (pydocs, pycode, shakespeare, ops) or a UTF-8 text file path"
+
+
+def flag_metavar_and_help(name: str, annotation: Any, default: Any) -> tuple[str, str]:
+    """The metavar and help of one config flag: its type, its choices or range, its default."""
+    optional = get_origin(annotation) is not None and type(None) in get_args(annotation)
+    base = next(a for a in get_args(annotation) if a is not type(None)) if optional else annotation
+    shown_default = "auto" if default is None else str(default).lower() if base is bool else default
+    if name in FIELD_CHOICES:
+        choices = FIELD_CHOICES[name]
+        metavar, allowed = "{" + ",".join(choices) + "}", "one of " + ", ".join(choices)
+    elif base is bool:
+        metavar = "{auto,true,false}" if optional else "{true,false}"
+        allowed = "auto, true or false" if optional else "true or false"
+    elif base is int or base is float:
+        metavar = base.__name__.upper()
+        bound = cfg.BOUNDS.get(name)
+        kind = "an integer" if base is int else "a number"
+        allowed = bound.describe(integer=base is int) if bound else kind
+    elif name == "dataset":
+        metavar, allowed = "NAME|PATH", _DATASET_HELP
+    else:
+        metavar, allowed = "STR", "text"
+    # argparse formats help with %-style: a literal % must be doubled.
+    return metavar, f"{allowed} (default: {shown_default})".replace("%", "%%")
+
+
 def add_config_flags(parser: argparse.ArgumentParser, sections: Sequence[str]) -> None:
-    """One `--field` flag per field of the named config sections (values parsed later)."""
+    """One `--field` flag per field of the named config sections (values parsed later).
+
+    The help of each shows the field's type, its choices or range, and its default; the
+    values are still parsed by `config_overrides`, so a bad one gets the field's message.
+    """
     for section in sections:
         cls = cfg.SECTIONS[section]
         group = parser.add_argument_group(f"{section} config")
         defaults = cls()
-        for f in fields(cls):
-            default = getattr(defaults, f.name)
-            shown = "auto" if default is None else default
+        for name, annotation in cfg.field_types(cls).items():
+            metavar, help_text = flag_metavar_and_help(name, annotation, getattr(defaults, name))
             group.add_argument(
-                f"--{f.name}",
-                dest=f"cfg_{f.name}",
-                metavar=type(shown).__name__.upper() if shown != "auto" else "AUTO|BOOL",
-                default=None,
-                help=f"default {shown}",
+                f"--{name}", dest=f"cfg_{name}", metavar=metavar, default=None, help=help_text
             )
 
 

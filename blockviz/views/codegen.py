@@ -1,0 +1,234 @@
+"""Export a run as code: one self-contained `train_<name>.py` (PyTorch only, no blockviz).
+
+`script_text(config, name)` writes the run's config as constants at the top of a script
+that reads a text file into blockviz's character dataset and split, builds the same
+model, and trains it with the same optimizer, schedule, clipping, batches and seeding, so
+that on a CPU in float32 its training losses equal blockviz's (tests/test_codegen.py
+trains both). The body is `codegen_template.SCRIPT_BODY`; this module only fills in the
+header, which says what the script does not reproduce for this config, and the constants.
+Torch-free: the dashboard offers the download without importing torch.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path, PurePath
+from typing import Any
+
+from blockviz import __version__
+from blockviz.core.config import RunConfig
+from blockviz.core.corpora import BUILTIN
+from blockviz.core.naming import sanitize_name
+from blockviz.store import RunStore
+from blockviz.views.codegen_template import SCRIPT_BODY
+from blockviz.views.outfolder import ExportError, OutFolder, safe_filename
+from blockviz.views.report import selected_runs
+
+MIME = "text/x-python"
+
+_IMPORTS = """import argparse
+import codecs
+import math
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+"""
+
+# The constants of the config block, in order, with what a reader needs to know of each.
+# (section, field, comment); a field of RunConfig left out here is named in the header.
+_CONSTANTS: tuple[tuple[str, str, str], ...] = (
+    ("model", "n_layer", "blocks"),
+    ("model", "n_head", "attention heads; must divide D_MODEL"),
+    ("model", "d_model", "width of the residual stream"),
+    ("model", "block_size", "context length in characters"),
+    ("model", "dropout", ""),
+    ("model", "bias", "biases in Linear layers and LayerNorms"),
+    ("model", "norm_position", "pre | post | none"),
+    ("model", "norm_type", "layernorm | rmsnorm"),
+    ("model", "residual", "False: each block is x = f(x), without its skip path"),
+    ("model", "residual_scale", "multiplier on each branch before it joins the stream"),
+    ("model", "attention", "False: FFN-only blocks"),
+    ("model", "ffn", "False: attention-only blocks"),
+    ("model", "ffn_mult", "d_ff = FFN_MULT * D_MODEL"),
+    ("model", "activation", "gelu | relu | silu | swiglu"),
+    ("model", "final_norm", "None = auto: on for pre, off for post and none"),
+    ("model", "tie_weights", "share the token embedding with the LM head"),
+    ("model", "init", "default (PyTorch's) | gpt2 | xavier"),
+    ("train", "batch_size", ""),
+    ("train", "max_steps", ""),
+    ("train", "lr", "peak learning rate"),
+    ("train", "min_lr", "where the cosine / linear decay ends"),
+    ("train", "warmup_steps", "linear warm-up"),
+    ("train", "lr_schedule", "constant | cosine | linear"),
+    ("train", "weight_decay", "on weight matrices only"),
+    ("train", "beta1", "AdamW"),
+    ("train", "beta2", "AdamW"),
+    ("train", "grad_clip", "max global gradient norm; 0: no clipping"),
+    ("train", "precision", "auto | 32-true | bf16-mixed | 16-mixed"),
+    ("train", "accelerator", "auto | cpu | gpu | mps"),
+    ("train", "seed", ""),
+    ("train", "log_interval", "steps between printed train losses (their mean)"),
+    ("train", "eval_interval", "steps between validation losses"),
+    ("train", "eval_iters", "validation batches per evaluation"),
+    ("train", "compile", "torch.compile the model"),
+    ("data", "val_fraction", "the last VAL_FRACTION of the text is validation"),
+)
+
+
+def script_filename(name: str) -> str:
+    """`train_<name>.py` with the name sanitised (letters, digits, `._-` only)."""
+    return safe_filename(f"train_{sanitize_name(name)}", "py")
+
+
+def default_text(dataset: str) -> str:
+    """What the script reads when no file is given: a built-in corpus's name, or a file name."""
+    if dataset in BUILTIN:
+        return dataset
+    return PurePath(dataset).name or dataset
+
+
+def not_reproduced(config: RunConfig) -> list[str]:
+    """What of this run the script leaves out or does differently, one sentence each."""
+    train, data = config.train, config.data
+    notes = []
+    if data.dataset == "ops":
+        notes.append(
+            "The run trained on blockviz's synthetic ops task, which this script does not "
+            "generate (ops_examples, ops_min_args, ops_max_args, ops_seed): give it a text file."
+        )
+    elif data.dataset == "pycode":
+        notes.append(
+            "The run trained on blockviz's pycode corpus (standard-library .py files), which "
+            "this script does not gather: give it a text file."
+        )
+    elif data.dataset not in BUILTIN:
+        notes.append(
+            "The run's text file is named by DATASET without its folder (the run's path "
+            "need not exist here): pass the file's path if it lies elsewhere."
+        )
+    if train.devices > 1 or train.num_nodes > 1 or train.strategy != "auto":
+        notes.append(
+            f"The run used devices={train.devices}, num_nodes={train.num_nodes}, "
+            f"strategy={train.strategy}; the script trains on one device."
+        )
+    if train.logger != "none":
+        notes.append(f"The run also wrote {train.logger} logs; the script only prints.")
+    notes.append(
+        "blockviz's probes (gradient norms, activation statistics, update ratios, attention "
+        "maps, samples during training), the run store and checkpoints are not part of it."
+    )
+    notes.append(
+        "Equality with blockviz's losses is tested on a CPU in float32 only; on a GPU or "
+        "with mixed precision it has not been measured."
+    )
+    return notes
+
+
+def _wrap(text: str, prefix: str, width: int = 92) -> list[str]:
+    """`text` as lines of at most `width` characters, the first after `prefix`."""
+    return textwrap.wrap(text, width, initial_indent=prefix, subsequent_indent=" " * len(prefix))
+
+
+def _header(config: RunConfig, name: str, filename: str) -> str:
+    lines = [
+        f'"""{filename}: the blockviz run {name} as one PyTorch script.',
+        "",
+        f"Generated by blockviz {__version__}. It needs Python and PyTorch, nothing else:",
+        "",
+        f"    python {filename} [TEXT_FILE]",
+        "",
+        *_wrap(
+            "TEXT_FILE defaults to DATASET below. The script reads the text as blockviz does "
+            "(UTF-8, a byte-order mark dropped, Windows line ends made Unix ones), takes its "
+            "sorted characters as the "
+            "vocabulary and its last VAL_FRACTION as validation, builds the same model, and "
+            "trains it with the same AdamW groups, learning-rate schedule, clipping, batches "
+            "and seeding. Every LOG_INTERVAL steps it prints the mean training loss of those "
+            "steps (each the loss of its batch before its update), and every EVAL_INTERVAL "
+            "steps the validation loss.",
+            "",
+        ),
+        "",
+        "Not reproduced:",
+    ]
+    for note in not_reproduced(config):
+        lines.extend(_wrap(note, "- "))
+    lines.append('"""')
+    return "\n".join(lines) + "\n"
+
+
+def _literal(value: Any) -> str:
+    """Python source for a config value; strings in double quotes (JSON's escapes are Python's)."""
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def _constants(config: RunConfig) -> str:
+    parts = config.to_dict()
+    lines = [
+        "# -----------------------------------------------------------------------------",
+        "# the run's config (the vocabulary size comes from the text)",
+        "",
+    ]
+    section = None
+    for part, field_name, comment in _CONSTANTS:
+        if part != section:
+            if section is not None:
+                lines.append("")
+            lines.append(f"# {part}")
+            section = part
+        value: Any = parts[part][field_name]
+        line = f"{field_name.upper()} = {_literal(value)}"
+        lines.append(f"{line}  # {comment}" if comment else line)
+    lines.append(f"DATASET = {_literal(default_text(config.data.dataset))}  # default TEXT_FILE")
+    lines += [
+        "",
+        "if FINAL_NORM is None:",
+        '    USE_FINAL_NORM = NORM_POSITION == "pre"',
+        "else:",
+        '    USE_FINAL_NORM = FINAL_NORM and NORM_POSITION != "none"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def script_text(config: RunConfig, name: str) -> str:
+    """The whole `train_<name>.py` for `config` (validated first: ConfigError if invalid)."""
+    config.validate()
+    shown = sanitize_name(name)
+    filename = script_filename(name)
+    return "\n".join([_header(config, shown, filename), _IMPORTS, _constants(config) + SCRIPT_BODY])
+
+
+def run_script(run: dict[str, Any]) -> tuple[str, str]:
+    """(file name, script text) of a stored run (a `RunStore.get_run` row)."""
+    if not run.get("config"):
+        raise ExportError(f"run {run['id']} has no stored config to export as code")
+    config = RunConfig.from_dict(run["config"])
+    return script_filename(run["name"]), script_text(config, run["name"])
+
+
+def export_code_to_folder(
+    store: RunStore, run_ids: Sequence[int | str], out_dir: Path
+) -> list[Path]:
+    """Write `train_<name>.py` for each run under out_dir (`-<id>` added if names clash)."""
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ExportError(f"--out {out_dir} exists and is not a folder")
+    scripts = []
+    for run in selected_runs(store, run_ids):
+        filename, text = run_script(run)
+        scripts.append((run["id"], filename, text))
+    written: list[Path] = []
+    taken: set[str] = set()
+    with OutFolder(out_dir) as out:
+        for run_id, filename, text in scripts:
+            if filename.lower() in taken:
+                filename = f"{filename.removesuffix('.py')}-{run_id}.py"
+            taken.add(filename.lower())
+            written.append(out.write(filename, text))
+    return written

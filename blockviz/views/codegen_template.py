@@ -1,0 +1,363 @@
+"""The body of an exported `train_<name>.py`: everything after the imports and the config.
+
+`blockviz.views.codegen` puts a header, the imports and the run's constants in front of
+it. It is kept as text (this module never runs it), mirrors blockviz.training (model.py,
+data.py, lit.py, trainer.py) step for step, and must stay in sync with them: the test in
+tests/test_codegen.py trains both and compares the losses.
+"""
+
+from __future__ import annotations
+
+SCRIPT_BODY = r'''
+# -----------------------------------------------------------------------------
+# data: one text, its sorted characters as the vocabulary, a contiguous train/val split
+
+SHAKESPEARE_URL = (
+    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+)
+
+
+def read_text(source):
+    """The text to train on: a UTF-8 file, or one of the corpora this script can build."""
+    if source == "pydocs":  # Python's own help topics, in sorted order (blockviz's "pydocs")
+        from pydoc_data.topics import topics
+
+        return "\n".join(topics[key] for key in sorted(topics))
+    path = Path(source)
+    if source == "shakespeare" and not path.exists():
+        path = Path("tinyshakespeare.txt")
+        if not path.exists():
+            print(f"downloading {SHAKESPEARE_URL} to {path}")
+            urllib.request.urlretrieve(SHAKESPEARE_URL, path)
+    if not path.is_file():
+        sys.exit(f"error: {source!r} is not a text file; pass the path of a UTF-8 text file")
+    data = path.read_bytes()
+    data = data.removeprefix(codecs.BOM_UTF8)
+    # Windows line ends would add a '\r' symbol that the model must learn to emit.
+    return data.decode("utf-8").replace("\r\n", "\n")
+
+
+def get_batch(ids, starts):
+    """Inputs and next-character targets (B, T) of the windows that begin at `starts` (B,)."""
+    offsets = torch.arange(BLOCK_SIZE + 1)  # (T+1,)
+    windows = ids[starts[:, None] + offsets]  # (B, T+1)
+    return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()  # (B, T), (B, T)
+
+
+# -----------------------------------------------------------------------------
+# model: embeddings -> N_LAYER blocks -> optional final norm -> LM head
+#
+# How a block wires one sublayer f (attention or FFN) with its norm, residual scale s:
+#     NORM_POSITION   RESIDUAL on            RESIDUAL off
+#     pre             x + s*f(norm(x))       s*f(norm(x))
+#     post            norm(x + s*f(x))       norm(s*f(x))
+#     none            x + s*f(x)             s*f(x)
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight: LayerNorm without centring or bias (in float32)."""
+
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        x_float = x.float()
+        inv_rms = torch.rsqrt(x_float.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
+        return (x_float * inv_rms * self.weight).type_as(x)
+
+
+def make_norm():
+    if NORM_TYPE == "rmsnorm":
+        return RMSNorm(D_MODEL, eps=1e-5)
+    return nn.LayerNorm(D_MODEL, eps=1e-5, bias=BIAS)
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention with one fused q, k, v projection."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(D_MODEL, 3 * D_MODEL, bias=BIAS)
+        self.proj = nn.Linear(D_MODEL, D_MODEL, bias=BIAS)
+        self.resid_drop = nn.Dropout(DROPOUT)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)  # 3 x (B, T, C)
+        q = q.view(B, T, N_HEAD, C // N_HEAD).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, N_HEAD, C // N_HEAD).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, N_HEAD, C // N_HEAD).transpose(1, 2)  # (B, nh, T, hs)
+        dropout_p = DROPOUT if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side
+        return self.resid_drop(self.proj(y))
+
+
+class FeedForward(nn.Module):
+    """fc_in -> activation -> fc_out; SwiGLU splits fc_in's 2*d_ff outputs into gate, value."""
+
+    def __init__(self):
+        super().__init__()
+        d_ff = FFN_MULT * D_MODEL
+        self.gated = ACTIVATION == "swiglu"
+        self.fc_in = nn.Linear(D_MODEL, 2 * d_ff if self.gated else d_ff, bias=BIAS)
+        self.act = {"gelu": nn.GELU, "relu": nn.ReLU, "silu": nn.SiLU, "swiglu": nn.SiLU}[
+            ACTIVATION
+        ]()
+        self.fc_out = nn.Linear(d_ff, D_MODEL, bias=BIAS)
+        self.drop = nn.Dropout(DROPOUT)
+
+    def forward(self, x):
+        hidden = self.fc_in(x)  # (B, T, d_ff), or (B, T, 2*d_ff) when gated
+        if self.gated:
+            gate, value = hidden.chunk(2, dim=-1)  # 2 x (B, T, d_ff)
+            hidden = self.act(gate) * value
+        else:
+            hidden = self.act(hidden)
+        return self.drop(self.fc_out(hidden))  # (B, T, C)
+
+
+class Block(nn.Module):
+    """[norm1] attention, [norm2] FFN; a sublayer switched off has no norm either."""
+
+    def __init__(self):
+        super().__init__()
+        has_norm = NORM_POSITION != "none"
+        self.norm1 = make_norm() if ATTENTION and has_norm else None
+        self.attn = CausalSelfAttention() if ATTENTION else None
+        self.norm2 = make_norm() if FFN and has_norm else None
+        self.ffn = FeedForward() if FFN else None
+
+    def forward(self, x):
+        if self.attn is not None:
+            x = self.sublayer(x, self.norm1, self.attn)
+        if self.ffn is not None:
+            x = self.sublayer(x, self.norm2, self.ffn)
+        return x
+
+    def sublayer(self, x, norm, f):
+        if NORM_POSITION == "pre":
+            out = RESIDUAL_SCALE * f(norm(x))
+            return x + out if RESIDUAL else out
+        stream = RESIDUAL_SCALE * f(x)
+        if RESIDUAL:
+            stream = x + stream
+        return norm(stream) if NORM_POSITION == "post" else stream
+
+
+class CharTransformer(nn.Module):
+    # The modules are created in this order, as in blockviz: the default init draws from
+    # torch's generator in creation order, so the same seed gives the same weights.
+    def __init__(self, vocab_size):
+        super().__init__()
+        self.tok_emb = nn.Embedding(vocab_size, D_MODEL)
+        self.pos_emb = nn.Embedding(BLOCK_SIZE, D_MODEL)
+        self.drop = nn.Dropout(DROPOUT)
+        self.blocks = nn.ModuleList(Block() for _ in range(N_LAYER))
+        self.final_norm = make_norm() if USE_FINAL_NORM else None
+        self.lm_head = nn.Linear(D_MODEL, vocab_size, bias=False)
+        if TIE_WEIGHTS:  # one matrix embeds tokens and scores them; it keeps the head's init
+            self.tok_emb.weight = self.lm_head.weight
+        if INIT == "gpt2":
+            self.init_gpt2()
+        elif INIT == "xavier":
+            self.init_xavier()
+
+    def init_gpt2(self):
+        """N(0, 0.02) weights, zero biases, the projections into the stream shrunk by depth."""
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+        residual_std = 0.02 / math.sqrt(2 * N_LAYER)
+        for block in self.blocks:
+            if block.attn is not None:
+                nn.init.normal_(block.attn.proj.weight, mean=0.0, std=residual_std)
+            if block.ffn is not None:
+                nn.init.normal_(block.ffn.fc_out.weight, mean=0.0, std=residual_std)
+
+    def init_xavier(self):
+        """Xavier-uniform Linear weights (qkv as one matrix), zero biases; embeddings kept."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+
+    def forward(self, idx, targets=None):
+        B, T = idx.shape
+        positions = torch.arange(T, device=idx.device)  # (T,)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(positions))  # (B, T, C)
+        for block in self.blocks:
+            x = block(x)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        logits = self.lm_head(x)  # (B, T, vocab)
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0):
+        for _ in range(max_new_tokens):
+            logits, _ = self(idx[:, -BLOCK_SIZE:])
+            probs = (logits[:, -1, :] / temperature).softmax(dim=-1)  # (B, vocab)
+            idx = torch.cat([idx, torch.multinomial(probs, num_samples=1)], dim=1)
+        return idx
+
+
+# -----------------------------------------------------------------------------
+# optimizer and schedule
+
+
+def lr_at(step):
+    """Linear warm-up to LR, then constant, or a cosine / linear decay to MIN_LR at MAX_STEPS."""
+    if step < WARMUP_STEPS:
+        return LR * (step + 1) / WARMUP_STEPS
+    if LR_SCHEDULE == "constant":
+        return LR
+    progress = min(1.0, (step - WARMUP_STEPS) / max(1, MAX_STEPS - WARMUP_STEPS))
+    if LR_SCHEDULE == "cosine":
+        return MIN_LR + 0.5 * (1.0 + math.cos(math.pi * progress)) * (LR - MIN_LR)
+    return LR - progress * (LR - MIN_LR)  # linear
+
+
+def param_groups(model):
+    """Linear weight matrices decay; biases, norms and embeddings (unless tied) do not."""
+    decay_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    decay = [p for p in model.parameters() if id(p) in decay_ids]
+    no_decay = [p for p in model.parameters() if id(p) not in decay_ids]
+    return [
+        {"params": decay, "weight_decay": WEIGHT_DECAY},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def pick_device():
+    if ACCELERATOR in ("auto", "gpu") and torch.cuda.is_available():
+        return "cuda"
+    if ACCELERATOR in ("auto", "gpu", "mps") and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def autocast_dtype(device):
+    """None for float32; bf16 / fp16 autocast for the mixed precisions ("auto": bf16 on CUDA)."""
+    precision = PRECISION
+    if precision == "auto":
+        cuda_bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
+        precision = "bf16-mixed" if cuda_bf16 else "32-true"
+    return {"32-true": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}[precision]
+
+
+def loader_start():
+    # blockviz feeds batches through torch DataLoaders, and each one draws one number from
+    # torch's global generator when it starts (the training loader before step 0, the
+    # validation loader at each evaluation). Drawing it here too keeps every later dropout
+    # mask the same as blockviz's; without dropout nothing else reads that generator.
+    torch.empty((), dtype=torch.int64).random_()
+
+
+# -----------------------------------------------------------------------------
+# training
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("text", nargs="?", default=DATASET, help="UTF-8 text file to train on")
+    args = parser.parse_args()
+
+    text = read_text(args.text)
+    chars = sorted(set(text))
+    char_id = {c: i for i, c in enumerate(chars)}
+    ids = torch.tensor([char_id[c] for c in text], dtype=torch.long)  # (N,)
+    n_train = int(len(ids) * (1 - VAL_FRACTION))  # the last VAL_FRACTION is validation
+    train_ids, val_ids = ids[:n_train], ids[n_train:]
+    if min(len(train_ids), len(val_ids)) <= BLOCK_SIZE:
+        sys.exit(f"error: the text is too short: each split needs {BLOCK_SIZE + 1} characters")
+    print(f"{len(text):,} characters, vocabulary of {len(chars)}, {n_train:,} for training")
+
+    # Batches come from generators of their own: the same windows whatever else draws.
+    train_generator = torch.Generator().manual_seed(SEED)
+    val_generator = torch.Generator().manual_seed(SEED + 1_000_003)
+    val_shape = (EVAL_ITERS, BATCH_SIZE)
+    val_starts = torch.randint(len(val_ids) - BLOCK_SIZE, val_shape, generator=val_generator)
+
+    device = pick_device()
+    amp_dtype = autocast_dtype(device)
+    torch.manual_seed(SEED)  # the weights (and dropout masks) follow from the seed
+    model = CharTransformer(len(chars)).to(device)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"{n_params:,} parameters on {device}, autocast {amp_dtype or 'off (float32)'}")
+    forward = torch.compile(model) if COMPILE else model
+    optimizer = torch.optim.AdamW(param_groups(model), lr=LR, betas=(BETA1, BETA2))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_at(step) / LR)
+    scaler = torch.amp.GradScaler(device, enabled=amp_dtype == torch.float16)
+
+    def autocast():
+        return torch.autocast(device, dtype=amp_dtype, enabled=amp_dtype is not None)
+
+    @torch.no_grad()
+    def evaluate(step):
+        loader_start()
+        model.eval()
+        total = torch.zeros((), device=device)
+        for starts in val_starts:
+            x, y = get_batch(val_ids, starts)
+            with autocast():
+                _, loss = forward(x.to(device), y.to(device))
+            total += loss.float()
+        model.train()
+        val_loss = float(total) / len(val_starts)
+        print(f"step {step:6d}  val loss {val_loss:.6f}  bpc {val_loss / math.log(2):.4f}")
+        return val_loss
+
+    model.train()
+    loader_start()
+    recent = []
+    started = time.time()
+    last_eval = None
+    for step in range(MAX_STEPS):
+        lr = optimizer.param_groups[0]["lr"]
+        n_starts = len(train_ids) - BLOCK_SIZE  # the last start leaves room for one target
+        starts = torch.randint(n_starts, (BATCH_SIZE,), generator=train_generator)  # (B,)
+        x, y = get_batch(train_ids, starts)
+        with autocast():
+            _, loss = forward(x.to(device), y.to(device))
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        if GRAD_CLIP > 0:
+            scaler.unscale_(optimizer)
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, GRAD_CLIP)
+        scaler.step(optimizer)
+        scaler.update()
+        scheduler.step()
+
+        recent.append(loss.item())
+        if not math.isfinite(recent[-1]):
+            print(f"step {step:6d}  train loss {recent[-1]}: diverged")
+            return
+        if step % LOG_INTERVAL == 0 or step == MAX_STEPS - 1:
+            # Each loss is measured on batch `step` before the update that batch causes.
+            mean_loss = sum(recent) / len(recent)
+            elapsed = time.time() - started
+            print(f"step {step:6d}  train loss {mean_loss:.6f}  lr {lr:.3e}  {elapsed:.1f}s")
+            recent = []
+        if (step + 1) % EVAL_INTERVAL == 0:
+            last_eval = evaluate(step + 1)
+    if last_eval is None or MAX_STEPS % EVAL_INTERVAL:
+        evaluate(MAX_STEPS)
+
+    model.eval()
+    start = torch.tensor([[char_id.get("\n", 0)]], device=device)
+    sample = model.generate(start, max_new_tokens=200)[0, 1:].tolist()
+    print("sample:", "".join(chars[i] for i in sample))
+
+
+if __name__ == "__main__":
+    main()
+'''

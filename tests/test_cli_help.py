@@ -1,0 +1,83 @@
+"""Every config flag's --help shows its type, its choices or range, and its default."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from blockviz.cli import build_parser
+from blockviz.core import config as cfg
+from blockviz.core.flags import FIELD_CHOICES
+
+# Which config sections each command takes flags for.
+COMMAND_SECTIONS = {
+    "train": list(cfg.SECTIONS),
+    "params": ["model"],
+    "data": ["data"],
+    "init-grads": ["model", "data"],
+}
+
+
+def command_help(command: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The --help text of one command, one flag per line (a wide terminal)."""
+    monkeypatch.setenv("COLUMNS", "400")
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.dest == "command")
+    return subparsers.choices[command].format_help()
+
+
+def flag_line(help_text: str, name: str) -> str:
+    """The help line of `--name`."""
+    match = re.search(rf"^\s+--{name} (\S+)\s+(.*)$", help_text, re.MULTILINE)
+    assert match, f"--{name} is missing from the help"
+    return match.group(0)
+
+
+def expected_default(section: str, name: str) -> str:
+    default = getattr(cfg.SECTIONS[section](), name)
+    if default is None:
+        return "auto"
+    return str(default).lower() if isinstance(default, bool) else str(default)
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_SECTIONS))
+def test_every_config_flag_shows_type_choices_and_default(command, monkeypatch):
+    help_text = command_help(command, monkeypatch)
+    for section in COMMAND_SECTIONS[command]:
+        for name, annotation in cfg.field_types(cfg.SECTIONS[section]).items():
+            line = flag_line(help_text, name)
+            assert f"(default: {expected_default(section, name)})" in line, line
+            if name in FIELD_CHOICES:
+                for choice in FIELD_CHOICES[name]:
+                    assert choice in line, (name, choice, line)
+            elif annotation is int:
+                assert "INT" in line and "an integer in [" in line, line
+            elif annotation is float:
+                assert "FLOAT" in line and "a number in " in line, line
+            elif annotation is bool:
+                assert "{true,false}" in line and "true or false" in line, line
+            elif name == "final_norm":
+                assert "{auto,true,false}" in line, line
+            else:
+                assert name == "dataset", f"{name}: no rule for its help"
+                assert all(corpus in line for corpus in ("pydocs", "ops", "file")), line
+
+
+@pytest.mark.parametrize("name", ["precision", "accelerator", "strategy"])
+def test_auto_choice_flags_list_their_real_choices(name, monkeypatch):
+    """These three once read `AUTO|BOOL`: their default is the word auto, not a bool."""
+    line = flag_line(command_help("train", monkeypatch), name)
+    assert "BOOL" not in line
+    choices = {"precision": cfg.PRECISIONS, "accelerator": cfg.ACCELERATORS}.get(
+        name, cfg.STRATEGIES
+    )
+    assert "{" + ",".join(choices) + "}" in line, line
+
+
+def test_help_numbers_are_the_bounds_validation_enforces(monkeypatch):
+    help_text = command_help("train", monkeypatch)
+    for name, bound in cfg.BOUNDS.items():
+        if f"--{name} " in help_text:
+            line = flag_line(help_text, name)
+            assert f"{bound.low}, {bound.high}" in line, line
