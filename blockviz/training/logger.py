@@ -16,6 +16,7 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from blockviz.core import startup_trace
 from blockviz.store import RunStore, StoreError
 from blockviz.training.lifecycle import Heartbeat, StopRequest
 
@@ -108,6 +109,7 @@ class RunLifecycle(Callback):
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         """Record the step; turn a stop request Lightning missed into its own stop."""
+        startup_trace.mark("first step done")
         if self.heartbeat is not None:
             self.heartbeat.step = trainer.global_step
         if self.stop.requested and not trainer.received_sigterm:
