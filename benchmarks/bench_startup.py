@@ -19,7 +19,8 @@ launch    `runner.launch` of the `tiny` preset into a fresh store, polled every 
           the first `train/loss` row exists. The run writes a phase trace
           (BLOCKVIZ_STARTUP_TRACE, see blockviz/core/startup_trace.py): interpreter up, torch
           imported, Lightning imported, data loaded, slot claimed, model and Trainer built,
-          fit started; the first loss row comes from the store.
+          fit set up; the first step done; the first loss row comes from the store.
+          `--threads N` sets OMP_NUM_THREADS for the run (torch's intra-op threads).
 
 The store holds a few fake runs (tests/fakes.py) so Live and Compare draw charts. Not a
 test: numbers for BENCHMARKS.md.
@@ -202,8 +203,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", default="cold,pages,launch")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="OMP_NUM_THREADS for the launched run (default: torch's own choice)",
+    )
     args = parser.parse_args(argv)
     wanted = set(args.only.split(","))
+    if args.threads:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # inherited by the launched run
     results: dict[str, list[dict[str, float]]] = {"server": [], "browser": [], "launch": []}
     print(f"load average before: {_load()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp_text:
