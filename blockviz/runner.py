@@ -71,6 +71,13 @@ class ActiveRun:
         return self.status == "queued" and self.shown == "queued"
 
     @property
+    def label(self) -> str:
+        """Its status in words: `running`, `starting`, or `queued · waiting for a free slot`."""
+        if self.waiting:
+            return f"{self.shown} · {spec.WAITING_FOR_SLOT}"
+        return self.shown or self.status
+
+    @property
     def fraction(self) -> float:
         """Progress in [0, 1]."""
         if self.max_steps <= 0:

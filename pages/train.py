@@ -3,7 +3,7 @@
 import streamlit as st
 
 from blockviz import runner
-from blockviz.core import params, spec
+from blockviz.core import params
 from blockviz.dashboard import sidebar, store_access, ui
 from blockviz.store import RunStore
 from blockviz.views import charts, diagram
@@ -128,11 +128,9 @@ def _progress_rows(run_store: RunStore) -> None:
         return
     st.session_state["train.was_active"] = True
     for run in active:
-        text = f"#{run.id} {ui.plain(run.name)} · {run.shown}"
+        text = f"#{run.id} {ui.plain(run.name)} · {run.label}"
         if run.status == "running":
             text += f" · step {run.step:,}/{run.max_steps:,} · ETA {ui.format_duration(run.eta_s)}"
-        elif run.waiting:
-            text += f" · {spec.WAITING_FOR_SLOT}"
         bar, stop = st.columns([6, 1], vertical_alignment="bottom")
         bar.progress(run.fraction, text=text)
         if stop.button(

@@ -60,6 +60,8 @@ def test_a_queued_run_is_starting_while_a_slot_is_free_and_waiting_when_none_is(
     assert shown == {first: "queued", second: "queued", running: "running"}
     active = {run.id: run for run in runner.active(store)}
     assert active[first].waiting and active[running].shown == "running"
+    assert active[first].label == f"queued · {spec.WAITING_FOR_SLOT}"
+    assert runner.active(store, max_running=3)[0].label == spec.STARTING
     assert not runner.active(store, max_running=3)[0].waiting
 
 
