@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from blockviz.core import procs
+from blockviz.core import procs, spec
 from blockviz.core.config import RunConfig
 from blockviz.core.corpora import BUILTIN
 from blockviz.core.files import atomic_write
@@ -63,6 +63,19 @@ class ActiveRun:
     step: int
     max_steps: int
     eta_s: float | None  # None while there is nothing to estimate from
+    shown: str = ""  # what the pages call it: `spec.shown_status` (queued -> starting)
+
+    @property
+    def waiting(self) -> bool:
+        """Queued with every slot taken: really waiting for a free slot."""
+        return self.status == "queued" and self.shown == "queued"
+
+    @property
+    def label(self) -> str:
+        """Its status in words: `running`, `starting`, or `queued · waiting for a free slot`."""
+        if self.waiting:
+            return f"{self.shown} · {spec.WAITING_FOR_SLOT}"
+        return self.shown or self.status
 
     @property
     def fraction(self) -> float:
@@ -286,17 +299,41 @@ def stop(store: RunStore, run_id: int) -> str:
     return stop_run(store, run_id).message
 
 
-def active(store: RunStore) -> list[ActiveRun]:
-    """Queued and running runs, oldest first, with step, max_steps and an ETA."""
+def shown_in(runs: pd.DataFrame, max_running: int | None = None) -> dict[int, str]:
+    """`spec.shown_status` of every active run of `runs` (a `runs_frame` of the whole store)."""
+    slots = default_max_running() if max_running is None else max_running
+    running = int((runs["status"] == "running").sum())
+    queued = sorted(int(i) for i in runs.loc[runs["status"] == "queued", "id"])
+    shown = {int(i): "running" for i in runs.loc[runs["status"] == "running", "id"]}
+    for position, run_id in enumerate(queued):  # the oldest queued run gets a slot first
+        shown[run_id] = spec.shown_status("queued", running + position, slots)
+    return shown
+
+
+def shown_statuses(store: RunStore, max_running: int | None = None) -> dict[int, str]:
+    """What the pages call each queued or running run: `starting` while a slot is free.
+
+    A just-launched run is 'queued' in the store until its process (importing torch,
+    loading the data) claims a slot; it is only waiting when the slots are taken by the
+    running runs and the queued runs launched before it. `max_running` defaults to what
+    `launch` gives its runs (`default_max_running`).
+    """
+    return shown_in(store.runs_frame(), max_running)
+
+
+def active(store: RunStore, max_running: int | None = None) -> list[ActiveRun]:
+    """Queued and running runs, oldest first, with step, max_steps, an ETA and `shown`."""
     reap(store)
     runs = store.runs_frame()
+    shown = shown_in(runs, max_running)
     runs = runs[runs["status"].isin(ACTIVE_STATUSES)]
     out = []
     for row in runs.itertuples(index=False):
         step = 0 if pd.isna(row.step) else int(row.step)
         max_steps = 0 if pd.isna(row.max_steps) else int(row.max_steps)
         eta = eta_s(store, int(row.id), step, max_steps) if row.status == "running" else None
-        out.append(ActiveRun(int(row.id), row.name, row.status, step, max_steps, eta))
+        label = shown.get(int(row.id), row.status)
+        out.append(ActiveRun(int(row.id), row.name, row.status, step, max_steps, eta, label))
     return out
 
 

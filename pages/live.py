@@ -44,6 +44,7 @@ TAB_KEY = "live.tab"
 TABS = ("Loss", "Gradients", "Activations", "Updates", "Attention", "Samples")
 STATUS_COLORS = {
     "queued": "gray",
+    spec.STARTING: "blue",
     "running": "blue",
     "completed": "green",
     "diverged": "orange",
@@ -97,7 +98,8 @@ def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None
     writable = store_access.writable(store)
     with st.container(horizontal=True, vertical_alignment="center"):
         st.subheader(f"#{run_id} {ui.plain(run['name'])}", anchor=False)
-        st.badge(status, color=STATUS_COLORS.get(status, "gray"))
+        shown = str(run.get("shown") or status)
+        st.badge(shown, color=STATUS_COLORS.get(shown, STATUS_COLORS.get(status, "gray")))
         if status in ACTIVE_STATUSES and st.button(
             "Stop",
             key="live.stop",
@@ -154,8 +156,10 @@ def _status_message(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame)
             st.code(tail or "(the run wrote no log)", language=None)
     elif status == "stopped":
         st.info(f"Stopped at step {step if step is not None else 0:,}.")
+    elif status == "queued" and run.get("shown") == spec.STARTING:
+        st.info("Starting: the run's process is getting ready; it has a free slot.")
     elif status == "queued":
-        st.info("Queued: waiting for a free training slot. It starts when a running run ends.")
+        st.info(f"Queued: {spec.WAITING_FOR_SLOT}. It starts when a running run ends.")
     elif status == "running" and scalars.empty:
         st.info("Starting up: the charts fill in from the first logged step.")
 
@@ -386,10 +390,12 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str]) -> None:
         ui.flash("warning", f"Run #{run_id} was deleted while it was open here.")
         ui.select_run(None)
         st.rerun()
-    fresh = ui.run_statuses(store.runs_frame())
+    runs = store.runs_frame()
+    fresh = ui.run_statuses(runs)
     if fresh != seen:
         st.rerun()
     run["status"] = fresh[run_id]  # what the picker shows, unchanged since it was read
+    run["shown"] = runner.shown_in(runs).get(run_id, run["status"])  # queued -> starting
     for key, default in PREFERENCES.items():
         # Re-assigning keeps a control's value while its tab is closed (Streamlit would
         # otherwise forget the state of widgets that were not drawn).

@@ -141,11 +141,9 @@ def _progress_rows(run_store: RunStore) -> None:
         return
     st.session_state["train.was_active"] = True
     for run in active:
-        text = f"#{run.id} {ui.plain(run.name)} · {run.status}"
+        text = f"#{run.id} {ui.plain(run.name)} · {run.label}"
         if run.status == "running":
             text += f" · step {run.step:,}/{run.max_steps:,} · ETA {ui.format_duration(run.eta_s)}"
-        else:
-            text += " · waiting for a free slot"
         bar, stop = st.columns([6, 1], vertical_alignment="bottom")
         bar.progress(run.fraction, text=text)
         if stop.button(

@@ -475,7 +475,8 @@ def test_live_picker_and_header_show_the_status_of_the_same_fresh_read(
     at = _live(run_id).run()
     picker = at.selectbox(key="live.run")
     assert f"#{run_id} {name} (queued)" in picker.options
-    assert _badges(at) == [":gray-badge[queued]"]
+    # No other run is running, so its slot is free: the header says it is starting.
+    assert _badges(at) == [":blue-badge[starting]"]
 
     store.update_run(run_id, status="running")  # the run got its slot
     rerun_fragments(at, monkeypatch)

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from blockviz.core import config as cfg
+from blockviz.core import startup_trace
 from blockviz.core.flags import (  # noqa: F401 (the flags API, used by the commands)
     EXIT_USAGE,
     UsageError,
@@ -177,7 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     module_name, func_name = COMMANDS[args.command][2].split(":")
     import importlib
 
+    startup_trace.mark("interpreter up, flags parsed")
     handler: Handler = getattr(importlib.import_module(module_name), func_name)
+    startup_trace.mark(f"{module_name} imported")
     try:
         return handler(args)
     except (UsageError, cfg.ConfigError) as exc:

@@ -20,6 +20,23 @@ if TYPE_CHECKING:
 STATUSES = ("queued", "running", "completed", "diverged", "failed", "stopped")
 ACTIVE_STATUSES = ("queued", "running")  # a process is (or will be) working on the run
 FINISHED_STATUSES = ("completed", "diverged")  # the run ran its course (not cut short)
+# A queued run is only waiting while the running slots are taken; until its process has
+# claimed a free slot (it first imports torch and Lightning and loads the data) the pages
+# call it "starting", never "waiting".
+STARTING = "starting"
+WAITING_FOR_SLOT = "waiting for a free slot"
+
+
+def shown_status(status: str, ahead: int, max_running: int) -> str:
+    """The status a page shows: a queued run reads `starting` unless every slot is spoken for.
+
+    `ahead` counts the running runs plus the queued runs launched before this one; a
+    `max_running` of 0 or less means no limit. Every other status is shown as it is.
+    """
+    if status != "queued":
+        return status
+    return STARTING if max_running <= 0 or ahead < max_running else status
+
 
 # ------------------------------------------------------------------------------ taps
 

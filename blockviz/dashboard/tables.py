@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from blockviz import runner
 from blockviz.core import spec
 from blockviz.dashboard.ui import format_duration
 from blockviz.store import RunStore
@@ -37,11 +38,14 @@ def final_table(store: RunStore, run_ids: list[int]) -> pd.DataFrame:
     return final[[c for c in spec.FINAL_COLUMNS if c in final.columns]]
 
 
-def runs_table(runs: pd.DataFrame, now: float) -> pd.DataFrame:
+def runs_table(runs: pd.DataFrame, now: float, max_running: int | None = None) -> pd.DataFrame:
     """The columns a person scans: id, name, status, created, duration, step, val loss, device.
 
-    Duration runs to `ended`, to `now` for an active run, else to the last heartbeat.
+    Duration runs to `ended`, to `now` for an active run, else to the last heartbeat. The
+    status is the one the pages show (`runner.shown_in`: a queued run with a free slot is
+    `starting`), so `runs` must hold every run of the store.
     """
+    shown = runner.shown_in(runs, max_running)
     active = runs["status"].isin(spec.ACTIVE_STATUSES)
     end = runs["ended"].where(runs["ended"].notna(), runs["heartbeat"]).where(~active, now)
     duration = end - runs["started"]
@@ -58,7 +62,9 @@ def runs_table(runs: pd.DataFrame, now: float) -> pd.DataFrame:
         {
             "id": runs["id"].to_numpy(),
             "name": runs["name"].to_numpy(),
-            "status": runs["status"].to_numpy(),
+            "status": [
+                shown.get(int(i), s) for i, s in zip(runs["id"], runs["status"], strict=True)
+            ],
             "created": created,
             "duration": [format_duration(None if pd.isna(d) else d) for d in duration],
             "step": steps,

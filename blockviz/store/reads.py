@@ -10,10 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from blockviz.store.connection import _Connection, guarded
 from blockviz.store.downsample import downsample_mask, series_starts
@@ -29,6 +28,11 @@ from blockviz.store.schema import (
     typed_frame,
 )
 from blockviz.store.values import decode_json, placeholders
+
+# pandas (about a second to import) is imported where a frame is built: a training process
+# writes through the store but never reads a frame.
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _transpose(rows: Sequence[tuple[Any, ...]], columns: Mapping[str, Any]) -> dict[str, Any]:
@@ -89,6 +93,8 @@ class _Reads(_Connection):
         lengths = [len(chunk) for chunk in chunks]
         data = np.concatenate(chunks)
         run_of = {run_id: run for run_id, run in self._names(ids).items()}
+        import pandas as pd
+
         frame = pd.DataFrame(
             {
                 "run_id": np.repeat([run_id for run_id, _ in keys], lengths),
@@ -186,6 +192,8 @@ class _Reads(_Connection):
             size = len(arrays["step"])
         for column, value in fixed.items():
             arrays[column] = np.full(size, value, dtype=LAYER_STATS_DTYPES[column])
+        import pandas as pd
+
         return self._with_run_names(pd.DataFrame(arrays), LAYER_STATS_FRAME)
 
     @guarded
@@ -293,6 +301,8 @@ class _Reads(_Connection):
             f"WHERE {' AND '.join(where)} ORDER BY layer, head",
             params,
         ).fetchall()
+        import pandas as pd
+
         parts: list[pd.DataFrame] = []
         for lay, hd, tokens_json, weights_json in stored:
             tokens = np.asarray(decode_json(tokens_json) or [], dtype=object)

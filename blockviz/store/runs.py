@@ -5,9 +5,7 @@ from __future__ import annotations
 import operator
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from blockviz.core import procs
 from blockviz.core.naming import NAME_MAX, is_id_text
@@ -18,6 +16,9 @@ from blockviz.store.errors import StoreError
 from blockviz.store.naming import RunRef, check_name
 from blockviz.store.schema import JSON_COLUMNS, METRIC_TABLES, RUN_COLUMNS, RUNS_FRAME, typed_frame
 from blockviz.store.values import decode_json, encode_json, placeholders
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class _Runs(_Connection):

@@ -42,12 +42,16 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from blockviz.store.errors import StoreError
+
+# pandas (about a second to import) is imported where a frame is built: a training process
+# writes through the store but never reads a frame.
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA_VERSION = 3
 
@@ -229,6 +233,8 @@ FINAL_METRICS_FRAME = {
 
 def typed_frame(rows: Sequence[Sequence[Any]], schema: Mapping[str, str]) -> pd.DataFrame:
     """A DataFrame with exactly the schema's columns and dtypes (also when empty)."""
+    import pandas as pd
+
     frame = pd.DataFrame.from_records(list(rows), columns=list(schema))
     return frame.astype(dict(schema))
 

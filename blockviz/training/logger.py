@@ -8,6 +8,7 @@ own stop, and makes the store's rows safe before each checkpoint exists.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
@@ -16,6 +17,7 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from blockviz.core import startup_trace
 from blockviz.store import RunStore, StoreError
 from blockviz.training.lifecycle import Heartbeat, StopRequest
 
@@ -33,7 +35,9 @@ class StoreLogger(Logger):
         self.store = store
         self.run_id = run_id
         self.flush_every_s = flush_every_s
-        self._last_flush = time.monotonic()
+        # The first rows (step 0's loss) are flushed at once, so the Live page has a point
+        # to draw as soon as the first step ends; after that, about every flush_every_s.
+        self._last_flush = -math.inf
 
     @property
     def name(self) -> str:
@@ -104,10 +108,15 @@ class RunLifecycle(Callback):
             log.warning("flush before checkpoint failed: %s", exc)
         checkpoint[PENDING_ROWS_KEY] = self.store.buffered_rows(self.run_id)
 
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        """Mark the end of Lightning's set-up for the start-up trace (benchmarks only)."""
+        startup_trace.mark("fit set up, first step begins")
+
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         """Record the step; turn a stop request Lightning missed into its own stop."""
+        startup_trace.mark("first step done")
         if self.heartbeat is not None:
             self.heartbeat.step = trainer.global_step
         if self.stop.requested and not trainer.received_sigterm:

@@ -44,7 +44,7 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from blockviz.core import config as cfg
-from blockviz.core import procs
+from blockviz.core import procs, startup_trace
 from blockviz.core.extras import check_logger_available
 from blockviz.core.files import atomic_write
 from blockviz.core.flags import UsageError, run_config_from_args
@@ -270,6 +270,7 @@ def cli_main(args: argparse.Namespace) -> int:
 def _preflight(plan: RunPlan) -> Any:
     """Load the data and check the run can start here (memory, logger); the datamodule."""
     datamodule = load_datamodule(plan.config)
+    startup_trace.mark("data loaded")
     check_memory(cfg.replace(plan.config, vocab_size=datamodule.vocab.size))
     check_logger_available(plan.config.train)
     return datamodule
@@ -361,10 +362,12 @@ def _register_and_fit(
             patiently(store.update_run, run_id, status="stopped", ended=time.time())
             print(f"blockviz: run {run_id} ({name}) stopped while queued", flush=True)
             return EXIT_OK
+        startup_trace.mark("slot claimed")
         # Backdated by the earlier sessions' time, so started..ended spans all the training.
         started = time.time() - earlier_s
 
         def on_ready(trainer: Any, lit: Any) -> None:
+            startup_trace.mark("model and Trainer built")
             patiently(
                 store.update_run,
                 run_id,
