@@ -389,3 +389,53 @@ def test_the_end_of_run_line_uses_the_labels_every_view_uses(two_runs):
     line = next(line for line in out.splitlines() if " completed: " in line)
     assert "train loss (mean of last 50 steps) = " in line
     assert "mean tokens/s over training = " in line and "tokens_per_sec" not in line
+
+
+# ------------------------------------------------------------------ a stop before the start
+
+
+def test_a_run_stopped_before_its_process_registered_stays_stopped(
+    tmp_path, corpus, capsys, monkeypatch
+):
+    # The dashboard's Stop marks a queued run stopped when it cannot signal the process;
+    # one that landed while the process loaded its data used to be overwritten with
+    # 'queued', and the run trained.
+    from blockviz.training import train
+
+    store_path = tmp_path / "blockviz.db"
+    with RunStore(store_path) as store:
+        run_id = store.create_run("replaced", "{}", status="queued")
+    real_load = train.load_datamodule
+
+    def load_then_get_stopped(*args, **kwargs):
+        loaded = real_load(*args, **kwargs)
+        with RunStore(store_path) as other:  # the dashboard's Stop, meanwhile
+            other.update_run(run_id, status="stopped", ended=time.time())
+        return loaded
+
+    monkeypatch.setattr(train, "load_datamodule", load_then_get_stopped)
+    argv = ["train", "--store", str(store_path), "--run_id", str(run_id), "--dataset", str(corpus)]
+    assert cli.main([*argv, "--preset", "tiny", "--max_steps", "5", "--no_progress"]) == 0
+    assert "stopped before it started" in capsys.readouterr().out
+    with RunStore(store_path) as store:
+        assert store.get_run(run_id)["status"] == "stopped"
+        assert store.scalars(run_id).empty
+
+
+def test_a_run_stopped_while_it_waits_for_a_slot_is_never_claimed(tmp_path):
+    from blockviz.training.lifecycle import StopRequest
+    from blockviz.training.train import _wait_for_slot
+
+    with RunStore(tmp_path / "blockviz.db") as store:
+        busy = store.create_run("busy", "{}", status="queued")
+        assert store.claim_slot(busy, 1, pid=os.getpid())
+        waiting = store.create_run("waiting", "{}", status="queued")
+        assert not store.claim_slot(waiting, 1) and store.queued_still(waiting)
+        store.update_run(waiting, status="stopped")
+        store.update_run(busy, status="completed")  # a slot frees: still not claimed
+        assert not store.claim_slot(waiting, 1)
+        assert not store.queued_still(waiting)
+        started = time.monotonic()
+        assert _wait_for_slot(store, waiting, 1, StopRequest()) is False
+        assert time.monotonic() - started < 5
+        assert store.get_run(waiting)["status"] == "stopped"

@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 from blockviz.store.connection import _Connection, guarded
 from blockviz.store.naming import RunRef
+from blockviz.store.schema import JSON_COLUMNS
+from blockviz.store.values import encode_json, placeholders
 
 
 class _Queue(_Connection):
@@ -14,6 +16,7 @@ class _Queue(_Connection):
 
     # From runs.py and liveness.py.
     _resolve: Callable[[RunRef], int]
+    _check_fields: Callable[..., None]
     reap_dead: Callable[..., list[int]]
 
     @guarded
@@ -25,7 +28,12 @@ class _Queue(_Connection):
         pid: int | None = None,
         pid_started: float | None = None,
     ) -> bool:
-        """Atomically make the run 'running' if fewer than max_running (<=0: no limit) are."""
+        """Atomically make the run 'running' if fewer than max_running (<=0: no limit) are.
+
+        Only a run that is still 'queued' is claimed: one stopped while it waited (Stop
+        marks a queued run 'stopped' itself when its process cannot be signalled) stays
+        stopped, and False comes back (`queued_still` tells the two Falses apart).
+        """
         run_id = self._resolve(run_id)
         self.reap_dead()
         self._begin()
@@ -38,13 +46,46 @@ class _Queue(_Connection):
                     self._commit()
                     return False
             now = time.time()
-            self.conn.execute(
+            cursor = self.conn.execute(
                 "UPDATE runs SET status = 'running', started = ?, heartbeat = ?, "
-                "pid = COALESCE(?, pid), pid_started = COALESCE(?, pid_started) WHERE id = ?",
+                "pid = COALESCE(?, pid), pid_started = COALESCE(?, pid_started) "
+                "WHERE id = ? AND status = 'queued'",
                 (now, now, pid, pid_started if pid is not None else None, run_id),
             )
             self._commit()
         except BaseException:
             self._rollback()
             raise
-        return True
+        return cursor.rowcount == 1
+
+    @guarded
+    def queued_still(self, run_id: RunRef) -> bool:
+        """Whether the run is still 'queued' (not stopped while it waited for a slot)."""
+        run_id = self._resolve(run_id)
+        row = self.conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return row is not None and row[0] == "queued"
+
+    @guarded
+    def take_over(self, run_id: RunRef, unless: tuple[str, ...], **fields: object) -> bool:
+        """Set a run's fields unless its status is one of `unless`; whether they were set.
+
+        One statement, so a Stop that lands between a process starting and registering
+        cannot be overwritten: `train` takes over a run the runner created with
+        unless=('stopped',), and a run stopped before its process registered stays stopped.
+        """
+        run_id = self._resolve(run_id)
+        self._check_fields(fields)
+        values = {k: (encode_json(v) if k in JSON_COLUMNS else v) for k, v in fields.items()}
+        assignments = ", ".join(f"{column} = ?" for column in values)
+        self._begin()
+        try:
+            cursor = self.conn.execute(
+                f"UPDATE runs SET {assignments} WHERE id = ? "
+                f"AND COALESCE(status, '') NOT IN ({placeholders(unless)})",
+                [*values.values(), run_id, *unless],
+            )
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
+        return cursor.rowcount == 1

@@ -330,15 +330,22 @@ def _register_and_fit(
         run_id = plan.run_id
         if plan.checkpoint is not None:  # a resumed run's time so far counts on
             earlier_s = float((store.get_run(run_id).get("final") or {}).get("time_s") or 0.0)
-        patiently(
-            store.update_run,
+        # A run the runner created and someone stopped before this process registered
+        # stays stopped (a resume takes over its stopped run on purpose).
+        unless = () if plan.checkpoint is not None else ("stopped",)
+        taken = patiently(
+            store.take_over,
             run_id,
+            unless,
             ended=None,
             error=None,
             final=None,
             diverged_step=None,
             **lifecycle_fields,
         )
+        if not taken:
+            print(f"blockviz: run {run_id} was stopped before it started", flush=True)
+            return EXIT_OK
         if args.name and not args.resume:
             patiently(store.rename_run, run_id, args.name)
     name = store.get_run(run_id)["name"]
@@ -451,6 +458,8 @@ def _wait_for_slot(store: RunStore, run_id: int, max_running: int, stop: StopReq
             pid_started=me.started if me else None,
         ):
             return True
+        if not patiently(store.queued_still, run_id):
+            return False  # stopped while it waited (its Stop could not signal it)
         if not announced:
             print(
                 f"blockviz: run {run_id} queued: {max_running} run(s) already running", flush=True
