@@ -30,9 +30,9 @@ class _Queue(_Connection):
     ) -> bool:
         """Atomically make the run 'running' if fewer than max_running (<=0: no limit) are.
 
-        Only a run that is still 'queued' is claimed: one stopped while it waited (Stop
-        marks a queued run 'stopped' itself when its process cannot be signalled) stays
-        stopped, and False comes back (`queued_still` tells the two Falses apart).
+        Only a run still 'queued' (or already 'running': it never waits for itself) is
+        claimed: one stopped while it waited (Stop marks a queued run 'stopped' itself
+        when its process cannot be signalled) stays stopped, and False comes back (`queued_still` tells the two Falses apart).
         """
         run_id = self._resolve(run_id)
         self.reap_dead()
@@ -49,7 +49,7 @@ class _Queue(_Connection):
             cursor = self.conn.execute(
                 "UPDATE runs SET status = 'running', started = ?, heartbeat = ?, "
                 "pid = COALESCE(?, pid), pid_started = COALESCE(?, pid_started) "
-                "WHERE id = ? AND status = 'queued'",
+                "WHERE id = ? AND status IN ('queued', 'running')",
                 (now, now, pid, pid_started if pid is not None else None, run_id),
             )
             self._commit()
