@@ -38,7 +38,8 @@ def final_table(store: RunStore, run_ids: list[int]) -> pd.DataFrame:
 
 
 def runs_table(runs: pd.DataFrame, now: float) -> pd.DataFrame:
-    """The columns a person scans: id, name, status, created, duration, step, val loss, device.
+    """The columns a person scans: id, name, status, created, duration, step, val loss,
+    device, tags.
 
     Duration runs to `ended`, to `now` for an active run, else to the last heartbeat.
     """
@@ -64,5 +65,8 @@ def runs_table(runs: pd.DataFrame, now: float) -> pd.DataFrame:
             "step": steps,
             "val loss": runs["val_loss"].to_numpy(),
             "device": runs["device"].to_numpy(),
+            "tags": runs["tags"].fillna("").to_numpy()
+            if "tags" in runs.columns
+            else [""] * len(runs),
         }
     )
