@@ -207,15 +207,34 @@ def test_relaunch_of_a_run_whose_dataset_file_is_gone_keeps_the_current_dataset(
     assert "fox.txt is gone" in texts(at, "info")
 
 
-def test_relaunch_of_a_config_that_no_longer_parses_is_a_message(store: RunStore) -> None:
+@pytest.mark.parametrize(
+    ("field", "value"), [("retired_field", 1), ("norm_type", "batchnorm"), ("init", None)]
+)
+def test_relaunch_of_a_config_that_no_longer_reads_is_a_message(
+    store: RunStore, field: str, value: object
+) -> None:
     old = json.loads(tiny_config().to_json())
-    old["model"]["retired_field"] = 1
+    old["model"][field] = value
     run_id = store.create_run("old", json.dumps(old), status="completed")
     at = open_page("pages/runs.py", run_id)
     at.button(key="runs.relaunch").click().run()
     assert not at.exception
     assert title(at) == "Runs"
-    assert "retired_field" in texts(at, "error")
+    assert field in texts(at, "error")
+
+
+def test_relaunch_of_a_config_whose_numbers_no_longer_validate_shows_the_field(
+    store: RunStore,
+) -> None:
+    old = json.loads(tiny_config().to_json())
+    old["model"].update(d_model=130, n_head=4)  # heads must divide the width
+    run_id = store.create_run("old", json.dumps(old), status="completed")
+    at = open_page("pages/runs.py", run_id)
+    at.button(key="runs.relaunch").click().run()
+    assert not at.exception
+    assert title(at) == "Train"
+    assert at.button(key="launch").disabled
+    assert "n_head" in texts(at, "error")
 
 
 # ---------------------------------------------------------------------------- 11: resume

@@ -18,7 +18,7 @@ from blockviz import runner
 from blockviz.core import config, corpora
 from blockviz.core.config import ConfigError, RunConfig
 from blockviz.dashboard import sidebar, ui
-from blockviz.dashboard.config_fields import DATASET_CHOICES, UPLOAD_CHOICE
+from blockviz.dashboard.config_fields import ALL_FIELDS, DATASET_CHOICES, UPLOAD_CHOICE
 from blockviz.dashboard.uploads import UPLOAD_INFO_KEY, accept_upload
 from blockviz.store import RunStore
 
@@ -29,6 +29,8 @@ DATASET_KEY = sidebar.PREFIX + "dataset"
 # torch start first); the page keeps refreshing this long after a Resume meanwhile.
 RESUME_WATCH_S = 30.0
 _RESUMED_KEY = "relaunch.resumed_at"
+# Fields whose widget takes any number in its range: an invalid value can be shown there.
+_NUMBER_FIELDS = frozenset(f.name for f in ALL_FIELDS if f.kind in ("int", "float"))
 
 
 def closest_preset(run_config: RunConfig) -> str:
@@ -43,14 +45,21 @@ def closest_preset(run_config: RunConfig) -> str:
 def load_run_config(run: dict[str, Any]) -> tuple[str, list[str]]:
     """Put the run's config into the sidebar's widgets; ('error' | 'ok', messages).
 
-    A config that no longer parses is refused with its field message; one that parses
-    but no longer validates is loaded, and the sidebar shows the field to fix. A dataset
-    file that still exists becomes the upload; a missing one keeps the current dataset.
+    A config that no longer parses, or holds a choice no widget offers, is refused with
+    its field message; one whose numbers no longer validate (a bound or a relation
+    between fields) is loaded, and the sidebar shows the field to fix. A dataset file
+    that still exists becomes the upload; a missing one keeps the current dataset.
     """
+    refused = f"Run #{run['id']}'s config cannot be loaded"
     try:
         run_config = RunConfig.from_dict(run.get("config") or {})
     except ConfigError as exc:
-        return "error", [f"Run #{run['id']}'s config cannot be loaded: {exc}"]
+        return "error", [f"{refused}: {exc}"]
+    try:
+        run_config.validate()
+    except ConfigError as exc:
+        if exc.field not in _NUMBER_FIELDS:
+            return "error", [f"{refused}: {exc}"]
     previous_dataset = st.session_state.get(DATASET_KEY)
     st.session_state[sidebar.PRESET_KEY] = closest_preset(run_config)
     sidebar.apply_run_config(run_config)
@@ -68,6 +77,11 @@ def _dataset_file(dataset: str, previous: str | None) -> str | None:
     """Take the run's dataset file as the upload; a word when it cannot be."""
     path = Path(dataset)
     try:
+        if path.stat().st_size > corpora.MAX_TEXT_BYTES:
+            raise corpora.DataError(
+                f"{path.name} is larger than the {corpora.MAX_TEXT_BYTES // 2**20} MiB upload "
+                "limit; train on it with the CLI (`--dataset`)"
+            )
         data = path.read_bytes()
         info = accept_upload(data, path.name)
     except OSError:
