@@ -295,8 +295,8 @@ def test_launch_failure_shows_the_error_and_the_log_tail(
 
 WRITE_BUTTONS = {
     "pages/train.py": ["launch", "train.stop.{running}"],
-    "pages/live.py": ["live.stop"],
-    "pages/runs.py": ["runs.stop", "runs.rename", "runs.delete"],
+    "pages/live.py": ["live.stop", "live.resume"],
+    "pages/runs.py": ["runs.stop", "runs.rename", "runs.delete", "runs.save_labels", "runs.resume"],
     "pages/compare.py": [],
 }
 
