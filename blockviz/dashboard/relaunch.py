@@ -17,7 +17,7 @@ import streamlit as st
 from blockviz import runner
 from blockviz.core import config, corpora
 from blockviz.core.config import ConfigError, RunConfig
-from blockviz.dashboard import sidebar, ui
+from blockviz.dashboard import sidebar, store_access, ui
 from blockviz.dashboard.config_fields import ALL_FIELDS, DATASET_CHOICES, UPLOAD_CHOICE
 from blockviz.dashboard.uploads import UPLOAD_INFO_KEY, accept_upload
 from blockviz.store import RunStore
@@ -135,7 +135,7 @@ def resume_button(
     run_id = int(run["id"])
     blocker = runner.resume_blocker(run, runner.checkpoint_path(store, run_id).is_file())
     if not writable:
-        help_text = "the run store is read-only here"
+        help_text = store_access.READONLY_NOTICE
     elif blocker is not None:
         help_text = f"Cannot resume: {blocker}"
     else:
