@@ -184,34 +184,46 @@ def launch(
         str(slots),
         "--no_progress",
     ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    _reap_children()
     try:
-        with open(run_dir / LOG_NAME, "ab") as log:
-            proc = subprocess.Popen(
-                command,
-                cwd=PROJECT_DIR,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                # Its own session: closing the tab or stopping Streamlit (Ctrl-C signals the
-                # terminal's process group) leaves the run going.
-                start_new_session=True,
-            )
+        proc = _spawn(command, store, run_id)
     except OSError as exc:
         message = f"could not start the training process ({exc.strerror or exc})"
         store.update_run(run_id, status="failed", ended=time.time(), error=message)
         raise LaunchError(message, run_id) from None
-    _children[proc.pid] = proc
-    child = procs.identity_of(proc.pid)
-    store.update_run(run_id, pid=proc.pid, pid_started=child.started if child else None)
     _watch_startup(proc, store, run_id)
     return run_id
 
 
-def _watch_startup(proc: subprocess.Popen[bytes], store: RunStore, run_id: int) -> None:
-    """Poll the new process briefly; a non-zero exit becomes a failed run and a LaunchError."""
+def _spawn(command: list[str], store: RunStore, run_id: int) -> subprocess.Popen[bytes]:
+    """Start `command` in its own session, output appended to the run's log; records its pid."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    _reap_children()
+    with open(store.run_dir(run_id) / LOG_NAME, "ab") as log:
+        proc = subprocess.Popen(
+            command,
+            cwd=PROJECT_DIR,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            # Its own session: closing the tab or stopping Streamlit (Ctrl-C signals the
+            # terminal's process group) leaves the run going.
+            start_new_session=True,
+        )
+    _children[proc.pid] = proc
+    child = procs.identity_of(proc.pid)
+    store.update_run(run_id, pid=proc.pid, pid_started=child.started if child else None)
+    return proc
+
+
+def _watch_startup(
+    proc: subprocess.Popen[bytes], store: RunStore, run_id: int, resumed: bool = False
+) -> None:
+    """Poll the new process briefly; a non-zero exit becomes a failed run and a LaunchError.
+
+    A resume refused before it took the run over (`resumed`) leaves the run as it was and
+    names the log's reason, not the run's earlier error.
+    """
     deadline = time.monotonic() + STARTUP_WATCH_S
     while time.monotonic() < deadline:
         code = proc.poll()
@@ -232,7 +244,7 @@ def _watch_startup(proc: subprocess.Popen[bytes], store: RunStore, run_id: int) 
             ended=time.time(),
             error=last_line or f"the training process exited with status {code}",
         )
-    else:
+    elif not resumed:
         last_line = run.get("error") or last_line
     reason = last_line or f"exit status {code}"
     raise LaunchError(f"run {run_id} failed to start: {reason}", run_id, tail)
@@ -374,3 +386,65 @@ def log_tail(store: RunStore, run_id: int, lines: int = 40) -> str:
         return ""
     text = data.decode("utf-8", errors="replace")
     return "\n".join(deque(text.splitlines(), maxlen=lines))
+
+
+# ---------------------------------------------------------------------------- resume
+
+
+def resume_blocker(run: dict, checkpoint_exists: bool) -> str | None:
+    """Why `train --resume` cannot continue this run (plain text), or None when it can.
+
+    What `plan_resume` refuses, read without torch: an active run, no last.ckpt, a run at
+    its max_steps. A diverged run is not offered: its last checkpoint may already hold the
+    non-finite weights.
+    """
+    status = run["status"]
+    if status in ACTIVE_STATUSES:
+        return f"it is {status}"
+    if status == "diverged":
+        return "it diverged; its last checkpoint may hold non-finite weights (Edit & relaunch)"
+    step, max_steps = run.get("step"), run.get("max_steps")
+    if step is not None and max_steps is not None and step >= max_steps:
+        return f"it already reached max_steps ({max_steps:,})"
+    if not checkpoint_exists:
+        return "it has no checkpoint to continue from"
+    return None
+
+
+def checkpoint_path(store: RunStore, run_id: int) -> Path:
+    """The checkpoint `train --resume` continues from."""
+    return store.run_dir(run_id) / "checkpoints" / "last.ckpt"
+
+
+def resume(store: RunStore, run_id: int, max_running: int | None = None) -> None:
+    """Continue a stopped or failed run from its last checkpoint, in the background.
+
+    `python -m blockviz train --resume RUN`, started like `launch` (own session, output
+    appended to the run's train.log, a short startup watch). The process takes the run
+    over (queued, then running) itself; LaunchError when it cannot.
+    """
+    run = store.get_run(run_id)
+    blocker = resume_blocker(run, checkpoint_path(store, run_id).is_file())
+    if blocker is not None:
+        raise LaunchError(f"run {run_id} cannot be resumed: {blocker}", run_id)
+    slots = default_max_running() if max_running is None else max_running
+    command = [
+        sys.executable,
+        "-m",
+        "blockviz",
+        "train",
+        "--resume",
+        str(run_id),
+        "--store",
+        str(store.path),
+        "--no_progress",
+        "--max_running",
+        str(slots),
+    ]
+    try:
+        proc = _spawn(command, store, run_id)
+    except OSError as exc:
+        raise LaunchError(
+            f"could not start the training process ({exc.strerror or exc})", run_id
+        ) from None
+    _watch_startup(proc, store, run_id, resumed=True)

@@ -17,7 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, LOSS_NAMES
-from blockviz.dashboard import store_access, tables, ui
+from blockviz.dashboard import store_access, tables, tag_filter, ui
 from blockviz.dashboard.controls import chart_controls
 from blockviz.store import RunStore, StoreError
 from blockviz.views import charts, export, findings_text, summary
@@ -173,9 +173,9 @@ def _config_section(store: RunStore, run_ids: list[int]) -> None:
     compared = len(headers) - 1  # runs whose config could be read
     if compared < len(runs):
         st.warning("Some runs are left out of the diff: their stored config is unreadable.")
-    if compared >= 2 and not rows:
+    if compared >= 2 and all(row[0] in export.LABEL_ROWS for row in rows):
         st.success("These runs have identical configs: any difference is run-to-run noise.")
-    elif rows:
+    if rows:
         st.caption("Only the fields whose values are not the same in every chosen run.")
         st.dataframe(pd.DataFrame(rows, columns=headers), hide_index=True, key="compare.diff")
 
@@ -243,9 +243,11 @@ def _choose_runs(store: RunStore) -> tuple[pd.DataFrame, dict[int, str]] | None:
             "Post-LN, say): set each up in the sidebar and press Launch, then come back here."
         )
         return None
+    # Tags: the picker offers only the runs with every chosen tag; auto-runs on request.
+    shown = tag_filter.tag_filter(all_runs, "compare.filter")
     if ui.COMPARE_KEY not in st.session_state:
-        st.session_state[ui.COMPARE_KEY] = [int(i) for i in all_runs["id"].tail(2)]
-    chosen = ui.run_picker(store, "Runs to compare", multi=True, key="compare.runs", runs=all_runs)
+        st.session_state[ui.COMPARE_KEY] = [int(i) for i in shown["id"].tail(2)]
+    chosen = ui.run_picker(store, "Runs to compare", multi=True, key="compare.runs", runs=shown)
     if not chosen:
         st.info("Pick one or more runs above to overlay them.")
         return None

@@ -30,7 +30,7 @@ from blockviz.core.spec import (
     WEIGHTS_COMPONENT,
     number_label,
 )
-from blockviz.dashboard import store_access, ui
+from blockviz.dashboard import relaunch, store_access, ui
 from blockviz.dashboard.code_download import code_download_button
 from blockviz.dashboard.controls import SMOOTHING_DEFAULT, chart_controls
 from blockviz.store import RunStore, StoreError
@@ -452,4 +452,8 @@ with ui.guard("Reading the run store"):
 if picked is not None:
     run_id, seen = picked
     active = seen.get(run_id) in ACTIVE_STATUSES
+    # Edit & relaunch / Resume (as on Runs); a just-resumed run refreshes until it starts.
+    with ui.guard("Run actions"):
+        relaunch.action_row(store, run_id, "live", store_access.writable(store))
+    active = active or relaunch.recently_resumed()
     st.fragment(_live, run_every=REFRESH_S if active else None)(store, run_id, seen)

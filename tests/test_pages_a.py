@@ -182,13 +182,14 @@ def test_runs_page_delete_needs_confirmation_and_a_stopped_run(
     completed = populated[STATUSES.index("completed")]
     at = open_page("pages/runs.py")
     at.selectbox(key="runs.pick").set_value(running).run()
-    assert at.button(key="runs.delete").disabled  # not confirmed yet
-    at.checkbox(key=f"runs.confirm.{running}").check().run()
-    at.button(key="runs.delete").click().run()
-    assert "stop it first" in texts(at, "error")
+    # An active run cannot even be confirmed for deletion: both are off, saying why.
+    confirm, delete = at.checkbox(key=f"runs.confirm.{running}"), at.button(key="runs.delete")
+    assert confirm.disabled and delete.disabled
+    assert "stop it first" in confirm.help and "stop it first" in delete.help
     assert store.get_run(running)["status"] == "running"
 
     at.selectbox(key="runs.pick").set_value(completed).run()
+    assert at.button(key="runs.delete").disabled  # not confirmed yet
     at.checkbox(key=f"runs.confirm.{completed}").check().run()
     at.button(key="runs.delete").click().run()
     assert not at.exception
@@ -306,8 +307,8 @@ def test_launch_failure_shows_the_error_and_the_log_tail(
 
 WRITE_BUTTONS = {
     "pages/train.py": ["launch", "train.stop.{running}"],
-    "pages/live.py": ["live.stop"],
-    "pages/runs.py": ["runs.stop", "runs.rename", "runs.delete"],
+    "pages/live.py": ["live.stop", "live.resume"],
+    "pages/runs.py": ["runs.stop", "runs.rename", "runs.delete", "runs.save_labels", "runs.resume"],
     "pages/compare.py": [],
 }
 

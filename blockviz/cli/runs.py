@@ -17,6 +17,7 @@ from typing import Any
 from blockviz import runner
 from blockviz.core import config as cfg
 from blockviz.core.spec import final_header
+from blockviz.core.tags import tags_text
 from blockviz.store import RunStore, checked
 from blockviz.views.summary import read_divergence, render_divergence
 
@@ -36,7 +37,8 @@ def _fmt(value: Any, spec: str = "") -> str:
 
 
 def cli_runs(args: argparse.Namespace) -> int:
-    """`python -m blockviz runs`: one line per run (id, name, status, step, val loss, device)."""
+    """`python -m blockviz runs`: one line per run (id, name, status, step, val loss, device,
+    tags)."""
     with _open_store(args) as store:
         store.reap_dead()  # a read-only store is listed as it is
         frame = store.runs_frame()
@@ -47,7 +49,7 @@ def cli_runs(args: argparse.Namespace) -> int:
     if frame.empty:
         print("no runs yet; start one with `python -m blockviz train --preset baby-cpu`")
         return EXIT_OK
-    header = ("id", "name", "status", "step", "val loss", "device")
+    header = ("id", "name", "status", "step", "val loss", "device", "tags")
     rows = [
         (
             str(row.id),
@@ -56,6 +58,7 @@ def cli_runs(args: argparse.Namespace) -> int:
             f"{_fmt(row.step)}/{_fmt(row.max_steps)}",
             _fmt(row.val_loss, ".4f"),
             str(row.device) if isinstance(row.device, str) and row.device else "-",
+            str(row.tags) if isinstance(row.tags, str) and row.tags else "-",
         )
         for row in frame.itertuples()
     ]
@@ -149,6 +152,7 @@ def cli_show(args: argparse.Namespace) -> int:
     if dataset:
         size = f"{dataset.get('n_chars', 0):,} chars, vocab {dataset.get('vocab_size')}"
         lines.append(("dataset", f"{dataset.get('name')}: {size}"))
+    lines.append(("tags", tags_text(run.get("tags")) or "-"))
     lines += _config_summary(run.get("config"))
     shown = (
         "train_loss",
@@ -173,9 +177,13 @@ def cli_show(args: argparse.Namespace) -> int:
         lines.append(("diverged", render_divergence(replace(divergence, error=None))))
     if run.get("error"):
         lines.append(("error", str(run["error"])))
+    notes = run.get("notes") or ""
+    if notes:
+        lines.append(("notes", notes))
     width = max(len(label) for label, _ in lines)
     for label, value in lines:
-        print(f"{label.ljust(width)}  {value}")
+        # Notes keep their lines, each under the first.
+        print(f"{label.ljust(width)}  " + value.replace("\n", "\n" + " " * (width + 2)))
     if last_sample is not None:
         print(f"\nlast sample (step {last_sample['step']}, prompt {last_sample['prompt']!r}):")
         print(last_sample["prompt"] + last_sample["text"])

@@ -38,14 +38,21 @@ def final_table(store: RunStore, run_ids: list[int]) -> pd.DataFrame:
     return final[[c for c in spec.FINAL_COLUMNS if c in final.columns]]
 
 
-def runs_table(runs: pd.DataFrame, now: float, max_running: int | None = None) -> pd.DataFrame:
-    """The columns a person scans: id, name, status, created, duration, step, val loss, device.
+def runs_table(
+    runs: pd.DataFrame,
+    now: float,
+    max_running: int | None = None,
+    store_runs: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """The columns a person scans: id, name, status, created, duration, step, val loss,
+    device, tags.
 
     Duration runs to `ended`, to `now` for an active run, else to the last heartbeat. The
     status is the one the pages show (`runner.shown_in`: a queued run with a free slot is
-    `starting`), so `runs` must hold every run of the store.
+    `starting`), which depends on every run of the store: `store_runs` (default `runs`)
+    holds them when `runs` is filtered.
     """
-    shown = runner.shown_in(runs, max_running)
+    shown = runner.shown_in(runs if store_runs is None else store_runs, max_running)
     active = runs["status"].isin(spec.ACTIVE_STATUSES)
     end = runs["ended"].where(runs["ended"].notna(), runs["heartbeat"]).where(~active, now)
     duration = end - runs["started"]
@@ -70,5 +77,8 @@ def runs_table(runs: pd.DataFrame, now: float, max_running: int | None = None) -
             "step": steps,
             "val loss": runs["val_loss"].to_numpy(),
             "device": runs["device"].to_numpy(),
+            "tags": runs["tags"].fillna("").to_numpy()
+            if "tags" in runs.columns
+            else [""] * len(runs),
         }
     )

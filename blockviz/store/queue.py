@@ -32,7 +32,8 @@ class _Queue(_Connection):
 
         Only a run still 'queued' (or already 'running': it never waits for itself) is
         claimed: one stopped while it waited (Stop marks a queued run 'stopped' itself
-        when its process cannot be signalled) stays stopped, and False comes back (`queued_still` tells the two Falses apart).
+        when its process cannot be signalled) stays stopped, and False comes back
+        (`queued_still` tells the two Falses apart).
         """
         run_id = self._resolve(run_id)
         self.reap_dead()

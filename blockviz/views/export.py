@@ -36,6 +36,7 @@ from blockviz.views.render import (  # noqa: F401
     svg_png,
 )
 from blockviz.views.report import (  # noqa: F401
+    LABEL_ROWS,
     build_report,
     chart_stems,
     config_diff_table,

@@ -17,6 +17,7 @@ import vl_convert as vlc
 
 from blockviz.core import config as cfg
 from blockviz.core import spec
+from blockviz.core.tags import tags_text
 from blockviz.store import RunStore
 from blockviz.views import charts
 from blockviz.views.ablation import final_metrics_table, format_cell, html_table, shown_columns
@@ -138,9 +139,11 @@ def _configs(runs: Sequence[dict[str, Any]]) -> dict[str, cfg.RunConfig]:
 
 
 def config_diff_table(runs: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows of the fields whose values differ between the runs' configs."""
+    """Headers and rows of the fields whose values differ between the runs' configs, then
+    the runs' tags and notes where those differ (LABEL_ROWS)."""
     configs = _configs(runs)
     names = list(configs)
+    by_name = {r["name"]: r for r in runs}
     if len(names) < 2:
         return ["field", *names], []
     first = configs[names[0]]
@@ -152,7 +155,19 @@ def config_diff_table(runs: Sequence[dict[str, Any]]) -> tuple[list[str], list[l
         section = cfg.section_of(field_name)
         values = [getattr(getattr(configs[n], section), field_name) for n in names]
         rows.append([field_name, *("auto" if v is None else str(v) for v in values)])
-    return ["field", *names], rows
+    return ["field", *names], rows + label_rows([by_name[n] for n in names])
+
+
+LABEL_ROWS = ("tags", "notes")  # rows of config_diff_table that are not config fields
+
+
+def label_rows(runs: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """A 'tags' and a 'notes' row, each only when the runs' values differ."""
+    values = {
+        "tags": [tags_text(r.get("tags")) for r in runs],
+        "notes": [r.get("notes") or "" for r in runs],
+    }
+    return [[label, *shown] for label, shown in values.items() if len(set(shown)) > 1]
 
 
 # ---------------------------------------------------------------------------------------
@@ -196,14 +211,22 @@ def report_html(
             f"{r['step'] or 0} / {r['max_steps'] or '?'}",
             r["device"] or "",
             format_cell("n_params", r["n_params"]),
+            tags_text(r.get("tags")),
         ]
         for r in runs
     ]
+    run_notes = "".join(
+        f"<h3>{html.escape(r['name'])}</h3><pre>{html.escape(r['notes'])}</pre>"
+        for r in runs
+        if r.get("notes")
+    )
     columns = shown_columns(metrics)
     metric_rows = [[format_cell(c, row[c]) for c in columns] for _, row in metrics.iterrows()]
     diff_headers, diff_rows = config_diff_table(runs)
     if diff_rows:
         diff_html = html_table(diff_headers, diff_rows)
+        if all(row[0] in LABEL_ROWS for row in diff_rows):
+            diff_html = "<p>The runs' configurations are identical.</p>" + diff_html
     elif len(runs) > 1:
         diff_html = "<p>The runs' configurations are identical.</p>"
     else:
@@ -236,7 +259,8 @@ def report_html(
 <p>Runs: {html.escape(names)}. Generated {html.escape(time.strftime("%Y-%m-%d %H:%M:%S"))}.</p>
 {notes}
 <h2>Runs</h2>
-{html_table(["run", "status", "step", "device", "params"], run_rows)}
+{html_table(["run", "status", "step", "device", "params", "tags"], run_rows)}
+{"<h2>Notes</h2>" + run_notes if run_notes else ""}
 <h2>Final metrics</h2>
 {html_table([spec.final_header(c) for c in columns], metric_rows)}
 <h2>Configuration differences</h2>

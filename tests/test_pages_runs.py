@@ -1,0 +1,289 @@
+"""The Runs page (issue 13): a table that follows training, rename, delete of an active run,
+tags and notes with the tag filter (also on Compare), Edit & relaunch and Resume."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from blockviz import runner
+from blockviz.core import config as cfg
+from blockviz.core.tags import AUTO_TAG
+from blockviz.dashboard import sidebar, ui
+from blockviz.dashboard.uploads import UPLOAD_INFO_KEY
+from blockviz.store import RunStore, default_store_path
+from tests import fakes
+from tests.helpers import FOX_TEXT, tiny_config
+from tests.real_runs import RealRuns, copy_run
+from tests.test_pages_live_compare import rerun_fragments
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "app.py")
+TIMEOUT = 30
+STATUSES = ("completed", "running", "stopped")
+
+
+@pytest.fixture
+def store() -> Iterator[RunStore]:
+    run_store = RunStore(default_store_path())
+    yield run_store
+    run_store.close()
+
+
+@pytest.fixture
+def runs(store: RunStore) -> dict[str, int]:
+    """Three small fake runs by status (the running one belongs to this process)."""
+    ids = fakes.populate(store, n_runs=3, n_steps=40, n_layer=2, statuses=STATUSES)
+    return dict(zip(STATUSES, ids, strict=True))
+
+
+def open_page(page: str, run_id: int | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    if run_id is not None:
+        at.session_state[ui.RUN_KEY] = run_id
+    at.run()
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def texts(at: AppTest, kind: str) -> str:
+    """What the elements say, with ui.plain's backslash escapes removed."""
+    return "\n".join(str(e.value).replace("\\", "") for e in getattr(at, kind))
+
+
+def shown_ids(at: AppTest) -> set[int]:
+    return {int(i) for i in at.dataframe[0].value["id"]}
+
+
+def title(at: AppTest) -> str:
+    return at.title[0].value
+
+
+# ---------------------------------------------------------------------------- 6, 7, 8a
+
+
+def test_the_table_follows_a_training_run_then_stops_refreshing(
+    store: RunStore, runs: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    running = runs["running"]
+    at = open_page("pages/runs.py")
+    before = at.dataframe[0].value.set_index("id").loc[running, "step"]
+    store.update_run(running, step=33)
+    rerun_fragments(at, monkeypatch)  # what the 2 s timer does in a browser
+    assert not at.exception
+    after = at.dataframe[0].value.set_index("id").loc[running, "step"]
+    assert after != before and after.startswith("33 /")
+    # The run ends: the table shows it, and the page drops its timer.
+    store.update_run(running, status="completed", ended=time.time())
+    rerun_fragments(at, monkeypatch)
+    assert at.dataframe[0].value.set_index("id").loc[running, "status"] == "completed"
+    assert at.session_state["runs.was_active"] is False
+
+
+def test_after_a_rename_the_box_shows_the_stored_name(
+    store: RunStore, runs: dict[str, int]
+) -> None:
+    run_id = runs["completed"]
+    at = open_page("pages/runs.py", run_id)
+    typed = "renamed run / with slash!"
+    at.text_input(key=f"runs.name.{run_id}").set_value(typed).run()
+    at.button(key="runs.rename").click().run()
+    assert not at.exception
+    stored = store.get_run(run_id)["name"]
+    assert stored != typed  # the store sanitises; the box must say what it kept
+    assert at.text_input(key=f"runs.name.{run_id}").value == stored
+    assert stored in texts(at, "success")
+
+
+def test_delete_is_off_for_an_active_run_saying_why(store: RunStore, runs: dict[str, int]) -> None:
+    at = open_page("pages/runs.py", runs["running"])
+    confirm = at.checkbox(key=f"runs.confirm.{runs['running']}")
+    delete = at.button(key="runs.delete")
+    assert confirm.disabled and delete.disabled
+    assert "stop it first" in delete.help
+    at.selectbox(key="runs.pick").set_value(runs["stopped"]).run()
+    assert not at.checkbox(key=f"runs.confirm.{runs['stopped']}").disabled
+
+
+# ---------------------------------------------------------------------------- 15: tags, notes
+
+
+def test_tags_and_notes_are_saved_shown_cleaned_and_refused_with_the_reason(
+    store: RunStore, runs: dict[str, int]
+) -> None:
+    run_id = runs["completed"]
+    at = open_page("pages/runs.py", run_id)
+    at.text_input(key=f"runs.tags.{run_id}").set_value(" post-ln, sweep,post-ln ").run()
+    at.text_area(key=f"runs.notes.{run_id}").set_value("**why**: lr <b>sweep</b>\nline 2").run()
+    at.button(key="runs.save_labels").click().run()
+    assert not at.exception and not at.error
+    run = store.get_run(run_id)
+    assert run["tags"] == ["post-ln", "sweep"] and run["notes"].endswith("line 2")
+    # The box shows what was stored; the table has a tags column.
+    assert at.text_input(key=f"runs.tags.{run_id}").value == "post-ln, sweep"
+    assert at.dataframe[0].value.set_index("id").loc[run_id, "tags"] == "post-ln, sweep"
+
+    at.text_input(key=f"runs.tags.{run_id}").set_value("two words").run()
+    at.button(key="runs.save_labels").click().run()
+    assert not at.exception
+    assert "a space" in texts(at, "error")
+    assert store.get_run(run_id)["tags"] == ["post-ln", "sweep"]
+
+
+def test_tag_filter_and_hidden_auto_runs_on_runs_and_compare(
+    store: RunStore, runs: dict[str, int]
+) -> None:
+    store.set_tags(runs["completed"], "sweep, post-ln")
+    store.set_tags(runs["stopped"], "sweep")
+    auto = store.create_run("auto-1", fakes.fake_config().to_json(), status="completed")
+    store.set_tags(auto, AUTO_TAG)
+    at = open_page("pages/runs.py")
+    assert auto not in shown_ids(at)  # hidden by default
+    toggle = at.toggle(key="runs.filter.auto")
+    assert toggle.label == "Show auto-runs (1)"
+    toggle.set_value(True).run()
+    assert auto in shown_ids(at)
+    at.multiselect(key="runs.filter.tags").set_value(["sweep"]).run()
+    assert shown_ids(at) == {runs["completed"], runs["stopped"]}
+    at.multiselect(key="runs.filter.tags").set_value(["sweep", "post-ln"]).run()
+    assert shown_ids(at) == {runs["completed"]}
+    assert set(at.selectbox(key="runs.pick").options) == {
+        ui.run_label(store.get_run(runs["completed"]))
+    }
+
+    at = open_page("pages/compare.py")
+    picker = at.multiselect(key="compare.runs")
+    assert ui.run_label(store.get_run(auto)) not in picker.options
+    assert auto not in at.session_state[ui.COMPARE_KEY]  # not preselected either
+    at.multiselect(key="compare.filter.tags").set_value(["post-ln"]).run()
+    assert at.multiselect(key="compare.runs").options == [
+        ui.run_label(store.get_run(runs["completed"]))
+    ]
+
+
+# ---------------------------------------------------------------------------- 11: relaunch
+
+
+@pytest.mark.parametrize("page", ["pages/runs.py", "pages/live.py"])
+def test_edit_and_relaunch_loads_the_config_into_the_sidebar_and_opens_train(
+    store: RunStore, page: str, tmp_path: Path
+) -> None:
+    text = tmp_path / "mine.txt"
+    text.write_text(FOX_TEXT, encoding="utf-8")
+    wanted = cfg.replace(
+        cfg.preset("tiny"), n_layer=3, norm_position="post", lr=2e-3, dataset=str(text)
+    )
+    run_id = store.create_run("mine", wanted.to_json(), status="stopped")
+    at = open_page(page, run_id)
+    prefix = "runs" if page == "pages/runs.py" else "live"
+    at.button(key=f"{prefix}.relaunch").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert title(at) == "Train"
+    assert at.session_state[sidebar.PRESET_KEY] == "tiny"  # the nearest preset
+    assert at.session_state["cfg.n_layer"] == 3
+    assert at.session_state["cfg.norm_position"] == "post"
+    # The file still exists: it is the upload now, and the sidebar's config can launch.
+    assert at.session_state[UPLOAD_INFO_KEY].n_chars == len(FOX_TEXT)
+    assert not at.button(key="launch").disabled, texts(at, "error") + texts(at, "warning")
+    assert at.number_input(key="cfg.lr").value == 2e-3
+    assert "Loaded run" in texts(at, "info")
+
+
+def test_relaunch_of_a_run_whose_dataset_file_is_gone_keeps_the_current_dataset(
+    store: RunStore, runs: dict[str, int]
+) -> None:
+    at = open_page("pages/runs.py", runs["completed"])  # its dataset is fox.txt: no such file
+    at.button(key="runs.relaunch").click().run()
+    assert not at.exception
+    assert title(at) == "Train"
+    assert at.session_state["cfg.dataset"] == cfg.RunConfig().data.dataset  # as it was
+    assert "fox.txt is gone" in texts(at, "info")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("retired_field", 1), ("norm_type", "batchnorm"), ("init", None)]
+)
+def test_relaunch_of_a_config_that_no_longer_reads_is_a_message(
+    store: RunStore, field: str, value: object
+) -> None:
+    old = json.loads(tiny_config().to_json())
+    old["model"][field] = value
+    run_id = store.create_run("old", json.dumps(old), status="completed")
+    at = open_page("pages/runs.py", run_id)
+    at.button(key="runs.relaunch").click().run()
+    assert not at.exception
+    assert title(at) == "Runs"
+    assert field in texts(at, "error")
+
+
+def test_relaunch_of_a_config_whose_numbers_no_longer_validate_shows_the_field(
+    store: RunStore,
+) -> None:
+    old = json.loads(tiny_config().to_json())
+    old["model"].update(d_model=130, n_head=4)  # heads must divide the width
+    run_id = store.create_run("old", json.dumps(old), status="completed")
+    at = open_page("pages/runs.py", run_id)
+    at.button(key="runs.relaunch").click().run()
+    assert not at.exception
+    assert title(at) == "Train"
+    assert at.button(key="launch").disabled
+    assert "n_head" in texts(at, "error")
+
+
+# ---------------------------------------------------------------------------- 11: resume
+
+
+def test_resume_is_offered_only_where_it_can_work(store: RunStore, runs: dict[str, int]) -> None:
+    at = open_page("pages/runs.py", runs["completed"])
+    resume = at.button(key="runs.resume")
+    assert resume.disabled and "max_steps" in resume.help
+    at.selectbox(key="runs.pick").set_value(runs["stopped"]).run()
+    resume = at.button(key="runs.resume")
+    assert resume.disabled and "no checkpoint" in resume.help
+    ckpt = runner.checkpoint_path(store, runs["stopped"])
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"")
+    at.run()
+    assert not at.button(key="runs.resume").disabled
+    at.selectbox(key="runs.pick").set_value(runs["running"]).run()
+    assert at.button(key="runs.resume").disabled
+
+
+@pytest.mark.slow
+def test_resume_from_the_page_continues_to_max_steps_without_repeating_steps(
+    store: RunStore, real_runs: RealRuns
+) -> None:
+    # A real 30-step run with its checkpoint, made to look stopped at step 30 of 34.
+    run_id = copy_run(store, real_runs.path, real_runs.ids["pre"])
+    with RunStore(real_runs.path, readonly=True) as real:
+        source = runner.checkpoint_path(real, real_runs.ids["pre"])
+    target = runner.checkpoint_path(store, run_id)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    config_path = store.run_dir(run_id) / "config.json"
+    longer = cfg.replace(cfg.RunConfig.from_json(config_path.read_text()), max_steps=34)
+    config_path.write_text(longer.to_json())
+    store.update_run(run_id, status="stopped", max_steps=34)
+    store.flush()
+
+    at = open_page("pages/runs.py", run_id)
+    at.button(key="runs.resume").click().run()
+    assert not at.exception and not at.error, texts(at, "error")
+    assert "Resuming run" in texts(at, "success")
+    deadline = time.monotonic() + 120
+    while store.get_run(run_id)["status"] not in ("completed", "failed", "diverged"):
+        assert time.monotonic() < deadline, runner.log_tail(store, run_id)
+        time.sleep(0.2)
+    run = store.get_run(run_id)
+    assert run["status"] == "completed" and run["step"] == 34, runner.log_tail(store, run_id)
+    loss = store.scalars(run_id, names="train/loss")
+    assert loss["step"].is_unique, loss["step"].tolist()
+    assert (loss["step"] < 30).any() and (loss["step"] >= 30).any()
+    assert "resuming from step 30" in runner.log_tail(store, run_id)
