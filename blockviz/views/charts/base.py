@@ -155,7 +155,9 @@ class XAxis:
     integer: bool  # whole numbers only (steps): no tick between two steps
 
 
-STEP_AXIS = XAxis("step", "step", "d", integer=True)
+# ",d": whole numbers with thousands separators. (A bare "d" lost the middle label of
+# 0, 1, 2 in the browser's Vega inside Streamlit; ",d" showed all three.)
+STEP_AXIS = XAxis("step", "step", ",d", integer=True)
 
 
 def _x_axis(
@@ -163,12 +165,15 @@ def _x_axis(
 ) -> alt.X:
     """The x encoding of a time-series chart; integer axes never get fractional ticks.
 
-    Vega's tickMinStep alone still put ticks at 0.5 steps (labelled "0, 1, 1, 2, 2" with
-    an integer format), so a short integer axis gets every whole number as its ticks
-    (from `frame`'s x column and the `end` column of heat-map cells); on a longer one
-    Vega's nice ticks for X_TICKS are whole numbers already.
+    A short integer axis (span <= X_TICKS, from `frame`'s x column and the `end` column of
+    heat-map cells) gets every whole number as its ticks: Vega's tickMinStep alone still
+    put ticks at 0.5 steps in vl-convert ("0, 1, 1, 2, 2" under an integer format), and in
+    the browser it thins given values (0, 1, 2 drew as 0, 2), so it is left out there. A
+    longer one gets about X_TICKS nice ticks, whole numbers by then, and tickMinStep 1.
     """
-    extra: dict[str, object] = {"tickMinStep": 1} if axis.integer else {}
+    options: dict[str, object] = {"format": axis.format, "tickCount": X_TICKS}
+    if axis.integer:
+        options["tickMinStep"] = 1
     if axis.integer and frame is not None and len(frame):
         columns = [c for c in (axis.field, end) if c and c in frame.columns]
         values = pd.to_numeric(frame[columns].stack(), errors="coerce").to_numpy(dtype=float)
@@ -176,12 +181,8 @@ def _x_axis(
         if len(values):
             lo, hi = int(np.floor(values.min())), int(np.ceil(values.max()))
             if hi - lo <= X_TICKS:
-                extra["values"] = list(range(lo, hi + 1))
-    return alt.X(
-        f"{axis.field}:Q",
-        title=axis.title,
-        axis=alt.Axis(format=axis.format, tickCount=X_TICKS, **extra),
-    )
+                options = {"format": axis.format, "values": list(range(lo, hi + 1))}
+    return alt.X(f"{axis.field}:Q", title=axis.title, axis=alt.Axis(**options))
 
 
 def _lone_points(chart: alt.Chart, groupby: list[str]) -> alt.Chart:

@@ -52,18 +52,22 @@ def _diverged_frame(
 
 
 def _place_marks(marks: pd.DataFrame, raw: pd.DataFrame, x_axis: XAxis) -> pd.DataFrame:
-    """The divergence marks at their x on `x_axis` (the diverged row's own x); a mark whose
-    step has no x there is left out."""
-    if x_axis.field == "step" or marks.empty or x_axis.field not in raw.columns:
-        return marks if x_axis.field == "step" else marks.iloc[0:0]
-    known = raw[["run", "step", x_axis.field]].astype({"run": str}).drop_duplicates(["run", "step"])
-    return marks.merge(known, on=["run", "step"], how="inner")
+    """The divergence marks with their x on `x_axis` (the diverged row's own x); a mark
+    whose step has no x there is left out."""
+    if x_axis.field == "step":
+        return marks
+    if x_axis.field not in raw.columns:
+        return marks.iloc[0:0].assign(**{x_axis.field: pd.Series(dtype=float)})
+    placed = raw[["run", "step", x_axis.field]].astype({"run": str})
+    placed = placed.drop_duplicates(["run", "step"])
+    return marks.merge(placed, on=["run", "step"], how="inner")
 
 
-def _divergence_layers(marks: pd.DataFrame, x_axis: XAxis) -> list[alt.Chart]:
-    """A red dashed rule and label at each diverged step."""
+def _divergence_layers(marks: pd.DataFrame, x: alt.X) -> list[alt.Chart]:
+    """A red dashed rule and label at each diverged step (`x`: the chart's x encoding, so
+    the layers agree on one axis)."""
     base = alt.Chart(marks).encode(
-        x=f"{x_axis.field}:Q",
+        x=x,
         tooltip=_tooltip("run:N", alt.Tooltip("step:Q", title="diverged at step")),
     )
     rule = base.mark_rule(color=DIVERGED_COLOR, strokeDash=[4, 3], strokeWidth=1.5)
@@ -112,8 +116,9 @@ def _series_chart(
     )
     marks = _place_marks(_diverged_frame(raw, diverged), raw, x_axis)
     drawn_x = pd.concat([plotted[[x_axis.field]], marks[[x_axis.field]]], ignore_index=True)
+    x = _x_axis(x_axis, drawn_x)
     base = alt.Chart().encode(
-        x=_x_axis(x_axis, drawn_x),
+        x=x,
         # The faint raw layer draws first; without this its opacity would fade the legend.
         color=alt.Color("run:N", title="run", scale=colors, legend=alt.Legend(symbolOpacity=1)),
         strokeDash=dash,
@@ -143,7 +148,7 @@ def _series_chart(
         )
         layers.insert(0, raw_line)
     if not marks.empty:
-        layers += _divergence_layers(marks, x_axis)
+        layers += _divergence_layers(marks, x)
     return alt.LayerChart(data=plotted, layer=layers).properties(
         title=title, width=WIDTH, height=HEIGHT
     )
