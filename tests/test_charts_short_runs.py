@@ -194,6 +194,14 @@ def _config(batch_size: int, block_size: int, devices: int = 1, num_nodes: int =
     }
 
 
+@pytest.mark.parametrize("kind", list(charts.X_AXES))
+def test_x_axis_formats_never_derive_their_precision_from_the_domain(kind: str) -> None:
+    # d3 derives a missing precision of an s/r/g/e/f/% format from the tick step, which a
+    # one-step domain makes 0: the browser then labelled the tick "NaN".
+    fmt = charts.X_AXES[kind].format
+    assert fmt[-1] == "d" or re.search(r"\.\d+~?[efgprs%]$", fmt), fmt
+
+
 def test_tokens_per_step_counts_every_device() -> None:
     assert charts.tokens_per_step(_config(3, 5)) == 15
     assert charts.tokens_per_step(_config(3, 5, devices=2, num_nodes=3)) == 90

@@ -26,7 +26,7 @@ from blockviz.views.charts.base import STEP_AXIS, XAxis
 
 ELAPSED_SCALAR = "train/elapsed_s"
 TIME_AXIS = XAxis("time_s", "wall-clock time since training started (s)", ",.3~r", integer=False)
-TOKENS_AXIS = XAxis("tokens", "tokens seen", "~s", integer=False)
+TOKENS_AXIS = XAxis("tokens", "tokens seen", ".3~s", integer=False)
 X_AXES = {"step": STEP_AXIS, "time": TIME_AXIS, "tokens": TOKENS_AXIS}
 X_AXIS_LABELS = {"step": "Step", "time": "Wall-clock time", "tokens": "Tokens seen"}
 NO_TIME_NOTE = "wall-clock time was not recorded for this run"
