@@ -182,7 +182,13 @@ def _x_axis(
             lo, hi = int(np.floor(values.min())), int(np.ceil(values.max()))
             if hi - lo <= X_TICKS:
                 options = {"format": axis.format, "values": list(range(lo, hi + 1))}
-    return alt.X(f"{axis.field}:Q", title=axis.title, axis=alt.Axis(**options))
+    # nice=False: the axis ends at the last step drawn (a 60-step run's went on to 70)
+    return alt.X(
+        f"{axis.field}:Q",
+        title=axis.title,
+        axis=alt.Axis(**options),
+        scale=alt.Scale(nice=False),
+    )
 
 
 def _lone_points(chart: alt.Chart, groupby: list[str]) -> alt.Chart:
