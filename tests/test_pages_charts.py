@@ -86,6 +86,18 @@ def _menus(at: AppTest) -> list[list[str]]:
 # ---------------------------------------------------------------------------- x axis
 
 
+def _run_without_clock(store: RunStore) -> int:
+    """A fake run as recorded before training logged train/elapsed_s."""
+    (run_id,) = fakes.populate(store, n_runs=1, n_steps=40, n_layer=2, probe_every=10)
+    store.flush()
+    with store.conn:
+        store.conn.execute(
+            "DELETE FROM scalars WHERE run_id = ? AND name = ?", (run_id, charts.ELAPSED_SCALAR)
+        )
+    assert charts.ELAPSED_SCALAR not in set(store.scalars(run_id)["name"])
+    return run_id
+
+
 @pytest.mark.parametrize(("kind", "tab"), [("tokens", "Loss"), ("time", "Gradients")])
 def test_live_x_axis_control_switches_every_time_series_chart(
     store: RunStore, real_runs: RealRuns, kind: str, tab: str
@@ -107,7 +119,7 @@ def test_live_x_axis_control_switches_every_time_series_chart(
 def test_live_falls_back_to_steps_with_a_note_when_time_was_not_recorded(
     store: RunStore,
 ) -> None:
-    (run_id,) = fakes.populate(store, n_runs=1, n_steps=40, n_layer=2, probe_every=10)
+    run_id = _run_without_clock(store)
     at = _page("live", run_id=run_id, **{"live.x_axis": "time"}).run()
     assert not at.exception
     assert any(charts.NO_TIME_NOTE in _shown(c.value).lower() for c in at.caption)
@@ -119,7 +131,7 @@ def test_compare_x_axis_and_note_name_the_run_without_a_clock(
     store: RunStore, real_runs: RealRuns
 ) -> None:
     timed = copy_run(store, real_runs.path, real_runs.ids["pre"])
-    (untimed,) = fakes.populate(store, n_runs=1, n_steps=40, n_layer=2, probe_every=10)
+    untimed = _run_without_clock(store)
     at = _page("compare", compare_ids=[timed], **{"compare.x_axis": "tokens"}).run()
     assert not at.exception
     assert _x_fields(_chart_specs(at)["Loss"]) == {("tokens", charts.X_AXES["tokens"].title)}
