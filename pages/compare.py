@@ -18,7 +18,7 @@ import streamlit as st
 
 from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, LOSS_NAMES
 from blockviz.dashboard import store_access, tables, tag_filter, ui
-from blockviz.dashboard.controls import chart_controls
+from blockviz.dashboard.controls import chart_controls, preselected_runs, x_axis_control
 from blockviz.store import RunStore, StoreError
 from blockviz.views import charts, export, findings_text, summary
 from blockviz.views.report_job import ReportJob
@@ -27,6 +27,12 @@ REFRESH_S = 1.5
 POLL_S = 0.5
 MAX_POINTS = 800  # per series; the store keeps each bucket's min and max
 REPORT_JOB_KEY = "compare.report_job"
+PRESELECTED = 2  # runs picked when the page opens with none chosen
+# The run name pinned at the left and wide enough to read whole.
+FINAL_COLUMN_CONFIG = {
+    **tables.FINAL_COLUMN_CONFIG,
+    "run": st.column_config.TextColumn("run", width="large", pinned=True),
+}
 
 
 # ---------------------------------------------------------------------------- curves
@@ -54,19 +60,25 @@ def _draw_curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> N
 
     st.subheader("Loss and metrics", anchor=False)
     names = store.scalar_names(run_ids)
-    others = [n for n in names if n not in LOSS_NAMES] or list(names)
+    others = [n for n in names if n not in (*LOSS_NAMES, charts.ELAPSED_SCALAR)] or list(names)
     chosen = chart_controls("compare", others, preferred=("val/bpc", "train/grad_norm"))
     smoothing, log_scale, metric = chosen.smoothing, chosen.log_scale, chosen.metric
+    elapsed = store.scalars(run_ids, names=charts.ELAPSED_SCALAR)
+    x = x_axis_control("compare", [store.get_run(i) for i in run_ids], elapsed)
+    if x.note:
+        st.caption(ui.plain(x.note))
     loss_col, metric_col = st.columns(2, gap="large")
     with loss_col, ui.guard("Loss chart"):
-        scalars = store.scalars(run_ids, names=LOSS_NAMES, max_points=MAX_POINTS)
-        chart = charts.loss_chart(scalars, smoothing, log_scale, colors=colors, diverged=runs)
+        scalars = x.place(store.scalars(run_ids, names=LOSS_NAMES, max_points=MAX_POINTS))
+        chart = charts.loss_chart(
+            scalars, smoothing, log_scale, colors=colors, diverged=runs, x_axis=x.axis
+        )
         ui.chart_with_downloads(chart, charts.chart_data(chart), f"compare loss {tag}", "cmp.loss")
     if metric is not None:
         with metric_col, ui.guard("Metric chart"):
-            scalars = store.scalars(run_ids, names=metric, max_points=MAX_POINTS)
+            scalars = x.place(store.scalars(run_ids, names=metric, max_points=MAX_POINTS))
             chart = charts.metric_chart(
-                scalars, metric, smoothing, log_scale, colors=colors, diverged=runs
+                scalars, metric, smoothing, log_scale, colors=colors, diverged=runs, x_axis=x.axis
             )
             label = f"compare {metric} {tag}"
             ui.chart_with_downloads(chart, charts.chart_data(chart), label, "cmp.metric")
@@ -76,7 +88,7 @@ def _draw_curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> N
         st.dataframe(
             tables.final_table(store, run_ids),
             hide_index=True,
-            column_config=tables.FINAL_COLUMN_CONFIG,
+            column_config=FINAL_COLUMN_CONFIG,
         )
 
     _grad_by_layer(store, run_ids, colors, tag)
@@ -113,9 +125,10 @@ def _grad_by_layer(store: RunStore, run_ids: list[int], colors: Any, tag: str) -
         ignore_index=True,
     )
     shapes = _run_shapes(store, run_ids)
+    depths = {run_id: shape.n_layer for run_id, shape in shapes.items()}
     init_col, later_col = st.columns(2, gap="large")
     with init_col, ui.guard("Gradient by layer at initialization"):
-        chart = charts.grad_by_layer_chart(grads, 0, component, colors=colors)
+        chart = charts.grad_by_layer_chart(grads, 0, component, colors=colors, n_layers=depths)
         label = f"compare grad by layer init {tag}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "cmp.grad0")
         _findings(grads, shapes, 0, component)
@@ -123,7 +136,9 @@ def _grad_by_layer(store: RunStore, run_ids: list[int], colors: Any, tag: str) -
         if step is None:
             st.info("Only step 0 is logged so far; later probe steps appear here.")
         else:
-            chart = charts.grad_by_layer_chart(grads, step, component, colors=colors)
+            chart = charts.grad_by_layer_chart(
+                grads, step, component, colors=colors, n_layers=depths
+            )
             label = f"compare grad by layer step {step} {tag}"
             ui.chart_with_downloads(chart, charts.chart_data(chart), label, "cmp.gradN")
             _findings(grads, shapes, step, component)
@@ -209,8 +224,9 @@ def _report_progress(job: ReportJob, run_ids: list[int], was_building: bool) -> 
 def _report_section(store: RunStore, run_ids: list[int], runs: list[dict[str, Any]]) -> None:
     st.subheader("Report", anchor=False)
     st.caption(
-        "One zip: every chart as PNG and SVG, the configs, all scalars as CSV, the final "
-        "metrics as CSV, Markdown and LaTeX, and a self-contained HTML report."
+        "One zip: every chart as PNG and SVG (each run's attention maps at its latest "
+        "recorded step included), the configs, the generated samples, all scalars as CSV, "
+        "the final metrics as CSV, Markdown and LaTeX, and a self-contained HTML report."
     )
     job = _report_job()
     st.download_button(
@@ -233,7 +249,7 @@ def _report_section(store: RunStore, run_ids: list[int], runs: list[dict[str, An
 
 
 def _choose_runs(store: RunStore) -> tuple[pd.DataFrame, dict[int, str]] | None:
-    """The chosen runs' rows (default: the latest two) and every run's status, as the
+    """The chosen runs' rows (default: `controls.preselected_runs`) and every run's status, as the
     picker shows them; a word when there are none."""
     store_access.reap_dead(store)
     all_runs = store.runs_frame()
@@ -246,7 +262,7 @@ def _choose_runs(store: RunStore) -> tuple[pd.DataFrame, dict[int, str]] | None:
     # Tags: the picker offers only the runs with every chosen tag; auto-runs on request.
     shown = tag_filter.tag_filter(all_runs, "compare.filter")
     if ui.COMPARE_KEY not in st.session_state:
-        st.session_state[ui.COMPARE_KEY] = [int(i) for i in shown["id"].tail(2)]
+        st.session_state[ui.COMPARE_KEY] = preselected_runs(shown, PRESELECTED)
     chosen = ui.run_picker(store, "Runs to compare", multi=True, key="compare.runs", runs=shown)
     if not chosen:
         st.info("Pick one or more runs above to overlay them.")

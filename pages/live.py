@@ -32,7 +32,7 @@ from blockviz.core.spec import (
 )
 from blockviz.dashboard import relaunch, store_access, ui
 from blockviz.dashboard.code_download import code_download_button
-from blockviz.dashboard.controls import SMOOTHING_DEFAULT, chart_controls
+from blockviz.dashboard.controls import SMOOTHING_DEFAULT, XChoice, chart_controls, x_axis_control
 from blockviz.store import RunStore, StoreError
 from blockviz.views import charts, summary
 from blockviz.views.incremental import IncrementalReader
@@ -60,7 +60,10 @@ PREFERENCES: dict[str, Any] = {
     "live.grad.stat": "grad_norm",
     "live.act.stat": "rms",
     "live.upd.component": WEIGHTS_COMPONENT,  # norm gains would dilute a whole layer's
+    "live.x_axis": "step",
 }
+# Scalars that are no chart of their own (train/elapsed_s places steps in time).
+NOT_PLOTTED = ("train/loss", "train/lr", charts.ELAPSED_SCALAR)
 
 
 # ---------------------------------------------------------------------------- reading
@@ -191,9 +194,9 @@ def _answer_caption(scalars: pd.DataFrame) -> str | None:
     )
 
 
-def _loss_tab(run: dict[str, Any], scalars: pd.DataFrame) -> None:
+def _loss_tab(run: dict[str, Any], scalars: pd.DataFrame, x: XChoice) -> None:
     name = str(run["name"])
-    others = [n for n in sorted(set(scalars["name"])) if n not in ("train/loss", "train/lr")]
+    others = [n for n in sorted(set(scalars["name"])) if n not in NOT_PLOTTED]
     chosen = chart_controls(
         "live",
         others,
@@ -203,21 +206,24 @@ def _loss_tab(run: dict[str, Any], scalars: pd.DataFrame) -> None:
         gap="large",
     )
     smoothing, log_scale, metric = chosen.smoothing, chosen.log_scale, chosen.metric
+    placed = x.place(scalars)
     with ui.guard("Loss chart"):
         step = run.get("diverged_step")
         diverged = {name: int(step)} if step is not None else None
         chart = charts.loss_chart(
-            scalars, smoothing, log_scale, colors=_colors(run), diverged=diverged
+            placed, smoothing, log_scale, colors=_colors(run), diverged=diverged, x_axis=x.axis
         )
         ui.chart_with_downloads(chart, charts.chart_data(chart), f"{name} loss", "live.loss")
     lr_col, metric_col = st.columns(2, gap="large")
     with lr_col, ui.guard("Learning-rate chart"):
-        chart = charts.metric_chart(scalars, "train/lr", colors=_colors(run), title="Learning rate")
+        chart = charts.metric_chart(
+            placed, "train/lr", colors=_colors(run), title="Learning rate", x_axis=x.axis
+        )
         ui.chart_with_downloads(chart, charts.chart_data(chart), f"{name} lr", "live.lr")
     if metric is not None:
         with metric_col, ui.guard("Metric chart"):
             chart = charts.metric_chart(
-                scalars, metric, smoothing, log_scale, colors=_colors(run), diverged=None
+                placed, metric, smoothing, log_scale, colors=_colors(run), x_axis=x.axis
             )
             ui.chart_with_downloads(chart, charts.chart_data(chart), f"{name} {metric}", "live.m")
     answers = _answer_caption(scalars)
@@ -225,7 +231,7 @@ def _loss_tab(run: dict[str, Any], scalars: pd.DataFrame) -> None:
         st.caption(answers)
 
 
-def _gradients_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None:
+def _gradients_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame, x: XChoice) -> None:
     name, run_id = str(run["name"]), int(run["id"])
     controls = st.columns([3, 2])
     component = controls[0].segmented_control(
@@ -238,32 +244,35 @@ def _gradients_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) 
         format_func=spec.stat_label,
         key="live.grad.stat",
     )
-    stats = _reader().layer_stats(store, run_id, "component")
+    stats = x.place(_reader().layer_stats(store, run_id, "component"))
+    n_layer = _n_layer(run)
     lines_col, heat_col = st.columns(2, gap="large")
     with lines_col, ui.guard("Per-layer lines"):
-        chart = charts.layer_lines(stats, stat, component)
+        chart = charts.layer_lines(stats, stat, component, x_axis=x.axis, n_layers=n_layer)
         label = f"{name} {stat} {component} by layer"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.grad.lines")
     with heat_col, ui.guard("Layer x step heat map"):
-        chart = charts.layer_heatmap(stats, stat, component)
+        chart = charts.layer_heatmap(stats, stat, component, x_axis=x.axis, n_layers=n_layer)
         label = f"{name} {stat} {component} heatmap"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.grad.heat")
     with ui.guard("Global gradient norm"):
         chart = charts.metric_chart(
-            scalars,
+            x.place(scalars),
             "train/grad_norm",
             log_scale=True,
             colors=_colors(run),
             title="Global gradient norm (before clipping)",
+            x_axis=x.axis,
         )
         ui.chart_with_downloads(chart, charts.chart_data(chart), f"{name} grad norm", "live.gn")
 
 
-def _activations_tab(store: RunStore, run: dict[str, Any]) -> None:
+def _activations_tab(store: RunStore, run: dict[str, Any], x: XChoice) -> None:
     name, run_id = str(run["name"]), int(run["id"])
     stat = st.segmented_control("Statistic", TAP_STATS, required=True, key="live.act.stat")
     with ui.guard("Activation statistics"):
-        chart = charts.tap_stats_chart(_reader().layer_stats(store, run_id, "tap"), stat)
+        taps = x.place(_reader().layer_stats(store, run_id, "tap"))
+        chart = charts.tap_stats_chart(taps, stat, x_axis=x.axis, n_layers=_n_layer(run))
         label = f"{name} activation {stat}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.act")
     st.markdown("**Histogram over time**")
@@ -294,12 +303,14 @@ def _activations_tab(store: RunStore, run: dict[str, Any]) -> None:
         outside = store.layer_stats(
             run_id, kind="tap", stat=(BELOW_RANGE, ABOVE_RANGE), layer=layer, component=tap
         )
-        chart = charts.histogram_over_time(hist, layer, tap, tap_stats=outside)
+        chart = charts.histogram_over_time(
+            x.place(hist), layer, tap, tap_stats=outside, x_axis=x.axis
+        )
         label = f"{name} histogram layer {layer} {tap}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.hist")
 
 
-def _updates_tab(store: RunStore, run: dict[str, Any]) -> None:
+def _updates_tab(store: RunStore, run: dict[str, Any], x: XChoice) -> None:
     name, run_id = str(run["name"]), int(run["id"])
     component = st.segmented_control(
         "Component", COMPONENTS, required=True, key="live.upd.component"
@@ -313,22 +324,23 @@ def _updates_tab(store: RunStore, run: dict[str, Any]) -> None:
         "not a target."
     )
     with ui.guard("Update-to-data ratio"):
-        stats = _reader().layer_stats(store, run_id, "component")
+        stats = x.place(_reader().layer_stats(store, run_id, "component"))
         # None: the weight matrices, or the whole layer for a run recorded before the
         # probes summed the matrices alone (the chart's title says which it shows).
         chosen = None if component == WEIGHTS_COMPONENT else component
-        chart = charts.update_ratio_chart(stats, chosen)
+        chart = charts.update_ratio_chart(stats, chosen, x_axis=x.axis, n_layers=_n_layer(run))
         label = f"{name} update ratio {component}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.upd")
 
 
-def _attention_tab(store: RunStore, run: dict[str, Any]) -> None:
+def _attention_tab(store: RunStore, run: dict[str, Any], x: XChoice) -> None:
     name, run_id = str(run["name"]), int(run["id"])
     if not _has_attention(run):
         st.info("This run's blocks have no attention (attention is off in its config).")
         return
     with ui.guard("Attention entropy"):
-        chart = charts.attention_entropy_chart(_reader().layer_stats(store, run_id, "head"))
+        heads = x.place(_reader().layer_stats(store, run_id, "head"))
+        chart = charts.attention_entropy_chart(heads, x_axis=x.axis)
         label = f"{name} attention entropy"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.entropy")
     st.markdown("**Attention maps**")
@@ -407,13 +419,16 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str]) -> None:
         _status_message(store, run, scalars)
     if scalars is None:
         return  # the store could not be read; the message above says why
+    x = x_axis_control("live", [run], scalars)
+    if x.note:
+        st.caption(ui.plain(x.note))
     tabs = st.tabs(TABS, key=TAB_KEY, on_change="rerun")
     renderers: dict[str, Callable[[], None]] = {
-        "Loss": lambda: _loss_tab(run, scalars),
-        "Gradients": lambda: _gradients_tab(store, run, scalars),
-        "Activations": lambda: _activations_tab(store, run),
-        "Updates": lambda: _updates_tab(store, run),
-        "Attention": lambda: _attention_tab(store, run),
+        "Loss": lambda: _loss_tab(run, scalars, x),
+        "Gradients": lambda: _gradients_tab(store, run, scalars, x),
+        "Activations": lambda: _activations_tab(store, run, x),
+        "Updates": lambda: _updates_tab(store, run, x),
+        "Attention": lambda: _attention_tab(store, run, x),
         "Samples": lambda: _samples_tab(store, run),
     }
     for label, tab in zip(TABS, tabs, strict=True):

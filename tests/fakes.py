@@ -159,7 +159,7 @@ class Timeline:
     """The steps holding each kind of row when a run has stopped at step `end`."""
 
     end: int
-    train: list[int]  # train/loss, lr, step_time, tokens_per_sec
+    train: list[int]  # train/loss, lr, step_time, tokens_per_sec, elapsed_s
     probes: list[int]  # layer stats, histograms and train/grad_norm
     vals: list[int]  # val/loss, val/bpc, val/ppl
     samples: list[int]  # text samples and attention maps
@@ -248,6 +248,8 @@ class _FakeRun:
             ("train/lr", np.full(n, self.train.lr)),
             ("train/step_time", step_time),
             ("train/tokens_per_sec", tokens / step_time),
+            # a clock: each logged window's steps times their step time, added up
+            ("train/elapsed_s", np.cumsum(step_time * np.diff(steps, prepend=-1))),
         ):
             rows += zip(steps, repeat(name), values.tolist(), strict=False)
         if line.diverged:

@@ -145,17 +145,17 @@ CASES: dict[str, tuple[Callable[[pd.DataFrame], alt.TopLevelMixin], Callable[[],
     "layer_lines": (
         lambda f: charts.layer_lines(f),
         layer_frame,
-        {"x": "step", "y": "value", "color": "layer"},
+        {"x": "step", "y": "value", "color": "layer_name"},
     ),
     "layer_heatmap": (
         lambda f: charts.layer_heatmap(f, "grad_norm", "block"),
         layer_frame,
-        {"x": "step", "x2": "step_end", "y": "layer", "color": "value"},
+        {"x": "step", "x2": "step_end", "y": "layer_name", "color": "value"},
     ),
     "tap_stats": (
         lambda f: charts.tap_stats_chart(f, "rms"),
         layer_frame,
-        {"x": "step", "y": "value", "color": "layer", "facet": "component"},
+        {"x": "step", "y": "value", "color": "layer_name", "facet": "component"},
     ),
     "histogram": (
         lambda f: charts.histogram_over_time(f),
@@ -165,7 +165,7 @@ CASES: dict[str, tuple[Callable[[pd.DataFrame], alt.TopLevelMixin], Callable[[],
     "update_ratio": (
         lambda f: charts.update_ratio_chart(f),
         layer_frame,
-        {"x": "step", "y": "log10_update_ratio", "color": "layer"},
+        {"x": "step", "y": "log10_update_ratio", "color": "layer_name"},
     ),
     "attention_entropy": (
         lambda f: charts.attention_entropy_chart(f),

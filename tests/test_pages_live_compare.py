@@ -274,10 +274,12 @@ def test_compare_final_metrics_has_one_row_per_chosen_run(
     assert completed_row["diverged_at"].iloc[0] == ""  # blank, not "None"
 
 
-def test_compare_defaults_to_the_latest_two_runs(runs: dict[str, int]) -> None:
+def test_compare_defaults_to_the_latest_two_finished_runs(runs: dict[str, int]) -> None:
+    # The newest runs are failed (3) and completed (4): the failed one is passed over for
+    # the diverged run (2), which ran its course.
     at = _page("compare").run()
     assert not at.exception
-    assert at.session_state["compare_ids"] == sorted(runs.values())[-2:]
+    assert at.session_state["compare_ids"] == sorted([runs["diverged"], runs["completed"]])
 
 
 def test_compare_offers_chart_downloads_and_the_report(runs: dict[str, int]) -> None:

@@ -132,6 +132,9 @@ SCALARS = {
     "train/lr": "learning rate",
     "train/step_time": "step time (s)",
     "train/tokens_per_sec": "tokens/s (per logged interval)",
+    # seconds from the first training step to the end of the logged step, validation
+    # included; it restarts at 0 when a run is resumed
+    "train/elapsed_s": "wall-clock time since training started (s)",
     "train/grad_norm": "gradient L2 norm",
     "val/bpc": "bits per char",
     "val/ppl": "perplexity",

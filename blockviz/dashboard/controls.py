@@ -1,12 +1,17 @@
-"""The chart controls Live and Compare share: smoothing, log scale and a metric to plot."""
+"""The chart controls Live and Compare share: smoothing, log scale, a metric to plot, and
+what the x axis of every time-series chart shows (step, wall-clock time, tokens seen)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+import pandas as pd
 import streamlit as st
+
+from blockviz.core.spec import FINISHED_STATUSES
+from blockviz.views import charts
 
 SMOOTHING_DEFAULT = 0.6  # TensorBoard's default weight: noise damped, trends still sharp
 SMOOTHING_LABEL = "Smoothing (EMA, as in TensorBoard)"
@@ -54,3 +59,61 @@ def chart_controls(
     log_scale = columns[1].toggle("Log scale", key=log_key)
     metric = columns[2].selectbox(metric_label, metrics, key=metric_key) if metrics else None
     return ChartControls(float(smoothing), bool(log_scale), metric)
+
+
+@dataclass(frozen=True)
+class XChoice:
+    """The x axis the charts use, and the note to show when a run could not follow it."""
+
+    kind: str  # a key of charts.X_AXES
+    axis: charts.XAxis
+    clocks: charts.RunClocks
+    note: str | None  # why the charts fell back to steps; None when they did not
+
+    def place(self, frame: Any) -> Any:
+        """The frame with the x column this axis draws (charts.with_x)."""
+        return charts.with_x(frame, self.kind, self.clocks)
+
+
+def x_axis_control(key_prefix: str, runs: Sequence[Mapping[str, Any]], scalars: Any) -> XChoice:
+    """One segmented control, step / wall-clock time / tokens seen, for the whole page.
+
+    `runs` are the runs drawn (rows with id, name and config) and `scalars` hold their
+    train/elapsed_s records. When a run cannot be placed on the chosen axis (no elapsed
+    time logged, no readable config) every chart falls back to steps, with a note naming
+    the runs, so the runs stay on one common axis.
+    """
+    key = f"{key_prefix}.x_axis"
+    st.session_state.setdefault(key, "step")
+    kind = st.segmented_control(
+        "x axis",
+        list(charts.X_AXES),
+        format_func=charts.X_AXIS_LABELS.__getitem__,
+        required=True,
+        key=key,
+    )
+    kind = kind if kind in charts.X_AXES else "step"
+    clocks = charts.run_clocks(runs, scalars)
+    missing = clocks.missing(kind, [int(r["id"]) for r in runs])
+    note = None
+    if missing:
+        names = {int(r["id"]): str(r["name"]) for r in runs}
+        whose = "this run" if len(runs) == 1 else "run " + ", ".join(names[i] for i in missing)
+        if kind == "time":
+            what = charts.NO_TIME_NOTE.replace("this run", whose)
+        else:
+            what = f"the tokens per step of {whose} could not be read from its stored config"
+        note = f"{what[:1].upper()}{what[1:]}; the charts show steps."
+        kind = "step"
+    return XChoice(kind, charts.X_AXES[kind], clocks, note)
+
+
+def preselected_runs(runs: pd.DataFrame, count: int = 2) -> list[int]:
+    """The runs Compare opens with: the latest finished ones (completed or diverged); runs
+    cut short (stopped, failed) or still going fill in only when too few have finished."""
+    finished = runs[runs["status"].isin(FINISHED_STATUSES)]
+    picked = [int(i) for i in finished["id"].tail(count)]
+    others = [int(i) for i in runs["id"] if int(i) not in picked]
+    need = count - len(picked)
+    fill = others[-need:] if need > 0 else []  # the latest of the rest
+    return sorted(fill + picked)

@@ -61,6 +61,9 @@ def guard(label: str) -> Iterator[None]:
             st.code(f"{type(exc).__name__}: {exc}", language=None)
 
 
+DOWNLOAD_MENU = "Download"
+
+
 def _download(
     label: str, build: Callable[[], bytes | str], file_name: str, mime: str, key: str
 ) -> None:
@@ -72,13 +75,21 @@ def _download(
         key=key,
         on_click="ignore",
         icon=":material/download:",
+        width="stretch",
     )
 
 
 def chart_with_downloads(chart: alt.TopLevelMixin, data: pd.DataFrame, name: str, key: str) -> None:
-    """The chart, stretched to the container, with PNG (2x), SVG, HTML and CSV downloads."""
+    """The chart, stretched to the container, with one compact "Download" menu under it
+    holding PNG (2x), SVG, HTML and CSV; a chart with no data ("no data yet") gets none.
+
+    Each file is built only when its button is clicked (vl-convert renders PNG and SVG
+    then), so neither the menu nor a refresh costs an export.
+    """
     st.altair_chart(chart, width="stretch", key=f"{key}.chart")
-    with st.container(horizontal=True, gap="small"):
+    if data.empty:
+        return
+    with st.popover(DOWNLOAD_MENU, icon=":material/download:", key=f"{key}.menu"):
         _download(
             "PNG",
             lambda: export.chart_png(chart, scale=2),

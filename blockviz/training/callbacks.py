@@ -42,7 +42,8 @@ class TrainingDiverged(Exception):
 
 
 class TrainingMonitor(Callback):
-    """train/loss, train/lr, train/step_time and train/tokens_per_sec, and the clocks.
+    """train/loss, train/lr, train/step_time, train/tokens_per_sec and train/elapsed_s, and
+    the clocks.
 
     The per-step losses stay on the device; every `log_interval` steps (and at the last
     step) they reach the host in one transfer and the mean loss, the lr and the
@@ -148,6 +149,9 @@ class TrainingMonitor(Callback):
             "train/lr": self._pending_lr,
             "train/step_time": step_time,
             "train/tokens_per_sec": world_tokens / step_time,
+            # the wall clock at the end of this step (validation included): Live and
+            # Compare place steps in time with it
+            "train/elapsed_s": now - (self._fit_started or now),
         }
         _log(trainer, metrics, steps[-1])
         self.last_train = {"step": steps[-1], "loss": metrics["train/loss"], **metrics}

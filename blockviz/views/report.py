@@ -1,4 +1,5 @@
-"""What a report holds and the report itself: charts, tables, configs, one HTML page, a zip."""
+"""What a report holds and the report itself: charts, tables, configs, attention maps,
+generated samples, one HTML page, a zip."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from blockviz.core import config as cfg
 from blockviz.core import spec
 from blockviz.core.tags import tags_text
 from blockviz.store import RunStore
-from blockviz.views import charts
+from blockviz.views import charts, summary
 from blockviz.views.ablation import final_metrics_table, format_cell, html_table, shown_columns
 from blockviz.views.outfolder import ExportError, safe_filename, unique_name
 from blockviz.views.render import (
@@ -30,6 +31,7 @@ from blockviz.views.render import (
     svg_png,
     vl_version,
 )
+from blockviz.views.report_extras import attention_charts, sample_files, samples_html
 
 Progress = Callable[[float, str], None]
 ChartEntry = tuple[str, alt.TopLevelMixin, pd.DataFrame]
@@ -47,9 +49,11 @@ def selected_runs(store: RunStore, run_ids: Sequence[int | str]) -> list[dict[st
 def report_charts(
     store: RunStore, run_ids: Sequence[int | str], max_points: int = REPORT_MAX_POINTS
 ) -> list[ChartEntry]:
-    """The charts of a report as (title, chart, data): comparisons first, then per run."""
+    """The charts of a report as (title, chart, data): comparisons first, then per run,
+    then each run's attention maps at its latest recorded step (report_extras)."""
     runs = selected_runs(store, run_ids)
     ids = [r["id"] for r in runs]
+    depths = {r["id"]: m.n_layer for r in runs if (m := summary.stored_model_config(r))}
     colors = charts.run_color_scale({r["id"]: r["name"] for r in runs})
     diverged = {r["name"]: r["diverged_step"] for r in runs if r["diverged_step"] is not None}
     scalars = store.scalars(ids, max_points=max_points)
@@ -76,7 +80,7 @@ def report_charts(
             charts.metric_chart(scalars, "val/answer_acc", colors=colors, title="Answer accuracy")
         )
     at_init = store.layer_stats(ids, kind="component", stat="grad_norm", step=0)
-    built.append(charts.grad_by_layer_chart(at_init, step=0, colors=colors))
+    built.append(charts.grad_by_layer_chart(at_init, step=0, colors=colors, n_layers=depths))
     last_parts = []
     for run_id in ids:
         steps = store.layer_steps(run_id, kind="component")
@@ -91,17 +95,20 @@ def report_charts(
             step=int(at_last["step"].max()) if len(at_last) else 0,
             colors=colors,
             title="Gradient norm by layer at each run's last probe step",
+            n_layers=depths,
         )
     )
     for run in runs:
         components = store.layer_stats(run["id"], kind="component", max_points=max_points)
         taps = store.layer_stats(run["id"], kind="tap", stat="rms", max_points=max_points)
+        n_layer = depths.get(run["id"])
         built += [
-            charts.layer_heatmap(components, "grad_norm", "block"),
-            charts.update_ratio_chart(components),
-            charts.tap_stats_chart(taps, "rms"),
+            charts.layer_heatmap(components, "grad_norm", "block", n_layers=n_layer),
+            charts.update_ratio_chart(components, n_layers=n_layer),
+            charts.tap_stats_chart(taps, "rms", n_layers=n_layer),
         ]
         _name_placeholders(built[-3:], run["name"])
+    built += attention_charts(store, runs)
     return [(chart_title(c), c, charts.chart_data(c)) for c in built]
 
 
@@ -234,16 +241,7 @@ def report_html(
     figures = "".join(
         f'<figure id="fig-{i}"><div id="chart-{i}"></div></figure>' for i in range(len(entries))
     )
-    sample_html = ""
-    for run_name, frame in samples.items():
-        if frame.empty:
-            sample_html += f"<h3>{html.escape(run_name)}</h3><p>No samples yet.</p>"
-            continue
-        newest = frame.iloc[0]
-        sample_html += (
-            f"<h3>{html.escape(run_name)} — step {int(newest['step'])}</h3>"
-            f"<pre>{html.escape(str(newest['prompt']) + str(newest['text']))}</pre>"
-        )
+    sample_html = samples_html(samples)
     specs = [chart_spec(chart) for _, chart, _ in entries]
     # Export menu only: the editor link would reach the network.
     embed_options = {
@@ -267,7 +265,7 @@ def report_html(
 {diff_html}
 <h2>Charts</h2>
 {figures}
-<h2>Newest generated samples</h2>
+<h2>Generated samples</h2>
 {sample_html}
 <script>
 const specs = {_script_json(specs)};
@@ -330,7 +328,8 @@ def report_files(
     for ext, text in zip(("csv", "md", "tex"), final_metrics_table(metrics), strict=True):
         files[f"final_metrics.{ext}"] = text.encode("utf-8")
     report(0.9, "writing report.html")
-    samples = {r["name"]: store.samples(r["id"], limit=1) for r in runs}
+    sample_texts, samples = sample_files(store, runs)
+    files.update(sample_texts)
     files["report.html"] = report_html(runs, entries, metrics, samples).encode("utf-8")
     files["README.txt"] = _readme(runs, files).encode("utf-8")
     report(1.0, "done")
@@ -344,6 +343,7 @@ _DESCRIPTIONS = {
     "scalars_<family>.csv holds one metric family",
     "layer_stats.csv": "per-layer statistics: gradients, updates, activations, attention",
     "final_metrics.": "the final-metrics table as CSV, Markdown and LaTeX (booktabs)",
+    "samples/": "every generated sample of each run, oldest first, with its step and prompt",
     "report.html": "the report: interactive charts (work offline), config diff, samples",
     "README.txt": "this file",
 }
@@ -376,8 +376,9 @@ def zip_bytes(files: dict[str, bytes]) -> bytes:
 def build_report(
     store: RunStore, run_ids: Sequence[int | str], progress: Progress | None = None
 ) -> bytes:
-    """A zip: charts/*.png|svg|csv, configs/*.json, scalars*.csv, layer_stats.csv,
-    final_metrics.csv|md|tex, report.html and README.txt. `progress(fraction, message)`."""
+    """A zip: charts/*.png|svg|csv (attention maps included), configs/*.json,
+    samples/*.txt, scalars*.csv, layer_stats.csv, final_metrics.csv|md|tex, report.html
+    and README.txt. `progress(fraction, message)`."""
     return zip_bytes(report_files(store, run_ids, progress))
 
 

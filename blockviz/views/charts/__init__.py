@@ -16,6 +16,7 @@ tests build exactly the same chart. Conventions shared by every builder:
 - An empty frame gives a chart that says "no data yet".
 """
 
+from blockviz.views.charts.attention import attention_entropy_chart, attention_heatmap
 from blockviz.views.charts.base import (
     DIVERGED_COLOR,
     LAYER_AXIS_TITLE,
@@ -23,12 +24,15 @@ from blockviz.views.charts.base import (
     MIN_SMOOTHED_POINTS,
     NO_DATA,
     PALETTE,
+    STEP_AXIS,
     UPDATE_RATIO_GUIDE,
     ChartError,
+    XAxis,
     chart_data,
     ema,
     is_smoothed,
     run_color_scale,
+    with_layer_names,
 )
 from blockviz.views.charts.init_grads import (
     init_grad_means,
@@ -36,9 +40,6 @@ from blockviz.views.charts.init_grads import (
     init_grad_ratio_chart,
 )
 from blockviz.views.charts.layers import (
-    attention_entropy_chart,
-    attention_heatmap,
-    grad_by_layer_chart,
     histogram_over_time,
     layer_heatmap,
     layer_lines,
@@ -46,17 +47,35 @@ from blockviz.views.charts.layers import (
     update_ratio_chart,
 )
 from blockviz.views.charts.params import param_breakdown_chart, param_layer_chart
+from blockviz.views.charts.profile import grad_by_layer_chart
 from blockviz.views.charts.series import loss_chart, metric_chart
+from blockviz.views.charts.xaxis import (
+    ELAPSED_SCALAR,
+    NO_TIME_NOTE,
+    X_AXES,
+    X_AXIS_LABELS,
+    RunClocks,
+    run_clocks,
+    tokens_per_step,
+    with_x,
+)
 
 __all__ = [
     "DIVERGED_COLOR",
+    "ELAPSED_SCALAR",
     "LAYER_AXIS_TITLE",
     "LAYER_SCHEME",
     "MIN_SMOOTHED_POINTS",
     "NO_DATA",
+    "NO_TIME_NOTE",
     "PALETTE",
+    "STEP_AXIS",
     "UPDATE_RATIO_GUIDE",
+    "X_AXES",
+    "X_AXIS_LABELS",
     "ChartError",
+    "RunClocks",
+    "XAxis",
     "attention_entropy_chart",
     "attention_heatmap",
     "chart_data",
@@ -73,7 +92,11 @@ __all__ = [
     "metric_chart",
     "param_breakdown_chart",
     "param_layer_chart",
+    "run_clocks",
     "run_color_scale",
     "tap_stats_chart",
+    "tokens_per_step",
     "update_ratio_chart",
+    "with_layer_names",
+    "with_x",
 ]

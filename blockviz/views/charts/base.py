@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from itertools import pairwise
 
 import altair as alt
@@ -139,8 +140,103 @@ def _y_scale(log_scale: bool) -> alt.Scale:
     return alt.Scale(type="log") if log_scale else alt.Scale(zero=False)
 
 
-def _x_step() -> alt.X:
-    return alt.X("step:Q", title="step", axis=alt.Axis(format="~s"))
+# About this many ticks on an x axis (Vega rounds to nice values); Vega's default, one
+# tick per 40 px, put a tick every 10 steps on a 100-step chart.
+X_TICKS = 7
+
+
+@dataclass(frozen=True)
+class XAxis:
+    """What a time-series chart puts on its x axis: a column of its frame and its title."""
+
+    field: str
+    title: str
+    format: str  # d3-format of the tick labels
+    integer: bool  # whole numbers only (steps): no tick between two steps
+
+
+# ",d": whole numbers with thousands separators. (A bare "d" lost the middle label of
+# 0, 1, 2 in the browser's Vega inside Streamlit; ",d" showed all three.)
+STEP_AXIS = XAxis("step", "step", ",d", integer=True)
+
+
+def _x_axis(
+    axis: XAxis = STEP_AXIS, frame: pd.DataFrame | None = None, end: str | None = None
+) -> alt.X:
+    """The x encoding of a time-series chart; integer axes never get fractional ticks.
+
+    A short integer axis (span <= X_TICKS, from `frame`'s x column and the `end` column of
+    heat-map cells) gets every whole number as its ticks: Vega's tickMinStep alone still
+    put ticks at 0.5 steps in vl-convert ("0, 1, 1, 2, 2" under an integer format), and in
+    the browser it thins given values (0, 1, 2 drew as 0, 2), so it is left out there. A
+    longer one gets about X_TICKS nice ticks, whole numbers by then, and tickMinStep 1.
+    """
+    options: dict[str, object] = {"format": axis.format, "tickCount": X_TICKS}
+    if axis.integer:
+        options["tickMinStep"] = 1
+    if axis.integer and frame is not None and len(frame):
+        columns = [c for c in (axis.field, end) if c and c in frame.columns]
+        values = pd.to_numeric(frame[columns].stack(), errors="coerce").to_numpy(dtype=float)
+        values = values[np.isfinite(values)]
+        if len(values):
+            lo, hi = int(np.floor(values.min())), int(np.ceil(values.max()))
+            if hi - lo <= X_TICKS:
+                options = {"format": axis.format, "values": list(range(lo, hi + 1))}
+    # nice=False: the axis ends at the last step drawn (a 60-step run's went on to 70)
+    return alt.X(
+        f"{axis.field}:Q",
+        title=axis.title,
+        axis=alt.Axis(**options),
+        scale=alt.Scale(nice=False),
+    )
+
+
+def _lone_points(chart: alt.Chart, groupby: list[str]) -> alt.Chart:
+    """The same encoding as points, kept only for series of one point (a line of one point
+    draws nothing)."""
+    return (
+        chart.mark_point(filled=True, size=40, opacity=1)
+        .transform_joinaggregate(series_points="count()", groupby=groupby)
+        .transform_filter("datum.series_points <= 1")
+    )
+
+
+def _head_layer(rows: pd.DataFrame) -> int | None:
+    """The layer number of the final norm + head in one run's rows, when the rows show it:
+    the layer of the `head` component, else the last layer when the embeddings (-1) are
+    there (they come with the head)."""
+    if "component" in rows.columns:
+        head = rows.loc[rows["component"] == "head", "layer"]
+        if len(head):
+            return int(head.max())
+    layers = pd.to_numeric(rows["layer"], errors="coerce")
+    if (layers <= spec.EMBED_LAYER).any():
+        return int(layers.max())
+    return None
+
+
+def with_layer_names(
+    frame: pd.DataFrame, n_layers: int | Mapping[int, int] | None = None
+) -> tuple[pd.DataFrame, list[str]]:
+    """Add `layer_name` ('embed', '0', ..., 'head', as core.spec.layer_tick says) and return
+    the names in depth order. `n_layers` is the model's n_layer (one int, or per run id);
+    without it the head's layer is read from the rows (see `_head_layer`)."""
+    names: dict[tuple[int, int], str] = {}
+    order: dict[str, int] = {}
+    for run_id, rows in frame.groupby("run_id", sort=True):
+        n_layer = n_layers.get(int(run_id)) if isinstance(n_layers, Mapping) else n_layers
+        if n_layer is None:
+            head = _head_layer(rows)
+            n_layer = head if head is not None else int(rows["layer"].max()) + 1
+        for layer in rows["layer"].unique():
+            name = spec.layer_tick(int(layer), int(n_layer))
+            names[(int(run_id), int(layer))] = name
+            # embed first, then the blocks, the head last (whatever each run's depth)
+            rank = -1 if name == "embed" else (10**9 if name == "head" else int(layer))
+            order[name] = rank
+    keys = zip(frame["run_id"].astype(int), frame["layer"].astype(int), strict=True)
+    out = frame.assign(layer_name=[names[key] for key in keys])
+    return out, sorted(order, key=order.__getitem__)
 
 
 def _tooltip(*fields: str | alt.Tooltip) -> list[alt.Tooltip]:
@@ -166,13 +262,13 @@ def _highlight(param: alt.Parameter, on: float = 1.0, off: float = 0.12) -> alt.
     return alt.when(param).then(alt.value(on)).otherwise(alt.value(off))
 
 
-def _step_spans(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add `step_end`: the next logged step, so heat-map cells tile the step axis."""
-    steps = np.sort(frame["step"].unique())
+def _step_spans(frame: pd.DataFrame, field: str = "step") -> pd.DataFrame:
+    """Add `<field>_end`: the next logged value, so heat-map cells tile the x axis."""
+    steps = np.sort(frame[field].unique())
     gap = float(np.median(np.diff(steps))) if len(steps) > 1 else 1.0
     following = dict(pairwise(steps))
     out = frame.copy()
-    out["step_end"] = [following.get(s, s + gap) for s in out["step"]]
+    out[f"{field}_end"] = [following.get(s, s + gap) for s in out[field]]
     return out
 
 

@@ -1,8 +1,13 @@
-"""Per-layer statistics of one run, and gradient norm by layer across runs."""
+"""Per-layer statistics of one run.
+
+Layers are named as core.spec.layer_tick names them ('embed', '0', ..., 'head') in
+legends, axes and tooltips, in depth order; `n_layers` (the model's n_layer, one int or
+per run id) says which number is the head, else the rows do (see base.with_layer_names).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import altair as alt
 import numpy as np
@@ -11,15 +16,16 @@ import pandas as pd
 from blockviz.core import spec
 from blockviz.views.charts.base import (
     HEIGHT,
-    LAYER_AXIS_TITLE,
     LAYER_SCHEME,
     NO_DATA,
     SMALL_HEIGHT,
     SMALL_WIDTH,
+    STEP_AXIS,
     UPDATE_RATIO_GUIDE,
     UPDATE_RATIO_GUIDE_LABEL,
     UPDATE_RATIO_GUIDE_TIP,
     WIDTH,
+    XAxis,
     _finite,
     _first_run,
     _highlight,
@@ -30,11 +36,13 @@ from blockviz.views.charts.base import (
     _step_spans,
     _tooltip,
     _value_tip,
-    _x_step,
+    _x_axis,
     _x_zoom,
     _y_scale,
-    run_color_scale,
+    with_layer_names,
 )
+
+Layers = int | Mapping[int, int] | None
 
 
 def _layer_frame(
@@ -48,23 +56,46 @@ def _lines_by_layer(
     y: str,
     y_title: str,
     log_scale: bool,
+    order: list[str],
     extra_tips: Iterable[str | alt.Tooltip] = (),
+    x_axis: XAxis = STEP_AXIS,
+    points: bool = False,
+    frame: pd.DataFrame | None = None,
 ) -> alt.Chart:
-    """One line per layer over steps, legend-highlight by layer, x zoom; data left to caller."""
-    layers = _legend_highlight("layer")
+    """One line per layer over x, legend-highlight by layer, x zoom; data left to caller.
+
+    `order` is the layer names in depth order (colour runs along it); `points` marks each
+    value too (a line of one point draws nothing); `frame` is the data, for the x ticks.
+    """
+    layers = _legend_highlight("layer_name")
     return (
         alt.Chart()
-        .mark_line(strokeWidth=1.5)
+        .mark_line(strokeWidth=1.5, point=points)
         .encode(
-            x=_x_step(),
+            x=_x_axis(x_axis, frame),
             y=alt.Y(f"{y}:Q", title=y_title, scale=_y_scale(log_scale)),
-            color=alt.Color("layer:O", title="layer", scale=alt.Scale(scheme=LAYER_SCHEME)),
+            color=alt.Color(
+                "layer_name:O",
+                title="layer",
+                sort=order,
+                scale=alt.Scale(scheme=LAYER_SCHEME, domain=order),
+            ),
             detail="run:N",
             opacity=_highlight(layers),
-            tooltip=_tooltip("run:N", "layer:O", *extra_tips, "step:Q", _value_tip(y, y_title)),
+            tooltip=_tooltip(
+                "run:N",
+                alt.Tooltip("layer_name:N", title="layer"),
+                *extra_tips,
+                "step:Q",
+                _value_tip(y, y_title),
+            ),
         )
         .add_params(layers, _x_zoom())
     )
+
+
+def _one_step(frame: pd.DataFrame) -> bool:
+    return bool(frame["step"].nunique() == 1)
 
 
 def layer_lines(
@@ -74,6 +105,8 @@ def layer_lines(
     log_scale: bool = True,
     kind: str = "component",
     title: str | None = None,
+    x_axis: XAxis = STEP_AXIS,
+    n_layers: Layers = None,
 ) -> alt.LayerChart:
     """One run: one line per layer of `stat` for `component` over steps, coloured by depth."""
     frame = _layer_frame(layer_stats, kind, component, stat)
@@ -81,8 +114,17 @@ def layer_lines(
     if frame.empty:
         return _no_data(frame, title or _sentence(f"{stat} per layer ({component})"))
     frame, run = _first_run(frame)
+    frame, order = with_layer_names(frame, n_layers)
     title = title or _sentence(f"{spec.stat_label(stat)} per layer ({component}) — {run}")
-    chart = _lines_by_layer("value", spec.stat_label(stat), log_scale)
+    chart = _lines_by_layer(
+        "value",
+        spec.stat_label(stat),
+        log_scale,
+        order,
+        x_axis=x_axis,
+        points=_one_step(frame),
+        frame=frame,
+    )
     return alt.LayerChart(data=frame, layer=[chart]).properties(
         title=title, width=WIDTH, height=HEIGHT
     )
@@ -94,28 +136,37 @@ def layer_heatmap(
     component: str = "block",
     kind: str = "component",
     title: str | None = None,
+    x_axis: XAxis = STEP_AXIS,
+    n_layers: Layers = None,
 ) -> alt.LayerChart:
     """One run: layer (y) x step (x) heat map of `stat`, log colour when all values are > 0."""
     frame = _finite(_layer_frame(layer_stats, kind, component, stat), "value")
     if frame.empty:
         return _no_data(frame, title or _sentence(f"{stat} by layer and step ({component})"))
     frame, run = _first_run(frame)
-    frame = _step_spans(frame).reset_index(drop=True)
+    frame, order = with_layer_names(frame, n_layers)
+    frame = _step_spans(frame, x_axis.field).reset_index(drop=True)
     stat_title = spec.stat_label(stat)
     log_color = bool((frame["value"] > 0).all())
     heat = (
         alt.Chart()
         .mark_rect()
         .encode(
-            x=_x_step(),
-            x2="step_end:Q",
-            y=alt.Y("layer:O", title="layer", sort="descending"),
+            x=_x_axis(x_axis, frame, f"{x_axis.field}_end"),
+            x2=f"{x_axis.field}_end:Q",
+            y=alt.Y("layer_name:O", title="layer", sort=order[::-1]),
             color=alt.Color(
                 "value:Q",
                 title=stat_title,
                 scale=alt.Scale(type="log" if log_color else "linear", scheme=LAYER_SCHEME),
             ),
-            tooltip=_tooltip("run:N", "layer:O", "component:N", "step:Q", _value_tip()),
+            tooltip=_tooltip(
+                "run:N",
+                alt.Tooltip("layer_name:N", title="layer"),
+                "component:N",
+                "step:Q",
+                _value_tip(),
+            ),
         )
         .add_params(_x_zoom())
     )
@@ -126,7 +177,12 @@ def layer_heatmap(
 
 
 def tap_stats_chart(
-    layer_stats: pd.DataFrame, stat: str = "rms", log_scale: bool = False, title: str | None = None
+    layer_stats: pd.DataFrame,
+    stat: str = "rms",
+    log_scale: bool = False,
+    title: str | None = None,
+    x_axis: XAxis = STEP_AXIS,
+    n_layers: Layers = None,
 ) -> alt.FacetChart | alt.LayerChart:
     """One run: a panel per tap (in block order), lines by layer of an activation statistic."""
     frame = _finite(_layer_frame(layer_stats, "tap", None, stat), "value", positive=log_scale)
@@ -134,9 +190,19 @@ def tap_stats_chart(
     if frame.empty:
         return _no_data(frame, title or _sentence(f"{stat_title} per tap"))
     frame, run = _first_run(frame)
+    frame, order = with_layer_names(frame, n_layers)
     taps = [t for t in spec.TAPS if t in set(frame["component"])]
     taps += sorted(set(frame["component"]) - set(taps))
-    panel = _lines_by_layer("value", stat_title, log_scale, extra_tips=["component:N"])
+    panel = _lines_by_layer(
+        "value",
+        stat_title,
+        log_scale,
+        order,
+        extra_tips=["component:N"],
+        x_axis=x_axis,
+        points=_one_step(frame),
+        frame=frame,
+    )
     return (
         panel.properties(width=SMALL_WIDTH, height=SMALL_HEIGHT)
         .facet(data=frame, facet=alt.Facet("component:N", title=None, sort=taps), columns=4)
@@ -188,6 +254,7 @@ def histogram_over_time(
     tap: str | None = None,
     title: str | None = None,
     tap_stats: pd.DataFrame | None = None,
+    x_axis: XAxis = STEP_AXIS,
 ) -> alt.LayerChart:
     """One run, one layer and tap: step (x) x value bin (y) heat map of counts (log colour).
 
@@ -202,7 +269,7 @@ def histogram_over_time(
         return _no_data(frame, title or "Activation histogram over time", inside)
     first = frame.sort_values(["run_id", "layer", "tap"]).iloc[0]
     frame = _select(frame, run_id=first["run_id"], layer=first["layer"], tap=first["tap"])
-    frame = _step_spans(frame.sort_values(["step", "bin"])).reset_index(drop=True)
+    frame = _step_spans(frame.sort_values(["step", "bin"]), x_axis.field).reset_index(drop=True)
     drawn = _select(recorded, run_id=first["run_id"], layer=first["layer"], tap=first["tap"])
     lo, hi = float(drawn["lo"].min()), float(drawn["hi"].max())  # empty end bins included
     tips: list[str | alt.Tooltip] = [
@@ -233,8 +300,8 @@ def histogram_over_time(
         alt.Chart()
         .mark_rect()
         .encode(
-            x=_x_step(),
-            x2="step_end:Q",
+            x=_x_axis(x_axis, frame, f"{x_axis.field}_end"),
+            x2=f"{x_axis.field}_end:Q",
             y=alt.Y("lo:Q", title=f"{first['tap']} value"),
             y2="hi:Q",
             color=alt.Color("count:Q", title="count", scale=alt.Scale(type="log", scheme="blues")),
@@ -248,7 +315,11 @@ def histogram_over_time(
 
 
 def update_ratio_chart(
-    layer_stats: pd.DataFrame, component: str | None = None, title: str | None = None
+    layer_stats: pd.DataFrame,
+    component: str | None = None,
+    title: str | None = None,
+    x_axis: XAxis = STEP_AXIS,
+    n_layers: Layers = None,
 ) -> alt.LayerChart:
     """One run: log10 ‖Δθ‖/‖θ‖ per step, one line per layer, with a 1e-3 reference line.
 
@@ -269,11 +340,16 @@ def update_ratio_chart(
         return _no_data(frame.assign(log10_update_ratio=pd.Series(dtype=float)), fallback)
     frame, run = _first_run(frame)
     frame = frame.assign(log10_update_ratio=np.log10(frame["value"].astype(float)))
+    frame, order = with_layer_names(frame, n_layers)
     lines = _lines_by_layer(
         "log10_update_ratio",
         f"log10 {spec.stat_label('update_ratio')}",
         log_scale=False,
+        order=order,
         extra_tips=["component:N", _value_tip("value", spec.stat_label("update_ratio"))],
+        x_axis=x_axis,
+        points=_one_step(frame),
+        frame=frame,
     )
     guide_data = pd.DataFrame(
         {
@@ -291,112 +367,5 @@ def update_ratio_chart(
     )
     title = title or f"Update ratio ‖Δθ‖/‖θ‖ per step, by layer ({what}) — {run}"
     return alt.LayerChart(data=frame, layer=[lines, rule, label]).properties(
-        title=title, width=WIDTH, height=HEIGHT
-    )
-
-
-def attention_entropy_chart(
-    layer_stats: pd.DataFrame, title: str | None = None
-) -> alt.FacetChart | alt.LayerChart:
-    """One run: a panel per layer, attention entropy of each head over steps."""
-    frame = _finite(_layer_frame(layer_stats, "head", None, "attn_entropy"), "value")
-    if frame.empty:
-        return _no_data(frame.assign(head=pd.Series(dtype=int)), title or "Attention entropy")
-    frame, run = _first_run(frame)
-    frame = frame.assign(head=pd.to_numeric(frame["component"], errors="coerce"))
-    heads = _legend_highlight("head")
-    panel = (
-        alt.Chart()
-        .mark_line(strokeWidth=1.5)
-        .encode(
-            x=_x_step(),
-            y=alt.Y("value:Q", title=spec.stat_label("attn_entropy"), scale=alt.Scale(zero=False)),
-            color=alt.Color("head:O", title="head", scale=alt.Scale(scheme="category10")),
-            opacity=_highlight(heads),
-            tooltip=_tooltip("run:N", "layer:O", "head:O", "step:Q", _value_tip()),
-        )
-        .add_params(heads, _x_zoom())
-        .properties(width=SMALL_WIDTH, height=SMALL_HEIGHT)
-    )
-    return panel.facet(data=frame, facet=alt.Facet("layer:O", title="layer"), columns=4).properties(
-        title=title or f"Attention entropy per head — {run}"
-    )
-
-
-def attention_heatmap(
-    attn: pd.DataFrame, layer: int, title: str | None = None
-) -> alt.FacetChart | alt.LayerChart:
-    """One step, one layer: a query x key weight map per head (causal: key <= query)."""
-    frame = _select(attn, layer=layer)
-    frame = frame[frame["key"] <= frame["query"]]  # the masked triangle is always 0
-    if frame.empty:
-        return _no_data(frame, title or f"Attention weights — layer {layer}")
-    frame = _select(frame, run_id=frame["run_id"].min())
-    frame = _select(frame, step=frame["step"].max()).reset_index(drop=True)
-    step = int(frame["step"].iloc[0])
-    panel = (
-        alt.Chart()
-        .mark_rect()
-        .encode(
-            x=alt.X("key:O", title="key position", axis=alt.Axis(labelOverlap=True)),
-            y=alt.Y("query:O", title="query position", axis=alt.Axis(labelOverlap=True)),
-            color=alt.Color(
-                "weight:Q", title="weight", scale=alt.Scale(scheme="viridis", domain=[0, 1])
-            ),
-            tooltip=_tooltip(
-                "head:O",
-                "query:O",
-                alt.Tooltip("query_char:N", title="query char"),
-                "key:O",
-                alt.Tooltip("key_char:N", title="key char"),
-                alt.Tooltip("weight:Q", format=".3f"),
-            ),
-        )
-        .properties(width=SMALL_WIDTH, height=SMALL_WIDTH)
-    )
-    return panel.facet(data=frame, facet=alt.Facet("head:O", title="head"), columns=4).properties(
-        title=title or f"Attention weights — layer {layer}, step {step}"
-    )
-
-
-# ---------------------------------------------------------------------------------------
-# Across runs
-
-
-def grad_by_layer_chart(
-    layer_stats: pd.DataFrame,
-    step: int = 0,
-    component: str = "block",
-    colors: alt.Scale | None = None,
-    title: str | None = None,
-) -> alt.LayerChart:
-    """Many runs: gradient norm (log) vs layer at `step` — the Pre-LN vs Post-LN picture.
-
-    Each run shows its probe step nearest to `step` (ties to the earlier), named in the tip.
-    """
-    where = "initialization (step 0)" if step == 0 else f"step {step}"
-    title = title or f"Gradient norm by layer at {where}"
-    frame = _finite(_layer_frame(layer_stats, "component", component, "grad_norm"), "value", True)
-    if frame.empty:
-        return _no_data(frame, title)
-    distance = (frame["step"] - step).abs()
-    nearest = frame.assign(distance=distance).groupby("run_id")["distance"].transform("min")
-    frame = frame[distance == nearest]
-    frame = frame[frame["step"] == frame.groupby("run_id")["step"].transform("min")]
-    frame = frame.sort_values(["run_id", "layer"]).reset_index(drop=True)
-    runs = _legend_highlight("run")
-    lines = (
-        alt.Chart()
-        .mark_line(point=True, strokeWidth=2)
-        .encode(
-            x=alt.X("layer:Q", title=LAYER_AXIS_TITLE, axis=alt.Axis(tickMinStep=1, format="d")),
-            y=alt.Y("value:Q", title=spec.stat_label("grad_norm"), scale=alt.Scale(type="log")),
-            color=alt.Color("run:N", title="run", scale=colors or run_color_scale(frame)),
-            opacity=_highlight(runs),
-            tooltip=_tooltip("run:N", "layer:O", "component:N", "step:Q", _value_tip()),
-        )
-        .add_params(runs, _x_zoom())
-    )
-    return alt.LayerChart(data=frame, layer=[lines]).properties(
         title=title, width=WIDTH, height=HEIGHT
     )

@@ -12,15 +12,18 @@ from blockviz.core import spec
 from blockviz.views.charts.base import (
     DIVERGED_COLOR,
     HEIGHT,
+    STEP_AXIS,
     WIDTH,
+    XAxis,
     _check_smoothing,
     _finite,
     _highlight,
     _legend_highlight,
+    _lone_points,
     _no_data,
     _tooltip,
     _value_tip,
-    _x_step,
+    _x_axis,
     _x_zoom,
     _y_scale,
     ema,
@@ -48,10 +51,24 @@ def _diverged_frame(
     return pd.DataFrame(rows, columns=["run", "step", "label"])
 
 
-def _divergence_layers(marks: pd.DataFrame) -> list[alt.Chart]:
-    """A red dashed rule and label at each diverged step."""
+def _place_marks(marks: pd.DataFrame, raw: pd.DataFrame, x_axis: XAxis) -> pd.DataFrame:
+    """The divergence marks with their x on `x_axis` (the diverged row's own x); a mark
+    whose step has no x there is left out."""
+    if x_axis.field == "step":
+        return marks
+    if x_axis.field not in raw.columns:
+        return marks.iloc[0:0].assign(**{x_axis.field: pd.Series(dtype=float)})
+    placed = raw[["run", "step", x_axis.field]].astype({"run": str})
+    placed = placed.drop_duplicates(["run", "step"])
+    return marks.merge(placed, on=["run", "step"], how="inner")
+
+
+def _divergence_layers(marks: pd.DataFrame, x: alt.X) -> list[alt.Chart]:
+    """A red dashed rule and label at each diverged step (`x`: the chart's x encoding, so
+    the layers agree on one axis)."""
     base = alt.Chart(marks).encode(
-        x="step:Q", tooltip=_tooltip("run:N", alt.Tooltip("step:Q", title="diverged at step"))
+        x=x,
+        tooltip=_tooltip("run:N", alt.Tooltip("step:Q", title="diverged at step")),
     )
     rule = base.mark_rule(color=DIVERGED_COLOR, strokeDash=[4, 3], strokeWidth=1.5)
     label = base.mark_text(
@@ -69,6 +86,7 @@ def _series_chart(
     title: str,
     y_title: str,
     diverged: Mapping[str, int] | pd.DataFrame | None,
+    x_axis: XAxis = STEP_AXIS,
 ) -> alt.LayerChart:
     """A line per run x series (EMA-smoothed where is_smoothed, else raw), raw values faint
     behind, divergence marked."""
@@ -96,8 +114,11 @@ def _series_chart(
         scale=dash_scale,
         legend=alt.Legend(symbolOpacity=1) if len(names) > 1 else None,
     )
+    marks = _place_marks(_diverged_frame(raw, diverged), raw, x_axis)
+    drawn_x = pd.concat([plotted[[x_axis.field]], marks[[x_axis.field]]], ignore_index=True)
+    x = _x_axis(x_axis, drawn_x)
     base = alt.Chart().encode(
-        x=_x_step(),
+        x=x,
         # The faint raw layer draws first; without this its opacity would fade the legend.
         color=alt.Color("run:N", title="run", scale=colors, legend=alt.Legend(symbolOpacity=1)),
         strokeDash=dash,
@@ -113,16 +134,21 @@ def _series_chart(
         )
         .add_params(runs, zoom)
     )
-    layers: list[alt.Chart] = [smooth_line]
+    lone = _lone_points(
+        base.encode(
+            y=alt.Y("smoothed:Q"), tooltip=_tooltip("run:N", "name:N", "step:Q", _value_tip())
+        ),
+        ["run", "name"],
+    )
+    layers: list[alt.Chart] = [smooth_line, lone]
     if smoothing > 0:
         raw_line = base.mark_line(strokeWidth=1).encode(
             y="value:Q",
             opacity=_highlight(runs, on=0.2, off=0.04),
         )
         layers.insert(0, raw_line)
-    marks = _diverged_frame(raw, diverged)
     if not marks.empty:
-        layers += _divergence_layers(marks)
+        layers += _divergence_layers(marks, x)
     return alt.LayerChart(data=plotted, layer=layers).properties(
         title=title, width=WIDTH, height=HEIGHT
     )
@@ -136,12 +162,14 @@ def loss_chart(
     colors: alt.Scale | None = None,
     diverged: Mapping[str, int] | pd.DataFrame | None = None,
     title: str = "Loss",
+    x_axis: XAxis = STEP_AXIS,
 ) -> alt.LayerChart:
     """Train (solid) and val (dashed) loss per run: train EMA-smoothed over a faint raw line
     once it has MIN_SMOOTHED_POINTS points, val always raw (its line ends at its last value).
 
     `diverged` is a runs frame (name, diverged_step) or {run name: step}; the first
-    non-finite value of a run is marked even without it.
+    non-finite value of a run is marked even without it. `x_axis` names the frame's
+    column for x (see charts.xaxis.with_x); the default is the step.
     """
     return _series_chart(
         scalars,
@@ -152,6 +180,7 @@ def loss_chart(
         title,
         spec.scalar_label("train/loss"),
         diverged,
+        x_axis,
     )
 
 
@@ -163,10 +192,11 @@ def metric_chart(
     colors: alt.Scale | None = None,
     title: str | None = None,
     diverged: Mapping[str, int] | pd.DataFrame | None = None,
+    x_axis: XAxis = STEP_AXIS,
 ) -> alt.LayerChart:
     """Any one scalar (lr, tokens/s, grad norm, val metric) over steps, coloured by run;
     smoothed only where is_smoothed (dense, not val/*)."""
     y_title = spec.scalar_label(name)
     return _series_chart(
-        scalars, [name], smoothing, log_scale, colors, title or name, y_title, diverged
+        scalars, [name], smoothing, log_scale, colors, title or name, y_title, diverged, x_axis
     )

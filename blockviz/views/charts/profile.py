@@ -1,0 +1,89 @@
+"""Gradient norm by layer across runs: the Pre-LN vs Post-LN picture."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from blockviz.core import spec
+from blockviz.views.charts.base import (
+    HEIGHT,
+    LAYER_AXIS_TITLE,
+    WIDTH,
+    _finite,
+    _highlight,
+    _legend_highlight,
+    _no_data,
+    _tooltip,
+    _value_tip,
+    _x_zoom,
+    run_color_scale,
+    with_layer_names,
+)
+from blockviz.views.charts.layers import Layers, _layer_frame
+
+
+def _head_numbers(frame: pd.DataFrame) -> set[int]:
+    return {int(n) for n in frame.loc[frame["layer_name"] == "head", "layer"]}
+
+
+def _layer_axis(frame: pd.DataFrame) -> alt.Axis:
+    """Whole layer numbers; -1 reads 'embed', and the head's number 'head' when it is one."""
+    heads = _head_numbers(frame)
+    head = f"datum.value == {heads.pop()} ? 'head' : " if len(heads) == 1 else ""
+    expr = f"datum.value == {spec.EMBED_LAYER} ? 'embed' : {head}datum.label"
+    return alt.Axis(tickMinStep=1, format="d", labelExpr=expr)
+
+
+def _layer_axis_title(frame: pd.DataFrame) -> str:
+    """'layer', or the general title when runs of several depths put their heads apart."""
+    return "layer" if len(_head_numbers(frame)) <= 1 else LAYER_AXIS_TITLE
+
+
+def grad_by_layer_chart(
+    layer_stats: pd.DataFrame,
+    step: int = 0,
+    component: str = "block",
+    colors: alt.Scale | None = None,
+    title: str | None = None,
+    n_layers: Layers = None,
+) -> alt.LayerChart:
+    """Many runs: gradient norm (log) vs layer at `step` — the Pre-LN vs Post-LN picture.
+
+    Each run shows its probe step nearest to `step` (ties to the earlier), named in the tip.
+    The axis says 'embed' at -1 and 'head' at the head's number when every run has it at
+    the same number (runs of one depth); the tooltip names each run's own layers.
+    """
+    where = "initialization (step 0)" if step == 0 else f"step {step}"
+    title = title or f"Gradient norm by layer at {where}"
+    frame = _finite(_layer_frame(layer_stats, "component", component, "grad_norm"), "value", True)
+    if frame.empty:
+        return _no_data(frame, title)
+    distance = (frame["step"] - step).abs()
+    nearest = frame.assign(distance=distance).groupby("run_id")["distance"].transform("min")
+    frame = frame[distance == nearest]
+    frame = frame[frame["step"] == frame.groupby("run_id")["step"].transform("min")]
+    frame = frame.sort_values(["run_id", "layer"]).reset_index(drop=True)
+    frame, _ = with_layer_names(frame, n_layers)
+    runs = _legend_highlight("run")
+    lines = (
+        alt.Chart()
+        .mark_line(point=True, strokeWidth=2)
+        .encode(
+            x=alt.X("layer:Q", title=_layer_axis_title(frame), axis=_layer_axis(frame)),
+            y=alt.Y("value:Q", title=spec.stat_label("grad_norm"), scale=alt.Scale(type="log")),
+            color=alt.Color("run:N", title="run", scale=colors or run_color_scale(frame)),
+            opacity=_highlight(runs),
+            tooltip=_tooltip(
+                "run:N",
+                alt.Tooltip("layer_name:N", title="layer"),
+                "component:N",
+                "step:Q",
+                _value_tip(),
+            ),
+        )
+        .add_params(runs, _x_zoom())
+    )
+    return alt.LayerChart(data=frame, layer=[lines]).properties(
+        title=title, width=WIDTH, height=HEIGHT
+    )

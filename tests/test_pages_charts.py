@@ -1,0 +1,176 @@
+"""AppTest of issue 13's chart items on Live and Compare: the x-axis control, one download
+menu per chart (none for empty charts), and Compare's final-metrics name column."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from blockviz.dashboard.ui import DOWNLOAD_MENU
+from blockviz.store import RunStore
+from blockviz.views import charts
+from tests import fakes
+from tests.real_runs import RealRuns, copy_run
+
+PAGES = Path(__file__).resolve().parent.parent / "pages"
+FORMATS = sorted(["PNG", "SVG", "HTML", "CSV"])
+
+
+@pytest.fixture
+def store() -> Iterator[RunStore]:
+    opened = RunStore(os.environ["BLOCKVIZ_STORE"])
+    yield opened
+    opened.close()
+
+
+def _page(name: str, **state: Any) -> AppTest:
+    at = AppTest.from_file(str(PAGES / f"{name}.py"), default_timeout=60)
+    for key, value in state.items():
+        at.session_state[key] = value
+    return at
+
+
+def _shown(markdown: str) -> str:
+    """Markdown as the reader sees it (ui.plain's backslash escapes removed)."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
+
+
+def _chart_specs(at: AppTest) -> dict[str, dict]:
+    """Chart title -> its Vega-Lite spec as the page sent it."""
+    found = {}
+    for element in at.get("vega_lite_chart"):
+        spec = json.loads(element.proto.spec)
+        title = spec.get("title")
+        found[str(title.get("text") if isinstance(title, dict) else title)] = spec
+    return found
+
+
+def _x_fields(spec: dict) -> set[tuple[str, str]]:
+    """(field, title) of every x encoding in a spec."""
+    found = set()
+    stack: list[Any] = [spec]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            x = node.get("x")
+            if isinstance(x, dict) and "field" in x:
+                found.add((x["field"], x.get("title", "")))
+            stack += list(node.values())
+        elif isinstance(node, list):
+            stack += node
+    return found
+
+
+def _menus(at: AppTest) -> list[list[str]]:
+    """The download buttons' labels inside each Download popover."""
+    menus = []
+    stack = list(at.main.children.values())
+    while stack:
+        node = stack.pop()
+        proto = getattr(node, "proto", None)
+        is_block = getattr(getattr(proto, "DESCRIPTOR", None), "name", "") == "Block"
+        if is_block and proto.WhichOneof("type") == "popover":
+            assert proto.popover.label == DOWNLOAD_MENU
+            menus.append(sorted(b.label for b in node.get("download_button")))
+        stack += list(getattr(node, "children", {}).values())
+    return menus
+
+
+# ---------------------------------------------------------------------------- x axis
+
+
+def _run_without_clock(store: RunStore) -> int:
+    """A fake run as recorded before training logged train/elapsed_s."""
+    (run_id,) = fakes.populate(store, n_runs=1, n_steps=40, n_layer=2, probe_every=10)
+    store.flush()
+    with store.conn:
+        store.conn.execute(
+            "DELETE FROM scalars WHERE run_id = ? AND name = ?", (run_id, charts.ELAPSED_SCALAR)
+        )
+    assert charts.ELAPSED_SCALAR not in set(store.scalars(run_id)["name"])
+    return run_id
+
+
+@pytest.mark.parametrize(("kind", "tab"), [("tokens", "Loss"), ("time", "Gradients")])
+def test_live_x_axis_control_switches_every_time_series_chart(
+    store: RunStore, real_runs: RealRuns, kind: str, tab: str
+) -> None:
+    run_id = copy_run(store, real_runs.path, real_runs.ids["pre"])
+    at = _page("live", run_id=run_id, **{"live.tab": tab}).run()
+    assert not at.exception
+    assert at.segmented_control(key="live.x_axis").value == "step"
+    at.segmented_control(key="live.x_axis").set_value(kind).run()
+    assert not at.exception and not at.error
+    axis = charts.X_AXES[kind]
+    series = {t: s for t, s in _chart_specs(at).items() if "layer" not in t.lower()}
+    assert series
+    for title, spec in _chart_specs(at).items():
+        assert _x_fields(spec) == {(axis.field, axis.title)}, title
+    assert not [c for c in at.caption if "not recorded" in c.value]
+
+
+def test_live_falls_back_to_steps_with_a_note_when_time_was_not_recorded(
+    store: RunStore,
+) -> None:
+    run_id = _run_without_clock(store)
+    at = _page("live", run_id=run_id, **{"live.x_axis": "time"}).run()
+    assert not at.exception
+    assert any(charts.NO_TIME_NOTE in _shown(c.value).lower() for c in at.caption)
+    loss = _chart_specs(at)["Loss"]
+    assert {field for field, _ in _x_fields(loss)} == {"step"}
+
+
+def test_compare_x_axis_and_note_name_the_run_without_a_clock(
+    store: RunStore, real_runs: RealRuns
+) -> None:
+    timed = copy_run(store, real_runs.path, real_runs.ids["pre"])
+    untimed = _run_without_clock(store)
+    at = _page("compare", compare_ids=[timed], **{"compare.x_axis": "tokens"}).run()
+    assert not at.exception
+    assert _x_fields(_chart_specs(at)["Loss"]) == {("tokens", charts.X_AXES["tokens"].title)}
+    at = _page("compare", compare_ids=[timed, untimed], **{"compare.x_axis": "time"}).run()
+    assert not at.exception
+    untimed_name = store.get_run(untimed)["name"]
+    notes = [c.value for c in at.caption if "not recorded" in c.value]
+    assert len(notes) == 1 and untimed_name in _shown(notes[0])
+    assert {field for field, _ in _x_fields(_chart_specs(at)["Loss"])} == {"step"}
+
+
+# ---------------------------------------------------------------------------- downloads
+
+
+def test_one_download_menu_per_chart_and_none_for_empty_charts(
+    store: RunStore, real_runs: RealRuns
+) -> None:
+    run_id = copy_run(store, real_runs.path, real_runs.ids["pre"])
+    at = _page("live", run_id=run_id).run()
+    assert not at.exception
+    drawn = [s for s in _chart_specs(at).values() if charts.NO_DATA not in json.dumps(s)]
+    assert _menus(at) == [FORMATS] * len(drawn)
+    assert sorted(b.label for b in at.download_button) == sorted(FORMATS * len(drawn))
+    # A queued run has nothing to draw yet: its charts say so and offer no download.
+    (queued,) = fakes.populate(store, n_runs=1, n_steps=40, n_layer=2, statuses=["queued"])
+    store.truncate_after(queued, -1)
+    at = _page("live", run_id=queued).run()
+    assert not at.exception
+    assert _chart_specs(at), "the placeholders are still drawn"
+    assert _menus(at) == [] and not at.download_button
+
+
+# ---------------------------------------------------------------------------- Compare table
+
+
+def test_compare_final_metrics_pin_the_whole_run_name(store: RunStore) -> None:
+    ids = fakes.populate(store, n_runs=2, n_steps=40, n_layer=2, probe_every=10)
+    at = _page("compare", compare_ids=ids).run()
+    assert not at.exception
+    columns = json.loads(at.dataframe[0].proto.columns)
+    assert columns["run"]["pinned"] is True
+    assert columns["run"]["width"] == "large"
