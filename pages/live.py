@@ -38,6 +38,8 @@ from blockviz.views import charts, summary
 from blockviz.views.incremental import IncrementalReader
 
 REFRESH_S = 1.5
+FIRST_POINT_REFRESH_S = 0.5  # while an active run has no loss yet: the first point sooner
+FIRST_SEEN_KEY = "live.first_point_seen"  # run ids whose first loss point this session saw
 SAMPLES_SHOWN = 20
 CACHE_KEY = "live.cache"  # the series read so far (IncrementalReader's state)
 TAB_KEY = "live.tab"
@@ -388,7 +390,11 @@ def _samples_tab(store: RunStore, run: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------- the page
 
 
-def _live(store: RunStore, run_id: int, seen: dict[int, str]) -> None:
+def _has_loss(scalars: pd.DataFrame | None) -> bool:
+    return scalars is not None and bool((scalars["name"] == "train/loss").any())
+
+
+def _live(store: RunStore, run_id: int, seen: dict[int, str], waiting_first: bool = False) -> None:
     """Everything that changes while the run trains; a fragment while it is active.
 
     `seen` is the status of every run as the picker above shows it. When the store says
@@ -419,6 +425,10 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str]) -> None:
         _status_message(store, run, scalars)
     if scalars is None:
         return  # the store could not be read; the message above says why
+    if waiting_first and _has_loss(scalars):
+        # The first loss is here: once per run, rerun at the ordinary refresh.
+        st.session_state.setdefault(FIRST_SEEN_KEY, set()).add(run_id)
+        st.rerun()
     x = x_axis_control("live", [run], scalars)
     if x.note:
         st.caption(ui.plain(x.note))
@@ -454,6 +464,8 @@ def _pick_run(store: RunStore) -> tuple[int, dict[int, str]] | None:
     selected = ui.run_picker(store, "Run", multi=False, key="live.run", runs=runs)
     if selected is None:
         return None
+    if runs.loc[runs["id"] == selected, "train_loss"].notna().any():
+        st.session_state.setdefault(FIRST_SEEN_KEY, set()).add(selected)
     return selected, ui.run_statuses(runs)
 
 
@@ -471,4 +483,7 @@ if picked is not None:
     with ui.guard("Run actions"):
         relaunch.action_row(store, run_id, "live", store_access.writable(store))
     active = active or relaunch.recently_resumed()
-    st.fragment(_live, run_every=REFRESH_S if active else None)(store, run_id, seen)
+    # Quick looks until the first loss arrives (then `_live` reruns the page at REFRESH_S).
+    waiting_first = active and run_id not in st.session_state.get(FIRST_SEEN_KEY, set())
+    every = FIRST_POINT_REFRESH_S if waiting_first else REFRESH_S
+    st.fragment(_live, run_every=every if active else None)(store, run_id, seen, waiting_first)

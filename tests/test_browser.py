@@ -163,6 +163,9 @@ def test_launch_watch_live_and_compare(app_url: str) -> None:
             expect(main.get_by_test_id("stVegaLiteChart").first).to_be_visible()
             expect(main.get_by_text("Final metrics", exact=True)).to_be_visible()
             assert page.get_by_test_id("stException").count() == 0
+            # A click that lands while the page reruns (the stopped run's status reaching
+            # Compare) can be lost with the old button: click once the script is idle.
+            _wait_idle(page)
             with page.expect_download(timeout=REPORT_WAIT_MS) as download:
                 main.get_by_role("button", name="Download report (zip)").click()
             report = Path(download.value.path())
@@ -171,6 +174,20 @@ def test_launch_watch_live_and_compare(app_url: str) -> None:
                 assert "report.html" in archive.namelist()
         finally:
             browser.close()
+
+
+def _wait_idle(page, quiet_ms: int = 1500, timeout_s: float = 30.0) -> None:
+    """Wait until Streamlit's "running" indicator has stayed away for quiet_ms."""
+    deadline = time.monotonic() + timeout_s
+    quiet_since = None
+    while time.monotonic() < deadline:
+        if page.get_by_test_id("stStatusWidget").count() == 0:
+            quiet_since = quiet_since or time.monotonic()
+            if (time.monotonic() - quiet_since) * 1000 >= quiet_ms:
+                return
+        else:
+            quiet_since = None
+        page.wait_for_timeout(200)
 
 
 def _loss_rows(run_id: int) -> int:

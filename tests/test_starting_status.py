@@ -117,3 +117,29 @@ def test_live_header_says_starting_or_waiting(store: RunStore, busy: bool) -> No
     else:
         assert badges == [f":blue-badge[{spec.STARTING}]"]
         assert "Starting" in infos and spec.WAITING_FOR_SLOT not in infos
+
+
+def test_live_watches_for_the_first_loss_then_reruns_once(store: RunStore) -> None:
+    # Launch to first point: Live looks every FIRST_POINT_REFRESH_S until an active run's
+    # first loss arrives, then reruns once at the ordinary refresh, never in a loop.
+    run = _add(store, "running", "fresh")
+    store.truncate_after(run, -1)  # nothing logged yet
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state[ui.RUN_KEY] = run
+    at.session_state["live.first_point_seen"] = set()
+    at.run()
+    at.switch_page("pages/live.py").run()
+    assert not at.exception
+    assert run not in at.session_state["live.first_point_seen"]
+    store.log_scalars(run, [(0, "train/loss", 3.5)])
+    store.flush()
+    at.run()
+    assert not at.exception
+    assert run in at.session_state["live.first_point_seen"]
+    # A latest loss that is not finite (read as missing by the runs list) cannot loop.
+    store.log_scalars(run, [(1, "train/loss", float("nan"))])
+    store.flush()
+    at.session_state["live.first_point_seen"] = set()
+    at.run()
+    assert not at.exception
+    assert run in at.session_state["live.first_point_seen"]
