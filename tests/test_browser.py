@@ -240,6 +240,16 @@ def test_auto_run_draws_pre_ln_then_post_ln_without_launch(app_url: str) -> None
             expect(chart.get_by_text("#1 start: tiny", exact=True)).to_be_visible()
             assert main.get_by_text("Launched run #").count() == 0
             assert page.get_by_test_id("stException").count() == 0
+
+            # One download from a chart's menu: the trail's data as CSV, both runs in it.
+            _wait_idle(page)
+            main.locator(".st-key-playground-menu button").first.click()
+            with page.expect_download(timeout=REPORT_WAIT_MS) as download:
+                page.get_by_role("button", name="CSV").click()
+            csv_text = Path(download.value.path()).read_text(encoding="utf-8")
+            header = csv_text.splitlines()[0]
+            assert "step" in header.split(","), header
+            assert "#1 start: tiny" in csv_text and "#2 norm_position" in csv_text
             with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
                 runs = store.runs_frame()
             assert list(runs["id"]) == [1, 2]

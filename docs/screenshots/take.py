@@ -1,12 +1,16 @@
 """Take the README screenshots from the real app, the way a user gets there.
 
     .venv/bin/python docs/screenshots/take.py [--steps 2000] [--out docs/screenshots]
+                                              [--size 1440x1000] [--all-tabs]
 
 Serves app.py on a free local port with a fresh store in a temporary workspace, then
 drives Debian's chromium (/usr/bin/chromium) with Playwright through issue 5's "done when":
 a Pre-LN run launched from the sidebar, Norm position flipped to post, a second launch,
-both watched on Live, then compared. Writes train.png, live.png and compare.png. Needs
-no network; takes a few minutes on a 2-core CPU (the two runs take turns there).
+both watched on Live, then compared; then the Playground: Auto-run on, Norm position back
+to pre, both auto-runs' losses on Train. Writes train.png, live.png, compare.png and
+playground.png (README shows the 1440-px ones; `--size 1366x768 --out DIR` takes a laptop
+set to look at). Needs no network; takes a few minutes on a 2-core CPU (the runs take
+turns there).
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 CHROMIUM = "/usr/bin/chromium"
-VIEWPORT = {"width": 1440, "height": 1000}
+VIEWPORT = {"width": 1440, "height": 1000}  # --size changes it
 TRAIN_HEIGHT = 1500  # down to the runs in progress
 COMPARE_HEIGHT = 2100  # down to the config diff
+PLAYGROUND_HEIGHT = 1100  # Launch, the Playground and its trail
+AUTO_STEPS = 300
 
 
 def _active_runs() -> int:
@@ -126,6 +132,28 @@ def _shoot(page, url: str, out: Path, steps: int, all_tabs: bool) -> None:
     page.set_viewport_size({"width": VIEWPORT["width"], "height": COMPARE_HEIGHT})
     page.wait_for_timeout(5000)
     page.screenshot(path=out / "compare.png")
+    page.set_viewport_size(VIEWPORT)
+
+    # The Playground: Auto-run on trains the sidebar's (Post-LN) config; flipping Norm
+    # position back to pre launches a second auto-run, drawn beside the first.
+    nav.get_by_text("Train", exact=True).click()
+    steps_box = main.get_by_role("spinbutton", name="Steps per auto-run")
+    steps_box.fill(str(AUTO_STEPS))
+    steps_box.press("Enter")
+    main.get_by_text("Auto-run", exact=True).click()
+    expect(main.get_by_text("#1 start:", exact=False).first).to_be_visible()
+    page.wait_for_timeout(15000)  # a first stretch of its curve
+    sidebar.get_by_role("combobox", name="Norm position").click()
+    page.get_by_role("option", name="pre", exact=True).click()
+    expect(main.get_by_text("#2 norm_position: post → pre", exact=False).first).to_be_visible()
+    deadline = time.monotonic() + 600
+    while _active_runs() and time.monotonic() < deadline:
+        page.wait_for_timeout(2000)
+    page.wait_for_timeout(3000)
+    _scroll_to_top(page)
+    page.set_viewport_size({"width": VIEWPORT["width"], "height": PLAYGROUND_HEIGHT})
+    page.wait_for_timeout(2000)
+    page.screenshot(path=out / "playground.png")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,7 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--all-tabs", action="store_true", help="also shoot every Live tab (live-<tab>.png)"
     )
+    parser.add_argument("--size", default="1440x1000", help="browser window WIDTHxHEIGHT")
     args = parser.parse_args(argv)
+    try:
+        width, height = (int(part) for part in args.size.lower().split("x"))
+    except ValueError:
+        parser.error(f"--size {args.size!r}: give WIDTHxHEIGHT, e.g. 1366x768")
+    VIEWPORT.update(width=width, height=height)
+    args.out.mkdir(parents=True, exist_ok=True)
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -161,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             server.terminate()
             server.wait(timeout=10)
             # The runs outlive the app (as they should); they finished before Compare.
-    print(f"wrote {', '.join(str(args.out / n) for n in ('train.png', 'live.png', 'compare.png'))}")
+    shots = ("train.png", "live.png", "compare.png", "playground.png")
+    print(f"wrote {', '.join(str(args.out / n) for n in shots)}")
     return 0
 
 
