@@ -141,11 +141,11 @@ def _shoot(page, url: str, out: Path, steps: int, all_tabs: bool) -> None:
     steps_box.fill(str(AUTO_STEPS))
     steps_box.press("Enter")
     main.get_by_text("Auto-run", exact=True).click()
-    expect(main.get_by_text("#1 start:", exact=False).first).to_be_visible()
+    expect(main.get_by_text(" start: ", exact=False).first).to_be_visible()  # #<run id> start
     page.wait_for_timeout(15000)  # a first stretch of its curve
     sidebar.get_by_role("combobox", name="Norm position").click()
     page.get_by_role("option", name="pre", exact=True).click()
-    expect(main.get_by_text("#2 norm_position: post → pre", exact=False).first).to_be_visible()
+    expect(main.get_by_text("norm_position: post → pre", exact=False).first).to_be_visible()
     deadline = time.monotonic() + 600
     while _active_runs() and time.monotonic() < deadline:
         page.wait_for_timeout(2000)
