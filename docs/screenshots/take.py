@@ -6,11 +6,11 @@
 Serves app.py on a free local port with a fresh store in a temporary workspace, then
 drives Debian's chromium (/usr/bin/chromium) with Playwright through issue 5's "done when":
 a Pre-LN run launched from the sidebar, Norm position flipped to post, a second launch,
-both watched on Live, then compared; then the Playground: Auto-run on, Norm position back
-to pre, both auto-runs' losses on Train. Writes train.png, live.png, compare.png and
-playground.png (README shows the 1440-px ones; `--size 1366x768 --out DIR` takes a laptop
-set to look at). Needs no network; takes a few minutes on a 2-core CPU (the runs take
-turns there).
+both watched on Live, then compared; then the Playground in a fresh session: the tiny
+preset, Auto-run on, Norm position flipped to post, both auto-runs' losses on Train.
+Writes train.png, live.png, compare.png and playground.png (README shows the 1440-px ones;
+`--size 1366x768 --out DIR` takes a laptop set to look at; `--playground-only` the last).
+Needs no network; takes a few minutes on a 2-core CPU (the runs take turns there).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ VIEWPORT = {"width": 1440, "height": 1000}  # --size changes it
 TRAIN_HEIGHT = 1500  # down to the runs in progress
 COMPARE_HEIGHT = 2100  # down to the config diff
 PLAYGROUND_HEIGHT = 1100  # Launch, the Playground and its trail
-AUTO_STEPS = 300
 
 
 def _active_runs() -> int:
@@ -134,23 +133,37 @@ def _shoot(page, url: str, out: Path, steps: int, all_tabs: bool) -> None:
     page.screenshot(path=out / "compare.png")
     page.set_viewport_size(VIEWPORT)
 
-    # The Playground: Auto-run on trains the sidebar's (Post-LN) config; flipping Norm
-    # position back to pre launches a second auto-run, drawn beside the first.
-    nav.get_by_text("Train", exact=True).click()
-    steps_box = main.get_by_role("spinbutton", name="Steps per auto-run")
-    steps_box.fill(str(AUTO_STEPS))
-    steps_box.press("Enter")
+    _playground(page, url, out)
+
+
+def _playground(page, url: str, out: Path) -> None:
+    """A fresh session on Train: the tiny preset, Auto-run on, then Norm position flipped
+    to post; both auto-runs' losses drawn on Train without pressing Launch."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=120_000)  # a replaced auto-run stops before the next starts
+    page.set_viewport_size(VIEWPORT)
+    page.goto(url)
+    sidebar = page.get_by_test_id("stSidebar")
+    main = page.get_by_test_id("stMain")
+    sidebar.get_by_role("combobox", name="Start from a preset").click()
+    page.get_by_role("option", name="tiny", exact=True).click()
+    expect(sidebar.get_by_text("2 layers, d_model 32")).to_be_visible()
     main.get_by_text("Auto-run", exact=True).click()
-    expect(main.get_by_text(" start: ", exact=False).first).to_be_visible()  # #<run id> start
-    page.wait_for_timeout(15000)  # a first stretch of its curve
-    sidebar.get_by_role("combobox", name="Norm position").click()
-    page.get_by_role("option", name="pre", exact=True).click()
-    expect(main.get_by_text("norm_position: post → pre", exact=False).first).to_be_visible()
+    try:
+        # The first auto-run trains to its end (a few seconds for tiny), then the flip.
+        expect(main.get_by_text(" start: tiny (newest) · completed", exact=False)).to_be_visible()
+        sidebar.get_by_role("combobox", name="Norm position").click()
+        page.get_by_role("option", name="post", exact=True).click()
+        expect(main.get_by_text("norm_position: pre → post", exact=False).first).to_be_visible()
+    except AssertionError:
+        page.screenshot(path=out / "playground-failed.png", full_page=True)
+        raise
     deadline = time.monotonic() + 600
     while _active_runs() and time.monotonic() < deadline:
         page.wait_for_timeout(2000)
     page.wait_for_timeout(3000)
-    _scroll_to_top(page)
+    page.mouse.move(0, 0)  # no tooltip over the shot
     page.set_viewport_size({"width": VIEWPORT["width"], "height": PLAYGROUND_HEIGHT})
     page.wait_for_timeout(2000)
     page.screenshot(path=out / "playground.png")
@@ -165,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         "--all-tabs", action="store_true", help="also shoot every Live tab (live-<tab>.png)"
     )
     parser.add_argument("--size", default="1440x1000", help="browser window WIDTHxHEIGHT")
+    parser.add_argument("--playground-only", action="store_true", help="take only playground.png")
     args = parser.parse_args(argv)
     try:
         width, height = (int(part) for part in args.size.lower().split("x"))
@@ -190,7 +204,11 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 page = browser.new_page(viewport=VIEWPORT)
                 page.set_default_timeout(60_000)
-                _shoot(page, f"http://localhost:{port}", args.out, args.steps, args.all_tabs)
+                url = f"http://localhost:{port}"
+                if args.playground_only:
+                    _playground(page, url, args.out)
+                else:
+                    _shoot(page, url, args.out, args.steps, args.all_tabs)
                 browser.close()
         finally:
             server.terminate()
