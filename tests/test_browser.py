@@ -122,14 +122,8 @@ def test_launch_watch_live_and_compare(app_url: str) -> None:
             # Generous waits: CI shares two cores between the app, the run and the browser.
             page.set_default_timeout(30_000)
             expect.set_options(timeout=30_000)
-            page.goto(app_url)
-            sidebar = page.get_by_test_id("stSidebar")
-            main = page.get_by_test_id("stMain")
-
             # Train: the tiny preset from the sidebar, then Launch.
-            sidebar.get_by_role("combobox", name="Start from a preset").click()
-            page.get_by_role("option", name="tiny", exact=True).click()
-            expect(sidebar.get_by_text("2 layers, d_model 32")).to_be_visible()
+            sidebar, main = _open_with_tiny(page, app_url)
             # Long enough to watch it grow for a while; the test stops it.
             sidebar.get_by_text("Training", exact=True).click()
             steps = sidebar.get_by_role("spinbutton", name="Steps (max_steps)")
@@ -176,6 +170,18 @@ def test_launch_watch_live_and_compare(app_url: str) -> None:
             browser.close()
 
 
+def _open_with_tiny(page, app_url: str):
+    """Open the app and pick the tiny preset in the sidebar; (sidebar, main) locators."""
+    from playwright.sync_api import expect
+
+    page.goto(app_url)
+    sidebar = page.get_by_test_id("stSidebar")
+    sidebar.get_by_role("combobox", name="Start from a preset").click()
+    page.get_by_role("option", name="tiny", exact=True).click()
+    expect(sidebar.get_by_text("2 layers, d_model 32")).to_be_visible()
+    return sidebar, page.get_by_test_id("stMain")
+
+
 def _wait_idle(page, quiet_ms: int = 1500, timeout_s: float = 30.0) -> None:
     """Wait until Streamlit's "running" indicator has stayed away for quiet_ms."""
     deadline = time.monotonic() + timeout_s
@@ -206,12 +212,7 @@ def test_auto_run_draws_pre_ln_then_post_ln_without_launch(app_url: str) -> None
             page = browser.new_page(viewport={"width": 1366, "height": 768})
             page.set_default_timeout(30_000)
             expect.set_options(timeout=STEP_WAIT_MS)
-            page.goto(app_url)
-            sidebar = page.get_by_test_id("stSidebar")
-            main = page.get_by_test_id("stMain")
-            sidebar.get_by_role("combobox", name="Start from a preset").click()
-            page.get_by_role("option", name="tiny", exact=True).click()
-            expect(sidebar.get_by_text("2 layers, d_model 32")).to_be_visible()
+            sidebar, main = _open_with_tiny(page, app_url)
 
             # Auto-run on: the sidebar's Pre-LN config trains and its loss is drawn.
             main.get_by_text("Auto-run", exact=True).click()

@@ -7,8 +7,6 @@ from collections.abc import Callable
 
 from blockviz.store.connection import _Connection, guarded
 from blockviz.store.naming import RunRef
-from blockviz.store.schema import JSON_COLUMNS
-from blockviz.store.values import encode_json, placeholders
 
 
 class _Queue(_Connection):
@@ -16,7 +14,6 @@ class _Queue(_Connection):
 
     # From runs.py and liveness.py.
     _resolve: Callable[[RunRef], int]
-    _check_fields: Callable[..., None]
     reap_dead: Callable[..., list[int]]
 
     @guarded
@@ -65,28 +62,3 @@ class _Queue(_Connection):
         run_id = self._resolve(run_id)
         row = self.conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
         return row is not None and row[0] == "queued"
-
-    @guarded
-    def take_over(self, run_id: RunRef, unless: tuple[str, ...], **fields: object) -> bool:
-        """Set a run's fields unless its status is one of `unless`; whether they were set.
-
-        One statement, so a Stop that lands between a process starting and registering
-        cannot be overwritten: `train` takes over a run the runner created with
-        unless=('stopped',), and a run stopped before its process registered stays stopped.
-        """
-        run_id = self._resolve(run_id)
-        self._check_fields(fields)
-        values = {k: (encode_json(v) if k in JSON_COLUMNS else v) for k, v in fields.items()}
-        assignments = ", ".join(f"{column} = ?" for column in values)
-        self._begin()
-        try:
-            cursor = self.conn.execute(
-                f"UPDATE runs SET {assignments} WHERE id = ? "
-                f"AND COALESCE(status, '') NOT IN ({placeholders(unless)})",
-                [*values.values(), run_id, *unless],
-            )
-            self._commit()
-        except BaseException:
-            self._rollback()
-            raise
-        return cursor.rowcount == 1

@@ -118,19 +118,39 @@ class _Runs(_Connection):
         run_id = self._resolve(run_id)
         if "name" in fields:
             self.rename_run(run_id, fields.pop("name"))
-        if not fields:
-            return
+        if fields:
+            self._set_fields(run_id, fields)
+
+    @guarded
+    def take_over(self, run_id: RunRef, unless: tuple[str, ...], **fields: Any) -> bool:
+        """Set a run's fields unless its status is one of `unless`; whether they were set.
+
+        One statement, so a Stop that lands between a process starting and registering
+        cannot be overwritten: `train` takes over a run the runner created with
+        unless=('stopped',), and a run stopped before its process registered stays stopped.
+        """
+        self._check_fields(fields)
+        return self._set_fields(self._resolve(run_id), fields, unless)
+
+    def _set_fields(
+        self, run_id: int, fields: Mapping[str, Any], unless: Sequence[str] = ()
+    ) -> bool:
+        """One UPDATE of checked columns (JSON ones encoded), skipped for a status in
+        `unless`; whether the row was written."""
         values = {k: (encode_json(v) if k in JSON_COLUMNS else v) for k, v in fields.items()}
         assignments = ", ".join(f"{column} = ?" for column in values)
+        condition = f" AND COALESCE(status, '') NOT IN ({placeholders(unless)})" if unless else ""
         self._begin()
         try:
-            self.conn.execute(
-                f"UPDATE runs SET {assignments} WHERE id = ?", [*values.values(), run_id]
+            cursor = self.conn.execute(
+                f"UPDATE runs SET {assignments} WHERE id = ?{condition}",
+                [*values.values(), run_id, *unless],
             )
             self._commit()
         except BaseException:
             self._rollback()
             raise
+        return cursor.rowcount == 1
 
     @guarded
     def set_tags(self, run_id: RunRef, tags: str | Iterable[str] | None) -> tuple[str, ...]:
