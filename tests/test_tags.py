@@ -83,6 +83,9 @@ def test_a_version_2_store_gains_tags_and_notes_when_opened_for_writing(tmp_path
     with sqlite3.connect(path) as conn:  # what version 2 wrote
         conn.execute("ALTER TABLE runs DROP COLUMN tags")
         conn.execute("ALTER TABLE runs DROP COLUMN notes")
+        for column in ("study_id", "variant", "seed"):
+            conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        conn.execute("DROP TABLE studies")
         conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     with RunStore(path, readonly=True) as reader:  # read as it is
         assert reader.get_run(old)["tags"] is None
@@ -92,4 +95,4 @@ def test_a_version_2_store_gains_tags_and_notes_when_opened_for_writing(tmp_path
         assert store.get_run(old)["name"] == "old"
     with sqlite3.connect(path) as conn:
         version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    assert int(version[0]) == SCHEMA_VERSION == 3
+    assert int(version[0]) == SCHEMA_VERSION == 4

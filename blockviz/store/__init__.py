@@ -14,9 +14,10 @@ One concern per module; import from here, not from them:
     runstore.py    RunStore, built from the parts below, and `checked`
     connection.py  opening (read-only and immutable fallbacks), pragmas, integrity
                    check, run folders, close, transactions, the `guarded` lock
-    schema.py      the tables and their version (upgrades to v3 in place), the frames' dtypes
+    schema.py      the tables and their version (upgrades to v4 in place), the frames' dtypes
     runs.py        the runs table: create, update, take_over, tags, notes, rename, delete,
                    resolve, runs_frame
+    studies.py     the studies table; a study's runs created at once, claimed by workers
     liveness.py    heartbeats, reap_dead, settle_step
     queue.py       claim_slot: at most N runs running; queued_still
     writes.py      buffered log_* writes, flush, rows kept while the store is locked,

@@ -55,10 +55,13 @@ class _Liveness(_Connection):
         # A plain read first: the dashboard calls this on every refresh and must not
         # queue for the write lock when nothing has died.
         started_column = "pid_started" if "pid_started" in self._run_columns else "NULL"
+        study_column = "study_id" if "study_id" in self._run_columns else "NULL"
         candidates = self.conn.execute(
             f"SELECT id, pid, {started_column} FROM runs "
             f"WHERE status IN ({placeholders(ACTIVE_STATUSES)}) "
-            "AND COALESCE(heartbeat, started, created, 0) < ?",
+            "AND COALESCE(heartbeat, started, created, 0) < ? "
+            # A study's run no worker has claimed yet never had a process to lose.
+            f"AND NOT (status = 'queued' AND pid IS NULL AND {study_column} IS NOT NULL)",
             (*ACTIVE_STATUSES, cutoff),
         ).fetchall()
         dead = [

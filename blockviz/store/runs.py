@@ -292,10 +292,13 @@ class _Runs(_Connection):
             f"{latest.format('val/loss')}, {latest.format('train/loss')}, "
             "r.diverged_step, r.heartbeat, r.pid, "
             f"{self._column_or_null('pid_started')}, {self._column_or_null('tags')}, "
-            f"{self._column_or_null('notes')} "
+            f"{self._column_or_null('notes')}, {self._column_or_null('study_id')} "
             "FROM runs AS r ORDER BY r.id"
         ).fetchall()
-        rows = [(*row[:-2], tags_text(decode_json(row[-2]) or ()), row[-1] or "") for row in rows]
+        rows = [
+            (*row[:-3], tags_text(decode_json(row[-3]) or ()), row[-2] or "", row[-1])
+            for row in rows
+        ]
         return typed_frame(rows, RUNS_FRAME)
 
     def _column_or_null(self, column: str) -> str:

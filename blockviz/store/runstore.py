@@ -15,13 +15,15 @@ from blockviz.store.queue import _Queue
 from blockviz.store.reads import _Reads
 from blockviz.store.runs import _Runs
 from blockviz.store.schema import METRIC_TABLES, RUN_COLUMNS
+from blockviz.store.studies import _Studies
 from blockviz.store.writes import _Writes
 
 
-class RunStore(_Runs, _Queue, _Liveness, _Writes, _Reads, _Connection):
+class RunStore(_Runs, _Studies, _Queue, _Liveness, _Writes, _Reads, _Connection):
     """One SQLite run store: buffered metric writes, run lifecycle, DataFrame reads.
 
-    connection.py opens and closes the file, runs.py keeps the runs table, queue.py hands
+    connection.py opens and closes the file, runs.py keeps the runs table, studies.py the
+    studies and their runs, queue.py hands
     out running slots, liveness.py tracks which runs are alive, writes.py buffers metric
     rows, reads.py returns frames.
     """

@@ -53,10 +53,16 @@ from blockviz.store.errors import StoreError
 if TYPE_CHECKING:
     import pandas as pd
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS studies (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL, key TEXT NOT NULL, size TEXT,
+    status TEXT, created REAL, ended REAL,
+    spec TEXT, error TEXT, workers TEXT
+);
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     name TEXT UNIQUE NOT NULL,
@@ -68,7 +74,8 @@ CREATE TABLE IF NOT EXISTS runs (
     max_steps INTEGER, diverged_step INTEGER,
     final TEXT, error TEXT,
     pid_started REAL,
-    tags TEXT, notes TEXT
+    tags TEXT, notes TEXT,
+    study_id INTEGER REFERENCES studies(id) ON DELETE SET NULL, variant TEXT, seed INTEGER
 );
 CREATE TABLE IF NOT EXISTS scalars (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -136,6 +143,9 @@ RUN_COLUMNS = (
     "pid_started",
     "tags",
     "notes",
+    "study_id",
+    "variant",
+    "seed",
 )
 JSON_COLUMNS = ("config", "dataset", "final", "tags")
 METRIC_TABLES = ("scalars", "layer_stats", "histograms", "samples", "attention")
@@ -164,6 +174,21 @@ RUNS_FRAME = {
     "pid_started": "float64",
     "tags": _STR,  # comma-separated, "" for none
     "notes": _STR,
+    "study_id": "Int64",  # the study the run belongs to, <NA> for a run of its own
+}
+STUDIES_FRAME = {
+    "id": "int64",
+    "name": _STR,
+    "key": _STR,
+    "size": _STR,
+    "status": _STR,
+    "created": "float64",
+    "ended": "float64",
+    "runs": "int64",
+    "finished": "int64",  # completed or diverged
+    "running": "int64",
+    "queued": "int64",
+    "unfinished": "int64",  # stopped or failed
 }
 SCALARS_FRAME = {
     "run_id": "int64",
@@ -295,7 +320,7 @@ def check_schema(conn: sqlite3.Connection, path: Path, *, readonly: bool) -> Sch
 
 
 def upgrade(conn: sqlite3.Connection) -> None:
-    """Version 1 or 2 -> 3, in one transaction (a concurrent opener finds it done)."""
+    """Version 1, 2 or 3 -> 4, in one transaction (a concurrent opener finds it done)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         (version,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -323,6 +348,16 @@ def upgrade(conn: sqlite3.Connection) -> None:
         if int(version) < 3:
             conn.execute("ALTER TABLE runs ADD COLUMN tags TEXT")
             conn.execute("ALTER TABLE runs ADD COLUMN notes TEXT")
+        if int(version) < 4:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS studies (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+                "name TEXT NOT NULL, key TEXT NOT NULL, size TEXT, status TEXT, created REAL, "
+                "ended REAL, spec TEXT, error TEXT, workers TEXT)"
+            )
+            have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+            for column, kind in (("study_id", "INTEGER"), ("variant", "TEXT"), ("seed", "INTEGER")):
+                if column not in have:
+                    conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
         if int(version) < SCHEMA_VERSION:
             conn.execute(
                 "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)

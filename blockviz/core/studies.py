@@ -1,0 +1,581 @@
+"""Studies: a question about the block, the claims it tests, and the runs that answer it.
+
+A study is a grid of variants (config overrides) × seeds on one base config, sized by a
+preset: `quick` (minutes on a 2-core laptop CPU), `standard` (the baby-cpu model, 2,000
+steps, 3 seeds) or `full` (for a GPU). Each claim names a verdict rule
+(`blockviz.core.verdicts`) that decides from the measured runs whether the data support
+it; nothing here says what the answer is. A custom sweep is a study without claims.
+
+The definition is stored with the study as JSON (`to_spec`), so the page, the CLI and the
+export read back exactly what ran (`plan_from_spec`). Torch-free and streamlit-free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from blockviz.core import config as cfg
+from blockviz.core.config import ConfigError, RunConfig
+
+SIZES = ("quick", "standard", "full")
+MAX_STUDY_RUNS = 500  # a bigger grid is refused: it would take days on a laptop
+MAX_SEEDS = 20
+MAX_VALUES = 50  # values of one swept field
+FIRST_SEED = 1  # seeds are FIRST_SEED, FIRST_SEED + 1, ...
+COURSE = "the course material"
+
+# What each size trains: flat config overrides on RunConfig() (= the baby-cpu preset),
+# and the seeds each variant gets. Logging is sparse: a study reads final numbers and a
+# val-loss curve, and probes or samples would cost more than the quick runs themselves.
+_SPARSE = {"log_interval": 10, "eval_iters": 10}
+SIZE_PRESETS: dict[str, dict[str, Any]] = {
+    "quick": {
+        **_SPARSE,
+        "n_layer": 2,
+        "n_head": 2,
+        "d_model": 64,
+        "block_size": 64,
+        "batch_size": 16,
+        "max_steps": 300,
+        "warmup_steps": 30,
+        "eval_interval": 100,
+        "probe_interval": 300,
+        "sample_interval": 300,
+    },
+    "standard": {
+        **_SPARSE,
+        "max_steps": 2000,
+        "warmup_steps": 200,
+        "eval_interval": 250,
+        "probe_interval": 1000,
+        "sample_interval": 2000,
+    },
+    "full": {
+        **_SPARSE,
+        "n_layer": 6,
+        "n_head": 8,
+        "d_model": 256,
+        "block_size": 128,
+        "batch_size": 64,
+        "max_steps": 5000,
+        "warmup_steps": 500,
+        "eval_interval": 500,
+        "probe_interval": 2500,
+        "sample_interval": 5000,
+    },
+}
+SIZE_SEEDS = {"quick": 2, "standard": 3, "full": 5}
+SIZE_DESCRIPTIONS = {
+    "quick": "2 layers (unless the study varies depth), d_model 64, 300 steps, 2 seeds: "
+    "minutes on a laptop CPU",
+    "standard": "the baby-cpu model (4 layers, d_model 128), 2,000 steps, 3 seeds",
+    "full": "6 layers, d_model 256, 5,000 steps, 5 seeds: for a GPU",
+}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim quoted as a claim, with its source and the rule that judges it."""
+
+    text: str
+    source: str
+    rule: str  # a name in blockviz.core.verdicts.RULES
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One cell of the grid: a label and the config fields it sets."""
+
+    label: str
+    overrides: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class StudyDef:
+    """A study at one size: what it asks, what it tests, and what it runs."""
+
+    key: str
+    title: str
+    question: str
+    claims: tuple[Claim, ...]
+    variants: tuple[Variant, ...]
+    swept: tuple[str, ...]  # the fields the variants set, in the order charts use them
+    baseline: str  # the variant label times and parameters are relative to
+    base: Mapping[str, Any] = field(default_factory=dict)  # flat overrides on RunConfig()
+    seeds: tuple[int, ...] = (FIRST_SEED,)
+    size: str = "quick"
+    trains: bool = True  # init-gradients measures at initialisation only
+
+    def config_for(self, label: str, seed: int | None = None) -> RunConfig:
+        """The validated RunConfig of one variant (and seed)."""
+        variant = self.variant(label)
+        overrides = {**self.base, **variant.overrides}
+        if seed is not None:
+            overrides["seed"] = int(seed)
+        try:
+            return cfg.replace(RunConfig(), **overrides).validate()
+        except ConfigError as exc:
+            raise ConfigError(exc.field, exc.value, f"{exc.allowed} (variant {label})") from None
+
+    def variant(self, label: str) -> Variant:
+        for variant in self.variants:
+            if variant.label == label:
+                return variant
+        raise KeyError(f"no variant {label!r} in study {self.key}")
+
+    def grid(self) -> list[tuple[Variant, int, RunConfig]]:
+        """Every run: (variant, seed, config), variants in order, seeds within each."""
+        return [
+            (variant, seed, self.config_for(variant.label, seed))
+            for variant in self.variants
+            for seed in self.seeds
+        ]
+
+    @property
+    def n_runs(self) -> int:
+        return len(self.variants) * len(self.seeds) if self.trains else 0
+
+    def to_spec(self) -> dict[str, Any]:
+        """Plain JSON-able dict; `plan_from_spec` reads it back."""
+        return dataclasses.asdict(self)
+
+
+def plan_from_spec(spec: Mapping[str, Any]) -> StudyDef:
+    """The StudyDef a study was stored with (`StudyDef.to_spec`)."""
+    data = dict(spec)
+    data["claims"] = tuple(Claim(**c) for c in data.get("claims", ()))
+    data["variants"] = tuple(Variant(**v) for v in data.get("variants", ()))
+    data["swept"] = tuple(data.get("swept", ()))
+    data["seeds"] = tuple(int(s) for s in data.get("seeds", (FIRST_SEED,)))
+    return StudyDef(**data)
+
+
+# ---------------------------------------------------------------------------- built-ins
+
+
+def _log_space(low: float, high: float, n: int) -> list[float]:
+    """n values from low to high, evenly spaced on a log scale, rounded to 3 digits."""
+    if n == 1:
+        return [float(low)]
+    step = (math.log10(high) - math.log10(low)) / (n - 1)
+    return [float(f"{10 ** (math.log10(low) + i * step):.3g}") for i in range(n)]
+
+
+def _lr_label(lr: float) -> str:
+    return f"lr {lr:.0e}".replace("e-0", "e-")
+
+
+NORM_NAMES = {"pre": "Pre-LN", "post": "Post-LN", "none": "no norm"}
+LR_GRID = _log_space(3e-4, 3e-1, 7)
+DEPTHS_NORM = (6, 12)
+DEPTHS_RESIDUAL = (2, 6, 12, 24)
+FFN_MULTS = (1, 2, 4, 8, 16)
+NORM_POSITION_LR = 3e-3  # high for these models with Adam, so a warm-up can matter
+
+
+def _norm_position() -> dict[str, Any]:
+    variants = []
+    for depth in DEPTHS_NORM:
+        variants += [
+            Variant(f"Post-LN · depth {depth}", {"norm_position": "post", "n_layer": depth,
+                                                  "warmup_steps": 0}),
+            Variant(f"Post-LN + warm-up · depth {depth}",
+                    {"norm_position": "post", "n_layer": depth}),
+            Variant(f"Pre-LN · depth {depth}", {"norm_position": "pre", "n_layer": depth,
+                                                 "warmup_steps": 0}),
+        ]  # fmt: skip
+    no_warmup = {"warmup": "off"}
+    return {
+        "title": "Post-LN or Pre-LN, with and without warm-up",
+        "question": "Does the norm's position decide whether a deep block trains at a high "
+        "learning rate, and does a warm-up rescue Post-LN?",
+        "claims": (
+            Claim(
+                "Post-LN without a learning-rate warm-up often diverges.",
+                f"{COURSE}; Xiong et al. 2020, On Layer Normalization in the Transformer "
+                "Architecture",
+                "fails_often",
+                {"groups": [{"norm_position": "post", **no_warmup}]},
+            ),
+            Claim(
+                "With a warm-up, Post-LN converges.",
+                f"{COURSE}; Xiong et al. 2020",
+                "converges",
+                {"groups": [{"norm_position": "post", "warmup": "on"}]},
+            ),
+            Claim(
+                "Pre-LN converges without a warm-up.",
+                f"{COURSE}; Xiong et al. 2020",
+                "converges",
+                {"groups": [{"norm_position": "pre", **no_warmup}]},
+            ),
+        ),
+        "variants": tuple(variants),
+        "swept": ("norm_position", "warmup", "n_layer"),
+        "baseline": f"Pre-LN · depth {DEPTHS_NORM[0]}",
+        "base": {"lr": NORM_POSITION_LR, "lr_schedule": "constant"},
+    }
+
+
+def _lr_sensitivity() -> dict[str, Any]:
+    variants = tuple(
+        Variant(f"{NORM_NAMES[position]} · {_lr_label(lr)}", {"norm_position": position,
+                                                              "lr": lr, "min_lr": 0.0})
+        for position in ("pre", "post", "none")
+        for lr in LR_GRID
+    )  # fmt: skip
+    return {
+        "title": "Learning-rate sensitivity",
+        "question": "How much does the final loss depend on the learning rate with Pre-LN, "
+        "Post-LN and no normalization?",
+        "claims": (
+            Claim(
+                "Pre-LN is easier to tune than Post-LN: its final loss depends less on the "
+                "learning rate.",
+                f"{COURSE}; sensitivity as defined by Wortsman et al. 2023, Small-scale "
+                "proxies for large-scale Transformer training instabilities",
+                "less_sensitive",
+                {
+                    "better": {"norm_position": "pre"},
+                    "worse": {"norm_position": "post"},
+                    "field": "lr",
+                },
+            ),
+            Claim(
+                "Without normalization the largest stable learning rate is far lower.",
+                f"{COURSE}; Wortsman et al. 2023",
+                "lower_max_stable_lr",
+                {
+                    "lower": {"norm_position": "none"},
+                    "than": {"norm_position": "pre"},
+                    "field": "lr",
+                    "factor": 3,
+                },
+            ),
+        ),
+        "variants": variants,
+        "swept": ("lr", "norm_position"),
+        "baseline": f"Pre-LN · {_lr_label(LR_GRID[3])}",
+        "base": {},
+    }
+
+
+def _residual_depth() -> dict[str, Any]:
+    variants = tuple(
+        Variant(f"residual {'on' if on else 'off'} · depth {depth}",
+                {"residual": on, "n_layer": depth})
+        for on in (True, False)
+        for depth in DEPTHS_RESIDUAL
+    )  # fmt: skip
+    deepest = DEPTHS_RESIDUAL[-1]
+    return {
+        "title": "Residual connections and depth",
+        "question": "Do deep stacks still train when the blocks have no residual path?",
+        "claims": (
+            Claim(
+                "Without residual connections, deep stacks fail to train.",
+                f"{COURSE}; He et al. 2016, Deep Residual Learning for Image Recognition",
+                "fails_deep",
+                {
+                    "deep": {"residual": False, "n_layer": deepest},
+                    "reference": {"residual": True, "n_layer": deepest},
+                },
+            ),
+        ),
+        "variants": variants,
+        "swept": ("n_layer", "residual"),
+        "baseline": f"residual on · depth {DEPTHS_RESIDUAL[0]}",
+        "base": {},
+    }
+
+
+def _normalization() -> dict[str, Any]:
+    variants = (
+        Variant("no norm", {"norm_position": "none"}),
+        Variant("BatchNorm", {"norm_type": "batchnorm"}),
+        Variant("LayerNorm", {"norm_type": "layernorm"}),
+        Variant("RMSNorm", {"norm_type": "rmsnorm"}),
+    )
+    return {
+        "title": "Which normalization",
+        "question": "Does the kind of normalization in a Pre-LN block change how well it trains?",
+        "claims": (
+            Claim(
+                "LayerNorm trains a transformer to a lower loss than BatchNorm.",
+                f"{COURSE}; Shen et al. 2020, PowerNorm: Rethinking Batch Normalization in "
+                "Transformers",
+                "lower_loss",
+                {"better": "LayerNorm", "worse": "BatchNorm"},
+            ),
+        ),
+        "variants": variants,
+        "swept": ("norm_type", "norm_position"),
+        "baseline": "LayerNorm",
+        "base": {"norm_position": "pre"},
+    }
+
+
+def _ffn_ratio() -> dict[str, Any]:
+    variants = tuple(Variant(f"FFN {m}×", {"ffn_mult": m}) for m in FFN_MULTS)
+    return {
+        "title": "FFN width",
+        "question": "How wide should the FFN be relative to d_model?",
+        "claims": (
+            Claim(
+                "4× is the sweet spot for the FFN's width.",
+                f"{COURSE}; Vaswani et al. 2017 use d_ff = 4 · d_model",
+                "sweet_spot",
+                {"at": {"ffn_mult": 4}, "field": "ffn_mult"},
+            ),
+            Claim(
+                "The FFN holds about 2/3 of a block's parameters.",
+                COURSE,
+                "param_share",
+                {"variant": "FFN 4×", "part": "ffn", "low": 0.6, "high": 0.72},
+            ),
+        ),
+        "variants": variants,
+        "swept": ("ffn_mult",),
+        "baseline": "FFN 4×",
+        "base": {},
+    }
+
+
+def _activation() -> dict[str, Any]:
+    names = {"relu": "ReLU", "gelu": "GELU", "silu": "SiLU (Swish)", "swiglu": "SwiGLU"}
+    return {
+        "title": "FFN activation",
+        "question": "Does the FFN's activation change the loss a block reaches?",
+        "claims": (
+            Claim(
+                "GELU does at least as well as ReLU.",
+                f"{COURSE}; Hendrycks & Gimpel 2016, Gaussian Error Linear Units",
+                "lower_loss",
+                {"better": "GELU", "worse": "ReLU"},
+            ),
+        ),
+        "variants": tuple(Variant(name, {"activation": key}) for key, name in names.items()),
+        "swept": ("activation",),
+        "baseline": "GELU",
+        "base": {},
+    }
+
+
+def _sublayers() -> dict[str, Any]:
+    return {
+        "title": "Attention, FFN, or both",
+        "question": "What does each sublayer contribute on its own?",
+        "claims": (
+            Claim(
+                "Attention alone trains to a higher loss than the full block.",
+                COURSE,
+                "lower_loss",
+                {"better": "attention + FFN", "worse": "attention only"},
+            ),
+            Claim(
+                "The FFN alone (no token mixing) trains to a higher loss than the full block.",
+                COURSE,
+                "lower_loss",
+                {"better": "attention + FFN", "worse": "FFN only"},
+            ),
+        ),
+        "variants": (
+            Variant("attention only", {"ffn": False}),
+            Variant("FFN only", {"attention": False}),
+            Variant("attention + FFN", {}),
+        ),
+        "swept": ("attention", "ffn"),
+        "baseline": "attention + FFN",
+        "base": {},
+    }
+
+
+def _init_gradients() -> dict[str, Any]:
+    variants = tuple(
+        Variant(f"{NORM_NAMES[position]} · {init} init", {"norm_position": position,
+                                                          "init": init})
+        for position in ("pre", "post")
+        for init in ("default", "gpt2", "xavier")
+    )  # fmt: skip
+    return {
+        "title": "Gradients at initialisation",
+        "question": "How large is each layer's gradient before any training, by depth, "
+        "norm position and initialisation?",
+        "claims": (),
+        "variants": variants,
+        "swept": ("norm_position", "init"),
+        "baseline": variants[0].label,
+        "base": {"n_layer": 12},
+        "trains": False,
+    }
+
+
+BUILTINS = {
+    "norm-position": _norm_position,
+    "lr-sensitivity": _lr_sensitivity,
+    "residual-depth": _residual_depth,
+    "normalization": _normalization,
+    "ffn-ratio": _ffn_ratio,
+    "activation": _activation,
+    "sublayers": _sublayers,
+    "init-gradients": _init_gradients,
+}
+STUDY_KEYS = tuple(BUILTINS)
+
+
+def _sized_base(size: str, base: Mapping[str, Any]) -> dict[str, Any]:
+    if size not in SIZE_PRESETS:
+        raise ConfigError("size", size, "choose one of " + ", ".join(SIZES))
+    return {**SIZE_PRESETS[size], **base}
+
+
+def _seeds(n: int | None, size: str) -> tuple[int, ...]:
+    count = SIZE_SEEDS[size] if n is None else n
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_SEEDS:
+        raise ConfigError("seeds", count, f"must be a whole number from 1 to {MAX_SEEDS}")
+    return tuple(range(FIRST_SEED, FIRST_SEED + count))
+
+
+def builtin(key: str, size: str = "quick", seeds: int | None = None) -> StudyDef:
+    """A built-in study at a size; ConfigError for an unknown key, size or seed count."""
+    if key not in BUILTINS:
+        raise ConfigError("study", key, "choose one of " + ", ".join(STUDY_KEYS))
+    parts = BUILTINS[key]()
+    base = _sized_base(size, parts.pop("base"))
+    study = StudyDef(key=key, base=base, seeds=_seeds(seeds, size), size=size, **parts)
+    _check(study)
+    return study
+
+
+def _check(study: StudyDef) -> None:
+    """Every run's config validates and the grid is within bounds."""
+    if study.n_runs > MAX_STUDY_RUNS:
+        raise ConfigError(
+            "study",
+            f"{study.n_runs} runs",
+            f"is more than {MAX_STUDY_RUNS}; sweep fewer values or seeds",
+        )
+    labels = [v.label for v in study.variants]
+    if len(set(labels)) != len(labels):
+        raise ConfigError("variants", labels, "labels must be unique")
+    for variant in study.variants:
+        study.config_for(variant.label)
+
+
+def swept_value(study: StudyDef, label: str, name: str) -> Any:
+    """The value a variant has for a swept column (a config field, or `warmup`: on/off)."""
+    config = study.config_for(label)
+    if name == "warmup":
+        return "on" if config.train.warmup_steps > 0 else "off"
+    return getattr(getattr(config, cfg.section_of(name)), name)
+
+
+# ---------------------------------------------------------------------------- sweeps
+
+
+def parse_values(name: str, text: str) -> list[Any]:
+    """A swept field's values from text: `a,b,c` or a log range `low:high:n`.
+
+    ConfigError names the field and the value that is wrong.
+    """
+    try:
+        section = cfg.section_of(name)
+    except ConfigError:
+        raise ConfigError(name, text, "is not a config field") from None
+    annotation = cfg.field_types(cfg.SECTIONS[section])[name]
+    raw = str(text).strip()
+    if not raw:
+        raise ConfigError(name, text, "give values as a,b,c or a log range low:high:n")
+    if raw.count(":") == 2:
+        low_text, high_text, n_text = raw.split(":")
+        try:
+            low, high, n = float(low_text), float(high_text), int(n_text)
+        except ValueError:
+            raise ConfigError(name, text, "a log range is low:high:n, e.g. 1e-4:1e-1:7") from None
+        if not (0 < low < high and math.isfinite(high)) or not 2 <= n <= MAX_VALUES:
+            raise ConfigError(
+                name, text, f"a log range needs 0 < low < high and 2 to {MAX_VALUES} values"
+            )
+        values: list[Any] = _log_space(low, high, n)
+        if annotation is int:
+            values = sorted({round(v) for v in values})
+        return values
+    parts = [p.strip() for p in raw.split(",")]
+    if any(not p for p in parts):
+        raise ConfigError(name, text, "has an empty value between commas")
+    if len(parts) > MAX_VALUES:
+        raise ConfigError(name, text, f"has more than {MAX_VALUES} values")
+    values = [cfg.coerce(name, p, annotation) for p in parts]
+    if len(set(map(repr, values))) != len(values):
+        raise ConfigError(name, text, "lists a value twice")
+    return values
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def sweep(
+    grid: Mapping[str, Sequence[Any]],
+    seeds: int = 1,
+    base: RunConfig | None = None,
+    size: str | None = None,
+) -> StudyDef:
+    """A custom sweep: every combination of the fields' values × seeds, no claims.
+
+    `base` is the config the sweep starts from (default RunConfig()); `size`, when given,
+    applies a size preset on top of it. ConfigError names the first bad field or value.
+    """
+    if not grid:
+        raise ConfigError("sweep", "", "name at least one field to sweep, e.g. --lr 1e-4:1e-1:7")
+    base_config = base or RunConfig()
+    flat: dict[str, Any] = {}
+    for section in cfg.SECTIONS:
+        flat.update(base_config.to_dict()[section])
+    if size is not None:
+        flat.update(_sized_base(size, {}))
+    if "seed" in grid:
+        raise ConfigError("seed", grid["seed"], "use the seeds count, not a seed sweep")
+    combos: list[dict[str, Any]] = [{}]
+    for name, values in grid.items():
+        cfg.section_of(name)
+        if not values:
+            raise ConfigError(name, "", "needs at least one value")
+        combos = [{**c, name: v} for c in combos for v in values]
+    if "lr" in grid and "min_lr" not in grid and flat.get("lr"):
+        # The decay floor keeps its ratio to the peak, so a small swept lr stays valid.
+        ratio = float(flat.get("min_lr", 0.0)) / float(flat["lr"])
+        combos = [{**c, "min_lr": float(f"{c['lr'] * ratio:.3g}")} for c in combos]
+    variants = tuple(
+        Variant(" · ".join(f"{n} {_shown(combo[n])}" for n in grid), combo) for combo in combos
+    )
+    study = StudyDef(
+        key="sweep",
+        title="Sweep of " + ", ".join(grid),
+        question="How does the final loss change with " + ", ".join(grid) + "?",
+        claims=(),
+        variants=variants,
+        swept=tuple(grid),
+        baseline=variants[0].label,
+        base=flat,
+        seeds=_seeds(seeds, "quick"),
+        size=size or "custom",
+    )
+    _check(study)
+    return study
+
+
+def describe(studies: Iterable[str] = STUDY_KEYS) -> list[tuple[str, str, str]]:
+    """(key, title, question) of the built-in studies."""
+    out = []
+    for key in studies:
+        parts = BUILTINS[key]()
+        out.append((key, parts["title"], parts["question"]))
+    return out

@@ -1,0 +1,264 @@
+"""Studies in the store: a studies table, and runs that link to their study and variant.
+
+A study's runs are created with it, all at once, as 'queued' rows without a process
+(`pid` NULL); a study worker claims them one at a time (`claim_study_run`). Such unclaimed
+rows are not reaped as dead: no process was ever theirs. Whether anything still works on
+a study is the study runner's question (it knows the workers), not the reaper's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from blockviz.core.naming import sanitize_name
+from blockviz.core.spec import ACTIVE_STATUSES
+from blockviz.store.connection import _Connection, guarded
+from blockviz.store.errors import StoreError
+from blockviz.store.naming import RunRef
+from blockviz.store.schema import METRIC_TABLES, STUDIES_FRAME, typed_frame
+from blockviz.store.values import decode_json, encode_json, placeholders
+
+STUDY_STATUSES = ("running", "stopped", "completed")
+STUDY_FIELDS = ("name", "status", "ended", "error", "workers")
+
+
+class _Studies(_Connection):
+    """The part of RunStore that keeps studies and hands their runs to workers."""
+
+    # From runs.py.
+    create_run: Callable[..., int]
+    runs_frame: Callable[[], pd.DataFrame]
+    _resolve: Callable[[RunRef], int]
+    _unique_name: Callable[[str], str]
+    _drop_buffered: Callable[[int], None]
+
+    @guarded
+    def create_study(
+        self,
+        name: str,
+        key: str,
+        size: str,
+        spec: Mapping[str, Any],
+        runs: Sequence[Mapping[str, Any]],
+    ) -> tuple[int, list[int]]:
+        """The study and its runs, in one transaction; (study id, run ids in order).
+
+        Each of `runs` is {"variant", "seed", "config" (JSON text), "max_steps"}; run names
+        are `<study name> <variant> seed <n>`, made safe and unique.
+        """
+        now = time.time()
+        self._begin()
+        try:
+            cursor = self.conn.execute(
+                "INSERT INTO studies (name, key, size, status, created, spec) "
+                "VALUES (?, ?, ?, 'running', ?, ?)",
+                (sanitize_name(name), key, size, now, encode_json(dict(spec))),
+            )
+            study_id = int(cursor.lastrowid or 0)
+            run_ids = []
+            for run in runs:
+                base = sanitize_name(f"{name} {run['variant']} seed {run['seed']}")
+                row = {
+                    "name": self._unique_name(base),
+                    "created": now,
+                    "status": "queued",
+                    "config": run["config"],
+                    "max_steps": int(run["max_steps"]),
+                    "study_id": study_id,
+                    "variant": str(run["variant"]),
+                    "seed": int(run["seed"]),
+                }
+                cursor = self.conn.execute(
+                    f"INSERT INTO runs ({', '.join(row)}) VALUES ({placeholders(row)})",
+                    list(row.values()),
+                )
+                run_ids.append(int(cursor.lastrowid or 0))
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
+        return study_id, run_ids
+
+    @guarded
+    def get_study(self, study_id: int | str) -> dict[str, Any]:
+        """The study's row as a dict (`spec` and `workers` decoded); StoreError if unknown."""
+        row = self.conn.execute(
+            "SELECT id, name, key, size, status, created, ended, spec, error, workers "
+            "FROM studies WHERE id = ?",
+            (_study_id(study_id),),
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"no study {study_id} in {self.path}; `study list` shows them")
+        keys = ("id", "name", "key", "size", "status", "created", "ended", "spec", "error")
+        study = dict(zip(keys, row[:-1], strict=True))
+        study["spec"] = decode_json(study["spec"]) or {}
+        study["workers"] = decode_json(row[-1]) or []
+        return study
+
+    @guarded
+    def update_study(self, study_id: int | str, **fields: Any) -> None:
+        """Set some of a study's fields (name, status, ended, error, workers)."""
+        unknown = sorted(set(fields) - set(STUDY_FIELDS))
+        if unknown:
+            raise StoreError(f"study field {unknown[0]!r} cannot be set")
+        if "status" in fields and fields["status"] not in STUDY_STATUSES:
+            raise StoreError(f"study status {fields['status']!r} is not one of {STUDY_STATUSES}")
+        if "workers" in fields:
+            fields["workers"] = encode_json(list(fields["workers"]))
+        if not fields:
+            return
+        sets = ", ".join(f"{column} = ?" for column in fields)
+        self._begin()
+        try:
+            self.conn.execute(
+                f"UPDATE studies SET {sets} WHERE id = ?", [*fields.values(), _study_id(study_id)]
+            )
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
+
+    @guarded
+    def studies_frame(self) -> pd.DataFrame:
+        """One row per study (oldest first) with its runs counted by status."""
+        rows = self.conn.execute(
+            "SELECT s.id, s.name, s.key, s.size, s.status, s.created, s.ended, "
+            "COUNT(r.id), "
+            "SUM(r.status IN ('completed', 'diverged')), "
+            "SUM(r.status = 'running'), SUM(r.status = 'queued'), "
+            "SUM(r.status IN ('failed', 'stopped')) "
+            "FROM studies AS s LEFT JOIN runs AS r ON r.study_id = s.id "
+            "GROUP BY s.id ORDER BY s.id"
+        ).fetchall()
+        rows = [(*row[:7], *(int(v or 0) for v in row[7:])) for row in rows]
+        return typed_frame(rows, STUDIES_FRAME)
+
+    @guarded
+    def study_runs(self, study_id: int | str) -> pd.DataFrame:
+        """The study's runs as `runs_frame` rows plus study_id, variant, seed, config
+        (JSON text), final and dataset (dicts); in creation order."""
+        sid = _study_id(study_id)
+        rows = self.conn.execute(
+            "SELECT id, variant, seed, config, final, dataset FROM runs "
+            "WHERE study_id = ? ORDER BY id",
+            (sid,),
+        ).fetchall()
+        frame = self.runs_frame()
+        frame = frame[frame["id"].isin([r[0] for r in rows])].reset_index(drop=True)
+        extra = {
+            r[0]: {
+                "variant": r[1] or "",
+                "seed": int(r[2]) if r[2] is not None else 0,
+                "config": r[3] or "",
+                "final": decode_json(r[4]) or {},
+                "dataset": decode_json(r[5]) or {},
+            }
+            for r in rows
+        }
+        frame["study_id"] = sid
+        for column in ("variant", "seed", "config", "final", "dataset"):
+            frame[column] = [extra[int(i)][column] for i in frame["id"]]
+        return frame
+
+    @guarded
+    def claim_study_run(
+        self, study_id: int | str, pid: int, pid_started: float | None
+    ) -> int | None:
+        """Give the oldest unclaimed queued run of the study to process `pid`; its id.
+
+        None when every run is claimed or done. Atomic: two workers never get one run.
+        """
+        sid = _study_id(study_id)
+        self._begin()
+        try:
+            row = self.conn.execute(
+                "SELECT id FROM runs WHERE study_id = ? AND status = 'queued' AND pid IS NULL "
+                "ORDER BY id LIMIT 1",
+                (sid,),
+            ).fetchone()
+            if row is None:
+                self._commit()
+                return None
+            self.conn.execute(
+                "UPDATE runs SET pid = ?, pid_started = ? WHERE id = ?",
+                (int(pid), pid_started, int(row[0])),
+            )
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
+        return int(row[0])
+
+    @guarded
+    def stop_unclaimed(self, study_id: int | str) -> int:
+        """Mark the study's queued runs that no worker claimed 'stopped'; how many."""
+        self._begin()
+        try:
+            cursor = self.conn.execute(
+                "UPDATE runs SET status = 'stopped', ended = ? "
+                "WHERE study_id = ? AND status = 'queued' AND pid IS NULL",
+                (time.time(), _study_id(study_id)),
+            )
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
+        return max(cursor.rowcount, 0)
+
+    @guarded
+    def requeue_runs(self, run_ids: Sequence[int]) -> int:
+        """Reset unfinished runs to fresh 'queued' rows (their metrics deleted); how many.
+
+        Only runs that are not active and did not finish (stopped or failed) are reset; a
+        resumed study trains them again from the start.
+        """
+        ids = [int(i) for i in run_ids]
+        if not ids:
+            return 0
+        for run_id in ids:
+            self._drop_buffered(run_id)
+        self._begin()
+        try:
+            eligible = [
+                row[0]
+                for row in self.conn.execute(
+                    f"SELECT id FROM runs WHERE id IN ({placeholders(ids)}) "
+                    "AND status IN ('stopped', 'failed')",
+                    ids,
+                )
+            ]
+            for run_id in eligible:
+                for table in METRIC_TABLES:
+                    self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+                self.conn.execute(
+                    "UPDATE runs SET status = 'queued', pid = NULL, pid_started = NULL, "
+                    "started = NULL, ended = NULL, heartbeat = NULL, step = 0, final = NULL, "
+                    "error = NULL, diverged_step = NULL WHERE id = ?",
+                    (run_id,),
+                )
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
+        return len(eligible)
+
+    @guarded
+    def study_active_runs(self, study_id: int | str) -> list[int]:
+        """Ids of the study's queued or running runs."""
+        rows = self.conn.execute(
+            "SELECT id FROM runs WHERE study_id = ? "
+            f"AND status IN ({placeholders(ACTIVE_STATUSES)}) ORDER BY id",
+            (_study_id(study_id), *ACTIVE_STATUSES),
+        ).fetchall()
+        return [int(r[0]) for r in rows]
+
+
+def _study_id(study_id: int | str) -> int:
+    text = str(study_id).strip()
+    if not text.isascii() or not text.isdigit():
+        raise StoreError(f"a study is named by its number, not {str(study_id)[:40]!r}")
+    return int(text)

@@ -1,0 +1,107 @@
+"""The store's studies: created with their runs, claimed by workers, stopped, requeued."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+
+import pytest
+
+from blockviz.store import RunStore, StoreError
+from blockviz.store.schema import SCHEMA_VERSION
+
+
+def _runs(n: int) -> list[dict]:
+    return [
+        {"variant": f"v{i // 2}", "seed": i % 2 + 1, "config": "{}", "max_steps": 10}
+        for i in range(n)
+    ]
+
+
+def test_a_study_is_created_with_its_runs_in_order(tmp_path) -> None:
+    with RunStore(tmp_path / "s.db") as store:
+        study_id, run_ids = store.create_study("lr sweep", "sweep", "quick", {"k": 1}, _runs(4))
+        study = store.get_study(study_id)
+        assert (study["name"], study["key"], study["status"], study["spec"]) == (
+            "lr sweep", "sweep", "running", {"k": 1},
+        )  # fmt: skip
+        runs = store.study_runs(study_id)
+        assert runs["id"].tolist() == run_ids
+        assert runs["variant"].tolist() == ["v0", "v0", "v1", "v1"]
+        assert runs["seed"].tolist() == [1, 2, 1, 2]
+        assert set(runs["status"]) == {"queued"}
+        assert runs["name"].is_unique
+        assert store.runs_frame()["study_id"].tolist() == [study_id] * 4
+        frame = store.studies_frame()
+        assert frame[["runs", "queued", "finished"]].values.tolist() == [[4, 4, 0]]
+
+
+def test_workers_claim_each_run_once(tmp_path) -> None:
+    with RunStore(tmp_path / "s.db") as store:
+        study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(3))
+        claimed = [store.claim_study_run(study_id, 100 + i, None) for i in range(4)]
+        assert claimed == [*run_ids, None]
+        assert store.get_run(run_ids[1])["pid"] == 101
+
+
+def test_unclaimed_study_runs_are_not_reaped_but_claimed_dead_ones_are(tmp_path) -> None:
+    with RunStore(tmp_path / "s.db") as store:
+        study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(2))
+        store.claim_study_run(study_id, 2**22 + 12345, time.time())  # no such process
+        with sqlite3.connect(store.path) as conn:
+            conn.execute("UPDATE runs SET created = 0")
+        assert store.reap_dead() == [run_ids[0]]
+        assert store.get_run(run_ids[1])["status"] == "queued"
+
+
+def test_stop_unclaimed_and_requeue(tmp_path) -> None:
+    with RunStore(tmp_path / "s.db") as store:
+        study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(3))
+        first = store.claim_study_run(study_id, os.getpid(), None)
+        store.update_run(first, status="completed", final={"val_loss": 1.0})
+        store.log_metrics(run_ids[1], 5, {"train/loss": 2.0})
+        store.flush()
+        assert store.stop_unclaimed(study_id) == 2
+        assert store.study_active_runs(study_id) == []
+        assert store.requeue_runs(run_ids) == 2  # the completed run stays as it is
+        assert store.get_run(first)["status"] == "completed"
+        again = store.get_run(run_ids[1])
+        assert (again["status"], again["pid"], again["step"]) == ("queued", None, 0)
+        assert store.scalars(run_ids[1]).empty
+        assert store.study_active_runs(study_id) == run_ids[1:]
+
+
+def test_study_fields_and_ids_are_checked(tmp_path) -> None:
+    with RunStore(tmp_path / "s.db") as store:
+        study_id, _ = store.create_study("s", "sweep", "quick", {}, [])
+        store.update_study(study_id, status="stopped", workers=[[1, 2.0]])
+        assert store.get_study(study_id)["workers"] == [[1, 2.0]]
+        with pytest.raises(StoreError, match="status"):
+            store.update_study(study_id, status="exploded")
+        with pytest.raises(StoreError, match="cannot be set"):
+            store.update_study(study_id, spec="{}")
+        with pytest.raises(StoreError, match="no study 99"):
+            store.get_study(99)
+        with pytest.raises(StoreError, match="by its number"):
+            store.get_study("../x")
+
+
+def test_a_version_3_store_gains_studies(tmp_path) -> None:
+    path = tmp_path / "s.db"
+    with RunStore(path) as store:
+        old = store.create_run("old", "{}", status="completed")
+    with sqlite3.connect(path) as conn:
+        for column in ("study_id", "variant", "seed"):
+            conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        conn.execute("DROP TABLE studies")
+        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    with RunStore(path, readonly=True) as reader:
+        assert reader.runs_frame()["study_id"].isna().all()
+    with RunStore(path) as store:
+        study_id, _ = store.create_study("s", "sweep", "quick", {}, _runs(1))
+        assert store.get_run(old)["name"] == "old"
+        assert len(store.study_runs(study_id)) == 1
+    with sqlite3.connect(path) as conn:
+        (version,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    assert int(version) == SCHEMA_VERSION == 4
