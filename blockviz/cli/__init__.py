@@ -156,6 +156,17 @@ def _export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", help="run store path")
 
 
+@command(
+    "study",
+    "studies: a question about the block answered by variants × seeds, with verdicts",
+    "blockviz.cli.study:cli_main",
+)
+def _study_args(p: argparse.ArgumentParser) -> None:
+    from blockviz.cli.study import build
+
+    build(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one subparser per command."""
     parser = _Parser(

@@ -182,13 +182,18 @@ def _norm_position() -> dict[str, Any]:
     variants = []
     for depth in DEPTHS_NORM:
         variants += [
-            Variant(f"Post-LN · depth {depth}", {"norm_position": "post", "n_layer": depth,
-                                                  "warmup_steps": 0}),
-            Variant(f"Post-LN + warm-up · depth {depth}",
-                    {"norm_position": "post", "n_layer": depth}),
-            Variant(f"Pre-LN · depth {depth}", {"norm_position": "pre", "n_layer": depth,
-                                                 "warmup_steps": 0}),
-        ]  # fmt: skip
+            Variant(
+                f"Post-LN · depth {depth}",
+                {"norm_position": "post", "n_layer": depth, "warmup_steps": 0},
+            ),
+            Variant(
+                f"Post-LN + warm-up · depth {depth}", {"norm_position": "post", "n_layer": depth}
+            ),
+            Variant(
+                f"Pre-LN · depth {depth}",
+                {"norm_position": "pre", "n_layer": depth, "warmup_steps": 0},
+            ),
+        ]
     no_warmup = {"warmup": "off"}
     return {
         "title": "Post-LN or Pre-LN, with and without warm-up",
@@ -224,11 +229,13 @@ def _norm_position() -> dict[str, Any]:
 
 def _lr_sensitivity() -> dict[str, Any]:
     variants = tuple(
-        Variant(f"{NORM_NAMES[position]} · {_lr_label(lr)}", {"norm_position": position,
-                                                              "lr": lr, "min_lr": 0.0})
+        Variant(
+            f"{NORM_NAMES[position]} · {_lr_label(lr)}",
+            {"norm_position": position, "lr": lr, "min_lr": 0.0},
+        )
         for position in ("pre", "post", "none")
         for lr in LR_GRID
-    )  # fmt: skip
+    )
     return {
         "title": "Learning-rate sensitivity",
         "question": "How much does the final loss depend on the learning rate with Pre-LN, "
@@ -267,11 +274,12 @@ def _lr_sensitivity() -> dict[str, Any]:
 
 def _residual_depth() -> dict[str, Any]:
     variants = tuple(
-        Variant(f"residual {'on' if on else 'off'} · depth {depth}",
-                {"residual": on, "n_layer": depth})
+        Variant(
+            f"residual {'on' if on else 'off'} · depth {depth}", {"residual": on, "n_layer": depth}
+        )
         for on in (True, False)
         for depth in DEPTHS_RESIDUAL
-    )  # fmt: skip
+    )
     deepest = DEPTHS_RESIDUAL[-1]
     return {
         "title": "Residual connections and depth",
@@ -397,11 +405,10 @@ def _sublayers() -> dict[str, Any]:
 
 def _init_gradients() -> dict[str, Any]:
     variants = tuple(
-        Variant(f"{NORM_NAMES[position]} · {init} init", {"norm_position": position,
-                                                          "init": init})
+        Variant(f"{NORM_NAMES[position]} · {init} init", {"norm_position": position, "init": init})
         for position in ("pre", "post")
         for init in ("default", "gpt2", "xavier")
-    )  # fmt: skip
+    )
     return {
         "title": "Gradients at initialisation",
         "question": "How large is each layer's gradient before any training, by depth, "

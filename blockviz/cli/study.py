@@ -1,0 +1,308 @@
+"""`python -m blockviz study run|sweep|list|show|stop|resume|export`: studies from a terminal.
+
+`run` and `sweep` store the study, start its workers and, unless `--detach`, print its
+progress until it ends (Ctrl-C stops the study, as it stops a `train` run); `show`
+prints the results table and the claims with their verdicts. Torch-free except `work`,
+the worker process the others start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import Any
+
+from blockviz import study_runner
+from blockviz.core import config as cfg
+from blockviz.core import studies
+from blockviz.core.flags import UsageError, config_overrides, read_config_file
+from blockviz.store import RunStore, checked
+
+EXIT_OK = 0
+POLL_S = 1.0
+
+
+def build(p: argparse.ArgumentParser) -> None:
+    """The `study` command's own subcommands."""
+    sub = p.add_subparsers(dest="study_command", metavar="SUBCOMMAND", parser_class=type(p))
+    sub.required = True
+    store_help = "run store path (default $BLOCKVIZ_STORE or runs/blockviz.db)"
+
+    run = sub.add_parser("run", help="run a built-in study", description="run a built-in study")
+    run.add_argument("study", choices=studies.STUDY_KEYS, help="which study")
+    _launch_args(run, store_help)
+
+    sweep = sub.add_parser(
+        "sweep",
+        help="sweep config fields × seeds (--lr 1e-4:1e-1:7 --norm_position pre,post)",
+        description="Sweep any config fields: give a field's values as a,b,c or as a log "
+        "range low:high:n; a field given one value is fixed for every run.",
+    )
+    sweep.add_argument("--config", help="RunConfig JSON file the sweep starts from")
+    sweep.add_argument("--preset", choices=list(cfg.PRESETS), help="preset the sweep starts from")
+    _launch_args(sweep, store_help)
+    group = sweep.add_argument_group("fields to sweep (VALUES: a,b,c or low:high:n)")
+    for section, section_cls in cfg.SECTIONS.items():
+        for name in cfg.field_types(section_cls):
+            if name in ("seed",):
+                continue
+            group.add_argument(f"--{name}", dest=f"cfg_{name}", metavar="VALUES", help=section)
+
+    listing = sub.add_parser("list", help="list the studies in a store")
+    listing.add_argument("--store", help=store_help)
+    listing.add_argument("--json", action="store_true", help="print JSON")
+
+    for name, text in (
+        ("show", "progress, results and verdicts of a study"),
+        ("stop", "stop a study (running runs checkpoint, queued ones are skipped)"),
+        ("resume", "train a stopped study's unfinished runs"),
+        ("export", "a study's zip: table, charts, configs, claims and an HTML page"),
+    ):
+        one = sub.add_parser(name, help=text, description=text)
+        one.add_argument("id", help="study id (see `study list`)")
+        one.add_argument("--store", help=store_help)
+        if name == "show":
+            one.add_argument("--json", action="store_true", help="print JSON")
+        if name == "resume":
+            one.add_argument("--workers", type=int, help="worker processes (default: slots)")
+        if name == "export":
+            one.add_argument("--out", required=True, help="output directory")
+
+    work = sub.add_parser("work", help=argparse.SUPPRESS)
+    work.add_argument("study")
+    work.add_argument("--store", required=True)
+    work.add_argument("--max_running", type=int, default=0)
+
+
+def _launch_args(p: argparse.ArgumentParser, store_help: str) -> None:
+    p.add_argument(
+        "--size",
+        choices=studies.SIZES,
+        default=None,
+        help="quick (minutes on a laptop), standard or full (a GPU); default quick",
+    )
+    p.add_argument(
+        "--seeds", type=int, default=None, help="seeds per variant (default: the size's)"
+    )
+    p.add_argument("--name", help="study name (default: the study and its size)")
+    p.add_argument("--store", help=store_help)
+    p.add_argument("--workers", type=int, help="worker processes (default: the run slots)")
+    p.add_argument("--detach", action="store_true", help="start it and return at once")
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    """Dispatch to the subcommand."""
+    if args.study_command == "work":
+        from blockviz.training.study_worker import cli_main as work
+
+        return work(args)
+    handlers = {
+        "run": _run,
+        "sweep": _sweep,
+        "list": _list,
+        "show": _show,
+        "stop": _stop,
+        "resume": _resume,
+        "export": _export,
+    }
+    return handlers[args.study_command](args)
+
+
+def _store(args: argparse.Namespace) -> RunStore:
+    return checked(RunStore.open_readable(args.store or None))
+
+
+def _positive(name: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise UsageError(f"--{name}: {value} is not allowed; must be at least 1")
+
+
+def _run(args: argparse.Namespace) -> int:
+    _positive("workers", args.workers)
+    study = studies.builtin(args.study, args.size or "quick", args.seeds)
+    return _launch_and_watch(args, study)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    _positive("workers", args.workers)
+    base = cfg.RunConfig()
+    if args.config:
+        base = cfg.RunConfig.from_json(read_config_file(args.config))
+    elif args.preset:
+        base = cfg.preset(args.preset)
+    grid: dict[str, list[Any]] = {}
+    fixed: dict[str, Any] = {}
+    for section, section_cls in cfg.SECTIONS.items():
+        for name in cfg.field_types(section_cls):
+            text = getattr(args, f"cfg_{name}", None)
+            if text is None:
+                continue
+            if "," in text or text.count(":") == 2:
+                grid[name] = studies.parse_values(name, text)
+            else:
+                fixed.update(
+                    config_overrides(argparse.Namespace(**{f"cfg_{name}": text}), [section])
+                )
+    if fixed:
+        base = cfg.replace(base, **fixed)
+    if not grid:
+        raise UsageError(
+            "name at least one field with two or more values, e.g. --lr 1e-4:1e-1:7 "
+            "or --norm_position pre,post"
+        )
+    study = studies.sweep(grid, seeds=args.seeds or 1, base=base, size=args.size)
+    return _launch_and_watch(args, study)
+
+
+def _launch_and_watch(args: argparse.Namespace, study: studies.StudyDef) -> int:
+    with RunStore(args.store or None) as store:
+        workers = args.workers or study_runner.default_workers()
+        estimate = study_runner.estimate_s(study, study_runner.flops_per_s(store), workers)
+        study_id = study_runner.launch(store, study, args.name, workers=args.workers)
+        print(
+            f"blockviz: study {study_id} ({study.key}, {study.size}): {study.n_runs} runs "
+            f"({len(study.variants)} variants × {len(study.seeds)} seeds) on {workers} "
+            f"worker(s); about {_duration(estimate)} here; store {store.path}",
+            flush=True,
+        )
+        if args.detach:
+            print(f"blockviz: watch it with `python -m blockviz study show {study_id}`")
+            return EXIT_OK
+        try:
+            _watch(store, study_id)
+        except KeyboardInterrupt:
+            print(f"\nblockviz: stopping study {study_id}…", flush=True)
+            print(f"blockviz: study {study_id} {study_runner.stop(store, study_id)}", flush=True)
+            return EXIT_OK
+        print(_verdict_lines(store, study_id), flush=True)
+    return EXIT_OK
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "an unknown time"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min"
+
+
+def _watch(store: RunStore, study_id: int) -> None:
+    last = None
+    began = time.monotonic()
+    while True:
+        now = study_runner.progress(store, study_id)
+        line = f"{now.finished}/{now.total} done, {now.running} running, {now.queued} queued" + (
+            f", {now.unfinished} stopped or failed" if now.unfinished else ""
+        )
+        if line != last:
+            print(
+                f"blockviz: study {study_id}: {line} ({time.monotonic() - began:.0f} s)", flush=True
+            )
+            last = line
+        if now.queued + now.running == 0 or now.interrupted or now.status == "stopped":
+            break
+        time.sleep(POLL_S)
+    store.reap_dead()
+    if study_runner.progress(store, study_id).interrupted:
+        print(
+            f"blockviz: study {study_id} lost its workers; `study resume {study_id}` "
+            "trains what is left",
+            file=sys.stderr,
+        )
+
+
+def _verdict_lines(store: RunStore, study_id: int) -> str:
+    """The results table and verdicts, as `show` prints them."""
+    from blockviz.views import study_text
+
+    return study_text.summary_text(store, study_id)
+
+
+def _list(args: argparse.Namespace) -> int:
+    with _store(args) as store:
+        frame = store.studies_frame()
+        alive = {int(i): study_runner.progress(store, int(i)).label for i in frame["id"]}
+    if args.json:
+        records = json.loads(frame.to_json(orient="records"))
+        for record in records:
+            record["status"] = alive[int(record["id"])]
+        print(json.dumps(records, indent=2))
+        return EXIT_OK
+    if frame.empty:
+        print("no studies yet; start one with `python -m blockviz study run lr-sensitivity`")
+        return EXIT_OK
+    header = ("id", "name", "study", "size", "status", "runs done")
+    rows = [
+        (
+            str(r.id),
+            str(r.name),
+            str(r.key),
+            str(r.size),
+            alive[int(r.id)],
+            f"{r.finished}/{r.runs}",
+        )
+        for r in frame.itertuples()
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for line in [header, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+    return EXIT_OK
+
+
+def _show(args: argparse.Namespace) -> int:
+    with _store(args) as store:
+        study = store.get_study(args.id)
+        if args.json:
+            from blockviz.views import study_text
+
+            print(json.dumps(study_text.summary_json(store, int(study["id"])), indent=2))
+            return EXIT_OK
+        now = study_runner.progress(store, int(study["id"]))
+        plan = studies.plan_from_spec(study["spec"])
+        print(f"study {study['id']}: {study['name']} ({plan.key}, {plan.size}) — {now.label}")
+        print(f"question: {plan.question}")
+        print(
+            f"runs: {now.finished}/{now.total} done, {now.running} running, "
+            f"{now.queued} queued, {now.unfinished} stopped or failed"
+        )
+        print(_verdict_lines(store, int(study["id"])))
+    return EXIT_OK
+
+
+def _stop(args: argparse.Namespace) -> int:
+    with RunStore(args.store or None) as store:
+        study = store.get_study(args.id)
+        print(f"blockviz: study {study['id']} {study_runner.stop(store, int(study['id']))}")
+    return EXIT_OK
+
+
+def _resume(args: argparse.Namespace) -> int:
+    _positive("workers", args.workers)
+    with RunStore(args.store or None) as store:
+        study = store.get_study(args.id)
+        queued = study_runner.resume(store, int(study["id"]), workers=args.workers)
+        if queued:
+            print(f"blockviz: study {study['id']}: {queued} run(s) queued again")
+        else:
+            print(f"blockviz: study {study['id']}: every run has finished; nothing to resume")
+    return EXIT_OK
+
+
+def _export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from blockviz.core.files import atomic_write
+    from blockviz.views import study_report
+
+    out = Path(args.out).expanduser()
+    with _store(args) as store:
+        study = store.get_study(args.id)
+        data = study_report.build_study_zip(store, int(study["id"]))
+        name = study_report.zip_name(study)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / name, data)
+    print(f"blockviz: wrote {out / name} ({len(data) / 1e6:.1f} MB)")
+    return EXIT_OK

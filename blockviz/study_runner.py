@@ -1,0 +1,249 @@
+"""Launch, watch, stop and resume studies (torch-free: the UI and the CLI call this).
+
+A study is stored with all its runs at once (queued, unclaimed); then a few worker
+processes (`python -m blockviz study work ID`, in their own sessions so a study keeps going
+with the tab closed) claim and train them one by one. Workers take the same slots as any
+other run (`--max_running`), so a study and hand-launched runs share the machine.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from blockviz import runner
+from blockviz.core import procs
+from blockviz.core.config import ConfigError, RunConfig
+from blockviz.core.files import atomic_write
+from blockviz.core.params import param_count
+from blockviz.core.studies import StudyDef
+from blockviz.store import RunStore
+
+WORKER_LOG = "worker.log"
+# Fallback speed for estimates when the store has no finished run to learn from: model
+# FLOPs per second of one run on the 2-core development box (see BENCHMARKS.md).
+DEFAULT_FLOPS_PER_S = 2.0e9
+PER_RUN_OVERHEAD_S = 1.0  # model, Trainer and data set-up of each run inside a worker
+WORKER_START_S = 6.0  # a worker's imports (torch, Lightning) before its first run
+
+
+class StudyError(ValueError):
+    """A study could not be launched, stopped or resumed; the message says why."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a study stands: its runs counted by what happened to them."""
+
+    total: int
+    finished: int  # completed or diverged
+    running: int
+    queued: int
+    unfinished: int  # stopped or failed
+    workers_alive: int
+    status: str  # the stored status: running, stopped, completed
+
+    @property
+    def interrupted(self) -> bool:
+        """Runs are left but no worker is alive to train them (killed, machine restarted)."""
+        return (
+            self.status == "running"
+            and self.workers_alive == 0
+            and (self.queued + self.running) > 0
+        )
+
+    @property
+    def label(self) -> str:
+        if self.interrupted:
+            return "interrupted"
+        return self.status
+
+
+def study_dir(store: RunStore, study_id: int) -> Path:
+    """The folder beside the store where a study's worker logs go."""
+    return store.path.parent / f"{store.path.stem}-studies" / str(int(study_id))
+
+
+def launch(
+    store: RunStore,
+    study: StudyDef,
+    name: str | None = None,
+    workers: int | None = None,
+    max_running: int | None = None,
+) -> int:
+    """Store the study and its runs, start its workers; the study id.
+
+    StudyError when the study has nothing to train or its workers cannot start.
+    """
+    if not study.trains:
+        raise StudyError(f"study {study.key} measures at initialisation; nothing to launch")
+    grid = study.grid()
+    if not grid:
+        raise StudyError("the study has no runs")
+    runs = []
+    configs: list[RunConfig] = []
+    for variant, seed, config in grid:
+        config = runner._with_absolute_dataset(config)
+        configs.append(config)
+        runs.append(
+            {
+                "variant": variant.label,
+                "seed": seed,
+                "config": config.to_json(),
+                "max_steps": config.train.max_steps,
+            }
+        )
+    study_id, run_ids = store.create_study(
+        name or f"{study.key} {study.size}", study.key, study.size, study.to_spec(), runs
+    )
+    for run_id, config in zip(run_ids, configs, strict=True):
+        run_dir = store.run_dir(run_id)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(run_dir / runner.CONFIG_NAME, config.to_json())
+    start_workers(store, study_id, workers, max_running)
+    return study_id
+
+
+def default_workers(max_running: int | None = None) -> int:
+    """How many workers a study gets: as many as runs may train at once."""
+    return max(1, runner.default_max_running() if max_running is None else max_running)
+
+
+def start_workers(
+    store: RunStore, study_id: int, workers: int | None = None, max_running: int | None = None
+) -> list[int]:
+    """Start the study's worker processes; their pids (recorded in the study row)."""
+    slots = runner.default_max_running() if max_running is None else max_running
+    count = default_workers(slots) if workers is None else max(1, int(workers))
+    folder = study_dir(store, study_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "blockviz", "study", "work", str(int(study_id))]
+    command += ["--store", str(store.path), "--max_running", str(slots)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    started: list[list[float | int | None]] = []
+    try:
+        for _ in range(count):
+            with open(folder / WORKER_LOG, "ab") as log:
+                proc = subprocess.Popen(
+                    command,
+                    cwd=runner.PROJECT_DIR,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            runner._children[proc.pid] = proc
+            me = procs.identity_of(proc.pid)
+            started.append([proc.pid, me.started if me else None])
+    except OSError as exc:
+        store.update_study(study_id, status="stopped", error=f"could not start a worker: {exc}")
+        raise StudyError(f"could not start the study's workers ({exc.strerror or exc})") from None
+    store.update_study(study_id, status="running", workers=started, ended=None, error=None)
+    return [int(p[0]) for p in started if p[0] is not None]
+
+
+def workers_alive(store: RunStore, study_id: int) -> int:
+    """How many of the study's recorded workers are still alive."""
+    runner._reap_children()
+    workers = store.get_study(study_id).get("workers") or []
+    return sum(1 for pid, began in workers if pid and procs.is_alive(int(pid), began))
+
+
+def progress(store: RunStore, study_id: int) -> Progress:
+    """The study's runs counted, and whether anything still works on them."""
+    runs = store.study_runs(study_id)
+    status = runs["status"] if not runs.empty else pd.Series(dtype=str)
+    return Progress(
+        total=len(runs),
+        finished=int(status.isin(("completed", "diverged")).sum()),
+        running=int((status == "running").sum()),
+        queued=int((status == "queued").sum()),
+        unfinished=int(status.isin(("stopped", "failed")).sum()),
+        workers_alive=workers_alive(store, study_id),
+        status=str(store.get_study(study_id)["status"]),
+    )
+
+
+def stop(store: RunStore, study_id: int) -> str:
+    """Stop a study: no further run starts, the running ones stop (checkpointed)."""
+    study = store.get_study(study_id)
+    if study["status"] != "running":
+        return f"already {study['status']}"
+    store.update_study(study_id, status="stopped", ended=time.time())
+    skipped = store.stop_unclaimed(study_id)
+    stopped = 0
+    for run_id in store.study_active_runs(study_id):
+        if runner.stop_run(store, run_id).ok:
+            stopped += 1
+    return f"stopped: {stopped} running run(s) asked to stop, {skipped} queued run(s) skipped"
+
+
+def resume(
+    store: RunStore, study_id: int, workers: int | None = None, max_running: int | None = None
+) -> int:
+    """Train a stopped or interrupted study's unfinished runs again; how many are queued.
+
+    Finished runs (completed or diverged) are kept; stopped and failed runs start over.
+    """
+    now = progress(store, study_id)
+    if now.status == "running" and not now.interrupted:
+        raise StudyError(f"study {study_id} is still running")
+    runs = store.study_runs(study_id)
+    if now.interrupted:
+        # Runs its dead workers held: failed (or about to be reaped); start them over.
+        for run_id in runs.loc[runs["status"].isin(("queued", "running")), "id"]:
+            store.update_run(
+                int(run_id),
+                status="failed",
+                ended=time.time(),
+                error="its study worker exited without finishing it",
+            )
+        runs = store.study_runs(study_id)
+    again = [int(i) for i in runs.loc[runs["status"].isin(("stopped", "failed")), "id"]]
+    queued = store.requeue_runs(again)
+    if queued == 0:
+        store.update_study(study_id, status="completed", ended=time.time())
+        return 0
+    start_workers(store, study_id, workers, max_running)
+    return queued
+
+
+def run_flops(config: RunConfig) -> float:
+    """Roughly the FLOPs of training a run: 6 · parameters · tokens seen."""
+    tokens = config.train.batch_size * config.model.block_size * config.train.max_steps
+    return 6.0 * param_count(config.model) * tokens
+
+
+def flops_per_s(store: RunStore | None) -> float:
+    """This machine's training speed in model FLOPs per second, from its finished runs."""
+    if store is None:
+        return DEFAULT_FLOPS_PER_S
+    rates = []
+    for run in store.runs_frame().tail(50).itertuples():
+        if run.status != "completed" or pd.isna(run.n_params):
+            continue
+        final = store.get_run(int(run.id)).get("final") or {}
+        tokens_per_s = final.get("tokens_per_sec")
+        if isinstance(tokens_per_s, int | float) and math.isfinite(tokens_per_s):
+            rates.append(6.0 * float(run.n_params) * float(tokens_per_s))
+    if not rates:
+        return DEFAULT_FLOPS_PER_S
+    rates.sort()
+    return rates[len(rates) // 2]
+
+
+def estimate_s(study: StudyDef, rate: float, workers: int) -> float:
+    """Seconds a study should take here: its runs' FLOPs at `rate`, spread over workers."""
+    try:
+        per_run = [run_flops(config) / rate + PER_RUN_OVERHEAD_S for _, _, config in study.grid()]
+    except ConfigError:
+        return math.nan
+    return WORKER_START_S + sum(per_run) / max(1, workers)

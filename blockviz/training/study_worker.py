@@ -1,0 +1,108 @@
+"""`python -m blockviz study work ID`: train a study's runs one after another in one process.
+
+A run's own process spends seconds importing torch and Lightning before its first step,
+as long as a quick study's whole run; a worker pays that once and then trains run after
+run, each still its own run (its own row, status, log folder and slot in the queue) through
+the same `train` lifecycle. Several workers share a study: each claims the next unclaimed
+run (`RunStore.claim_study_run`), so none trains a run twice.
+
+Stopping: SIGTERM while a run trains stops that run (it records 'stopped'); the worker then
+looks at its study and carries on only while the study is still 'running'. SIGTERM between
+runs ends the worker. The last worker out marks the study completed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+from types import FrameType
+
+from blockviz.core import procs
+from blockviz.store import RunStore, StoreError
+from blockviz.training.lifecycle import patiently
+
+log = logging.getLogger(__name__)
+CONFIG_NAME = "config.json"  # runner.CONFIG_NAME: where each study run's config was written
+
+
+class _Quit:
+    """SIGTERM / Ctrl-C between runs: leave after the run in hand (if any)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
+
+
+def _train_args(store: RunStore, run_id: int, max_running: int) -> argparse.Namespace:
+    from blockviz.cli import build_parser
+
+    config_path = store.run_dir(run_id) / CONFIG_NAME
+    argv = ["train", "--config", str(config_path), "--store", str(store.path)]
+    argv += ["--run_id", str(run_id), "--max_running", str(max_running), "--no_progress"]
+    return build_parser().parse_args(argv)
+
+
+def train_one(store: RunStore, run_id: int, max_running: int) -> int:
+    """Train one claimed run through the `train` command's lifecycle; its exit code."""
+    from blockviz.training.train import cli_main
+
+    try:
+        return cli_main(_train_args(store, run_id, max_running))
+    except Exception as exc:  # a bad config or dataset: that run fails, the study goes on
+        message = f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)
+        log.error("study run %s could not start: %s", run_id, message)
+        print(f"blockviz: run {run_id} failed to start: {message}", file=sys.stderr, flush=True)
+        try:
+            run = store.get_run(run_id)
+            if run["status"] in ("queued", "running"):
+                store.update_run(run_id, status="failed", ended=time.time(), error=message)
+        except StoreError:
+            pass
+        return 1
+
+
+def work(store_path: str, study_id: int, max_running: int) -> int:
+    """Claim and train the study's runs until none is left or the study is stopped."""
+    quit_request = _Quit()
+    previous = {s: signal.signal(s, quit_request) for s in (signal.SIGTERM, signal.SIGINT)}
+    me = procs.identity_of()
+    trained = 0
+    try:
+        with RunStore(store_path) as store:
+            while not quit_request.requested:
+                if patiently(store.get_study, study_id)["status"] != "running":
+                    break
+                run_id = patiently(
+                    store.claim_study_run, study_id, os.getpid(), me.started if me else None
+                )
+                if run_id is None:
+                    break
+                train_one(store, run_id, max_running)
+                trained += 1
+            _finish(store, study_id)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    print(f"blockviz: study {study_id}: this worker trained {trained} run(s)", flush=True)
+    return 0
+
+
+def _finish(store: RunStore, study_id: int) -> None:
+    """Mark the study completed once no run of it is left to train."""
+    study = store.get_study(study_id)
+    if study["status"] == "running" and not store.study_active_runs(study_id):
+        store.update_study(study_id, status="completed", ended=time.time())
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    """`study work`: the worker process the study runner starts."""
+    from blockviz.training.trainer import quiet_lightning
+
+    quiet_lightning()
+    return work(args.store, int(args.study), int(args.max_running))
