@@ -96,9 +96,10 @@ def _launch_args(p: argparse.ArgumentParser, store_help: str) -> None:
 def cli_main(args: argparse.Namespace) -> int:
     """Dispatch to the subcommand."""
     if args.study_command == "work":
-        from blockviz.training.study_worker import cli_main as work
+        # By name, like `train`: the CLI itself never imports the training side.
+        import importlib
 
-        return work(args)
+        return int(importlib.import_module("blockviz.training.study_worker").cli_main(args))
     handlers = {
         "run": _run,
         "sweep": _sweep,

@@ -21,6 +21,7 @@ import sys
 import time
 from types import FrameType
 
+from blockviz.core import config as cfg
 from blockviz.core import procs
 from blockviz.store import RunStore, StoreError
 from blockviz.training.lifecycle import patiently
@@ -40,12 +41,22 @@ class _Quit:
 
 
 def _train_args(store: RunStore, run_id: int, max_running: int) -> argparse.Namespace:
-    from blockviz.cli import build_parser
-
-    config_path = store.run_dir(run_id) / CONFIG_NAME
-    argv = ["train", "--config", str(config_path), "--store", str(store.path)]
-    argv += ["--run_id", str(run_id), "--max_running", str(max_running), "--no_progress"]
-    return build_parser().parse_args(argv)
+    """What `python -m blockviz train --config <run_dir>/config.json --run_id N ...` parses to."""
+    args = argparse.Namespace(
+        command="train",
+        config=str(store.run_dir(run_id) / CONFIG_NAME),
+        preset=None,
+        name=None,
+        store=str(store.path),
+        resume=None,
+        run_id=int(run_id),
+        max_running=int(max_running),
+        no_progress=True,
+    )
+    for section in cfg.SECTIONS.values():
+        for name in cfg.field_types(section):
+            setattr(args, f"cfg_{name}", None)
+    return args
 
 
 def train_one(store: RunStore, run_id: int, max_running: int) -> int:
