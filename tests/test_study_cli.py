@@ -1,0 +1,101 @@
+"""`python -m blockviz study ...`: a tiny study end to end in real worker processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from blockviz import study_runner
+from blockviz.store import RunStore
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ("the quick brown fox jumps over the lazy dog. " * 3 + "\n") * 80
+TINY = ["--preset", "tiny", "--max_steps", "20", "--warmup_steps", "2", "--eval_interval", "10"]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "fox.txt"
+    path.write_text(CORPUS, encoding="utf-8")
+    return path
+
+
+def study(store: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "blockviz", "study", *args, "--store", str(store)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_a_two_by_two_sweep_runs_to_the_end(tmp_path: Path, corpus: Path) -> None:
+    store_path = tmp_path / "runs.db"
+    done = study(store_path, "sweep", *TINY, "--dataset", str(corpus), "--lr", "1e-3,3e-3",
+                 "--seeds", "2")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "4 runs (2 variants × 2 seeds)" in done.stdout
+    with RunStore(store_path) as store:
+        (study_id,) = store.studies_frame()["id"].tolist()
+        assert store.get_study(study_id)["status"] == "completed"
+        runs = store.study_runs(study_id)
+        assert runs["status"].tolist() == ["completed"] * 4
+        assert runs["variant"].tolist() == ["lr 0.001"] * 2 + ["lr 0.003"] * 2
+        assert runs["seed"].tolist() == [1, 2, 1, 2]
+        configs = [store.get_run(int(i))["config"] for i in runs["id"]]
+        assert [c["train"]["lr"] for c in configs] == [1e-3, 1e-3, 3e-3, 3e-3]
+        assert [c["train"]["seed"] for c in configs] == [1, 2, 1, 2]
+        # One worker trained them all: one process id for every run.
+        assert runs["pid"].nunique() == 1
+    listing = study(store_path, "list")
+    assert listing.returncode == 0 and "completed" in listing.stdout and "4/4" in listing.stdout
+    shown = study(store_path, "show", str(study_id))
+    assert shown.returncode == 0, shown.stderr
+    assert "4/4 done" in shown.stdout
+
+
+def test_a_stopped_study_resumes_and_finishes(tmp_path: Path, corpus: Path) -> None:
+    store_path = tmp_path / "runs.db"
+    started = study(store_path, "sweep", *TINY, "--dataset", str(corpus), "--lr",
+                    "1e-3,2e-3,3e-3", "--detach")  # fmt: skip
+    assert started.returncode == 0, started.stderr[-2000:]
+    stopped = study(store_path, "stop", "1")
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    with RunStore(store_path) as store:
+        deadline = time.monotonic() + 60
+        while store.study_active_runs(1) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert store.get_study(1)["status"] == "stopped"
+        statuses = store.study_runs(1)["status"].tolist()
+        assert "queued" not in statuses and "running" not in statuses
+        assert "stopped" in statuses  # at least the runs no worker had claimed
+    again = study(store_path, "resume", "1")
+    assert again.returncode == 0 and "queued again" in again.stdout
+    with RunStore(store_path) as store:
+        deadline = time.monotonic() + 120
+        while store.get_study(1)["status"] == "running" and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert store.get_study(1)["status"] == "completed"
+        assert store.study_runs(1)["status"].tolist() == ["completed"] * 3
+        assert study_runner.progress(store, 1).finished == 3
+    assert "nothing to resume" in study(store_path, "resume", "1").stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["sweep", "--lr", "1e-3,x"], "lr: 'x' is not allowed"),
+        (["sweep", "--n_layer", "2"], "name at least one field with two or more values"),
+        (["run", "activation", "--seeds", "0"], "seeds: 0"),
+        (["run", "activation", "--workers", "0"], "--workers: 0"),
+        (["show", "9"], "no study 9"),
+        (["stop", "x/../y"], "by its number"),
+    ],
+)
+def test_bad_study_commands_get_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    done = study(tmp_path / "runs.db", *args, timeout=60)
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
