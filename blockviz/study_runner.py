@@ -28,9 +28,10 @@ from blockviz.store import RunStore
 
 WORKER_LOG = "worker.log"
 # Fallback speed for estimates when the store has no finished run to learn from: model
-# FLOPs per second of one run on the 2-core development box (see BENCHMARKS.md).
-DEFAULT_FLOPS_PER_S = 2.0e9
-PER_RUN_OVERHEAD_S = 1.0  # model, Trainer and data set-up of each run inside a worker
+# FLOPs per second (6 · parameters · tokens / s) of the quick lr-sensitivity runs on the
+# 2-core development box (BENCHMARKS.md, "Studies").
+DEFAULT_FLOPS_PER_S = 4.5e10
+PER_RUN_OVERHEAD_S = 0.5  # model, Trainer and data set-up of each run inside a worker
 WORKER_START_S = 6.0  # a worker's imports (torch, Lightning) before its first run
 
 

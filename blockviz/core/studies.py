@@ -167,7 +167,9 @@ def _log_space(low: float, high: float, n: int) -> list[float]:
 
 
 def _lr_label(lr: float) -> str:
-    return f"lr {lr:.0e}".replace("e-0", "e-")
+    """`lr 3e-4`, `lr 9.5e-4`: two significant digits, short exponent."""
+    mantissa, exponent = f"{lr:.1e}".split("e")
+    return f"lr {mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
 NORM_NAMES = {"pre": "Pre-LN", "post": "Post-LN", "none": "no norm"}
