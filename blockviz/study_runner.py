@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 
@@ -33,6 +32,7 @@ WORKER_LOG = "worker.log"
 DEFAULT_FLOPS_PER_S = 4.5e10
 PER_RUN_OVERHEAD_S = 0.5  # model, Trainer and data set-up of each run inside a worker
 WORKER_START_S = 6.0  # a worker's imports (torch, Lightning) before its first run
+INIT_MODEL_S = 0.3  # one model of the init-gradients study: build, forward, backward
 
 
 class StudyError(ValueError):
@@ -67,11 +67,6 @@ class Progress:
         return self.status
 
 
-def study_dir(store: RunStore, study_id: int) -> Path:
-    """The folder beside the store where a study's worker logs go."""
-    return store.path.parent / f"{store.path.stem}-studies" / str(int(study_id))
-
-
 def launch(
     store: RunStore,
     study: StudyDef,
@@ -83,10 +78,8 @@ def launch(
 
     StudyError when the study has nothing to train or its workers cannot start.
     """
-    if not study.trains:
-        raise StudyError(f"study {study.key} measures at initialisation; nothing to launch")
-    grid = study.grid()
-    if not grid:
+    grid = study.grid() if study.trains else []
+    if study.trains and not grid:
         raise StudyError("the study has no runs")
     runs = []
     configs: list[RunConfig] = []
@@ -123,7 +116,7 @@ def start_workers(
     """Start the study's worker processes; their pids (recorded in the study row)."""
     slots = runner.default_max_running() if max_running is None else max_running
     count = default_workers(slots) if workers is None else max(1, int(workers))
-    folder = study_dir(store, study_id)
+    folder = store.study_dir(study_id)
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "blockviz", "study", "work", str(int(study_id))]
     command += ["--store", str(store.path), "--max_running", str(slots)]
@@ -243,6 +236,8 @@ def flops_per_s(store: RunStore | None) -> float:
 
 def estimate_s(study: StudyDef, rate: float, workers: int) -> float:
     """Seconds a study should take here: its runs' FLOPs at `rate`, spread over workers."""
+    if not study.trains:  # one forward and backward pass per model, Pre-LN and Post-LN
+        return WORKER_START_S + INIT_MODEL_S * 2 * len(study.variants) * len(study.seeds)
     try:
         per_run = [run_flops(config) / rate + PER_RUN_OVERHEAD_S for _, _, config in study.grid()]
     except ConfigError:

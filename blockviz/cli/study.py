@@ -163,10 +163,15 @@ def _launch_and_watch(args: argparse.Namespace, study: studies.StudyDef) -> int:
         workers = args.workers or study_runner.default_workers()
         estimate = study_runner.estimate_s(study, study_runner.flops_per_s(store), workers)
         study_id = study_runner.launch(store, study, args.name, workers=args.workers)
+        what = (
+            f"{study.n_runs} runs ({len(study.variants)} variants × {len(study.seeds)} seeds) "
+            f"on {workers} worker(s)"
+            if study.trains
+            else "gradients at initialisation, no training"
+        )
         print(
-            f"blockviz: study {study_id} ({study.key}, {study.size}): {study.n_runs} runs "
-            f"({len(study.variants)} variants × {len(study.seeds)} seeds) on {workers} "
-            f"worker(s); about {_duration(estimate)} here; store {store.path}",
+            f"blockviz: study {study_id} ({study.key}, {study.size}): {what}; about "
+            f"{_duration(estimate)} here; store {store.path}",
             flush=True,
         )
         if args.detach:
@@ -203,7 +208,7 @@ def _watch(store: RunStore, study_id: int) -> None:
                 f"blockviz: study {study_id}: {line} ({time.monotonic() - began:.0f} s)", flush=True
             )
             last = line
-        if now.queued + now.running == 0 or now.interrupted or now.status == "stopped":
+        if now.status != "running" or now.interrupted:
             break
         time.sleep(POLL_S)
     store.reap_dead()

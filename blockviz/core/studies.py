@@ -405,21 +405,24 @@ def _sublayers() -> dict[str, Any]:
     }
 
 
+INIT_DEPTHS = (3, 6, 12, 24)
+
+
 def _init_gradients() -> dict[str, Any]:
     variants = tuple(
-        Variant(f"{NORM_NAMES[position]} · {init} init", {"norm_position": position, "init": init})
-        for position in ("pre", "post")
+        Variant(f"depth {depth} · {init} init", {"n_layer": depth, "init": init})
+        for depth in INIT_DEPTHS
         for init in ("default", "gpt2", "xavier")
     )
     return {
         "title": "Gradients at initialisation",
-        "question": "How large is each layer's gradient before any training, by depth, "
-        "norm position and initialisation?",
+        "question": "How large is each layer's gradient before any training, Pre-LN against "
+        "Post-LN, by depth and initialisation?",
         "claims": (),
         "variants": variants,
-        "swept": ("norm_position", "init"),
+        "swept": ("n_layer", "init"),
         "baseline": variants[0].label,
-        "base": {"n_layer": 12},
+        "base": {},
         "trains": False,
     }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -24,6 +25,7 @@ from blockviz.store.values import decode_json, encode_json, placeholders
 
 STUDY_STATUSES = ("running", "stopped", "completed")
 STUDY_FIELDS = ("name", "status", "ended", "error", "workers")
+STUDY_DIRS_SUFFIX = ".studies"  # <workspace>/<store file name>.studies/<id>
 
 
 class _Studies(_Connection):
@@ -82,6 +84,10 @@ class _Studies(_Connection):
             self._rollback()
             raise
         return study_id, run_ids
+
+    def study_dir(self, study_id: int | str) -> Path:
+        """<store>.studies/<id>: a study's own files (worker log, init-gradient results)."""
+        return self.path.with_name(self.path.name + STUDY_DIRS_SUFFIX) / str(_study_id(study_id))
 
     @guarded
     def get_study(self, study_id: int | str) -> dict[str, Any]:

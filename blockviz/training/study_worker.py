@@ -14,6 +14,7 @@ runs ends the worker. The last worker out marks the study completed.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -23,6 +24,8 @@ from types import FrameType
 
 from blockviz.core import config as cfg
 from blockviz.core import procs
+from blockviz.core.files import atomic_write
+from blockviz.core.studies import StudyDef, plan_from_spec
 from blockviz.store import RunStore, StoreError
 from blockviz.training.lifecycle import patiently
 
@@ -86,6 +89,9 @@ def work(store_path: str, study_id: int, max_running: int) -> int:
     trained = 0
     try:
         with RunStore(store_path) as store:
+            plan = plan_from_spec(store.get_study(study_id)["spec"])
+            if not plan.trains:
+                return measure_at_init(store, study_id, plan)
             while not quit_request.requested:
                 if patiently(store.get_study, study_id)["status"] != "running":
                     break
@@ -101,6 +107,32 @@ def work(store_path: str, study_id: int, max_running: int) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     print(f"blockviz: study {study_id}: this worker trained {trained} run(s)", flush=True)
+    return 0
+
+
+INIT_GRADS_FILE = "init_grads.json"
+
+
+def measure_at_init(store: RunStore, study_id: int, plan: StudyDef) -> int:
+    """A study that does not train: the init explorer's measurement over its depths and
+    inits (Pre-LN and Post-LN each), written to the study's folder as JSON."""
+    from blockviz.training import init_grads
+
+    configs = [plan.config_for(v.label) for v in plan.variants]
+    depths = sorted({c.model.n_layer for c in configs})
+    inits = [i for i in cfg.INITS if i in {c.model.init for c in configs}]
+    seeds = list(range(len(plan.seeds)))
+    try:
+        result = init_grads.run(configs[0], depths, inits, seeds)
+        folder = store.study_dir(study_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write(folder / INIT_GRADS_FILE, json.dumps(result))
+    except Exception as exc:
+        log.exception("study %s: the measurement failed", study_id)
+        store.update_study(study_id, status="stopped", ended=time.time(), error=str(exc))
+        return 1
+    store.update_study(study_id, status="completed", ended=time.time())
+    print(f"blockviz: study {study_id}: measured {len(depths)} depths × {len(inits)} inits")
     return 0
 
 
