@@ -539,11 +539,13 @@ def sweep(
     seeds: int = 1,
     base: RunConfig | None = None,
     size: str | None = None,
+    max_steps: int | None = None,
 ) -> StudyDef:
     """A custom sweep: every combination of the fields' values × seeds, no claims.
 
     `base` is the config the sweep starts from (default RunConfig()); `size`, when given,
-    applies a size preset on top of it. ConfigError names the first bad field or value.
+    applies a size preset on top of it, and `max_steps` then sets the length of every run
+    (the warm-up kept at most a tenth of it). ConfigError names the first bad field or value.
     """
     if not grid:
         raise ConfigError("sweep", "", "name at least one field to sweep, e.g. --lr 1e-4:1e-1:7")
@@ -553,6 +555,9 @@ def sweep(
         flat.update(base_config.to_dict()[section])
     if size is not None:
         flat.update(_sized_base(size, {}))
+    if max_steps is not None:
+        flat["max_steps"] = max_steps
+        flat["warmup_steps"] = min(int(flat.get("warmup_steps", 0)), max_steps // 10)
     if "seed" in grid:
         raise ConfigError("seed", grid["seed"], "use the seeds count, not a seed sweep")
     combos: list[dict[str, Any]] = [{}]
