@@ -26,6 +26,7 @@ from blockviz.store.values import decode_json, encode_json, placeholders
 STUDY_STATUSES = ("running", "stopped", "completed")
 STUDY_FIELDS = ("name", "status", "ended", "error", "workers")
 STUDY_DIRS_SUFFIX = ".studies"  # <workspace>/<store file name>.studies/<id>
+INIT_GRADS_FILE = "init_grads.json"  # what the init-gradients study writes into its folder
 
 
 class _Studies(_Connection):

@@ -27,6 +27,7 @@ from blockviz.core import procs
 from blockviz.core.files import atomic_write
 from blockviz.core.studies import StudyDef, plan_from_spec
 from blockviz.store import RunStore, StoreError
+from blockviz.store.studies import INIT_GRADS_FILE
 from blockviz.training.lifecycle import patiently
 
 log = logging.getLogger(__name__)
@@ -108,9 +109,6 @@ def work(store_path: str, study_id: int, max_running: int) -> int:
             signal.signal(signum, handler)
     print(f"blockviz: study {study_id}: this worker trained {trained} run(s)", flush=True)
     return 0
-
-
-INIT_GRADS_FILE = "init_grads.json"
 
 
 def measure_at_init(store: RunStore, study_id: int, plan: StudyDef) -> int:
