@@ -315,8 +315,11 @@ def shown_in(runs: pd.DataFrame, max_running: int | None = None) -> dict[int, st
     """`spec.shown_status` of every active run of `runs` (a `runs_frame` of the whole store)."""
     slots = default_max_running() if max_running is None else max_running
     running = int((runs["status"] == "running").sum())
-    queued = sorted(int(i) for i in runs.loc[runs["status"] == "queued", "id"])
+    waiting = study_waiting(runs)
+    queued = sorted(int(i) for i in runs.loc[(runs["status"] == "queued") & ~waiting, "id"])
     shown = {int(i): "running" for i in runs.loc[runs["status"] == "running", "id"]}
+    # A study's run no worker has claimed yet waits for its study, not for a slot.
+    shown.update({int(i): "queued" for i in runs.loc[waiting, "id"]})
     for position, run_id in enumerate(queued):  # the oldest queued run gets a slot first
         shown[run_id] = spec.shown_status("queued", running + position, slots)
     return shown
@@ -333,12 +336,23 @@ def shown_statuses(store: RunStore, max_running: int | None = None) -> dict[int,
     return shown_in(store.runs_frame(), max_running)
 
 
+def study_waiting(runs: pd.DataFrame) -> pd.Series:
+    """Which rows of a `runs_frame` are study runs still waiting for a worker to claim them."""
+    if "study_id" not in runs.columns:
+        return pd.Series(False, index=runs.index)
+    return (runs["status"] == "queued") & runs["study_id"].notna() & runs["pid"].isna()
+
+
 def active(store: RunStore, max_running: int | None = None) -> list[ActiveRun]:
-    """Queued and running runs, oldest first, with step, max_steps, an ETA and `shown`."""
+    """Queued and running runs, oldest first, with step, max_steps, an ETA and `shown`.
+
+    A study's runs that no worker has claimed yet are left out: the Studies page counts
+    them; each joins this list when a worker takes it.
+    """
     reap(store)
     runs = store.runs_frame()
     shown = shown_in(runs, max_running)
-    runs = runs[runs["status"].isin(ACTIVE_STATUSES)]
+    runs = runs[runs["status"].isin(ACTIVE_STATUSES) & ~study_waiting(runs)]
     out = []
     for row in runs.itertuples(index=False):
         step = 0 if pd.isna(row.step) else int(row.step)

@@ -105,3 +105,19 @@ def test_a_version_3_store_gains_studies(tmp_path) -> None:
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     assert int(version) == SCHEMA_VERSION == 4
+
+
+def test_unclaimed_study_runs_wait_for_their_study_not_for_a_slot(tmp_path) -> None:
+    from blockviz import runner
+
+    with RunStore(tmp_path / "s.db") as store:
+        own = store.create_run("mine", "{}", status="queued")
+        study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(3))
+        store.claim_study_run(study_id, os.getpid(), None)
+        frame = store.runs_frame()
+        shown = runner.shown_in(frame, max_running=2)
+        assert shown[own] == "starting"  # a slot is free for it
+        assert shown[run_ids[0]] == "starting"  # claimed: a worker holds it
+        assert shown[run_ids[1]] == shown[run_ids[2]] == "queued"
+        listed = [run.id for run in runner.active(store, max_running=2)]
+        assert listed == [own, run_ids[0]]
