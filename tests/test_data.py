@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import random
 import re
 import socket
 import sysconfig
 import threading
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,6 +23,7 @@ import torch.nn.functional as F
 from blockviz import cli
 from blockviz.core import corpora
 from blockviz.core.config import DataConfig
+from blockviz.core.vocab import unigram_nats
 from blockviz.training.data import (
     BUILTIN,
     MAX_VOCAB,
@@ -411,7 +414,13 @@ def test_split_is_contiguous_with_validation_last_and_fingerprint_matches() -> N
         "n_train": 800,
         "n_val": 200,
         "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        # The reference losses: frequencies of the training split; uniform over the vocab.
+        "unigram_nats": round(unigram_nats(text[:800]), 6),
+        "init_loss": round(math.log(len(set(text))), 6),
     }
+    counts = Counter(text[:800])
+    by_hand = -sum(c / 800 * math.log(c / 800) for c in counts.values())
+    assert fingerprint["unigram_nats"] == pytest.approx(by_hand, abs=1e-6)
     train_ids = module.train_ids
     module.setup()  # idempotent: nothing is reloaded or re-encoded
     assert module.train_ids is train_ids

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -163,9 +165,23 @@ def check_split(n_chars: int, val_fraction: float, block_size: int, label: str) 
     return n_train, n_val
 
 
+def unigram_nats(text: str) -> float:
+    """Entropy (nats) of the text's character frequencies: the loss of predicting every
+    character by how often it occurs, ignoring all context (0.0 for empty text)."""
+    if not text:
+        return 0.0
+    counts = Counter(text)
+    total = len(text)
+    return -math.fsum(c / total * math.log(c / total) for c in counts.values())
+
+
 def fingerprint(corpus: Corpus, vocab: CharVocab, n_train: int, n_val: int) -> dict[str, object]:
-    """What a run records about its data: name, source, sizes and the SHA-256 of the text."""
+    """What a run records about its data: name, source, sizes, the SHA-256 of the text, and
+    two reference losses: `unigram_nats` of the training split and `init_loss` = ln(vocab
+    size), the loss of predicting every character equally likely."""
     return {
+        "unigram_nats": round(unigram_nats(corpus.text[:n_train]), 6),
+        "init_loss": round(math.log(vocab.size), 6) if vocab.size > 0 else 0.0,
         "name": corpus.name,
         "source": corpus.source,
         "n_chars": len(corpus.text),

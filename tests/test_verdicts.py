@@ -1,0 +1,287 @@
+"""Outcomes, LR sensitivity, per-variant summaries and verdict rules on constructed results.
+
+The results are built by hand with neutral variant names ("a", "b", ...) and numbers chosen
+to hit each branch of each rule; they say nothing about what any configuration does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from blockviz.core import outcomes
+from blockviz.core.studies import Claim, StudyDef, Variant
+from blockviz.core.study_stats import difference_interval
+from blockviz.core.verdicts import RULES, judge, max_stable, select, summarize
+
+NEUTRAL = StudyDef(
+    key="t",
+    title="t",
+    question="q",
+    claims=(),
+    variants=(Variant("a", {}), Variant("b", {"ffn_mult": 2})),
+    swept=(),
+    baseline="a",
+)
+
+
+def frame(rows: list[tuple]) -> pd.DataFrame:
+    """(variant, seed, outcome, val_loss, extra columns...) -> a results frame."""
+    records = []
+    for i, row in enumerate(rows):
+        variant, seed, outcome, loss, *extra = row
+        record = {
+            "run_id": i + 1,
+            "variant": variant,
+            "seed": seed,
+            "status": {"diverged": "diverged", "": "running"}.get(outcome, "completed"),
+            "outcome": outcome,
+            "diverged_step": math.nan,
+            "val_loss": loss,
+            "train_loss": loss,
+            "n_params": 100.0,
+            "time_s": 2.0,
+            "unigram_nats": 3.0,
+            "init_loss": 4.0,
+        }
+        record.update(extra[0] if extra else {})
+        records.append(record)
+    return pd.DataFrame(records)
+
+
+def claim(rule: str, **args) -> Claim:
+    return Claim("a claim", "a source", rule, args)
+
+
+# ---------------------------------------------------------------- outcomes
+
+
+@pytest.mark.parametrize(
+    ("status", "loss", "expected"),
+    [
+        ("diverged", None, "diverged"),
+        ("completed", 2.0, "converged"),
+        ("completed", 3.0 - outcomes.STALL_MARGIN, "stalled"),
+        ("completed", 3.5, "stalled"),
+        ("completed", 3.0 - outcomes.STALL_MARGIN - 0.01, "converged"),
+        ("completed", None, "diverged"),
+        ("completed", float("inf"), "diverged"),
+        ("running", 2.0, ""),
+        ("stopped", 2.0, ""),
+        ("failed", None, ""),
+        ("queued", None, ""),
+    ],
+)
+def test_classify(status: str, loss: float | None, expected: str) -> None:
+    assert outcomes.classify(status, loss, 3.0) == expected
+
+
+def test_classify_without_a_unigram_reference_never_calls_a_run_stalled() -> None:
+    assert outcomes.classify("completed", 9.0, None) == "converged"
+
+
+def test_lr_sensitivity_by_hand() -> None:
+    # best 2.0; capped losses 2.0, 3.0, 4.0 (5.0 capped at init 4.0) -> mean(0, 1, 2) = 1
+    assert outcomes.lr_sensitivity([1, 2, 3], [2.0, 3.0, 5.0], 4.0) == pytest.approx(1.0)
+    # a diverged run counts as the init loss: mean(0, 2) = 1
+    assert outcomes.lr_sensitivity([1, 2], [2.0, float("nan")], 4.0) == pytest.approx(1.0)
+    assert outcomes.lr_sensitivity([1, 2, 3], [2.5, 2.5, 2.5], 4.0) == 0.0
+    assert math.isnan(outcomes.lr_sensitivity([1], [float("nan")], 4.0))
+    with pytest.raises(ValueError, match="2 learning rates but 1 losses"):
+        outcomes.lr_sensitivity([1, 2], [2.0], 4.0)
+
+
+def test_results_frame_from_store_rows() -> None:
+    runs = pd.DataFrame(
+        {
+            "id": [1, 2],
+            "variant": ["a", "b"],
+            "seed": [1, 1],
+            "status": ["completed", "diverged"],
+            "diverged_step": [None, 7],
+            "n_params": [10, 20],
+            "final": [{"val_loss": 2.5, "train_loss": 2.4, "time_s": 3.0}, {}],
+            "dataset": [{"unigram_nats": 3.0, "init_loss": 4.1}, {}],
+        }
+    )
+    study = StudyDef(**{**NEUTRAL.__dict__, "swept": ("ffn_mult",)})
+    results = outcomes.results_frame(runs, study)
+    assert results["outcome"].tolist() == ["converged", "diverged"]
+    assert results["diverged_step"].tolist()[1] == 7
+    assert results["ffn_mult"].tolist() == [4, 2]
+    assert results.loc[0, "unigram_nats"] == 3.0 and math.isnan(results.loc[1, "val_loss"])
+    empty = outcomes.results_frame(runs.iloc[:0], study)
+    assert list(empty.columns) == [*outcomes.RESULT_COLUMNS, "ffn_mult"] and empty.empty
+
+
+# ---------------------------------------------------------------- summary
+
+
+def test_summarize_counts_and_intervals() -> None:
+    results = frame(
+        [
+            ("a", 1, "converged", 2.0),
+            ("a", 2, "converged", 2.2),
+            ("a", 3, "diverged", math.nan),
+            ("b", 1, "", math.nan),
+        ]
+    )
+    summary = summarize(results).set_index("variant")
+    a = summary.loc["a"]
+    assert (a["runs"], a["finished"], a["converged"], a["diverged"]) == (3, 3, 2, 1)
+    assert a["mean"] == pytest.approx(2.1) and a["sd"] == pytest.approx(math.sqrt(0.02))
+    assert a["low"] < 2.1 < a["high"]
+    b = summary.loc["b"]
+    assert (b["finished"], math.isnan(b["mean"])) == (0, True)
+    assert list(summarize(results)["variant"]) == ["a", "b"]
+
+
+def test_select_by_label_or_columns() -> None:
+    results = frame(
+        [("a", 1, "converged", 2.0, {"lr": 0.1}), ("b", 1, "converged", 2.0, {"lr": 0.2})]
+    )
+    assert select(results, "b")["run_id"].tolist() == [2]
+    assert select(results, {"lr": 0.1})["run_id"].tolist() == [1]
+    with pytest.raises(ValueError, match="no column 'depth'"):
+        select(results, {"depth": 2})
+
+
+# ---------------------------------------------------------------- rules
+
+
+def _verdict(rule: str, rows: list[tuple], **args) -> str:
+    return judge(claim(rule, **args), frame(rows), NEUTRAL).verdict
+
+
+def test_converges() -> None:
+    ok = [("a", 1, "converged", 2.0), ("a", 2, "converged", 2.1)]
+    assert _verdict("converges", ok, groups=["a"]) == "supported"
+    bad = [("a", 1, "diverged", math.nan), ("a", 2, "stalled", 3.2), ("a", 3, "converged", 2)]
+    assert _verdict("converges", bad, groups=["a"]) == "contradicted"
+    half = [("a", 1, "diverged", math.nan), ("a", 2, "converged", 2.0)]
+    assert _verdict("converges", half, groups=["a"]) == "inconclusive"
+    assert _verdict("converges", ok[:1], groups=["a"]) == "inconclusive"
+
+
+def test_fails_often() -> None:
+    half = [("a", 1, "diverged", math.nan), ("a", 2, "converged", 2.0)]
+    assert _verdict("fails_often", half, groups=["a"]) == "supported"
+    none = [("a", 1, "converged", 2.0), ("a", 2, "converged", 2.1)]
+    assert _verdict("fails_often", none, groups=["a"]) == "contradicted"
+    few = [("a", s, "converged", 2.0) for s in (1, 2, 3)] + [("a", 4, "stalled", 3.5)]
+    assert _verdict("fails_often", few, groups=["a"]) == "inconclusive"
+
+
+def test_lower_loss() -> None:
+    apart = [
+        ("a", 1, "converged", 2.0),
+        ("a", 2, "converged", 2.01),
+        ("b", 1, "converged", 2.5),
+        ("b", 2, "converged", 2.51),
+    ]
+    assert _verdict("lower_loss", apart, better="a", worse="b") == "supported"
+    assert _verdict("lower_loss", apart, better="b", worse="a") == "contradicted"
+    overlap = [
+        ("a", 1, "converged", 2.0),
+        ("a", 2, "converged", 2.6),
+        ("b", 1, "converged", 2.1),
+        ("b", 2, "converged", 2.5),
+    ]
+    assert _verdict("lower_loss", overlap, better="a", worse="b") == "inconclusive"
+    blown = [
+        ("a", 1, "converged", 2.0),
+        ("a", 2, "converged", 2.1),
+        ("b", 1, "diverged", math.nan),
+        ("b", 2, "diverged", math.nan),
+    ]
+    assert _verdict("lower_loss", blown, better="a", worse="b") == "supported"
+    assert _verdict("lower_loss", blown, better="b", worse="a") == "contradicted"
+    verdict = judge(claim("lower_loss", better="a", worse="b"), frame(apart), NEUTRAL)
+    expected = difference_interval([2.0, 2.01], [2.5, 2.51])
+    assert verdict.numbers["high"] == pytest.approx(expected.high)
+    assert f"{expected.mean:+.3f}" in verdict.reason
+
+
+def _sweep(variant: str, seed: int, losses: list[float]) -> list[tuple]:
+    return [
+        (variant, seed, "diverged" if math.isnan(x) else "converged", x, {"lr": lr})
+        for lr, x in zip((0.01, 0.1, 1.0), losses, strict=True)
+    ]
+
+
+def test_less_sensitive() -> None:
+    flat = _sweep("a", 1, [2.0, 2.0, 2.1]) + _sweep("a", 2, [2.0, 2.05, 2.1])
+    steep = _sweep("b", 1, [2.0, 3.0, math.nan]) + _sweep("b", 2, [2.0, 3.1, math.nan])
+    args = {"better": "a", "worse": "b", "field": "lr"}
+    assert _verdict("less_sensitive", flat + steep, **args) == "supported"
+    args = {"better": "b", "worse": "a", "field": "lr"}
+    assert _verdict("less_sensitive", flat + steep, **args) == "contradicted"
+    assert _verdict("less_sensitive", flat + steep[:3], **args) == "inconclusive"  # 1 seed
+
+
+def test_lower_max_stable_lr() -> None:
+    low = _sweep("a", 1, [2.0, math.nan, math.nan]) + _sweep("a", 2, [2.0, math.nan, math.nan])
+    high = _sweep("b", 1, [2.0, 2.0, 2.0]) + _sweep("b", 2, [2.0, 2.0, 2.0])
+    results = frame(low + high)
+    assert max_stable(select(results, "a"), "lr") == 0.01
+    args = {"lower": "a", "than": "b", "field": "lr", "factor": 3}
+    assert _verdict("lower_max_stable_lr", low + high, **args) == "supported"
+    args = {"lower": "b", "than": "a", "field": "lr", "factor": 3}
+    assert _verdict("lower_max_stable_lr", low + high, **args) == "contradicted"
+    near = _sweep("a", 1, [2.0, 2.0, math.nan]) + _sweep("a", 2, [2.0, 2.0, math.nan])
+    args = {"lower": "a", "than": "b", "field": "lr", "factor": 30}
+    assert _verdict("lower_max_stable_lr", near + high, **args) == "inconclusive"
+
+
+def test_fails_deep() -> None:
+    args = {"deep": "a", "reference": "b"}
+    ref = [("b", 1, "converged", 2.0), ("b", 2, "converged", 2.01)]
+    failing = [("a", 1, "stalled", 3.2), ("a", 2, "diverged", math.nan)]
+    assert _verdict("fails_deep", failing + ref, **args) == "supported"
+    fine = [("a", 1, "converged", 1.9), ("a", 2, "converged", 2.0)]
+    assert _verdict("fails_deep", fine + ref, **args) == "contradicted"
+    worse = [("a", 1, "converged", 2.5), ("a", 2, "converged", 2.51)]
+    assert _verdict("fails_deep", worse + ref, **args) == "inconclusive"
+
+
+def test_sweet_spot() -> None:
+    def at(mult: int, losses: tuple[float, float]) -> list[tuple]:
+        return [
+            (f"m{mult}", s + 1, "converged", x, {"ffn_mult": mult}) for s, x in enumerate(losses)
+        ]
+
+    args = {"at": {"ffn_mult": 4}, "field": "ffn_mult"}
+    best_at_4 = at(1, (2.5, 2.51)) + at(4, (2.0, 2.01)) + at(16, (2.0, 2.02))
+    assert _verdict("sweet_spot", best_at_4, **args) == "supported"
+    bigger_wins = at(1, (2.5, 2.51)) + at(4, (2.0, 2.01)) + at(16, (1.5, 1.51))
+    assert _verdict("sweet_spot", bigger_wins, **args) == "contradicted"
+    unclear = at(1, (2.0, 2.6)) + at(4, (2.0, 2.4))
+    assert _verdict("sweet_spot", unclear, **args) == "inconclusive"
+
+
+def test_param_share_is_computed_from_the_config() -> None:
+    verdict = judge(
+        claim("param_share", variant="a", part="ffn", low=0.6, high=0.72), frame([]), NEUTRAL
+    )
+    config = NEUTRAL.config_for("a").model
+    d, f = config.d_model, config.d_ff
+    ffn = 2 * d * f + f + d  # two matrices with biases
+    share = verdict.numbers["share"]
+    assert share == pytest.approx(ffn / verdict.numbers["block parameters"])
+    assert verdict.verdict == ("supported" if 0.6 <= share <= 0.72 else "contradicted")
+    narrow = claim("param_share", variant="a", part="ffn", low=0.0, high=0.1)
+    assert judge(narrow, frame([]), NEUTRAL).verdict == "contradicted"
+
+
+def test_no_finished_run_is_inconclusive_and_bad_rules_are_refused() -> None:
+    assert judge(claim("converges", groups=["a"]), frame([]), NEUTRAL).verdict == "inconclusive"
+    running = frame([("a", 1, "", math.nan), ("a", 2, "", math.nan)])
+    verdict = judge(claim("converges", groups=["a"]), running, NEUTRAL)
+    assert verdict.verdict == "inconclusive" and "only 0 finished" in verdict.reason
+    with pytest.raises(ValueError, match="'guess' is not one of"):
+        judge(claim("guess"), running, NEUTRAL)
+    with pytest.raises(ValueError, match="needs the argument 'groups'"):
+        judge(claim("converges"), running, NEUTRAL)
+    assert set(RULES) >= {"converges", "lower_loss", "param_share"}
