@@ -66,6 +66,8 @@ CONFIGS: dict[str, dict[str, object]] = {
         **{"norm_type": "rmsnorm", "activation": "swiglu", "bias": False, "init": "xavier"},
         **{"final_norm": False, "n_layer": 3, "n_head": 4, "ffn_mult": 2},
     },
+    # BatchNorm: batch statistics in training, running statistics in eval, both sides.
+    "batchnorm": {"norm_type": "batchnorm", "norm_position": "post", "bias": False},
 }
 STANDALONE = "pre-attention-only"  # its own process; the others share one (one torch import)
 

@@ -14,6 +14,7 @@ from blockviz.core.params import param_breakdown
 from blockviz.training import model as model_module
 from blockviz.training.model import (
     TAP_NAMES,
+    BatchNorm,
     Block,
     CharTransformer,
     ModelInputError,
@@ -205,7 +206,7 @@ def test_switched_off_sublayer_has_no_parameters(attention, ffn):
 def test_norm_position_none_builds_no_norms_even_if_final_norm_requested():
     model = CharTransformer(tiny(norm_position="none", final_norm=True))
     assert model.final_norm is None
-    norm_types = (torch.nn.LayerNorm, RMSNorm)
+    norm_types = (torch.nn.LayerNorm, RMSNorm, BatchNorm)
     assert not [m for m in model.modules() if isinstance(m, norm_types)]
 
 
@@ -547,3 +548,36 @@ def test_param_component_maps_every_parameter_of_a_model():
     assert param_component("model._orig_mod.blocks.1.ffn.fc_out.weight", 3) == (1, "ffn")
     with pytest.raises(ValueError, match="not a CharTransformer parameter"):
         param_component("encoder.layer.0.weight", 3)
+
+
+# ---------------------------------------------------------------- BatchNorm
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("position", ["pre", "post"])
+def test_batchnorm_counts_match_and_running_stats_are_buffers(position: str, bias: bool) -> None:
+    config = tiny(norm_type="batchnorm", norm_position=position, bias=bias)
+    model = CharTransformer(config)
+    assert model.n_params() == param_breakdown(config).total
+    state = model.state_dict()
+    running = [k for k in state if k.endswith(("running_mean", "running_var"))]
+    assert running and all(k not in dict(model.named_parameters()) for k in running)
+    norms = [m for m in model.modules() if isinstance(m, BatchNorm)]
+    assert norms and all((m.bias is None) != bias for m in norms)
+    again = CharTransformer(config)
+    again.load_state_dict(state)  # a checkpoint round trip carries the running statistics
+    assert torch.equal(again.state_dict()[running[0]], state[running[0]])
+
+
+def test_batchnorm_uses_the_batch_in_training_and_running_stats_in_eval() -> None:
+    torch.manual_seed(0)
+    norm = BatchNorm(8)
+    x = torch.randn(4, 5, 8)
+    other = torch.cat([x[:1], torch.randn(3, 5, 8) * 5 + 2])  # same first sequence
+    norm.train()
+    assert not torch.allclose(norm(x)[0], norm(other)[0])  # the rest of the batch matters
+    norm.eval()
+    assert torch.allclose(norm(x)[0], norm(other)[0])  # it does not
+    flat = x.reshape(-1, 8)
+    expected = (flat - norm.bn.running_mean) / torch.sqrt(norm.bn.running_var + 1e-5)
+    assert torch.allclose(norm(x).reshape(-1, 8), expected, atol=1e-5)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, get_args, get_origin, get_type_hints
 
 NORM_POSITIONS = ("pre", "post", "none")
-NORM_TYPES = ("layernorm", "rmsnorm")
+NORM_TYPES = ("layernorm", "rmsnorm", "batchnorm")
 ACTIVATIONS = ("gelu", "relu", "silu", "swiglu")
 INITS = ("default", "gpt2", "xavier")
 LR_SCHEDULES = ("constant", "cosine", "linear")
@@ -172,7 +172,8 @@ class ModelConfig:
     dropout: float = 0.0  # small models on small corpora rarely need it at first
     bias: bool = True  # biases in Linear layers and norms (GPT-2 has them)
     norm_position: str = "pre"  # pre: x + f(norm(x)); post: norm(x + f(x)); none: no norms
-    norm_type: str = "layernorm"  # rmsnorm drops the mean-centring and the bias
+    norm_type: str = "layernorm"  # rmsnorm drops the mean-centring and the bias; batchnorm
+    # normalises each channel over the batch and positions (running statistics in eval)
     residual: bool = True  # off: x = f(x), the block without its skip path
     residual_scale: float = 1.0  # multiplier on each branch before it joins the stream
     attention: bool = True  # off: FFN-only blocks (no token mixing at all)

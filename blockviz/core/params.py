@@ -100,10 +100,18 @@ def _linear(in_symbol: str, n_in: int, out_symbol: str, n_out: int, bias: bool) 
 
 
 def _norm(cfg: ModelConfig) -> tuple[int, str]:
-    """A LayerNorm (weight, and bias when cfg.bias) or an RMSNorm (weight only)."""
+    """A LayerNorm or BatchNorm (weight, and bias when cfg.bias) or an RMSNorm (weight)."""
     d = cfg.d_model
     if cfg.norm_type == "rmsnorm":
         return d, f"d_model (RMSNorm weight) = {d:,}"
+    if cfg.norm_type == "batchnorm":
+        # Its running mean and variance are buffers, not parameters: not counted.
+        if cfg.bias:
+            return (
+                2 * d,
+                f"2·d_model (BatchNorm weight + bias; running stats are buffers) = {2 * d:,}",
+            )
+        return d, f"d_model (BatchNorm weight, no bias; running stats are buffers) = {d:,}"
     if cfg.bias:
         return 2 * d, f"2·d_model (LayerNorm weight + bias) = 2·{d} = {2 * d:,}"
     return d, f"d_model (LayerNorm weight, no bias) = {d:,}"

@@ -59,10 +59,39 @@ class RMSNorm(nn.Module):
         return (x_float * inv_rms * self.weight).type_as(x)  # (..., dim)
 
 
+class BatchNorm(nn.Module):
+    """BatchNorm over the channels of a (batch, time, channel) stream, then a per-channel
+    weight (and a bias when `bias`).
+
+    In training its mean and variance come from the whole batch: every position of every
+    sequence, so position t's statistics include later positions (a leak of the future
+    that the causal mask does not stop). In eval mode (validation, generation) it uses the
+    running statistics gathered in training and looks at nothing else in the batch.
+    Computed in float32, as RMSNorm is.
+    """
+
+    def __init__(self, dim: int, bias: bool = True, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm1d(dim, eps=eps, affine=False)
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise (..., dim) with batch (train) or running (eval) statistics."""
+        flat = x.float().reshape(-1, x.shape[-1])  # (B·T, dim)
+        out = self.bn(flat).reshape(x.shape) * self.weight  # (..., dim)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.type_as(x)
+
+
 def make_norm(cfg: ModelConfig) -> nn.Module:
-    """A LayerNorm (bias per cfg.bias) or an RMSNorm (weight only) of width d_model."""
+    """A LayerNorm (bias per cfg.bias), an RMSNorm (weight only) or a BatchNorm (weight,
+    bias per cfg.bias; running statistics as buffers) of width d_model."""
     if cfg.norm_type == "rmsnorm":
         return RMSNorm(cfg.d_model, eps=1e-5)
+    if cfg.norm_type == "batchnorm":
+        return BatchNorm(cfg.d_model, bias=cfg.bias, eps=1e-5)
     return nn.LayerNorm(cfg.d_model, eps=1e-5, bias=cfg.bias)
 
 

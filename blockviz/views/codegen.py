@@ -51,7 +51,7 @@ _CONSTANTS: tuple[tuple[str, str, str], ...] = (
     ("model", "dropout", ""),
     ("model", "bias", "biases in Linear layers and LayerNorms"),
     ("model", "norm_position", "pre | post | none"),
-    ("model", "norm_type", "layernorm | rmsnorm"),
+    ("model", "norm_type", "layernorm | rmsnorm | batchnorm"),
     ("model", "residual", "False: each block is x = f(x), without its skip path"),
     ("model", "residual_scale", "multiplier on each branch before it joins the stream"),
     ("model", "attention", "False: FFN-only blocks"),

@@ -68,9 +68,27 @@ class RMSNorm(nn.Module):
         return (x_float * inv_rms * self.weight).type_as(x)
 
 
+class BatchNorm(nn.Module):
+    """Per-channel statistics over batch and positions (train); running statistics (eval)."""
+
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(dim, eps=eps, affine=False)
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if BIAS else None
+
+    def forward(self, x):
+        out = self.bn(x.float().reshape(-1, x.shape[-1])).reshape(x.shape) * self.weight
+        if self.bias is not None:
+            out = out + self.bias
+        return out.type_as(x)
+
+
 def make_norm():
     if NORM_TYPE == "rmsnorm":
         return RMSNorm(D_MODEL, eps=1e-5)
+    if NORM_TYPE == "batchnorm":
+        return BatchNorm(D_MODEL, eps=1e-5)
     return nn.LayerNorm(D_MODEL, eps=1e-5, bias=BIAS)
 
 

@@ -27,6 +27,7 @@ COLOURS = {
     "head": "#ffe0cc",
 }
 TAP_COLOUR = "#808080"
+NORM_KINDS = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm", "batchnorm": "BatchNorm"}
 
 
 def _quote(text: str) -> str:
@@ -83,7 +84,7 @@ def _attrs(attrs: dict[str, str]) -> str:
 
 
 def _norm_label(cfg: ModelConfig, index: int) -> str:
-    kind = "RMSNorm" if cfg.norm_type == "rmsnorm" else "LayerNorm"
+    kind = NORM_KINDS.get(cfg.norm_type, "LayerNorm")
     return f"norm{index}\n{kind}"
 
 
@@ -189,7 +190,7 @@ def model_dot(model_cfg: ModelConfig, rankdir: str = "LR") -> str:
     graph.edge(embed, blocks)
     last = blocks
     if cfg.use_final_norm:
-        kind = "RMSNorm" if cfg.norm_type == "rmsnorm" else "LayerNorm"
+        kind = NORM_KINDS.get(cfg.norm_type, "LayerNorm")
         last_norm = graph.node("final_norm", f"final {kind}", "norm")
         graph.edge(last, last_norm)
         last = last_norm
