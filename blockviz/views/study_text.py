@@ -2,19 +2,71 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from blockviz.core.outcomes import results_frame
+from blockviz.core.studies import StudyDef, plan_from_spec
+from blockviz.core.verdicts import Verdict, judge, summarize
 from blockviz.store import RunStore
+from blockviz.views import study_table
+
+
+def _verdicts(plan: StudyDef, results: Any) -> list[Verdict]:
+    return [judge(claim, results, plan) for claim in plan.claims]
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN and infinities become None, numpy scalars plain numbers."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def summary_json(store: RunStore, study_id: int) -> dict[str, Any]:
-    runs = store.study_runs(study_id)
-    return {"study": study_id, "runs": len(runs)}
+    """What `study show --json` prints: the study, its per-variant table and its verdicts."""
+    study = store.get_study(study_id)
+    plan = plan_from_spec(study["spec"])
+    results = results_frame(store.study_runs(study_id), plan)
+    summary = summarize(results)
+    return {
+        "id": int(study["id"]),
+        "name": study["name"],
+        "key": plan.key,
+        "size": plan.size,
+        "status": study["status"],
+        "question": plan.question,
+        "seeds": list(plan.seeds),
+        "variants": [
+            {key: _clean(value) for key, value in row.items()}
+            for row in summary.to_dict(orient="records")
+        ],
+        "claims": [
+            {
+                "claim": v.claim.text,
+                "source": v.claim.source,
+                "verdict": v.verdict,
+                "reason": v.reason,
+                "numbers": {k: _clean(x) for k, x in dict(v.numbers).items()},
+            }
+            for v in _verdicts(plan, results)
+        ],
+    }
 
 
 def summary_text(store: RunStore, study_id: int) -> str:
-    runs = store.study_runs(study_id)
-    lines = []
-    for row in runs.itertuples():
-        lines.append(f"{row.variant}  seed {row.seed}  {row.status}  {row.final.get('val_loss')}")
+    """The results table (Markdown) and one line per claim with its verdict and reason."""
+    study = store.get_study(study_id)
+    plan = plan_from_spec(study["spec"])
+    if not plan.trains:
+        folder = store.study_dir(study_id)
+        return f"gradients at initialisation: {folder / 'init_grads.json'}"
+    results = results_frame(store.study_runs(study_id), plan)
+    table = study_table.results_table(summarize(results), plan.baseline)
+    lines = [study_table.table_markdown(table)]
+    for verdict in _verdicts(plan, results):
+        lines.append(f"[{verdict.verdict}] {verdict.claim.text} ({verdict.claim.source})")
+        lines.append(f"    {verdict.reason}")
     return "\n".join(lines)

@@ -1,0 +1,160 @@
+"""A study's charts: loss curves by variant with seed bands, and final loss against the
+swept value with each run's outcome marked (Altair; tidy frames in, charts out)."""
+
+from __future__ import annotations
+
+import math
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from blockviz.core import spec
+from blockviz.core.study_stats import mean_interval
+from blockviz.views.charts.base import HEIGHT, WIDTH, _no_data, _x_axis
+
+BAND_NOTE = "line: mean over seeds; band: 95% t interval of that mean"
+OUTCOME_SHAPES = {"converged": "circle", "stalled": "square", "diverged": "cross"}
+OUTCOME_FILLED = {"converged": True, "stalled": False, "diverged": True}
+
+
+def seed_bands(scalars: pd.DataFrame, results: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per variant and step: mean, 95% t interval (low/high, NaN with one seed) and n.
+
+    `scalars` holds run_id, step, name, value; non-finite values are left out, so a run that
+    diverged counts only at the steps before it blew up.
+    """
+    columns = ["variant", "step", "mean", "low", "high", "n"]
+    rows = scalars[scalars["name"] == metric] if not scalars.empty else scalars
+    if rows.empty or results.empty:
+        return pd.DataFrame(columns=columns)
+    variant_of = dict(zip(results["run_id"], results["variant"], strict=True))
+    rows = rows.assign(variant=rows["run_id"].map(variant_of)).dropna(subset=["variant"])
+    out = []
+    for (variant, step), at in rows.groupby(["variant", "step"], sort=False):
+        interval = mean_interval(at["value"])
+        if interval is None:
+            continue
+        spread = interval.n > 1
+        out.append(
+            (
+                variant,
+                int(step),
+                interval.mean,
+                interval.low if spread else math.nan,
+                interval.high if spread else math.nan,
+                interval.n,
+            )
+        )
+    frame = pd.DataFrame(out, columns=columns)
+    order = {v: i for i, v in enumerate(dict.fromkeys(results["variant"]))}
+    return frame.sort_values(
+        ["variant", "step"], key=lambda s: s.map(order) if s.name == "variant" else s
+    ).reset_index(drop=True)
+
+
+def curves_chart(
+    scalars: pd.DataFrame, results: pd.DataFrame, metric: str = "val/loss"
+) -> alt.TopLevelMixin:
+    """The metric against step, one line per variant (the mean over its seeds) with a
+    band (the 95% t interval of that mean where two or more seeds reached the step)."""
+    label = spec.SCALARS.get(metric, metric)
+    title = alt.Title(f"{label} by variant", subtitle=BAND_NOTE)
+    bands = seed_bands(scalars, results, metric)
+    if bands.empty:
+        return _no_data(bands, f"{label} by variant")
+    variants = list(dict.fromkeys(results["variant"]))
+    color = alt.Color("variant:N", title="variant", sort=variants)
+    x = _x_axis(frame=bands)
+    base = alt.Chart(bands)
+    band = (
+        base.mark_area(opacity=0.2)
+        .encode(
+            x=x,
+            y=alt.Y("low:Q", title=label, scale=alt.Scale(zero=False)),
+            y2="high:Q",
+            color=alt.Color("variant:N", sort=variants, legend=None),
+        )
+        .transform_filter("isValid(datum.low) && isFinite(datum.low)")
+    )
+    tooltip = [
+        alt.Tooltip("variant:N"),
+        alt.Tooltip("step:Q", format=",d"),
+        alt.Tooltip("mean:Q", format=".4f"),
+        alt.Tooltip("low:Q", format=".4f"),
+        alt.Tooltip("high:Q", format=".4f"),
+        alt.Tooltip("n:Q", title="seeds"),
+    ]
+    line = base.mark_line(point=True).encode(
+        x=x, y=alt.Y("mean:Q", title=label), color=color, tooltip=tooltip
+    )
+    return alt.layer(band, line, data=bands).properties(title=title, width=WIDTH, height=HEIGHT)
+
+
+def swept_points(results: pd.DataFrame, field: str) -> pd.DataFrame:
+    """One point per finished run: the swept value, its final val loss (diverged runs at
+    the top of the plot, where they have no loss), outcome, and the group it belongs to."""
+    done = results[results["outcome"] != ""].copy()
+    if done.empty:
+        return pd.DataFrame(columns=["run_id", "seed", field, "loss", "outcome", "group"])
+    finite = done["val_loss"].map(lambda v: isinstance(v, float) and math.isfinite(v))
+    ceiling = float(done.loc[finite, "val_loss"].max()) if finite.any() else 1.0
+    top = ceiling + 0.05 * max(abs(ceiling), 1.0)
+    done["loss"] = np.where(finite, done["val_loss"], top)
+    others = [c for c in results.columns if c.startswith("swept:")]
+    done["group"] = done[others].astype(str).agg(" · ".join, axis=1) if others else "runs"
+    return done[["run_id", "seed", field, "loss", "outcome", "group"]].reset_index(drop=True)
+
+
+def swept_chart(
+    results: pd.DataFrame, field: str, log_x: bool = False, by: str | None = None
+) -> alt.TopLevelMixin:
+    """Final val loss against a swept value: each run a point shaped by its outcome
+    (converged filled, stalled hollow, diverged a cross at the top), a line through the
+    mean of the converged and stalled runs at each value, one line per value of `by`."""
+    title_text = f"final val loss against {field}"
+    frame = results.copy()
+    by = by if by and by in frame.columns and by != field else None
+    frame["swept:group"] = frame[by].astype(str) if by else "runs"
+    points = swept_points(frame, field)
+    if points.empty:
+        return _no_data(points, title_text)
+    kind = "Q"
+    x_scale = alt.Scale(type="log") if log_x else alt.Scale(zero=False)
+    x = alt.X(f"{field}:{kind}", title=field, scale=x_scale)
+    y = alt.Y("loss:Q", title="final val loss (nats)", scale=alt.Scale(zero=False))
+    color = alt.Color("group:N", title=by or "", legend=None if not by else alt.Legend())
+    shape = alt.Shape(
+        "outcome:N",
+        title="outcome",
+        scale=alt.Scale(domain=list(OUTCOME_SHAPES), range=list(OUTCOME_SHAPES.values())),
+    )
+    tooltip = [
+        alt.Tooltip("run_id:Q", title="run"),
+        alt.Tooltip("seed:Q"),
+        alt.Tooltip(f"{field}:Q"),
+        alt.Tooltip("loss:Q", format=".4f"),
+        alt.Tooltip("outcome:N"),
+        alt.Tooltip("group:N", title=by or "group"),
+    ]
+    base = alt.Chart(points)
+    filled = (
+        base.transform_filter("datum.outcome != 'stalled'")
+        .mark_point(filled=True, size=60, opacity=0.9)
+        .encode(x=x, y=y, color=color, shape=shape, tooltip=tooltip)
+    )
+    hollow = (
+        base.transform_filter("datum.outcome == 'stalled'")
+        .mark_point(filled=False, size=60, strokeWidth=2)
+        .encode(x=x, y=y, color=color, shape=shape, tooltip=tooltip)
+    )
+    means = (
+        base.transform_filter("datum.outcome != 'diverged'")
+        .transform_aggregate(loss="mean(loss)", groupby=[field, "group"])
+        .mark_line(opacity=0.7)
+        .encode(x=x, y=y, color=color)
+    )
+    subtitle = "diverged runs: crosses at the top (no finite loss); stalled: hollow"
+    return alt.layer(means, filled, hollow, data=points).properties(
+        title=alt.Title(title_text, subtitle=subtitle), width=WIDTH, height=HEIGHT
+    )

@@ -1,0 +1,125 @@
+"""A study's results table (the course material's ablation format plus what was measured)
+and its verdicts table, as frames and as Markdown / LaTeX / HTML text."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from blockviz.views.ablation import html_table, latex_escape
+
+TABLE_COLUMNS = (
+    "Variant",
+    "Params",
+    "Train loss",
+    "Val loss",
+    "95% interval",
+    "Perplexity",
+    "Time",
+    "Stability",
+)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and not math.isfinite(value))
+
+
+def _loss(mean: float, low: float, high: float) -> str:
+    if _missing(mean):
+        return ""
+    if _missing(low) or _missing(high):
+        return f"{mean:.3f}"
+    return f"{mean:.3f} ± {(high - low) / 2:.3f}"
+
+
+def results_table(summary: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """One row per variant: parameters, train and val loss (mean ± half the 95% interval;
+    the value alone with one seed), the interval, perplexity (exp of the mean val loss),
+    time relative to the baseline variant and how many seeds diverged or stalled."""
+    base = summary.loc[summary["variant"] == baseline, "time_s"]
+    base_time = float(base.iloc[0]) if len(base) and not _missing(float(base.iloc[0])) else None
+    rows = []
+    for row in summary.itertuples(index=False):
+        failed = int(row.diverged) + int(row.stalled)
+        relative = (
+            f"{row.time_s / base_time:.2f}×"
+            if base_time and not _missing(float(row.time_s))
+            else ""
+        )
+        rows.append(
+            {
+                "Variant": str(row.variant),
+                "Params": "" if _missing(float(row.n_params)) else f"{int(row.n_params):,}",
+                "Train loss": "" if _missing(float(row.train_loss)) else f"{row.train_loss:.3f}",
+                "Val loss": _loss(float(row.mean), float(row.low), float(row.high)),
+                "95% interval": ""
+                if _missing(float(row.low))
+                else f"{row.low:.3f} to {row.high:.3f}",
+                "Perplexity": "" if _missing(float(row.mean)) else f"{math.exp(row.mean):.2f}",
+                "Time": relative,
+                "Stability": f"{failed} of {int(row.finished)} diverged or stalled"
+                + (
+                    f" ({int(row.runs) - int(row.finished)} not finished)"
+                    if int(row.runs) > int(row.finished)
+                    else ""
+                ),
+            }
+        )
+    table = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
+    return table.rename(columns={"Time": f"Time vs {baseline}"})
+
+
+def table_markdown(table: pd.DataFrame) -> str:
+    """GitHub Markdown; an empty cell reads "—"."""
+
+    def cell(value: Any) -> str:
+        text = str(value)
+        return text.replace("|", r"\|") if text else "—"
+
+    header = [cell(c) for c in table.columns]
+    align = ["---"] + ["---:"] * (len(header) - 1)
+    body = [[cell(v) for v in row] for row in table.itertuples(index=False)]
+    return "\n".join("| " + " | ".join(r) + " |" for r in [header, align, *body]) + "\n"
+
+
+def table_latex(table: pd.DataFrame) -> str:
+    """A booktabs tabular (first column left, the others right)."""
+    spec = "l" + "r" * (len(table.columns) - 1)
+    lines = [
+        f"\\begin{{tabular}}{{{spec}}}",
+        r"\toprule",
+        " & ".join(latex_escape(c) for c in table.columns) + r" \\",
+        r"\midrule",
+        *(
+            " & ".join(latex_escape(v) if str(v) else "--" for v in row) + r" \\"
+            for row in table.itertuples(index=False)
+        ),
+        r"\bottomrule",
+        r"\end{tabular}",
+    ]
+    return "\n".join(lines).replace("±", r"$\pm$").replace("×", r"$\times$") + "\n"
+
+
+def table_html(table: pd.DataFrame) -> str:
+    return html_table(
+        list(table.columns), [[str(v) for v in r] for r in table.itertuples(index=False)]
+    )
+
+
+def verdicts_table(verdicts: Sequence[Any]) -> pd.DataFrame:
+    """Claim, Source, Verdict, Reason: one row per judged claim."""
+    return pd.DataFrame(
+        [
+            {
+                "Claim": v.claim.text,
+                "Source": v.claim.source,
+                "Verdict": v.verdict,
+                "Reason": v.reason,
+            }
+            for v in verdicts
+        ],
+        columns=["Claim", "Source", "Verdict", "Reason"],
+    )
