@@ -26,6 +26,7 @@ navigation = st.navigation(
         parameters,
         init_grads,
         st.Page("pages/runs.py", title="Runs", icon=":material/list:"),
+        st.Page("pages/studies.py", title="Studies", icon=":material/science:"),
     ]
 )
 if navigation in (train, parameters, init_grads):  # the pages the config drives

@@ -1,0 +1,209 @@
+"""The Studies page's view of one study: progress, Stop / Resume, results, verdicts, zip.
+
+While the study trains, this is a fragment that refreshes every REFRESH_S seconds, and
+the results fill in as runs finish (partial results say how many runs they rest on).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from blockviz import study_runner
+from blockviz.core import studies
+from blockviz.core.outcomes import results_frame
+from blockviz.core.verdicts import summarize, verdicts
+from blockviz.dashboard import ui
+from blockviz.dashboard.study_launch import SELECTED_KEY
+from blockviz.store import RunStore, StoreError
+from blockviz.views import charts, study_charts, study_report, study_table
+
+REFRESH_S = 2.0
+
+
+def studies_table(frame: pd.DataFrame, labels: dict[int, str]) -> pd.DataFrame:
+    """The store's studies, newest first, as the page lists them."""
+    shown = frame.iloc[::-1]
+    return pd.DataFrame(
+        {
+            "id": shown["id"].astype(int),
+            "name": shown["name"],
+            "study": shown["key"],
+            "size": shown["size"],
+            "status": [labels.get(int(i), "") for i in shown["id"]],
+            "runs done": [
+                f"{f}/{n}" for f, n in zip(shown["finished"], shown["runs"], strict=True)
+            ],
+        }
+    )
+
+
+def pick_study(store: RunStore) -> int | None:
+    """The studies table and a picker (defaults to the newest, or the one just launched)."""
+    frame = store.studies_frame()
+    if frame.empty:
+        st.info("No studies yet: pick one above and press Run study.")
+        return None
+    labels = {int(i): study_runner.progress(store, int(i)).label for i in frame["id"]}
+    st.dataframe(studies_table(frame, labels), hide_index=True, width="stretch")
+    ids = [int(i) for i in frame["id"]][::-1]
+    chosen = st.session_state.get(SELECTED_KEY)
+    index = ids.index(chosen) if chosen in ids else 0
+    names = dict(zip(frame["id"].astype(int), frame["name"], strict=True))
+    return st.selectbox(
+        "Study to show",
+        ids,
+        index=index,
+        format_func=lambda i: f"#{i} {names[i]}",
+        key="studies.show",
+    )
+
+
+def _actions(store: RunStore, study_id: int, now: study_runner.Progress, writable: bool) -> None:
+    left, right = st.columns(2)
+    active = now.status == "running" and not now.interrupted
+    if left.button(
+        "Stop study",
+        icon=":material/stop:",
+        key=f"studies.stop.{study_id}",
+        disabled=not (writable and active),
+        width="stretch",
+    ):
+        try:
+            ui.flash("info", f"Study #{study_id}: {study_runner.stop(store, study_id)}.")
+        except StoreError as exc:
+            ui.flash("error", f"Could not stop study #{study_id}: {exc}")
+        st.rerun(scope="app")
+    resumable = not active and (now.unfinished > 0 or now.interrupted)
+    if right.button(
+        "Resume study",
+        icon=":material/play_arrow:",
+        key=f"studies.resume.{study_id}",
+        disabled=not (writable and resumable),
+        width="stretch",
+    ):
+        try:
+            queued = study_runner.resume(store, study_id)
+            ui.flash("success", f"Study #{study_id}: {queued} run(s) queued again.")
+        except (study_runner.StudyError, StoreError) as exc:
+            ui.flash("error", f"Could not resume study #{study_id}: {exc}")
+        st.rerun(scope="app")
+
+
+def _progress(now: study_runner.Progress) -> None:
+    fraction = (now.finished + now.unfinished) / now.total if now.total else 1.0
+    text = (
+        f"{now.finished} of {now.total} runs done · {now.running} running · "
+        f"{now.queued} queued"
+        + (f" · {now.unfinished} stopped or failed" if now.unfinished else "")
+    )
+    st.progress(min(max(fraction, 0.0), 1.0), text=text)
+    if now.interrupted:
+        st.warning(
+            "No worker is left to train this study's remaining runs (the machine restarted, "
+            "or its processes were killed). Resume study trains them."
+        )
+
+
+def _init_gradients(store: RunStore, study_id: int) -> None:
+    """The init explorer's figures for a study that measured at initialisation."""
+    result = study_report.read_init_grads(store, study_id)
+    if result is None:
+        st.info("The measurement has not written its result yet.")
+        return
+    rows, summary = pd.DataFrame(result["rows"]), pd.DataFrame(result["summary"])
+    st.caption(
+        f"Measured on {ui.plain(result.get('dataset', '?'))}, seeds "
+        f"{', '.join(map(str, result.get('seeds', [])))}, in {result.get('seconds', 0):.1f} s."
+    )
+    ui.chart_with_downloads(
+        charts.init_grad_ratio_chart(summary),
+        summary,
+        f"study {study_id} init ratio",
+        f"st{study_id}.ratio",
+    )
+    ui.chart_with_downloads(
+        charts.init_grad_profile_chart(rows),
+        charts.init_grad_means(rows),
+        f"study {study_id} init by block",
+        f"st{study_id}.profile",
+    )
+
+
+def _results(store: RunStore, study_id: int, plan: studies.StudyDef) -> None:
+    if not plan.trains:
+        _init_gradients(store, study_id)
+        return
+    runs = store.study_runs(study_id)
+    results = results_frame(runs, plan)
+    finished = int((results["outcome"] != "").sum()) if not results.empty else 0
+    if finished < len(results):
+        st.caption(f"Partial results: {finished} of {len(results)} runs finished so far.")
+    summary = summarize(results)
+    if plan.claims:
+        st.subheader("Claims and what this machine measured", anchor=False)
+        for verdict in verdicts(plan, results):
+            icon = {"supported": "✅", "contradicted": "❌"}.get(verdict.verdict, "❔")
+            st.markdown(
+                f"{icon} **{ui.plain(verdict.verdict.capitalize())}** — "
+                f"{ui.plain(verdict.claim.text)}  \n"
+                f"*{ui.plain(verdict.claim.source)}*  \n{ui.plain(verdict.reason)}"
+            )
+        st.caption(
+            "A verdict is computed from the runs by the rule the README's Studies section "
+            "documents (95% intervals over seeds; diverged and stalled runs counted); "
+            "nothing here is written by hand."
+        )
+    st.subheader("Results", anchor=False)
+    st.dataframe(
+        study_table.results_table(summary, plan.baseline), hide_index=True, width="stretch"
+    )
+    with ui.guard("Loss curves"):
+        scalars = store.scalars([int(i) for i in runs["id"]], names="val/loss")
+        chart = study_charts.curves_chart(scalars, results)
+        ui.chart_with_downloads(
+            chart, charts.chart_data(chart), f"study {study_id} curves", f"st{study_id}.curves"
+        )
+    for stem, chart in study_report.swept_charts(results, plan):
+        with ui.guard(stem):
+            ui.chart_with_downloads(
+                chart, charts.chart_data(chart), f"study {study_id} {stem}", f"st{study_id}.{stem}"
+            )
+    st.download_button(
+        "Download study (zip)",
+        data=lambda: study_report.build_study_zip(store, study_id),
+        file_name=study_report.zip_name(store.get_study(study_id)),
+        mime="application/zip",
+        icon=":material/folder_zip:",
+        key=f"studies.zip.{study_id}",
+        on_click="ignore",
+    )
+
+
+def study_panel(store: RunStore, study_id: int, writable: bool) -> None:
+    """One study: header, progress, actions and results; refreshes itself while it runs."""
+    study = store.get_study(study_id)
+    plan = studies.plan_from_spec(study["spec"])
+    now = study_runner.progress(store, study_id)
+    st.subheader(f"#{study_id} {ui.plain(study['name'])} — {now.label}", anchor=False)
+    st.markdown(f"**Question.** {ui.plain(plan.question)}")
+    _progress(now)
+    _actions(store, study_id, now, writable)
+    with ui.guard("Study results"):
+        _results(store, study_id, plan)
+
+
+def live_panel(store: RunStore, study_id: int, writable: bool) -> None:
+    """`study_panel`, as a fragment on a timer while the study has runs to train."""
+    now = study_runner.progress(store, study_id)
+    moving = now.status == "running" and not now.interrupted
+    st.fragment(_panel_body, run_every=REFRESH_S if moving else None)(
+        store, study_id, writable, moving
+    )
+
+
+def _panel_body(store: RunStore, study_id: int, writable: bool, was_moving: bool) -> None:
+    now = study_runner.progress(store, study_id)
+    if was_moving and not (now.status == "running" and not now.interrupted):
+        st.rerun(scope="app")  # it ended: redraw once without the timer
+    study_panel(store, study_id, writable)

@@ -1,0 +1,31 @@
+"""Studies: one click answers a question about the block, with seeds, intervals and a verdict.
+
+Launch a built-in study (or a custom sweep), watch it fill in, and read what it measured:
+each claim beside its verdict, the results table, loss curves with seed bands and the
+final loss against the swept value. Studies live in the store and keep going with the
+tab closed.
+"""
+
+import streamlit as st
+
+from blockviz.dashboard import store_access, study_launch, study_view, ui
+
+store = store_access.store_or_stop()
+st.title("Studies")
+ui.show_flashes()
+store_access.store_notice(store)
+writable = store_access.writable(store)
+
+builtin_tab, sweep_tab = st.tabs(["Built-in studies", "Custom sweep"])
+with builtin_tab, ui.guard("Study launcher"):
+    study_launch.builtin_launcher(store, writable)
+with sweep_tab, ui.guard("Sweep form"):
+    study_launch.sweep_launcher(store, writable)
+
+st.divider()
+with ui.guard("Studies"):
+    store_access.reap_dead(store)
+    chosen = study_view.pick_study(store)
+if chosen is not None:
+    with ui.guard("Study"):
+        study_view.live_panel(store, int(chosen), writable)

@@ -1,0 +1,101 @@
+"""AppTest of the Studies page: empty store, a constructed study, a tiny sweep end to end."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from blockviz.core import studies
+from blockviz.core.outcomes import results_frame
+from blockviz.core.verdicts import judge
+from blockviz.store import RunStore
+
+PAGE = Path(__file__).resolve().parent.parent / "pages" / "studies.py"
+
+
+def _page() -> AppTest:
+    return AppTest.from_file(str(PAGE), default_timeout=60)
+
+
+def _text(at: AppTest) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption]
+    parts += [e.value for e in at.error] + [i.value for i in at.info]
+    return "\n".join(str(p) for p in parts)
+
+
+def test_an_empty_store_offers_the_builtin_studies() -> None:
+    at = _page().run()
+    assert not at.exception
+    assert "No studies yet" in _text(at)
+    assert at.selectbox(key="studies.key").value == studies.STUDY_KEYS[0]
+    assert any(b.label == "Run study" for b in at.button)
+    at.selectbox(key="studies.key").set_value("activation").run()
+    text = _text(at)
+    assert "GELU does at least as well as ReLU" in text.replace("\\", "")
+    assert "4 variants × 2 seeds = 8 runs" in text
+    assert "Estimated time here" in text
+
+
+def _fake_study(store: RunStore, key: str = "activation") -> int:
+    """A finished study whose runs carry constructed, neutral numbers (no worker ran)."""
+    plan = studies.builtin(key, "quick")
+    runs = [
+        {"variant": v.label, "seed": s, "config": c.to_json(), "max_steps": 300}
+        for v, s, c in plan.grid()
+    ]
+    study_id, run_ids = store.create_study("fake", key, "quick", plan.to_spec(), runs)
+    for index, run_id in enumerate(run_ids):
+        loss = 2.0 + 0.01 * (index % 3)  # the same for every variant up to seed noise
+        store.update_run(
+            run_id,
+            status="completed",
+            ended=time.time(),
+            step=300,
+            n_params=1000,
+            final={"val_loss": loss, "train_loss": loss, "time_s": 5.0},
+            dataset={"unigram_nats": 3.0, "init_loss": 4.17, "vocab_size": 65},
+        )
+    store.update_study(study_id, status="completed", ended=time.time())
+    return study_id
+
+
+def test_a_finished_study_shows_its_computed_verdicts_and_table() -> None:
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        study_id = _fake_study(store)
+        plan = studies.plan_from_spec(store.get_study(study_id)["spec"])
+        expected = judge(plan.claims[0], results_frame(store.study_runs(study_id), plan), plan)
+    at = _page().run()
+    assert not at.exception
+    text = _text(at).replace("\\", "")
+    assert expected.verdict.capitalize() in text
+    assert expected.reason in text
+    table = at.dataframe[1].value
+    assert len(table) == 4
+    assert any(b.label == "Resume study" and b.disabled for b in at.button)
+
+
+@pytest.mark.slow
+def test_a_tiny_sweep_from_the_form_runs_to_its_results() -> None:
+    at = _page().run()
+    at.text_input(key="studies.sweep.values0").set_value("1e-3,3e-3")
+    at.number_input(key="studies.sweep.seeds").set_value(2)
+    at.number_input(key="studies.sweep.steps").set_value(20)
+    at.button(key="FormSubmitter:studies.sweep-Run sweep").click().run()
+    assert not at.exception
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        (study_id,) = store.studies_frame()["id"].tolist()
+        assert len(store.study_runs(study_id)) == 4
+        deadline = time.monotonic() + 180
+        while store.get_study(study_id)["status"] == "running" and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert store.get_study(study_id)["status"] == "completed"
+        assert set(store.study_runs(study_id)["status"]) <= {"completed", "diverged"}
+    at.run()
+    assert not at.exception
+    assert "4/4" in at.dataframe[0].value["runs done"].tolist()
+    assert len(at.dataframe[1].value) == 2  # one row per variant
+    assert at.get("vega_lite_chart")  # the curves, and final loss against lr

@@ -1,0 +1,126 @@
+"""Study definitions, sizes and custom sweeps (blockviz.core.studies)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from blockviz.core import studies
+from blockviz.core.config import ConfigError, RunConfig
+from blockviz.core.verdicts import RULES
+
+
+@pytest.mark.parametrize("key", studies.STUDY_KEYS)
+@pytest.mark.parametrize("size", studies.SIZES)
+def test_every_builtin_study_builds_valid_configs_at_every_size(key: str, size: str) -> None:
+    study = studies.builtin(key, size)
+    assert study.size == size and study.seeds == tuple(range(1, studies.SIZE_SEEDS[size] + 1))
+    assert study.baseline in {v.label for v in study.variants}
+    for variant in study.variants:
+        config = study.config_for(variant.label)
+        for name, value in studies.SIZE_PRESETS[size].items():
+            if name not in variant.overrides and name not in study.base:
+                assert studies.swept_value(study, variant.label, name) == value
+    for claim in study.claims:
+        assert claim.rule in RULES and claim.source
+    assert config.validate() is config
+
+
+def test_a_study_round_trips_through_its_stored_spec() -> None:
+    study = studies.builtin("lr-sensitivity", "quick", seeds=3)
+    again = studies.plan_from_spec(json.loads(json.dumps(study.to_spec())))
+    assert again == study
+    assert study.n_runs == 21 * 3
+    lrs = sorted({studies.swept_value(study, v.label, "lr") for v in study.variants})
+    assert lrs[0] == pytest.approx(3e-4) and lrs[-1] == pytest.approx(3e-1) and len(lrs) == 7
+
+
+def test_grid_sets_each_seed() -> None:
+    study = studies.builtin("activation", "quick", seeds=2)
+    grid = study.grid()
+    assert [(v.label, s) for v, s, _ in grid][:2] == [("ReLU", 1), ("ReLU", 2)]
+    assert [c.train.seed for _, _, c in grid][:2] == [1, 2]
+    assert {c.model.activation for _, _, c in grid} == {"relu", "gelu", "silu", "swiglu"}
+
+
+def test_warmup_is_a_swept_column_of_norm_position() -> None:
+    study = studies.builtin("norm-position")
+    values = {v.label: studies.swept_value(study, v.label, "warmup") for v in study.variants}
+    assert values["Post-LN · depth 6"] == "off"
+    assert values["Post-LN + warm-up · depth 6"] == "on"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("nope",), "study: 'nope' is not allowed"),
+        (("activation", "huge"), "size: 'huge'"),
+        (("activation", "quick", 0), "seeds: 0"),
+        (("activation", "quick", studies.MAX_SEEDS + 1), "seeds"),
+    ],
+)
+def test_bad_builtin_requests_name_the_problem(args: tuple, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        studies.builtin(*args)
+
+
+def test_parse_values_lists_and_log_ranges() -> None:
+    assert studies.parse_values("lr", "1e-4:1e-2:3") == [1e-4, 1e-3, 1e-2]
+    assert studies.parse_values("norm_position", "pre, post") == ["pre", "post"]
+    assert studies.parse_values("residual", "true,false") == [True, False]
+    assert studies.parse_values("n_layer", "1:8:4") == [1, 2, 4, 8]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("lr", "1e-4:x:3", "lr: '1e-4:x:3'"),
+        ("lr", "1e-2:1e-4:3", "0 < low < high"),
+        ("lr", "1e-4:1e-2:1", "2 to"),
+        ("lr", "1e-3,,1e-2", "empty value"),
+        ("lr", "1e-3,1e-3", "twice"),
+        ("n_layer", "2,x", "n_layer: 'x'"),
+        ("residual", "maybe,true", "true or false"),
+        ("colour", "red,blue", "colour: 'red,blue' is not allowed; is not a config field"),
+    ],
+)
+def test_bad_sweep_values_name_the_field_and_value(name: str, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        studies.parse_values(name, text)
+
+
+def test_sweep_crosses_fields_and_keeps_the_lr_floor_valid() -> None:
+    study = studies.sweep(
+        {"lr": [1e-5, 1e-3], "norm_position": ["pre", "post"]}, seeds=2, size="quick"
+    )
+    assert study.n_runs == 8 and study.claims == ()
+    assert [v.label for v in study.variants][:2] == [
+        "lr 1e-05 · norm_position pre",
+        "lr 1e-05 · norm_position post",
+    ]
+    config = study.config_for(study.variants[0].label)
+    assert config.train.min_lr <= config.train.lr == 1e-5
+    assert config.model.d_model == studies.SIZE_PRESETS["quick"]["d_model"]
+
+
+def test_sweep_starts_from_the_base_config_given() -> None:
+    base = RunConfig()
+    base.model.n_layer = 3
+    study = studies.sweep({"ffn_mult": [1, 2]}, base=base)
+    assert study.config_for(study.variants[1].label).model.n_layer == 3
+
+
+@pytest.mark.parametrize(
+    ("grid", "message"),
+    [
+        ({}, "at least one field"),
+        ({"seed": [1, 2]}, "seeds count"),
+        ({"n_head": [3]}, "n_head: 3 is not allowed"),
+        ({"lr": [1e-3] * 1, "n_layer": list(range(1, 26)), "ffn_mult": list(range(1, 26))},
+         "more than 500"),
+    ],
+)  # fmt: skip
+def test_bad_sweeps_say_what_is_wrong(grid: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        studies.sweep(grid)
