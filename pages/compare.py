@@ -20,7 +20,7 @@ from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, LOSS_NAMES
 from blockviz.dashboard import store_access, tables, tag_filter, ui
 from blockviz.dashboard.controls import chart_controls, preselected_runs, x_axis_control
 from blockviz.store import RunStore, StoreError
-from blockviz.views import charts, export, findings_text, summary
+from blockviz.views import charts, export, findings_text, seed_groups, summary
 from blockviz.views.report_job import ReportJob
 
 REFRESH_S = 1.5
@@ -64,9 +64,21 @@ def _draw_curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> N
     chosen = chart_controls("compare", others, preferred=("val/bpc", "train/grad_norm"))
     smoothing, log_scale, metric = chosen.smoothing, chosen.log_scale, chosen.metric
     elapsed = store.scalars(run_ids, names=charts.ELAPSED_SCALAR)
-    x = x_axis_control("compare", [store.get_run(i) for i in run_ids], elapsed)
+    stored = [store.get_run(i) for i in run_ids]
+    x = x_axis_control("compare", stored, elapsed)
     if x.note:
         st.caption(ui.plain(x.note))
+    groups = seed_groups.seed_groups(stored)
+    if any(len(members) > 1 for members in groups) and st.toggle(
+        "Group seeds",
+        key="compare.group_seeds",
+        help="Runs whose configs differ only in the seed become one line: the mean at each "
+        "step, with a band for its 95% t interval.",
+    ):
+        names_by_id = dict(zip(runs["id"].astype(int), runs["name"], strict=True))
+        _grouped(store, run_ids, groups, names_by_id, smoothing, log_scale, metric, x, tag)
+        _after_curves(store, run_ids, colors, tag)
+        return
     loss_col, metric_col = st.columns(2, gap="large")
     with loss_col, ui.guard("Loss chart"):
         scalars = x.place(store.scalars(run_ids, names=LOSS_NAMES, max_points=MAX_POINTS))
@@ -83,6 +95,47 @@ def _draw_curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> N
             label = f"compare {metric} {tag}"
             ui.chart_with_downloads(chart, charts.chart_data(chart), label, "cmp.metric")
 
+    _after_curves(store, run_ids, colors, tag)
+
+
+def _grouped(
+    store: RunStore,
+    run_ids: list[int],
+    groups: list[list[int]],
+    names: dict[int, str],
+    smoothing: float,
+    log_scale: bool,
+    metric: str | None,
+    x: Any,
+    tag: str,
+) -> None:
+    """The loss and metric charts with each seed group as one mean line and its band."""
+    label_of = seed_groups.group_names(groups, names)
+    sizes = [len(m) for m in groups]
+    st.caption(
+        f"{len(groups)} line(s) from {len(run_ids)} runs ("
+        + ", ".join(f"{n} seed{'s' if n > 1 else ''}" for n in sizes)
+        + "): each line is the mean over its runs at each step (after smoothing), the band "
+        "its 95% t interval where two or more runs reached the step."
+        + ("" if x.axis.field == "step" else " Grouped lines are drawn against steps.")
+    )
+    loss_col, metric_col = st.columns(2, gap="large")
+    with loss_col, ui.guard("Grouped loss chart"):
+        scalars = store.scalars(run_ids, names=LOSS_NAMES)
+        bands = seed_groups.band_frame(scalars, label_of, LOSS_NAMES, smoothing)
+        title = seed_groups.series_title(LOSS_NAMES)
+        chart = seed_groups.band_chart(bands, "loss by seed group", title, log_scale)
+        ui.chart_with_downloads(chart, bands, f"compare loss groups {tag}", "cmp.gloss")
+    if metric is not None:
+        with metric_col, ui.guard("Grouped metric chart"):
+            scalars = store.scalars(run_ids, names=metric)
+            bands = seed_groups.band_frame(scalars, label_of, [metric], smoothing)
+            title = seed_groups.series_title([metric])
+            chart = seed_groups.band_chart(bands, f"{title} by seed group", title, log_scale)
+            ui.chart_with_downloads(chart, bands, f"compare {metric} groups {tag}", "cmp.gmetric")
+
+
+def _after_curves(store: RunStore, run_ids: list[int], colors: Any, tag: str) -> None:
     st.subheader("Final metrics", anchor=False)
     with ui.guard("Final metrics"):
         st.dataframe(

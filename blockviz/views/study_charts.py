@@ -10,47 +10,11 @@ import numpy as np
 import pandas as pd
 
 from blockviz.core import spec
-from blockviz.core.study_stats import mean_interval
-from blockviz.views.charts.base import HEIGHT, WIDTH, _no_data, _x_axis
+from blockviz.views.charts.base import HEIGHT, WIDTH, _no_data
+from blockviz.views.seed_groups import band_chart, band_frame
 
-BAND_NOTE = "line: mean over seeds; band: 95% t interval of that mean"
 OUTCOME_SHAPES = {"converged": "circle", "stalled": "square", "diverged": "cross"}
 OUTCOME_FILLED = {"converged": True, "stalled": False, "diverged": True}
-
-
-def seed_bands(scalars: pd.DataFrame, results: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per variant and step: mean, 95% t interval (low/high, NaN with one seed) and n.
-
-    `scalars` holds run_id, step, name, value; non-finite values are left out, so a run that
-    diverged counts only at the steps before it blew up.
-    """
-    columns = ["variant", "step", "mean", "low", "high", "n"]
-    rows = scalars[scalars["name"] == metric] if not scalars.empty else scalars
-    if rows.empty or results.empty:
-        return pd.DataFrame(columns=columns)
-    variant_of = dict(zip(results["run_id"], results["variant"], strict=True))
-    rows = rows.assign(variant=rows["run_id"].map(variant_of)).dropna(subset=["variant"])
-    out = []
-    for (variant, step), at in rows.groupby(["variant", "step"], sort=False):
-        interval = mean_interval(at["value"])
-        if interval is None:
-            continue
-        spread = interval.n > 1
-        out.append(
-            (
-                variant,
-                int(step),
-                interval.mean,
-                interval.low if spread else math.nan,
-                interval.high if spread else math.nan,
-                interval.n,
-            )
-        )
-    frame = pd.DataFrame(out, columns=columns)
-    order = {v: i for i, v in enumerate(dict.fromkeys(results["variant"]))}
-    return frame.sort_values(
-        ["variant", "step"], key=lambda s: s.map(order) if s.name == "variant" else s
-    ).reset_index(drop=True)
 
 
 def curves_chart(
@@ -59,36 +23,11 @@ def curves_chart(
     """The metric against step, one line per variant (the mean over its seeds) with a
     band (the 95% t interval of that mean where two or more seeds reached the step)."""
     label = spec.SCALARS.get(metric, metric)
-    title = alt.Title(f"{label} by variant", subtitle=BAND_NOTE)
-    bands = seed_bands(scalars, results, metric)
-    if bands.empty:
-        return _no_data(bands, f"{label} by variant")
-    variants = list(dict.fromkeys(results["variant"]))
-    color = alt.Color("variant:N", title="variant", sort=variants)
-    x = _x_axis(frame=bands)
-    base = alt.Chart(bands)
-    band = (
-        base.mark_area(opacity=0.2)
-        .encode(
-            x=x,
-            y=alt.Y("low:Q", title=label, scale=alt.Scale(zero=False)),
-            y2="high:Q",
-            color=alt.Color("variant:N", sort=variants, legend=None),
-        )
-        .transform_filter("isValid(datum.low) && isFinite(datum.low)")
-    )
-    tooltip = [
-        alt.Tooltip("variant:N"),
-        alt.Tooltip("step:Q", format=",d"),
-        alt.Tooltip("mean:Q", format=".4f"),
-        alt.Tooltip("low:Q", format=".4f"),
-        alt.Tooltip("high:Q", format=".4f"),
-        alt.Tooltip("n:Q", title="seeds"),
-    ]
-    line = base.mark_line(point=True).encode(
-        x=x, y=alt.Y("mean:Q", title=label), color=color, tooltip=tooltip
-    )
-    return alt.layer(band, line, data=bands).properties(title=title, width=WIDTH, height=HEIGHT)
+    variant_of = {
+        int(r): str(v) for r, v in zip(results["run_id"], results["variant"], strict=True)
+    }
+    bands = band_frame(scalars, variant_of, [metric])
+    return band_chart(bands, f"{label} by variant", label)
 
 
 def swept_points(results: pd.DataFrame, field: str) -> pd.DataFrame:

@@ -1,0 +1,88 @@
+"""Runs that differ only in seed: grouped, and drawn as a mean line with a 95% band."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from blockviz.core import config as cfg
+from blockviz.core.study_stats import t_quantile
+from blockviz.store import RunStore
+from blockviz.views import seed_groups
+from blockviz.views.charts import chart_data
+
+PAGES = Path(__file__).resolve().parent.parent / "pages"
+
+
+def _config(seed: int, **overrides) -> str:
+    return cfg.replace(cfg.preset("tiny"), seed=seed, **overrides).to_json()
+
+
+def test_only_seed_differences_group() -> None:
+    runs = [
+        {"id": 1, "config": _config(1)},
+        {"id": 2, "config": _config(2)},
+        {"id": 3, "config": _config(3, lr=2e-3)},
+        {"id": 4, "config": _config(4)},
+        {"id": 5, "config": "{not json"},
+        {"id": 6, "config": cfg.RunConfig.from_json(_config(5, lr=2e-3)).to_dict()},
+    ]
+    assert seed_groups.seed_groups(runs) == [[1, 2, 4], [3, 6], [5]]
+    names = seed_groups.group_names([[1, 2, 4], [3, 6], [5]], {1: "a", 3: "b", 5: "c"})
+    assert names == {
+        1: "a (3 seeds)",
+        2: "a (3 seeds)",
+        4: "a (3 seeds)",
+        3: "b (2 seeds)",
+        6: "b (2 seeds)",
+        5: "c",
+    }
+
+
+def _scalars(values: dict[int, list[float]], name: str = "val/loss") -> pd.DataFrame:
+    rows = [(r, s, name, v) for r, vs in values.items() for s, v in enumerate(vs)]
+    return pd.DataFrame(rows, columns=["run_id", "step", "name", "value"])
+
+
+def test_band_numbers_by_hand() -> None:
+    scalars = _scalars({1: [3.0, 2.0], 2: [3.2, 2.4], 3: [3.4, float("inf")], 9: [1.0, 1.0]})
+    bands = seed_groups.band_frame(scalars, {1: "g", 2: "g", 3: "g"}, ["val/loss"])
+    first, second = bands.iloc[0], bands.iloc[1]
+    half = t_quantile(0.975, 2) * 0.2 / math.sqrt(3)  # values 3.0, 3.2, 3.4: sd 0.2
+    assert (first["n"], first["mean"]) == (3, pytest.approx(3.2))
+    assert (first["low"], first["high"]) == (pytest.approx(3.2 - half), pytest.approx(3.2 + half))
+    assert second["n"] == 2 and second["mean"] == pytest.approx(2.2)  # inf left out
+    lone = seed_groups.band_frame(scalars, {9: "h"}, ["val/loss"])
+    assert lone["n"].tolist() == [1, 1] and lone["low"].isna().all()
+
+
+def test_band_chart_carries_its_numbers_and_handles_no_data() -> None:
+    bands = seed_groups.band_frame(_scalars({1: [3.0], 2: [3.4]}), {1: "g", 2: "g"})
+    chart = seed_groups.band_chart(bands, "t", "loss")
+    assert chart_data(chart)[["mean", "n"]].values.tolist() == [[pytest.approx(3.2), 2]]
+    empty = seed_groups.band_chart(seed_groups.band_frame(pd.DataFrame(), {}), "t", "loss")
+    assert chart_data(empty).empty
+
+
+def test_compare_groups_seeds_when_asked() -> None:
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        ids = [store.create_run(f"run{s}", _config(s), status="completed") for s in (1, 2)]
+        for run_id, offset in zip(ids, (0.0, 0.2), strict=True):
+            for step in range(0, 30, 10):
+                store.log_metrics(run_id, step, {"train/loss": 3.0 - step / 30 + offset})
+        store.flush()
+    at = AppTest.from_file(str(PAGES / "compare.py"), default_timeout=60).run()
+    assert not at.exception
+    toggle = at.toggle(key="compare.group_seeds")
+    assert toggle.value is False
+    toggle.set_value(True).run()
+    assert not at.exception
+    captions = " ".join(c.value for c in at.caption)
+    assert "1 line(s) from 2 runs (2 seeds)" in captions
+    titles = [str(e.proto.spec) for e in at.get("vega_lite_chart")]
+    assert any("loss by seed group" in t for t in titles)
