@@ -124,3 +124,10 @@ def test_sweep_starts_from_the_base_config_given() -> None:
 def test_bad_sweeps_say_what_is_wrong(grid: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         studies.sweep(grid)
+
+
+def test_fields_fixed_for_a_sweep_win_over_its_size() -> None:
+    study = studies.sweep({"lr": [1e-3, 3e-3]}, size="quick", fixed={"n_layer": 12})
+    config = study.config_for(study.variants[0].label)
+    assert config.model.n_layer == 12
+    assert config.model.d_model == studies.SIZE_PRESETS["quick"]["d_model"]

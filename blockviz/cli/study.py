@@ -147,14 +147,12 @@ def _sweep(args: argparse.Namespace) -> int:
                 fixed.update(
                     config_overrides(argparse.Namespace(**{f"cfg_{name}": text}), [section])
                 )
-    if fixed:
-        base = cfg.replace(base, **fixed)
     if not grid:
         raise UsageError(
             "name at least one field with two or more values, e.g. --lr 1e-4:1e-1:7 "
             "or --norm_position pre,post"
         )
-    study = studies.sweep(grid, seeds=args.seeds or 1, base=base, size=args.size)
+    study = studies.sweep(grid, seeds=args.seeds or 1, base=base, size=args.size, fixed=fixed)
     return _launch_and_watch(args, study)
 
 

@@ -540,11 +540,13 @@ def sweep(
     base: RunConfig | None = None,
     size: str | None = None,
     max_steps: int | None = None,
+    fixed: Mapping[str, Any] | None = None,
 ) -> StudyDef:
     """A custom sweep: every combination of the fields' values × seeds, no claims.
 
     `base` is the config the sweep starts from (default RunConfig()); `size`, when given,
-    applies a size preset on top of it, and `max_steps` then sets the length of every run
+    applies a size preset on top of it, `fixed` fields (set for every run, e.g. from the
+    command line) go on top of that, and `max_steps` then sets the length of every run
     (the warm-up kept at most a tenth of it). ConfigError names the first bad field or value.
     """
     if not grid:
@@ -555,6 +557,9 @@ def sweep(
         flat.update(base_config.to_dict()[section])
     if size is not None:
         flat.update(_sized_base(size, {}))
+    for name, value in (fixed or {}).items():
+        cfg.section_of(name)
+        flat[name] = value
     if max_steps is not None:
         flat["max_steps"] = max_steps
         flat["warmup_steps"] = min(int(flat.get("warmup_steps", 0)), max_steps // 10)
