@@ -260,18 +260,38 @@ def _report_job() -> ReportJob:
     return job
 
 
-def _report_progress(job: ReportJob, run_ids: list[int], was_building: bool) -> None:
-    """Progress of the report being built (polled while it builds)."""
+def _report_progress(
+    job: ReportJob, run_ids: list[int], file_name: str, was_building: bool
+) -> None:
+    """Progress of the report being built (polled while it builds), then the built zip.
+
+    Once built, the zip is also offered as an ordinary download of the same bytes, name and
+    type. Besides letting a user save it again without a rebuild, that keeps the click's
+    own file alive: Streamlit drops a generated download that no element of the session
+    refers to after two script runs (this timer's and the redraw's), and identical bytes,
+    name and type are one file to it.
+    """
     status = job.status()
     if status.building:
         text = f"Building the report… {ui.plain(status.message)}".strip()
         st.progress(status.fraction, text=text)
-    elif was_building:
-        st.rerun()  # done: redraw once without the timer
-    elif status.error:
+        return
+    if status.error:
         st.error(f"The report could not be built: {ui.plain(status.error)}")
-    elif status.size and list(status.run_ids) == run_ids:
-        st.success(f"Report built ({status.size / 1e6:.1f} MB); your browser saves the zip.")
+    built = job.result(run_ids)
+    if built is not None:
+        st.success(f"Report built ({len(built) / 1e6:.1f} MB); your browser saves the zip.")
+        st.download_button(
+            "Save the report again",
+            data=built,
+            file_name=file_name,
+            mime="application/zip",
+            key="compare.report.saved",
+            icon=":material/download:",
+            on_click="ignore",
+        )
+    if was_building:
+        st.rerun()  # done: redraw once without the timer
 
 
 def _report_section(store: RunStore, run_ids: list[int], runs: list[dict[str, Any]]) -> None:
@@ -295,7 +315,9 @@ def _report_section(store: RunStore, run_ids: list[int], runs: list[dict[str, An
         on_click=job.request,
     )
     building = job.building()
-    st.fragment(_report_progress, run_every=POLL_S if building else None)(job, run_ids, building)
+    st.fragment(_report_progress, run_every=POLL_S if building else None)(
+        job, run_ids, export.report_name(runs), building
+    )
 
 
 # ---------------------------------------------------------------------------- the page

@@ -49,6 +49,7 @@ class ReportJob:
         self._error = ""
         self._size = 0
         self._run_ids: tuple[int, ...] = ()
+        self._data: bytes | None = None  # the last build that succeeded
 
     def request(self) -> None:
         """The download was clicked (its button's on_click callback)."""
@@ -90,9 +91,17 @@ class ReportJob:
                     # its size (or its error).
                     self._error = error
                     self._size = 0 if data is None else len(data)
+                    self._data = data
                     self._finished += 1
 
         return run
+
+    def result(self, run_ids: Sequence[int]) -> bytes | None:
+        """The bytes of the last successful build, when it was of these runs."""
+        with self._lock:
+            if self._data is None or self._run_ids != tuple(int(i) for i in run_ids):
+                return None
+            return self._data
 
     def _building(self) -> bool:
         pending = max(self._requested, self._started) > self._finished
