@@ -570,3 +570,20 @@ def test_reaping_is_throttled_and_never_writes_a_read_only_store(
     monkeypatch.setattr(store_access, "REAP_EVERY_S", 0.0)
     store_access.reap_dead(writable)
     assert calls == ["a.db", "a.db"]
+
+
+def test_a_built_report_stays_offered_as_an_ordinary_download(runs: dict[str, int]) -> None:
+    # The same bytes, name and type as the click's generated file: that keeps the click's
+    # download from being dropped by Streamlit before the browser fetches it.
+    from blockviz.views.report_job import ReportJob
+
+    chosen = sorted([runs["completed"], runs["diverged"]])
+    job = ReportJob()
+    job.builder(lambda progress: b"PK built", chosen)()
+    at = _page("compare")
+    at.session_state["compare_ids"] = chosen
+    at.session_state["compare.report_job"] = job
+    at.run()
+    assert not at.exception
+    assert "Save the report again" in _labels(at)
+    assert any("Report built" in str(s.value) for s in at.success)

@@ -131,3 +131,14 @@ def test_a_started_build_never_stalls() -> None:
     finish.set()
     worker.join(10)
     assert not job.building()
+
+
+def test_the_last_good_build_is_kept_for_its_runs_only() -> None:
+    job = ReportJob()
+    assert job.result([1, 2]) is None
+    job.builder(lambda progress: b"zip bytes", [1, 2])()
+    assert job.result([1, 2]) == b"zip bytes"
+    assert job.result([2, 1]) is None and job.result([1]) is None
+    with pytest.raises(RuntimeError):
+        job.builder(lambda progress: (_ for _ in ()).throw(RuntimeError("x")), [1, 2])()
+    assert job.result([1, 2]) is None  # a failed build leaves nothing to save
