@@ -177,7 +177,10 @@ LR_GRID = _log_space(3e-4, 3e-1, 7)
 DEPTHS_NORM = (6, 12)
 DEPTHS_RESIDUAL = (2, 6, 12, 24)
 FFN_MULTS = (1, 2, 4, 8, 16)
-NORM_POSITION_LR = 3e-3  # high for these models with Adam, so a warm-up can matter
+# High enough for the norm position to matter on the quick model: in a calibration sweep
+# (12 layers, 300 steps, no warm-up, constant lr, seed 1) Post-LN reached val loss 2.16 at
+# 3e-3 and stalled at 3.24, the corpus's unigram entropy (3.25), at 1e-2.
+NORM_POSITION_LR = 1e-2
 
 
 def _norm_position() -> dict[str, Any]:
@@ -203,7 +206,7 @@ def _norm_position() -> dict[str, Any]:
         "learning rate, and does a warm-up rescue Post-LN?",
         "claims": (
             Claim(
-                "Post-LN without a learning-rate warm-up often diverges.",
+                "Post-LN without a learning-rate warm-up often fails to train (diverges).",
                 f"{COURSE}; Xiong et al. 2020, On Layer Normalization in the Transformer "
                 "Architecture",
                 "fails_often",

@@ -1,0 +1,82 @@
+"""A study's zip and `study export` / `study show --json` on a constructed, finished study."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pandas as pd
+
+from blockviz.core import studies
+from blockviz.core.outcomes import results_frame
+from blockviz.core.verdicts import verdicts
+from blockviz.store import RunStore
+from blockviz.views import study_report, study_text
+from tests.test_page_studies import _fake_study
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_zip_holds_table_claims_charts_configs_and_a_safe_page() -> None:
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        study_id = _fake_study(store)
+        store.update_study(study_id, name="<b>mine</b>")
+        data = study_report.build_study_zip(store, study_id)
+        plan = studies.plan_from_spec(store.get_study(study_id)["spec"])
+        judged = verdicts(plan, results_frame(store.study_runs(study_id), plan))
+        name = study_report.zip_name(store.get_study(study_id))
+    archive = zipfile.ZipFile(io.BytesIO(data))
+    names = set(archive.namelist())
+    assert {
+        "results.csv",
+        "results.md",
+        "results.tex",
+        "runs.csv",
+        "claims.md",
+        "index.html",
+        "README.txt",
+    } <= names
+    assert len([n for n in names if n.startswith("configs/")]) == len(plan.variants)
+    assert archive.read("charts/val-loss-by-variant.png")[:8] == b"\x89PNG\r\n\x1a\n"
+    table = pd.read_csv(io.BytesIO(archive.read("results.csv")))
+    assert table["Variant"].tolist() == [v.label for v in plan.variants]
+    claims = archive.read("claims.md").decode()
+    assert f"{judged[0].verdict.upper()}: {judged[0].claim.text}" in claims
+    page = archive.read("index.html").decode()
+    assert "<b>mine</b>" not in page and "&lt;b&gt;mine&lt;/b&gt;" in page
+    assert name.endswith(".zip") and "/" not in name and "<" not in name
+
+
+def test_show_json_and_export_from_the_command_line(tmp_path: Path) -> None:
+    store_path = os.environ["BLOCKVIZ_STORE"]
+    with RunStore(store_path) as store:
+        study_id = _fake_study(store)
+        expected = study_text.summary_json(store, study_id)
+    command = [sys.executable, "-m", "blockviz", "study"]
+    shown = subprocess.run(
+        [*command, "show", str(study_id), "--json", "--store", store_path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert shown.returncode == 0, shown.stderr
+    printed = json.loads(shown.stdout)
+    assert printed["claims"] == expected["claims"]
+    assert [v["variant"] for v in printed["variants"]] == ["ReLU", "GELU", "SiLU (Swish)", "SwiGLU"]
+    out = tmp_path / "out"
+    exported = subprocess.run(
+        [*command, "export", str(study_id), "--out", str(out), "--store", store_path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert exported.returncode == 0, exported.stderr
+    (written,) = out.glob("*.zip")
+    assert "claims.md" in zipfile.ZipFile(written).namelist()
