@@ -151,6 +151,14 @@ def workers_alive(store: RunStore, study_id: int) -> int:
     return sum(1 for pid, began in workers if pid and procs.is_alive(int(pid), began))
 
 
+def status_label(store: RunStore, study_id: int, status: str) -> str:
+    """A study's status as the lists show it: `interrupted` when it is 'running' with no
+    worker alive, else the stored status (cheap: no run is read)."""
+    if status == "running" and workers_alive(store, study_id) == 0:
+        return "interrupted"
+    return status
+
+
 def progress(store: RunStore, study_id: int) -> Progress:
     """The study's runs counted, and whether anything still works on them."""
     runs = store.study_runs(study_id)

@@ -228,7 +228,10 @@ def _verdict_lines(store: RunStore, study_id: int) -> str:
 def _list(args: argparse.Namespace) -> int:
     with _store(args) as store:
         frame = store.studies_frame()
-        alive = {int(i): study_runner.progress(store, int(i)).label for i in frame["id"]}
+        alive = {
+            int(i): study_runner.status_label(store, int(i), str(status))
+            for i, status in zip(frame["id"], frame["status"], strict=True)
+        }
     if args.json:
         records = json.loads(frame.to_json(orient="records"))
         for record in records:

@@ -44,7 +44,10 @@ def pick_study(store: RunStore) -> int | None:
     if frame.empty:
         st.info("No studies yet: pick one above and press Run study.")
         return None
-    labels = {int(i): study_runner.progress(store, int(i)).label for i in frame["id"]}
+    labels = {
+        int(i): study_runner.status_label(store, int(i), str(status))
+        for i, status in zip(frame["id"], frame["status"], strict=True)
+    }
     st.dataframe(studies_table(frame, labels), hide_index=True, width="stretch")
     ids = [int(i) for i in frame["id"]][::-1]
     chosen = st.session_state.get(SELECTED_KEY)

@@ -1,0 +1,74 @@
+"""study_runner without worker processes: progress, interruption, stop, resume, estimates."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from blockviz import study_runner
+from blockviz.core import studies
+from blockviz.store import RunStore
+
+GONE = 2**22 + 4321  # no process has this pid here
+
+
+def _runs(n: int) -> list[dict]:
+    return [{"variant": f"v{i}", "seed": 1, "config": "{}", "max_steps": 10} for i in range(n)]
+
+
+@pytest.fixture
+def store(tmp_path) -> RunStore:
+    opened = RunStore(tmp_path / "s.db")
+    yield opened
+    opened.close()
+
+
+def test_a_running_study_without_live_workers_is_interrupted_and_resumes(store, monkeypatch):
+    started: list[int] = []
+    monkeypatch.setattr(study_runner, "start_workers", lambda s, i, *a, **k: started.append(i))
+    study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(3))
+    store.update_study(study_id, workers=[[GONE, time.time()]])
+    store.claim_study_run(study_id, GONE, time.time())
+    store.update_run(run_ids[1], status="completed")
+    now = study_runner.progress(store, study_id)
+    assert (now.total, now.finished, now.queued, now.workers_alive) == (3, 1, 2, 0)
+    assert now.interrupted and now.label == "interrupted"
+    assert study_runner.status_label(store, study_id, "running") == "interrupted"
+    assert study_runner.resume(store, study_id) == 2
+    assert started == [study_id]
+    again = store.study_runs(study_id).set_index("id")["status"]
+    assert again[run_ids[0]] == "queued" and again[run_ids[1]] == "completed"
+    assert store.get_run(run_ids[0])["pid"] is None
+
+
+def test_stop_skips_the_queued_runs_and_resume_refuses_a_running_study(store, monkeypatch):
+    study_id, _ = store.create_study("s", "sweep", "quick", {}, _runs(2))
+    monkeypatch.setattr(study_runner, "workers_alive", lambda s, i: 1)
+    with pytest.raises(study_runner.StudyError, match="still running"):
+        study_runner.resume(store, study_id)
+    assert "2 queued run(s) skipped" in study_runner.stop(store, study_id)
+    assert store.get_study(study_id)["status"] == "stopped"
+    assert study_runner.stop(store, study_id) == "already stopped"
+    monkeypatch.setattr(study_runner, "start_workers", lambda *a, **k: [])
+    assert study_runner.resume(store, study_id) == 2
+
+
+def test_a_finished_study_has_nothing_to_resume(store):
+    study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(1))
+    store.update_run(run_ids[0], status="completed")
+    store.update_study(study_id, status="stopped")
+    assert study_runner.resume(store, study_id) == 0
+    assert store.get_study(study_id)["status"] == "completed"
+
+
+def test_estimates_grow_with_the_work() -> None:
+    short = studies.sweep({"lr": [1e-3, 2e-3]}, size="quick", max_steps=100)
+    long = studies.sweep({"lr": [1e-3, 2e-3]}, size="quick", max_steps=400)
+    rate = 1e10
+    a, b = (study_runner.estimate_s(s, rate, 1) for s in (short, long))
+    train_a = a - study_runner.WORKER_START_S - 2 * study_runner.PER_RUN_OVERHEAD_S
+    train_b = b - study_runner.WORKER_START_S - 2 * study_runner.PER_RUN_OVERHEAD_S
+    assert train_b == pytest.approx(4 * train_a)
+    assert study_runner.estimate_s(long, rate, 2) < b
+    assert study_runner.flops_per_s(None) == study_runner.DEFAULT_FLOPS_PER_S
