@@ -23,6 +23,7 @@ with sweep_tab, ui.guard("Sweep form"):
     study_launch.sweep_launcher(store, writable)
 
 st.divider()
+chosen = None
 with ui.guard("Studies"):
     store_access.reap_dead(store)
     chosen = study_view.pick_study(store)

@@ -14,7 +14,7 @@ from blockviz.core import config as cfg
         ({"dropout": 1.0}, "dropout"),
         ({"dropout": -0.1}, "dropout"),
         ({"norm_position": "middle"}, "norm_position"),
-        ({"norm_type": "batchnorm"}, "norm_type"),
+        ({"norm_type": "groupnorm"}, "norm_type"),
         ({"activation": "tanh"}, "activation"),
         ({"init": "orthogonal"}, "init"),
         ({"attention": False, "ffn": False}, "ffn"),

@@ -208,7 +208,7 @@ def test_relaunch_of_a_run_whose_dataset_file_is_gone_keeps_the_current_dataset(
 
 
 @pytest.mark.parametrize(
-    ("field", "value"), [("retired_field", 1), ("norm_type", "batchnorm"), ("init", None)]
+    ("field", "value"), [("retired_field", 1), ("norm_type", "groupnorm"), ("init", None)]
 )
 def test_relaunch_of_a_config_that_no_longer_reads_is_a_message(
     store: RunStore, field: str, value: object

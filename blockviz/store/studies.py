@@ -11,9 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from blockviz.core.naming import sanitize_name
 from blockviz.core.spec import ACTIVE_STATUSES
@@ -22,6 +20,9 @@ from blockviz.store.errors import StoreError
 from blockviz.store.naming import RunRef
 from blockviz.store.schema import METRIC_TABLES, STUDIES_FRAME, typed_frame
 from blockviz.store.values import decode_json, encode_json, placeholders
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built, never by a training process
+    import pandas as pd
 
 STUDY_STATUSES = ("running", "stopped", "completed")
 STUDY_FIELDS = ("name", "status", "ended", "error", "workers")
