@@ -14,7 +14,14 @@ import pytest
 from blockviz.core import outcomes
 from blockviz.core.studies import Claim, StudyDef, Variant
 from blockviz.core.study_stats import difference_interval
-from blockviz.core.verdicts import RULES, judge, max_stable, select, summarize
+from blockviz.core.verdicts import (
+    RULES,
+    judge,
+    max_stable,
+    select,
+    sensitivity_table,
+    summarize,
+)
 
 NEUTRAL = StudyDef(
     key="t",
@@ -285,3 +292,15 @@ def test_no_finished_run_is_inconclusive_and_bad_rules_are_refused() -> None:
     with pytest.raises(ValueError, match="needs the argument 'groups'"):
         judge(claim("converges"), running, NEUTRAL)
     assert set(RULES) >= {"converges", "lower_loss", "param_share"}
+
+
+def test_sensitivity_table_per_group() -> None:
+    flat = _sweep("a", 1, [2.0, 2.0, 2.1]) + _sweep("a", 2, [2.0, 2.05, 2.1])
+    steep = _sweep("b", 1, [2.0, 3.0, math.nan])
+    rows = [(v, s, o, x, {**extra, "group": v}) for v, s, o, x, extra in flat + steep]
+    table = sensitivity_table(frame(rows), "lr", "group").set_index("group")
+    per_seed = [(0 + 0 + 0.1) / 3, (0 + 0.05 + 0.1) / 3]  # best 2.0 in both seeds
+    assert table.loc["a", "sensitivity"] == pytest.approx(sum(per_seed) / 2)
+    assert table.loc["a", "seeds"] == 2 and table.loc["a", "low"] < table.loc["a", "high"]
+    assert table.loc["b", "sensitivity"] == pytest.approx((0 + 1 + 2) / 3)  # nan -> init 4
+    assert math.isnan(table.loc["b", "low"])

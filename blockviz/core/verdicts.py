@@ -149,8 +149,8 @@ def _failed(runs: pd.DataFrame) -> int:
     return int(runs["outcome"].isin(FAILED).sum())
 
 
-def _too_few(claim: Claim, what: str, n: int) -> Verdict:
-    return Verdict(claim, "inconclusive", f"only {n} finished run(s) of {what}; 2 needed", {})
+def _too_few(claim: Claim, what: str, n: int, unit: str = "finished run(s)") -> Verdict:
+    return Verdict(claim, "inconclusive", f"only {n} {unit} of {what}; 2 needed", {})
 
 
 def _interval_text(interval: Interval) -> str:
@@ -200,9 +200,10 @@ def _compare(
 ) -> Verdict:
     """Welch's interval of mean(better) − mean(worse) on a column of two groups."""
     a, b = _finished(better), _finished(worse)
+    unit = "finished run(s)" if values == "val_loss" else "seed(s) with the whole sweep finished"
     if len(a) < 2 or len(b) < 2:
         small = names[0] if len(a) < 2 else names[1]
-        return _too_few(claim, small, min(len(a), len(b)))
+        return _too_few(claim, small, min(len(a), len(b)), unit)
     fa, fb = a[values].dropna(), b[values].dropna()
     fa, fb = fa[fa.map(math.isfinite)], fb[fb.map(math.isfinite)]
     if len(fa) == 0 and len(fb) >= 1 and _failed(a) == len(a):
@@ -259,6 +260,27 @@ def _sensitivities(runs: pd.DataFrame, field_name: str) -> pd.DataFrame:
         )
         rows.append({"seed": seed, "sensitivity": value, "outcome": "converged"})
     return pd.DataFrame(rows, columns=["seed", "sensitivity", "outcome"])
+
+
+def sensitivity_table(results: pd.DataFrame, field_name: str, by: str) -> pd.DataFrame:
+    """The learning-rate sensitivity of each value of `by` over `field_name`'s sweep: mean
+    over seeds with its 95% t interval (NaN with one seed) and the seeds it rests on."""
+    rows = []
+    if field_name in results.columns and by in results.columns:
+        for value in dict.fromkeys(results[by]):
+            per_seed = _sensitivities(results[results[by] == value], field_name)
+            interval = mean_interval(per_seed["sensitivity"])
+            spread = interval is not None and interval.n > 1
+            rows.append(
+                {
+                    by: value,
+                    "sensitivity": interval.mean if interval else math.nan,
+                    "low": interval.low if spread else math.nan,
+                    "high": interval.high if spread else math.nan,
+                    "seeds": interval.n if interval else 0,
+                }
+            )
+    return pd.DataFrame(rows, columns=[by, "sensitivity", "low", "high", "seeds"])
 
 
 def _less_sensitive(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:

@@ -161,6 +161,11 @@ def _results(store: RunStore, study_id: int, plan: studies.StudyDef) -> None:
     st.dataframe(
         study_table.results_table(summary, plan.baseline), hide_index=True, width="stretch"
     )
+    sensitivity = study_table.sensitivity_display(results, plan.swept)
+    if sensitivity is not None:
+        st.subheader("Learning-rate sensitivity", anchor=False)
+        st.dataframe(sensitivity, hide_index=True)
+        st.caption(study_table.SENSITIVITY_NOTE)
     with ui.guard("Loss curves"):
         scalars = store.scalars([int(i) for i in runs["id"]], names="val/loss")
         chart = study_charts.curves_chart(scalars, results)

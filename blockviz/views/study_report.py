@@ -118,6 +118,12 @@ def study_files(
         files["results.md"] = study_table.table_markdown(table).encode()
         files["results.tex"] = study_table.table_latex(table).encode()
         files["runs.csv"] = results.to_csv(index=False).encode()
+        sensitivity = study_table.sensitivity_display(results, plan.swept)
+        if sensitivity is not None:
+            files["sensitivity.csv"] = sensitivity.to_csv(index=False).encode()
+            files["sensitivity.md"] = (
+                study_table.table_markdown(sensitivity) + "\n" + study_table.SENSITIVITY_NOTE + "\n"
+            ).encode()
         scalars = store.scalars([int(i) for i in results["run_id"]], names="val/loss")
         built.append(("val-loss-by-variant", study_charts.curves_chart(scalars, results)))
         built += swept_charts(results, plan)

@@ -123,3 +123,36 @@ def verdicts_table(verdicts: Sequence[Any]) -> pd.DataFrame:
         ],
         columns=["Claim", "Source", "Verdict", "Reason"],
     )
+
+
+SENSITIVITY_NOTE = (
+    "Learning-rate sensitivity (Wortsman et al. 2023): over the learning rates swept, the mean "
+    "of min(loss, loss at init) minus the best loss of the sweep, per seed; 0 means every "
+    "learning rate reached the best loss. Mean over seeds, 95% t interval."
+)
+
+
+def sensitivity_display(results: pd.DataFrame, swept: Sequence[str]) -> pd.DataFrame | None:
+    """For a study that sweeps `lr` beside another field: one row per value of that field
+    with its learning-rate sensitivity; None for any other study."""
+    from blockviz.core.verdicts import sensitivity_table
+
+    others = [f for f in swept if f != "lr" and f in results.columns]
+    if "lr" not in swept or not others or results.empty:
+        return None
+    by = others[0]
+    table = sensitivity_table(results, "lr", by)
+    return pd.DataFrame(
+        {
+            by: table[by].astype(str),
+            "LR sensitivity": [
+                _loss(m, lo, hi)
+                for m, lo, hi in zip(table["sensitivity"], table["low"], table["high"], strict=True)
+            ],
+            "95% interval": [
+                "" if _missing(lo) else f"{lo:.3f} to {hi:.3f}"
+                for lo, hi in zip(table["low"], table["high"], strict=True)
+            ],
+            "seeds": table["seeds"].astype(int),
+        }
+    )

@@ -43,6 +43,11 @@ def summary_json(store: RunStore, study_id: int) -> dict[str, Any]:
             {key: _clean(value) for key, value in row.items()}
             for row in summary.to_dict(orient="records")
         ],
+        "sensitivity": (
+            []
+            if (table := study_table.sensitivity_display(results, plan.swept)) is None
+            else table.to_dict(orient="records")
+        ),
         "claims": [
             {
                 "claim": v.claim.text,
@@ -66,6 +71,9 @@ def summary_text(store: RunStore, study_id: int) -> str:
     results = results_frame(store.study_runs(study_id), plan)
     table = study_table.results_table(summarize(results), plan.baseline)
     lines = [study_table.table_markdown(table)]
+    sensitivity = study_table.sensitivity_display(results, plan.swept)
+    if sensitivity is not None:
+        lines += [study_table.table_markdown(sensitivity), study_table.SENSITIVITY_NOTE, ""]
     for verdict in _verdicts(plan, results):
         lines.append(f"[{verdict.verdict}] {verdict.claim.text} ({verdict.claim.source})")
         lines.append(f"    {verdict.reason}")
