@@ -121,3 +121,13 @@ def test_unclaimed_study_runs_wait_for_their_study_not_for_a_slot(tmp_path) -> N
         assert shown[run_ids[1]] == shown[run_ids[2]] == "queued"
         listed = [run.id for run in runner.active(store, max_running=2)]
         assert listed == [own, run_ids[0]]
+
+
+def test_the_runs_table_names_a_runs_study(tmp_path) -> None:
+    from blockviz.dashboard import tables
+
+    with RunStore(tmp_path / "s.db") as store:
+        store.create_run("mine", "{}", status="completed")
+        study_id, _ = store.create_study("s", "sweep", "quick", {}, _runs(1))
+        table = tables.runs_table(store.runs_frame(), now=0.0)
+        assert table["study"].tolist() == ["", f"#{study_id}"]

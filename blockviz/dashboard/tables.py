@@ -45,7 +45,7 @@ def runs_table(
     store_runs: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """The columns a person scans: id, name, status, created, duration, step, val loss,
-    device, tags.
+    device, tags, and the study a run belongs to.
 
     Duration runs to `ended`, to `now` for an active run, else to the last heartbeat. The
     status is the one the pages show (`runner.shown_in`: a queued run with a free slot is
@@ -80,5 +80,9 @@ def runs_table(
             "tags": runs["tags"].fillna("").to_numpy()
             if "tags" in runs.columns
             else [""] * len(runs),
+            "study": [
+                "" if pd.isna(s) else f"#{int(s)}"
+                for s in (runs["study_id"] if "study_id" in runs.columns else [None] * len(runs))
+            ],
         }
     )
