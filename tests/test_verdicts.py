@@ -135,10 +135,12 @@ def test_summarize_counts_and_intervals() -> None:
             ("b", 1, "", math.nan),
         ]
     )
+    results.loc[2, "train_loss"] = 2851.0  # the last finite train loss before it blew up
     summary = summarize(results).set_index("variant")
     a = summary.loc["a"]
     assert (a["runs"], a["finished"], a["converged"], a["diverged"]) == (3, 3, 2, 1)
     assert a["mean"] == pytest.approx(2.1) and a["sd"] == pytest.approx(math.sqrt(0.02))
+    assert a["train_loss"] == pytest.approx(2.1)  # the diverged run's is left out
     assert a["low"] < 2.1 < a["high"]
     b = summary.loc["b"]
     assert (b["finished"], math.isnan(b["mean"])) == (0, True)

@@ -105,7 +105,8 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
                 "sd": interval.sd if interval and interval.n > 1 else math.nan,
                 "low": interval.low if interval and interval.n > 1 else math.nan,
                 "high": interval.high if interval and interval.n > 1 else math.nan,
-                "train_loss": _mean(done["train_loss"]),
+                # A diverged run's last finite train loss (thousands) says nothing typical.
+                "train_loss": _mean(done.loc[done["outcome"] != "diverged", "train_loss"]),
                 "n_params": _mean(runs["n_params"]),
                 "time_s": _mean(done["time_s"]),
             }
