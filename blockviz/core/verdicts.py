@@ -369,8 +369,9 @@ def _sweet_spot(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict
         "higher than": ", ".join(map(str, loses)) or "none",
     }
     said = (
-        f"{_name(at)} has a lower final val loss than {name} {numbers['lower than']} and a "
-        f"higher one than {numbers['higher than']} (mean differences {'; '.join(notes)})"
+        f"final val loss of {_name(at)} minus each other {name} (mean): {'; '.join(notes)}; "
+        f"its interval lies below zero against {name} {numbers['lower than']} and above zero "
+        f"against {numbers['higher than']}"
     )
     if loses:
         return Verdict(claim, "contradicted", f"{said}.", numbers)
