@@ -18,7 +18,7 @@ from blockviz.dashboard.study_launch import SELECTED_KEY
 from blockviz.store import RunStore, StoreError
 from blockviz.views import charts, study_charts, study_report, study_table
 
-REFRESH_S = 2.0
+REFRESH_S = 5.0  # a page redraw costs CPU the study's runs need on a 2-core box
 
 
 def studies_table(frame: pd.DataFrame, labels: dict[int, str]) -> pd.DataFrame:
