@@ -18,6 +18,11 @@ from blockviz.dashboard.study_launch import SELECTED_KEY
 from blockviz.store import RunStore, StoreError
 from blockviz.views import charts, study_charts, study_report, study_table
 
+VERDICT_ICONS = {  # Streamlit's own icon font: shown even where no emoji font is installed
+    "supported": ":green[:material/check_circle:]",
+    "contradicted": ":red[:material/cancel:]",
+    "inconclusive": ":gray[:material/help:]",
+}
 REFRESH_S = 5.0  # a page redraw costs CPU the study's runs need on a 2-core box
 
 
@@ -146,7 +151,7 @@ def _results(store: RunStore, study_id: int, plan: studies.StudyDef) -> None:
     if plan.claims:
         st.subheader("Claims and what this machine measured", anchor=False)
         for verdict in verdicts(plan, results):
-            icon = {"supported": "✅", "contradicted": "❌"}.get(verdict.verdict, "❔")
+            icon = VERDICT_ICONS.get(verdict.verdict, VERDICT_ICONS["inconclusive"])
             st.markdown(
                 f"{icon} **{ui.plain(verdict.verdict.capitalize())}** — "
                 f"{ui.plain(verdict.claim.text)}  \n"

@@ -21,6 +21,7 @@ from blockviz.views.charts.base import HEIGHT, WIDTH, _no_data, _x_axis, ema, is
 
 BAND_NOTE = "line: mean over seeds; band: 95% t interval of that mean"
 BAND_COLUMNS = ["group", "name", "step", "mean", "low", "high", "n"]
+MANY_GROUPS = 6  # more lines than this: fainter bands, the legend under the chart
 
 
 def seed_groups(runs: Sequence[Mapping[str, Any]]) -> list[list[int]]:
@@ -111,14 +112,20 @@ def band_chart(
     dash = alt.StrokeDash(
         "name:N", title="series", sort=series, legend=None if len(series) < 2 else alt.Legend()
     )
+    many = len(groups) > MANY_GROUPS
+    # One colour encoding for band and line, so Vega-Lite draws one legend (a layer with
+    # legend=None hides the merged one); its symbols opaque, whatever the band's opacity.
+    color = alt.Color(
+        "group:N", title="group", sort=groups, legend=alt.Legend(symbolOpacity=1, symbolLimit=40)
+    )
     band = (
         base.transform_filter("isValid(datum.low) && isFinite(datum.low)")
-        .mark_area(opacity=0.2)
+        .mark_area(opacity=0.07 if many else 0.2)
         .encode(
             x=x,
             y=alt.Y("low:Q", title=y_title, scale=y_scale),
             y2="high:Q",
-            color=alt.Color("group:N", sort=groups, legend=None),
+            color=color,
             detail="name:N",
         )
     )
@@ -134,7 +141,7 @@ def band_chart(
     line = base.mark_line().encode(
         x=x,
         y=alt.Y("mean:Q", title=y_title, scale=y_scale),
-        color=alt.Color("group:N", title="group", sort=groups),
+        color=color,
         strokeDash=dash,
         tooltip=tooltip,
     )
