@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +30,7 @@ from blockviz.views import charts, study_charts, study_table
 from blockviz.views.outfolder import safe_filename
 from blockviz.views.render import chart_png, chart_svg
 from blockviz.views.report import zip_bytes
+from blockviz.views.study_text import json_safe
 
 Progress = Callable[[float, str], None]
 LOG_FIELDS = ("lr", "min_lr", "weight_decay", "dropout")  # swept on a log axis
@@ -82,20 +82,12 @@ def _claims_md(plan: StudyDef, judged: list[Verdict]) -> str:
             f"Source: {verdict.claim.source}",
             f"Rule: {verdict.claim.rule} {json.dumps(dict(verdict.claim.args))}",
             f"Why: {verdict.reason}",
-            "Numbers: " + json.dumps({k: _plain(v) for k, v in dict(verdict.numbers).items()}),
+            "Numbers: " + json.dumps({k: json_safe(v) for k, v in dict(verdict.numbers).items()}),
             "",
         ]
     if not judged:
         lines.append("This study tests no claim: it measures.")
     return "\n".join(lines) + "\n"
-
-
-def _plain(value: Any) -> Any:
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def study_files(

@@ -16,7 +16,7 @@ def _verdicts(plan: StudyDef, results: Any) -> list[Verdict]:
     return [judge(claim, results, plan) for claim in plan.claims]
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON-safe: NaN and infinities become None, numpy scalars plain numbers."""
     if hasattr(value, "item"):
         value = value.item()
@@ -40,7 +40,7 @@ def summary_json(store: RunStore, study_id: int) -> dict[str, Any]:
         "question": plan.question,
         "seeds": list(plan.seeds),
         "variants": [
-            {key: _clean(value) for key, value in row.items()}
+            {key: json_safe(value) for key, value in row.items()}
             for row in summary.to_dict(orient="records")
         ],
         "sensitivity": (
@@ -54,7 +54,7 @@ def summary_json(store: RunStore, study_id: int) -> dict[str, Any]:
                 "source": v.claim.source,
                 "verdict": v.verdict,
                 "reason": v.reason,
-                "numbers": {k: _clean(x) for k, x in dict(v.numbers).items()},
+                "numbers": {k: json_safe(x) for k, x in dict(v.numbers).items()},
             }
             for v in _verdicts(plan, results)
         ],
