@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from blockviz.core import studies
+from blockviz.core import studies, sweeps
 from blockviz.core.config import ConfigError, RunConfig
 from blockviz.core.verdicts import RULES
 
@@ -66,10 +66,10 @@ def test_bad_builtin_requests_name_the_problem(args: tuple, message: str) -> Non
 
 
 def test_parse_values_lists_and_log_ranges() -> None:
-    assert studies.parse_values("lr", "1e-4:1e-2:3") == [1e-4, 1e-3, 1e-2]
-    assert studies.parse_values("norm_position", "pre, post") == ["pre", "post"]
-    assert studies.parse_values("residual", "true,false") == [True, False]
-    assert studies.parse_values("n_layer", "1:8:4") == [1, 2, 4, 8]
+    assert sweeps.parse_values("lr", "1e-4:1e-2:3") == [1e-4, 1e-3, 1e-2]
+    assert sweeps.parse_values("norm_position", "pre, post") == ["pre", "post"]
+    assert sweeps.parse_values("residual", "true,false") == [True, False]
+    assert sweeps.parse_values("n_layer", "1:8:4") == [1, 2, 4, 8]
 
 
 @pytest.mark.parametrize(
@@ -87,11 +87,11 @@ def test_parse_values_lists_and_log_ranges() -> None:
 )
 def test_bad_sweep_values_name_the_field_and_value(name: str, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        studies.parse_values(name, text)
+        sweeps.parse_values(name, text)
 
 
 def test_sweep_crosses_fields_and_keeps_the_lr_floor_valid() -> None:
-    study = studies.sweep(
+    study = sweeps.sweep(
         {"lr": [1e-5, 1e-3], "norm_position": ["pre", "post"]}, seeds=2, size="quick"
     )
     assert study.n_runs == 8 and study.claims == ()
@@ -107,7 +107,7 @@ def test_sweep_crosses_fields_and_keeps_the_lr_floor_valid() -> None:
 def test_sweep_starts_from_the_base_config_given() -> None:
     base = RunConfig()
     base.model.n_layer = 3
-    study = studies.sweep({"ffn_mult": [1, 2]}, base=base)
+    study = sweeps.sweep({"ffn_mult": [1, 2]}, base=base)
     assert study.config_for(study.variants[1].label).model.n_layer == 3
 
 
@@ -123,11 +123,11 @@ def test_sweep_starts_from_the_base_config_given() -> None:
 )  # fmt: skip
 def test_bad_sweeps_say_what_is_wrong(grid: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        studies.sweep(grid)
+        sweeps.sweep(grid)
 
 
 def test_fields_fixed_for_a_sweep_win_over_its_size() -> None:
-    study = studies.sweep({"lr": [1e-3, 3e-3]}, size="quick", fixed={"n_layer": 12})
+    study = sweeps.sweep({"lr": [1e-3, 3e-3]}, size="quick", fixed={"n_layer": 12})
     config = study.config_for(study.variants[0].label)
     assert config.model.n_layer == 12
     assert config.model.d_model == studies.SIZE_PRESETS["quick"]["d_model"]

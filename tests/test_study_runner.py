@@ -7,7 +7,7 @@ import time
 import pytest
 
 from blockviz import study_runner
-from blockviz.core import studies
+from blockviz.core import sweeps
 from blockviz.store import RunStore
 
 GONE = 2**22 + 4321  # no process has this pid here
@@ -63,8 +63,8 @@ def test_a_finished_study_has_nothing_to_resume(store):
 
 
 def test_estimates_grow_with_the_work() -> None:
-    short = studies.sweep({"lr": [1e-3, 2e-3]}, size="quick", max_steps=100)
-    long = studies.sweep({"lr": [1e-3, 2e-3]}, size="quick", max_steps=400)
+    short = sweeps.sweep({"lr": [1e-3, 2e-3]}, size="quick", max_steps=100)
+    long = sweeps.sweep({"lr": [1e-3, 2e-3]}, size="quick", max_steps=400)
     rate = 1e10
     a, b = (study_runner.estimate_s(s, rate, 1) for s in (short, long))
     train_a = a - study_runner.WORKER_START_S - 2 * study_runner.PER_RUN_OVERHEAD_S

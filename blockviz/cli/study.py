@@ -17,7 +17,7 @@ from typing import Any
 
 from blockviz import study_runner
 from blockviz.core import config as cfg
-from blockviz.core import studies
+from blockviz.core import studies, sweeps
 from blockviz.core.flags import UsageError, config_overrides, read_config_file
 from blockviz.store import RunStore, checked
 
@@ -142,7 +142,7 @@ def _sweep(args: argparse.Namespace) -> int:
             if text is None:
                 continue
             if "," in text or text.count(":") == 2:
-                grid[name] = studies.parse_values(name, text)
+                grid[name] = sweeps.parse_values(name, text)
             else:
                 fixed.update(
                     config_overrides(argparse.Namespace(**{f"cfg_{name}": text}), [section])
@@ -152,7 +152,7 @@ def _sweep(args: argparse.Namespace) -> int:
             "name at least one field with two or more values, e.g. --lr 1e-4:1e-1:7 "
             "or --norm_position pre,post"
         )
-    study = studies.sweep(grid, seeds=args.seeds or 1, base=base, size=args.size, fixed=fixed)
+    study = sweeps.sweep(grid, seeds=args.seeds or 1, base=base, size=args.size, fixed=fixed)
     return _launch_and_watch(args, study)
 
 

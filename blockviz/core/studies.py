@@ -4,7 +4,8 @@ A study is a grid of variants (config overrides) × seeds on one base config, si
 preset: `quick` (minutes on a 2-core laptop CPU), `standard` (the baby-cpu model, 2,000
 steps, 3 seeds) or `full` (for a GPU). Each claim names a verdict rule
 (`blockviz.core.verdicts`) that decides from the measured runs whether the data support
-it; nothing here says what the answer is. A custom sweep is a study without claims.
+it; nothing here says what the answer is. A custom sweep (`core/sweeps.py`) is a study
+without claims.
 
 The definition is stored with the study as JSON (`to_spec`), so the page, the CLI and the
 export read back exactly what ran (`plan_from_spec`). Torch-free and streamlit-free.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,7 +159,7 @@ def plan_from_spec(spec: Mapping[str, Any]) -> StudyDef:
 # ---------------------------------------------------------------------------- built-ins
 
 
-def _log_space(low: float, high: float, n: int) -> list[float]:
+def log_space(low: float, high: float, n: int) -> list[float]:
     """n values from low to high, evenly spaced on a log scale, rounded to 3 digits."""
     if n == 1:
         return [float(low)]
@@ -173,7 +174,7 @@ def _lr_label(lr: float) -> str:
 
 
 NORM_NAMES = {"pre": "Pre-LN", "post": "Post-LN", "none": "no norm"}
-LR_GRID = _log_space(3e-4, 3e-1, 7)
+LR_GRID = log_space(3e-4, 3e-1, 7)
 DEPTHS_NORM = (6, 12)
 DEPTHS_RESIDUAL = (2, 6, 12, 24)
 FFN_MULTS = (1, 2, 4, 8, 16)
@@ -443,13 +444,13 @@ BUILTINS = {
 STUDY_KEYS = tuple(BUILTINS)
 
 
-def _sized_base(size: str, base: Mapping[str, Any]) -> dict[str, Any]:
+def sized_base(size: str, base: Mapping[str, Any]) -> dict[str, Any]:
     if size not in SIZE_PRESETS:
         raise ConfigError("size", size, "choose one of " + ", ".join(SIZES))
     return {**SIZE_PRESETS[size], **base}
 
 
-def _seeds(n: int | None, size: str) -> tuple[int, ...]:
+def seeds_for(n: int | None, size: str) -> tuple[int, ...]:
     count = SIZE_SEEDS[size] if n is None else n
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_SEEDS:
         raise ConfigError("seeds", count, f"must be a whole number from 1 to {MAX_SEEDS}")
@@ -461,13 +462,13 @@ def builtin(key: str, size: str = "quick", seeds: int | None = None) -> StudyDef
     if key not in BUILTINS:
         raise ConfigError("study", key, "choose one of " + ", ".join(STUDY_KEYS))
     parts = BUILTINS[key]()
-    base = _sized_base(size, parts.pop("base"))
-    study = StudyDef(key=key, base=base, seeds=_seeds(seeds, size), size=size, **parts)
-    _check(study)
+    base = sized_base(size, parts.pop("base"))
+    study = StudyDef(key=key, base=base, seeds=seeds_for(seeds, size), size=size, **parts)
+    check_study(study)
     return study
 
 
-def _check(study: StudyDef) -> None:
+def check_study(study: StudyDef) -> None:
     """Every run's config validates and the grid is within bounds."""
     if study.n_runs > MAX_STUDY_RUNS:
         raise ConfigError(
@@ -488,113 +489,6 @@ def swept_value(study: StudyDef, label: str, name: str) -> Any:
     if name == "warmup":
         return "on" if config.train.warmup_steps > 0 else "off"
     return getattr(getattr(config, cfg.section_of(name)), name)
-
-
-# ---------------------------------------------------------------------------- sweeps
-
-
-def parse_values(name: str, text: str) -> list[Any]:
-    """A swept field's values from text: `a,b,c` or a log range `low:high:n`.
-
-    ConfigError names the field and the value that is wrong.
-    """
-    try:
-        section = cfg.section_of(name)
-    except ConfigError:
-        raise ConfigError(name, text, "is not a config field") from None
-    annotation = cfg.field_types(cfg.SECTIONS[section])[name]
-    raw = str(text).strip()
-    if not raw:
-        raise ConfigError(name, text, "give values as a,b,c or a log range low:high:n")
-    if raw.count(":") == 2:
-        low_text, high_text, n_text = raw.split(":")
-        try:
-            low, high, n = float(low_text), float(high_text), int(n_text)
-        except ValueError:
-            raise ConfigError(name, text, "a log range is low:high:n, e.g. 1e-4:1e-1:7") from None
-        if not (0 < low < high and math.isfinite(high)) or not 2 <= n <= MAX_VALUES:
-            raise ConfigError(
-                name, text, f"a log range needs 0 < low < high and 2 to {MAX_VALUES} values"
-            )
-        values: list[Any] = _log_space(low, high, n)
-        if annotation is int:
-            values = sorted({round(v) for v in values})
-        return values
-    parts = [p.strip() for p in raw.split(",")]
-    if any(not p for p in parts):
-        raise ConfigError(name, text, "has an empty value between commas")
-    if len(parts) > MAX_VALUES:
-        raise ConfigError(name, text, f"has more than {MAX_VALUES} values")
-    values = [cfg.coerce(name, p, annotation) for p in parts]
-    if len(set(map(repr, values))) != len(values):
-        raise ConfigError(name, text, "lists a value twice")
-    return values
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def sweep(
-    grid: Mapping[str, Sequence[Any]],
-    seeds: int = 1,
-    base: RunConfig | None = None,
-    size: str | None = None,
-    max_steps: int | None = None,
-    fixed: Mapping[str, Any] | None = None,
-) -> StudyDef:
-    """A custom sweep: every combination of the fields' values × seeds, no claims.
-
-    `base` is the config the sweep starts from (default RunConfig()); `size`, when given,
-    applies a size preset on top of it, `fixed` fields (set for every run, e.g. from the
-    command line) go on top of that, and `max_steps` then sets the length of every run
-    (the warm-up kept at most a tenth of it). ConfigError names the first bad field or value.
-    """
-    if not grid:
-        raise ConfigError("sweep", "", "name at least one field to sweep, e.g. --lr 1e-4:1e-1:7")
-    base_config = base or RunConfig()
-    flat: dict[str, Any] = {}
-    for section in cfg.SECTIONS:
-        flat.update(base_config.to_dict()[section])
-    if size is not None:
-        flat.update(_sized_base(size, {}))
-    for name, value in (fixed or {}).items():
-        cfg.section_of(name)
-        flat[name] = value
-    if max_steps is not None:
-        flat["max_steps"] = max_steps
-        flat["warmup_steps"] = min(int(flat.get("warmup_steps", 0)), max_steps // 10)
-    if "seed" in grid:
-        raise ConfigError("seed", grid["seed"], "use the seeds count, not a seed sweep")
-    combos: list[dict[str, Any]] = [{}]
-    for name, values in grid.items():
-        cfg.section_of(name)
-        if not values:
-            raise ConfigError(name, "", "needs at least one value")
-        combos = [{**c, name: v} for c in combos for v in values]
-    if "lr" in grid and "min_lr" not in grid and flat.get("lr"):
-        # The decay floor keeps its ratio to the peak, so a small swept lr stays valid.
-        ratio = float(flat.get("min_lr", 0.0)) / float(flat["lr"])
-        combos = [{**c, "min_lr": float(f"{c['lr'] * ratio:.3g}")} for c in combos]
-    variants = tuple(
-        Variant(" · ".join(f"{n} {_shown(combo[n])}" for n in grid), combo) for combo in combos
-    )
-    study = StudyDef(
-        key="sweep",
-        title="Sweep of " + ", ".join(grid),
-        question="How does the final loss change with " + ", ".join(grid) + "?",
-        claims=(),
-        variants=variants,
-        swept=tuple(grid),
-        baseline=variants[0].label,
-        base=flat,
-        seeds=_seeds(seeds, "quick"),
-        size=size or "custom",
-    )
-    _check(study)
-    return study
 
 
 def describe(studies: Iterable[str] = STUDY_KEYS) -> list[tuple[str, str, str]]:

@@ -15,7 +15,7 @@ import streamlit as st
 
 from blockviz import study_runner
 from blockviz.core import config as cfg
-from blockviz.core import studies
+from blockviz.core import studies, sweeps
 from blockviz.core.config import ConfigError
 from blockviz.dashboard import ui
 from blockviz.store import RunStore, StoreError
@@ -112,7 +112,7 @@ def _grid_from_form(rows: list[tuple[str, str]]) -> dict[str, list[Any]]:
             continue
         if name in grid:
             raise ConfigError(name, text, "is swept twice; give all its values in one box")
-        grid[name] = studies.parse_values(name, text)
+        grid[name] = sweeps.parse_values(name, text)
     return grid
 
 
@@ -161,7 +161,7 @@ def sweep_launcher(store: RunStore, writable: bool) -> None:
         grid = _grid_from_form(rows)
         if not grid:
             raise ConfigError("values", "", "give at least one field's values")
-        study = studies.sweep(
+        study = sweeps.sweep(
             grid, seeds=int(seeds), base=cfg.RunConfig(), size=size, max_steps=int(steps) or None
         )
     except ConfigError as exc:

@@ -1,0 +1,128 @@
+"""Custom sweeps: any config fields × values × seeds as a study without claims (torch-free).
+
+Values come as text, `a,b,c` or a log range `low:high:n` (`parse_values`), from the
+Studies page's form and `python -m blockviz study sweep`; a bad field or value is a
+ConfigError that names both.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from blockviz.core import config as cfg
+from blockviz.core.config import ConfigError, RunConfig
+from blockviz.core.studies import (
+    MAX_VALUES,
+    StudyDef,
+    Variant,
+    check_study,
+    log_space,
+    seeds_for,
+    sized_base,
+)
+
+
+def parse_values(name: str, text: str) -> list[Any]:
+    """A swept field's values from text: `a,b,c` or a log range `low:high:n`.
+
+    ConfigError names the field and the value that is wrong.
+    """
+    try:
+        section = cfg.section_of(name)
+    except ConfigError:
+        raise ConfigError(name, text, "is not a config field") from None
+    annotation = cfg.field_types(cfg.SECTIONS[section])[name]
+    raw = str(text).strip()
+    if not raw:
+        raise ConfigError(name, text, "give values as a,b,c or a log range low:high:n")
+    if raw.count(":") == 2:
+        low_text, high_text, n_text = raw.split(":")
+        try:
+            low, high, n = float(low_text), float(high_text), int(n_text)
+        except ValueError:
+            raise ConfigError(name, text, "a log range is low:high:n, e.g. 1e-4:1e-1:7") from None
+        if not (0 < low < high and math.isfinite(high)) or not 2 <= n <= MAX_VALUES:
+            raise ConfigError(
+                name, text, f"a log range needs 0 < low < high and 2 to {MAX_VALUES} values"
+            )
+        values: list[Any] = log_space(low, high, n)
+        if annotation is int:
+            values = sorted({round(v) for v in values})
+        return values
+    parts = [p.strip() for p in raw.split(",")]
+    if any(not p for p in parts):
+        raise ConfigError(name, text, "has an empty value between commas")
+    if len(parts) > MAX_VALUES:
+        raise ConfigError(name, text, f"has more than {MAX_VALUES} values")
+    values = [cfg.coerce(name, p, annotation) for p in parts]
+    if len(set(map(repr, values))) != len(values):
+        raise ConfigError(name, text, "lists a value twice")
+    return values
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def sweep(
+    grid: Mapping[str, Sequence[Any]],
+    seeds: int = 1,
+    base: RunConfig | None = None,
+    size: str | None = None,
+    max_steps: int | None = None,
+    fixed: Mapping[str, Any] | None = None,
+) -> StudyDef:
+    """A custom sweep: every combination of the fields' values × seeds, no claims.
+
+    `base` is the config the sweep starts from (default RunConfig()); `size`, when given,
+    applies a size preset on top of it, `fixed` fields (set for every run, e.g. from the
+    command line) go on top of that, and `max_steps` then sets the length of every run
+    (the warm-up kept at most a tenth of it). ConfigError names the first bad field or value.
+    """
+    if not grid:
+        raise ConfigError("sweep", "", "name at least one field to sweep, e.g. --lr 1e-4:1e-1:7")
+    base_config = base or RunConfig()
+    flat: dict[str, Any] = {}
+    for section in cfg.SECTIONS:
+        flat.update(base_config.to_dict()[section])
+    if size is not None:
+        flat.update(sized_base(size, {}))
+    for name, value in (fixed or {}).items():
+        cfg.section_of(name)
+        flat[name] = value
+    if max_steps is not None:
+        flat["max_steps"] = max_steps
+        flat["warmup_steps"] = min(int(flat.get("warmup_steps", 0)), max_steps // 10)
+    if "seed" in grid:
+        raise ConfigError("seed", grid["seed"], "use the seeds count, not a seed sweep")
+    combos: list[dict[str, Any]] = [{}]
+    for name, values in grid.items():
+        cfg.section_of(name)
+        if not values:
+            raise ConfigError(name, "", "needs at least one value")
+        combos = [{**c, name: v} for c in combos for v in values]
+    if "lr" in grid and "min_lr" not in grid and flat.get("lr"):
+        # The decay floor keeps its ratio to the peak, so a small swept lr stays valid.
+        ratio = float(flat.get("min_lr", 0.0)) / float(flat["lr"])
+        combos = [{**c, "min_lr": float(f"{c['lr'] * ratio:.3g}")} for c in combos]
+    variants = tuple(
+        Variant(" · ".join(f"{n} {_shown(combo[n])}" for n in grid), combo) for combo in combos
+    )
+    study = StudyDef(
+        key="sweep",
+        title="Sweep of " + ", ".join(grid),
+        question="How does the final loss change with " + ", ".join(grid) + "?",
+        claims=(),
+        variants=variants,
+        swept=tuple(grid),
+        baseline=variants[0].label,
+        base=flat,
+        seeds=seeds_for(seeds, "quick"),
+        size=size or "custom",
+    )
+    check_study(study)
+    return study
