@@ -207,10 +207,30 @@ def _open_with_tiny(page, app_url: str):
 
     page.goto(app_url)
     sidebar = page.get_by_test_id("stSidebar")
-    sidebar.get_by_role("combobox", name="Start from a preset").click()
-    page.get_by_role("option", name="tiny", exact=True).click()
+    _choose(page, sidebar, "Start from a preset", "tiny")
     expect(sidebar.get_by_text("2 layers, d_model 32")).to_be_visible()
     return sidebar, page.get_by_test_id("stMain")
+
+
+def _choose(page, sidebar, label: str, option: str, tries: int = 4) -> None:
+    """Pick `option` in the sidebar's selectbox `label`.
+
+    A rerun that lands while the list is open (the Playground looks at the sidebar every
+    second; a run that starts redraws the page) closes the list before the option can be
+    clicked. A person opens it again; so does this, a few times.
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for attempt in range(tries):
+        sidebar.get_by_role("combobox", name=label).click()
+        try:
+            page.get_by_role("option", name=option, exact=True).click(timeout=8_000)
+            return
+        except PlaywrightTimeout:
+            if attempt == tries - 1:
+                raise
+            page.keyboard.press("Escape")
+            page.wait_for_timeout(500)
 
 
 def _wait_idle(page, quiet_ms: int = 1500, timeout_s: float = 30.0) -> None:
@@ -257,8 +277,7 @@ def test_auto_run_draws_pre_ln_then_post_ln_without_launch(app_url: str) -> None
             expect(chart).to_be_visible()
 
             # Flip to Post-LN: a second run is launched and joins the chart; no Launch.
-            sidebar.get_by_role("combobox", name="Norm position").click()
-            page.get_by_role("option", name="post", exact=True).click()
+            _choose(page, sidebar, "Norm position", "post")
             second = trail.filter(has_text="#2 norm_position: pre → post (newest) ·")
             expect(second).to_be_visible()
             # The replaced run stays in the trail, no longer the newest.
