@@ -247,6 +247,11 @@ def _wait_idle(page, quiet_ms: int = 1500, timeout_s: float = 30.0) -> None:
         page.wait_for_timeout(200)
 
 
+def _status(run_id: int) -> str:
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        return str(store.get_run(run_id)["status"])
+
+
 def _loss_rows(run_id: int) -> int:
     with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
         if store.runs_frame().empty or run_id not in set(store.runs_frame()["id"]):
@@ -293,7 +298,12 @@ def test_auto_run_draws_pre_ln_then_post_ln_without_launch(app_url: str) -> None
             assert page.get_by_test_id("stException").count() == 0
 
             # One download from a chart's menu: the trail's data as CSV, both runs in it.
-            _wait_idle(page)
+            # The legend names every run of the trail before its rows arrive, so wait for
+            # the second run to end: the chart (and its CSV) then holds all of its rows.
+            deadline = time.monotonic() + STEP_WAIT_MS / 1000
+            while _status(2) in ("queued", "running") and time.monotonic() < deadline:
+                page.wait_for_timeout(500)
+            _wait_idle(page, quiet_ms=3000)
             main.locator(".st-key-playground-menu button").first.click()
             with page.expect_download(timeout=REPORT_WAIT_MS) as download:
                 page.get_by_role("button", name="CSV").click()
