@@ -1,5 +1,6 @@
 """BlockProbe: what a probe step records, that the numbers agree, and that hooks never linger."""
 
+import copy
 import math
 
 import pytest
@@ -8,14 +9,18 @@ from lightning.pytorch.callbacks import Callback
 from torch.overrides import TorchFunctionMode
 
 from blockviz.core import config as cfg
+from blockviz.core.spec import STREAM_STATS
 from blockviz.store import RunStore
 from blockviz.training.lit import LitCharModel
-from blockviz.training.model import CharTransformer, block_tap_names
+from blockviz.training.model import CharTransformer, block_tap_names, capture_attention
 from blockviz.training.probes import (
     HIST_RANGE,
     TAP_STATS,
     BlockProbe,
     attention_entropy,
+    ffn_unit_statistics,
+    output_statistics,
+    stream_statistics,
     tap_hooks,
     tap_statistics,
 )
@@ -96,6 +101,80 @@ def test_attention_entropy_of_uniform_and_one_hot_rows():
     one_hot = torch.eye(4).expand(1, 2, 4, 4)
     assert attention_entropy(uniform).tolist() == pytest.approx([math.log(4)] * 2)
     assert attention_entropy(one_hot).tolist() == pytest.approx([0.0, 0.0])
+
+
+def direct_token_cos(x: torch.Tensor) -> float:
+    """Mean cosine similarity over every window and every pair of different positions,
+    pair by pair."""
+    B, T, _ = x.shape
+    values = [
+        torch.nn.functional.cosine_similarity(x[b, i], x[b, j], dim=0).item()
+        for b in range(B)
+        for i in range(T)
+        for j in range(T)
+        if i != j
+    ]
+    return sum(values) / len(values)
+
+
+def test_stream_statistics_match_a_pair_by_pair_computation():
+    x = torch.randn(3, 7, 5, generator=torch.Generator().manual_seed(0)) + 0.5
+    token_cos, max_over_median = stream_statistics(x).tolist()
+    assert token_cos == pytest.approx(direct_token_cos(x), abs=1e-6)
+    magnitudes = sorted(abs(v) for v in x.reshape(-1).tolist())
+    median = magnitudes[(len(magnitudes) - 1) // 2]  # torch's median: the lower middle
+    assert max_over_median == pytest.approx(magnitudes[-1] / median, rel=1e-6)
+
+
+def test_token_cos_is_one_for_identical_positions_and_near_zero_for_orthogonal_ones():
+    same = torch.tensor([1.0, -2.0, 0.5]).expand(2, 4, 3)  # every position the same vector
+    assert stream_statistics(same)[0].item() == pytest.approx(1.0)
+    orthogonal = torch.eye(4).expand(2, 4, 4)  # position i is the unit vector e_i
+    assert stream_statistics(orthogonal)[0].item() == pytest.approx(0.0, abs=1e-7)
+    assert math.isnan(stream_statistics(torch.ones(2, 1, 3))[0].item())  # no pair at all
+
+
+def test_dead_units_are_those_zero_at_every_position_of_every_window():
+    hidden = torch.rand(2, 3, 8) + 0.1  # (B, T, d_ff): every unit alive
+    hidden[:, :, [1, 5]] = 0.0  # two units never fire
+    hidden[0, 0, 2] = hidden[1, :, 3] = 0.0  # zero somewhere, alive elsewhere: not dead
+    assert ffn_unit_statistics(hidden).item() == pytest.approx(2 / 8)
+
+
+def test_output_statistics_are_the_largest_logit_and_the_mean_log_partition():
+    logits = torch.randn(2, 5, 11, generator=torch.Generator().manual_seed(1)) * 3
+    largest, log_z = output_statistics(logits).tolist()
+    assert largest == pytest.approx(logits.abs().max().item())
+    rows = logits.reshape(-1, 11).tolist()
+    direct = sum(math.log(sum(math.exp(v) for v in row)) for row in rows) / len(rows)
+    assert log_z == pytest.approx(direct, rel=1e-6)
+
+
+def test_capture_attention_keeps_each_heads_largest_causal_logit():
+    config = tiny_config()
+    model = CharTransformer(config.model).eval()
+    x = torch.randint(config.model.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
+    with tap_hooks(model, taps=("norm1_out",)) as inputs, capture_attention(model) as maps:
+        model(x)
+    head_dim = config.model.head_dim
+    for layer, block in enumerate(model.blocks):
+        q, k, _ = block.attn.qkv(inputs[(layer, "norm1_out")]).split(config.model.d_model, dim=-1)
+        for head in range(config.model.n_head):
+            cols = slice(head * head_dim, (head + 1) * head_dim)
+            logits = [
+                (q[b, i, cols] @ k[b, j, cols]).item() / math.sqrt(head_dim)
+                for b in range(2)
+                for i in range(9)
+                for j in range(i + 1)  # causal: a query sees itself and the keys before it
+            ]
+            assert maps.max_logits[layer][head].item() == pytest.approx(max(logits), rel=1e-5)
+
+
+def test_tap_hooks_can_hook_the_named_taps_only():
+    model = CharTransformer(tiny_config().model)
+    with tap_hooks(model, taps=("resid_post", "ffn_hidden")) as acts:
+        model(torch.zeros(1, 4, dtype=torch.long))
+    assert set(acts) == {(layer, tap) for layer in (0, 1) for tap in ("resid_post", "ffn_hidden")}
 
 
 # ---------------------------------------------------------------------- a probed fit
@@ -243,9 +322,11 @@ def test_tap_statistics_and_histograms_for_every_tap(probed):
     store, config, _, probe, _, run_id = probed
     taps = block_tap_names(config.model)
     stats = store.layer_stats(run_id, kind="tap", step=4)
+    # every tap's statistics, plus the stream's (resid_post) and the FFN units' (ffn_hidden)
+    extras = [("resid_post", stat) for stat in STREAM_STATS] + [("ffn_hidden", "dead_frac")]
     assert set(zip(stats.layer, stats.component, stats.stat, strict=True)) == {
         (layer, tap, stat) for layer in range(2) for tap in taps for stat in TAP_STATS
-    }
+    } | {(layer, tap, stat) for layer in range(2) for tap, stat in extras}
     hist = store.histograms(run_id, layer=1, tap="resid_post")
     assert sorted(hist.step.unique()) == [0, 2, 4, 5]
     assert hist.lo.min() == HIST_RANGE[0] and hist.hi.max() == HIST_RANGE[1]
@@ -255,6 +336,39 @@ def test_tap_statistics_and_histograms_for_every_tap(probed):
     outside = taps[taps.stat.isin(["below_range", "above_range"])].groupby("step").value.sum()
     inside = hist.groupby("step")["count"].sum()
     assert ((inside + (outside * probe_values).round()) == probe_values).all()
+
+
+def test_step_zero_records_the_new_statistics_of_the_initial_model(tmp_path):
+    """Every statistic a probe added for the findings, against a direct computation on the
+    probe batch with the model as it was before update 0."""
+    quiet_lightning()
+    config = tiny_config(max_steps=1, activation="relu")
+    dm, config = helpers.tiny_datamodule(config)
+    lit = LitCharModel(config.to_dict(), dm.vocab.to_json())
+    initial = copy.deepcopy(lit.model).eval()
+    sink = ListSink()
+    probe = BlockProbe([sink], probe_interval=2, sample_interval=1000)
+    make_trainer(config, [probe], run_dir=tmp_path).fit(lit, datamodule=dm)
+    records = next(r for r in sink.records if r.step == 0)
+    stats = {(row.layer, row.component, row.stat): row.value for row in records.layer_stats}
+    x = probe._probe_x.cpu()
+    with tap_hooks(initial) as acts, capture_attention(initial) as maps, torch.no_grad():
+        logits, _ = initial(x)
+    assert records.scalars["probe/logit_max_abs"] == pytest.approx(logits.abs().max().item())
+    log_z = torch.logsumexp(logits, dim=-1).mean().item()
+    assert records.scalars["probe/log_z"] == pytest.approx(log_z, rel=1e-5)
+    for layer in range(config.model.n_layer):
+        stream = acts[(layer, "resid_post")]
+        expected_cos = direct_token_cos(stream)
+        assert stats[(layer, "resid_post", "token_cos")] == pytest.approx(expected_cos, abs=1e-5)
+        ratio = (stream.abs().max() / stream.abs().median()).item()
+        assert stats[(layer, "resid_post", "max_over_median")] == pytest.approx(ratio, rel=1e-5)
+        hidden = acts[(layer, "ffn_hidden")].reshape(-1, config.model.d_ff)
+        dead = sum(bool((hidden[:, unit] == 0).all()) for unit in range(config.model.d_ff))
+        assert stats[(layer, "ffn_hidden", "dead_frac")] == pytest.approx(dead / config.model.d_ff)
+        for head in range(config.model.n_head):
+            recorded = stats[(layer, str(head), "attn_logit_max")]
+            assert recorded == pytest.approx(maps.max_logits[layer][head].item(), rel=1e-5)
 
 
 def test_attention_entropy_per_head_is_bounded(probed):
@@ -295,6 +409,10 @@ def test_every_sink_gets_the_records_the_store_got(probed):
     assert rows == {key: comparable(v) for key, v in zip(keys, frame.value, strict=True)}
     grad_norm = store.scalars(run_id, names="train/grad_norm").set_index("step").value
     assert {r.step: r.grad_norm for r in listed.records if r.grad_norm} == grad_norm.to_dict()
+    for name in ("probe/logit_max_abs", "probe/log_z"):  # at the probe steps, as written
+        stored = store.scalars(run_id, names=name).set_index("step").value.to_dict()
+        assert stored == {r.step: r.scalars[name] for r in listed.records if r.scalars}
+        assert sorted(stored) == [0, 2, 4, 5]
 
 
 @pytest.mark.parametrize("variant", ["ffn-only", "attention-only"])

@@ -88,6 +88,19 @@ HIST_RANGE = (-8.0, 8.0)
 # Statistics of one tap's activation, in the order a probe computes them.
 TAP_STATS = ("mean", "std", "rms", "max_abs", "zero_frac", "below_range", "above_range")
 BELOW_RANGE, ABOVE_RANGE = "below_range", "above_range"
+# Two statistics of the residual stream leaving each block (its STREAM_TAP only):
+# - token_cos: the mean cosine similarity of two different positions' vectors in one
+#   probe window; near 1, every token carries the same vector (rank collapse, Noci et
+#   al. 2022);
+# - max_over_median: the largest |activation| over the median |activation| of the tap on
+#   the probe batch (massive activations, Sun et al. 2024).
+STREAM_TAP = "resid_post"
+STREAM_STATS = ("token_cos", "max_over_median")
+# Of the FFN's hidden units (FFN_TAP, after the nonlinearity): the fraction that are
+# exactly zero for every token of the probe batch (dead units; stricter than zero_frac,
+# which counts zero values, not units).
+FFN_TAP = "ffn_hidden"
+FFN_UNIT_STATS = ("dead_frac",)
 
 # ----------------------------------------------------------------- per-layer records
 
@@ -106,7 +119,9 @@ COMPONENT_LABELS = {
     "weights": "the layer's weight matrices only",
 }
 COMPONENT_STATS = ("grad_norm", "param_norm", "update_ratio")
-HEAD_STATS = ("attn_entropy",)
+# Per attention head: the mean entropy of its rows, and its largest pre-softmax logit
+# q·k/sqrt(head_dim) on the probe batch (attention-logit growth, Dehghani et al. 2023).
+HEAD_STATS = ("attn_entropy", "attn_logit_max")
 
 # Parameter groups of the closed-form breakdown (params.py), and the component each
 # belongs to: the breakdown is finer than the probes' components, never different.
@@ -141,7 +156,13 @@ SCALARS = {
     "val/answer_acc": "answer accuracy (fraction)",
     # the same answers, by copying first/last's argument, else the op's most frequent answer
     "val/answer_baseline": "trivial baseline's answer accuracy (fraction)",
+    # the output logits on the probe batch, at probe steps: the largest |logit| and the
+    # mean over positions of log Z = logsumexp over the vocabulary (what z-loss penalises)
+    "probe/logit_max_abs": "output logits: largest |logit|",
+    "probe/log_z": "output logits: mean log Z",
 }
+# Scalars a probe step records besides the global gradient norm.
+PROBE_SCALARS = ("probe/logit_max_abs", "probe/log_z")
 LOSS_NAMES = ("train/loss", "val/loss")
 
 # Two throughputs, named apart everywhere: Live's header shows the recent one (median of
@@ -168,6 +189,10 @@ STAT_LABELS = {
     "below_range": f"fraction below {number_label(HIST_RANGE[0])} (outside the histogram)",
     "above_range": f"fraction above {number_label(HIST_RANGE[1])} (outside the histogram)",
     "attn_entropy": "attention entropy (nats)",
+    "attn_logit_max": "largest attention logit (before softmax)",
+    "token_cos": "mean cosine similarity between positions",
+    "max_over_median": "largest / median |activation|",
+    "dead_frac": "fraction of FFN units zero on every probe token",
 }
 
 

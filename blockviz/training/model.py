@@ -95,12 +95,22 @@ def make_norm(cfg: ModelConfig) -> nn.Module:
     return nn.LayerNorm(cfg.d_model, eps=1e-5, bias=cfg.bias)
 
 
+class AttentionMaps(dict[int, torch.Tensor]):
+    """{layer: attention weights (B, n_head, T, T)}, and in `max_logits` {layer: (n_head,)}:
+    each head's largest pre-softmax logit q·k/sqrt(hs) over the causal pairs of the batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.max_logits: dict[int, torch.Tensor] = {}
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with a fused qkv projection.
 
     Fast path: `scaled_dot_product_attention` (flash / memory-efficient kernels where the
-    device has them). When `weights_sink` is a dict (set by `capture_attention`), the
-    weights are computed explicitly and stored there under this layer's index instead.
+    device has them). When `weights_sink` is set (by `capture_attention`), the weights are
+    computed explicitly and stored there under this layer's index instead, with each
+    head's largest logit.
     """
 
     def __init__(self, cfg: ModelConfig, layer_index: int) -> None:
@@ -112,7 +122,7 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
         self.attn_drop = nn.Dropout(cfg.dropout)  # explicit path only; SDPA takes dropout_p
         self.resid_drop = nn.Dropout(cfg.dropout)
-        self.weights_sink: dict[int, torch.Tensor] | None = None
+        self.weights_sink: AttentionMaps | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Attend over the causal prefix; (B, T, d_model) in and out."""
@@ -135,13 +145,16 @@ class CausalSelfAttention(nn.Module):
         q: torch.Tensor,
         k: torch.Tensor,
         v: torch.Tensor,
-        sink: dict[int, torch.Tensor],
+        sink: AttentionMaps,
     ) -> torch.Tensor:
-        """softmax(q k^T / sqrt(hs), causal) v, storing the weights in `sink`."""
+        """softmax(q k^T / sqrt(hs), causal) v, storing the weights and max logits in `sink`."""
         T = q.size(-2)
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
         causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()  # (T, T)
         scores = scores.masked_fill(~causal, float("-inf"))
+        # Attention-logit growth (Dehghani et al. 2023) shows in the largest logit a head
+        # computes; the masked pairs are -inf, so they never count.
+        sink.max_logits[self.layer_index] = scores.detach().float().amax(dim=(0, 2, 3))  # (nh,)
         # Softmax in float32 so the maps sum to 1 under bf16 autocast too.
         weights = scores.float().softmax(dim=-1)  # (B, nh, T, T)
         sink[self.layer_index] = weights.detach()
@@ -360,14 +373,15 @@ class CharTransformer(nn.Module):
 
 
 @contextmanager
-def capture_attention(model: nn.Module) -> Iterator[dict[int, torch.Tensor]]:
+def capture_attention(model: nn.Module) -> Iterator[AttentionMaps]:
     """Record attention weights of forward passes run inside the block.
 
     Yields a dict {layer_index: weights (B, n_head, T, T)}, filled as forward passes run
-    (a later pass overwrites an earlier one). Works on any module that contains the model
+    (a later pass overwrites an earlier one); its `max_logits` holds each layer's largest
+    pre-softmax logit per head, (n_head,). Works on any module that contains the model
     (a LightningModule, a torch.compile wrapper). The fast path is restored on exit, always.
     """
-    captured: dict[int, torch.Tensor] = {}
+    captured = AttentionMaps()
     attentions = [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
     for attention in attentions:
         attention.weights_sink = captured

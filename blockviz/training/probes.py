@@ -12,7 +12,10 @@ trained step (max_steps - 1: the last batch with a gradient, so the charts reach
 - activation statistics (mean, std, rms, max |x|, exact-zero fraction, the fractions below
   and above the histogram's range) and a fixed-range histogram of the values inside it at
   every tap of every block, on a fixed probe batch from the validation split;
-- attention entropy per layer and head on the same batch.
+- of the stream leaving each block, the mean cosine similarity between positions and the
+  largest over the median |activation|; of each FFN, the fraction of dead hidden units;
+- attention entropy and the largest pre-softmax logit per layer and head, and the largest
+  |logit| and mean log Z of the output logits, on the same batch.
 
 Every `sample_interval` steps (and when training ends): the attention maps of one fixed
 probe sequence and a text sample generated from a fixed prompt.
@@ -26,8 +29,8 @@ probe forward pass, so ordinary steps run the bare model. Only global rank 0 pro
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +39,17 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 
-from blockviz.core.spec import HIST_BINS, HIST_RANGE, TAP_STATS, WEIGHTS_COMPONENT
+from blockviz.core.spec import (
+    FFN_TAP,
+    FFN_UNIT_STATS,
+    HIST_BINS,
+    HIST_RANGE,
+    PROBE_SCALARS,
+    STREAM_STATS,
+    STREAM_TAP,
+    TAP_STATS,
+    WEIGHTS_COMPONENT,
+)
 from blockviz.training.model import NonFiniteLogits, capture_attention, param_component
 from blockviz.training.sinks import (
     AttentionMap,
@@ -61,9 +74,12 @@ def clean_param_name(name: str) -> str:
 
 @contextmanager
 def tap_hooks(
-    model: nn.Module, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+    model: nn.Module,
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    taps: Collection[str] | None = None,
 ) -> Iterator[dict[tuple[int, str], torch.Tensor]]:
-    """Forward hooks on every tap of every block, removed on exit whatever happens.
+    """Forward hooks on every tap of every block (or only the `taps` named), removed on
+    exit whatever happens.
 
     Yields {(layer, tap): reduce(activation)} filled by forward passes run inside the
     block; without `reduce` the detached activation itself is kept.
@@ -81,6 +97,8 @@ def tap_hooks(
     try:
         for layer, block in enumerate(char_model(model).blocks):
             for tap_name, tap in block.taps.items():
+                if taps is not None and tap_name not in taps:
+                    continue
                 handles.append(tap.register_forward_hook(recorder((layer, tap_name))))
         yield results
     finally:
@@ -115,11 +133,50 @@ def tap_statistics(
     return torch.cat([moments, counts])  # (len(TAP_STATS) + bins,)
 
 
+def stream_statistics(activation: torch.Tensor) -> torch.Tensor:
+    """[token_cos, max_over_median] of a (B, T, C) stream (spec.STREAM_STATS).
+
+    token_cos is the mean, over the windows and over every pair of different positions
+    i != j in a window, of cos(x_i, x_j): with unit vectors u_i, the sum over i != j is
+    |sum_i u_i|^2 - sum_i |u_i|^2, so no T x T matrix is needed. NaN for one position.
+    """
+    x = activation.float()  # (B, T, C)
+    T = x.size(1)
+    unit = torch.nn.functional.normalize(x, dim=-1)  # (B, T, C); a zero vector stays 0
+    pair_sum = unit.sum(dim=1).square().sum(dim=-1) - unit.square().sum(dim=(1, 2))  # (B,)
+    token_cos = (pair_sum / (T * (T - 1))).mean() if T > 1 else x.new_tensor(math.nan)
+    magnitude = x.abs().reshape(-1)  # (N,)
+    max_over_median = magnitude.max() / magnitude.median()  # inf when most values are 0
+    return torch.stack([token_cos, max_over_median])  # (len(STREAM_STATS),)
+
+
+def ffn_unit_statistics(hidden: torch.Tensor) -> torch.Tensor:
+    """[dead_frac] of FFN hidden activations (B, T, d_ff): the fraction of the d_ff units
+    that are exactly zero at every position of every window (spec.FFN_UNIT_STATS)."""
+    alive = (hidden != 0).reshape(-1, hidden.size(-1)).any(dim=0)  # (d_ff,)
+    return (1.0 - alive.float().mean()).reshape(1)  # (1,)
+
+
+def output_statistics(logits: torch.Tensor) -> torch.Tensor:
+    """[largest |logit|, mean log Z] of output logits (B, T, V) (spec.PROBE_SCALARS);
+    log Z = logsumexp over the vocabulary, the quantity z-loss penalises."""
+    z = logits.float()
+    return torch.stack([z.abs().max(), torch.logsumexp(z, dim=-1).mean()])  # (2,)
+
+
 def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
     """Mean entropy (nats) of each head's attention rows: (B, nh, T, T) -> (nh,)."""
     p = weights.float()
     row_entropy = -(p * p.clamp_min(1e-12).log()).sum(dim=-1)  # (B, nh, T)
     return row_entropy.mean(dim=(0, 2))  # (nh,)
+
+
+# Statistics of single taps, beside TAP_STATS: (part of a probe's tensors, tap, reducer).
+_EXTRA_TAP_PARTS: tuple[tuple[str, str, Callable[[torch.Tensor], torch.Tensor]], ...] = (
+    ("stream", STREAM_TAP, stream_statistics),
+    ("units", FFN_TAP, ffn_unit_statistics),
+)
+_EXTRA_STATS = {"stream": STREAM_STATS, "units": FFN_UNIT_STATS}
 
 
 def _summed_squares(norms: torch.Tensor, members: torch.Tensor, size: int) -> torch.Tensor:
@@ -149,6 +206,8 @@ class _PendingProbe:
     parts: dict[str, torch.Tensor] = field(default_factory=dict)
     before: list[torch.Tensor] | None = None  # parameter snapshot, for the update ratio
     tap_keys: list[tuple[int, str]] = field(default_factory=list)
+    # (layer, tap) of each row of parts["stream"] and parts["units"]
+    extra_keys: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     attention_layers: list[int] = field(default_factory=list)
     attention_tokens: list[str] | None = None
     sample: str | None = None
@@ -308,15 +367,27 @@ class BlockProbe(Callback):
 
         # The probe sees the same numerics as training (autocast under mixed precision).
         precision_context = getattr(trainer.precision_plugin, "forward_context", nullcontext)
-        hooks = tap_hooks(model, reduce) if probe else nullcontext({})
+        extras: dict[str, dict[tuple[int, str], torch.Tensor]] = {}
         try:
-            with precision_context(), hooks as tap_stats, capture_attention(model) as attention:
-                model(self._probe_x)
+            with ExitStack() as stack:
+                stack.enter_context(precision_context())
+                tap_stats = stack.enter_context(tap_hooks(model, reduce)) if probe else {}
+                if probe:
+                    for part, tap, statistics in _EXTRA_TAP_PARTS:
+                        extras[part] = stack.enter_context(tap_hooks(model, statistics, (tap,)))
+                attention = stack.enter_context(capture_attention(model))
+                logits, _ = model(self._probe_x)  # (B, T, V)
         finally:
             model.train(was_training)
+        if probe:
+            pending.parts["output"] = output_statistics(logits)  # (2,)
         if probe and tap_stats:
             pending.tap_keys = sorted(tap_stats)
             pending.parts["taps"] = torch.stack([tap_stats[k] for k in pending.tap_keys])
+        for part, found in extras.items():
+            if found:
+                pending.extra_keys[part] = sorted(found)
+                pending.parts[part] = torch.stack([found[k] for k in pending.extra_keys[part]])
         layers = sorted(attention)
         if not layers:
             return  # attention is off in this model
@@ -324,6 +395,8 @@ class BlockProbe(Callback):
         if probe:
             entropies = [attention_entropy(attention[layer]) for layer in layers]
             pending.parts["entropy"] = torch.stack(entropies)  # (L, nh)
+            logit_max = [attention.max_logits[layer] for layer in layers]
+            pending.parts["logit_max"] = torch.stack(logit_max)  # (L, nh)
         if sample:
             n = min(self.attention_chars, self._probe_x.size(1))
             maps = [attention[layer][0, :, :n, :n].float() for layer in layers]  # L x (nh, n, n)
@@ -406,16 +479,28 @@ class BlockProbe(Callback):
         if "grad_norm" in host:
             rows += self._norm_rows(step, host)
             records.grad_norm = host["global_grad_norm"][0]
+        if "output" in host:
+            records.scalars = dict(zip(PROBE_SCALARS, host["output"], strict=True))
         if "taps" in host:
             tap_rows, records.histograms = self._tap_records(step, pending.tap_keys, host["taps"])
             rows += tap_rows
-        if "entropy" in host:
+        for part, _, _ in _EXTRA_TAP_PARTS:
+            if part in host:
+                stats = _EXTRA_STATS[part]
+                for k, (layer, tap) in enumerate(pending.extra_keys[part]):
+                    chunk = host[part][k * len(stats) : (k + 1) * len(stats)]
+                    rows += [
+                        LayerStat(step, layer, "tap", tap, stat, value)
+                        for stat, value in zip(stats, chunk, strict=True)
+                    ]
+        for part, stat in (("entropy", "attn_entropy"), ("logit_max", "attn_logit_max")):
+            if part not in host:
+                continue
             layers = pending.attention_layers
-            n_head = len(host["entropy"]) // len(layers)
-            for i, value in enumerate(host["entropy"]):
-                head = str(i % n_head)
+            n_head = len(host[part]) // len(layers)
+            for i, value in enumerate(host[part]):
                 rows.append(
-                    LayerStat(step, layers[i // n_head], "head", head, "attn_entropy", value)
+                    LayerStat(step, layers[i // n_head], "head", str(i % n_head), stat, value)
                 )
         if "attention" in host and pending.attention_tokens is not None:
             records.attention = self._attention_maps(

@@ -17,6 +17,7 @@ LoggerSink's tag scheme (spec vocabulary; `LAYER` is `embed`, `block0` ... `bloc
     attn_entropy/{LAYER}/head{h}   attn_entropy/block1/head0
     act_hist/{LAYER}/{tap}         histograms (TensorBoard only)
     train/grad_norm                the global gradient norm, named as in the store
+    probe/logit_max_abs, probe/log_z  the output logits' statistics, named as in the store
     sample                         generated text (TensorBoard only)
 """
 
@@ -90,6 +91,7 @@ class ProbeRecords:
     step: int
     n_layer: int  # so a sink can name layers (`layer_tag`)
     grad_norm: float | None = None  # global gradient L2 norm, before clipping
+    scalars: dict[str, float] = field(default_factory=dict)  # spec.PROBE_SCALARS
     layer_stats: list[LayerStat] = field(default_factory=list)
     histograms: list[Histogram] = field(default_factory=list)
     attention: list[AttentionMap] = field(default_factory=list)
@@ -116,8 +118,11 @@ class StoreSink:
     def write(self, records: ProbeRecords) -> None:
         """Buffer the step's scalar, histograms, layer stats, attention maps and sample."""
         run_id, step = self.run_id, records.step
+        scalars = [(step, name, value) for name, value in records.scalars.items()]
         if records.grad_norm is not None:
-            self.store.log_scalars(run_id, [(step, GRAD_NORM_SCALAR, records.grad_norm)])
+            scalars.append((step, GRAD_NORM_SCALAR, records.grad_norm))
+        if scalars:
+            self.store.log_scalars(run_id, scalars)
         for hist in records.histograms:
             self.store.log_histogram(
                 run_id, step, hist.layer, hist.tap, hist.lo, hist.hi, hist.counts
@@ -161,7 +166,7 @@ class LoggerSink:
 
     def write(self, records: ProbeRecords) -> None:
         """One `log_metrics` call per logger; histograms and samples where supported."""
-        metrics: dict[str, float] = {}
+        metrics: dict[str, float] = dict(records.scalars)
         if records.grad_norm is not None:
             metrics[GRAD_NORM_SCALAR] = records.grad_norm
         for row in records.layer_stats:
