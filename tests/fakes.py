@@ -63,12 +63,14 @@ PROGRESS = {"completed": 1.0, "stopped": 0.7, "running": 0.6, "diverged": 0.4, "
 _BLOCK_MODULES = (
     ("norm1", "norm1"),
     ("attn.qkv", "attn_qkv"),
+    ("attn.q_norm", "attn_qk_norm"),
+    ("attn.k_norm", "attn_qk_norm"),
     ("attn.proj", "attn_out"),
     ("norm2", "norm2"),
     ("ffn.fc_in", "ffn_in"),
     ("ffn.fc_out", "ffn_out"),
 )
-_NORM_GROUPS = ("norm1", "norm2", "final_norm")
+_NORM_GROUPS = ("norm1", "norm2", "final_norm", "attn_qk_norm")
 
 
 # ---------------------------------------------------------------- names a run writes
@@ -92,7 +94,9 @@ def param_tensors(model: cfg.ModelConfig) -> list[ParamTensor]:
     each belongs to from core.spec; a tied LM head is listed once, as tok_emb.weight.
     """
     groups = {(row.layer, row.component) for row in params.param_breakdown(model).rows}
-    norm_bias = model.bias and model.norm_type == "layernorm"
+    # LayerNorm and BatchNorm have a bias when `bias`; RMSNorm never (qk_norm's norms are
+    # LayerNorms under batchnorm, which has the same rule).
+    norm_bias = model.bias and model.norm_type != "rmsnorm"
 
     def tensors(layer: int, group: str, module: str) -> list[ParamTensor]:
         if (layer, group) not in groups:

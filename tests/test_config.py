@@ -17,6 +17,7 @@ from blockviz.core import config as cfg
         ({"norm_type": "groupnorm"}, "norm_type"),
         ({"activation": "tanh"}, "activation"),
         ({"init": "orthogonal"}, "init"),
+        ({"qk_norm": "yes"}, "qk_norm"),
         ({"attention": False, "ffn": False}, "ffn"),
         ({"block_size": 0}, "block_size"),
         ({"ffn_mult": 0}, "ffn_mult"),

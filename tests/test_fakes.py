@@ -27,6 +27,9 @@ MODEL_VARIANTS = [
     {"tie_weights": True},
     {"final_norm": False},
     {"norm_position": "post", "final_norm": True, "attention": False, "tie_weights": True},
+    {"qk_norm": True},
+    {"qk_norm": True, "norm_type": "rmsnorm", "norm_position": "none"},
+    {"qk_norm": True, "norm_type": "batchnorm"},
 ]
 
 

@@ -20,6 +20,8 @@ MODEL_CASES = {
     "no-norm": {"norm_position": "none"},
     "no-ffn": {"ffn": False},
     "no-attention": {"attention": False},
+    "no-attention-qk-norm": {"attention": False, "qk_norm": True},
+    "no-norm-qk-norm": {"norm_position": "none", "qk_norm": True},
 }
 MODEL_FIELDS = {f.name for f in dataclasses.fields(config.ModelConfig)}
 
@@ -33,6 +35,8 @@ def other_value(name: str, value: object) -> object:
     }
     if name in choices:
         return next(c for c in choices[name] if c != value)
+    if isinstance(value, bool):
+        return not value
     if name == "n_head":
         return 4 if value != 4 else 8  # both divide d_model 8
     assert isinstance(value, int)
@@ -76,13 +80,25 @@ def test_an_inert_model_field_builds_the_same_model(case: str, name: str) -> Non
     assert same_model(model_cfg.validate(), changed.validate())
 
 
-@pytest.mark.parametrize("name", ["norm_type", "activation", "n_head", "ffn_mult"])
+@pytest.mark.parametrize("name", ["norm_type", "activation", "n_head", "ffn_mult", "qk_norm"])
 def test_the_same_field_changes_the_full_model(name: str) -> None:
     """The check above can tell: in a model with norms, FFN and attention these matter."""
     model_cfg = config.replace(config.RunConfig(), **TINY).model
     assert name not in inert_fields(config.replace(config.RunConfig(), **TINY))
     changed = dataclasses.replace(model_cfg, **{name: other_value(name, getattr(model_cfg, name))})
     assert not same_model(model_cfg, changed.validate())
+
+
+def test_norm_type_still_picks_the_qk_norms_without_stream_norms() -> None:
+    """With norm position none, qk_norm's norms are the model's only ones: rmsnorm or not."""
+    run_config = config.replace(config.RunConfig(), **TINY, **MODEL_CASES["no-norm-qk-norm"])
+    assert "norm_type" not in inert_fields(run_config)
+    assert "final_norm" in inert_fields(run_config)
+    model_cfg = run_config.model
+    rms = dataclasses.replace(model_cfg, norm_type="rmsnorm").validate()
+    assert not same_model(model_cfg, rms)
+    name = run_name(config.replace(run_config, norm_type="rmsnorm"))
+    assert "rmsnorm" in name.split("-")
 
 
 def test_min_lr_is_inert_under_a_constant_schedule_only() -> None:
@@ -116,6 +132,7 @@ def test_ops_fields_are_read_by_the_ops_dataset_only() -> None:
         ({"norm_position": "none", "final_norm": True}, "finalnorm"),
         ({"ffn": False, "activation": "relu"}, "relu"),
         ({"attention": False, "n_head": 8}, "8H"),
+        ({"attention": False, "qk_norm": True}, "qknorm"),
     ],
 )
 def test_the_suggested_name_leaves_inert_fields_out(overrides: dict, dropped: str) -> None:

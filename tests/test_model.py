@@ -40,8 +40,9 @@ def toggle_grid() -> list[ModelConfig]:
     """Full product of the wiring toggles and activations; the rest rotate through their values.
 
     norm_position x norm_type x residual x sublayers x activation is 144 configs; final_norm,
-    tie_weights, init and bias change the parameter set but not the wiring, so cycling them with
-    co-prime strides covers every value of each (and most pairs) without multiplying the grid.
+    tie_weights, init, bias and qk_norm change the parameter set but not the wiring, so cycling
+    them with co-prime strides covers every value of each (and most pairs) without multiplying
+    the grid.
     """
     configs = []
     wiring = itertools.product(NORM_POSITIONS, NORM_TYPES, (True, False), SUBLAYERS, ACTIVATIONS)
@@ -59,6 +60,7 @@ def toggle_grid() -> list[ModelConfig]:
                 init=INITS[(i // 5) % len(INITS)],
                 bias=bool((i // 7) % 2),
                 residual_scale=(1.0, 0.5)[(i // 11) % 2],
+                qk_norm=bool((i // 13) % 2),
             )
         )
     return configs
@@ -81,6 +83,7 @@ def config_id(cfg: ModelConfig) -> str:
             "tied" if cfg.tie_weights else "untied",
             cfg.init,
             "bias" if cfg.bias else "nobias",
+            "qknorm" if cfg.qk_norm else "noqk",
         ]
     )
 
@@ -95,16 +98,19 @@ def random_ids(cfg: ModelConfig, seq_len: int = SEQ) -> torch.Tensor:
 def test_grid_covers_every_value_of_every_toggle():
     seen = {name: {getattr(cfg, name) for cfg in GRID} for name in (
         "norm_position", "norm_type", "residual", "activation", "final_norm", "tie_weights",
-        "init", "bias", "residual_scale",
+        "init", "bias", "residual_scale", "qk_norm",
     )}  # fmt: skip
     assert seen["norm_position"] == set(NORM_POSITIONS)
     assert seen["norm_type"] == set(NORM_TYPES)
     assert seen["activation"] == set(ACTIVATIONS)
     assert seen["init"] == set(INITS)
     assert seen["final_norm"] == {None, True, False}
-    for flag in ("residual", "tie_weights", "bias"):
+    for flag in ("residual", "tie_weights", "bias", "qk_norm"):
         assert seen[flag] == {True, False}
     assert {(cfg.attention, cfg.ffn) for cfg in GRID} == set(SUBLAYERS)
+    qk_norm_types = {cfg.norm_type for cfg in GRID if cfg.qk_norm and cfg.attention}
+    assert qk_norm_types == set(NORM_TYPES)
+    assert any(cfg.qk_norm and cfg.attention and cfg.norm_position == "none" for cfg in GRID)
 
 
 @pytest.mark.parametrize("cfg", GRID, ids=config_id)
@@ -170,6 +176,10 @@ def test_every_block_parameter_gets_a_gradient_from_a_random_projection(cfg):
     for name, param in block.named_parameters():
         assert param.grad is not None, name
         assert torch.isfinite(param.grad).all(), name
+        if name == "attn.k_norm.bias":
+            # It adds one number to every logit of a query's row: the softmax ignores it.
+            assert param.grad.abs().max() < 1e-5, name
+            continue
         assert param.grad.abs().sum() > 0, name
 
 
@@ -417,6 +427,120 @@ def test_capture_attention_on_an_ffn_only_model_yields_nothing():
     with capture_attention(model) as maps:
         model(random_ids(cfg))
     assert maps == {}
+
+
+# ---- qk_norm ----------------------------------------------------------------------------
+
+QK_NORM_TYPES = {
+    "layernorm": torch.nn.LayerNorm,
+    "rmsnorm": RMSNorm,
+    "batchnorm": torch.nn.LayerNorm,
+}
+
+
+def queries_and_keys(model: CharTransformer, idx: torch.Tensor, monkeypatch) -> list:
+    """(q, k) of every attention layer as they enter scaled_dot_product_attention."""
+    seen = []
+    real_sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spying_sdpa(q, k, v, **kwargs):
+        seen.append((q.detach(), k.detach()))
+        return real_sdpa(q, k, v, **kwargs)
+
+    monkeypatch.setattr(model_module.F, "scaled_dot_product_attention", spying_sdpa)
+    model(idx)
+    return seen
+
+
+@pytest.mark.parametrize("norm_type", NORM_TYPES)
+def test_qk_norm_gives_every_heads_queries_and_keys_unit_scale(norm_type, monkeypatch):
+    cfg = tiny(qk_norm=True, norm_type=norm_type, d_model=16, n_head=2)
+    torch.manual_seed(0)
+    model = CharTransformer(cfg)
+    for block in model.blocks:
+        for norm in (block.attn.q_norm, block.attn.k_norm):
+            # One norm of width head_dim per layer, shared by the heads; never a BatchNorm.
+            assert type(norm) is QK_NORM_TYPES[norm_type]
+            assert norm.weight.shape == (cfg.head_dim,)
+    seen = queries_and_keys(model, random_ids(cfg), monkeypatch)
+    assert len(seen) == cfg.n_layer
+    for q, k in seen:
+        for t in (q, k):
+            assert t.shape == (BATCH, cfg.n_head, SEQ, cfg.head_dim)
+            rms = t.pow(2).mean(-1).sqrt()  # (B, nh, T): per head and position
+            torch.testing.assert_close(rms, torch.ones_like(rms), atol=1e-3, rtol=0)
+            if norm_type != "rmsnorm":  # LayerNorm also centres (weight 1, bias 0 at init)
+                mean = t.mean(-1)
+                torch.testing.assert_close(mean, torch.zeros_like(mean), atol=1e-5, rtol=0)
+    without = queries_and_keys(
+        CharTransformer(tiny(d_model=16, n_head=2)), random_ids(cfg), monkeypatch
+    )
+    rms = without[0][0].pow(2).mean(-1).sqrt()
+    assert not torch.allclose(rms, torch.ones_like(rms), atol=0.1)  # the check can tell
+
+
+@pytest.mark.parametrize("norm_type", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("qk_norm", [True, False])
+def test_qk_norm_makes_attention_blind_to_the_size_of_q_and_k(qk_norm, norm_type):
+    cfg = tiny(qk_norm=qk_norm, norm_type=norm_type, d_model=16, n_head=2)
+    torch.manual_seed(0)
+    attn = model_module.CausalSelfAttention(cfg, layer_index=0)
+    x = torch.randn(BATCH, SEQ, cfg.d_model)
+    with torch.no_grad():
+        before = attn(x)
+        # q and k ten times larger (their rows of the fused weight and bias), v untouched
+        attn.qkv.weight[: 2 * cfg.d_model] *= 10
+        attn.qkv.bias[: 2 * cfg.d_model] *= 10
+        after = attn(x)
+    assert torch.allclose(after, before, atol=1e-4) == qk_norm
+
+
+@pytest.mark.parametrize("norm_type", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("norm_position", ["pre", "none"])
+def test_qk_norm_fast_and_explicit_attention_agree(norm_type, norm_position):
+    cfg = tiny(qk_norm=True, norm_type=norm_type, norm_position=norm_position, d_model=16)
+    torch.manual_seed(0)
+    model = CharTransformer(cfg).eval()
+    with torch.no_grad():  # weights away from their init, so the norms' gains count too
+        for name, param in model.named_parameters():
+            if "_norm" in name:
+                param.add_(0.3 * torch.randn_like(param))
+    idx = random_ids(cfg)
+    fast_logits, _ = model(idx)
+    with capture_attention(model) as maps:
+        explicit_logits, _ = model(idx)
+    torch.testing.assert_close(explicit_logits, fast_logits, atol=1e-5, rtol=1e-5)
+    assert sorted(maps) == list(range(cfg.n_layer))
+    plain = CharTransformer(dataclasses.replace(cfg, qk_norm=False))
+    plain.load_state_dict(model.state_dict(), strict=False)
+    assert not torch.allclose(plain.eval()(idx)[0], fast_logits)  # the norms took part
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("norm_type", NORM_TYPES)
+def test_qk_norm_weights_get_gradients_and_are_counted(norm_type, bias):
+    cfg = tiny(qk_norm=True, norm_type=norm_type, bias=bias)
+    torch.manual_seed(0)
+    model = CharTransformer(cfg)
+    idx = random_ids(cfg)
+    _, loss = model(idx, targets=idx.roll(-1, dims=1))
+    loss.backward()
+    params = dict(model.named_parameters())
+    has_bias = bias and norm_type != "rmsnorm"
+    for layer in range(cfg.n_layer):
+        prefix = f"blocks.{layer}.attn"
+        for norm in ("q_norm", "k_norm"):
+            assert params[f"{prefix}.{norm}.weight"].grad.abs().sum() > 0
+            assert (f"{prefix}.{norm}.bias" in params) == has_bias
+            assert param_component(f"{prefix}.{norm}.weight", cfg.n_layer) == (layer, "attn")
+        if has_bias:
+            assert params[f"{prefix}.q_norm.bias"].grad.abs().sum() > 0
+            # k_norm's bias shifts a query's logits all alike: the softmax ignores it
+            assert params[f"{prefix}.k_norm.bias"].grad.abs().max() < 1e-5
+    assert model.n_params() == param_breakdown(cfg).total
+    off = CharTransformer(dataclasses.replace(cfg, qk_norm=False))
+    per_norm = 2 if has_bias else 1
+    assert model.n_params() - off.n_params() == cfg.n_layer * 2 * per_norm * cfg.head_dim
 
 
 # ---- init -------------------------------------------------------------------------------

@@ -69,6 +69,16 @@ def test_ffn_and_layernorm_reference_counts():
         {"norm_position": "post", "final_norm": True, "ffn": False, "bias": False},
         {"norm_position": "none", "attention": False, "activation": "relu"},
         {"norm_position": "post", "norm_type": "rmsnorm", "residual": False},
+        # qk_norm: a LayerNorm of head_dim (bias per `bias`) on q and on k, RMSNorm under
+        # rmsnorm, LayerNorm under batchnorm, with or without the stream's norms
+        {"qk_norm": True},
+        {"qk_norm": True, "bias": False, "n_head": 8},
+        {"qk_norm": True, "norm_type": "rmsnorm", "n_head": 2},
+        {"qk_norm": True, "norm_type": "rmsnorm", "bias": False, "norm_position": "none"},
+        {"qk_norm": True, "norm_type": "batchnorm", "n_head": 1, "d_model": 24},
+        {"qk_norm": True, "norm_type": "batchnorm", "bias": False, "norm_position": "post"},
+        {"qk_norm": True, "norm_position": "none", "n_layer": 3, "n_head": 16},
+        {"qk_norm": True, "attention": False},  # nothing to normalise: no rows, no tensors
     ],
 )
 def test_closed_form_matches_built_model_at_other_sizes(overrides):
@@ -77,7 +87,7 @@ def test_closed_form_matches_built_model_at_other_sizes(overrides):
 
 
 def test_totals_agree_across_views():
-    breakdown = param_breakdown(ModelConfig(n_layer=3))
+    breakdown = param_breakdown(ModelConfig(n_layer=3, qk_norm=True))
     total = breakdown.total
     assert sum(breakdown.by_component().values()) == total
     assert sum(breakdown.by_layer().values()) == total
@@ -87,7 +97,7 @@ def test_totals_agree_across_views():
 
 
 def test_every_formula_shows_its_count():
-    cfg = ModelConfig(activation="swiglu", norm_type="rmsnorm")
+    cfg = ModelConfig(activation="swiglu", norm_type="rmsnorm", qk_norm=True)
     for row in param_breakdown(cfg).rows:
         assert row.formula.endswith(f"= {row.count:,}"), row
         assert "d_model" in row.formula, row
@@ -116,32 +126,39 @@ def test_tied_head_counts_zero_and_says_so():
 @pytest.mark.parametrize(
     ("overrides", "absent"),
     [
-        ({"attention": False}, {"attn_qkv", "attn_out", "norm1"}),
+        ({"attention": False}, {"attn_qkv", "attn_qk_norm", "attn_out", "norm1"}),
         ({"ffn": False}, {"ffn_in", "ffn_out", "norm2"}),
         ({"norm_position": "none", "final_norm": True}, {"norm1", "norm2", "final_norm"}),
         ({"norm_position": "post"}, {"final_norm"}),  # auto: off for post
         ({"norm_position": "pre", "final_norm": False}, {"final_norm"}),
+        ({"qk_norm": False}, {"attn_qk_norm"}),
         ({}, set()),
     ],
 )
 def test_absent_parts_have_no_rows(overrides, absent):
-    present = set(param_breakdown(ModelConfig(**overrides)).by_component())
+    # From a model with every part (qk_norm on), each override takes away what it says.
+    present = set(param_breakdown(ModelConfig(**{"qk_norm": True, **overrides})).by_component())
     assert present == set(PARAM_GROUP_NAMES) - absent
 
 
 @pytest.mark.parametrize(
     ("norm_type", "bias", "per_norm"),
-    [("layernorm", True, 2), ("layernorm", False, 1), ("rmsnorm", True, 1), ("rmsnorm", False, 1)],
+    [
+        *[("layernorm", True, 2), ("layernorm", False, 1), ("rmsnorm", True, 1)],
+        *[("rmsnorm", False, 1), ("batchnorm", True, 2), ("batchnorm", False, 1)],
+    ],
 )
 def test_norm_counts_follow_type_and_bias(norm_type, bias, per_norm):
-    cfg = ModelConfig(norm_type=norm_type, bias=bias)
+    cfg = ModelConfig(norm_type=norm_type, bias=bias, qk_norm=True)
     by_component = param_breakdown(cfg).by_component()
     assert by_component["norm1"] == cfg.n_layer * per_norm * cfg.d_model
     assert by_component["final_norm"] == per_norm * cfg.d_model
+    # q_norm and k_norm: the same rule at width head_dim (a LayerNorm under batchnorm)
+    assert by_component["attn_qk_norm"] == cfg.n_layer * 2 * per_norm * cfg.head_dim
 
 
 def test_format_table_lists_components_layers_and_total():
-    breakdown = param_breakdown(ModelConfig(n_layer=2))
+    breakdown = param_breakdown(ModelConfig(n_layer=2, qk_norm=True))
     table = format_table(breakdown)
     for component in PARAM_GROUP_NAMES:
         assert component in table
@@ -203,6 +220,13 @@ def test_counting_refuses_an_unbounded_depth_at_once():
         param_breakdown(ModelConfig(n_layer=10**9))
 
 
+def test_counting_qk_norms_refuses_zero_heads_by_name():
+    # head_dim = d_model / n_head: an unvalidated n_head of 0 is a message, not a crash.
+    with pytest.raises(ConfigError, match=r"^n_head: 0 is not allowed"):
+        param_breakdown(ModelConfig(qk_norm=True, n_head=0))
+    assert param_breakdown(ModelConfig(qk_norm=False, n_head=0)).total > 0  # as before
+
+
 @pytest.mark.timeout(20)
 def test_cli_refuses_a_huge_depth_before_counting(capsys):
     assert cli.main(["params", "--n_layer", "1" + "0" * 20]) == 2
@@ -219,6 +243,7 @@ def test_cli_refuses_a_huge_depth_before_counting(capsys):
         {"n_layer": 7, "activation": "swiglu", "tie_weights": True},
         {"attention": False, "norm_position": "none"},
         {"ffn": False, "norm_position": "post", "bias": False},
+        {"qk_norm": True, "n_layer": 5, "norm_type": "rmsnorm"},
     ],
 )
 def test_param_count_equals_the_breakdown_total(overrides):

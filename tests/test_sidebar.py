@@ -412,6 +412,24 @@ def test_norm_type_is_greyed_out_and_left_out_of_the_name_without_norms(app: App
     assert app.selectbox(key="cfg.norm_type").value == "rmsnorm"  # kept while greyed out
 
 
+def test_qk_norm_keeps_norm_type_live_without_norms_and_greys_out_without_attention(
+    app: AppTest,
+) -> None:
+    app.selectbox(key="cfg.norm_position").set_value("none").run()
+    assert app.selectbox(key="cfg.norm_type").disabled
+    app.toggle(key="cfg.qk_norm").set_value(True).run()
+    # q_norm and k_norm are then the model's only norms, and norm_type picks their kind
+    assert not app.selectbox(key="cfg.norm_type").disabled
+    assert app.text_input(key=sidebar.NAME_KEY).value == "no-norm-qknorm"
+    total = metric_total(app)
+    app.selectbox(key="cfg.norm_type").set_value("rmsnorm").run()
+    assert metric_total(app) < total  # RMSNorm drops the q/k norms' biases
+    app.toggle(key="cfg.attention").set_value(False).run()
+    qk_norm = app.toggle(key="cfg.qk_norm")
+    assert qk_norm.disabled and "attention is off" in qk_norm.help
+    assert app.selectbox(key="cfg.norm_type").disabled
+
+
 def test_the_preset_caption_says_what_differs_from_the_preset(app: AppTest) -> None:
     preset = config.preset(sidebar.DEFAULT_PRESET)
 

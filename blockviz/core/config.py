@@ -183,6 +183,10 @@ class ModelConfig:
     final_norm: bool | None = None  # None = auto: on for pre, off for post and none
     tie_weights: bool = False  # share the token embedding with the LM head
     init: str = "default"  # gpt2: N(0, 0.02) (residual projections smaller); xavier: Glorot
+    # Normalise each head's queries and keys before their dot product (Dehghani et al. 2023,
+    # Wortsman et al. 2023): the attention logits then no longer grow with the size of q and
+    # k, a growth that can collapse each softmax onto one key and destabilise training.
+    qk_norm: bool = False
 
     @property
     def d_ff(self) -> int:
@@ -228,6 +232,7 @@ class ModelConfig:
             _bool("final_norm", self.final_norm)
         _bool("tie_weights", self.tie_weights)
         _choice("init", self.init, INITS)
+        _bool("qk_norm", self.qk_norm)
         if self.attention and self.d_model % self.n_head:
             divisors = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
             raise ConfigError(

@@ -21,14 +21,17 @@ def inert_fields(run_config: RunConfig) -> dict[str, str]:
     """{field: why it does nothing here} for every field the rest of `run_config` ignores."""
     model = run_config.model
     inert: dict[str, str] = {}
+    qk_norms = model.qk_norm and model.attention  # their type follows norm_type too
     if model.norm_position == "none":
-        inert["norm_type"] = "norm position is none: the model has no norm to choose a type for"
+        if not qk_norms:
+            inert["norm_type"] = "norm position is none: the model has no norm to choose a type for"
         inert["final_norm"] = "norm position is none: there is no final norm either"
     if not model.ffn:
         inert["activation"] = "the FFN is off: no activation runs"
         inert["ffn_mult"] = "the FFN is off: there is no FFN width"
     if not model.attention:
         inert["n_head"] = "attention is off: there are no heads"
+        inert["qk_norm"] = "attention is off: there are no queries or keys to normalise"
     if run_config.train.lr_schedule == "constant":
         inert["min_lr"] = "the schedule is constant: the learning rate never decays to it"
     if run_config.data.dataset != "ops":

@@ -39,6 +39,7 @@ _TOKENS: dict[str, Callable[[Any], str]] = {
     "final_norm": lambda v: {None: "finalnorm-auto", True: "finalnorm", False: "no-finalnorm"}[v],
     "tie_weights": lambda v: "tied" if v else "untied",
     "init": lambda v: f"{v}-init",
+    "qk_norm": lambda v: "qknorm" if v else "no-qknorm",
     "max_steps": lambda v: f"{v}steps",
     "lr": lambda v: f"lr{v:g}",
     "dataset": lambda v: v if v in BUILTIN else Path(v).stem,

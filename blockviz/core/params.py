@@ -117,6 +117,25 @@ def _norm(cfg: ModelConfig) -> tuple[int, str]:
     return d, f"d_model (LayerNorm weight, no bias) = {d:,}"
 
 
+def _qk_norms(cfg: ModelConfig) -> tuple[int, str]:
+    """qk_norm's q_norm and k_norm: two norms of width head_dim, each shared by every head;
+    an RMSNorm (weight) under norm_type rmsnorm, else a LayerNorm (weight, bias if cfg.bias)."""
+    check_int("n_head", cfg.n_head)  # an unvalidated config must not divide by zero
+    head_dim = cfg.d_model // cfg.n_head
+    if cfg.norm_type == "rmsnorm":
+        per_norm, what = 1, "RMSNorm weight"
+    elif cfg.bias:
+        per_norm, what = 2, "LayerNorm weight + bias"
+    else:
+        per_norm, what = 1, "LayerNorm weight, no bias"
+    count = 2 * per_norm * head_dim
+    width = "head_dim" if per_norm == 1 else f"{per_norm}·head_dim"
+    return count, (
+        f"2 norms × {width} (q_norm and k_norm: {what}; head_dim = d_model/n_head = "
+        f"{head_dim}) = {count:,}"
+    )
+
+
 # The sizes a breakdown's work and numbers grow with; each is checked against config.BOUNDS
 # first, so even an unvalidated config (the sidebar's, while another field is wrong) cannot
 # make the count loop for minutes.
@@ -143,6 +162,8 @@ def param_breakdown(cfg: ModelConfig) -> Breakdown:
     for layer in range(cfg.n_layer):
         if cfg.attention:
             add(layer, "attn_qkv", _linear("d_model", d, "3·d_model", 3 * d, cfg.bias))
+            if cfg.qk_norm:
+                add(layer, "attn_qk_norm", _qk_norms(cfg))
             add(layer, "attn_out", _linear("d_model", d, "d_model", d, cfg.bias))
         if cfg.ffn:
             if cfg.activation == "swiglu":

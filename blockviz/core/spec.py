@@ -129,6 +129,7 @@ PARAM_GROUPS = {
     "token_embedding": "embed",
     "position_embedding": "embed",
     "attn_qkv": "attn",
+    "attn_qk_norm": "attn",  # qk_norm's q_norm and k_norm, filed under attn as probes do
     "attn_out": "attn",
     "ffn_in": "ffn",
     "ffn_out": "ffn",

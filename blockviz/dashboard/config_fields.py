@@ -62,6 +62,14 @@ ARCHITECTURE = (
         fmt="%.2f",
     ),
     Field("attention", "Attention sublayer", "bool", "off: FFN-only blocks (no token mixing)"),
+    Field(
+        "qk_norm",
+        "QK-norm",
+        "bool",
+        "normalise each head's queries and keys (LayerNorm; RMSNorm under rmsnorm) before "
+        "q·k, so attention logits cannot grow with them (Dehghani et al. 2023, "
+        "Wortsman et al. 2023)",
+    ),
     Field("ffn", "FFN sublayer", "bool", "off: attention-only blocks"),
     Field(
         "activation",

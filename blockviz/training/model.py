@@ -95,6 +95,17 @@ def make_norm(cfg: ModelConfig) -> nn.Module:
     return nn.LayerNorm(cfg.d_model, eps=1e-5, bias=cfg.bias)
 
 
+def make_head_norm(cfg: ModelConfig) -> nn.Module:
+    """The norm qk_norm puts on each head's queries or keys: width head_dim, an RMSNorm under
+    norm_type rmsnorm, else a LayerNorm (bias per cfg.bias), batchnorm included: statistics
+    over the batch inside attention are not what the qk-norm papers use."""
+    # k_norm's bias b adds the same q·b to every logit in a query's row, which the softmax
+    # ignores: like the k slice of the qkv bias, it gets no gradient (round-off only).
+    if cfg.norm_type == "rmsnorm":
+        return RMSNorm(cfg.head_dim, eps=1e-5)
+    return nn.LayerNorm(cfg.head_dim, eps=1e-5, bias=cfg.bias)
+
+
 class AttentionMaps(dict[int, torch.Tensor]):
     """{layer: attention weights (B, n_head, T, T)}, and in `max_logits` {layer: (n_head,)}:
     each head's largest pre-softmax logit q·k/sqrt(hs) over the causal pairs of the batch."""
@@ -119,6 +130,10 @@ class CausalSelfAttention(nn.Module):
         self.n_head = cfg.n_head
         self.dropout = cfg.dropout
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
+        # qk_norm (Dehghani et al. 2023; Wortsman et al. 2023): one norm for the queries and
+        # one for the keys, each shared by the heads, applied before either attention path.
+        self.q_norm = make_head_norm(cfg) if cfg.qk_norm else None
+        self.k_norm = make_head_norm(cfg) if cfg.qk_norm else None
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
         self.attn_drop = nn.Dropout(cfg.dropout)  # explicit path only; SDPA takes dropout_p
         self.resid_drop = nn.Dropout(cfg.dropout)
@@ -132,6 +147,11 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, head_dim).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_head, head_dim).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        if self.q_norm is not None:
+            # Unit-scale q and k give dot products of order sqrt(hs), so the 1/sqrt(hs)
+            # scale stays; how sharp attention gets is then up to the norms' gains, not
+            # to how large the qkv projection has grown.
+            q, k = self.q_norm(q), self.k_norm(k)  # (B, nh, T, hs) each
         if self.weights_sink is None:
             dropout_p = self.dropout if self.training else 0.0
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
