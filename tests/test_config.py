@@ -18,6 +18,8 @@ from blockviz.core import config as cfg
         ({"activation": "tanh"}, "activation"),
         ({"init": "orthogonal"}, "init"),
         ({"qk_norm": "yes"}, "qk_norm"),
+        ({"logit_softcap": -1.0}, "logit_softcap"),
+        ({"logit_softcap": 1e9}, "logit_softcap"),
         ({"attention": False, "ffn": False}, "ffn"),
         ({"block_size": 0}, "block_size"),
         ({"ffn_mult": 0}, "ffn_mult"),

@@ -40,9 +40,9 @@ def toggle_grid() -> list[ModelConfig]:
     """Full product of the wiring toggles and activations; the rest rotate through their values.
 
     norm_position x norm_type x residual x sublayers x activation is 144 configs; final_norm,
-    tie_weights, init, bias and qk_norm change the parameter set but not the wiring, so cycling
-    them with co-prime strides covers every value of each (and most pairs) without multiplying
-    the grid.
+    tie_weights, init, bias, qk_norm and logit_softcap change the parameter set or the head but
+    not the wiring, so cycling them with co-prime strides covers every value of each (and most
+    pairs) without multiplying the grid.
     """
     configs = []
     wiring = itertools.product(NORM_POSITIONS, NORM_TYPES, (True, False), SUBLAYERS, ACTIVATIONS)
@@ -61,6 +61,7 @@ def toggle_grid() -> list[ModelConfig]:
                 bias=bool((i // 7) % 2),
                 residual_scale=(1.0, 0.5)[(i // 11) % 2],
                 qk_norm=bool((i // 13) % 2),
+                logit_softcap=(0.0, 30.0)[(i // 17) % 2],
             )
         )
     return configs
@@ -84,6 +85,7 @@ def config_id(cfg: ModelConfig) -> str:
             cfg.init,
             "bias" if cfg.bias else "nobias",
             "qknorm" if cfg.qk_norm else "noqk",
+            f"cap{cfg.logit_softcap:g}",
         ]
     )
 
@@ -98,7 +100,7 @@ def random_ids(cfg: ModelConfig, seq_len: int = SEQ) -> torch.Tensor:
 def test_grid_covers_every_value_of_every_toggle():
     seen = {name: {getattr(cfg, name) for cfg in GRID} for name in (
         "norm_position", "norm_type", "residual", "activation", "final_norm", "tie_weights",
-        "init", "bias", "residual_scale", "qk_norm",
+        "init", "bias", "residual_scale", "qk_norm", "logit_softcap",
     )}  # fmt: skip
     assert seen["norm_position"] == set(NORM_POSITIONS)
     assert seen["norm_type"] == set(NORM_TYPES)
@@ -107,6 +109,7 @@ def test_grid_covers_every_value_of_every_toggle():
     assert seen["final_norm"] == {None, True, False}
     for flag in ("residual", "tie_weights", "bias", "qk_norm"):
         assert seen[flag] == {True, False}
+    assert seen["logit_softcap"] == {0.0, 30.0}
     assert {(cfg.attention, cfg.ffn) for cfg in GRID} == set(SUBLAYERS)
     qk_norm_types = {cfg.norm_type for cfg in GRID if cfg.qk_norm and cfg.attention}
     assert qk_norm_types == set(NORM_TYPES)
@@ -541,6 +544,63 @@ def test_qk_norm_weights_get_gradients_and_are_counted(norm_type, bias):
     off = CharTransformer(dataclasses.replace(cfg, qk_norm=False))
     per_norm = 2 if has_bias else 1
     assert model.n_params() - off.n_params() == cfg.n_layer * 2 * per_norm * cfg.head_dim
+
+
+# ---- logit_softcap ----------------------------------------------------------------------
+
+
+def capped_and_raw(cap: float) -> tuple[CharTransformer, CharTransformer]:
+    """Two models with the same weights, logits soft-capped at `cap` and not capped; the
+    raw logits of `random_ids` reach twice the cap, so it bites."""
+    cfg = tiny(logit_softcap=cap)
+    torch.manual_seed(0)
+    capped = CharTransformer(cfg)
+    raw = CharTransformer(dataclasses.replace(cfg, logit_softcap=0.0))
+    raw.load_state_dict(capped.state_dict())  # the cap adds no parameters
+    with torch.no_grad():
+        largest = raw(random_ids(cfg))[0].abs().max()
+        for model in (capped, raw):
+            model.lm_head.weight.mul_(2 * cap / largest)
+    return capped, raw
+
+
+@pytest.mark.parametrize("cap", [0.5, 3.0, 30.0])
+def test_logit_softcap_is_cap_tanh_of_the_raw_logits(cap):
+    capped, raw = capped_and_raw(cap)
+    idx = random_ids(capped.cfg)
+    targets = idx.roll(-1, dims=1)
+    logits, loss = capped(idx, targets)
+    raw_logits, raw_loss = raw(idx, targets)
+    assert logits.abs().max() < cap
+    assert raw_logits.abs().max() > 1.9 * cap
+    torch.testing.assert_close(logits, cap * torch.tanh(raw_logits / cap))
+    # the loss is the cross-entropy of the capped logits, not of the raw ones
+    expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    torch.testing.assert_close(loss, expected)
+    assert not torch.allclose(loss, raw_loss)
+
+
+def test_logit_softcap_passes_gradients_and_shapes_what_is_sampled(monkeypatch):
+    capped, raw = capped_and_raw(0.5)
+    idx = random_ids(capped.cfg)
+    _, loss = capped(idx, idx.roll(-1, dims=1))
+    loss.backward()
+    assert capped.lm_head.weight.grad.abs().sum() > 0
+    assert capped.tok_emb.weight.grad.abs().sum() > 0
+    sampled_from = []
+    real_multinomial = torch.multinomial
+
+    def spying_multinomial(probs, *args, **kwargs):
+        sampled_from.append(probs)
+        return real_multinomial(probs, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "multinomial", spying_multinomial)
+    capped.eval().generate(idx[:1, :4], max_new_tokens=1)
+    with torch.no_grad():
+        raw_logits, _ = raw.eval()(idx[:1, :4])
+    expected = (0.5 * torch.tanh(raw_logits[:, -1] / 0.5)).softmax(-1)  # (1, V)
+    torch.testing.assert_close(sampled_from[0], expected)
+    assert not torch.allclose(sampled_from[0], raw_logits[:, -1].softmax(-1))
 
 
 # ---- init -------------------------------------------------------------------------------

@@ -71,6 +71,7 @@ def test_every_config_field_has_a_widget() -> None:
         ({"attention": False, "dataset": "/data/My Notes.txt"}, "no-attn-My Notes"),
         ({"vocab_size": 97, "dataset": "pycode"}, "pycode"),  # the vocabulary follows the data
         ({"dataset": "/data/2024.txt"}, "run-2024"),  # never a bare number (a run id)
+        ({"qk_norm": True, "logit_softcap": 30.0}, "qknorm-softcap30"),
     ],
 )
 def test_suggested_name_lists_what_differs(overrides: dict, expected: str) -> None:

@@ -72,6 +72,7 @@ BOUNDS: dict[str, Bound] = {
     "dropout": Bound(0.0, 1.0, high_open=True),
     "residual_scale": Bound(0.0, 100.0),
     "ffn_mult": Bound(1, 64),
+    "logit_softcap": Bound(0.0, 1000.0),
     # TrainConfig
     "batch_size": Bound(1, 65_536),
     "max_steps": Bound(1, MAX_STEPS),
@@ -187,6 +188,8 @@ class ModelConfig:
     # Wortsman et al. 2023): the attention logits then no longer grow with the size of q and
     # k, a growth that can collapse each softmax onto one key and destabilise training.
     qk_norm: bool = False
+    # c > 0: logits = c·tanh(logits / c), so none leaves (-c, c) (Gemma 2 caps at 30); 0: off
+    logit_softcap: float = 0.0
 
     @property
     def d_ff(self) -> int:
@@ -233,6 +236,7 @@ class ModelConfig:
         _bool("tie_weights", self.tie_weights)
         _choice("init", self.init, INITS)
         _bool("qk_norm", self.qk_norm)
+        check_number("logit_softcap", self.logit_softcap)
         if self.attention and self.d_model % self.n_head:
             divisors = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
             raise ConfigError(

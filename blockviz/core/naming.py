@@ -40,6 +40,7 @@ _TOKENS: dict[str, Callable[[Any], str]] = {
     "tie_weights": lambda v: "tied" if v else "untied",
     "init": lambda v: f"{v}-init",
     "qk_norm": lambda v: "qknorm" if v else "no-qknorm",
+    "logit_softcap": lambda v: f"softcap{v:g}" if v else "no-softcap",
     "max_steps": lambda v: f"{v}steps",
     "lr": lambda v: f"lr{v:g}",
     "dataset": lambda v: v if v in BUILTIN else Path(v).stem,

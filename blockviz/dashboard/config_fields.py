@@ -88,6 +88,14 @@ ARCHITECTURE = (
     Field("final_norm", "Final norm", "tristate", "auto: on for Pre-LN, off for Post-LN"),
     Field("tie_weights", "Tie embedding and LM head", "bool", "share one matrix"),
     Field(
+        "logit_softcap",
+        "Logit soft-cap",
+        "float",
+        "c > 0: logits = c·tanh(logits / c), none past ±c (Gemma 2 uses 30); 0: off",
+        step=5.0,
+        fmt="%.1f",
+    ),
+    Field(
         "init",
         "Initialisation",
         "select",

@@ -277,7 +277,8 @@ class Block(nn.Module):
 
 
 class CharTransformer(nn.Module):
-    """Token + learned position embedding -> blocks -> optional final norm -> LM head."""
+    """Token + learned position embedding -> blocks -> optional final norm -> LM head, its
+    logits soft-capped when cfg.logit_softcap > 0."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -347,6 +348,11 @@ class CharTransformer(nn.Module):
         if self.final_norm is not None:
             x = self.final_norm(x)
         logits = self.lm_head(x)  # (B, T, V)
+        cap = self.cfg.logit_softcap
+        if cap > 0:
+            # Gemma 2's soft cap: smooth, near the identity for small logits, never past
+            # ±cap; before the loss and before sampling (generate calls forward).
+            logits = cap * torch.tanh(logits / cap)  # (B, T, V)
         if targets is None:
             return logits, None
         loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))
