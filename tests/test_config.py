@@ -1,5 +1,8 @@
 """Config validation names the field; JSON and flags round-trip without loss."""
 
+import json
+import math
+
 import pytest
 
 from blockviz import cli
@@ -26,6 +29,8 @@ from blockviz.core import config as cfg
         ({"lr": 0.0}, "lr"),
         ({"min_lr": 1.0}, "min_lr"),
         ({"lr_schedule": "step"}, "lr_schedule"),
+        ({"z_loss": -1.0}, "z_loss"),
+        ({"z_loss": 1e9}, "z_loss"),
         ({"precision": "64-true"}, "precision"),
         ({"batch_size": 0}, "batch_size"),
         ({"warmup_steps": 5000}, "warmup_steps"),
@@ -40,6 +45,28 @@ def test_validation_error_names_field_and_value(overrides, field):
     assert info.value.field == field
     assert str(info.value).startswith(f"{field}: ")
     assert repr(overrides.get(field, info.value.value)) in str(info.value)
+
+
+@pytest.mark.parametrize("value", [-1.0, 1e9, math.nan, math.inf])
+@pytest.mark.parametrize(
+    ("name", "allowed"), [("logit_softcap", "[0.0, 1000.0]"), ("z_loss", "[0.0, 1.0]")]
+)
+def test_the_instability_fixes_refuse_out_of_range_values_by_name(name, allowed, value):
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.replace(cfg.RunConfig(), **{name: value}).validate()
+    assert str(info.value) == f"{name}: {value!r} is not allowed; must be a number in {allowed}"
+
+
+def test_a_config_stored_before_the_instability_fixes_loads_with_them_off():
+    stored = cfg.RunConfig().to_dict()
+    del stored["model"]["qk_norm"], stored["model"]["logit_softcap"], stored["train"]["z_loss"]
+    loaded = cfg.RunConfig.from_json(json.dumps(stored)).validate()
+    assert loaded == cfg.RunConfig()
+    assert (loaded.model.qk_norm, loaded.model.logit_softcap, loaded.train.z_loss) == (
+        False,
+        0.0,
+        0.0,
+    )
 
 
 def test_head_error_suggests_divisors():

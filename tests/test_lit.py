@@ -225,6 +225,46 @@ def test_answer_accuracy_is_logged_for_ops(tmp_path):
     assert scored > 0 and lit.last_val["val/answer_baseline"] == pytest.approx(right / scored)
 
 
+# ------------------------------------------------------------------------ z-loss
+
+
+def batch_and_lit(z_loss: float) -> tuple[tuple[torch.Tensor, torch.Tensor], LitCharModel]:
+    """One training batch and a fresh model (seed 0) with that z-loss coefficient."""
+    config = tiny_config(z_loss=z_loss)
+    dm = datamodule_for(config)
+    torch.manual_seed(0)
+    lit = lit_for(config, dm)
+    return next(iter(dm.train_dataloader())), lit
+
+
+def test_z_loss_adds_the_squared_log_normaliser_to_the_objective():
+    coefficient = 0.05
+    batch, lit = batch_and_lit(coefficient)
+    out = lit.training_step(batch, 0)
+    x, y = batch
+    logits, _ = lit.model(x)  # (B, T, V)
+    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+    log_z = torch.log(logits.exp().sum(dim=-1))  # (B, T), written out
+    torch.testing.assert_close(out["loss"], ce + coefficient * (log_z**2).mean())
+    torch.testing.assert_close(out["ce"], ce)
+    assert not out["ce"].requires_grad  # only the total is back-propagated
+    assert out["loss"] - out["ce"] > 0.01  # log Z is far from 0 at init: the term counts
+    # the total's gradient is not the cross-entropy's
+    out["loss"].backward()
+    total_grad = lit.model.lm_head.weight.grad.clone()
+    lit.model.zero_grad()
+    ce.backward()
+    assert not torch.allclose(total_grad, lit.model.lm_head.weight.grad)
+
+
+def test_without_z_loss_the_step_is_the_bare_cross_entropy():
+    batch, lit = batch_and_lit(0.0)
+    loss = lit.training_step(batch, 0)
+    assert isinstance(loss, torch.Tensor)  # as before: subclasses may scale it
+    x, y = batch
+    torch.testing.assert_close(loss, lit.model(x, y)[1])
+
+
 # ------------------------------------------------------------------------ generation
 
 

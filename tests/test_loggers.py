@@ -112,6 +112,30 @@ def test_train_metrics_are_logged_every_log_interval_with_their_values(tmp_path)
     assert monitor.wall_time_s() >= monitor.train_time_s > 0
 
 
+class ObjectiveSpy(Callback):
+    """The cross-entropy and the whole objective (with z-loss) of every step."""
+
+    def __init__(self) -> None:
+        self.ce: dict[int, float] = {}
+        self.objective: dict[int, float] = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step - 1
+        self.ce[step], self.objective[step] = outputs["ce"].item(), outputs["loss"].item()
+
+
+def test_with_z_loss_train_loss_is_the_cross_entropy_not_the_objective(tmp_path):
+    spy = ObjectiveSpy()
+    fitted = fit(tmp_path, callbacks=[spy], max_steps=4, eval_interval=100, z_loss=0.1)
+    assert fitted.error is None
+    logged = fitted.logger.series("train/loss")
+    assert logged == pytest.approx(spy.ce)
+    assert all(spy.objective[s] > spy.ce[s] + 0.01 for s in logged)  # the term was there
+    assert training_monitor(fitted.trainer).recent_train_loss() == pytest.approx(
+        sum(spy.ce.values()) / 4
+    )
+
+
 class DivergesAtStep3(LitCharModel):
     """A model whose loss turns NaN at step 3 (and stays so: NaN gradients)."""
 

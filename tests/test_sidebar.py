@@ -72,6 +72,7 @@ def test_every_config_field_has_a_widget() -> None:
         ({"vocab_size": 97, "dataset": "pycode"}, "pycode"),  # the vocabulary follows the data
         ({"dataset": "/data/2024.txt"}, "run-2024"),  # never a bare number (a run id)
         ({"qk_norm": True, "logit_softcap": 30.0}, "qknorm-softcap30"),
+        ({"z_loss": 1e-4, "lr": 3e-3}, "lr0.003-zloss0.0001"),
     ],
 )
 def test_suggested_name_lists_what_differs(overrides: dict, expected: str) -> None:

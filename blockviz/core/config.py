@@ -83,6 +83,7 @@ BOUNDS: dict[str, Bound] = {
     "beta1": Bound(0.0, 1.0, high_open=True),
     "beta2": Bound(0.0, 1.0, high_open=True),
     "grad_clip": Bound(0.0, 1e6),
+    "z_loss": Bound(0.0, 1.0),
     "devices": Bound(1, 1_024),
     "num_nodes": Bound(1, 1_024),
     "seed": Bound(0, MAX_SEED),
@@ -261,6 +262,10 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.99  # small batches of characters: a shorter second-moment memory helps
     grad_clip: float = 1.0  # 0 disables clipping
+    # Adds z_loss·mean((log Z)²) to the objective, log Z the logsumexp of a position's logits
+    # (PaLM: 1e-4), pulling the softmax normaliser towards 1; 0: off. train/loss stays the
+    # cross-entropy alone, so runs with and without it compare on one scale.
+    z_loss: float = 0.0
     precision: str = "auto"  # auto: bf16-mixed on a CUDA GPU that supports it, else 32-true
     accelerator: str = "auto"
     devices: int = 1
@@ -288,6 +293,7 @@ class TrainConfig:
         check_number("beta1", self.beta1)
         check_number("beta2", self.beta2)
         check_number("grad_clip", self.grad_clip)
+        check_number("z_loss", self.z_loss)
         _choice("precision", self.precision, PRECISIONS)
         _choice("accelerator", self.accelerator, ACCELERATORS)
         check_int("devices", self.devices)

@@ -43,6 +43,7 @@ _TOKENS: dict[str, Callable[[Any], str]] = {
     "logit_softcap": lambda v: f"softcap{v:g}" if v else "no-softcap",
     "max_steps": lambda v: f"{v}steps",
     "lr": lambda v: f"lr{v:g}",
+    "z_loss": lambda v: f"zloss{v:g}" if v else "no-zloss",
     "dataset": lambda v: v if v in BUILTIN else Path(v).stem,
 }
 

@@ -131,6 +131,15 @@ TRAINING_ADVANCED = (
     Field("beta1", "Adam beta1", "float", "", step=0.001, fmt="%.3f"),
     Field("beta2", "Adam beta2", "float", "", step=0.001, fmt="%.3f"),
     Field("grad_clip", "Gradient clip", "float", "0 disables clipping", step=0.1, fmt="%.2f"),
+    Field(
+        "z_loss",
+        "z-loss",
+        "float",
+        "adds z_loss·mean((log Z)²) to the objective, log Z the logsumexp of the logits "
+        "(PaLM: 1e-4); the logged train loss stays the cross-entropy; 0: off",
+        step=1e-4,
+        fmt="%.1e",
+    ),
     Field("devices", "Devices", "int", "per node", step=1),
     Field("num_nodes", "Nodes", "int", "", step=1),
     Field("strategy", "Strategy", "select", "ddp for several GPUs", config.STRATEGIES),

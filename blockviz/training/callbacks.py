@@ -45,9 +45,10 @@ class TrainingMonitor(Callback):
     """train/loss, train/lr, train/step_time, train/tokens_per_sec and train/elapsed_s, and
     the clocks.
 
-    The per-step losses stay on the device; every `log_interval` steps (and at the last
-    step) they reach the host in one transfer and the mean loss, the lr and the
-    throughput of those steps are logged at the newest step. Validation (and the
+    train/loss is the cross-entropy (with z-loss on, without its term). The per-step
+    losses stay on the device; every `log_interval` steps (and at the last step) they
+    reach the host in one transfer and the mean loss, the lr and the throughput of those
+    steps are logged at the newest step. Validation (and the
     checkpointing after it) is left out of the throughput clock; the wall clock runs
     from the first training step to the end of training. A non-finite loss raises
     `TrainingDiverged` (not `should_stop`: Lightning would validate and checkpoint the
@@ -98,8 +99,9 @@ class TrainingMonitor(Callback):
     ) -> None:
         """Keep the batch's loss; every log_interval steps fetch and log them."""
         # Lightning's detached copy of training_step's loss, still on the device: fetching
-        # it every step would stall a GPU once per step.
-        self._pending_losses.append(outputs["loss"])
+        # it every step would stall a GPU once per step. With z-loss on, the objective adds
+        # a term; "ce" is the cross-entropy alone, what train/loss means in every run.
+        self._pending_losses.append(outputs.get("ce", outputs["loss"]))
         self._pending_steps.append(self._step)
         last_step = self._step + 1 >= trainer.max_steps
         if self._step % self.log_interval and not last_step:

@@ -1,7 +1,8 @@
 """LitCharModel: what one training step of a CharTransformer is.
 
-The LightningModule owns the science: next-character cross-entropy, validation metrics,
-AdamW with decay / no-decay groups and the warm-up + decay schedule, text generation.
+The LightningModule owns the science: next-character cross-entropy (plus PaLM's z-loss
+when the config asks for it), validation metrics, AdamW with decay / no-decay groups and
+the warm-up + decay schedule, text generation.
 The Trainer owns the engineering (device, precision, DDP, checkpoints) and is built by
 `blockviz.training.trainer.make_trainer` from the run config. Monitoring lives in
 callbacks: train metrics, clocks and divergence in `blockviz.training.callbacks`, the
@@ -126,14 +127,22 @@ class LitCharModel(L.LightningModule):
 
     def training_step(
         self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int
-    ) -> torch.Tensor:
-        """Cross-entropy of next-character predictions on one batch.
+    ) -> torch.Tensor | dict[str, torch.Tensor]:
+        """Cross-entropy of next-character predictions on one batch; with z_loss > 0,
+        {"loss": cross-entropy + z_loss·mean((log Z)²), "ce": the cross-entropy, detached}.
 
-        (Logged, with lr and throughput, by `callbacks.TrainingMonitor`.)
+        (Logged, with lr and throughput, by `callbacks.TrainingMonitor`: the cross-entropy
+        either way, so runs with and without z-loss share one scale.)
         """
         x, y = batch  # (B, T), (B, T)
-        _, loss = self.forward(x, y)
-        return loss
+        logits, ce = self.forward(x, y)
+        coefficient = self.config.train.z_loss
+        if coefficient == 0:
+            return ce
+        # PaLM's z-loss: pulls each position's log-normaliser log Z towards 0, so the
+        # logits cannot drift upwards together (the softmax alone never notices a shift).
+        log_z = logits.float().logsumexp(dim=-1)  # (B, T)
+        return {"loss": ce + coefficient * log_z.pow(2).mean(), "ce": ce.detach()}
 
     # -- validation -----------------------------------------------------------------------
 
