@@ -27,12 +27,14 @@ GRID = [
         attention=attention,
         ffn=ffn,
         activation=activation,
+        qk_norm=qk_norm,
     )
-    for position, residual, (attention, ffn), activation in itertools.product(
+    for position, residual, (attention, ffn), activation, qk_norm in itertools.product(
         ("pre", "post", "none"),
         (True, False),
         ((True, True), (True, False), (False, True)),
         ("gelu", "swiglu"),
+        (False, True),
     )
 ]
 
@@ -40,6 +42,7 @@ GRID = [
 def _ids(cfg: ModelConfig) -> str:
     parts = [cfg.norm_position, "res" if cfg.residual else "nores", cfg.activation]
     parts.append("both" if cfg.attention and cfg.ffn else ("attn" if cfg.attention else "ffn"))
+    parts.append("qknorm" if cfg.qk_norm else "noqk")
     return "-".join(parts)
 
 
@@ -124,10 +127,40 @@ def test_model_dot_strip(changes: dict, final_norm: bool) -> None:
         assert tail in nodes and head in nodes
 
 
+@pytest.mark.parametrize(
+    ("norm_type", "kind"),
+    [("layernorm", "LayerNorm"), ("rmsnorm", "RMSNorm"), ("batchnorm", "LayerNorm")],
+)
+@pytest.mark.parametrize("position", ["pre", "none"])
+def test_qk_norm_is_drawn_inside_attention_with_its_kind(norm_type, kind, position) -> None:
+    cfg = ModelConfig(d_model=64, n_head=4, norm_type=norm_type, norm_position=position)
+    plain = block_dot(cfg)
+    with_qk = block_dot(dataclasses.replace(cfg, qk_norm=True))
+    assert "q, k:" not in plain
+    (attn_label,) = [label for label in LABEL.findall(with_qk) if "self-attention" in label]
+    assert f"q, k: {kind}(16) per head" in attn_label
+    # the same boxes and edges otherwise: no stream norm is added or moved
+    assert parse(with_qk)[1] == parse(plain)[1] and len(parse(with_qk)[0]) == len(parse(plain)[0])
+    assert "attention with qk-norm" in model_dot(dataclasses.replace(cfg, qk_norm=True))
+    assert "qk-norm" not in model_dot(cfg)
+
+
+@pytest.mark.parametrize("cap", [0.0, 30.0, 2.5])
+def test_model_dot_puts_the_logit_softcap_between_head_and_logits(cap: float) -> None:
+    nodes, edges = parse(model_dot(ModelConfig(logit_softcap=cap)))
+    pairs = [(tail, head) for tail, head, _ in edges]
+    if cap:
+        assert ("lm_head", "softcap") in pairs and ("softcap", "logits") in pairs
+        assert f"{cap:g}·tanh(logit / {cap:g})" in model_dot(ModelConfig(logit_softcap=cap))
+    else:
+        assert "softcap" not in nodes and ("lm_head", "logits") in pairs
+
+
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` is not installed")
 @pytest.mark.parametrize("cfg", GRID[::4], ids=_ids)
 def test_graphviz_accepts_the_dot(cfg: ModelConfig) -> None:
-    for text in (block_dot(cfg), model_dot(cfg)):
+    capped = dataclasses.replace(cfg, logit_softcap=30.0)
+    for text in (block_dot(cfg), model_dot(cfg), model_dot(capped)):
         result = subprocess.run(
             ["dot", "-Tsvg"], input=text, capture_output=True, text=True, timeout=30
         )

@@ -8,6 +8,8 @@ exactly, for residual scale s and a sublayer f (attention or FFN):
 
 With the residual off the skip edge and the add go; the norm stays where it sits. Tap names
 (the probe points of blockviz.training.model) label the edges they sit on, small and grey.
+qk_norm is a line of the attention box (its norms sit inside attention, on q and k only);
+a logit soft-cap is a node between the LM head and the logits.
 """
 
 from __future__ import annotations
@@ -88,6 +90,17 @@ def _norm_label(cfg: ModelConfig, index: int) -> str:
     return f"norm{index}\n{kind}"
 
 
+def _attention_label(cfg: ModelConfig) -> str:
+    """The attention box: heads and their width, and qk_norm's norms when on."""
+    head_dim = cfg.d_model // max(cfg.n_head, 1)
+    label = f"causal self-attention\n{cfg.n_head} heads × {head_dim}"
+    if cfg.qk_norm:
+        # A LayerNorm under batchnorm too, as the model builds it.
+        kind = "RMSNorm" if cfg.norm_type == "rmsnorm" else "LayerNorm"
+        label += f"\nq, k: {kind}({head_dim}) per head"
+    return label
+
+
 def _add_ffn(graph: _Graph, cfg: ModelConfig) -> tuple[str, str]:
     """The FFN's nodes; returns (entry, exit). Its hidden width and activation are labelled."""
     d, d_ff = cfg.d_model, cfg.d_ff
@@ -130,12 +143,7 @@ def block_dot(model_cfg: ModelConfig) -> str:
             graph.edge(stream, norm, pending)
             branch_in, branch_taps = norm, [norm_tap]
         if sublayer == "attn":
-            head_dim = cfg.d_model // max(cfg.n_head, 1)
-            entry = exit_node = graph.node(
-                "attn",
-                f"causal self-attention\n{cfg.n_head} heads × {head_dim}",
-                "attn",
-            )
+            entry = exit_node = graph.node("attn", _attention_label(cfg), "attn")
         else:
             entry, exit_node = _add_ffn(graph, cfg)
         graph.edge(branch_in, entry, branch_taps)
@@ -178,7 +186,7 @@ def model_dot(model_cfg: ModelConfig, rankdir: str = "LR") -> str:
     )
     parts = []
     if cfg.attention:
-        parts.append("attention")
+        parts.append("attention with qk-norm" if cfg.qk_norm else "attention")
     if cfg.ffn:
         parts.append(f"FFN {cfg.activation}")
     norm = "no norm" if cfg.norm_position == "none" else f"{cfg.norm_position}-norm"
@@ -198,5 +206,10 @@ def model_dot(model_cfg: ModelConfig, rankdir: str = "LR") -> str:
     head = graph.node("lm_head", f"LM head {cfg.d_model} → {cfg.vocab_size}{tied}", "head")
     logits = graph.node("logits", "next-character logits", "stream")
     graph.edge(last, head)
+    if cfg.logit_softcap > 0:
+        cap = f"{cfg.logit_softcap:g}"
+        softcap = graph.node("softcap", f"soft-cap\n{cap}·tanh(logit / {cap})", "op")
+        graph.edge(head, softcap)
+        head = softcap
     graph.edge(head, logits)
     return graph.to_dot()
