@@ -198,6 +198,29 @@ def test_show_says_which_train_loss_and_which_throughput(tmp_path, capsys):
     assert "train_loss" not in metrics and "tokens_per_sec" not in metrics
 
 
+def test_a_run_with_every_instability_fix_trains_and_says_so(tmp_path, corpus, capsys):
+    store_path = tmp_path / "blockviz.db"
+    fixes = ("--qk_norm", "true", "--logit_softcap", "30", "--z_loss", "1e-4")
+    command = train_command(store_path, corpus, "--max_steps", "5", "--accelerator", "cpu", *fixes)
+    code, _out, err = finish(start(command))
+    assert code == 0, err
+    with RunStore(store_path) as store:
+        run = store.get_run(1)
+        assert run["status"] == "completed" and run["step"] == 5
+        assert {"qknorm", "softcap30", "zloss0.0001"} <= set(run["name"].split("-"))
+        model, train = run["config"]["model"], run["config"]["train"]
+        assert (model["qk_norm"], model["logit_softcap"], train["z_loss"]) == (True, 30.0, 1e-4)
+        loss = store.scalars(1, names="train/loss")
+        assert len(loss) == 5 and loss.value.between(0, 10).all()  # cross-entropies
+        # the probes file q_norm / k_norm under attn with the rest of attention
+        grads = store.layer_stats(1, kind="component", stat="grad_norm", step=0)
+        assert {(0, "attn"), (1, "attn")} <= set(zip(grads.layer, grads.component, strict=True))
+    assert cli.main(["show", "1", "--store", str(store_path)]) == 0
+    shown = capsys.readouterr().out
+    assert "qk-norm (layernorm)" in shown and "logit soft-cap 30" in shown
+    assert "z-loss 0.0001" in shown
+
+
 # -------------------------------------------------------------- endings of a run
 
 

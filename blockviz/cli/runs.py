@@ -89,12 +89,19 @@ def _config_summary(config: dict[str, Any] | None) -> list[tuple[str, str]]:
         f"{sublayers}, {m.activation} x{m.ffn_mult}, residual {'on' if m.residual else 'off'}, "
         f"init {m.init}, dropout {m.dropout:g}"
     )
+    # The instability fixes, only when on: most runs have none, and a line names what is there.
+    if m.qk_norm and m.attention:
+        model += f", qk-norm ({'rmsnorm' if m.norm_type == 'rmsnorm' else 'layernorm'})"
+    if m.logit_softcap > 0:
+        model += f", logit soft-cap {m.logit_softcap:g}"
     schedule = "constant" if t.lr_schedule == "constant" else f"{t.lr_schedule} to {t.min_lr:g}"
     train = (
         f"{t.max_steps} steps x batch {t.batch_size}, AdamW lr {t.lr:g} {schedule} after "
         f"{t.warmup_steps} warm-up steps, betas ({t.beta1:g}, {t.beta2:g}), wd {t.weight_decay:g}, "
         f"clip {t.grad_clip:g}, seed {t.seed}"
     )
+    if t.z_loss > 0:
+        train += f", z-loss {t.z_loss:g}"
     return [("model", model), ("train", train), ("data", f"{d.dataset} (val {d.val_fraction:g})")]
 
 
