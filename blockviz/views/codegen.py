@@ -61,6 +61,8 @@ _CONSTANTS: tuple[tuple[str, str, str], ...] = (
     ("model", "final_norm", "None = auto: on for pre, off for post and none"),
     ("model", "tie_weights", "share the token embedding with the LM head"),
     ("model", "init", "default (PyTorch's) | gpt2 | xavier"),
+    ("model", "qk_norm", "normalise each head's q and k (LayerNorm; RMSNorm under rmsnorm)"),
+    ("model", "logit_softcap", "C > 0: logits = C * tanh(logits / C); 0: off"),
     ("train", "batch_size", ""),
     ("train", "max_steps", ""),
     ("train", "lr", "peak learning rate"),
@@ -71,6 +73,7 @@ _CONSTANTS: tuple[tuple[str, str, str], ...] = (
     ("train", "beta1", "AdamW"),
     ("train", "beta2", "AdamW"),
     ("train", "grad_clip", "max global gradient norm; 0: no clipping"),
+    ("train", "z_loss", "trains on loss + Z_LOSS * mean(logsumexp(logits)^2); 0: off"),
     ("train", "precision", "auto | 32-true | bf16-mixed | 16-mixed"),
     ("train", "accelerator", "auto | cpu | gpu | mps"),
     ("train", "seed", ""),
@@ -152,7 +155,13 @@ def _header(config: RunConfig, name: str, filename: str) -> str:
             "trains it with the same AdamW groups, learning-rate schedule, clipping, batches "
             "and seeding. Every LOG_INTERVAL steps it prints the mean training loss of those "
             "steps (each the loss of its batch before its update), and every EVAL_INTERVAL "
-            "steps the validation loss.",
+            "steps the validation loss."
+            + (
+                " The printed losses are cross-entropies, as blockviz logs them; the Z_LOSS "
+                "term is added only to what is trained on."
+                if config.train.z_loss > 0
+                else ""
+            ),
             "",
         ),
         "",

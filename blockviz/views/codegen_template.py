@@ -92,12 +92,22 @@ def make_norm():
     return nn.LayerNorm(D_MODEL, eps=1e-5, bias=BIAS)
 
 
+def make_head_norm():
+    """QK_NORM's norm of a head's q or k: RMSNorm under rmsnorm, else LayerNorm (batchnorm too)."""
+    if NORM_TYPE == "rmsnorm":
+        return RMSNorm(D_MODEL // N_HEAD, eps=1e-5)
+    return nn.LayerNorm(D_MODEL // N_HEAD, eps=1e-5, bias=BIAS)
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with one fused q, k, v projection."""
 
     def __init__(self):
         super().__init__()
         self.qkv = nn.Linear(D_MODEL, 3 * D_MODEL, bias=BIAS)
+        # one norm for the queries and one for the keys, each shared by every head
+        self.q_norm = make_head_norm() if QK_NORM else None
+        self.k_norm = make_head_norm() if QK_NORM else None
         self.proj = nn.Linear(D_MODEL, D_MODEL, bias=BIAS)
         self.resid_drop = nn.Dropout(DROPOUT)
 
@@ -107,6 +117,8 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, N_HEAD, C // N_HEAD).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, N_HEAD, C // N_HEAD).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, N_HEAD, C // N_HEAD).transpose(1, 2)  # (B, nh, T, hs)
+        if self.q_norm is not None:  # the logits then cannot grow with the size of q and k
+            q, k = self.q_norm(q), self.k_norm(k)  # (B, nh, T, hs) each
         dropout_p = DROPOUT if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side
@@ -214,6 +226,8 @@ class CharTransformer(nn.Module):
         if self.final_norm is not None:
             x = self.final_norm(x)
         logits = self.lm_head(x)  # (B, T, vocab)
+        if LOGIT_SOFTCAP > 0:  # smooth, and no logit leaves (-LOGIT_SOFTCAP, LOGIT_SOFTCAP)
+            logits = LOGIT_SOFTCAP * torch.tanh(logits / LOGIT_SOFTCAP)
         if targets is None:
             return logits, None
         return logits, F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))
@@ -344,9 +358,12 @@ def main():
         starts = torch.randint(n_starts, (BATCH_SIZE,), generator=train_generator)  # (B,)
         x, y = get_batch(train_ids, starts)
         with autocast():
-            _, loss = forward(x.to(device), y.to(device))
+            logits, loss = forward(x.to(device), y.to(device))
+        objective = loss
+        if Z_LOSS > 0:  # pulls each position's log-normaliser towards 0; printed: loss alone
+            objective = loss + Z_LOSS * logits.float().logsumexp(dim=-1).pow(2).mean()
         optimizer.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
+        scaler.scale(objective).backward()
         if GRAD_CLIP > 0:
             scaler.unscale_(optimizer)
             params = [p for group in optimizer.param_groups for p in group["params"]]
