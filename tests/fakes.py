@@ -34,9 +34,11 @@ from blockviz.core import corpora, params, procs
 from blockviz.core.spec import (
     ABOVE_RANGE,
     BELOW_RANGE,
+    FFN_TAP,
     HIST_BINS,
     HIST_RANGE,
     PARAM_GROUPS,
+    STREAM_TAP,
     TAP_STATS,
     WEIGHTS_COMPONENT,
     block_tap_names,
@@ -259,6 +261,10 @@ class _FakeRun:
         if line.diverged:
             rows.append((line.end, "train/loss", math.inf))
         rows += zip(line.probes, repeat("train/grad_norm"), global_grad.tolist(), strict=False)
+        size = len(line.probes)
+        for name, level in (("probe/logit_max_abs", 5.0), ("probe/log_z", 4.5)):
+            values = level * np.exp(0.1 * self.rng(name).standard_normal(size))
+            rows += zip(line.probes, repeat(name), values.tolist(), strict=False)
         val_loss = 2.6 + 0.1 * self.rng("val/loss").standard_normal(len(line.vals))
         for name, values in (
             ("val/loss", val_loss),
@@ -332,11 +338,23 @@ class _FakeRun:
                 stats[ABOVE_RANGE] = counts[:, -1] / self.tap_size(tap)
                 for stat in TAP_STATS:
                     rows += self._rows(layer, "tap", tap, stat, stats[stat])
+                extra = self.rng("tap extras", layer, tap)
+                if tap == STREAM_TAP:
+                    rows += self._rows(
+                        layer, "tap", tap, "token_cos", extra.uniform(0.1, 0.5, size)
+                    )
+                    ratio = 6 * np.exp(0.1 * extra.standard_normal(size))
+                    rows += self._rows(layer, "tap", tap, "max_over_median", ratio)
+                if tap == FFN_TAP:
+                    rows += self._rows(layer, "tap", tap, "dead_frac", np.zeros(size))
             if self.model.attention:
                 top = math.log(self.model.block_size)  # the most a causal row can have
                 for head in range(self.model.n_head):
-                    entropy = top * self.rng("head", layer, head).uniform(0.2, 0.9, size)
+                    draws = self.rng("head", layer, head)
+                    entropy = top * draws.uniform(0.2, 0.9, size)
                     rows += self._rows(layer, "head", str(head), "attn_entropy", entropy)
+                    logits = 5 * np.exp(0.2 * draws.standard_normal(size))
+                    rows += self._rows(layer, "head", str(head), "attn_logit_max", logits)
         return rows
 
     def tap_size(self, tap: str) -> int:

@@ -189,7 +189,8 @@ def test_fake_runs_are_complete_and_deterministic(tmp_path) -> None:
             assert {-1, 0, 1, 2, 3} == set(at_init["layer"])
             assert {"attn", "ffn", "norm", "block"} <= set(at_init["component"])
             taps = filled.layer_stats(ids[0], kind="tap", step=0)
-            assert len(taps) == 3 * len(spec.TAPS) * len(spec.TAP_STATS)
+            extras = len(spec.STREAM_STATS) + len(spec.FFN_UNIT_STATS)  # resid_post, ffn_hidden
+            assert len(taps) == 3 * (len(spec.TAPS) * len(spec.TAP_STATS) + extras)
             ratios = filled.layer_stats(ids[0], kind="component", stat="update_ratio")
             # every probe_every steps and the last trained step, as BlockProbe probes
             assert set(ratios["step"]) == {*range(0, 120, 20), 119}
