@@ -1,0 +1,122 @@
+"""A run's findings read from the store, and in words: plain text or Markdown.
+
+The rules are `core.findings` (pure); this module reads what they need from the store (the
+whole series, not downsampled: a spike or a diverged step must not be averaged away) and
+renders them for the `show` command, the report, Compare and the Live page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from blockviz.core import spec
+from blockviz.core.findings import Finding, RunSeries, evaluate, headline, run_series
+
+if TYPE_CHECKING:
+    from blockviz.store import RunStore
+
+# What the rules read: scalars by name, and per-layer statistics by kind, component, stat.
+SCALARS = ("train/loss", "val/loss", "train/lr", *spec.PROBE_SCALARS)
+LAYER_READS: tuple[dict[str, Any], ...] = (
+    {
+        "kind": "component",
+        "component": ("block", spec.WEIGHTS_COMPONENT),
+        "stat": ("grad_norm", "update_ratio"),
+    },
+    {"kind": "tap", "component": spec.STREAM_TAP, "stat": (*spec.STREAM_STATS, "max_abs")},
+    {"kind": "tap", "component": spec.FFN_TAP, "stat": spec.FFN_UNIT_STATS},
+    {"kind": "head", "stat": spec.HEAD_STATS},
+)
+ICONS = {"error": "🛑", "warning": "⚠️", "info": "ℹ️", "ok": "✅"}
+
+
+@dataclass(frozen=True)
+class RunFindings:
+    """A run's headline and its findings (newest first)."""
+
+    headline: Finding
+    findings: list[Finding]
+
+    @property
+    def titles(self) -> list[str]:
+        """The headline, then each warning's or error's title: a table cell's worth."""
+        rest = [f.title for f in self.findings if f.severity in ("error", "warning")]
+        return [self.headline.title, *(t for t in rest if t != self.headline.title)]
+
+
+def read_layers(store: RunStore, run_id: int) -> pd.DataFrame:
+    """The per-layer statistics the rules read, whole."""
+    frames = [store.layer_stats(run_id, **read) for read in LAYER_READS]
+    frames = [frame for frame in frames if not frame.empty]
+    return pd.concat(frames, ignore_index=True) if frames else store.layer_stats(run_id, kind=())
+
+
+def findings_of(run: Mapping[str, Any], scalars: pd.DataFrame, layers: pd.DataFrame) -> RunFindings:
+    """The findings of a run from frames already read (Live keeps them between refreshes)."""
+    series: RunSeries = run_series(run, scalars, layers)
+    found = evaluate(series)
+    return RunFindings(headline(series, found), found)
+
+
+def read_findings(store: RunStore, run: Mapping[str, Any]) -> RunFindings:
+    """The findings of a stored run, read from the store."""
+    run_id = int(run["id"])
+    scalars = store.scalars(run_id, names=SCALARS)
+    return findings_of(run, scalars, read_layers(store, run_id))
+
+
+def _unchanged(text: str) -> str:
+    return text
+
+
+def finding_text(
+    finding: Finding, escape: Callable[[str], str] = _unchanged, suggestion: bool = True
+) -> str:
+    """The finding's sentences, and its suggestion labelled with its source."""
+    text = escape(finding.text)
+    tip = finding.suggestion
+    if suggestion and tip is not None:
+        source = f" ({escape(tip.source)})" if tip.source else ""
+        text += f" Try: {escape(tip.text)}{source}"
+    return text
+
+
+def plain_lines(found: RunFindings) -> list[str]:
+    """The findings as plain text lines: the headline first, then each finding."""
+    head = found.headline
+    lines = [f"{head.title}: {finding_text(head)}"] if head.rule == "state" else []
+    for finding in found.findings:
+        lines.append(f"[{finding.severity}] {finding.title}: {finding_text(finding)}")
+    return lines
+
+
+def findings_table(entries: Sequence[tuple[str, RunFindings]]) -> pd.DataFrame:
+    """One row per finding of each run: run, severity, rule, step, title, text, suggestion."""
+    rows = []
+    for name, found in entries:
+        for finding in [found.headline, *found.findings]:
+            if finding.rule == "state" and finding is not found.headline:
+                continue
+            tip = finding.suggestion
+            rows.append(
+                {
+                    "run": name,
+                    "severity": finding.severity,
+                    "rule": finding.rule,
+                    "step": finding.step,
+                    "title": finding.title,
+                    "text": finding.text,
+                    "suggestion": ""
+                    if tip is None
+                    else f"{tip.text} ({tip.source})"
+                    if tip.source
+                    else tip.text,
+                }
+            )
+    columns = ["run", "severity", "rule", "step", "title", "text", "suggestion"]
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.drop_duplicates(["run", "rule", "title"])

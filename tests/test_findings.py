@@ -1,0 +1,408 @@
+"""The findings rules on constructed series, at their thresholds (core/findings.py).
+
+Each series here is made up to sit just inside or just past one documented threshold; no
+series says what any configuration does (the real runs in test_findings_runs.py do that).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from blockviz.core import config as cfg
+from blockviz.core import findings as fd
+from blockviz.core.findings import RunSeries
+
+N_LAYER = 3
+UNIGRAM = 3.0
+
+
+def scalars(**series: dict[int, float]) -> pd.DataFrame:
+    """name -> {step: value} as a scalars frame."""
+    rows = [
+        (step, name, value) for name, values in series.items() for step, value in values.items()
+    ]
+    return pd.DataFrame(rows, columns=["step", "name", "value"])
+
+
+def layer_rows(kind: str, component: str, stat: str, table: dict[int, list[float]]) -> list[tuple]:
+    """step -> one value per layer (0, 1, ...) as layer_stats rows."""
+    return [
+        (step, layer, kind, component, stat, value)
+        for step, values in table.items()
+        for layer, value in enumerate(values)
+    ]
+
+
+def head_rows(stat: str, table: dict[int, list[list[float]]]) -> list[tuple]:
+    """step -> [layer][head] values as head rows."""
+    return [
+        (step, layer, "head", str(head), stat, value)
+        for step, layers in table.items()
+        for layer, heads in enumerate(layers)
+        for head, value in enumerate(heads)
+    ]
+
+
+def layers_frame(*groups: list[tuple]) -> pd.DataFrame:
+    rows = [row for group in groups for row in group]
+    return pd.DataFrame(rows, columns=["step", "layer", "kind", "component", "stat", "value"])
+
+
+def flat_loss(steps: int, value: float = 2.0) -> dict[int, float]:
+    return dict.fromkeys(range(steps), value)
+
+
+def series(
+    scalar_frame: pd.DataFrame | None = None,
+    layer_frame: pd.DataFrame | None = None,
+    status: str = "completed",
+    diverged_step: int | None = None,
+    **config: object,
+) -> RunSeries:
+    run_config = cfg.replace(cfg.RunConfig(), n_layer=N_LAYER, **config)
+    return RunSeries(
+        status=status,
+        step=None,
+        diverged_step=diverged_step,
+        config=run_config,
+        unigram=UNIGRAM,
+        init_loss=4.0,
+        scalars=scalar_frame
+        if scalar_frame is not None
+        else scalars(**{"train/loss": flat_loss(10)}),
+        layers=layer_frame if layer_frame is not None else layers_frame(),
+    )
+
+
+def rules(found: list[fd.Finding]) -> set[str]:
+    return {f.rule for f in found}
+
+
+def only(rule: str, run: RunSeries) -> fd.Finding:
+    found = [f for f in fd.evaluate(run) if f.rule == rule]
+    assert len(found) == 1, [f.rule for f in fd.evaluate(run)]
+    return found[0]
+
+
+# ----------------------------------------------------------------------------- healthy
+
+
+def test_nothing_wrong_is_said_explicitly():
+    found = fd.evaluate(series())
+    assert [f.rule for f in found] == ["healthy"]
+    assert found[0].severity == "ok"
+    assert f"None of the {len(fd.RULES)} checks found a problem up to step 9" in found[0].text
+
+
+def test_an_info_finding_leaves_the_run_healthy():
+    massive = layers_frame(
+        layer_rows("tap", "resid_post", "max_over_median", {10: [1e3] * 3, 20: [1e3] * 3}),
+        layer_rows("tap", "resid_post", "max_abs", {10: [100.0] * 3, 20: [100.0] * 3}),
+    )
+    assert rules(fd.evaluate(series(layer_frame=massive))) == {"massive_activations", "healthy"}
+
+
+# ---------------------------------------------------------------------------- diverged
+
+
+def test_diverged_names_the_step_the_last_finite_loss_and_the_first_gradient_to_grow():
+    loss = scalars(**{"train/loss": {0: 4.0, 1: 3.9, 2: 3.8, 3: math.nan}})
+    grads = layers_frame(
+        layer_rows(
+            "component",
+            "block",
+            "grad_norm",
+            {0: [1.0, 1.0, 1.0], 1: [2.0, 9.0, 1.0], 2: [3.0, 11.0, 10.5], 3: [math.inf] * 3},
+        )
+    )
+    finding = only("diverged", series(loss, grads, "diverged", 3))
+    assert finding.severity == "error" and finding.step == 3
+    assert finding.title == "Diverged at step 3"
+    assert "The last finite training loss was 3.8 at step 2." in finding.text
+    assert "At step 3: train/loss = NaN." in finding.text
+    # block 1 reaches 11× at step 2 before block 2's 10.5×; both cross there, 1 is larger
+    assert finding.evidence["grew_first"] == {"layer": 1, "step": 2, "factor": 11.0}
+    assert "The first non-finite gradient norm: blocks 0–2 at step 3." in finding.text
+    # Clipped, Pre-LN, warmed up (the defaults): what is left to try is a lower lr.
+    assert finding.suggestion.changes == {"lr": pytest.approx(1e-3 / 3)}
+
+
+def test_growth_just_below_the_factor_is_not_growth():
+    loss = scalars(**{"train/loss": {0: 4.0, 1: math.inf}})
+    grads = layers_frame(
+        layer_rows("component", "block", "grad_norm", {0: [1.0] * 3, 1: [9.99, 1.0, 1.0]})
+    )
+    finding = only("diverged", series(loss, grads, "diverged", 1))
+    assert "grew_first" not in finding.evidence
+    assert finding.evidence["grew_most"]["layer"] == 0
+
+
+def test_too_few_probes_before_a_divergence_ask_for_probe_interval_1():
+    loss = scalars(**{"train/loss": {0: 4.0, 1: 7e6, 2: math.nan}})
+    grads = layers_frame(layer_rows("component", "block", "grad_norm", {0: [1.0] * 3}))
+    finding = only("diverged", series(loss, grads, "diverged", 2, probe_interval=50))
+    assert "too few to tell which layer's gradient grew first" in finding.text
+    assert finding.suggestion.changes == {"probe_interval": 1}
+    # Probed every step already: the gradients went non-finite together; no such advice.
+    every = only("diverged", series(loss, grads, "diverged", 2, probe_interval=1, grad_clip=0.0))
+    assert "went non-finite together" in every.text
+    assert every.suggestion.changes == {"grad_clip": 1.0}
+
+
+def test_a_non_finite_loss_is_a_divergence_whatever_the_status_says():
+    loss = scalars(**{"train/loss": {0: 4.0, 1: math.inf}})
+    assert "diverged" in rules(fd.evaluate(series(loss, status="running")))
+
+
+# ----------------------------------------------------------------------------- stalled
+
+
+def stall_loss(in_band_steps: int, level: float) -> pd.DataFrame:
+    """40 steps well below the unigram entropy, then `in_band_steps` at `level`."""
+    values = {step: 1.0 for step in range(40)}
+    values.update({40 + i: level for i in range(in_band_steps + 1)})
+    return scalars(**{"train/loss": values})
+
+
+def test_stalled_needs_the_minimum_number_of_steps_at_the_unigram_entropy():
+    level = UNIGRAM - fd.STALL_MARGIN  # exactly at the band's floor counts as in it
+    short = series(stall_loss(fd.STALL_MIN_STEPS - 1, level))
+    assert "stalled" not in rules(fd.evaluate(short))
+    finding = only("stalled", series(stall_loss(fd.STALL_MIN_STEPS + 20, level)))
+    # the running median of 20 values crosses into the band 10 values after the jump
+    assert finding.title == "Stalled at the unigram entropy since step 50"
+    assert finding.evidence["since"] == 50 and finding.severity == "warning"
+
+
+def test_a_loss_just_below_the_band_is_not_a_stall():
+    level = UNIGRAM - fd.STALL_MARGIN - 0.01
+    assert "stalled" not in rules(fd.evaluate(series(stall_loss(300, level))))
+
+
+def test_a_loss_above_the_initial_loss_is_said_to_be_worse_than_a_uniform_guess():
+    values = dict.fromkeys(range(200), 25.0)
+    finding = only("stalled", series(scalars(**{"train/loss": values})))
+    assert finding.title == "Stalled above the unigram entropy since step 0"
+    assert "worse than the loss at initialisation, 4" in finding.text
+
+
+def test_a_stall_behind_post_ln_without_warm_up_suggests_the_warm_up():
+    finding = only(
+        "stalled",
+        series(stall_loss(200, UNIGRAM), norm_position="post", warmup_steps=0, max_steps=300),
+    )
+    assert finding.suggestion.changes == {"warmup_steps": 100}
+    assert "Xiong et al. 2020" in finding.suggestion.source
+
+
+# -------------------------------------------------------------------------- loss spike
+
+
+def test_a_spike_is_a_loss_above_the_factor_times_the_median_before_it():
+    values = {step: 2.0 for step in range(120)}
+    values[80] = 2.0 * fd.SPIKE_FACTOR + 0.01
+    values[100] = 2.0 * fd.SPIKE_FACTOR  # exactly the factor: not above it
+    finding = only("loss_spike", series(scalars(**{"train/loss": values})))
+    assert finding.step == 80 and finding.evidence["count"] == 1
+    assert finding.title == "A loss spike, the largest at step 80"
+
+
+def test_no_spike_before_a_full_window():
+    values = {step: 2.0 for step in range(fd.SPIKE_WINDOW + 5)}
+    values[fd.SPIKE_WINDOW - 1] = 100.0
+    assert "loss_spike" not in rules(fd.evaluate(series(scalars(**{"train/loss": values}))))
+
+
+# --------------------------------------------------------------- gradients across depth
+
+
+@pytest.mark.parametrize(
+    ("first", "title"),
+    [
+        (1 / (fd.GRAD_DEPTH_RATIO * 1.01), "Gradients vanish towards the input"),
+        (fd.GRAD_DEPTH_RATIO * 1.01, "Gradients grow towards the input"),
+    ],
+)
+def test_gradient_depth_fires_past_its_bound_at_the_last_two_probes(first, title):
+    table = {10: [1.0, 1.0, 1.0], 20: [first, 1.0, 1.0], 30: [first, 1.0, 1.0]}
+    grads = layers_frame(layer_rows("component", "block", "grad_norm", table))
+    finding = only("gradient_depth", series(layer_frame=grads))
+    assert finding.title == title and finding.evidence["since"] == 20
+
+
+def test_gradient_depth_at_the_bound_or_at_one_probe_only_is_silent():
+    at_bound = {10: [fd.GRAD_DEPTH_RATIO, 1, 1], 20: [fd.GRAD_DEPTH_RATIO, 1, 1]}
+    once = {10: [1.0, 1, 1], 20: [1e6, 1, 1]}
+    for table in (at_bound, once):
+        grads = layers_frame(layer_rows("component", "block", "grad_norm", table))
+        assert "gradient_depth" not in rules(fd.evaluate(series(layer_frame=grads)))
+
+
+# ----------------------------------------------------------------------- update ratios
+
+
+def updates(values: list[float], lr: float = 1e-2) -> RunSeries:
+    table = {step: values for step in (0, 10, 20)}
+    frame = layers_frame(layer_rows("component", "weights", "update_ratio", table))
+    lrs = scalars(**{"train/loss": flat_loss(21), "train/lr": dict.fromkeys(range(21), lr)})
+    return series(lrs, frame, lr=lr)
+
+
+def test_slow_updates_below_the_lr_multiple():
+    low = fd.UPDATE_LOW * 1e-2
+    finding = only("slow_updates", updates([low * 0.99, low, 1e-2]))
+    assert finding.evidence["layers"] == [0] and finding.evidence["since"] == 10
+    assert "Weight decay alone moves them by 0.1 × lr" in finding.text
+
+
+def test_large_updates_above_the_bound_and_step_0_never_counts():
+    finding = only("large_updates", updates([1e-3, fd.UPDATE_HIGH * 1.01, fd.UPDATE_HIGH]))
+    assert finding.evidence["layers"] == [1] and finding.evidence["since"] == 10
+    frame = layers_frame(
+        layer_rows("component", "weights", "update_ratio", {0: [1.0] * 3, 10: [1.0] * 3})
+    )
+    assert "large_updates" not in rules(fd.evaluate(series(layer_frame=frame)))
+
+
+# ------------------------------------------------------------------- activations, heads
+
+
+def test_dead_units_past_the_fraction():
+    table = {10: [fd.DEAD_FRAC, 0.3, 0.0], 20: [fd.DEAD_FRAC, 0.3, 0.0]}
+    frame = layers_frame(layer_rows("tap", "ffn_hidden", "dead_frac", table))
+    finding = only("dead_units", series(layer_frame=frame, activation="relu"))
+    assert finding.evidence["layers"] == [1]
+    assert finding.suggestion.changes == {"activation": "gelu"}
+
+
+def test_attention_collapse_needs_every_head_of_a_layer_below_the_floor():
+    low = fd.ENTROPY_FLOOR * 0.5
+    table = {step: [[low, low], [low, fd.ENTROPY_FLOOR], [2.0, 2.0]] for step in (10, 20)}
+    frame = layers_frame(head_rows("attn_entropy", table))
+    finding = only("attention_collapse", series(layer_frame=frame))
+    assert finding.evidence["layers"] == [0]
+    assert finding.suggestion.changes == {"qk_norm": True}
+
+
+def test_attention_logit_growth_needs_the_bound_and_the_growth():
+    bound = fd.ATTN_LOGIT_MAX
+    table = {
+        0: [[1.0, 10.0], [1.0, 1.0], [1.0, 1.0]],
+        10: [[bound * 1.1, bound * 1.1], [bound, 1.0], [1.0, 1.0]],
+        20: [[bound * 1.2, bound * 1.2], [bound, 1.0], [1.0, 1.0]],
+    }
+    finding = only(
+        "attention_logit_growth",
+        series(layer_frame=layers_frame(head_rows("attn_logit_max", table))),
+    )
+    # head (0, 1) started at 10, so 60 is only 6×: not growth; head (1, 0) sits at the bound
+    assert (finding.evidence["layer"], finding.evidence["head"]) == (0, 0)
+    assert finding.evidence["heads"] == 1
+    with_norm = series(layer_frame=layers_frame(head_rows("attn_logit_max", table)), qk_norm=True)
+    assert only("attention_logit_growth", with_norm).suggestion.changes == {"lr": 1e-3 / 3}
+
+
+def test_rank_collapse_at_the_cosine_bound():
+    table = {10: [0.5, fd.RANK_COS, 0.98], 20: [0.5, fd.RANK_COS, 0.98]}
+    frame = layers_frame(layer_rows("tap", "resid_post", "token_cos", table))
+    finding = only("rank_collapse", series(layer_frame=frame, residual=False))
+    assert finding.evidence["layers"] == [1]
+    assert finding.suggestion.changes == {"residual": True}
+
+
+def test_massive_activations_need_both_the_ratio_and_the_size():
+    ratio = {10: [fd.MASSIVE_RATIO] * 3, 20: [fd.MASSIVE_RATIO, fd.MASSIVE_RATIO, 999.0]}
+    size = {10: [100.0, 99.0, 100.0], 20: [100.0, 99.0, 100.0]}
+    frame = layers_frame(
+        layer_rows("tap", "resid_post", "max_over_median", ratio),
+        layer_rows("tap", "resid_post", "max_abs", size),
+    )
+    finding = only("massive_activations", series(layer_frame=frame))
+    assert finding.evidence["layers"] == [0] and finding.severity == "info"
+
+
+def test_output_logit_growth_by_either_bound():
+    steps = (10, 20)
+    big_logit = scalars(
+        **{
+            "train/loss": flat_loss(21),
+            "probe/logit_max_abs": dict.fromkeys(steps, fd.OUTPUT_LOGIT_MAX + 1),
+            "probe/log_z": dict.fromkeys(steps, 5.0),
+        }
+    )
+    finding = only("output_logit_growth", series(big_logit))
+    assert finding.suggestion.changes == {"z_loss": 1e-4}
+    negative_z = scalars(
+        **{
+            "train/loss": flat_loss(21),
+            "probe/logit_max_abs": dict.fromkeys(steps, 10.0),
+            "probe/log_z": dict.fromkeys(steps, -fd.LOG_Z_MAX - 1),
+        }
+    )
+    capped = only("output_logit_growth", series(negative_z, z_loss=1e-4))
+    assert capped.suggestion.changes == {"logit_softcap": 30.0}
+    at_bounds = scalars(
+        **{
+            "train/loss": flat_loss(21),
+            "probe/logit_max_abs": dict.fromkeys(steps, fd.OUTPUT_LOGIT_MAX),
+            "probe/log_z": dict.fromkeys(steps, fd.LOG_Z_MAX),
+        }
+    )
+    assert "output_logit_growth" not in rules(fd.evaluate(series(at_bounds)))
+
+
+# -------------------------------------------------------------------------- overfitting
+
+
+def overfit(val_last: float, train_last: float) -> RunSeries:
+    """Val 2.0 at 100, 1.8 at 200, `val_last` at 300; train 1.7 up to 200, then
+    `train_last`."""
+    train = {step: 1.7 for step in range(201)}
+    train.update({step: train_last for step in range(201, 301)})
+    val = {100: 2.0, 200: 1.8, 300: val_last}
+    return series(scalars(**{"train/loss": train, "val/loss": val}))
+
+
+def test_overfitting_when_val_rises_and_the_gap_widens():
+    finding = only("overfitting", overfit(1.8 + fd.OVERFIT_RISE + 0.01, 1.6))
+    assert finding.title == "Overfitting since step 200"
+    assert "best.ckpt holds the weights of step 200" in finding.text
+    assert finding.suggestion.changes == {"dropout": 0.1}
+
+
+@pytest.mark.parametrize(
+    ("val_last", "train_last"),
+    [
+        (1.8 + fd.OVERFIT_RISE - 0.01, 1.5),  # val rose less than the margin
+        (2.0, 1.95),  # val rose, but so did train: a worse run, not overfitting
+    ],
+)
+def test_no_overfitting_without_a_rise_or_with_train_rising_too(val_last, train_last):
+    assert "overfitting" not in rules(fd.evaluate(overfit(val_last, train_last)))
+
+
+# ------------------------------------------------------------------ headline and order
+
+
+def test_the_headline_says_trains_below_the_unigram_entropy_else_learning():
+    trains = series(scalars(**{"train/loss": {0: 4.0, **flat_loss(30, 1.0)}}))
+    assert fd.headline(trains, fd.evaluate(trains)).title == "Trains"
+    learning = series(scalars(**{"train/loss": flat_loss(30, UNIGRAM)}))
+    assert fd.headline(learning, fd.evaluate(learning)).title == "Learning"
+    empty = series(scalars())
+    assert fd.headline(empty, fd.evaluate(empty)).title == "No loss yet"
+
+
+def test_findings_come_newest_first_and_the_headline_is_a_divergence_or_stall():
+    loss = {step: 2.8 for step in range(40)}  # below the band, and no spike into it
+    loss.update({40 + i: UNIGRAM for i in range(300)})
+    grads = layers_frame(
+        layer_rows("tap", "resid_post", "token_cos", {60: [1.0] * 3, 70: [1.0] * 3})
+    )
+    run = series(scalars(**{"train/loss": loss}), grads)
+    found = fd.evaluate(run)
+    assert [f.rule for f in found] == ["rank_collapse", "stalled"]  # since 60, since 50
+    assert fd.headline(run, found).rule == "stalled"
