@@ -1,9 +1,15 @@
 """Shared test setup: keep every test offline, on one thread, inside tmp dirs."""
 
 import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
+from tests import finding_runs as findings
 from tests.real_runs import RealRuns, train_real_runs
 
 # Two CPU cores in CI: one intra-op thread per process keeps parallel subprocess runs sane.
@@ -25,3 +31,38 @@ def real_runs(tmp_path_factory) -> RealRuns:
     never write it.
     """
     return train_real_runs(tmp_path_factory.mktemp("real-runs"))
+
+
+# The findings runs train in a subprocess from collection on (tests/finding_runs.py).
+_FINDINGS = pytest.StashKey[tuple[Path, subprocess.Popen, float]]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start training the findings runs when a collected test needs them."""
+    if any("finding_runs" in getattr(item, "fixturenames", ()) for item in session.items):
+        folder = Path(tempfile.mkdtemp(prefix="blockviz-findings-"))
+        session.config.stash[_FINDINGS] = (folder, findings.start(folder), time.perf_counter())
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the findings runs' subprocess if it is still going; remove its folder."""
+    started = config.stash.get(_FINDINGS, None)
+    if started is not None:
+        folder, process, _ = started
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def finding_runs(pytestconfig: pytest.Config) -> findings.FindingRuns:
+    """Real tiny runs that show what each findings rule looks for (tests/finding_runs.py),
+    started at collection; read their store, never write it."""
+    started = pytestconfig.stash.get(_FINDINGS, None)
+    if started is None:  # collected some other way: start now
+        folder = Path(tempfile.mkdtemp(prefix="blockviz-findings-"))
+        started = (folder, findings.start(folder), time.perf_counter())
+        pytestconfig.stash[_FINDINGS] = started
+    folder, process, begun = started
+    return findings.finish(process, folder, begun)

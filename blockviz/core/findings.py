@@ -943,12 +943,16 @@ def _overfitting(series: RunSeries) -> Finding | None:
     last = len(val) - 1
     best_loss, last_loss = float(val["value"].iloc[best]), float(val["value"].iloc[last])
     # Val rose, the gap widened by as much, and the train loss did not rise with it (a
-    # train loss that rises too is a run getting worse, not one memorising its text).
+    # train loss that rises too is a run getting worse, not one memorising its text), and
+    # it is below the unigram entropy: a model that knows only character frequencies has
+    # nothing of its training text to memorise.
+    memorising = series.unigram is None or trained[last] < series.unigram - STALL_MARGIN
     if (
         best == last
         or last_loss < best_loss + OVERFIT_RISE
         or not gap[last] >= gap[best] + OVERFIT_RISE
         or trained[last] > trained[best]
+        or not memorising
     ):
         return None
     since = int(val["step"].iloc[best])
@@ -1047,18 +1051,22 @@ def headline(series: RunSeries, findings: list[Finding]) -> Finding:
     level = float(loss["value"].tail(STALL_WINDOW).median())
     first, newest = float(loss["value"].iloc[0]), int(loss["step"].iloc[-1])
     trained = series.unigram is not None and level < series.unigram - STALL_MARGIN
+    worse = series.init_loss is not None and level > series.init_loss + STALL_MARGIN
     text = (
         f"Train loss {_num(level)} at {_steps(newest)} (running median of the last "
         f"{min(STALL_WINDOW, len(loss))} logged values), from {_num(first)} at "
         f"{_steps(int(loss['step'].iloc[0]))}"
     )
-    if series.unigram is not None:
+    if worse:
+        text += f"; above the loss at initialisation, {_num(series.init_loss)} (a uniform guess)"
+    elif series.unigram is not None:
         relation = "below" if trained else "not yet below"
         text += f"; {relation} the unigram entropy, {_num(series.unigram)}"
+    title = "Worse than a uniform guess" if worse else "Trains" if trained else "Learning"
     return Finding(
         "state",
-        "ok" if trained else "info",
-        "Trains" if trained else "Learning",
+        "warning" if worse else "ok" if trained else "info",
+        title,
         text + ".",
         newest,
         "train/loss",
