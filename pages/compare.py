@@ -20,7 +20,7 @@ from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, LOSS_NAMES
 from blockviz.dashboard import store_access, tables, tag_filter, ui
 from blockviz.dashboard.controls import chart_controls, preselected_runs, x_axis_control
 from blockviz.store import RunStore, StoreError
-from blockviz.views import charts, export, findings_text, seed_groups, summary
+from blockviz.views import charts, export, findings_text, run_findings, seed_groups, summary
 from blockviz.views.report_job import ReportJob
 
 REFRESH_S = 1.5
@@ -32,6 +32,11 @@ PRESELECTED = 2  # runs picked when the page opens with none chosen
 FINAL_COLUMN_CONFIG = {
     **tables.FINAL_COLUMN_CONFIG,
     "run": st.column_config.TextColumn("run", width="large", pinned=True),
+    "findings": st.column_config.TextColumn(
+        "findings",
+        width="large",
+        help="The run's headline and each warning of its findings (Live shows them in full)",
+    ),
 }
 
 
@@ -138,11 +143,14 @@ def _grouped(
 def _after_curves(store: RunStore, run_ids: list[int], colors: Any, tag: str) -> None:
     st.subheader("Final metrics", anchor=False)
     with ui.guard("Final metrics"):
-        st.dataframe(
-            tables.final_table(store, run_ids),
-            hide_index=True,
-            column_config=FINAL_COLUMN_CONFIG,
-        )
+        final = tables.final_table(store, run_ids)
+        chosen = [store.get_run(i) for i in run_ids]
+        by_name = {
+            run["name"]: run_findings.titles_text(run_findings.cached_findings(store, run))
+            for run in chosen
+        }
+        final.insert(2, "findings", [by_name.get(name, "") for name in final["run"]])
+        st.dataframe(final, hide_index=True, column_config=FINAL_COLUMN_CONFIG)
 
     _grad_by_layer(store, run_ids, colors, tag)
 

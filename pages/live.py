@@ -1,4 +1,5 @@
-"""Live: one run as it trains — status, loss, gradients, activations, updates, attention, samples.
+"""Live: one run as it trains — findings, status, loss, gradients, activations, updates,
+attention, samples.
 
 While the run is queued or running, everything below the run picker is a fragment that
 reruns every 1.5 s on its own (the rest of the page and the sidebar stay put). Only the open
@@ -6,6 +7,10 @@ tab reads and draws; the per-step series are kept in session state and extended 
 rows logged since the last refresh instead of being read whole every time. When any run's
 status changes (queued -> running, a dead run reaped as failed) the whole page reruns once,
 so the picker's labels and the header always show the same status.
+
+Under the header, the findings panel says in words what the series show (core.findings),
+re-evaluated at every refresh from the rows already read; Show opens the tab that draws a
+finding and marks its step on every chart of the page.
 """
 
 from __future__ import annotations
@@ -18,13 +23,17 @@ import streamlit as st
 
 from blockviz import runner
 from blockviz.core import spec
+from blockviz.core.findings import Finding
 from blockviz.core.spec import (
     ABOVE_RANGE,
     ACTIVE_STATUSES,
     BELOW_RANGE,
     COMPONENTS,
+    FFN_UNIT_STATS,
+    HEAD_STATS,
     HIST_BINS,
     HIST_RANGE,
+    STREAM_STATS,
     TAP_STATS,
     TAPS,
     WEIGHTS_COMPONENT,
@@ -33,8 +42,9 @@ from blockviz.core.spec import (
 from blockviz.dashboard import relaunch, store_access, ui
 from blockviz.dashboard.code_download import code_download_button
 from blockviz.dashboard.controls import SMOOTHING_DEFAULT, XChoice, chart_controls, x_axis_control
+from blockviz.dashboard.findings_panel import current_mark, findings_panel
 from blockviz.store import RunStore, StoreError
-from blockviz.views import charts, summary
+from blockviz.views import charts, run_findings, summary
 from blockviz.views.incremental import IncrementalReader
 
 REFRESH_S = 1.5
@@ -61,11 +71,14 @@ PREFERENCES: dict[str, Any] = {
     "live.grad.component": "block",
     "live.grad.stat": "grad_norm",
     "live.act.stat": "rms",
+    "live.attn.stat": "attn_entropy",
     "live.upd.component": WEIGHTS_COMPONENT,  # norm gains would dilute a whole layer's
     "live.x_axis": "step",
 }
 # Scalars that are no chart of their own (train/elapsed_s places steps in time).
 NOT_PLOTTED = ("train/loss", "train/lr", charts.ELAPSED_SCALAR)
+# The Activations tab's statistics: every tap's, then the stream's and the FFN units'.
+ACTIVATION_STATS = (*TAP_STATS, *STREAM_STATS, *FFN_UNIT_STATS)
 
 
 # ---------------------------------------------------------------------------- reading
@@ -138,21 +151,12 @@ def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None
         st.progress(min(max(int(step) / int(max_steps), 0.0), 1.0))
 
 
-def _divergence_markdown(facts: summary.Divergence) -> str:
-    """The divergence in Markdown: metric names as code, the run's error as plain text."""
-    sentences = summary.render_divergence(
-        facts, bold=lambda text: f"**{text}**", code=ui.literal, text=ui.plain
-    )
-    return f"{sentences} The loss chart marks the step in red."
-
-
 def _status_message(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None:
+    """What the status means, for the statuses the findings do not cover (a diverged
+    run's story is the findings panel's headline)."""
     status = run["status"]
     step = run.get("step")
-    if status == "diverged":
-        facts = summary.read_divergence(store, run)
-        st.error(_divergence_markdown(facts), icon=":material/warning:")
-    elif status == "failed":
+    if status == "failed":
         at = f" at step {int(step):,}" if step is not None else ""
         error = ui.plain(run.get("error") or "no error was recorded.")
         st.error(f"**This run failed{at}:** {error}")
@@ -174,6 +178,41 @@ def _status_message(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame)
 
 def _colors(run: dict[str, Any]) -> Any:
     return charts.run_color_scale({int(run["id"]): str(run["name"])})
+
+
+def _marked(chart: Any, run: dict[str, Any], x: XChoice) -> Any:
+    """The chart with the step a finding's Show marked, if one is marked for this run."""
+    mark = current_mark(int(run["id"]))
+    if mark is None:
+        return chart
+    return charts.with_step_mark(chart, int(mark["step"]), str(mark["label"]), x.axis)
+
+
+def _show_finding(finding: Finding) -> None:
+    """Open the tab that draws the finding, with the controls set to its series."""
+    st.session_state[TAB_KEY] = finding.tab
+    series = finding.series
+    if series in ("grad_norm", "param_norm"):
+        st.session_state["live.grad.component"] = "block"
+        st.session_state["live.grad.stat"] = series
+    elif series == "update_ratio":
+        st.session_state["live.upd.component"] = WEIGHTS_COMPONENT
+    elif series in HEAD_STATS:
+        st.session_state["live.attn.stat"] = series
+    elif series in ACTIVATION_STATS:
+        st.session_state["live.act.stat"] = series
+    elif series not in spec.LOSS_NAMES:
+        st.session_state["live.metric"] = series
+
+
+def _findings(run: dict[str, Any], scalars: pd.DataFrame, store: RunStore) -> None:
+    """The findings panel, from the rows this page has read (and now reads) of the run."""
+    reader, run_id = _reader(), int(run["id"])
+    layers = pd.concat(
+        [reader.layer_stats(store, run_id, kind) for kind in ("component", "tap", "head")],
+        ignore_index=True,
+    )
+    findings_panel(run, run_findings.findings_of(run, scalars, layers), _show_finding)
 
 
 def _answer_caption(scalars: pd.DataFrame) -> str | None:
@@ -215,18 +254,21 @@ def _loss_tab(run: dict[str, Any], scalars: pd.DataFrame, x: XChoice) -> None:
         chart = charts.loss_chart(
             placed, smoothing, log_scale, colors=_colors(run), diverged=diverged, x_axis=x.axis
         )
+        chart = _marked(chart, run, x)
         ui.chart_with_downloads(chart, charts.chart_data(chart), f"{name} loss", "live.loss")
     lr_col, metric_col = st.columns(2, gap="large")
     with lr_col, ui.guard("Learning-rate chart"):
         chart = charts.metric_chart(
             placed, "train/lr", colors=_colors(run), title="Learning rate", x_axis=x.axis
         )
+        chart = _marked(chart, run, x)
         ui.chart_with_downloads(chart, charts.chart_data(chart), f"{name} lr", "live.lr")
     if metric is not None:
         with metric_col, ui.guard("Metric chart"):
             chart = charts.metric_chart(
                 placed, metric, smoothing, log_scale, colors=_colors(run), x_axis=x.axis
             )
+            chart = _marked(chart, run, x)
             ui.chart_with_downloads(chart, charts.chart_data(chart), f"{name} {metric}", "live.m")
     answers = _answer_caption(scalars)
     if answers is not None:
@@ -252,10 +294,12 @@ def _gradients_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame, 
     with lines_col, ui.guard("Per-layer lines"):
         chart = charts.layer_lines(stats, stat, component, x_axis=x.axis, n_layers=n_layer)
         label = f"{name} {stat} {component} by layer"
+        chart = _marked(chart, run, x)
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.grad.lines")
     with heat_col, ui.guard("Layer x step heat map"):
         chart = charts.layer_heatmap(stats, stat, component, x_axis=x.axis, n_layers=n_layer)
         label = f"{name} {stat} {component} heatmap"
+        chart = _marked(chart, run, x)
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.grad.heat")
     with ui.guard("Global gradient norm"):
         chart = charts.metric_chart(
@@ -266,15 +310,24 @@ def _gradients_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame, 
             title="Global gradient norm (before clipping)",
             x_axis=x.axis,
         )
+        chart = _marked(chart, run, x)
         ui.chart_with_downloads(chart, charts.chart_data(chart), f"{name} grad norm", "live.gn")
 
 
 def _activations_tab(store: RunStore, run: dict[str, Any], x: XChoice) -> None:
     name, run_id = str(run["name"]), int(run["id"])
-    stat = st.segmented_control("Statistic", TAP_STATS, required=True, key="live.act.stat")
+    stat = st.segmented_control(
+        "Statistic",
+        ACTIVATION_STATS,
+        required=True,
+        key="live.act.stat",
+        help="token_cos and max_over_median are read at each block's output (resid_post), "
+        "dead_frac at the FFN's hidden units (ffn_hidden); the others at every tap.",
+    )
     with ui.guard("Activation statistics"):
         taps = x.place(_reader().layer_stats(store, run_id, "tap"))
         chart = charts.tap_stats_chart(taps, stat, x_axis=x.axis, n_layers=_n_layer(run))
+        chart = _marked(chart, run, x)
         label = f"{name} activation {stat}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.act")
     st.markdown("**Histogram over time**")
@@ -331,6 +384,7 @@ def _updates_tab(store: RunStore, run: dict[str, Any], x: XChoice) -> None:
         # probes summed the matrices alone (the chart's title says which it shows).
         chosen = None if component == WEIGHTS_COMPONENT else component
         chart = charts.update_ratio_chart(stats, chosen, x_axis=x.axis, n_layers=_n_layer(run))
+        chart = _marked(chart, run, x)
         label = f"{name} update ratio {component}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.upd")
 
@@ -340,10 +394,21 @@ def _attention_tab(store: RunStore, run: dict[str, Any], x: XChoice) -> None:
     if not _has_attention(run):
         st.info("This run's blocks have no attention (attention is off in its config).")
         return
-    with ui.guard("Attention entropy"):
+    stat = st.segmented_control(
+        "Statistic",
+        HEAD_STATS,
+        required=True,
+        key="live.attn.stat",
+        format_func=spec.stat_label,
+        help="Per head, on the fixed probe batch: the mean entropy of its attention rows, or "
+        "its largest logit q·k/√d before the softmax.",
+    )
+    with ui.guard("Attention per head"):
         heads = x.place(_reader().layer_stats(store, run_id, "head"))
-        chart = charts.attention_entropy_chart(heads, x_axis=x.axis)
-        label = f"{name} attention entropy"
+        logits = stat == "attn_logit_max"
+        chart = charts.attention_entropy_chart(heads, x_axis=x.axis, stat=stat, log_scale=logits)
+        chart = _marked(chart, run, x)
+        label = f"{name} {stat}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.entropy")
     st.markdown("**Attention maps**")
     steps = store.attention_steps(run_id)
@@ -423,6 +488,9 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str], waiting_first: boo
         scalars = _reader().scalars(store, run_id)
         _header(store, run, scalars)
         _status_message(store, run, scalars)
+    if scalars is not None:
+        with ui.guard("Findings"):
+            _findings(run, scalars, store)
     if scalars is None:
         return  # the store could not be read; the message above says why
     if waiting_first and _has_loss(scalars):

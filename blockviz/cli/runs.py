@@ -11,7 +11,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any
 
 from blockviz import runner
@@ -19,7 +19,8 @@ from blockviz.core import config as cfg
 from blockviz.core.spec import final_header
 from blockviz.core.tags import tags_text
 from blockviz.store import RunStore, checked
-from blockviz.views.summary import read_divergence, render_divergence
+from blockviz.views.run_findings import finding_json, plain_lines, read_findings
+from blockviz.views.summary import read_divergence
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -117,6 +118,7 @@ def cli_show(args: argparse.Namespace) -> int:
         samples = store.samples(run["id"], limit=1)
         final = store.final_metrics([run["id"]])
         divergence = read_divergence(store, run) if run["status"] == "diverged" else None
+        found = read_findings(store, run)
     last_sample = (
         None
         if samples.empty
@@ -135,6 +137,8 @@ def cli_show(args: argparse.Namespace) -> int:
                     "final_metrics": metrics,
                     "last_sample": last_sample,
                     "divergence": None if divergence is None else asdict(divergence),
+                    "headline": finding_json(found.headline),
+                    "findings": [finding_json(f) for f in found.findings],
                 },
                 indent=2,
                 default=str,
@@ -180,8 +184,6 @@ def cli_show(args: argparse.Namespace) -> int:
     ]
     if values:
         lines.append(("metrics", ", ".join(values)))
-    if divergence is not None:  # the same sentences as the Live page
-        lines.append(("diverged", render_divergence(replace(divergence, error=None))))
     if run.get("error"):
         lines.append(("error", str(run["error"])))
     notes = run.get("notes") or ""
@@ -191,6 +193,10 @@ def cli_show(args: argparse.Namespace) -> int:
     for label, value in lines:
         # Notes keep their lines, each under the first.
         print(f"{label.ljust(width)}  " + value.replace("\n", "\n" + " " * (width + 2)))
+    # The Live page's findings panel, in the same words (a diverged run's story included).
+    print("\nfindings:")
+    for line in plain_lines(found):
+        print(f"  {line}")
     if last_sample is not None:
         print(f"\nlast sample (step {last_sample['step']}, prompt {last_sample['prompt']!r}):")
         print(last_sample["prompt"] + last_sample["text"])

@@ -42,8 +42,11 @@ def closest_preset(run_config: RunConfig) -> str:
     return min(config.PRESETS, key=lambda name: len(config.diff(config.preset(name), run_config)))
 
 
-def load_run_config(run: dict[str, Any]) -> tuple[str, list[str]]:
-    """Put the run's config into the sidebar's widgets; ('error' | 'ok', messages).
+def load_run_config(
+    run: dict[str, Any], changes: dict[str, Any] | None = None
+) -> tuple[str, list[str]]:
+    """Put the run's config, with `changes` (field: value) on top, into the sidebar's
+    widgets; ('error' | 'ok', messages).
 
     A config that no longer parses, or holds a choice no widget offers, is refused with
     its field message; one whose numbers no longer validate (a bound or a relation
@@ -53,6 +56,8 @@ def load_run_config(run: dict[str, Any]) -> tuple[str, list[str]]:
     refused = f"Run #{run['id']}'s config cannot be loaded"
     try:
         run_config = RunConfig.from_dict(run.get("config") or {})
+        if changes:
+            run_config = config.replace(run_config, **changes)
     except ConfigError as exc:
         return "error", [f"{refused}: {exc}"]
     try:
@@ -65,6 +70,12 @@ def load_run_config(run: dict[str, Any]) -> tuple[str, list[str]]:
     sidebar.apply_run_config(run_config)
     st.session_state.pop(sidebar.NAME_KEY, None)  # the name follows the suggestion again
     messages = [f"Loaded run #{run['id']} {run['name']}'s config; change a field and Launch."]
+    if changes:
+        changed = ", ".join(f"{name} {value!r}" for name, value in changes.items())
+        messages = [
+            f"Loaded run #{run['id']} {run['name']}'s config with {changed}; press Launch "
+            "to try it."
+        ]
     dataset = run_config.data.dataset
     if dataset not in DATASET_CHOICES:
         note = _dataset_file(dataset, previous_dataset)
@@ -99,8 +110,8 @@ def _dataset_file(dataset: str, previous: str | None) -> str | None:
     return None
 
 
-def _on_relaunch(run: dict[str, Any]) -> None:
-    outcome, messages = load_run_config(run)
+def _on_relaunch(run: dict[str, Any], changes: dict[str, Any] | None = None) -> None:
+    outcome, messages = load_run_config(run, changes)
     if outcome == "error":
         for message in messages:
             ui.flash("error", message)  # shown here: the page stays
@@ -118,6 +129,19 @@ def relaunch_button(run: dict[str, Any], key: str, container: Any = st) -> None:
         on_click=_on_relaunch,
         args=(run,),
     )
+    go_to_train()
+
+
+def try_button(
+    run: dict[str, Any], changes: dict[str, Any], key: str, label: str, help_text: str
+) -> None:
+    """A button that loads the run's config with `changes` into the sidebar, then Train."""
+    st.button(label, key=key, help=help_text, on_click=_on_relaunch, args=(run, changes))
+    go_to_train()
+
+
+def go_to_train() -> None:
+    """After a relaunch callback loaded a config: its messages, then the Train page."""
     messages = st.session_state.pop(_GO_KEY, None)
     if messages is not None:
         for message in messages:

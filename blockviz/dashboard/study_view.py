@@ -16,7 +16,7 @@ from blockviz.core.verdicts import summarize, verdicts
 from blockviz.dashboard import ui
 from blockviz.dashboard.study_launch import SELECTED_KEY
 from blockviz.store import RunStore, StoreError
-from blockviz.views import charts, study_charts, study_report, study_table
+from blockviz.views import charts, run_findings, study_charts, study_report, study_table
 
 VERDICT_ICONS = {  # Streamlit's own icon font: shown even where no emoji font is installed
     "supported": ":green[:material/check_circle:]",
@@ -138,6 +138,13 @@ def _init_gradients(store: RunStore, study_id: int) -> None:
     )
 
 
+def _runs_with_findings(store: RunStore, results: pd.DataFrame) -> pd.DataFrame:
+    """One row per run of the study: id, variant, seed, outcome, final val loss, findings."""
+    table = results[["run_id", "variant", "seed", "status", "outcome", "val_loss"]].copy()
+    table["findings"] = run_findings.findings_column(store, table["run_id"].tolist())
+    return table.rename(columns={"run_id": "run", "val_loss": "val loss"})
+
+
 def _results(store: RunStore, study_id: int, plan: studies.StudyDef) -> None:
     if not plan.trains:
         _init_gradients(store, study_id)
@@ -166,6 +173,12 @@ def _results(store: RunStore, study_id: int, plan: studies.StudyDef) -> None:
     st.dataframe(
         study_table.results_table(summary, plan.baseline), hide_index=True, width="stretch"
     )
+    with st.expander(f"Runs ({len(results)}) and their findings"), ui.guard("Runs"):
+        st.dataframe(_runs_with_findings(store, results), hide_index=True, width="stretch")
+        st.caption(
+            "Each run's findings (headline, then its warnings) by the rules of README's "
+            "Findings table; open a run on Live for the numbers behind them."
+        )
     sensitivity = study_table.sensitivity_display(results, plan.swept)
     if sensitivity is not None:
         st.subheader("Learning-rate sensitivity", anchor=False)

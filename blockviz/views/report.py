@@ -32,6 +32,8 @@ from blockviz.views.render import (
     vl_version,
 )
 from blockviz.views.report_extras import attention_charts, sample_files, samples_html
+from blockviz.views.run_findings import findings_table, read_findings
+from blockviz.views.study_table import table_markdown
 
 Progress = Callable[[float, str], None]
 ChartEntry = tuple[str, alt.TopLevelMixin, pd.DataFrame]
@@ -202,11 +204,23 @@ padding:0.6rem;white-space:pre-wrap}
 """
 
 
+def _findings_html(findings: pd.DataFrame | None) -> str:
+    """The findings section's table: run, what it found (title), the sentences, what to try."""
+    if findings is None or findings.empty:
+        return "<p>No findings (no run has logged a loss yet).</p>"
+    rows = [
+        [str(r.run), str(r.severity), str(r.title), str(r.text), str(r.suggestion)]
+        for r in findings.itertuples(index=False)
+    ]
+    return html_table(["run", "severity", "finding", "evidence", "try"], rows)
+
+
 def report_html(
     runs: Sequence[dict[str, Any]],
     entries: Sequence[ChartEntry],
     metrics: pd.DataFrame,
     samples: dict[str, pd.DataFrame],
+    findings: pd.DataFrame | None = None,
 ) -> str:
     """A self-contained HTML report: one inlined JS bundle, every chart interactive offline."""
     names = ", ".join(r["name"] for r in runs)
@@ -261,6 +275,10 @@ def report_html(
 {"<h2>Notes</h2>" + run_notes if run_notes else ""}
 <h2>Final metrics</h2>
 {html_table([spec.final_header(c) for c in columns], metric_rows)}
+<h2>Findings</h2>
+<p>What each run's stored series show, by the documented rules of blockviz's findings
+(README, "Findings"); a suggestion is the literature's, not measured here.</p>
+{_findings_html(findings)}
 <h2>Configuration differences</h2>
 {diff_html}
 <h2>Charts</h2>
@@ -327,10 +345,14 @@ def report_files(
     metrics = store.final_metrics(ids)
     for ext, text in zip(("csv", "md", "tex"), final_metrics_table(metrics), strict=True):
         files[f"final_metrics.{ext}"] = text.encode("utf-8")
+    findings = findings_table([(r["name"], read_findings(store, r)) for r in runs])
+    files["findings.csv"] = findings.to_csv(index=False).encode("utf-8")
+    files["findings.md"] = table_markdown(findings).encode("utf-8")
     report(0.9, "writing report.html")
     sample_texts, samples = sample_files(store, runs)
     files.update(sample_texts)
-    files["report.html"] = report_html(runs, entries, metrics, samples).encode("utf-8")
+    html_text = report_html(runs, entries, metrics, samples, findings)
+    files["report.html"] = html_text.encode("utf-8")
     files["README.txt"] = _readme(runs, files).encode("utf-8")
     report(1.0, "done")
     return files
@@ -343,6 +365,7 @@ _DESCRIPTIONS = {
     "scalars_<family>.csv holds one metric family",
     "layer_stats.csv": "per-layer statistics: gradients, updates, activations, attention",
     "final_metrics.": "the final-metrics table as CSV, Markdown and LaTeX (booktabs)",
+    "findings.": "each run's findings (headline, warnings, evidence, what to try): CSV, Markdown",
     "samples/": "every generated sample of each run, oldest first, with its step and prompt",
     "report.html": "the report: interactive charts (work offline), config diff, samples",
     "README.txt": "this file",

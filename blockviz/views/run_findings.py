@@ -7,14 +7,23 @@ renders them for the `show` command, the report, Compare and the Live page.
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from blockviz.core import spec
-from blockviz.core.findings import Finding, RunSeries, evaluate, headline, run_series
+from blockviz.core.findings import (
+    Finding,
+    RunSeries,
+    Suggestion,
+    evaluate,
+    headline,
+    run_series,
+)
 
 if TYPE_CHECKING:
     from blockviz.store import RunStore
@@ -69,6 +78,38 @@ def read_findings(store: RunStore, run: Mapping[str, Any]) -> RunFindings:
     return findings_of(run, scalars, read_layers(store, run_id))
 
 
+# Findings of runs by (store file, run id, status, step): a finished run's never change, a
+# running run's key moves with its step. Pages that list many runs (Compare, a study of 42
+# runs refreshing every 5 s) read each run once per change, not once per redraw.
+_CACHE: dict[tuple[str, int, str, Any], RunFindings] = {}
+_CACHE_SIZE = 1024
+_CACHE_LOCK = threading.Lock()  # the dashboard's sessions are threads of one process
+
+
+def cached_findings(store: RunStore, run: Mapping[str, Any]) -> RunFindings:
+    """`read_findings`, kept while the run's status and step stay the same."""
+    key = (str(store.path), int(run["id"]), str(run.get("status")), run.get("step"))
+    with _CACHE_LOCK:
+        found = _CACHE.get(key)
+    if found is None:
+        found = read_findings(store, run)
+        with _CACHE_LOCK:
+            if len(_CACHE) >= _CACHE_SIZE:
+                _CACHE.pop(next(iter(_CACHE)))  # the oldest entry
+            _CACHE[key] = found
+    return found
+
+
+def titles_text(found: RunFindings) -> str:
+    """The headline and each warning's or error's title, in one cell: 'A; B; C'."""
+    return "; ".join(found.titles)
+
+
+def findings_column(store: RunStore, run_ids: Sequence[int]) -> list[str]:
+    """`titles_text` of each run (cached): a findings column for a table of runs."""
+    return [titles_text(cached_findings(store, store.get_run(int(i)))) for i in run_ids]
+
+
 def _unchanged(text: str) -> str:
     return text
 
@@ -94,27 +135,42 @@ def plain_lines(found: RunFindings) -> list[str]:
     return lines
 
 
+def _json_safe(value: Any) -> Any:
+    """Evidence as JSON takes it: non-finite floats as 'NaN' / '+inf' / '-inf' text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("+inf" if value > 0 else "-inf")
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def finding_json(finding: Finding) -> dict[str, Any]:
+    """A finding as a JSON-ready dict (its tab too)."""
+    return _json_safe({**asdict(finding), "tab": finding.tab})
+
+
+def _suggestion_text(tip: Suggestion | None) -> str:
+    if tip is None:
+        return ""
+    return f"{tip.text} ({tip.source})" if tip.source else tip.text
+
+
 def findings_table(entries: Sequence[tuple[str, RunFindings]]) -> pd.DataFrame:
     """One row per finding of each run: run, severity, rule, step, title, text, suggestion."""
     rows = []
     for name, found in entries:
-        for finding in [found.headline, *found.findings]:
-            if finding.rule == "state" and finding is not found.headline:
-                continue
-            tip = finding.suggestion
+        for finding in [found.headline, *found.findings]:  # a headline finding comes once
             rows.append(
                 {
                     "run": name,
                     "severity": finding.severity,
                     "rule": finding.rule,
-                    "step": finding.step,
+                    "step": "" if finding.step is None else str(finding.step),
                     "title": finding.title,
                     "text": finding.text,
-                    "suggestion": ""
-                    if tip is None
-                    else f"{tip.text} ({tip.source})"
-                    if tip.source
-                    else tip.text,
+                    "suggestion": _suggestion_text(finding.suggestion),
                 }
             )
     columns = ["run", "severity", "rule", "step", "title", "text", "suggestion"]

@@ -1,7 +1,8 @@
 """A study's zip: its results table, charts, configs, claims with verdicts and an HTML page.
 
 results.csv | .md | .tex   the per-variant table (study_table.results_table)
-runs.csv                   one row per run: variant, seed, outcome, losses, swept values
+runs.csv                   one row per run: variant, seed, outcome, losses, swept values,
+                           and its findings (headline and warnings)
 claims.md                  each claim, its source, the verdict, the reason and numbers
 charts/*.png | .svg        loss curves by variant, final loss against each swept value
                            (the init-gradients study: its two figures)
@@ -30,6 +31,7 @@ from blockviz.views import charts, study_charts, study_table
 from blockviz.views.outfolder import safe_filename
 from blockviz.views.render import chart_png, chart_svg
 from blockviz.views.report import zip_bytes
+from blockviz.views.run_findings import findings_column
 from blockviz.views.study_text import json_safe
 
 Progress = Callable[[float, str], None]
@@ -109,7 +111,8 @@ def study_files(
         files["results.csv"] = table.to_csv(index=False).encode()
         files["results.md"] = study_table.table_markdown(table).encode()
         files["results.tex"] = study_table.table_latex(table).encode()
-        files["runs.csv"] = results.to_csv(index=False).encode()
+        found = results.assign(findings=findings_column(store, results["run_id"].tolist()))
+        files["runs.csv"] = found.to_csv(index=False).encode()
         sensitivity = study_table.sensitivity_display(results, plan.swept)
         if sensitivity is not None:
             files["sensitivity.csv"] = sensitivity.to_csv(index=False).encode()

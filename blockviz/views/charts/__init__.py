@@ -46,6 +46,7 @@ from blockviz.views.charts.layers import (
     tap_stats_chart,
     update_ratio_chart,
 )
+from blockviz.views.charts.marks import MARK_COLOR, with_step_mark
 from blockviz.views.charts.params import param_breakdown_chart, param_layer_chart
 from blockviz.views.charts.profile import grad_by_layer_chart
 from blockviz.views.charts.series import loss_chart, metric_chart
@@ -65,6 +66,7 @@ __all__ = [
     "ELAPSED_SCALAR",
     "LAYER_AXIS_TITLE",
     "LAYER_SCHEME",
+    "MARK_COLOR",
     "MIN_SMOOTHED_POINTS",
     "NO_DATA",
     "NO_TIME_NOTE",
@@ -98,5 +100,6 @@ __all__ = [
     "tokens_per_step",
     "update_ratio_chart",
     "with_layer_names",
+    "with_step_mark",
     "with_x",
 ]

@@ -25,24 +25,32 @@ from blockviz.views.charts.base import (
 
 
 def attention_entropy_chart(
-    layer_stats: pd.DataFrame, title: str | None = None, x_axis: XAxis = STEP_AXIS
+    layer_stats: pd.DataFrame,
+    title: str | None = None,
+    x_axis: XAxis = STEP_AXIS,
+    stat: str = "attn_entropy",
+    log_scale: bool = False,
 ) -> alt.FacetChart | alt.LayerChart:
-    """One run: a panel per layer, attention entropy of each head over steps."""
-    rows = _select(layer_stats, kind="head", stat="attn_entropy")
+    """One run: a panel per layer, a per-head statistic (spec.HEAD_STATS: the attention
+    entropy, or the largest pre-softmax logit) of each head over steps."""
+    rows = _select(layer_stats, kind="head", stat=stat)
     rows = rows.sort_values(["run_id", "layer", "component", "step"]).reset_index(drop=True)
-    frame = _finite(rows, "value")
+    frame = _finite(rows, "value", positive=log_scale)
+    label = spec.stat_label(stat)
+    heading = label[:1].upper() + label[1:]
     if frame.empty:
-        return _no_data(frame.assign(head=pd.Series(dtype=int)), title or "Attention entropy")
+        return _no_data(frame.assign(head=pd.Series(dtype=int)), title or heading)
     frame, run = _first_run(frame)
     frame = frame.assign(head=pd.to_numeric(frame["component"], errors="coerce"))
     heads = _legend_highlight("head")
+    scale = alt.Scale(type="log") if log_scale else alt.Scale(zero=False)
     panel = (
         alt.Chart()
         # With one logged step a line draws nothing: points then.
         .mark_line(strokeWidth=1.5, point=bool(frame["step"].nunique() == 1))
         .encode(
             x=_x_axis(x_axis, frame),
-            y=alt.Y("value:Q", title=spec.stat_label("attn_entropy"), scale=alt.Scale(zero=False)),
+            y=alt.Y("value:Q", title=label, scale=scale),
             color=alt.Color("head:O", title="head", scale=alt.Scale(scheme="category10")),
             opacity=_highlight(heads),
             tooltip=_tooltip("run:N", "layer:O", "head:O", "step:Q", _value_tip()),
@@ -51,7 +59,7 @@ def attention_entropy_chart(
         .properties(width=SMALL_WIDTH, height=SMALL_HEIGHT)
     )
     return panel.facet(data=frame, facet=alt.Facet("layer:O", title="layer"), columns=4).properties(
-        title=title or f"Attention entropy per head — {run}"
+        title=title or f"{heading} per head — {run}"
     )
 
 

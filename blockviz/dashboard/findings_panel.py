@@ -1,0 +1,110 @@
+"""The findings panel at the top of Live: what the charts show, in words, with links.
+
+The headline says what the run is doing (diverged, stalled, trains); below it each finding
+(newest first) gives its title, its sentences with the numbers, **Show** (opens the tab
+that draws it and marks its step on the charts) and, where the literature has a fix,
+**Try** (the run's config with that change in the sidebar, on Train, ready to launch).
+The words come from `core.findings`; the page decides what Show selects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import streamlit as st
+
+from blockviz.core.findings import Finding
+from blockviz.dashboard import relaunch, ui
+from blockviz.views.run_findings import RunFindings
+
+MARK_KEY = "live.mark"  # {"run": id, "step": step, "label": text}: the marked step
+ICONS = {
+    "error": ":material/error:",
+    "warning": ":material/warning:",
+    "info": ":material/info:",
+    "ok": ":material/check_circle:",
+}
+BOXES = {"error": st.error, "warning": st.warning, "info": st.info, "ok": st.success}
+
+
+def current_mark(run_id: int) -> dict[str, Any] | None:
+    """The step marked for this run (by a Show click), or None."""
+    mark = st.session_state.get(MARK_KEY)
+    return mark if isinstance(mark, dict) and mark.get("run") == run_id else None
+
+
+def _mark(run_id: int, finding: Finding, show: Callable[[Finding], None]) -> None:
+    if finding.step is not None:
+        label = f"{finding.title} (step {finding.step:,})"
+        st.session_state[MARK_KEY] = {"run": run_id, "step": finding.step, "label": label}
+    show(finding)
+
+
+def _clear_mark() -> None:
+    st.session_state.pop(MARK_KEY, None)
+
+
+def _value(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value).lower()
+
+
+def _buttons(
+    run: dict[str, Any], finding: Finding, index: int, show: Callable[[Finding], None]
+) -> None:
+    run_id = int(run["id"])
+    where = f"the {finding.tab} tab" + (
+        f", step {finding.step:,} marked" if finding.step is not None else ""
+    )
+    with st.container(horizontal=True, gap="small"):
+        st.button(
+            "Show",
+            key=f"live.finding.show.{index}",
+            icon=":material/visibility:",
+            help=f"Open {where}",
+            on_click=_mark,
+            args=(run_id, finding, show),
+        )
+        tip = finding.suggestion
+        if tip is not None and tip.changes:
+            changes = ", ".join(f"{name} = {_value(value)}" for name, value in tip.changes.items())
+            source = (
+                f" ({tip.source}: the literature's fix, not measured here)" if tip.source else ""
+            )
+            relaunch.try_button(
+                run,
+                tip.changes,
+                key=f"live.finding.try.{index}",
+                label=f"Try {changes}",
+                help_text=f"{tip.text}{source} Loads this run's config with that change into "
+                "the sidebar and opens Train.",
+            )
+
+
+def findings_panel(
+    run: dict[str, Any], found: RunFindings, show: Callable[[Finding], None]
+) -> None:
+    """The headline in a coloured box, then every finding with Show and Try."""
+    head = found.headline
+    BOXES.get(head.severity, st.info)(
+        f"**{ui.plain(head.title)}.** {ui.plain(head.text)}", icon=ICONS.get(head.severity)
+    )
+    _buttons(run, head, 0, show)
+    rest = [f for f in found.findings if f is not head and f != head]
+    if not rest:
+        return
+    serious = sum(f.severity in ("error", "warning") for f in rest)
+    label = f"Findings ({len(rest)}, newest first)"
+    with st.expander(label, expanded=serious > 0, icon=ICONS["warning" if serious else "ok"]):
+        for index, finding in enumerate(rest, start=1):
+            icon = ICONS.get(finding.severity, "")
+            st.markdown(f"{icon} **{ui.plain(finding.title)}**")
+            text = ui.plain(finding.text)
+            tip = finding.suggestion
+            if tip is not None:
+                source = f" ({ui.plain(tip.source)})" if tip.source else ""
+                text += f" *Try:* {ui.plain(tip.text)}{source}"
+            st.caption(text)
+            _buttons(run, finding, index, show)
+    if current_mark(int(run["id"])) is not None:
+        st.button("Clear the marked step", key="live.finding.clear", on_click=_clear_mark)

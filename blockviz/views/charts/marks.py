@@ -1,0 +1,63 @@
+"""A step marked on a chart that is already built: where a finding points.
+
+Any time-series chart (a layer chart or small multiples) gets a dashed rule at the step
+with a short label, on its own x axis: for the wall-clock or tokens axis the step's x comes
+from the chart's own rows (the nearest drawn step at or before it).
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from blockviz.views.charts.base import XAxis, chart_data
+
+MARK_COLOR = "#7b3294"  # purple: apart from the runs' palette and the divergence red
+
+
+def _mark_x(chart: alt.TopLevelMixin, step: int, axis: XAxis) -> float | None:
+    """The mark's x: the step itself, or the x of the chart's nearest drawn step at or
+    before it on another axis (None when the chart has no such row)."""
+    if axis.field == "step":
+        return float(step)
+    rows = chart_data(chart)
+    if axis.field not in rows.columns or "step" not in rows.columns or rows.empty:
+        return None
+    rows = rows[["step", axis.field]].dropna().sort_values("step")
+    before = rows[rows["step"] <= step]
+    if before.empty:
+        return None
+    value = float(before[axis.field].iloc[-1])
+    return value if np.isfinite(value) else None
+
+
+def _mark_layers(x: float, label: str, axis: XAxis) -> list[alt.Chart]:
+    data = pd.DataFrame({axis.field: [x], "label": [label]})
+    base = alt.Chart(data).encode(
+        x=alt.X(f"{axis.field}:Q"), tooltip=[alt.Tooltip("label:N", title="finding")]
+    )
+    rule = base.mark_rule(color=MARK_COLOR, strokeDash=[2, 2], strokeWidth=2)
+    text = base.mark_text(
+        color=MARK_COLOR, align="left", baseline="bottom", dx=3, y=-2, fontSize=11
+    ).encode(text="label:N")
+    return [rule, text]
+
+
+def with_step_mark(
+    chart: alt.TopLevelMixin, step: int, label: str, axis: XAxis
+) -> alt.TopLevelMixin:
+    """`chart` with a dashed rule and `label` at `step` (unchanged if it cannot be placed)."""
+    x = _mark_x(chart, step, axis)
+    if x is None:
+        return chart
+    layers = _mark_layers(x, label, axis)
+    marked = chart.copy(deep=True)
+    if isinstance(marked, alt.LayerChart):
+        marked.layer = [*marked.layer, *layers]
+        return marked
+    if isinstance(marked, alt.FacetChart):
+        # The rule has its own data: every panel draws it.
+        marked.spec = alt.LayerChart(layer=[marked.spec, *layers])
+        return marked
+    return chart
