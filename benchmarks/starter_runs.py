@@ -4,7 +4,8 @@
 
 Each row of that table names a command and what it measured; this script runs the same
 commands (into a temporary store) and prints the measured outcome beside the stated one,
-exiting 1 when one no longer holds. Not a test: it trains three 300-step runs.
+with the run's findings (the headline must begin as README says), exiting 1 when one no
+longer holds. Not a test: it trains three 300-step runs.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class Starter:
     status: str  # the run's final status
     val_loss: float | None = None  # final validation loss, as README rounds it
     diverged_step: int | None = None
+    headline: str = ""  # how the findings' headline begins (Live, `blockviz show`)
 
 
 # The same command gives 2.183 with torch's two threads and 2.194 with one on the dev box
@@ -36,18 +38,26 @@ class Starter:
 VAL_TOLERANCE = 0.015
 BASE = ("--preset", "baby-cpu", "--warmup_steps", "0", "--max_steps", "300")
 STARTERS = (
-    Starter("Pre-LN, no warm-up, lr 0.01", (*BASE, "--lr", "0.01"), "completed", val_loss=2.19),
+    Starter(
+        "Pre-LN, no warm-up, lr 0.01",
+        (*BASE, "--lr", "0.01"),
+        "completed",
+        val_loss=2.19,
+        headline="Trains",
+    ),
     Starter(
         "Post-LN, the same",
         (*BASE, "--norm_position", "post", "--lr", "0.01"),
         "completed",
         val_loss=3.26,
+        headline="Stalled at the unigram entropy since step",
     ),
     Starter(
         "no norms, no clipping, lr 0.1",
         (*BASE, "--norm_position", "none", "--grad_clip", "0", "--lr", "0.1"),
         "diverged",
         diverged_step=2,
+        headline="Diverged at step 2",
     ),
 )
 
@@ -55,6 +65,7 @@ STARTERS = (
 def main() -> int:
     """Run every starter, compare, print; 1 if any stated outcome does not hold."""
     from blockviz.store import RunStore
+    from blockviz.views.run_findings import plain_lines, read_findings
 
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,6 +76,7 @@ def main() -> int:
             subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=900)
             with RunStore(store_path) as store:
                 run = store.get_run(run_id)
+                found = read_findings(store, run)
             val_loss = (run.get("final") or {}).get("val_loss")
             holds = run["status"] == starter.status
             if starter.val_loss is not None:
@@ -72,6 +84,7 @@ def main() -> int:
                 holds = holds and close
             if starter.diverged_step is not None:
                 holds = holds and run["diverged_step"] == starter.diverged_step
+            holds = holds and found.headline.title.startswith(starter.headline)
             failures += not holds
             measured = f"{run['status']}"
             if val_loss is not None and math.isfinite(val_loss):
@@ -84,6 +97,8 @@ def main() -> int:
             stated += f" at step {starter.diverged_step}" if starter.diverged_step else ""
             verdict = "holds" if holds else "DOES NOT HOLD"
             print(f"{starter.label:<32} README: {stated:<28} measured: {measured:<32} {verdict}")
+            for line in plain_lines(found):  # what Live's findings panel and `show` say
+                print(f"    {line}")
     return 1 if failures else 0
 
 

@@ -138,10 +138,11 @@ def test_live_diverged_run_says_where_and_how(store: RunStore, runs: dict[str, i
     diverged_step = store.get_run(run_id)["diverged_step"]
     at = _live(run_id).run()
     assert not at.exception
-    (message,) = [e.value for e in at.error]
-    assert f"diverged at step {diverged_step}" in message
+    # told once, as the findings panel's headline
+    (message,) = [shown(e.value) for e in at.error]
+    assert f"Diverged at step {diverged_step}." in message
     assert "last finite training loss" in message
-    assert "`train/loss` = +inf" in message
+    assert "train/loss = +inf" in message
     loss_frames = _charts(at)["Loss"]
     marks = [f for f in loss_frames if "label" in f.columns]
     assert any(f"diverged @ {diverged_step}" in label for f in marks for label in f["label"])

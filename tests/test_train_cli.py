@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from blockviz import cli
-from blockviz.core.spec import TAP_STATS
+from blockviz.core.spec import FFN_UNIT_STATS, STREAM_STATS, TAP_STATS
 from blockviz.store import RunStore
 from blockviz.training.model import block_tap_names
 from tests import fakes
@@ -139,7 +139,9 @@ def test_probes_recorded_every_layer_component_and_tap(two_runs):
     from blockviz.core.config import RunConfig
 
     tap_names = block_tap_names(RunConfig.from_dict(config).model)
-    assert len(taps) == n_layer * len(tap_names) * len(TAP_STATS)
+    # every tap's statistics, plus the stream's at resid_post and the units' at ffn_hidden
+    extras = len(STREAM_STATS) + len(FFN_UNIT_STATS)
+    assert len(taps) == n_layer * (len(tap_names) * len(TAP_STATS) + extras)
     assert set(taps.component) == set(tap_names)
     assert not store.histograms(run_id, layer=n_layer - 1, tap="ffn_hidden").empty
     assert store.attention_steps(run_id) == [0, 25, 30]
