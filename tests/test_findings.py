@@ -65,7 +65,6 @@ def series(
     run_config = cfg.replace(cfg.RunConfig(), n_layer=N_LAYER, **config)
     return RunSeries(
         status=status,
-        step=None,
         diverged_step=diverged_step,
         config=run_config,
         unigram=UNIGRAM,
@@ -406,3 +405,11 @@ def test_findings_come_newest_first_and_the_headline_is_a_divergence_or_stall():
     found = fd.evaluate(run)
     assert [f.rule for f in found] == ["rank_collapse", "stalled"]  # since 60, since 50
     assert fd.headline(run, found).rule == "stalled"
+
+
+def test_nan_gradient_norms_are_reported_not_dropped():
+    loss = scalars(**{"train/loss": {0: 4.0, 1: 3.0, 2: math.nan}})
+    table = {0: [1.0] * 3, 1: [1.0] * 3, 2: [math.nan] * 3}
+    grads = layers_frame(layer_rows("component", "block", "grad_norm", table))
+    finding = only("diverged", series(loss, grads, "diverged", 2))
+    assert finding.evidence["first_nonfinite_gradients"] == {"step": 2, "layers": [0, 1, 2]}

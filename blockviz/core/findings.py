@@ -155,14 +155,13 @@ class RunSeries:
     """
 
     status: str
-    step: int | None
     diverged_step: int | None
     config: RunConfig | None
     unigram: float | None
     init_loss: float | None
     scalars: pd.DataFrame
     layers: pd.DataFrame
-    error: str | None = None
+    error: str | None = None  # what the run recorded when it stopped
 
     @property
     def n_layer(self) -> int:
@@ -181,7 +180,6 @@ def run_series(run: Mapping[str, Any], scalars: pd.DataFrame, layers: pd.DataFra
     diverged = run.get("diverged_step")
     return RunSeries(
         status=str(run.get("status") or ""),
-        step=None if run.get("step") is None else int(run["step"]),
         diverged_step=None if diverged is None else int(diverged),
         config=config,
         unigram=float(unigram) if isinstance(unigram, int | float) else None,
@@ -241,7 +239,10 @@ def _stat(layers: pd.DataFrame, kind: str, stat: str, component: str | None = No
     if rows.empty:
         return pd.DataFrame()
     columns = ["layer", "component"] if kind == "head" else ["layer"]
-    table = rows.pivot_table(index="step", columns=columns, values="value", aggfunc="last")
+    # dropna=False: a NaN gradient of a diverged step is a value to report, not a gap
+    table = rows.pivot_table(
+        index="step", columns=columns, values="value", aggfunc="last", dropna=False
+    )
     return table.sort_index()
 
 
@@ -293,7 +294,7 @@ def _diverged(series: RunSeries) -> Finding | None:
     if series.status != "diverged" and nonfinite.empty:
         return None
     facts = summarize_divergence(
-        {"diverged_step": series.diverged_step, "error": None}, series.scalars
+        {"diverged_step": series.diverged_step, "error": series.error}, series.scalars
     )
     step = facts.step
     words = [render_divergence(facts)]
