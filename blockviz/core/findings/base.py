@@ -1,0 +1,236 @@
+"""What a finding is, what the rules read of a run, and the helpers the rules share.
+
+`RunSeries` holds a run's stored frames and reads each series or per-layer table once, then
+keeps it (the rules read several of them more than once). Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from blockviz.core import spec
+from blockviz.core.config import RunConfig
+from blockviz.core.divergence import format_nonfinite
+from blockviz.core.findings.thresholds import PERSIST
+
+SEVERITIES = ("error", "warning", "info", "ok")  # most serious first
+
+# ---------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """Something to try: config fields and values, why, and where the idea comes from."""
+
+    text: str
+    changes: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One statement about a run: which rule, how serious, the words and the evidence.
+
+    `series` names what draws it (a scalar such as "train/loss", or a layer statistic such
+    as "grad_norm", "dead_frac", "attn_logit_max"); `step` is where a chart marks it.
+    """
+
+    rule: str
+    severity: str
+    title: str
+    text: str
+    step: int | None
+    series: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    suggestion: Suggestion | None = None
+
+    @property
+    def tab(self) -> str:
+        """The Live tab that draws `series`."""
+        return series_tab(self.series)
+
+
+def series_tab(series: str) -> str:
+    """The Live tab of a scalar or layer statistic."""
+    if "/" in series:
+        return "Loss"
+    if series in ("grad_norm", "param_norm"):
+        return "Gradients"
+    if series == "update_ratio":
+        return "Updates"
+    if series in spec.HEAD_STATS:
+        return "Attention"
+    return "Activations"
+
+
+@dataclass(frozen=True)
+class RunSeries:
+    """What the rules read of one run: its row's facts and its stored series.
+
+    `scalars` has columns step, name, value; `layers` has step, layer, kind, component,
+    stat, value (the rows a rule needs: component grad_norm / update_ratio, tap and head
+    statistics). Either may hold more; rules select.
+    """
+
+    status: str
+    diverged_step: int | None
+    config: RunConfig | None
+    unigram: float | None
+    init_loss: float | None
+    scalars: pd.DataFrame
+    layers: pd.DataFrame
+    error: str | None = None  # what the run recorded when it stopped
+    # Each series and table read so far (several rules read the same ones).
+    _read: dict[Any, pd.DataFrame] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def n_layer(self) -> int:
+        """The model's blocks (1 when the config could not be read)."""
+        return self.config.model.n_layer if self.config is not None else 1
+
+    def scalar(self, name: str) -> pd.DataFrame:
+        """One scalar series: step, value, one row per step in step order."""
+        key = ("scalar", name)
+        if key not in self._read:
+            if "groups" not in self._read:
+                self._read["groups"] = dict(tuple(self.scalars.groupby("name", sort=False)))
+            rows = self._read["groups"].get(name, self.scalars.iloc[0:0])
+            rows = rows[["step", "value"]].drop_duplicates("step", keep="last")
+            self._read[key] = rows.sort_values("step", kind="stable").reset_index(drop=True)
+        return self._read[key]
+
+    def table(self, kind: str, stat: str, component: str | None = None) -> pd.DataFrame:
+        """A step x layer table of one per-layer statistic (step x (layer, head) for kind
+        head); rows are steps in order. Empty when nothing was recorded."""
+        key = ("table", kind, stat, component)
+        if key not in self._read:
+            if "layer groups" not in self._read:
+                grouped = self.layers.groupby(["kind", "stat"], sort=False)
+                self._read["layer groups"] = dict(tuple(grouped))
+            rows = self._read["layer groups"].get((kind, stat))
+            if rows is not None and component is not None:
+                rows = rows[rows["component"] == component]
+            if rows is None or rows.empty:
+                self._read[key] = pd.DataFrame()
+            else:
+                self._read[key] = _grid(rows, head=kind == "head")
+        return self._read[key]
+
+
+def _grid(rows: pd.DataFrame, head: bool) -> pd.DataFrame:
+    """rows (step, layer[, component], value) as a step x column table, filled with numpy.
+
+    A later row of the same cell wins (a resumed run rewrites its steps); a NaN stays NaN:
+    the gradient of a diverged step is a value to report, not a gap.
+    """
+    steps, row_of = np.unique(rows["step"].to_numpy(), return_inverse=True)
+    layers = rows["layer"].to_numpy()
+    if head:
+        keys = pd.MultiIndex.from_arrays([layers, rows["component"].to_numpy()])
+        codes, columns = pd.factorize(keys, sort=True)
+        columns = pd.MultiIndex.from_tuples(list(columns))
+    else:
+        columns, codes = np.unique(layers, return_inverse=True)
+    grid = np.full((len(steps), len(columns)), np.nan)
+    grid[row_of, codes] = rows["value"].to_numpy(dtype=float)
+    return pd.DataFrame(grid, index=pd.Index(steps, name="step"), columns=columns)
+
+
+def run_series(run: Mapping[str, Any], scalars: pd.DataFrame, layers: pd.DataFrame) -> RunSeries:
+    """A RunSeries from a run's stored row (as `RunStore.get_run` gives it) and frames."""
+    try:
+        config = RunConfig.from_dict(run["config"]) if run.get("config") else None
+    except (ValueError, TypeError, KeyError):
+        config = None
+    dataset = run.get("dataset") if isinstance(run.get("dataset"), Mapping) else {}
+    unigram, init_loss = dataset.get("unigram_nats"), dataset.get("init_loss")
+    diverged = run.get("diverged_step")
+    return RunSeries(
+        status=str(run.get("status") or ""),
+        diverged_step=None if diverged is None else int(diverged),
+        config=config,
+        unigram=float(unigram) if isinstance(unigram, int | float) else None,
+        init_loss=float(init_loss) if isinstance(init_loss, int | float) else None,
+        scalars=scalars,
+        layers=layers,
+        error=str(run["error"]) if run.get("error") else None,
+    )
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def num(value: float) -> str:
+    """A number as findings write it: three significant digits."""
+    if not math.isfinite(value):
+        return format_nonfinite(value)
+    return f"{value:.3g}"
+
+
+def step_text(value: int) -> str:
+    return f"step {value:,}"
+
+
+def layer_name(layer: int, n_layer: int) -> str:
+    return spec.layer_label(layer, n_layer)
+
+
+def layer_names(layers: list[int], n_layer: int) -> str:
+    """'block 2', 'blocks 0–3', 'blocks 0–2 and 5', 'embeddings and blocks 1 and 3'."""
+    blocks = sorted(layer for layer in layers if 0 <= layer < n_layer)
+    parts = [layer_name(layer, n_layer) for layer in sorted(set(layers) - set(blocks))]
+    runs: list[list[int]] = []
+    for layer in blocks:
+        if runs and layer == runs[-1][-1] + 1:
+            runs[-1].append(layer)
+        else:
+            runs.append([layer])
+    spans = [f"{r[0]}–{r[-1]}" if len(r) > 2 else " and ".join(map(str, r)) for r in runs]
+    if spans:
+        word = "block" if len(blocks) == 1 else "blocks"
+        joined = spans[0] if len(spans) == 1 else ", ".join(spans[:-1]) + " and " + spans[-1]
+        parts.insert(0, f"{word} {joined}")
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def streak(condition: pd.Series) -> int | None:
+    """The first index of the unbroken run of True that ends at the last entry, if that run
+    holds at least PERSIST entries; else None."""
+    values = condition.to_numpy(dtype=bool)
+    if len(values) < PERSIST or not values[-PERSIST:].all():
+        return None
+    falses = np.flatnonzero(~values)
+    start = falses[-1] + 1 if falses.size else 0
+    return int(condition.index[start])
+
+
+def lr_at(series: RunSeries, steps: pd.Index) -> pd.Series:
+    """The logged learning rate at each step (the nearest logged step at or before it)."""
+    lr = series.scalar("train/lr")
+    if lr.empty:
+        return pd.Series(np.nan, index=steps)
+    positions = np.searchsorted(lr["step"].to_numpy(), steps.to_numpy(), side="right") - 1
+    values = lr["value"].to_numpy(dtype=float)
+    picked = np.where(positions >= 0, values[np.clip(positions, 0, None)], np.nan)
+    return pd.Series(picked, index=steps)
+
+
+def blocks(table: pd.DataFrame, n_layer: int) -> pd.DataFrame:
+    """The columns of a step x layer table that are blocks (not embeddings or head)."""
+    if table.empty:
+        return table
+    keep = [c for c in table.columns if 0 <= (c[0] if isinstance(c, tuple) else c) < n_layer]
+    return table[keep]
+
+
+def finite_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The steps at which every value of the table is finite."""
+    if table.empty:
+        return table
+    return table[np.isfinite(table.to_numpy(dtype=float)).all(axis=1)]

@@ -1,0 +1,442 @@
+"""Rules over what the probes saw inside the model: gradients across depth, update sizes,
+dead FFN units, attention entropy and logits, rank collapse, massive activations, output
+logits. Each is a state rule (it must hold at the last PERSIST probe steps). Torch-free.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from blockviz.core import spec
+from blockviz.core.findings.base import (
+    Finding,
+    RunSeries,
+    Suggestion,
+    blocks,
+    finite_rows,
+    layer_name,
+    layer_names,
+    lr_at,
+    num,
+    step_text,
+    streak,
+)
+from blockviz.core.findings.suggestions import normalise_qk
+from blockviz.core.findings.thresholds import (
+    ATTN_LOGIT_MAX,
+    DEAD_FRAC,
+    ENTROPY_FLOOR,
+    GRAD_DEPTH_RATIO,
+    LOG_Z_MAX,
+    LOGIT_GROWTH,
+    MASSIVE_ABS,
+    MASSIVE_RATIO,
+    OUTPUT_LOGIT_MAX,
+    RANK_COS,
+    UPDATE_HIGH,
+    UPDATE_LOW,
+)
+
+
+def gradient_depth(series: RunSeries) -> Finding | None:
+    """First block's gradient norm against the last's, beyond GRAD_DEPTH_RATIO."""
+    n = series.n_layer
+    if n < 2:
+        return None
+    grads = finite_rows(blocks(series.table("component", "grad_norm", "block"), n))
+    if grads.empty or 0 not in grads.columns or n - 1 not in grads.columns:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = grads[0] / grads[n - 1]
+    for direction, condition in (
+        ("vanish", ratio < 1 / GRAD_DEPTH_RATIO),
+        ("grow", ratio > GRAD_DEPTH_RATIO),
+    ):
+        since = streak(condition)
+        if since is None:
+            continue
+        newest = int(ratio.index[-1])
+        first, last = float(grads[0].iloc[-1]), float(grads[n - 1].iloc[-1])
+        value = float(ratio.iloc[-1])
+        if direction == "vanish":
+            title = "Gradients vanish towards the input"
+            how = f"{num(1 / value)}× smaller than"
+        else:
+            title = "Gradients grow towards the input"
+            how = f"{num(value)}× larger than"
+        text = (
+            f"At {step_text(newest)} the first block's gradient norm ({num(first)}) is {how} the "
+            f"last block's ({num(last)}), beyond the bound of {GRAD_DEPTH_RATIO:g}× either "
+            f"way at every probe since {step_text(since)}."
+        )
+        suggestion = None
+        if series.config is not None:
+            model = series.config.model
+            if not model.residual:
+                suggestion = Suggestion(
+                    "Turn the residual connections on.", {"residual": True}, "He et al. 2016"
+                )
+            elif model.norm_position != "pre":
+                suggestion = Suggestion(
+                    "Put the norms before each sublayer (Pre-LN).",
+                    {"norm_position": "pre"},
+                    "Xiong et al. 2020",
+                )
+        return Finding(
+            "gradient_depth",
+            "warning",
+            title,
+            text,
+            since,
+            "grad_norm",
+            {
+                "since": since,
+                "step": newest,
+                "first_block": first,
+                "last_block": last,
+                "ratio": value,
+            },
+            suggestion,
+        )
+    return None
+
+
+def _update_tables(series: RunSeries) -> tuple[pd.DataFrame, pd.Series]:
+    """Block weight matrices' update ratios by step (step 0 left out) and the lr there."""
+    table = blocks(
+        series.table("component", "update_ratio", spec.WEIGHTS_COMPONENT), series.n_layer
+    )
+    if table.empty:
+        return table, pd.Series(dtype=float)
+    table = table[table.index > 0]
+    return table, lr_at(series, table.index)
+
+
+def slow_updates(series: RunSeries) -> Finding | None:
+    """Blocks whose weight matrices move less than UPDATE_LOW × lr per step."""
+    table, lr = _update_tables(series)
+    if table.empty:
+        return None
+    per_lr = table.div(lr, axis=0)
+    slow = per_lr < UPDATE_LOW
+    layers = [int(c) for c in slow.columns if streak(slow[c]) is not None]
+    if not layers:
+        return None
+    since = min(streak(slow[c]) for c in layers)  # type: ignore[type-var]
+    newest = int(table.index[-1])
+    worst = min(layers, key=lambda c: per_lr[c].iloc[-1])
+    decay = series.config.train.weight_decay if series.config is not None else None
+    text = (
+        f"The weight matrices of {layer_names(layers, series.n_layer)} move by less than "
+        f"{UPDATE_LOW:g} × lr of their norm per step at every probe since {step_text(since)}: at "
+        f"{step_text(newest)} {layer_name(worst, series.n_layer)}'s ‖Δθ‖/‖θ‖ is "
+        f"{num(float(table[worst].iloc[-1]))} at lr {num(float(lr.iloc[-1]))} "
+        f"({num(float(per_lr[worst].iloc[-1]))} × lr)."
+    )
+    if decay:
+        text += f" Weight decay alone moves them by {num(decay)} × lr: they barely learn."
+    suggestion = None
+    if series.config is not None and series.config.model.norm_position == "post":
+        suggestion = Suggestion(
+            "Put the norms before each sublayer (Pre-LN).",
+            {"norm_position": "pre"},
+            "Xiong et al. 2020",
+        )
+    elif series.config is not None and not series.config.model.residual:
+        suggestion = Suggestion(
+            "Turn the residual connections on.", {"residual": True}, "He et al. 2016"
+        )
+    return Finding(
+        "slow_updates",
+        "warning",
+        f"{layer_names(layers, series.n_layer).capitalize()} barely learning",
+        text,
+        since,
+        "update_ratio",
+        {
+            "layers": layers,
+            "since": since,
+            "step": newest,
+            "per_lr": {c: float(per_lr[c].iloc[-1]) for c in layers},
+        },
+        suggestion,
+    )
+
+
+def large_updates(series: RunSeries) -> Finding | None:
+    """Blocks whose weight matrices change by more than UPDATE_HIGH of their norm per step."""
+    table, lr = _update_tables(series)
+    if table.empty:
+        return None
+    large = table > UPDATE_HIGH
+    layers = [int(c) for c in large.columns if streak(large[c]) is not None]
+    if not layers:
+        return None
+    since = min(streak(large[c]) for c in layers)  # type: ignore[type-var]
+    newest = int(table.index[-1])
+    worst = max(layers, key=lambda c: table[c].iloc[-1])
+    text = (
+        f"Each step changes the weight matrices of {layer_names(layers, series.n_layer)} by more "
+        f"than {UPDATE_HIGH:g} of their norm, at every probe since {step_text(since)}: "
+        f"{layer_name(worst, series.n_layer)}'s ‖Δθ‖/‖θ‖ is {num(float(table[worst].iloc[-1]))} at "
+        f"{step_text(newest)} (lr {num(float(lr.iloc[-1]))}). The learning rate is large for "
+        "these weights."
+    )
+    suggestion = (
+        Suggestion("Lower the learning rate 3×.", {"lr": series.config.train.lr / 3})
+        if series.config is not None
+        else None
+    )
+    return Finding(
+        "large_updates",
+        "warning",
+        f"Large updates in {layer_names(layers, series.n_layer)}",
+        text,
+        since,
+        "update_ratio",
+        {
+            "layers": layers,
+            "since": since,
+            "step": newest,
+            "ratio": {c: float(table[c].iloc[-1]) for c in layers},
+        },
+        suggestion,
+    )
+
+
+def dead_units(series: RunSeries) -> Finding | None:
+    """More than DEAD_FRAC of a layer's FFN units zero on every probe token."""
+    table = blocks(series.table("tap", "dead_frac", spec.FFN_TAP), series.n_layer)
+    if table.empty:
+        return None
+    dead = table > DEAD_FRAC
+    layers = [int(c) for c in dead.columns if streak(dead[c]) is not None]
+    if not layers:
+        return None
+    since = min(streak(dead[c]) for c in layers)  # type: ignore[type-var]
+    newest = int(table.index[-1])
+    shares = ", ".join(f"{layer_name(c, series.n_layer)} {table[c].iloc[-1]:.0%}" for c in layers)
+    text = (
+        f"At {step_text(newest)} more than {DEAD_FRAC:.0%} of the FFN's hidden units are zero for "
+        f"every token of the probe batch ({shares}), at every probe since {step_text(since)}: "
+        "those units pass no signal and get no gradient."
+    )
+    suggestion = None
+    if series.config is not None:
+        if series.config.model.activation == "relu":
+            suggestion = Suggestion(
+                "Use GELU, which has no flat zero region.",
+                {"activation": "gelu"},
+                "Hendrycks & Gimpel 2016",
+            )
+        else:
+            suggestion = Suggestion(
+                "Lower the learning rate 3×.", {"lr": series.config.train.lr / 3}
+            )
+    return Finding(
+        "dead_units",
+        "warning",
+        f"Dead FFN units in {layer_names(layers, series.n_layer)}",
+        text,
+        since,
+        "dead_frac",
+        {
+            "layers": layers,
+            "since": since,
+            "step": newest,
+            "dead_frac": {c: float(table[c].iloc[-1]) for c in layers},
+        },
+        suggestion,
+    )
+
+
+def attention_collapse(series: RunSeries) -> Finding | None:
+    """A layer whose every head attends almost to one position (entropy below the floor)."""
+    table = series.table("head", "attn_entropy")
+    if table.empty:
+        return None
+    by_layer = table.T.groupby(level=0).max().T  # step x layer: the layer's largest entropy
+    collapsed = by_layer < ENTROPY_FLOOR
+    layers = [int(c) for c in collapsed.columns if streak(collapsed[c]) is not None]
+    if not layers:
+        return None
+    since = min(streak(collapsed[c]) for c in layers)  # type: ignore[type-var]
+    newest = int(by_layer.index[-1])
+    text = (
+        f"At {step_text(newest)} every head of {layer_names(layers, series.n_layer)} has a mean "
+        f"attention entropy below {ENTROPY_FLOOR:g} nats (largest: "
+        + ", ".join(f"{num(float(by_layer[c].iloc[-1]))}" for c in layers)
+        + f"), at every probe since {step_text(since)}: each query attends to about one position."
+    )
+    return Finding(
+        "attention_collapse",
+        "warning",
+        f"Attention entropy collapsed in {layer_names(layers, series.n_layer)}",
+        text,
+        since,
+        "attn_entropy",
+        {"layers": layers, "since": since, "step": newest},
+        normalise_qk(series),
+    )
+
+
+def attention_logits(series: RunSeries) -> Finding | None:
+    """A head's largest pre-softmax logit above ATTN_LOGIT_MAX and LOGIT_GROWTH × its first."""
+    table = series.table("head", "attn_logit_max")
+    if table.empty:
+        return None
+    grown = (table > ATTN_LOGIT_MAX) & (table >= LOGIT_GROWTH * table.iloc[0].abs())
+    heads = [c for c in grown.columns if streak(grown[c]) is not None]
+    if not heads:
+        return None
+    since = min(streak(grown[c]) for c in heads)  # type: ignore[type-var]
+    newest = int(table.index[-1])
+    layer, head = max(heads, key=lambda c: table[c].iloc[-1])
+    value, start = float(table[(layer, head)].iloc[-1]), float(table[(layer, head)].iloc[0])
+    others = f" ({len(heads)} heads over {ATTN_LOGIT_MAX:g})" if len(heads) > 1 else ""
+    where = layer_name(int(layer), series.n_layer)
+    text = (
+        f"At {step_text(newest)} the largest attention logit of {where} "
+        f"head {head} is {num(value)}, against {num(start)} at "
+        f"{step_text(int(table.index[0]))}{others}; above {ATTN_LOGIT_MAX:g} at every probe since "
+        f"{step_text(since)}. Logits this large make the softmax close to one-hot."
+    )
+    return Finding(
+        "attention_logit_growth",
+        "warning",
+        f"Attention logits grew to {num(value)}",
+        text,
+        since,
+        "attn_logit_max",
+        {
+            "layer": int(layer),
+            "head": int(head),
+            "value": value,
+            "first": start,
+            "since": since,
+            "heads": len(heads),
+        },
+        normalise_qk(series),
+    )
+
+
+def rank_collapse(series: RunSeries) -> Finding | None:
+    """Positions at a block's output nearly parallel (mean cosine similarity ≥ RANK_COS)."""
+    table = blocks(series.table("tap", "token_cos", spec.STREAM_TAP), series.n_layer)
+    if table.empty:
+        return None
+    parallel = table >= RANK_COS
+    layers = [int(c) for c in parallel.columns if streak(parallel[c]) is not None]
+    if not layers:
+        return None
+    since = min(streak(parallel[c]) for c in layers)  # type: ignore[type-var]
+    newest = int(table.index[-1])
+    values = ", ".join(f"{layer_name(c, series.n_layer)} {table[c].iloc[-1]:.3f}" for c in layers)
+    text = (
+        f"At {step_text(newest)} the vectors of different positions leaving "
+        f"{layer_names(layers, series.n_layer)} point the same way: mean cosine similarity "
+        f"{values} (at least {RANK_COS:g}), at every probe since {step_text(since)}. The stream "
+        "there carries almost nothing that tells one position from another."
+    )
+    suggestion = None
+    if series.config is not None and not series.config.model.residual:
+        suggestion = Suggestion(
+            "Turn the residual connections on.",
+            {"residual": True},
+            "Dong et al. 2021; Noci et al. 2022",
+        )
+    return Finding(
+        "rank_collapse",
+        "warning",
+        f"Rank collapse in {layer_names(layers, series.n_layer)}",
+        text,
+        since,
+        "token_cos",
+        {"layers": layers, "since": since, "step": newest},
+        suggestion,
+    )
+
+
+def massive_activations(series: RunSeries) -> Finding | None:
+    """An activation at a block's output far larger than the median (Sun et al. 2024)."""
+    ratio = blocks(series.table("tap", "max_over_median", spec.STREAM_TAP), series.n_layer)
+    largest = blocks(series.table("tap", "max_abs", spec.STREAM_TAP), series.n_layer)
+    if ratio.empty or largest.empty:
+        return None
+    steps = ratio.index.intersection(largest.index)
+    columns = ratio.columns.intersection(largest.columns)
+    ratio, largest = ratio.loc[steps, columns], largest.loc[steps, columns]
+    massive = (ratio >= MASSIVE_RATIO) & (largest >= MASSIVE_ABS)
+    layers = [int(c) for c in massive.columns if streak(massive[c]) is not None]
+    if not layers:
+        return None
+    since = min(streak(massive[c]) for c in layers)  # type: ignore[type-var]
+    newest = int(steps[-1])
+    worst = max(layers, key=lambda c: ratio[c].iloc[-1])
+    text = (
+        f"At {step_text(newest)} the stream leaving {layer_name(worst, series.n_layer)} holds an "
+        f"activation of {num(float(largest[worst].iloc[-1]))}, "
+        f"{num(float(ratio[worst].iloc[-1]))}× the median |activation| there "
+        f"(layers: {layer_names(layers, series.n_layer)}; since {step_text(since)}). Sun et al. "
+        "2024 find such activations in large trained models, where they act like fixed biases."
+    )
+    return Finding(
+        "massive_activations",
+        "info",
+        f"Massive activations in {layer_names(layers, series.n_layer)}",
+        text,
+        since,
+        "max_over_median",
+        {"layers": layers, "since": since, "step": newest},
+    )
+
+
+def output_logits(series: RunSeries) -> Finding | None:
+    """The output logits' largest |logit| or |mean log Z| beyond their bounds."""
+    largest = series.scalar("probe/logit_max_abs").set_index("step")["value"]
+    log_z = series.scalar("probe/log_z").set_index("step")["value"]
+    if largest.empty or log_z.empty:
+        return None
+    steps = largest.index.intersection(log_z.index)
+    largest, log_z = largest.loc[steps], log_z.loc[steps]
+    grown = (largest > OUTPUT_LOGIT_MAX) | (log_z.abs() > LOG_Z_MAX)
+    since = streak(grown)
+    if since is None:
+        return None
+    newest = int(steps[-1])
+    text = (
+        f"At {step_text(newest)} the output logits on the probe batch reach |logit| "
+        f"{num(float(largest.iloc[-1]))} with a mean log Z of {num(float(log_z.iloc[-1]))} "
+        f"(bounds {OUTPUT_LOGIT_MAX:g} and ±{LOG_Z_MAX:g}), at every probe since "
+        f"{step_text(since)}."
+    )
+    suggestion = None
+    if series.config is not None:
+        if series.config.train.z_loss == 0:
+            suggestion = Suggestion(
+                "Add a z-loss of 1e-4 (it pulls log Z towards 0).",
+                {"z_loss": 1e-4},
+                "Chowdhery et al. 2022; Wortsman et al. 2023",
+            )
+        elif series.config.model.logit_softcap == 0:
+            suggestion = Suggestion(
+                "Cap the output logits at 30 (logit_softcap).",
+                {"logit_softcap": 30.0},
+                "Gemma Team 2024",
+            )
+    return Finding(
+        "output_logit_growth",
+        "warning",
+        f"Output logits grew to {num(float(largest.iloc[-1]))}",
+        text,
+        since,
+        "probe/log_z",
+        {
+            "since": since,
+            "step": newest,
+            "logit_max_abs": float(largest.iloc[-1]),
+            "log_z": float(log_z.iloc[-1]),
+        },
+        suggestion,
+    )

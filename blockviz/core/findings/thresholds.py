@@ -1,0 +1,93 @@
+"""Every threshold of the findings rules, each a named constant README's table quotes.
+
+The calibration numbers beside them were measured on runs of this code (README's findings
+table and BENCHMARKS.md, "Findings", name the configs). Torch-free.
+"""
+
+from __future__ import annotations
+
+from blockviz.core.outcomes import STALL_MARGIN
+
+# A state rule must hold at this many probe steps in a row, ending at the newest.
+PERSIST = 2
+# diverged: a layer's gradient "grew" once its norm is this many times its first probe's.
+GROWTH_FACTOR = 10.0
+# stalled: the running median of the last STALL_WINDOW logged train losses has stayed at or
+# above the unigram entropy minus STALL_MARGIN (the study outcome's margin, 0.1 nat) for at
+# least STALL_MIN_STEPS steps, up to the newest. (A healthy baby-cpu run with its 100-step
+# warm-up spends 39 steps there on its way down; the Post-LN starter 281 of its 300.)
+STALL_WINDOW = 20
+STALL_MIN_STEPS = 100
+# "at the unigram entropy" while the median is at most this far above it, else "above".
+STALL_NEAR = 0.5
+# loss_spike: a logged train loss above SPIKE_FACTOR times the median of the SPIKE_WINDOW
+# logged losses before it (as Lightning's SpikeDetection compares a loss with a running
+# mean over a window; a median is not dragged up by the spike's neighbours). The largest
+# ratio in a healthy 2,000-step baby-cpu run was 1.31.
+SPIKE_WINDOW = 50
+SPIKE_FACTOR = 1.5
+# gradient_depth: first block's gradient norm / last block's beyond this either way.
+# (Healthy baby-cpu: 0.7 to 2.0; the Post-LN starter: 1e-5; Pre-LN at lr 3e-2: up to 183
+# at single probes, under 50 at most.)
+GRAD_DEPTH_RATIO = 100.0
+# slow_updates: a block's weight matrices move less than UPDATE_LOW × lr of their norm per
+# step. AdamW moves each weight by about lr·m̂/√v̂ plus lr·weight_decay·θ, so weight decay
+# alone gives ‖Δθ‖/‖θ‖ = lr·weight_decay (0.1·lr at the default): a layer at about that
+# level learns nothing from its gradient. (Healthy runs here: 1 to 9 × lr.)
+UPDATE_LOW = 0.2
+# large_updates: ‖Δθ‖/‖θ‖ above this at a step other than step 0 (AdamW's first update
+# moves every weight by exactly lr, whatever the gradient). Healthy runs here stay below
+# 0.03; Pre-LN tiny at lr 0.3 reaches 0.09 while it stalls.
+UPDATE_HIGH = 0.05
+# dead_units: more than this fraction of a layer's FFN units zero on every probe token.
+DEAD_FRAC = 0.25
+# attention_collapse: every head of a layer below this mean entropy (nats).
+ENTROPY_FLOOR = 0.1
+# attention_logit_growth: a head's largest logit above this and at least
+# LOGIT_GROWTH times its first probe's (healthy baby-cpu at lr 1e-3: 24 at most).
+ATTN_LOGIT_MAX = 50.0
+LOGIT_GROWTH = 10.0
+# rank_collapse: the mean cosine similarity between positions at a block's output.
+RANK_COS = 0.99
+# massive_activations: largest |activation| at least MASSIVE_RATIO times the median and at
+# least MASSIVE_ABS in absolute value. Our reading of Sun et al. 2024, who report a few
+# activations of large language models up to 100,000 times larger than the others; no
+# run of this project has reached it (the largest ratio seen: 7,000, in a blow-up).
+MASSIVE_RATIO = 1000.0
+MASSIVE_ABS = 100.0
+# output_logit_growth: largest |output logit| or |mean log Z| above these (healthy runs
+# here: at most 16 and 11; Gemma 2 caps logits at 30).
+OUTPUT_LOGIT_MAX = 100.0
+LOG_Z_MAX = 50.0
+# overfitting: the val loss has risen OVERFIT_RISE above its lowest evaluation and the
+# val − train gap is larger than it was there (train: mean of the last OVERFIT_TRAIN
+# logged losses up to each evaluation); needs OVERFIT_EVALS evaluations.
+OVERFIT_RISE = 0.05
+OVERFIT_TRAIN = 50
+OVERFIT_EVALS = 3
+
+__all__ = [
+    "ATTN_LOGIT_MAX",
+    "DEAD_FRAC",
+    "ENTROPY_FLOOR",
+    "GRAD_DEPTH_RATIO",
+    "GROWTH_FACTOR",
+    "LOGIT_GROWTH",
+    "LOG_Z_MAX",
+    "MASSIVE_ABS",
+    "MASSIVE_RATIO",
+    "OUTPUT_LOGIT_MAX",
+    "OVERFIT_EVALS",
+    "OVERFIT_RISE",
+    "OVERFIT_TRAIN",
+    "PERSIST",
+    "RANK_COS",
+    "SPIKE_FACTOR",
+    "SPIKE_WINDOW",
+    "STALL_MARGIN",
+    "STALL_MIN_STEPS",
+    "STALL_NEAR",
+    "STALL_WINDOW",
+    "UPDATE_HIGH",
+    "UPDATE_LOW",
+]

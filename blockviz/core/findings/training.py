@@ -1,0 +1,347 @@
+"""Rules over the losses: diverged, stalled, loss spikes, overfitting; the headline and
+the healthy finding. Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from blockviz.core.divergence import render_divergence, summarize_divergence
+from blockviz.core.findings.base import (
+    Finding,
+    RunSeries,
+    Suggestion,
+    blocks,
+    finite_rows,
+    layer_name,
+    layer_names,
+    num,
+    step_text,
+)
+from blockviz.core.findings.suggestions import stability, unstall
+from blockviz.core.findings.thresholds import (
+    GROWTH_FACTOR,
+    OVERFIT_EVALS,
+    OVERFIT_RISE,
+    OVERFIT_TRAIN,
+    SPIKE_FACTOR,
+    SPIKE_WINDOW,
+    STALL_MARGIN,
+    STALL_MIN_STEPS,
+    STALL_NEAR,
+    STALL_WINDOW,
+)
+
+
+def diverged(series: RunSeries) -> Finding | None:
+    """The step, the last finite loss, the first non-finite quantity and which layer's
+    gradient grew first (from the probe steps before the divergence)."""
+    loss = series.scalar("train/loss")
+    nonfinite = loss[~np.isfinite(loss["value"].to_numpy(dtype=float))]
+    if series.status != "diverged" and nonfinite.empty:
+        return None
+    facts = summarize_divergence(
+        {"diverged_step": series.diverged_step, "error": series.error}, series.scalars
+    )
+    step = facts.step
+    words = [render_divergence(facts)]
+    grads = blocks(series.table("component", "grad_norm", "block"), series.n_layer)
+    evidence: dict[str, Any] = {
+        "step": step,
+        "last_finite_loss": facts.last_finite_loss,
+        "last_finite_step": facts.last_finite_step,
+        "nonfinite": dict(facts.nonfinite),
+    }
+    bad_layers = (
+        grads[~np.isfinite(grads.to_numpy(dtype=float)).all(axis=1)] if len(grads) else grads
+    )
+    if len(bad_layers):
+        first = bad_layers.iloc[0]
+        broken = [int(c) for c, v in first.items() if not math.isfinite(float(v))]
+        words.append(
+            f"The first non-finite gradient norm: {layer_names(broken, series.n_layer)} at "
+            f"{step_text(int(bad_layers.index[0]))}."
+        )
+        evidence["first_nonfinite_gradients"] = {"step": int(bad_layers.index[0]), "layers": broken}
+    finite = finite_rows(grads)
+    if step is not None:
+        finite = finite[finite.index <= step]
+    suggestion = None
+    every_step = series.config is not None and series.config.train.probe_interval == 1
+    if len(finite) < 2:
+        probed = ", ".join(step_text(int(s)) for s in finite.index) or "no step"
+        if every_step:
+            words.append(
+                f"Its gradients were finite only at {probed}, so no block's grew before the "
+                "others: they went non-finite together."
+            )
+        else:
+            words.append(
+                f"Its gradients were probed at {probed} before it diverged, too few to tell "
+                "which layer's gradient grew first."
+            )
+            suggestion = Suggestion(
+                "Rerun with probe_interval 1 to record every step's gradients.",
+                {"probe_interval": 1},
+            )
+    else:
+        growth = finite / finite.iloc[0]
+        grew = growth[(growth >= GROWTH_FACTOR).any(axis=1)]
+        if len(grew):
+            at = int(grew.index[0])
+            layer = int(grew.iloc[0].idxmax())
+            factor = float(grew.iloc[0].max())
+            first_probe = step_text(int(finite.index[0]))
+            words.append(
+                f"The first gradient to grow {GROWTH_FACTOR:g}× its {first_probe} "
+                f"value was {layer_name(layer, series.n_layer)}'s, at {step_text(at)} "
+                f"({num(factor)}×: {num(float(finite.loc[at, layer]))})."
+            )
+            evidence["grew_first"] = {"layer": layer, "step": at, "factor": factor}
+        else:
+            last = growth.iloc[-1]
+            layer = int(last.idxmax())
+            words.append(
+                f"No block's gradient grew {GROWTH_FACTOR:g}× before it diverged; the most, "
+                f"{layer_name(layer, series.n_layer)}'s, {num(float(last.max()))}× by "
+                f"{step_text(int(growth.index[-1]))}."
+            )
+            evidence["grew_most"] = {"layer": layer, "factor": float(last.max())}
+    if suggestion is None:
+        suggestion = stability(series)
+    title = f"Diverged at step {step:,}" if step is not None else "Diverged"
+    return Finding(
+        "diverged", "error", title, " ".join(words), step, "train/loss", evidence, suggestion
+    )
+
+
+def stalled(series: RunSeries) -> Finding | None:
+    """The train loss's running median has sat at or above the unigram entropy."""
+    if series.unigram is None or not math.isfinite(series.unigram):
+        return None
+    loss = series.scalar("train/loss")
+    values = loss["value"].to_numpy(dtype=float)
+    if len(loss) < STALL_WINDOW or not np.isfinite(values).all():
+        return None
+    median = pd.Series(values).rolling(STALL_WINDOW, min_periods=1).median().to_numpy()
+    low = series.unigram - STALL_MARGIN
+    level = float(median[-1])
+    near = level <= series.unigram + STALL_NEAR
+    # At the unigram entropy: within the band since; above it: never below its floor.
+    inside = (median >= low) & (median <= series.unigram + STALL_NEAR) if near else median >= low
+    if not inside[-1]:
+        return None
+    outside = np.flatnonzero(~inside)
+    start = int(outside[-1]) + 1 if outside.size else 0
+    steps = loss["step"].to_numpy()
+    since, newest = int(steps[start]), int(steps[-1])
+    if newest - since < STALL_MIN_STEPS:
+        return None
+    where = "at the unigram entropy" if near else "above the unigram entropy"
+    text = (
+        f"Since {step_text(since)} the train loss (running median of {STALL_WINDOW} logged values) "
+        f"has stayed {where}: {num(level)} at {step_text(newest)}, against "
+        f"{num(series.unigram)} for predicting each character by its frequency alone. "
+    )
+    if near:
+        text += "It has learned the characters' frequencies and nothing more."
+    elif series.init_loss is not None and level > series.init_loss:
+        text += (
+            f"That is worse than the loss at initialisation, {num(series.init_loss)} "
+            "(a uniform guess over the vocabulary)."
+        )
+    else:
+        text += "It has not even learned the characters' frequencies."
+    val = series.scalar("val/loss")
+    if len(val):
+        at, value = int(val["step"].iloc[-1]), float(val["value"].iloc[-1])
+        text += f" Val loss at {step_text(at)}: {num(value)}."
+    return Finding(
+        "stalled",
+        "warning",
+        f"Stalled {where} since step {since:,}",
+        text,
+        since,
+        "train/loss",
+        {"since": since, "median_loss": level, "unigram": series.unigram, "step": newest},
+        unstall(series),
+    )
+
+
+def loss_spikes(series: RunSeries) -> Finding | None:
+    """Logged train losses far above the median of the window before them."""
+    loss = series.scalar("train/loss")
+    values = loss["value"].to_numpy(dtype=float)
+    if len(values) <= SPIKE_WINDOW:
+        return None
+    before = pd.Series(values).rolling(SPIKE_WINDOW).median().shift(1).to_numpy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = values / before
+    spiking = np.isfinite(values) & np.isfinite(ratio) & (ratio > SPIKE_FACTOR)
+    hits = np.flatnonzero(spiking)
+    if not hits.size:
+        return None
+    steps = loss["step"].to_numpy()
+    worst = int(hits[np.argmax(ratio[hits])])
+    first = int(steps[hits[0]])
+    count = len(hits)
+    spikes = "a loss spike" if count == 1 else f"{count} loss spikes"
+    text = (
+        f"{spikes.capitalize()}: the train loss rose above {SPIKE_FACTOR:g}× the median of the "
+        f"{SPIKE_WINDOW} logged values before it"
+        + (f", first at {step_text(first)}" if count > 1 else "")
+        + f". The largest at {step_text(int(steps[worst]))}: {num(values[worst])} against a "
+        f"median of {num(before[worst])} ({num(ratio[worst])}×)."
+    )
+    suggestion = None
+    if series.config is not None and series.config.train.grad_clip == 0:
+        suggestion = Suggestion(
+            "Clip the gradient norm at 1.", {"grad_clip": 1.0}, "Pascanu et al. 2013"
+        )
+    return Finding(
+        "loss_spike",
+        "warning",
+        f"{spikes.capitalize()}, the largest at step {int(steps[worst]):,}",
+        text,
+        int(steps[worst]),
+        "train/loss",
+        {
+            "steps": [int(s) for s in steps[hits][:20]],
+            "count": count,
+            "largest": {
+                "step": int(steps[worst]),
+                "loss": float(values[worst]),
+                "median": float(before[worst]),
+            },
+        },
+        suggestion,
+    )
+
+
+def overfitting(series: RunSeries) -> Finding | None:
+    """Val loss rising above its lowest evaluation while the val − train gap widens."""
+    val = series.scalar("val/loss")
+    val = val[np.isfinite(val["value"].to_numpy(dtype=float))]
+    train = series.scalar("train/loss")
+    if len(val) < OVERFIT_EVALS or train.empty:
+        return None
+    train_values = train["value"].to_numpy(dtype=float)
+    means = pd.Series(train_values).rolling(OVERFIT_TRAIN, min_periods=1).mean().to_numpy()
+    positions = np.searchsorted(train["step"].to_numpy(), val["step"].to_numpy(), side="right") - 1
+    valid = positions >= 0
+    val, positions = val[valid], positions[valid]
+    if len(val) < OVERFIT_EVALS:
+        return None
+    trained = means[positions]
+    gap = val["value"].to_numpy(dtype=float) - trained
+    best = int(np.argmin(val["value"].to_numpy(dtype=float)))
+    last = len(val) - 1
+    best_loss, last_loss = float(val["value"].iloc[best]), float(val["value"].iloc[last])
+    # Val rose, the gap widened by as much, and the train loss did not rise with it (a
+    # train loss that rises too is a run getting worse, not one memorising its text), and
+    # it is below the unigram entropy: a model that knows only character frequencies has
+    # nothing of its training text to memorise.
+    memorising = series.unigram is None or trained[last] < series.unigram - STALL_MARGIN
+    if (
+        best == last
+        or last_loss < best_loss + OVERFIT_RISE
+        or not gap[last] >= gap[best] + OVERFIT_RISE
+        or trained[last] > trained[best]
+        or not memorising
+    ):
+        return None
+    since = int(val["step"].iloc[best])
+    newest = int(val["step"].iloc[last])
+    text = (
+        f"The val loss has risen from its lowest, {num(best_loss)} at {step_text(since)}, to "
+        f"{num(last_loss)} at {step_text(newest)}, while the val − train gap widened from "
+        f"{num(gap[best])} to {num(gap[last])}: the model is learning its training text "
+        f"rather than the language. best.ckpt holds the weights of {step_text(since)}."
+    )
+    suggestion = None
+    if series.config is not None and series.config.model.dropout == 0:
+        suggestion = Suggestion("Add dropout 0.1.", {"dropout": 0.1}, "Srivastava et al. 2014")
+    return Finding(
+        "overfitting",
+        "warning",
+        f"Overfitting since step {since:,}",
+        text,
+        since,
+        "val/loss",
+        {
+            "since": since,
+            "step": newest,
+            "best_val": best_loss,
+            "val": last_loss,
+            "gap_then": float(gap[best]),
+            "gap_now": float(gap[last]),
+        },
+        suggestion,
+    )
+
+
+def healthy(series: RunSeries, checks: int) -> Finding:
+    """None of the `checks` warning rules fired: said in words, with how far they reached."""
+    loss = series.scalar("train/loss")
+    probes = series.table("component", "grad_norm", "block")
+    newest = int(loss["step"].iloc[-1]) if len(loss) else None
+    probe = int(probes.index[-1]) if len(probes) else None
+    reach = f" up to {step_text(newest)}" if newest is not None else ""
+    if probe is not None:
+        reach += f" (latest probe: {step_text(probe)})"
+    return Finding(
+        "healthy",
+        "ok",
+        "Healthy",
+        f"None of the {checks} checks found a problem{reach}.",
+        newest,
+        "train/loss",
+        {"checks": checks, "step": newest, "probe_step": probe},
+    )
+
+
+def headline(series: RunSeries, findings: list[Finding]) -> Finding:
+    """What the run is doing, in one line: diverged, stalled, or whether its loss falls.
+
+    A diverged or stalled finding is the headline; otherwise the loss speaks: "Trains"
+    once the train loss's running median is below the unigram entropy (minus the stall
+    margin), else how far it has come.
+    """
+    for rule in ("diverged", "stalled"):
+        for finding in findings:
+            if finding.rule == rule:
+                return finding
+    loss = series.scalar("train/loss")
+    loss = loss[np.isfinite(loss["value"].to_numpy(dtype=float))]
+    if loss.empty:
+        return Finding(
+            "state", "info", "No loss yet", "No train loss logged yet.", None, "train/loss"
+        )
+    level = float(loss["value"].tail(STALL_WINDOW).median())
+    first, newest = float(loss["value"].iloc[0]), int(loss["step"].iloc[-1])
+    trained = series.unigram is not None and level < series.unigram - STALL_MARGIN
+    worse = series.init_loss is not None and level > series.init_loss + STALL_MARGIN
+    text = (
+        f"Train loss {num(level)} at {step_text(newest)} (running median of the last "
+        f"{min(STALL_WINDOW, len(loss))} logged values), from {num(first)} at "
+        f"{step_text(int(loss['step'].iloc[0]))}"
+    )
+    if worse:
+        text += f"; above the loss at initialisation, {num(series.init_loss)} (a uniform guess)"
+    elif series.unigram is not None:
+        relation = "below" if trained else "not yet below"
+        text += f"; {relation} the unigram entropy, {num(series.unigram)}"
+    title = "Worse than a uniform guess" if worse else "Trains" if trained else "Learning"
+    return Finding(
+        "state",
+        "warning" if worse else "ok" if trained else "info",
+        title,
+        text + ".",
+        newest,
+        "train/loss",
+        {"loss": level, "step": newest, "first_loss": first},
+    )
