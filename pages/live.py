@@ -9,8 +9,8 @@ status changes (queued -> running, a dead run reaped as failed) the whole page r
 so the picker's labels and the header always show the same status.
 
 Under the header, the findings panel says in words what the series show (core.findings),
-re-evaluated at every refresh from the rows already read; Show opens the tab that draws a
-finding and marks its step on every chart of the page.
+evaluated again whenever the run's step moves; Show opens the tab that draws a finding and
+marks its step on every chart of the page.
 """
 
 from __future__ import annotations
@@ -205,14 +205,10 @@ def _show_finding(finding: Finding) -> None:
         st.session_state["live.metric"] = series
 
 
-def _findings(run: dict[str, Any], scalars: pd.DataFrame, store: RunStore) -> None:
-    """The findings panel, from the rows this page has read (and now reads) of the run."""
-    reader, run_id = _reader(), int(run["id"])
-    layers = pd.concat(
-        [reader.layer_stats(store, run_id, kind) for kind in ("component", "tap", "head")],
-        ignore_index=True,
-    )
-    findings_panel(run, run_findings.findings_of(run, scalars, layers), _show_finding)
+def _findings(run: dict[str, Any], store: RunStore) -> None:
+    """The findings panel: the same findings as `show` and Compare (whole series, not the
+    charts' downsampled ones), read again only when the run's step or status moved."""
+    findings_panel(run, run_findings.cached_findings(store, run), _show_finding)
 
 
 def _answer_caption(scalars: pd.DataFrame) -> str | None:
@@ -490,7 +486,7 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str], waiting_first: boo
         _status_message(store, run, scalars)
     if scalars is not None:
         with ui.guard("Findings"):
-            _findings(run, scalars, store)
+            _findings(run, store)
     if scalars is None:
         return  # the store could not be read; the message above says why
     if waiting_first and _has_loss(scalars):

@@ -1,4 +1,4 @@
-"""The findings rules on constructed series, at their thresholds (core/findings.py).
+"""The findings rules on constructed series, at their thresholds (core/findings/).
 
 Each series here is made up to sit just inside or just past one documented threshold; no
 series says what any configuration does (the real runs in test_findings_runs.py do that).

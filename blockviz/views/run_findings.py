@@ -129,7 +129,8 @@ def finding_text(
 def plain_lines(found: RunFindings) -> list[str]:
     """The findings as plain text lines: the headline first, then each finding."""
     head = found.headline
-    lines = [f"{head.title}: {finding_text(head)}"] if head.rule == "state" else []
+    # The headline first; a diverged or stalled one is also a finding, told in full below.
+    lines = [f"{head.title}: {finding_text(head)}" if head.rule == "state" else head.title]
     for finding in found.findings:
         lines.append(f"[{finding.severity}] {finding.title}: {finding_text(finding)}")
     return lines
