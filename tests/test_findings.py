@@ -413,3 +413,11 @@ def test_nan_gradient_norms_are_reported_not_dropped():
     grads = layers_frame(layer_rows("component", "block", "grad_norm", table))
     finding = only("diverged", series(loss, grads, "diverged", 2))
     assert finding.evidence["first_nonfinite_gradients"] == {"step": 2, "layers": [0, 1, 2]}
+
+
+def test_large_updates_that_are_mostly_weight_decay_say_so():
+    # lr 1 with weight decay 0.1: decay alone moves the weights by 0.1 of their norm
+    finding = only("large_updates", updates([0.1, 0.01, 0.01], lr=1.0))
+    assert "Most of it is weight decay: lr × weight_decay = 0.1 of the weights" in finding.text
+    plain = only("large_updates", updates([0.3, 0.01, 0.01], lr=1.0))
+    assert "weight decay" not in plain.text

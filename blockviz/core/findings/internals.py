@@ -183,6 +183,13 @@ def large_updates(series: RunSeries) -> Finding | None:
         f"{step_text(newest)} (lr {num(float(lr.iloc[-1]))}). The learning rate is large for "
         "these weights."
     )
+    decay = series.config.train.weight_decay if series.config is not None else 0.0
+    if decay and float(table[worst].iloc[-1]) < 2 * decay * float(lr.iloc[-1]):
+        # AdamW's decoupled decay alone moves them by lr·weight_decay of their norm.
+        text += (
+            f" Most of it is weight decay: lr × weight_decay = "
+            f"{num(decay * float(lr.iloc[-1]))} of the weights each step."
+        )
     suggestion = (
         Suggestion("Lower the learning rate 3×.", {"lr": series.config.train.lr / 3})
         if series.config is not None
