@@ -138,7 +138,7 @@ def test_qk_norm_is_drawn_inside_attention_with_its_kind(norm_type, kind, positi
     with_qk = block_dot(dataclasses.replace(cfg, qk_norm=True))
     assert "q, k:" not in plain
     (attn_label,) = [label for label in LABEL.findall(with_qk) if "self-attention" in label]
-    assert f"q, k: {kind}(16) per head" in attn_label
+    assert f"q, k: {kind}(16), shared by the heads" in attn_label
     # the same boxes and edges otherwise: no stream norm is added or moved
     assert parse(with_qk)[1] == parse(plain)[1] and len(parse(with_qk)[0]) == len(parse(plain)[0])
     assert "attention with qk-norm" in model_dot(dataclasses.replace(cfg, qk_norm=True))

@@ -93,7 +93,11 @@ def test_nothing_wrong_is_said_explicitly():
     found = fd.evaluate(series())
     assert [f.rule for f in found] == ["healthy"]
     assert found[0].severity == "ok"
-    assert f"None of the {len(fd.RULES)} checks found a problem up to step 9" in found[0].text
+    # only the loss was recorded: the rules that read the probes say they could not check
+    assert "None of the 3 checks this run has the data for found a problem up to step 9" in (
+        found[0].text
+    )
+    assert "Not checked, no data recorded: gradients across depth, slow updates" in found[0].text
 
 
 def test_an_info_finding_leaves_the_run_healthy():
@@ -126,7 +130,7 @@ def test_diverged_names_the_step_the_last_finite_loss_and_the_first_gradient_to_
     assert finding.evidence["grew_first"] == {"layer": 1, "step": 2, "factor": 11.0}
     assert "The first non-finite gradient norm: blocks 0–2 at step 3." in finding.text
     # Clipped, Pre-LN, warmed up (the defaults): what is left to try is a lower lr.
-    assert finding.suggestion.changes == {"lr": pytest.approx(1e-3 / 3)}
+    assert finding.suggestion.changes == {"lr": 3.3e-4}  # two digits; min_lr 1e-4 stays
 
 
 def test_growth_just_below_the_factor_is_not_growth():
@@ -145,10 +149,15 @@ def test_too_few_probes_before_a_divergence_ask_for_probe_interval_1():
     finding = only("diverged", series(loss, grads, "diverged", 2, probe_interval=50))
     assert "too few to tell which layer's gradient grew first" in finding.text
     assert finding.suggestion.changes == {"probe_interval": 1}
-    # Probed every step already: the gradients went non-finite together; no such advice.
+    # Probed every step already: no such advice, and the gradients going non-finite
+    # together is said when the non-finite ones were recorded.
     every = only("diverged", series(loss, grads, "diverged", 2, probe_interval=1, grad_clip=0.0))
-    assert "went non-finite together" in every.text
-    assert every.suggestion.changes == {"grad_clip": 1.0}
+    assert "too few to tell" in every.text and every.suggestion.changes == {"grad_clip": 1.0}
+    broken = layers_frame(
+        layer_rows("component", "block", "grad_norm", {0: [1.0] * 3, 1: [math.inf] * 3})
+    )
+    together = only("diverged", series(loss, broken, "diverged", 2, probe_interval=1))
+    assert "finite only at step 0 and went non-finite at the next" in together.text
 
 
 def test_a_non_finite_loss_is_a_divergence_whatever_the_status_says():
@@ -301,7 +310,7 @@ def test_attention_logit_growth_needs_the_bound_and_the_growth():
     assert (finding.evidence["layer"], finding.evidence["head"]) == (0, 0)
     assert finding.evidence["heads"] == 1
     with_norm = series(layer_frame=layers_frame(head_rows("attn_logit_max", table)), qk_norm=True)
-    assert only("attention_logit_growth", with_norm).suggestion.changes == {"lr": 1e-3 / 3}
+    assert only("attention_logit_growth", with_norm).suggestion.changes == {"lr": 3.3e-4}
 
 
 def test_rank_collapse_at_the_cosine_bound():
@@ -421,3 +430,54 @@ def test_large_updates_that_are_mostly_weight_decay_say_so():
     assert "Most of it is weight decay: lr × weight_decay = 0.1 of the weights" in finding.text
     plain = only("large_updates", updates([0.3, 0.01, 0.01], lr=1.0))
     assert "weight decay" not in plain.text
+
+
+def test_a_lower_lr_keeps_min_lr_at_or_below_it_so_the_config_validates():
+    table = {step: [[60.0, 1.0]] * 3 for step in (10, 20)}
+    table[0] = [[1.0, 1.0]] * 3
+    frame = layers_frame(head_rows("attn_logit_max", dict(sorted(table.items()))))
+    run = series(layer_frame=frame, qk_norm=True, lr=2e-4, min_lr=1e-4)
+    changes = only("attention_logit_growth", run).suggestion.changes
+    assert changes == {"lr": 6.7e-5, "min_lr": 6.7e-5}
+    cfg.replace(run.config, **changes).validate()
+
+
+def test_a_rule_that_fails_is_said_not_raised(monkeypatch):
+    def broken(series):
+        raise ZeroDivisionError("float division by zero")
+
+    rule = fd.RULES["dead_units"]
+    monkeypatch.setitem(fd.RULES, "dead_units", fd.Rule(rule.label, broken, rule.has_data))
+    finding = only("dead_units", series())
+    assert finding.severity == "info" and finding.title == "Could not check dead FFN units"
+
+
+def test_zero_gradients_in_the_first_block_read_as_vanishing_not_a_crash():
+    table = {10: [1.0, 1.0, 1.0], 20: [0.0, 1.0, 1.0], 30: [0.0, 1.0, 1.0]}
+    grads = layers_frame(layer_rows("component", "block", "grad_norm", table))
+    finding = only("gradient_depth", series(layer_frame=grads))
+    assert "first block's gradient norm (0) is zero, against the last block's" in finding.text
+
+
+def test_a_loss_still_falling_is_not_a_stall():
+    falling = {step: 3.45 - 0.5 * step / 160 for step in range(161)}  # into the band, falling
+    assert "stalled" not in rules(fd.evaluate(series(scalars(**{"train/loss": falling}))))
+
+
+def test_no_healthy_beside_a_loss_worse_than_a_uniform_guess():
+    run = series(scalars(**{"train/loss": flat_loss(60, 25.0)}))
+    found = fd.evaluate(run)
+    assert "healthy" not in rules(found)
+    assert fd.headline(run, found).title == "Worse than a uniform guess"
+
+
+def test_without_a_readable_config_the_depth_comes_from_the_probes():
+    table = {10: [0.0, 0.5, 0.5], 20: [0.0, 0.5, 0.5]}
+    frame = layers_frame(layer_rows("tap", "ffn_hidden", "dead_frac", table))
+    frame = pd.concat(
+        [frame, layers_frame(layer_rows("component", "head", "grad_norm", {10: [0, 0, 0, 1.0]}))]
+    )
+    run = series(layer_frame=frame)
+    unreadable = fd.RunSeries(run.status, None, None, UNIGRAM, 4.0, run.scalars, frame)
+    assert unreadable.n_layer == 3
+    assert only("dead_units", unreadable).evidence["layers"] == [1, 2]

@@ -1,8 +1,8 @@
 """Where and how a run diverged, from its stored row and scalars (pure, torch-free).
 
-Facts first (a dataclass), words second (`render_divergence`), so the Live page, the
-findings and the `show` command tell a diverged run's story in the same sentences: the
-page passes Markdown escapes for the user's text, the command prints it plain.
+Facts first (a dataclass), words second (`render_divergence`), so the findings (on Live, in
+`show` and the report) tell a diverged run's story in the same sentences, as plain text
+(Live escapes it for Markdown).
 """
 
 from __future__ import annotations

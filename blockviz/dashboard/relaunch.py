@@ -135,8 +135,14 @@ def relaunch_button(run: dict[str, Any], key: str, container: Any = st) -> None:
 def try_button(
     run: dict[str, Any], changes: dict[str, Any], key: str, label: str, help_text: str
 ) -> None:
-    """A button that loads the run's config with `changes` into the sidebar, then Train."""
-    st.button(label, key=key, help=help_text, on_click=_on_relaunch, args=(run, changes))
+    """A button that loads the run's config with `changes` into the sidebar, then Train.
+
+    It may sit in a fragment (Live's panel): a refused config's message is a flash, which
+    only a run of the whole page shows, so a click that does not go to Train reruns it.
+    """
+    clicked = st.button(label, key=key, help=help_text, on_click=_on_relaunch, args=(run, changes))
+    if clicked and _GO_KEY not in st.session_state:
+        st.rerun()
     go_to_train()
 
 

@@ -97,7 +97,7 @@ def _attention_label(cfg: ModelConfig) -> str:
     if cfg.qk_norm:
         # A LayerNorm under batchnorm too, as the model builds it.
         kind = "RMSNorm" if cfg.norm_type == "rmsnorm" else "LayerNorm"
-        label += f"\nq, k: {kind}({head_dim}) per head"
+        label += f"\nq, k: {kind}({head_dim}), shared by the heads"
     return label
 
 

@@ -1,21 +1,24 @@
-"""A run's findings read from the store, and in words: plain text or Markdown.
+"""A run's findings read from the store, and written out: plain text, JSON and tables.
 
 The rules are `core.findings` (pure); this module reads what they need from the store (the
-whole series, not downsampled: a spike or a diverged step must not be averaged away) and
-renders them for the `show` command, the report, Compare and the Live page.
+whole series, not downsampled: a spike or a diverged step must not be averaged away), keeps
+each run's findings while nothing new was logged, and writes them for the `show` command,
+the report, Compare, a study's page and Live (whose panel escapes them for Markdown).
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from blockviz.core import spec
+from blockviz.core.divergence import format_nonfinite
 from blockviz.core.findings import (
     Finding,
     RunSeries,
@@ -29,7 +32,8 @@ if TYPE_CHECKING:
     from blockviz.store import RunStore
 
 # What the rules read: scalars by name, and per-layer statistics by kind, component, stat.
-SCALARS = ("train/loss", "val/loss", "train/lr", *spec.PROBE_SCALARS)
+# (train/grad_norm too: a divergence's story names every scalar that went non-finite.)
+SCALARS = ("train/loss", "val/loss", "train/lr", "train/grad_norm", *spec.PROBE_SCALARS)
 LAYER_READS: tuple[dict[str, Any], ...] = (
     {
         "kind": "component",
@@ -40,7 +44,6 @@ LAYER_READS: tuple[dict[str, Any], ...] = (
     {"kind": "tap", "component": spec.FFN_TAP, "stat": spec.FFN_UNIT_STATS},
     {"kind": "head", "stat": spec.HEAD_STATS},
 )
-ICONS = {"error": "🛑", "warning": "⚠️", "info": "ℹ️", "ok": "✅"}
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ def read_layers(store: RunStore, run_id: int) -> pd.DataFrame:
 
 
 def findings_of(run: Mapping[str, Any], scalars: pd.DataFrame, layers: pd.DataFrame) -> RunFindings:
-    """The findings of a run from frames already read (Live keeps them between refreshes)."""
+    """The findings of a run from its row and the frames the rules read."""
     series: RunSeries = run_series(run, scalars, layers)
     found = evaluate(series)
     return RunFindings(headline(series, found), found)
@@ -84,11 +87,17 @@ def read_findings(store: RunStore, run: Mapping[str, Any]) -> RunFindings:
 _CACHE: dict[tuple[str, int, str, Any], RunFindings] = {}
 _CACHE_SIZE = 1024
 _CACHE_LOCK = threading.Lock()  # the dashboard's sessions are threads of one process
+ACTIVE_EVERY_S = 5.0
 
 
 def cached_findings(store: RunStore, run: Mapping[str, Any]) -> RunFindings:
-    """`read_findings`, kept while the run's status and step stay the same."""
-    key = (str(store.path), int(run["id"]), str(run.get("status")), run.get("step"))
+    """`read_findings`, kept while the run's status and step stay the same; a run still
+    training is read again at most every ACTIVE_EVERY_S seconds (its step moves at every
+    log, and a long run's whole series take a while to read)."""
+    step: Any = run.get("step")
+    if str(run.get("status")) in spec.ACTIVE_STATUSES:
+        step = ("active", int(time.monotonic() // ACTIVE_EVERY_S))
+    key = (str(store.path), int(run["id"]), str(run.get("status")), step)
     with _CACHE_LOCK:
         found = _CACHE.get(key)
     if found is None:
@@ -110,20 +119,13 @@ def findings_column(store: RunStore, run_ids: Sequence[int]) -> list[str]:
     return [titles_text(cached_findings(store, store.get_run(int(i)))) for i in run_ids]
 
 
-def _unchanged(text: str) -> str:
-    return text
-
-
-def finding_text(
-    finding: Finding, escape: Callable[[str], str] = _unchanged, suggestion: bool = True
-) -> str:
-    """The finding's sentences, and its suggestion labelled with its source."""
-    text = escape(finding.text)
+def finding_text(finding: Finding) -> str:
+    """The finding's sentences, and what to try with where the idea comes from."""
     tip = finding.suggestion
-    if suggestion and tip is not None:
-        source = f" ({escape(tip.source)})" if tip.source else ""
-        text += f" Try: {escape(tip.text)}{source}"
-    return text
+    if tip is None:
+        return finding.text
+    source = f" ({tip.source})" if tip.source else ""
+    return f"{finding.text} Try: {tip.text}{source}"
 
 
 def plain_lines(found: RunFindings) -> list[str]:
@@ -139,7 +141,7 @@ def plain_lines(found: RunFindings) -> list[str]:
 def _json_safe(value: Any) -> Any:
     """Evidence as JSON takes it: non-finite floats as 'NaN' / '+inf' / '-inf' text."""
     if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("+inf" if value > 0 else "-inf")
+        return format_nonfinite(value)
     if isinstance(value, Mapping):
         return {str(k): _json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -10,6 +10,9 @@ both watched on Live, then compared; then the Playground in a fresh session: the
 preset, Auto-run on, Norm position flipped to post, both auto-runs' losses on Train.
 Writes train.png, live.png, compare.png and playground.png (README shows the 1440-px ones;
 `--size 1366x768 --out DIR` takes a laptop set to look at; `--playground-only` the last).
+`--findings-only` trains README's three starter runs from the command line, as its table
+gives them, and writes findings.png: Live on the Post-LN one, its findings at the top, after
+a click on the first finding's Show (the Gradients tab, its step marked).
 Needs no network; takes a few minutes on a 2-core CPU (the runs take turns there).
 """
 
@@ -169,6 +172,39 @@ def _playground(page, url: str, out: Path) -> None:
     page.screenshot(path=out / "playground.png")
 
 
+STARTERS = (  # README's "Three runs to start with"
+    ("--warmup_steps", "0", "--lr", "0.01"),
+    ("--norm_position", "post", "--warmup_steps", "0", "--lr", "0.01"),
+    ("--norm_position", "none", "--grad_clip", "0", "--warmup_steps", "0", "--lr", "0.1"),
+)
+FINDINGS_HEIGHT = 1500  # the findings, then the Gradients tab's charts
+
+
+def _train_starters() -> None:
+    """README's three starter runs, from the command line, into this script's store."""
+    for flags in STARTERS:
+        command = [sys.executable, "-m", "blockviz", "train", "--preset", "baby-cpu"]
+        command += [*flags, "--max_steps", "300", "--no_progress"]
+        subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=900)
+
+
+def _findings(page, url: str, out: Path) -> None:
+    """Live on the Post-LN starter (run #2): the headline and findings, then Show."""
+    from playwright.sync_api import expect
+
+    page.set_viewport_size({"width": VIEWPORT["width"], "height": FINDINGS_HEIGHT})
+    page.goto(f"{url}/live?run=2")
+    main = page.get_by_test_id("stMain")
+    expect(
+        main.get_by_text("Stalled at the unigram entropy since step", exact=False).first
+    ).to_be_visible()
+    main.get_by_role("button", name="Show").nth(1).click()
+    expect(main.get_by_role("tab", name="Gradients", selected=True)).to_be_visible()
+    page.wait_for_timeout(5000)  # the charts draw
+    page.mouse.move(0, 0)
+    page.screenshot(path=out / "findings.png")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Serve the app on a fresh store and take the three screenshots."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -179,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--size", default="1440x1000", help="browser window WIDTHxHEIGHT")
     parser.add_argument("--playground-only", action="store_true", help="take only playground.png")
+    parser.add_argument(
+        "--findings-only", action="store_true", help="train the starter runs; take findings.png"
+    )
     args = parser.parse_args(argv)
     try:
         width, height = (int(part) for part in args.size.lower().split("x"))
@@ -205,7 +244,10 @@ def main(argv: list[str] | None = None) -> int:
                 page = browser.new_page(viewport=VIEWPORT)
                 page.set_default_timeout(60_000)
                 url = f"http://localhost:{port}"
-                if args.playground_only:
+                if args.findings_only:
+                    _train_starters()
+                    _findings(page, url, args.out)
+                elif args.playground_only:
                     _playground(page, url, args.out)
                 else:
                     _shoot(page, url, args.out, args.steps, args.all_tabs)
@@ -215,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
             server.wait(timeout=10)
             # The runs outlive the app (as they should); they finished before Compare.
     shots = ("train.png", "live.png", "compare.png", "playground.png")
+    if args.findings_only:
+        shots = ("findings.png",)
     print(f"wrote {', '.join(str(args.out / n) for n in shots)}")
     return 0
 

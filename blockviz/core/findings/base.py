@@ -19,8 +19,6 @@ from blockviz.core.config import RunConfig
 from blockviz.core.divergence import format_nonfinite
 from blockviz.core.findings.thresholds import PERSIST
 
-SEVERITIES = ("error", "warning", "info", "ok")  # most serious first
-
 # ---------------------------------------------------------------------------- results
 
 
@@ -91,8 +89,16 @@ class RunSeries:
 
     @property
     def n_layer(self) -> int:
-        """The model's blocks (1 when the config could not be read)."""
-        return self.config.model.n_layer if self.config is not None else 1
+        """The model's blocks: from its config, else from the layers its probes recorded
+        (the head end's component rows sit at layer n_layer), else 1."""
+        if self.config is not None:
+            return self.config.model.n_layer
+        rows = self.layers
+        components = rows[rows["kind"] == "component"]["layer"]
+        if len(components):
+            return max(1, int(components.max()))
+        taps = rows[rows["kind"] == "tap"]["layer"]
+        return int(taps.max()) + 1 if len(taps) else 1
 
     def scalar(self, name: str) -> pd.DataFrame:
         """One scalar series: step, value, one row per step in step order."""
@@ -126,8 +132,8 @@ class RunSeries:
 def _grid(rows: pd.DataFrame, head: bool) -> pd.DataFrame:
     """rows (step, layer[, component], value) as a step x column table, filled with numpy.
 
-    A later row of the same cell wins (a resumed run rewrites its steps); a NaN stays NaN:
-    the gradient of a diverged step is a value to report, not a gap.
+    The store keeps one row per cell (its primary key); a NaN stays NaN: the gradient of a
+    diverged step is a value to report, not a gap.
     """
     steps, row_of = np.unique(rows["step"].to_numpy(), return_inverse=True)
     layers = rows["layer"].to_numpy()
@@ -208,6 +214,16 @@ def streak(condition: pd.Series) -> int | None:
     falses = np.flatnonzero(~values)
     start = falses[-1] + 1 if falses.size else 0
     return int(condition.index[start])
+
+
+def streaking(condition: pd.DataFrame) -> tuple[list[Any], int] | None:
+    """The columns whose condition holds at the last PERSIST steps, and the step since which
+    it has held for every one of them (the latest start of their streaks); None if none."""
+    starts = {column: streak(condition[column]) for column in condition.columns}
+    held = {column: start for column, start in starts.items() if start is not None}
+    if not held:
+        return None
+    return list(held), max(held.values())
 
 
 def lr_at(series: RunSeries, steps: pd.Index) -> pd.Series:

@@ -5,6 +5,8 @@ logits. Each is a state rule (it must hold at the last PERSIST probe steps). Tor
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -21,8 +23,9 @@ from blockviz.core.findings.base import (
     num,
     step_text,
     streak,
+    streaking,
 )
-from blockviz.core.findings.suggestions import normalise_qk
+from blockviz.core.findings.suggestions import lower_lr, normalise_qk, pre_ln, residual_on
 from blockviz.core.findings.thresholds import (
     ATTN_LOGIT_MAX,
     DEAD_FRAC,
@@ -61,10 +64,10 @@ def gradient_depth(series: RunSeries) -> Finding | None:
         value = float(ratio.iloc[-1])
         if direction == "vanish":
             title = "Gradients vanish towards the input"
-            how = f"{num(1 / value)}× smaller than"
+            how = f"{num(last / first)}× smaller than" if first > 0 else "zero, against"
         else:
             title = "Gradients grow towards the input"
-            how = f"{num(value)}× larger than"
+            how = f"{num(value)}× larger than" if math.isfinite(value) else "non-zero, against"
         text = (
             f"At {step_text(newest)} the first block's gradient norm ({num(first)}) is {how} the "
             f"last block's ({num(last)}), beyond the bound of {GRAD_DEPTH_RATIO:g}× either "
@@ -74,15 +77,9 @@ def gradient_depth(series: RunSeries) -> Finding | None:
         if series.config is not None:
             model = series.config.model
             if not model.residual:
-                suggestion = Suggestion(
-                    "Turn the residual connections on.", {"residual": True}, "He et al. 2016"
-                )
+                suggestion = residual_on()
             elif model.norm_position != "pre":
-                suggestion = Suggestion(
-                    "Put the norms before each sublayer (Pre-LN).",
-                    {"norm_position": "pre"},
-                    "Xiong et al. 2020",
-                )
+                suggestion = pre_ln()
         return Finding(
             "gradient_depth",
             "warning",
@@ -119,11 +116,10 @@ def slow_updates(series: RunSeries) -> Finding | None:
     if table.empty:
         return None
     per_lr = table.div(lr, axis=0)
-    slow = per_lr < UPDATE_LOW
-    layers = [int(c) for c in slow.columns if streak(slow[c]) is not None]
-    if not layers:
+    held = streaking(per_lr < UPDATE_LOW)
+    if held is None:
         return None
-    since = min(streak(slow[c]) for c in layers)  # type: ignore[type-var]
+    layers, since = [int(c) for c in held[0]], held[1]
     newest = int(table.index[-1])
     worst = min(layers, key=lambda c: per_lr[c].iloc[-1])
     decay = series.config.train.weight_decay if series.config is not None else None
@@ -138,15 +134,9 @@ def slow_updates(series: RunSeries) -> Finding | None:
         text += f" Weight decay alone moves them by {num(decay)} × lr: they barely learn."
     suggestion = None
     if series.config is not None and series.config.model.norm_position == "post":
-        suggestion = Suggestion(
-            "Put the norms before each sublayer (Pre-LN).",
-            {"norm_position": "pre"},
-            "Xiong et al. 2020",
-        )
+        suggestion = pre_ln()
     elif series.config is not None and not series.config.model.residual:
-        suggestion = Suggestion(
-            "Turn the residual connections on.", {"residual": True}, "He et al. 2016"
-        )
+        suggestion = residual_on()
     return Finding(
         "slow_updates",
         "warning",
@@ -169,11 +159,10 @@ def large_updates(series: RunSeries) -> Finding | None:
     table, lr = _update_tables(series)
     if table.empty:
         return None
-    large = table > UPDATE_HIGH
-    layers = [int(c) for c in large.columns if streak(large[c]) is not None]
-    if not layers:
+    held = streaking(table > UPDATE_HIGH)
+    if held is None:
         return None
-    since = min(streak(large[c]) for c in layers)  # type: ignore[type-var]
+    layers, since = [int(c) for c in held[0]], held[1]
     newest = int(table.index[-1])
     worst = max(layers, key=lambda c: table[c].iloc[-1])
     text = (
@@ -190,11 +179,7 @@ def large_updates(series: RunSeries) -> Finding | None:
             f" Most of it is weight decay: lr × weight_decay = "
             f"{num(decay * float(lr.iloc[-1]))} of the weights each step."
         )
-    suggestion = (
-        Suggestion("Lower the learning rate 3×.", {"lr": series.config.train.lr / 3})
-        if series.config is not None
-        else None
-    )
+    suggestion = lower_lr(series.config) if series.config is not None else None
     return Finding(
         "large_updates",
         "warning",
@@ -217,13 +202,12 @@ def dead_units(series: RunSeries) -> Finding | None:
     table = blocks(series.table("tap", "dead_frac", spec.FFN_TAP), series.n_layer)
     if table.empty:
         return None
-    dead = table > DEAD_FRAC
-    layers = [int(c) for c in dead.columns if streak(dead[c]) is not None]
-    if not layers:
+    held = streaking(table > DEAD_FRAC)
+    if held is None:
         return None
-    since = min(streak(dead[c]) for c in layers)  # type: ignore[type-var]
+    layers, since = [int(c) for c in held[0]], held[1]
     newest = int(table.index[-1])
-    shares = ", ".join(f"{layer_name(c, series.n_layer)} {table[c].iloc[-1]:.0%}" for c in layers)
+    shares = ", ".join(f"{layer_name(c, series.n_layer)} {table[c].iloc[-1]:.1%}" for c in layers)
     text = (
         f"At {step_text(newest)} more than {DEAD_FRAC:.0%} of the FFN's hidden units are zero for "
         f"every token of the probe batch ({shares}), at every probe since {step_text(since)}: "
@@ -238,9 +222,7 @@ def dead_units(series: RunSeries) -> Finding | None:
                 "Hendrycks & Gimpel 2016",
             )
         else:
-            suggestion = Suggestion(
-                "Lower the learning rate 3×.", {"lr": series.config.train.lr / 3}
-            )
+            suggestion = lower_lr(series.config)
     return Finding(
         "dead_units",
         "warning",
@@ -264,11 +246,10 @@ def attention_collapse(series: RunSeries) -> Finding | None:
     if table.empty:
         return None
     by_layer = table.T.groupby(level=0).max().T  # step x layer: the layer's largest entropy
-    collapsed = by_layer < ENTROPY_FLOOR
-    layers = [int(c) for c in collapsed.columns if streak(collapsed[c]) is not None]
-    if not layers:
+    held = streaking(by_layer < ENTROPY_FLOOR)
+    if held is None:
         return None
-    since = min(streak(collapsed[c]) for c in layers)  # type: ignore[type-var]
+    layers, since = [int(c) for c in held[0]], held[1]
     newest = int(by_layer.index[-1])
     text = (
         f"At {step_text(newest)} every head of {layer_names(layers, series.n_layer)} has a mean "
@@ -294,10 +275,10 @@ def attention_logits(series: RunSeries) -> Finding | None:
     if table.empty:
         return None
     grown = (table > ATTN_LOGIT_MAX) & (table >= LOGIT_GROWTH * table.iloc[0].abs())
-    heads = [c for c in grown.columns if streak(grown[c]) is not None]
-    if not heads:
+    held = streaking(grown)
+    if held is None:
         return None
-    since = min(streak(grown[c]) for c in heads)  # type: ignore[type-var]
+    heads, since = held
     newest = int(table.index[-1])
     layer, head = max(heads, key=lambda c: table[c].iloc[-1])
     value, start = float(table[(layer, head)].iloc[-1]), float(table[(layer, head)].iloc[0])
@@ -333,11 +314,10 @@ def rank_collapse(series: RunSeries) -> Finding | None:
     table = blocks(series.table("tap", "token_cos", spec.STREAM_TAP), series.n_layer)
     if table.empty:
         return None
-    parallel = table >= RANK_COS
-    layers = [int(c) for c in parallel.columns if streak(parallel[c]) is not None]
-    if not layers:
+    held = streaking(table >= RANK_COS)
+    if held is None:
         return None
-    since = min(streak(parallel[c]) for c in layers)  # type: ignore[type-var]
+    layers, since = [int(c) for c in held[0]], held[1]
     newest = int(table.index[-1])
     values = ", ".join(f"{layer_name(c, series.n_layer)} {table[c].iloc[-1]:.3f}" for c in layers)
     text = (
@@ -348,11 +328,7 @@ def rank_collapse(series: RunSeries) -> Finding | None:
     )
     suggestion = None
     if series.config is not None and not series.config.model.residual:
-        suggestion = Suggestion(
-            "Turn the residual connections on.",
-            {"residual": True},
-            "Dong et al. 2021; Noci et al. 2022",
-        )
+        suggestion = residual_on("Dong et al. 2021; Noci et al. 2022")
     return Finding(
         "rank_collapse",
         "warning",
@@ -374,11 +350,10 @@ def massive_activations(series: RunSeries) -> Finding | None:
     steps = ratio.index.intersection(largest.index)
     columns = ratio.columns.intersection(largest.columns)
     ratio, largest = ratio.loc[steps, columns], largest.loc[steps, columns]
-    massive = (ratio >= MASSIVE_RATIO) & (largest >= MASSIVE_ABS)
-    layers = [int(c) for c in massive.columns if streak(massive[c]) is not None]
-    if not layers:
+    held = streaking((ratio >= MASSIVE_RATIO) & (largest >= MASSIVE_ABS))
+    if held is None:
         return None
-    since = min(streak(massive[c]) for c in layers)  # type: ignore[type-var]
+    layers, since = [int(c) for c in held[0]], held[1]
     newest = int(steps[-1])
     worst = max(layers, key=lambda c: ratio[c].iloc[-1])
     text = (

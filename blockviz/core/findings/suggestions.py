@@ -1,7 +1,9 @@
-"""What the literature tries against each problem, given what the run already has.
+"""What to try against each problem, given what the run already has.
 
-A suggestion names config fields and values (the Try button loads them) and its source;
-it is the papers' fix, never a result of these runs. Torch-free.
+A suggestion names config fields and values (the Try button loads them) and where the idea
+comes from: a paper, or "a rule of thumb" where no paper is behind it. It is never a result
+of these runs. Every suggestion's values pass the config's validation on the run's config
+(tests/test_findings_runs.py checks each one the real runs get). Torch-free.
 """
 
 from __future__ import annotations
@@ -9,50 +11,73 @@ from __future__ import annotations
 from blockviz.core.config import RunConfig
 from blockviz.core.findings.base import RunSeries, Suggestion
 
+RULE_OF_THUMB = "a rule of thumb"
+XIONG = "Xiong et al. 2020"
+
+
+def lower_lr(config: RunConfig) -> Suggestion:
+    """A learning rate 3× lower (two significant digits), min_lr kept at or below it."""
+    lr = float(f"{config.train.lr / 3:.2g}")
+    changes: dict[str, float] = {"lr": lr}
+    if config.train.min_lr > lr:
+        changes["min_lr"] = lr
+    return Suggestion("Lower the learning rate 3×.", changes, RULE_OF_THUMB)
+
+
+def pre_ln() -> Suggestion:
+    return Suggestion(
+        "Put the norms before each sublayer (Pre-LN).", {"norm_position": "pre"}, XIONG
+    )
+
+
+def residual_on(source: str = "He et al. 2016") -> Suggestion:
+    return Suggestion("Turn the residual connections on.", {"residual": True}, source)
+
+
+def clip() -> Suggestion:
+    return Suggestion("Clip the gradient norm at 1.", {"grad_clip": 1.0}, "Pascanu et al. 2013")
+
+
+def warmup(config: RunConfig) -> Suggestion:
+    """A linear warm-up over a tenth of the run (at least 100 steps, at most the run)."""
+    steps = max(1, min(config.train.max_steps, max(100, config.train.max_steps // 10)))
+    return Suggestion(
+        f"Warm the learning rate up over {steps:,} steps.",
+        {"warmup_steps": steps},
+        f"{XIONG}: Post-LN needs a warm-up",
+    )
+
 
 def stability(series: RunSeries) -> Suggestion | None:
-    """What the literature tries first against a blow-up, given what the run had."""
+    """What to try first against a blow-up, given what the run had."""
     if series.config is None:
         return None
     train, model = series.config.train, series.config.model
     if train.grad_clip == 0:
-        return Suggestion("Clip the gradient norm at 1.", {"grad_clip": 1.0}, "Pascanu et al. 2013")
+        return clip()
     if model.norm_position == "post" and train.warmup_steps == 0:
-        return warmup(series.config, "Xiong et al. 2020: Post-LN needs a warm-up")
+        return warmup(series.config)
     if model.norm_position != "pre":
-        return Suggestion(
-            "Put the norms before each sublayer (Pre-LN).",
-            {"norm_position": "pre"},
-            "Xiong et al. 2020",
-        )
-    return Suggestion("Lower the learning rate 3×.", {"lr": train.lr / 3})
-
-
-def warmup(config: RunConfig, source: str) -> Suggestion:
-    steps = max(1, min(config.train.max_steps, max(100, config.train.max_steps // 10)))
-    return Suggestion(
-        f"Warm the learning rate up over {steps:,} steps.", {"warmup_steps": steps}, source
-    )
+        return pre_ln()
+    return lower_lr(series.config)
 
 
 def unstall(series: RunSeries) -> Suggestion | None:
+    """What to try against a stall at the unigram entropy, given what the run had."""
     if series.config is None:
         return None
     model, train = series.config.model, series.config.train
     if not model.residual:
-        return Suggestion("Turn the residual connections on.", {"residual": True}, "He et al. 2016")
+        return residual_on()
     if model.norm_position == "post" and train.warmup_steps == 0:
-        return warmup(series.config, "Xiong et al. 2020: Post-LN needs a warm-up")
+        return warmup(series.config)
     if model.norm_position == "post":
-        return Suggestion(
-            "Put the norms before each sublayer (Pre-LN).",
-            {"norm_position": "pre"},
-            "Xiong et al. 2020",
-        )
-    return Suggestion("Lower the learning rate 3×.", {"lr": train.lr / 3})
+        return pre_ln()
+    return lower_lr(series.config)
 
 
 def normalise_qk(series: RunSeries) -> Suggestion | None:
+    """qk_norm against attention-logit growth, else a lower learning rate."""
     if series.config is None:
         return None
     if not series.config.model.qk_norm:
@@ -61,4 +86,4 @@ def normalise_qk(series: RunSeries) -> Suggestion | None:
             {"qk_norm": True},
             "Dehghani et al. 2023; Wortsman et al. 2023",
         )
-    return Suggestion("Lower the learning rate 3×.", {"lr": series.config.train.lr / 3})
+    return lower_lr(series.config)

@@ -15,7 +15,7 @@ GROWTH_FACTOR = 10.0
 # stalled: the running median of the last STALL_WINDOW logged train losses has stayed at or
 # above the unigram entropy minus STALL_MARGIN (the study outcome's margin, 0.1 nat) for at
 # least STALL_MIN_STEPS steps, up to the newest. (A healthy baby-cpu run with its 100-step
-# warm-up spends 39 steps there on its way down; the Post-LN starter 281 of its 300.)
+# warm-up spends 39 steps there on its way down; the Post-LN starter every step since 6.)
 STALL_WINDOW = 20
 STALL_MIN_STEPS = 100
 # "at the unigram entropy" while the median is at most this far above it, else "above".
@@ -27,8 +27,8 @@ STALL_NEAR = 0.5
 SPIKE_WINDOW = 50
 SPIKE_FACTOR = 1.5
 # gradient_depth: first block's gradient norm / last block's beyond this either way.
-# (Healthy baby-cpu: 0.7 to 2.0; the Post-LN starter: 1e-5; Pre-LN at lr 3e-2: up to 183
-# at single probes, under 50 at most.)
+# (Healthy baby-cpu: 0.7 to 2.0; the Post-LN starter: 1.6e-5; Pre-LN and ReLU at lr 3e-2 to
+# 1e-1: 100 to 183 at some probes, mostly under 50.)
 GRAD_DEPTH_RATIO = 100.0
 # slow_updates: a block's weight matrices move less than UPDATE_LOW × lr of their norm per
 # step. AdamW moves each weight by about lr·m̂/√v̂ plus lr·weight_decay·θ, so weight decay

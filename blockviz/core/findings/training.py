@@ -22,7 +22,7 @@ from blockviz.core.findings.base import (
     num,
     step_text,
 )
-from blockviz.core.findings.suggestions import stability, unstall
+from blockviz.core.findings.suggestions import RULE_OF_THUMB, clip, stability, unstall
 from blockviz.core.findings.thresholds import (
     GROWTH_FACTOR,
     OVERFIT_EVALS,
@@ -74,22 +74,28 @@ def diverged(series: RunSeries) -> Finding | None:
     every_step = series.config is not None and series.config.train.probe_interval == 1
     if len(finite) < 2:
         probed = ", ".join(step_text(int(s)) for s in finite.index) or "no step"
-        if every_step:
+        if grads.empty:
+            words.append("No block gradient norm was recorded before it diverged.")
+        elif every_step and len(bad_layers):
             words.append(
-                f"Its gradients were finite only at {probed}, so no block's grew before the "
-                "others: they went non-finite together."
+                f"Probed at every step, its gradients were finite only at {probed} and went "
+                "non-finite at the next: none grew before the others."
             )
         else:
             words.append(
                 f"Its gradients were probed at {probed} before it diverged, too few to tell "
                 "which layer's gradient grew first."
             )
-            suggestion = Suggestion(
-                "Rerun with probe_interval 1 to record every step's gradients.",
-                {"probe_interval": 1},
-            )
+            if not every_step:
+                suggestion = Suggestion(
+                    "Rerun with probe_interval 1 to record every step's gradients.",
+                    {"probe_interval": 1},
+                    RULE_OF_THUMB,
+                )
     else:
-        growth = finite / finite.iloc[0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            growth = finite / finite.iloc[0]  # a block at 0 at first has no growth factor
+        growth = growth.where(np.isfinite(growth))
         grew = growth[(growth >= GROWTH_FACTOR).any(axis=1)]
         if len(grew):
             at = int(grew.index[0])
@@ -102,7 +108,7 @@ def diverged(series: RunSeries) -> Finding | None:
                 f"({num(factor)}×: {num(float(finite.loc[at, layer]))})."
             )
             evidence["grew_first"] = {"layer": layer, "step": at, "factor": factor}
-        else:
+        elif growth.iloc[-1].notna().any():
             last = growth.iloc[-1]
             layer = int(last.idxmax())
             words.append(
@@ -120,7 +126,8 @@ def diverged(series: RunSeries) -> Finding | None:
 
 
 def stalled(series: RunSeries) -> Finding | None:
-    """The train loss's running median has sat at or above the unigram entropy."""
+    """The train loss's running median has sat at or above the unigram entropy for
+    STALL_MIN_STEPS steps and fell by less than STALL_MARGIN over the last of them."""
     if series.unigram is None or not math.isfinite(series.unigram):
         return None
     loss = series.scalar("train/loss")
@@ -141,6 +148,10 @@ def stalled(series: RunSeries) -> Finding | None:
     since, newest = int(steps[start]), int(steps[-1])
     if newest - since < STALL_MIN_STEPS:
         return None
+    # A loss still coming down (a low learning rate, a long warm-up) is slow, not stalled.
+    before = int(np.searchsorted(steps, newest - STALL_MIN_STEPS, side="right")) - 1
+    if median[before] - level >= STALL_MARGIN:
+        return None
     where = "at the unigram entropy" if near else "above the unigram entropy"
     text = (
         f"Since {step_text(since)} the train loss (running median of {STALL_WINDOW} logged values) "
@@ -149,7 +160,7 @@ def stalled(series: RunSeries) -> Finding | None:
     )
     if near:
         text += "It has learned the characters' frequencies and nothing more."
-    elif series.init_loss is not None and level > series.init_loss:
+    elif worse_than_uniform(series, level):
         text += (
             f"That is worse than the loss at initialisation, {num(series.init_loss)} "
             "(a uniform guess over the vocabulary)."
@@ -170,6 +181,11 @@ def stalled(series: RunSeries) -> Finding | None:
         {"since": since, "median_loss": level, "unigram": series.unigram, "step": newest},
         unstall(series),
     )
+
+
+def worse_than_uniform(series: RunSeries, level: float) -> bool:
+    """Whether a loss level lies above the loss at initialisation (ln V) plus the margin."""
+    return series.init_loss is not None and level > series.init_loss + STALL_MARGIN
 
 
 def loss_spikes(series: RunSeries) -> Finding | None:
@@ -199,9 +215,7 @@ def loss_spikes(series: RunSeries) -> Finding | None:
     )
     suggestion = None
     if series.config is not None and series.config.train.grad_clip == 0:
-        suggestion = Suggestion(
-            "Clip the gradient norm at 1.", {"grad_clip": 1.0}, "Pascanu et al. 2013"
-        )
+        suggestion = clip()
     return Finding(
         "loss_spike",
         "warning",
@@ -284,8 +298,10 @@ def overfitting(series: RunSeries) -> Finding | None:
     )
 
 
-def healthy(series: RunSeries, checks: int) -> Finding:
-    """None of the `checks` warning rules fired: said in words, with how far they reached."""
+def healthy(series: RunSeries, checked: int, unchecked: list[str]) -> Finding:
+    """None of the `checked` rules fired: said in words, with how far they reached and what
+    could not be checked for lack of data (a run recorded before a statistic existed, a
+    model without attention or an FFN)."""
     loss = series.scalar("train/loss")
     probes = series.table("component", "grad_norm", "block")
     newest = int(loss["step"].iloc[-1]) if len(loss) else None
@@ -293,14 +309,27 @@ def healthy(series: RunSeries, checks: int) -> Finding:
     reach = f" up to {step_text(newest)}" if newest is not None else ""
     if probe is not None:
         reach += f" (latest probe: {step_text(probe)})"
+    text = f"None of the {checked} checks this run has the data for found a problem{reach}."
+    if unchecked:
+        text += " Not checked, no data recorded: " + ", ".join(unchecked) + "."
     return Finding(
         "healthy",
         "ok",
         "Healthy",
-        f"None of the {checks} checks found a problem{reach}.",
+        text,
         newest,
         "train/loss",
-        {"checks": checks, "step": newest, "probe_step": probe},
+        {"checks": checked, "unchecked": unchecked, "step": newest, "probe_step": probe},
+    )
+
+
+def worse_than_initial(series: RunSeries) -> bool:
+    """Whether the train loss's recent running median is worse than a uniform guess."""
+    loss = series.scalar("train/loss")
+    values = loss["value"].to_numpy(dtype=float)
+    values = values[np.isfinite(values)]
+    return bool(len(values)) and worse_than_uniform(
+        series, float(np.median(values[-STALL_WINDOW:]))
     )
 
 
@@ -324,7 +353,7 @@ def headline(series: RunSeries, findings: list[Finding]) -> Finding:
     level = float(loss["value"].tail(STALL_WINDOW).median())
     first, newest = float(loss["value"].iloc[0]), int(loss["step"].iloc[-1])
     trained = series.unigram is not None and level < series.unigram - STALL_MARGIN
-    worse = series.init_loss is not None and level > series.init_loss + STALL_MARGIN
+    worse = worse_than_uniform(series, level)
     text = (
         f"Train loss {num(level)} at {step_text(newest)} (running median of the last "
         f"{min(STALL_WINDOW, len(loss))} logged values), from {num(first)} at "
