@@ -12,7 +12,7 @@ Writes train.png, live.png, compare.png and playground.png (README shows the 144
 `--size 1366x768 --out DIR` takes a laptop set to look at; `--playground-only` the last).
 `--findings-only` trains README's three starter runs from the command line, as its table
 gives them, and writes findings.png: Live on the Post-LN one, its findings at the top, after
-a click on the first finding's Show (the Gradients tab, its step marked).
+a click on the newest finding's Show (gradients vanish: the Gradients tab, step 50 marked).
 Needs no network; takes a few minutes on a 2-core CPU (the runs take turns there).
 """
 
@@ -177,7 +177,7 @@ STARTERS = (  # README's "Three runs to start with"
     ("--norm_position", "post", "--warmup_steps", "0", "--lr", "0.01"),
     ("--norm_position", "none", "--grad_clip", "0", "--warmup_steps", "0", "--lr", "0.1"),
 )
-FINDINGS_HEIGHT = 1500  # the findings, then the Gradients tab's charts
+FINDINGS_HEIGHT = 1950  # the findings, then the Gradients tab's charts
 
 
 def _train_starters() -> None:
@@ -189,7 +189,7 @@ def _train_starters() -> None:
 
 
 def _findings(page, url: str, out: Path) -> None:
-    """Live on the Post-LN starter (run #2): the headline and findings, then Show."""
+    """Live on the Post-LN starter (run #2): the headline and findings, then a Show."""
     from playwright.sync_api import expect
 
     page.set_viewport_size({"width": VIEWPORT["width"], "height": FINDINGS_HEIGHT})
@@ -198,10 +198,13 @@ def _findings(page, url: str, out: Path) -> None:
     expect(
         main.get_by_text("Stalled at the unigram entropy since step", exact=False).first
     ).to_be_visible()
-    main.get_by_role("button", name="Show").nth(1).click()
+    page.wait_for_timeout(4000)  # the page settles: a click during a redraw can land elsewhere
+    findings = main.get_by_test_id("stExpander")
+    findings.get_by_role("button", name="Show").first.click()  # the newest finding's
     expect(main.get_by_role("tab", name="Gradients", selected=True)).to_be_visible()
     page.wait_for_timeout(5000)  # the charts draw
-    page.mouse.move(0, 0)
+    page.mouse.move(5, 5)  # no tooltip over the shot
+    page.wait_for_timeout(1500)
     page.screenshot(path=out / "findings.png")
 
 

@@ -39,7 +39,7 @@ def _mark_layers(x: float, label: str, axis: XAxis) -> list[alt.Chart]:
     )
     rule = base.mark_rule(color=MARK_COLOR, strokeDash=[2, 2], strokeWidth=2)
     text = base.mark_text(
-        color=MARK_COLOR, align="left", baseline="bottom", dx=3, y=-2, fontSize=11
+        color=MARK_COLOR, align="left", baseline="top", dx=3, y=14, fontSize=11
     ).encode(text="label:N")
     return [rule, text]
 
