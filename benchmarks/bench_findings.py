@@ -4,9 +4,9 @@
 
 Writes one fake completed run (tests/fakes.py: a loss every step, probes every 50 steps,
 every statistic a real run records) into a temporary store, then times
-`core.findings.evaluate` + `headline` on frames already read (what Live does at each
-refresh: its rows are in memory), and `views.run_findings.read_findings` (the store reads
-of `show`, Compare and the report, then the rules). Prints the medians. Not a test.
+`core.findings.evaluate` + `headline` on frames already read (the rules alone), and
+`views.run_findings.read_findings` (the store reads of Live, `show`, Compare and the report,
+then the rules). Prints the medians. Not a test.
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         f"run: {args.steps:,} steps (a loss each), {args.layers} layers, probes every 50: "
         f"{len(scalars):,} scalar rows and {len(layers):,} layer rows read"
     )
-    print(f"rules on frames in memory (Live):   {rules_ms:.1f} ms (median of {args.repeats})")
-    print(f"store reads + rules (show, report): {read_ms:.1f} ms (median of {args.repeats})")
+    print(f"the rules on frames in memory:       {rules_ms:.1f} ms (median of {args.repeats})")
+    print(f"store reads + rules (Live, show, ...): {read_ms:.1f} ms (median of {args.repeats})")
     return 0
 
 
