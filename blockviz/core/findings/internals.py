@@ -99,6 +99,26 @@ def gradient_depth(series: RunSeries) -> Finding | None:
     return None
 
 
+def _per_layer(
+    rule: str,
+    title: str,
+    text: str,
+    series_name: str,
+    layers: list[int],
+    since: int,
+    newest: int,
+    values: pd.DataFrame | None = None,
+    suggestion: Suggestion | None = None,
+    severity: str = "warning",
+) -> Finding:
+    """A state finding about some blocks: the evidence names them, the step since which it
+    has held for all of them, the newest probe step and each one's newest value."""
+    evidence: dict[str, object] = {"layers": layers, "since": since, "step": newest}
+    if values is not None:
+        evidence["values"] = {c: float(values[c].iloc[-1]) for c in layers}
+    return Finding(rule, severity, title, text, since, series_name, evidence, suggestion)
+
+
 def _update_tables(series: RunSeries) -> tuple[pd.DataFrame, pd.Series]:
     """Block weight matrices' update ratios by step (step 0 left out) and the lr there."""
     table = blocks(
@@ -137,19 +157,15 @@ def slow_updates(series: RunSeries) -> Finding | None:
         suggestion = pre_ln()
     elif series.config is not None and not series.config.model.residual:
         suggestion = residual_on()
-    return Finding(
+    return _per_layer(
         "slow_updates",
-        "warning",
         f"{layer_names(layers, series.n_layer).capitalize()} barely learning",
         text,
-        since,
         "update_ratio",
-        {
-            "layers": layers,
-            "since": since,
-            "step": newest,
-            "per_lr": {c: float(per_lr[c].iloc[-1]) for c in layers},
-        },
+        layers,
+        since,
+        newest,
+        per_lr,
         suggestion,
     )
 
@@ -180,19 +196,15 @@ def large_updates(series: RunSeries) -> Finding | None:
             f"{num(decay * float(lr.iloc[-1]))} of the weights each step."
         )
     suggestion = lower_lr(series.config) if series.config is not None else None
-    return Finding(
+    return _per_layer(
         "large_updates",
-        "warning",
         f"Large updates in {layer_names(layers, series.n_layer)}",
         text,
-        since,
         "update_ratio",
-        {
-            "layers": layers,
-            "since": since,
-            "step": newest,
-            "ratio": {c: float(table[c].iloc[-1]) for c in layers},
-        },
+        layers,
+        since,
+        newest,
+        table,
         suggestion,
     )
 
@@ -223,19 +235,15 @@ def dead_units(series: RunSeries) -> Finding | None:
             )
         else:
             suggestion = lower_lr(series.config)
-    return Finding(
+    return _per_layer(
         "dead_units",
-        "warning",
         f"Dead FFN units in {layer_names(layers, series.n_layer)}",
         text,
-        since,
         "dead_frac",
-        {
-            "layers": layers,
-            "since": since,
-            "step": newest,
-            "dead_frac": {c: float(table[c].iloc[-1]) for c in layers},
-        },
+        layers,
+        since,
+        newest,
+        table,
         suggestion,
     )
 
@@ -257,14 +265,16 @@ def attention_collapse(series: RunSeries) -> Finding | None:
         + ", ".join(f"{num(float(by_layer[c].iloc[-1]))}" for c in layers)
         + f"), at every probe since {step_text(since)}: each query attends to about one position."
     )
-    return Finding(
+    title = f"Attention entropy collapsed in {layer_names(layers, series.n_layer)}"
+    return _per_layer(
         "attention_collapse",
-        "warning",
-        f"Attention entropy collapsed in {layer_names(layers, series.n_layer)}",
+        title,
         text,
-        since,
         "attn_entropy",
-        {"layers": layers, "since": since, "step": newest},
+        layers,
+        since,
+        newest,
+        by_layer,
         normalise_qk(series),
     )
 
@@ -329,14 +339,15 @@ def rank_collapse(series: RunSeries) -> Finding | None:
     suggestion = None
     if series.config is not None and not series.config.model.residual:
         suggestion = residual_on("Dong et al. 2021; Noci et al. 2022")
-    return Finding(
+    return _per_layer(
         "rank_collapse",
-        "warning",
         f"Rank collapse in {layer_names(layers, series.n_layer)}",
         text,
-        since,
         "token_cos",
-        {"layers": layers, "since": since, "step": newest},
+        layers,
+        since,
+        newest,
+        table,
         suggestion,
     )
 
@@ -363,14 +374,17 @@ def massive_activations(series: RunSeries) -> Finding | None:
         f"(layers: {layer_names(layers, series.n_layer)}; since {step_text(since)}). Sun et al. "
         "2024 find such activations in large trained models, where they act like fixed biases."
     )
-    return Finding(
+    title = f"Massive activations in {layer_names(layers, series.n_layer)}"
+    return _per_layer(
         "massive_activations",
-        "info",
-        f"Massive activations in {layer_names(layers, series.n_layer)}",
+        title,
         text,
-        since,
         "max_over_median",
-        {"layers": layers, "since": since, "step": newest},
+        layers,
+        since,
+        newest,
+        ratio,
+        severity="info",
     )
 
 
