@@ -9,7 +9,7 @@ status changes (queued -> running, a dead run reaped as failed) the whole page r
 so the picker's labels and the header always show the same status.
 
 Under the header, the findings panel says in words what the series show (core.findings),
-evaluated again whenever the run's step moves; Show opens the tab that draws a finding and
+evaluated again at most every 5 s while it trains; Show opens the tab that draws a finding and
 marks its step on every chart of the page.
 """
 
@@ -207,7 +207,7 @@ def _show_finding(finding: Finding) -> None:
 
 def _findings(run: dict[str, Any], store: RunStore) -> None:
     """The findings panel: the same findings as `show` and Compare (whole series, not the
-    charts' downsampled ones), read again only when the run's step or status moved."""
+    charts' downsampled ones), read again at most every 5 s while the run trains."""
     findings_panel(run, run_findings.cached_findings(store, run), _show_finding)
 
 
