@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from blockviz.store import RunStore
+from tests.real_runs import TRAIN_ALL
 
 ROOT = Path(__file__).resolve().parent.parent
 # Two of README's three starter runs, cut short: the Post-LN stall starts by step 10 and
@@ -60,14 +61,6 @@ RUNS: dict[str, tuple[str, ...]] = {
         *("--dataset", "{small}", "--eval_interval", "25"),
     ),
 }
-_TRAIN_ALL = """
-import json, sys
-from blockviz import cli
-for flags in json.loads(sys.argv[1]):
-    code = cli.main(["train", *flags])
-    if code:
-        sys.exit(f"blockviz train {' '.join(flags)} exited {code}")
-"""
 
 
 def spiky_text() -> str:
@@ -111,7 +104,7 @@ def start(folder: Path) -> subprocess.Popen[str]:
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "BLOCKVIZ_CACHE": str(folder / "cache")}
     return subprocess.Popen(
-        [sys.executable, "-c", _TRAIN_ALL, json.dumps(commands)],
+        [sys.executable, "-c", TRAIN_ALL, json.dumps(commands)],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

@@ -41,7 +41,8 @@ RUNS = {
         *("--n_layer", "6", "--activation", "relu", "--probe_interval", "1"),
     ),
 }
-_TRAIN_ALL = """
+# The train commands of a JSON list, one after another in one process (one torch import).
+TRAIN_ALL = """
 import json, sys
 from blockviz import cli
 for flags in json.loads(sys.argv[1]):
@@ -83,7 +84,7 @@ def train_real_runs(folder: Path) -> RealRuns:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "BLOCKVIZ_CACHE": str(folder / "cache")}
     started = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-c", _TRAIN_ALL, json.dumps(commands)],
+        [sys.executable, "-c", TRAIN_ALL, json.dumps(commands)],
         cwd=ROOT,
         env=env,
         capture_output=True,

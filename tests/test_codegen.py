@@ -26,6 +26,7 @@ from blockviz.dashboard import code_download
 from blockviz.store import RunStore
 from blockviz.views import codegen
 from tests import fakes
+from tests.real_runs import TRAIN_ALL
 
 ROOT = Path(__file__).resolve().parent.parent
 RUFF = Path(sys.executable).with_name("ruff")
@@ -80,14 +81,6 @@ CONFIGS: dict[str, dict[str, object]] = {
 }
 STANDALONE = "pre-attention-only"  # its own process; the others share one (one torch import)
 
-_TRAIN_ALL = """
-import json, sys
-from blockviz import cli
-for flags in json.loads(sys.argv[1]):
-    code = cli.main(["train", *flags])
-    if code:
-        sys.exit(f"blockviz train {' '.join(flags)} exited {code}")
-"""
 # Runs each exported script as __main__ in one process, and proves none imported blockviz.
 _RUN_SCRIPTS = """
 import contextlib, io, json, runpy, sys
@@ -149,7 +142,7 @@ def test_exported_scripts_train_to_blockviz_losses(tmp_path: Path) -> None:
         scripts[label].write_text(codegen.script_text(config, label), encoding="utf-8")
     shared = [[str(scripts[label]), str(text)] for label in CONFIGS if label != STANDALONE]
     procs = {
-        "blockviz": start(["-c", _TRAIN_ALL, json.dumps(flags)]),
+        "blockviz": start(["-c", TRAIN_ALL, json.dumps(flags)]),
         "standalone": start([str(scripts[STANDALONE]), str(text)]),
         "shared": start(["-c", _RUN_SCRIPTS, json.dumps(shared)]),
     }

@@ -16,7 +16,7 @@ import streamlit as st
 
 from blockviz.core.findings import Finding
 from blockviz.dashboard import relaunch, ui
-from blockviz.views.run_findings import RunFindings
+from blockviz.views.run_findings import RunFindings, suggestion_text
 
 MARK_KEY = "live.mark"  # {"run": id, "step": step, "label": text}: the marked step
 ICONS = {
@@ -68,16 +68,13 @@ def _buttons(
         tip = finding.suggestion
         if tip is not None and tip.changes:
             changes = ", ".join(f"{name} = {_value(value)}" for name, value in tip.changes.items())
-            source = (
-                f" ({tip.source}: the literature's fix, not measured here)" if tip.source else ""
-            )
             relaunch.try_button(
                 run,
                 tip.changes,
                 key=f"live.finding.try.{index}",
                 label=f"Try {changes}",
-                help_text=f"{tip.text}{source} Loads this run's config with that change into "
-                "the sidebar and opens Train.",
+                help_text=f"{suggestion_text(tip)}; something to try, not measured here. Loads "
+                "this run's config with that change into the sidebar and opens Train.",
             )
 
 
@@ -90,7 +87,7 @@ def findings_panel(
         f"**{ui.plain(head.title)}.** {ui.plain(head.text)}", icon=ICONS.get(head.severity)
     )
     _buttons(run, head, 0, show)
-    rest = [f for f in found.findings if f is not head and f != head]
+    rest = [f for f in found.findings if f is not head]  # a diverged or stalled headline
     if not rest:
         return
     serious = sum(f.severity in ("error", "warning") for f in rest)
@@ -100,10 +97,8 @@ def findings_panel(
             icon = ICONS.get(finding.severity, "")
             st.markdown(f"{icon} **{ui.plain(finding.title)}**")
             text = ui.plain(finding.text)
-            tip = finding.suggestion
-            if tip is not None:
-                source = f" ({ui.plain(tip.source)})" if tip.source else ""
-                text += f" *Try:* {ui.plain(tip.text)}{source}"
+            if finding.suggestion is not None:
+                text += f" *Try:* {ui.plain(suggestion_text(finding.suggestion))}"
             st.caption(text)
             _buttons(run, finding, index, show)
     if current_mark(int(run["id"])) is not None:

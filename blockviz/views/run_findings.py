@@ -119,13 +119,19 @@ def findings_column(store: RunStore, run_ids: Sequence[int]) -> list[str]:
     return [titles_text(cached_findings(store, store.get_run(int(i)))) for i in run_ids]
 
 
-def finding_text(finding: Finding) -> str:
-    """The finding's sentences, and what to try with where the idea comes from."""
-    tip = finding.suggestion
+def suggestion_text(tip: Suggestion | None) -> str:
+    """What to try, with where the idea comes from: 'Clip the gradient norm at 1.
+    (Pascanu et al. 2013)'; '' for none."""
     if tip is None:
+        return ""
+    return f"{tip.text} ({tip.source})" if tip.source else tip.text
+
+
+def finding_text(finding: Finding) -> str:
+    """The finding's sentences, and what to try."""
+    if finding.suggestion is None:
         return finding.text
-    source = f" ({tip.source})" if tip.source else ""
-    return f"{finding.text} Try: {tip.text}{source}"
+    return f"{finding.text} Try: {suggestion_text(finding.suggestion)}"
 
 
 def plain_lines(found: RunFindings) -> list[str]:
@@ -154,12 +160,6 @@ def finding_json(finding: Finding) -> dict[str, Any]:
     return _json_safe({**asdict(finding), "tab": finding.tab})
 
 
-def _suggestion_text(tip: Suggestion | None) -> str:
-    if tip is None:
-        return ""
-    return f"{tip.text} ({tip.source})" if tip.source else tip.text
-
-
 def findings_table(entries: Sequence[tuple[str, RunFindings]]) -> pd.DataFrame:
     """One row per finding of each run: run, severity, rule, step, title, text, suggestion."""
     rows = []
@@ -173,7 +173,7 @@ def findings_table(entries: Sequence[tuple[str, RunFindings]]) -> pd.DataFrame:
                     "step": "" if finding.step is None else str(finding.step),
                     "title": finding.title,
                     "text": finding.text,
-                    "suggestion": _suggestion_text(finding.suggestion),
+                    "suggestion": suggestion_text(finding.suggestion),
                 }
             )
     columns = ["run", "severity", "rule", "step", "title", "text", "suggestion"]

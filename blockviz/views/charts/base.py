@@ -239,6 +239,18 @@ def with_layer_names(
     return out, sorted(order, key=order.__getitem__)
 
 
+def _labelled_rules(
+    base: alt.Chart, color: str, dash: list[int], width: float, label_y: int
+) -> list[alt.Chart]:
+    """A dashed vertical rule at each row of `base` (its x and tooltip encoded) and the
+    row's `label` beside it, `label_y` pixels below the top of the plot."""
+    rule = base.mark_rule(color=color, strokeDash=dash, strokeWidth=width)
+    text = base.mark_text(
+        color=color, align="left", baseline="top", dx=3, y=label_y, fontSize=11
+    ).encode(text="label:N")
+    return [rule, text]
+
+
 def _tooltip(*fields: str | alt.Tooltip) -> list[alt.Tooltip]:
     """Tooltips, with numbers shown to 4 significant digits."""
     return [alt.Tooltip(f) if isinstance(f, str) else f for f in fields]

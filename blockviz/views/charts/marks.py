@@ -11,7 +11,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from blockviz.views.charts.base import XAxis, chart_data
+from blockviz.views.charts.base import XAxis, _labelled_rules, chart_data
 
 MARK_COLOR = "#7b3294"  # purple: apart from the runs' palette and the divergence red
 
@@ -37,11 +37,8 @@ def _mark_layers(x: float, label: str, axis: XAxis) -> list[alt.Chart]:
     base = alt.Chart(data).encode(
         x=alt.X(f"{axis.field}:Q"), tooltip=[alt.Tooltip("label:N", title="finding")]
     )
-    rule = base.mark_rule(color=MARK_COLOR, strokeDash=[2, 2], strokeWidth=2)
-    text = base.mark_text(
-        color=MARK_COLOR, align="left", baseline="top", dx=3, y=14, fontSize=11
-    ).encode(text="label:N")
-    return [rule, text]
+    # The label sits lower than a divergence's (y=4), so both read when they share a step.
+    return _labelled_rules(base, MARK_COLOR, [2, 2], 2, label_y=14)
 
 
 def with_step_mark(

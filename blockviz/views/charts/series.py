@@ -18,6 +18,7 @@ from blockviz.views.charts.base import (
     _check_smoothing,
     _finite,
     _highlight,
+    _labelled_rules,
     _legend_highlight,
     _lone_points,
     _no_data,
@@ -70,11 +71,7 @@ def _divergence_layers(marks: pd.DataFrame, x: alt.X) -> list[alt.Chart]:
         x=x,
         tooltip=_tooltip("run:N", alt.Tooltip("step:Q", title="diverged at step")),
     )
-    rule = base.mark_rule(color=DIVERGED_COLOR, strokeDash=[4, 3], strokeWidth=1.5)
-    label = base.mark_text(
-        color=DIVERGED_COLOR, align="left", baseline="top", dx=3, y=4, fontSize=11
-    ).encode(text="label:N")
-    return [rule, label]
+    return _labelled_rules(base, DIVERGED_COLOR, [4, 3], 1.5, label_y=4)
 
 
 def _series_chart(
