@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from blockviz import cli
-from blockviz.core import corpora
+from blockviz.core import corpora, evaluation
 from blockviz.core.config import DataConfig
 from blockviz.core.vocab import unigram_nats
 from blockviz.training.data import (
@@ -36,6 +36,7 @@ from blockviz.training.data import (
     batch_from,
     check_text_bytes,
     encode_tensor,
+    evaluation_starts,
     load_corpus,
     min_chars,
     read_text_file,
@@ -417,6 +418,8 @@ def test_split_is_contiguous_with_validation_last_and_fingerprint_matches() -> N
         # The reference losses: frequencies of the training split; uniform over the vocab.
         "unigram_nats": round(unigram_nats(text[:800]), 6),
         "init_loss": round(math.log(len(set(text))), 6),
+        # 3 batches of 4 windows of 8 characters from the evaluation seed
+        "evaluation": evaluation.record(12, 8),
     }
     counts = Counter(text[:800])
     by_hand = -sum(c / 800 * math.log(c / 800) for c in counts.values())
@@ -473,17 +476,57 @@ def _val_windows(module: CharDataModule) -> list[torch.Tensor]:
     return [x for x, _ in module.val_dataloader()]
 
 
-def test_validation_windows_are_fixed_by_the_seed() -> None:
+def test_validation_windows_are_the_same_for_every_training_seed() -> None:
+    """One evaluation set: a seed changes training, never the text a run is scored on."""
     text = _random_text(3000, "abcdefgh", seed=3)
     first = _val_windows(_module(text, seed=5))
-    same = _val_windows(_module(text, seed=5))
-    other = _val_windows(_module(text, seed=6))
-    assert all(torch.equal(a, b) for a, b in zip(first, same, strict=True))
-    assert not all(torch.equal(a, b) for a, b in zip(first, other, strict=True))
+    for seed in (6, 0, 2**32 - 1):
+        other = _val_windows(_module(text, seed=seed))
+        assert all(torch.equal(a, b) for a, b in zip(first, other, strict=True)), seed
+    # The training batches still follow the seed.
+    assert not torch.equal(
+        _first_train_batches(_module(text, seed=5))[0],
+        _first_train_batches(_module(text, seed=6))[0],
+    )
     # Iterating the loader again gives the same windows (no hidden state between evals).
     module = _module(text, seed=5)
     assert all(torch.equal(a, b) for a, b in zip(_val_windows(module), first, strict=True))
     assert all(torch.equal(a, b) for a, b in zip(_val_windows(module), first, strict=True))
+
+
+def test_evaluation_windows_depend_on_their_count_only_as_a_prefix() -> None:
+    """A batch size that differs with the same eval_iters × batch_size scores the same
+    windows; a larger evaluation scores a superset that starts with the smaller one."""
+    text = _random_text(5000, "abcdefgh", seed=8)
+    narrow = torch.cat(_val_windows(_module(text, batch_size=4, eval_iters=30)))  # 120 windows
+    wide = torch.cat(_val_windows(_module(text, batch_size=40, eval_iters=3)))
+    assert torch.equal(narrow, wide)
+    small = torch.cat(_val_windows(_module(text, batch_size=5, eval_iters=7)))  # 35 windows
+    assert torch.equal(small, narrow[:35])
+    n_starts = 200
+    starts = evaluation_starts(n_starts, 150)
+    assert starts.shape == (150,) and int(starts.min()) >= 0 and int(starts.max()) < n_starts
+    assert torch.equal(evaluation_starts(n_starts, 64), starts[:64])
+    assert evaluation_starts(n_starts, 0).shape == (0,)
+
+
+def test_the_fingerprint_records_how_the_run_is_scored() -> None:
+    text = _random_text(3000, "abcdefgh", seed=3)
+    module = _module(text, seed=5, batch_size=4, eval_iters=3)
+    module.setup()
+    recorded = module.fingerprint[evaluation.KEY]
+    assert recorded == {
+        "scheme": evaluation.SCHEME,
+        "seed": evaluation.EVAL_SEED,
+        "windows": 12,
+        "block_size": 8,
+    }
+    assert evaluation.same_text(module.fingerprint)
+    assert "evaluation seed" in evaluation.scored_on(module.fingerprint)
+    # A run recorded before the evaluation set says its windows followed its seed.
+    old = {k: v for k, v in module.fingerprint.items() if k != evaluation.KEY}
+    assert not evaluation.same_text(old)
+    assert "training seed" in evaluation.scored_on(old)
 
 
 def _first_train_batches(module: CharDataModule, n: int = 3) -> list[torch.Tensor]:

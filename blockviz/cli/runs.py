@@ -16,6 +16,7 @@ from typing import Any
 
 from blockviz import runner
 from blockviz.core import config as cfg
+from blockviz.core import evaluation
 from blockviz.core.spec import final_header
 from blockviz.core.tags import tags_text
 from blockviz.store import RunStore, checked
@@ -163,6 +164,7 @@ def cli_show(args: argparse.Namespace) -> int:
     if dataset:
         size = f"{dataset.get('n_chars', 0):,} chars, vocab {dataset.get('vocab_size')}"
         lines.append(("dataset", f"{dataset.get('name')}: {size}"))
+        lines.append(("val loss on", evaluation.scored_on(dataset)))
     lines.append(("tags", tags_text(run.get("tags")) or "-"))
     lines += _config_summary(run.get("config"))
     shown = (

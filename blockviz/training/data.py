@@ -14,6 +14,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from blockviz.core import evaluation
 from blockviz.core.config import MAX_VOCAB, DataConfig
 from blockviz.core.corpora import (
     BUILTIN,
@@ -67,6 +68,7 @@ __all__ = [
     "check_vocab_size",
     "download",
     "encode_tensor",
+    "evaluation_starts",
     "fingerprint",
     "load_corpus",
     "min_chars",
@@ -79,8 +81,6 @@ __all__ = [
     "split_sizes",
 ]
 
-# Validation windows come from their own stream, far from any rank's training seed.
-_VAL_SEED_OFFSET = 1_000_003
 _UTF32 = "utf-32-le" if sys.byteorder == "little" else "utf-32-be"
 
 
@@ -111,6 +111,20 @@ def batch_from(
     windows = ids[starts[:, None] + offsets]  # (B, T+1)
     # contiguous: callers flatten targets with .view(-1) for the cross-entropy
     return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()  # (B, T), (B, T)
+
+
+def evaluation_starts(n_starts: int, n_windows: int) -> torch.Tensor:
+    """The first `n_windows` start positions (n_windows,) of the evaluation set, in [0, n_starts).
+
+    Drawn from the fixed evaluation seed, `EVAL_DRAW` at a time, so a smaller count's starts
+    are a prefix of a larger count's and no training seed ever changes them.
+    """
+    generator = torch.Generator().manual_seed(evaluation.EVAL_SEED)
+    draws = -(-n_windows // evaluation.EVAL_DRAW)  # ceil
+    chunks = [
+        torch.randint(n_starts, (evaluation.EVAL_DRAW,), generator=generator) for _ in range(draws)
+    ]
+    return torch.cat(chunks)[:n_windows] if chunks else torch.zeros(0, dtype=torch.int64)
 
 
 class _RandomWindows(IterableDataset):
@@ -191,11 +205,15 @@ class CharDataModule(L.LightningDataModule):
         ids = encode_tensor(vocab, corpus.text)  # (N,)
         self.corpus, self.vocab = corpus, vocab
         self.train_ids, self.val_ids = ids[:n_train], ids[n_train:]  # (N_train,), (N_val,)
-        generator = torch.Generator().manual_seed(self.seed + _VAL_SEED_OFFSET)
-        n_starts = n_val - self.block_size
-        shape = (self.eval_iters, self.batch_size)
-        self.val_starts = torch.randint(n_starts, shape, generator=generator)  # (iters, B)
-        self.fingerprint = fingerprint(corpus, vocab, n_train, n_val)
+        # Every run of this text and block size is scored on the same windows, whatever its
+        # seed (blockviz.core.evaluation says why and how).
+        n_windows = self.eval_iters * self.batch_size
+        starts = evaluation_starts(n_val - self.block_size, n_windows)
+        self.val_starts = starts.view(self.eval_iters, self.batch_size)  # (iters, B)
+        self.fingerprint = {
+            **fingerprint(corpus, vocab, n_train, n_val),
+            evaluation.KEY: evaluation.record(n_windows, self.block_size),
+        }
         if self.data_cfg.dataset == "ops":
             self.answer_table = ops_baseline_table(corpus.text[:n_train])
 
@@ -213,7 +231,7 @@ class CharDataModule(L.LightningDataModule):
         return DataLoader(windows, batch_size=None, num_workers=0)
 
     def val_dataloader(self) -> DataLoader:
-        """`eval_iters` fixed validation batches, the same for every run with this seed and text."""
+        """`eval_iters` fixed validation batches: the evaluation set, the same for every seed."""
         self.setup()
         windows = _FixedWindows(self.val_ids, self.val_starts, self.block_size)
         return DataLoader(windows, batch_size=None, num_workers=0)

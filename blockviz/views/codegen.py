@@ -18,6 +18,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from blockviz import __version__
+from blockviz.core import evaluation
 from blockviz.core.config import RunConfig
 from blockviz.core.corpora import BUILTIN
 from blockviz.core.naming import sanitize_name
@@ -196,6 +197,8 @@ def _constants(config: RunConfig) -> str:
         line = f"{field_name.upper()} = {_literal(value)}"
         lines.append(f"{line}  # {comment}" if comment else line)
     lines.append(f"DATASET = {_literal(default_text(config.data.dataset))}  # default TEXT_FILE")
+    lines.append(f"EVAL_SEED = {evaluation.EVAL_SEED}  # validation windows' seed, for every run")
+    lines.append(f"EVAL_DRAW = {evaluation.EVAL_DRAW}  # windows drawn at a time")
     lines += [
         "",
         "if FINAL_NORM is None:",

@@ -313,10 +313,16 @@ def main():
     print(f"{len(text):,} characters, vocabulary of {len(chars)}, {n_train:,} for training")
 
     # Batches come from generators of their own: the same windows whatever else draws.
+    # Validation windows follow a fixed evaluation seed, not SEED, EVAL_DRAW at a time:
+    # every run of this text and block size is scored on the same text.
     train_generator = torch.Generator().manual_seed(SEED)
-    val_generator = torch.Generator().manual_seed(SEED + 1_000_003)
-    val_shape = (EVAL_ITERS, BATCH_SIZE)
-    val_starts = torch.randint(len(val_ids) - BLOCK_SIZE, val_shape, generator=val_generator)
+    val_generator = torch.Generator().manual_seed(EVAL_SEED)
+    n_windows = EVAL_ITERS * BATCH_SIZE
+    draws = [
+        torch.randint(len(val_ids) - BLOCK_SIZE, (EVAL_DRAW,), generator=val_generator)
+        for _ in range(-(-n_windows // EVAL_DRAW))
+    ]
+    val_starts = torch.cat(draws)[:n_windows].view(EVAL_ITERS, BATCH_SIZE)  # (iters, B)
 
     device = pick_device()
     amp_dtype = autocast_dtype(device)
