@@ -10,7 +10,6 @@ scheduler daemon: every queued run is a sleeping process of its own.
 
 from __future__ import annotations
 
-import functools
 import os
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from blockviz.core import procs, spec
+from blockviz.core import hardware, procs, spec
 from blockviz.core.config import RunConfig
 from blockviz.core.corpora import BUILTIN
 from blockviz.core.files import atomic_write
@@ -102,31 +101,9 @@ def reap(store: RunStore) -> list[int]:
     return store.reap_dead()
 
 
-@functools.cache
-def _hardware_slots() -> int:
-    """One slot per visible GPU, else half the CPU cores (a run uses about two threads)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        gpus = [d for d in visible.split(",") if d.strip() and d.strip() != "-1"]
-    else:
-        try:
-            listing = subprocess.run(
-                ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=3, check=False
-            ).stdout
-        except (OSError, subprocess.SubprocessError):
-            listing = ""
-        gpus = [line for line in listing.splitlines() if line.startswith("GPU")]
-    if gpus:
-        return len(gpus)
-    return max(1, (os.cpu_count() or 2) // 2)
-
-
 def default_max_running() -> int:
-    """How many runs may train at once: $BLOCKVIZ_MAX_RUNNING, else from the GPU/CPU count."""
-    configured = os.environ.get("BLOCKVIZ_MAX_RUNNING", "").strip()
-    if configured.isdigit() and int(configured) > 0:
-        return int(configured)
-    return _hardware_slots()
+    """How many runs may train at once: $BLOCKVIZ_MAX_RUNNING, else one per GPU or CPU core."""
+    return hardware.default_slots()
 
 
 def _with_absolute_dataset(run_config: RunConfig) -> RunConfig:

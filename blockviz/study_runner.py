@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from blockviz import runner
-from blockviz.core import procs
+from blockviz.core import hardware, procs
 from blockviz.core.config import ConfigError, RunConfig
 from blockviz.core.files import atomic_write
 from blockviz.core.params import param_count
@@ -73,6 +73,7 @@ def launch(
     name: str | None = None,
     workers: int | None = None,
     max_running: int | None = None,
+    threads: int | None = None,
 ) -> int:
     """Store the study and its runs, start its workers; the study id.
 
@@ -101,7 +102,7 @@ def launch(
         run_dir = store.run_dir(run_id)
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(run_dir / runner.CONFIG_NAME, config.to_json())
-    start_workers(store, study_id, workers, max_running)
+    start_workers(store, study_id, workers, max_running, threads)
     return study_id
 
 
@@ -111,15 +112,24 @@ def default_workers(max_running: int | None = None) -> int:
 
 
 def start_workers(
-    store: RunStore, study_id: int, workers: int | None = None, max_running: int | None = None
+    store: RunStore,
+    study_id: int,
+    workers: int | None = None,
+    max_running: int | None = None,
+    threads: int | None = None,
 ) -> list[int]:
-    """Start the study's worker processes; their pids (recorded in the study row)."""
+    """Start the study's worker processes; their pids (recorded in the study row).
+
+    Each run a worker trains takes `threads` CPU threads, by default cores ÷ slots.
+    """
     slots = runner.default_max_running() if max_running is None else max_running
     count = default_workers(slots) if workers is None else max(1, int(workers))
     folder = store.study_dir(study_id)
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "blockviz", "study", "work", str(int(study_id))]
     command += ["--store", str(store.path), "--max_running", str(slots)]
+    if threads is not None:
+        command += ["--threads", str(int(threads))]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     started: list[list[float | int | None]] = []
     try:
@@ -189,7 +199,11 @@ def stop(store: RunStore, study_id: int) -> str:
 
 
 def resume(
-    store: RunStore, study_id: int, workers: int | None = None, max_running: int | None = None
+    store: RunStore,
+    study_id: int,
+    workers: int | None = None,
+    max_running: int | None = None,
+    threads: int | None = None,
 ) -> int:
     """Train a stopped or interrupted study's unfinished runs again; how many are queued.
 
@@ -214,7 +228,7 @@ def resume(
     if queued == 0:
         store.update_study(study_id, status="completed", ended=time.time())
         return 0
-    start_workers(store, study_id, workers, max_running)
+    start_workers(store, study_id, workers, max_running, threads)
     return queued
 
 
@@ -224,10 +238,11 @@ def run_flops(config: RunConfig) -> float:
     return 6.0 * param_count(config.model) * tokens
 
 
-def flops_per_s(store: RunStore | None) -> float:
-    """This machine's training speed in model FLOPs per second, from its finished runs."""
+def measured_speed(store: RunStore | None) -> tuple[float, int]:
+    """This machine's training speed in model FLOPs per second and the runs it rests on:
+    the median over the store's last 50 completed runs, else (DEFAULT_FLOPS_PER_S, 0)."""
     if store is None:
-        return DEFAULT_FLOPS_PER_S
+        return DEFAULT_FLOPS_PER_S, 0
     rates = []
     for run in store.runs_frame().tail(50).itertuples():
         if run.status != "completed" or pd.isna(run.n_params):
@@ -237,9 +252,35 @@ def flops_per_s(store: RunStore | None) -> float:
         if isinstance(tokens_per_s, int | float) and math.isfinite(tokens_per_s):
             rates.append(6.0 * float(run.n_params) * float(tokens_per_s))
     if not rates:
-        return DEFAULT_FLOPS_PER_S
+        return DEFAULT_FLOPS_PER_S, 0
     rates.sort()
-    return rates[len(rates) // 2]
+    return rates[len(rates) // 2], len(rates)
+
+
+def flops_per_s(store: RunStore | None) -> float:
+    """This machine's training speed in model FLOPs per second, from its finished runs."""
+    return measured_speed(store)[0]
+
+
+def estimate_assumes(
+    workers: int,
+    max_running: int | None = None,
+    threads: int | None = None,
+    speed: tuple[float, int] = (DEFAULT_FLOPS_PER_S, 0),
+) -> str:
+    """What a study's time estimate assumes: workers, threads per run and the speed used."""
+    slots = runner.default_max_running() if max_running is None else max_running
+    each = threads or hardware.share_of_cores(slots)
+    rate, runs = speed
+    source = (
+        f"the median of this store's last {runs} completed run(s)"
+        if runs
+        else "a 2-core laptop's, until this store has a completed run"
+    )
+    return (
+        f"assumes {workers} worker(s) at once, {hardware.threads_text(each)} each, "
+        f"at {rate:.2g} model FLOP/s per run ({source})"
+    )
 
 
 def estimate_s(study: StudyDef, rate: float, workers: int) -> float:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from blockviz import runner
-from blockviz.core import procs
+from blockviz.core import hardware, procs
 from blockviz.core.config import preset, replace
 from blockviz.store import RunStore
 
@@ -204,15 +204,15 @@ def test_default_max_running_honours_the_override(
 ) -> None:
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    runner._hardware_slots.cache_clear()
+    hardware.visible_gpus.cache_clear()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     value = runner.default_max_running()
-    assert value == (expected or max(1, (os.cpu_count() or 2) // 2))
-    runner._hardware_slots.cache_clear()
+    assert value == (expected or hardware.cpu_cores())  # one slot per core without a GPU
+    hardware.visible_gpus.cache_clear()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     if expected is None:
         assert runner.default_max_running() == 2  # one slot per visible GPU
-    runner._hardware_slots.cache_clear()
+    hardware.visible_gpus.cache_clear()
 
 
 def test_log_tail_returns_the_last_lines(store: RunStore) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from blockviz import study_runner
+from blockviz.core import hardware
 from blockviz.store import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,9 +35,10 @@ def study(store: Path, *args: str, timeout: float = 240) -> subprocess.Completed
 def test_a_two_by_two_sweep_runs_to_the_end(tmp_path: Path, corpus: Path) -> None:
     store_path = tmp_path / "runs.db"
     done = study(store_path, "sweep", *TINY, "--dataset", str(corpus), "--lr", "1e-3,3e-3",
-                 "--seeds", "2")  # fmt: skip
+                 "--seeds", "2", "--workers", "1", "--threads", "1")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert "4 runs (2 variants × 2 seeds)" in done.stdout
+    assert "assumes 1 worker(s) at once, 1 thread each" in done.stdout
     with RunStore(store_path) as store:
         (study_id,) = store.studies_frame()["id"].tolist()
         assert store.get_study(study_id)["status"] == "completed"
@@ -47,8 +49,9 @@ def test_a_two_by_two_sweep_runs_to_the_end(tmp_path: Path, corpus: Path) -> Non
         configs = [store.get_run(int(i))["config"] for i in runs["id"]]
         assert [c["train"]["lr"] for c in configs] == [1e-3, 1e-3, 3e-3, 3e-3]
         assert [c["train"]["seed"] for c in configs] == [1, 2, 1, 2]
-        # One worker trained them all: one process id for every run.
+        # One worker trained them all: one process id for every run, one thread each.
         assert runs["pid"].nunique() == 1
+        assert {store.get_run(int(i))["device"] for i in runs["id"]} == {"cpu, 1 thread"}
     listing = study(store_path, "list")
     assert listing.returncode == 0 and "completed" in listing.stdout and "4/4" in listing.stdout
     shown = study(store_path, "show", str(study_id))
@@ -80,6 +83,10 @@ def test_a_stopped_study_resumes_and_finishes(tmp_path: Path, corpus: Path) -> N
         assert store.get_study(1)["status"] == "completed"
         assert store.study_runs(1)["status"].tolist() == ["completed"] * 3
         assert study_runner.progress(store, 1).finished == 3
+        # By default each run takes its share of the cores: cores ÷ run slots.
+        share = hardware.threads_text(hardware.share_of_cores(hardware.default_slots()))
+        devices = {store.get_run(int(i))["device"] for i in store.study_runs(1)["id"]}
+        assert devices == {f"cpu, {share}"}
     assert "nothing to resume" in study(store_path, "resume", "1").stdout
 
 

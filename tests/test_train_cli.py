@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from blockviz import cli
+from blockviz.core import hardware
 from blockviz.core.spec import FFN_UNIT_STATS, STREAM_STATS, TAP_STATS
 from blockviz.store import RunStore
 from blockviz.training.model import block_tap_names
@@ -81,7 +82,9 @@ def two_runs(tmp_path_factory, corpus):
     """A (fp32, overfitting at lr 3e-3) and B (bf16-mixed) write one store concurrently."""
     store_path = tmp_path_factory.mktemp("two") / "blockviz.db"
     procs = {
-        "fp32": start(train_command(store_path, corpus, "--max_steps", "30", "--lr", "3e-3")),
+        "fp32": start(
+            train_command(store_path, corpus, "--max_steps", "30", "--lr", "3e-3", "--threads", "1")
+        ),
         "bf16": start(
             train_command(store_path, corpus, "--max_steps", "30", "--precision", "bf16-mixed")
         ),
@@ -105,6 +108,9 @@ def test_both_runs_complete_with_their_precision(two_runs):
         run = store.get_run(run_id)
         assert run["status"] == "completed" and run["step"] == 30
         assert run["precision"] == {"fp32": "32-true", "bf16": "bf16-mixed"}[name]
+        # fp32 asked for one thread; bf16 took its share of the cores (cores ÷ slots).
+        threads = 1 if name == "fp32" else hardware.default_threads()
+        assert run["device"] == f"cpu, {hardware.threads_text(threads)}"
         assert run["final"]["steps"] == 30 and run["final"]["val_loss"] > 0
         assert f"run {run_id} " in results[name][1].splitlines()[-1]  # id printed at the end
 
@@ -184,6 +190,8 @@ def test_runs_and_show_commands(two_runs, capsys):
     assert cli.main(["show", str(ids["fp32"]), "--store", str(store.path)]) == 0
     text = capsys.readouterr().out
     assert "completed" in text and "last sample (step 30" in text
+    assert "cpu, 1 thread, precision 32-true" in text
+    assert "from the evaluation seed" in next(ln for ln in text.splitlines() if "val loss on" in ln)
     assert cli.main(["stop", str(ids["fp32"]), "--store", str(store.path)]) == 0
     assert "already completed" in capsys.readouterr().out
 
@@ -401,7 +409,7 @@ def test_ddp_on_two_cpu_processes_writes_once_from_rank_zero(tmp_path, corpus):
     with RunStore(store_path) as store:
         runs = store.runs_frame()
         assert len(runs) == 1 and runs.status[0] == "completed"
-        assert runs.device[0] == "2x cpu (ddp)"
+        assert runs.device[0].startswith("2x cpu (ddp), ")
         assert len(store.scalars(1, names="train/loss")) == 10
     assert sorted(p.name for p in store.runs_root.iterdir() if p.is_dir()) == ["1"]
     assert out.count("blockviz: run 1") == 2  # start and end lines, from rank 0 only

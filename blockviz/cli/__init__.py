@@ -23,6 +23,7 @@ from blockviz.core.flags import (  # noqa: F401 (the flags API, used by the comm
     flag_metavar_and_help,
     read_config_file,
     run_config_from_args,
+    threads_arg,
 )
 
 
@@ -91,6 +92,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
         help="wait as 'queued' while this many runs are running (0: no limit; default: 0)",
     )
     p.add_argument("--no_progress", action="store_true", help="no progress bar")
+    threads_arg(p)
     add_config_flags(p, list(cfg.SECTIONS))
 
 

@@ -18,7 +18,13 @@ from typing import Any
 from blockviz import study_runner
 from blockviz.core import config as cfg
 from blockviz.core import studies, sweeps
-from blockviz.core.flags import UsageError, config_overrides, read_config_file
+from blockviz.core.flags import (
+    UsageError,
+    check_threads,
+    config_overrides,
+    read_config_file,
+    threads_arg,
+)
 from blockviz.store import RunStore, checked
 
 EXIT_OK = 0
@@ -68,6 +74,7 @@ def build(p: argparse.ArgumentParser) -> None:
             one.add_argument("--json", action="store_true", help="print JSON")
         if name == "resume":
             one.add_argument("--workers", type=int, help="worker processes (default: slots)")
+            threads_arg(one)
         if name == "export":
             one.add_argument("--out", required=True, help="output directory")
 
@@ -75,6 +82,7 @@ def build(p: argparse.ArgumentParser) -> None:
     work.add_argument("study")
     work.add_argument("--store", required=True)
     work.add_argument("--max_running", type=int, default=0)
+    threads_arg(work)
 
 
 def _launch_args(p: argparse.ArgumentParser, store_help: str) -> None:
@@ -90,6 +98,7 @@ def _launch_args(p: argparse.ArgumentParser, store_help: str) -> None:
     p.add_argument("--name", help="study name (default: the study and its size)")
     p.add_argument("--store", help=store_help)
     p.add_argument("--workers", type=int, help="worker processes (default: the run slots)")
+    threads_arg(p)
     p.add_argument("--detach", action="store_true", help="start it and return at once")
 
 
@@ -157,10 +166,15 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _launch_and_watch(args: argparse.Namespace, study: studies.StudyDef) -> int:
+    check_threads(args.threads)
     with RunStore(args.store or None) as store:
         workers = args.workers or study_runner.default_workers()
-        estimate = study_runner.estimate_s(study, study_runner.flops_per_s(store), workers)
-        study_id = study_runner.launch(store, study, args.name, workers=args.workers)
+        speed = study_runner.measured_speed(store)
+        estimate = study_runner.estimate_s(study, speed[0], workers)
+        assumes = study_runner.estimate_assumes(workers, threads=args.threads, speed=speed)
+        study_id = study_runner.launch(
+            store, study, args.name, workers=args.workers, threads=args.threads
+        )
         what = (
             f"{study.n_runs} runs ({len(study.variants)} variants × {len(study.seeds)} seeds) "
             f"on {workers} worker(s)"
@@ -169,7 +183,8 @@ def _launch_and_watch(args: argparse.Namespace, study: studies.StudyDef) -> int:
         )
         print(
             f"blockviz: study {study_id} ({study.key}, {study.size}): {what}; about "
-            f"{_duration(estimate)} here; store {store.path}",
+            f"{_duration(estimate)} here ({assumes if study.trains else 'one process'}); "
+            f"store {store.path}",
             flush=True,
         )
         if args.detach:
@@ -288,9 +303,12 @@ def _stop(args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     _positive("workers", args.workers)
+    check_threads(args.threads)
     with RunStore(args.store or None) as store:
         study = store.get_study(args.id)
-        queued = study_runner.resume(store, int(study["id"]), workers=args.workers)
+        queued = study_runner.resume(
+            store, int(study["id"]), workers=args.workers, threads=args.threads
+        )
         if queued:
             print(f"blockviz: study {study['id']}: {queued} run(s) queued again")
         else:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn, get_args, get_origin
 
 from blockviz.core import config as cfg
+from blockviz.core import hardware
 from blockviz.core.corpora import DataError, read_regular_file
 
 EXIT_USAGE = 2
@@ -128,3 +129,24 @@ def run_config_from_args(args: argparse.Namespace) -> cfg.RunConfig:
         base = read_config_file(config_path)
     overrides = config_overrides(args, list(cfg.SECTIONS))
     return cfg.replace(base, **overrides).validate() if overrides else base.validate()
+
+
+def threads_arg(p: argparse.ArgumentParser) -> None:
+    """`--threads N`: the CPU threads each run takes (default: its share of the cores)."""
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="INT",
+        help="CPU threads each run takes (default: the cores ÷ the runs allowed at once, "
+        f"at least 1; at most {hardware.MAX_THREADS})",
+    )
+
+
+def check_threads(threads: int | None) -> None:
+    """UsageError unless `--threads` is absent or in [1, MAX_THREADS]."""
+    if threads is not None and not 1 <= threads <= hardware.MAX_THREADS:
+        raise UsageError(
+            f"--threads: {threads} is not allowed; must be an integer from 1 to "
+            f"{hardware.MAX_THREADS}"
+        )

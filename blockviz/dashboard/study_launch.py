@@ -49,9 +49,13 @@ def duration(seconds: float) -> str:
 
 
 def _estimate(store: RunStore, study: studies.StudyDef) -> str:
+    """`about 4 min (assumes 2 worker(s) at once, 1 thread each, at ...)`."""
     workers = study_runner.default_workers()
-    seconds = study_runner.estimate_s(study, study_runner.flops_per_s(store), workers)
-    return duration(seconds)
+    speed = study_runner.measured_speed(store)
+    seconds = study_runner.estimate_s(study, speed[0], workers)
+    if not study.trains:
+        return duration(seconds)
+    return f"{duration(seconds)} ({study_runner.estimate_assumes(workers, speed=speed)})"
 
 
 def _launch(store: RunStore, study: studies.StudyDef, name: str | None = None) -> None:

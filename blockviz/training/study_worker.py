@@ -25,6 +25,7 @@ from types import FrameType
 from blockviz.core import config as cfg
 from blockviz.core import procs
 from blockviz.core.files import atomic_write
+from blockviz.core.flags import check_threads
 from blockviz.core.studies import StudyDef, plan_from_spec
 from blockviz.store import RunStore, StoreError
 from blockviz.store.studies import INIT_GRADS_FILE
@@ -44,7 +45,9 @@ class _Quit:
         self.requested = True
 
 
-def _train_args(store: RunStore, run_id: int, max_running: int) -> argparse.Namespace:
+def _train_args(
+    store: RunStore, run_id: int, max_running: int, threads: int | None = None
+) -> argparse.Namespace:
     """What `python -m blockviz train --config <run_dir>/config.json --run_id N ...` parses to."""
     args = argparse.Namespace(
         command="train",
@@ -56,6 +59,7 @@ def _train_args(store: RunStore, run_id: int, max_running: int) -> argparse.Name
         run_id=int(run_id),
         max_running=int(max_running),
         no_progress=True,
+        threads=threads,
     )
     for section in cfg.SECTIONS.values():
         for name in cfg.field_types(section):
@@ -63,12 +67,12 @@ def _train_args(store: RunStore, run_id: int, max_running: int) -> argparse.Name
     return args
 
 
-def train_one(store: RunStore, run_id: int, max_running: int) -> int:
+def train_one(store: RunStore, run_id: int, max_running: int, threads: int | None = None) -> int:
     """Train one claimed run through the `train` command's lifecycle; its exit code."""
     from blockviz.training.train import cli_main
 
     try:
-        return cli_main(_train_args(store, run_id, max_running))
+        return cli_main(_train_args(store, run_id, max_running, threads))
     except Exception as exc:  # a bad config or dataset: that run fails, the study goes on
         message = f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)
         log.error("study run %s could not start: %s", run_id, message)
@@ -82,8 +86,11 @@ def train_one(store: RunStore, run_id: int, max_running: int) -> int:
         return 1
 
 
-def work(store_path: str, study_id: int, max_running: int) -> int:
-    """Claim and train the study's runs until none is left or the study is stopped."""
+def work(store_path: str, study_id: int, max_running: int, threads: int | None = None) -> int:
+    """Claim and train the study's runs until none is left or the study is stopped.
+
+    Each run takes `threads` CPU threads, by default its share of the cores (cores ÷ slots).
+    """
     quit_request = _Quit()
     previous = {s: signal.signal(s, quit_request) for s in (signal.SIGTERM, signal.SIGINT)}
     me = procs.identity_of()
@@ -101,7 +108,7 @@ def work(store_path: str, study_id: int, max_running: int) -> int:
                 )
                 if run_id is None:
                     break
-                train_one(store, run_id, max_running)
+                train_one(store, run_id, max_running, threads)
                 trained += 1
             _finish(store, study_id)
     finally:
@@ -146,4 +153,5 @@ def cli_main(args: argparse.Namespace) -> int:
     from blockviz.training.trainer import quiet_lightning
 
     quiet_lightning()
-    return work(args.store, int(args.study), int(args.max_running))
+    check_threads(args.threads)
+    return work(args.store, int(args.study), int(args.max_running), args.threads)

@@ -44,10 +44,10 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from blockviz.core import config as cfg
-from blockviz.core import procs, startup_trace
+from blockviz.core import hardware, procs, startup_trace
 from blockviz.core.extras import check_logger_available
 from blockviz.core.files import atomic_write
-from blockviz.core.flags import UsageError, run_config_from_args
+from blockviz.core.flags import UsageError, check_threads, run_config_from_args
 from blockviz.core.spec import final_header
 from blockviz.store import RunStore, StoreError
 from blockviz.training.callbacks import ConsoleProgress, TrainingDiverged
@@ -74,7 +74,7 @@ log = logging.getLogger(__name__)
 
 
 def describe_device(trainer: Any) -> str:
-    """`cpu`, `cuda (NVIDIA H100 80GB HBM3)`, `2x cpu (ddp)`..."""
+    """`cpu, 1 thread`, `cuda (NVIDIA H100 80GB HBM3), 16 threads`, `2x cpu (ddp), 1 thread`..."""
     root = trainer.strategy.root_device
     text = root.type
     if root.type == "cuda":
@@ -84,7 +84,16 @@ def describe_device(trainer: Any) -> str:
         text = (
             f"{world}x {text} ({type(trainer.strategy).__name__.removesuffix('Strategy').lower()})"
         )
-    return text
+    return f"{text}, {hardware.threads_text(torch.get_num_threads())}"
+
+
+def set_threads(args: argparse.Namespace) -> int:
+    """Give torch this run's CPU threads: `--threads`, else its share of the cores."""
+    requested = getattr(args, "threads", None)
+    check_threads(requested)
+    threads = requested or hardware.default_threads(max(0, int(args.max_running or 0)))
+    torch.set_num_threads(threads)
+    return threads
 
 
 # ---------------------------------------------------------------------------- training
@@ -242,10 +251,11 @@ def _close_log(handler: logging.Handler) -> None:
 
 def cli_main(args: argparse.Namespace) -> int:
     """`python -m blockviz train`: one run, recorded into the store; prints its id."""
-    if global_rank_from_env() != 0:
-        return _follower_main(args)
     if args.max_running < 0:
         raise UsageError(f"--max_running: {args.max_running} is not allowed; must be >= 0")
+    set_threads(args)
+    if global_rank_from_env() != 0:
+        return _follower_main(args)
     if args.resume is None and args.run_id is None:
         # A new run: a bad flag, config or dataset must not even create the store file.
         plan = plan_new(args, None)
