@@ -9,6 +9,7 @@ from lightning.pytorch.callbacks import Callback
 from torch.overrides import TorchFunctionMode
 
 from blockviz.core import config as cfg
+from blockviz.core.config import probe_steps
 from blockviz.core.spec import STREAM_STATS
 from blockviz.store import RunStore
 from blockviz.training.lit import LitCharModel
@@ -232,7 +233,7 @@ def probed(tmp_path_factory):
 def test_probe_steps_are_step_zero_every_interval_and_the_last(probed):
     store, _, _, probe, spy, run_id = probed
     # max_steps 6, interval 2: batch 5 is the last with a gradient, so it is probed too
-    assert probe.probe_steps == [0, 2, 4, 5]
+    assert probe.probe_steps == [0, 2, 4, 5] == probe_steps(6, 2)  # core's schedule is the probe's
     assert spy.steps_checked == 6
     for kind in ("component", "param", "tap", "head"):
         assert store.layer_steps(run_id, kind) == [0, 2, 4, 5]

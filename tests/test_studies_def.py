@@ -7,7 +7,7 @@ import json
 import pytest
 
 from blockviz.core import studies, sweeps
-from blockviz.core.config import ConfigError, RunConfig
+from blockviz.core.config import ConfigError, RunConfig, probe_steps
 from blockviz.core.verdicts import RULES
 
 
@@ -25,6 +25,21 @@ def test_every_builtin_study_builds_valid_configs_at_every_size(key: str, size: 
     for claim in study.claims:
         assert claim.rule in RULES and claim.source
     assert config.validate() is config
+
+
+@pytest.mark.parametrize("size", studies.SIZES)
+def test_every_size_probes_often_enough_for_the_findings(size: str) -> None:
+    """At least 3 probes after step 0 (a state rule needs two in a row): the quick size
+    used to probe at steps 0 and 299 only, so its runs' findings could never fire."""
+    for key in studies.STUDY_KEYS:
+        study = studies.builtin(key, size)
+        for variant in study.variants:
+            train = study.config_for(variant.label).train
+            steps = probe_steps(train.max_steps, train.probe_interval)
+            assert steps[0] == 0 and steps[-1] == train.max_steps - 1
+            assert len(steps) - 1 >= 3, (key, variant.label, steps)
+    assert probe_steps(300, 300) == [0, 299]  # the old quick schedule
+    assert probe_steps(300, 100) == [0, 100, 200, 299]
 
 
 def test_a_study_round_trips_through_its_stored_spec() -> None:

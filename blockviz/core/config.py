@@ -535,6 +535,17 @@ def preset(name: str) -> RunConfig:
     return replace(RunConfig(), **PRESETS[name])
 
 
+def is_probe_step(step: int, probe_interval: int, last_step: int | None) -> bool:
+    """Whether a run probes at `step`: step 0, every `probe_interval` steps, and the last
+    trained step (max_steps - 1, the last batch with a gradient; None when unknown)."""
+    return step % probe_interval == 0 or step == last_step
+
+
+def probe_steps(max_steps: int, probe_interval: int) -> list[int]:
+    """Every step a run of `max_steps` steps probes (`is_probe_step`), in order."""
+    return [s for s in range(max_steps) if is_probe_step(s, probe_interval, max_steps - 1)]
+
+
 def diff(a: RunConfig, b: RunConfig) -> dict[str, tuple[Any, Any]]:
     """Fields whose values differ between two configs, by bare field name."""
     out: dict[str, tuple[Any, Any]] = {}

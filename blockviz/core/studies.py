@@ -31,7 +31,9 @@ COURSE = "the course material"
 
 # What each size trains: flat config overrides on RunConfig() (= the baby-cpu preset),
 # and the seeds each variant gets. Logging is sparse: a study reads final numbers and a
-# val-loss curve, and probes or samples would cost more than the quick runs themselves.
+# val-loss curve. Probes come often enough for the findings: step 0, then at least three
+# more (every quarter or third of the run, and the last step), since a rule about a state
+# needs two probes in a row; samples come once, at the end.
 _SPARSE = {"log_interval": 10, "eval_iters": 10}
 SIZE_PRESETS: dict[str, dict[str, Any]] = {
     "quick": {
@@ -44,7 +46,7 @@ SIZE_PRESETS: dict[str, dict[str, Any]] = {
         "max_steps": 300,
         "warmup_steps": 30,
         "eval_interval": 100,
-        "probe_interval": 300,
+        "probe_interval": 100,
         "sample_interval": 300,
     },
     "standard": {
@@ -52,7 +54,7 @@ SIZE_PRESETS: dict[str, dict[str, Any]] = {
         "max_steps": 2000,
         "warmup_steps": 200,
         "eval_interval": 250,
-        "probe_interval": 1000,
+        "probe_interval": 500,
         "sample_interval": 2000,
     },
     "full": {
@@ -65,7 +67,7 @@ SIZE_PRESETS: dict[str, dict[str, Any]] = {
         "max_steps": 5000,
         "warmup_steps": 500,
         "eval_interval": 500,
-        "probe_interval": 2500,
+        "probe_interval": 1250,
         "sample_interval": 5000,
     },
 }

@@ -39,6 +39,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 
+from blockviz.core.config import is_probe_step
 from blockviz.core.spec import (
     FFN_TAP,
     FFN_UNIT_STATS,
@@ -309,7 +310,7 @@ class BlockProbe(Callback):
 
     def is_probe_step(self, step: int) -> bool:
         """Whether `step` gets gradient / activation statistics: every interval and the last."""
-        return step % self.probe_interval == 0 or step == self._last_step
+        return is_probe_step(step, self.probe_interval, self._last_step)
 
     def is_sample_step(self, step: int) -> bool:
         """Whether `step` gets attention maps and a text sample."""
