@@ -15,6 +15,20 @@ overhead  the same six quick runs (lr-sensitivity's Pre-LN variants at six learn
           Per run: wall time, and the training time the run itself recorded (`time_s`);
           the difference is the fixed cost (interpreter, torch and Lightning imports, data).
 
+Options for issue 21's measurements:
+
+--beside      a second training run (the baby-cpu preset, 200,000 steps, its own store,
+              started the way a user would: `python -m blockviz train`, default threads)
+              trains for the whole benchmark and is stopped at its end, as on a shared box
+--code DIR    run the studies with the blockviz of another checkout (e.g. a worktree of
+              an earlier commit), for before/after numbers on one machine; the analysis
+              below is always this checkout's
+--threads N   pass `--threads N` to `study run` (only where the code has the flag)
+
+Every study's entry also holds each variant's seed-to-seed spread of final val loss
+(max − min over its seeds) and the worst of them: with one evaluation set the spread is the
+models' own, not which windows each seed drew.
+
 Not a test: numbers for BENCHMARKS.md, with the load average before and after.
 """
 
@@ -22,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import subprocess
@@ -44,9 +59,15 @@ STUDY_KEYS = (
 OVERHEAD_LRS = ("3e-4", "1e-3", "3e-3", "1e-2", "3e-2", "1e-1")
 
 
+CODE = ROOT  # the checkout whose blockviz runs (--code)
+
+
 def _blockviz(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "blockviz", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    env = {**os.environ, "PYTHONPATH": str(CODE)}
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, cwd=CODE, env=env
+    )
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed:\n{done.stderr[-3000:]}")
     return done
@@ -56,18 +77,57 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def bench_studies(store: Path, keys: list[str]) -> list[dict]:
+def seed_spreads(store: Path, study_id: int) -> dict[str, float]:
+    """Each variant's max − min final val loss over its seeds (finite values only)."""
+    from blockviz.store import RunStore
+
+    with RunStore(store) as opened:
+        runs = opened.study_runs(study_id)
+        losses: dict[str, list[float]] = {}
+        for run in runs.itertuples():
+            final = opened.get_run(int(run.id)).get("final") or {}
+            value = final.get("val_loss")
+            if isinstance(value, int | float) and math.isfinite(value):
+                losses.setdefault(str(run.variant), []).append(float(value))
+    return {v: round(max(xs) - min(xs), 4) for v, xs in losses.items() if len(xs) > 1}
+
+
+def bench_studies(store: Path, keys: list[str], threads: int | None = None) -> list[dict]:
     out = []
+    extra = ["--threads", str(threads)] if threads else []
     for index, key in enumerate(keys, start=1):
         began = time.perf_counter()
-        _blockviz("study", "run", key, "--size", "quick", "--store", str(store))
+        _blockviz("study", "run", key, "--size", "quick", "--store", str(store), *extra)
         wall = time.perf_counter() - began
         shown = json.loads(
             _blockviz("study", "show", str(index), "--json", "--store", str(store)).stdout
         )
-        print(f"{key}: {wall:.1f} s (load {_load()})", flush=True)
-        out.append({"key": key, "wall_s": round(wall, 1), "load": _load(), "show": shown})
+        spreads = seed_spreads(store, index)
+        worst = max(spreads.values(), default=math.nan)
+        print(f"{key}: {wall:.1f} s, worst seed spread {worst:.3f} (load {_load()})", flush=True)
+        out.append(
+            {
+                "key": key,
+                "wall_s": round(wall, 1),
+                "load": _load(),
+                "seed_spread": spreads,
+                "worst_seed_spread": worst,
+                "show": shown,
+            }
+        )
     return out
+
+
+def start_beside(folder: Path) -> subprocess.Popen[bytes]:
+    """A second training run, as a user would start one beside the studies."""
+    command = [sys.executable, "-m", "blockviz", "train", "--preset", "baby-cpu"]
+    command += ["--max_steps", "200000", "--store", str(folder / "beside.db"), "--no_progress"]
+    env = {**os.environ, "PYTHONPATH": str(CODE)}
+    proc = subprocess.Popen(
+        command, cwd=CODE, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    time.sleep(10)  # past its imports: training when the first study starts
+    return proc
 
 
 def bench_overhead(folder: Path) -> dict:
@@ -126,23 +186,37 @@ def main() -> None:
     parser.add_argument("--only", default="studies,overhead")
     parser.add_argument("--keys", default=",".join(STUDY_KEYS))
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/studies-quick.json"))
+    parser.add_argument("--beside", action="store_true", help="a second run trains meanwhile")
+    parser.add_argument("--code", help="the checkout whose blockviz runs the studies")
+    parser.add_argument("--threads", type=int, help="--threads for `study run`")
     args = parser.parse_args()
+    global CODE
+    CODE = Path(args.code).resolve() if args.code else ROOT
     only = set(args.only.split(","))
     result: dict = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
         "python": platform.python_version(),
         "load_before": _load(),
+        "code": subprocess.run(
+            ["git", "-C", str(CODE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
+        "beside": "a baby-cpu `blockviz train` run" if args.beside else "nothing",
+        "threads": args.threads or "default",
     }
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        beside = start_beside(folder) if args.beside else None
         if "overhead" in only:
             result["overhead"] = bench_overhead(folder)
             print(json.dumps(result["overhead"], indent=2), flush=True)
         if "studies" in only:
             keys = [k for k in args.keys.split(",") if k]
-            result["studies"] = bench_studies(folder / "studies.db", keys)
+            result["studies"] = bench_studies(folder / "studies.db", keys, args.threads)
             result["total_s"] = round(sum(s["wall_s"] for s in result["studies"]), 1)
+        if beside is not None:
+            beside.terminate()
+            beside.wait(timeout=60)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
 

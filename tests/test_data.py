@@ -65,6 +65,11 @@ def _module(text: str, **kwargs: object) -> CharDataModule:
     return CharDataModule(data_cfg, corpus=Corpus("inline", "test", text), **params)
 
 
+def _set_up(module: CharDataModule) -> CharDataModule:
+    module.setup()
+    return module
+
+
 def _random_text(n: int, alphabet: str, seed: int) -> str:
     """n characters drawn uniformly from alphabet, reproducibly."""
     rng = random.Random(seed)
@@ -508,6 +513,20 @@ def test_evaluation_windows_depend_on_their_count_only_as_a_prefix() -> None:
     assert starts.shape == (150,) and int(starts.min()) >= 0 and int(starts.max()) < n_starts
     assert torch.equal(evaluation_starts(n_starts, 64), starts[:64])
     assert evaluation_starts(n_starts, 0).shape == (0,)
+
+
+def test_a_resumed_old_run_keeps_the_windows_its_training_seed_drew() -> None:
+    """Runs recorded before the evaluation set drew their windows from seed + 1,000,003;
+    resumed (legacy_eval), they still do, so one run's val curve is one measurement."""
+    text = _random_text(3000, "abcdefgh", seed=3)
+    module = _module(text, seed=5, legacy_eval=True)
+    module.setup()
+    generator = torch.Generator().manual_seed(5 + 1_000_003)
+    n_starts = len(module.val_ids) - module.block_size
+    assert torch.equal(module.val_starts, torch.randint(n_starts, (3, 4), generator=generator))
+    assert module.fingerprint[evaluation.KEY]["scheme"] == evaluation.LEGACY_SCHEME
+    assert "training seed" in evaluation.scored_on(module.fingerprint)
+    assert not torch.equal(module.val_starts, _set_up(_module(text, seed=5)).val_starts)
 
 
 def test_the_fingerprint_records_how_the_run_is_scored() -> None:

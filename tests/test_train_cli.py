@@ -281,6 +281,10 @@ def test_sigterm_stops_with_a_checkpoint_and_resume_continues_from_it(tmp_path, 
         assert run["final"]["time_s"] > 0
         # Pretend the first session trained for 1000 s: the resumed run must count it.
         store.update_run(1, final={**run["final"], "time_s": 1000.0})
+        # ... and that it was recorded before the evaluation set (no record of its windows):
+        # resumed, it must keep scoring on the windows its training seed draws.
+        assert run["dataset"]["evaluation"]["scheme"] == "eval-seed"
+        store.update_run(1, dataset={k: v for k, v in run["dataset"].items() if k != "evaluation"})
         assert f"stopped at step {stopped_at}" in out
         checkpoint = store.run_dir(1) / "checkpoints" / "last.ckpt"
         assert torch.load(checkpoint, weights_only=True)["global_step"] == stopped_at
@@ -303,6 +307,8 @@ def test_sigterm_stops_with_a_checkpoint_and_resume_continues_from_it(tmp_path, 
         # Time adds up over both sessions; started..ended spans them (the pause left out).
         assert 1000.0 < run["final"]["time_s"] < 1000.0 + 300
         assert run["ended"] - run["started"] >= 1000.0
+        assert run["dataset"]["evaluation"]["scheme"] == "training-seed"
+        assert run["dataset"]["evaluation"]["seed"] == 1337 + 1_000_003
 
 
 def test_kill_9_is_seen_as_failed(tmp_path, corpus):

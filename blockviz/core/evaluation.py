@@ -28,6 +28,10 @@ EVAL_SEED = 271_828  # any fixed number would do; it never changes, or old runs 
 EVAL_DRAW = 64  # windows per draw from the evaluation generator
 SCHEME = "eval-seed"
 KEY = "evaluation"  # where a run's dataset fingerprint records how it is scored
+# Runs recorded before this scheme drew their windows from the training seed plus this
+# offset; resumed, they keep doing so (`legacy_record`), so one run is one measurement.
+LEGACY_SCHEME = "training-seed"
+LEGACY_OFFSET = 1_000_003
 
 
 def record(windows: int, block_size: int) -> dict[str, Any]:
@@ -35,6 +39,16 @@ def record(windows: int, block_size: int) -> dict[str, Any]:
     return {
         "scheme": SCHEME,
         "seed": EVAL_SEED,
+        "windows": int(windows),
+        "block_size": int(block_size),
+    }
+
+
+def legacy_record(windows: int, block_size: int, seed: int) -> dict[str, Any]:
+    """The record of a resumed old run that still draws its windows from its training seed."""
+    return {
+        "scheme": LEGACY_SCHEME,
+        "seed": int(seed) + LEGACY_OFFSET,
         "windows": int(windows),
         "block_size": int(block_size),
     }

@@ -165,6 +165,7 @@ class CharDataModule(L.LightningDataModule):
         eval_iters: int = 20,
         corpus: Corpus | None = None,
         progress: Progress | None = None,
+        legacy_eval: bool = False,
     ) -> None:
         super().__init__()
         for name, value in (("block_size", block_size), ("batch_size", batch_size)):
@@ -179,6 +180,9 @@ class CharDataModule(L.LightningDataModule):
         self.eval_iters = eval_iters
         self._given_corpus = corpus
         self._progress = progress  # told how a first download goes (Tiny Shakespeare)
+        # A run recorded before the evaluation set, resumed: it keeps its own ruler, the
+        # windows its training seed drew, so its val curve stays one measurement.
+        self.legacy_eval = legacy_eval
         self.corpus: Corpus | None = None
         self.vocab: CharVocab | None = None
         self.train_ids: torch.Tensor | None = None
@@ -208,12 +212,16 @@ class CharDataModule(L.LightningDataModule):
         # Every run of this text and block size is scored on the same windows, whatever its
         # seed (blockviz.core.evaluation says why and how).
         n_windows = self.eval_iters * self.batch_size
-        starts = evaluation_starts(n_val - self.block_size, n_windows)
-        self.val_starts = starts.view(self.eval_iters, self.batch_size)  # (iters, B)
-        self.fingerprint = {
-            **fingerprint(corpus, vocab, n_train, n_val),
-            evaluation.KEY: evaluation.record(n_windows, self.block_size),
-        }
+        if self.legacy_eval:
+            generator = torch.Generator().manual_seed(self.seed + evaluation.LEGACY_OFFSET)
+            shape = (self.eval_iters, self.batch_size)
+            self.val_starts = torch.randint(n_val - self.block_size, shape, generator=generator)
+            scored = evaluation.legacy_record(n_windows, self.block_size, self.seed)
+        else:
+            starts = evaluation_starts(n_val - self.block_size, n_windows)
+            self.val_starts = starts.view(self.eval_iters, self.batch_size)  # (iters, B)
+            scored = evaluation.record(n_windows, self.block_size)
+        self.fingerprint = {**fingerprint(corpus, vocab, n_train, n_val), evaluation.KEY: scored}
         if self.data_cfg.dataset == "ops":
             self.answer_table = ops_baseline_table(corpus.text[:n_train])
 

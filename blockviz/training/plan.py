@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from blockviz.core import config as cfg
-from blockviz.core import corpora, params, procs
+from blockviz.core import corpora, evaluation, params, procs
 from blockviz.core.flags import UsageError, config_overrides, run_config_from_args
 from blockviz.core.naming import run_name
 from blockviz.core.spec import ACTIVE_STATUSES
@@ -56,6 +56,8 @@ class RunPlan:
     start_step: int = 0
     schedule_steps: int | None = None  # where the lr decay ends (None: max_steps)
     pending_rows: dict[str, list[list[Any]]] | None = None  # rows the checkpoint carried
+    # A run recorded before the evaluation set keeps scoring on its seed's windows.
+    legacy_eval: bool = False
 
 
 def plan_new(args: argparse.Namespace, store: RunStore | None) -> RunPlan:
@@ -107,6 +109,7 @@ def plan_resume(args: argparse.Namespace, store: RunStore) -> RunPlan:
     hparams = state["hyper_parameters"]
     first_max_steps = ((hparams.get("run_config") or {}).get("train") or {}).get("max_steps")
     horizon = hparams.get("schedule_steps") or first_max_steps or config.train.max_steps
+    recorded = run.get("dataset")
     return RunPlan(
         config=config,
         name=run["name"],
@@ -115,6 +118,7 @@ def plan_resume(args: argparse.Namespace, store: RunStore) -> RunPlan:
         start_step=start_step,
         schedule_steps=int(horizon),
         pending_rows=state["pending_rows"],
+        legacy_eval=bool(recorded) and not evaluation.same_text(recorded),
     )
 
 
@@ -173,8 +177,12 @@ def check_memory(config: cfg.RunConfig) -> None:
         log.info("memory estimate %s of %s available", estimate.total, available)
 
 
-def load_datamodule(config: cfg.RunConfig) -> CharDataModule:
-    """The run's data, set up (read, encoded, split); DataError when it cannot be."""
+def load_datamodule(config: cfg.RunConfig, legacy_eval: bool = False) -> CharDataModule:
+    """The run's data, set up (read, encoded, split); DataError when it cannot be.
+
+    `legacy_eval`: score on the windows the training seed draws, as runs recorded before
+    the evaluation set did (a resume of one of them).
+    """
     # A first use of Tiny Shakespeare downloads 1.1 MB: the percentage goes to the terminal,
     # or to the run's log when the dashboard launched it; nothing is printed otherwise.
     progress = corpora.DownloadProgress()
@@ -186,6 +194,7 @@ def load_datamodule(config: cfg.RunConfig) -> CharDataModule:
         seed=train.seed,
         eval_iters=train.eval_iters,
         progress=progress,
+        legacy_eval=legacy_eval,
     )
     try:
         datamodule.setup()

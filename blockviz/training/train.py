@@ -67,8 +67,10 @@ from blockviz.training.trainer import (
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 QUEUE_POLL_S = 1.0
-# Set by rank 0 before fit so the ranks Lightning launches find the run's files.
+# Set by rank 0 before fit so the ranks Lightning launches find the run's files, and
+# score on the same windows (a resumed run recorded before the evaluation set).
 ENV_RUN_DIR = "BLOCKVIZ_RUN_DIR"
+ENV_LEGACY_EVAL = "BLOCKVIZ_LEGACY_EVAL"
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +281,7 @@ def cli_main(args: argparse.Namespace) -> int:
 
 def _preflight(plan: RunPlan) -> Any:
     """Load the data and check the run can start here (memory, logger); the datamodule."""
-    datamodule = load_datamodule(plan.config)
+    datamodule = load_datamodule(plan.config, plan.legacy_eval)
     startup_trace.mark("data loaded")
     check_memory(cfg.replace(plan.config, vocab_size=datamodule.vocab.size))
     check_logger_available(plan.config.train)
@@ -367,6 +369,7 @@ def _register_and_fit(
     except OSError as exc:
         return _record_failure(store, run_id, name, exc)
     os.environ[ENV_RUN_DIR] = str(run_dir)
+    os.environ[ENV_LEGACY_EVAL] = "1" if plan.legacy_eval else "0"
     handler = _open_log(run_dir)
     verb = f"resuming from step {plan.start_step}" if plan.checkpoint else "started"
     print(f"blockviz: run {run_id} ({name}) {verb}; store {store.path}", flush=True)
@@ -513,7 +516,7 @@ def _follower_main(args: argparse.Namespace) -> int:
         config = run_config_from_args(args)
     checkpoint = run_dir / "checkpoints" / "last.ckpt" if args.resume else None
     plan = RunPlan(config=config, name="", checkpoint=checkpoint)
-    datamodule = load_datamodule(config)
+    datamodule = load_datamodule(config, os.environ.get(ENV_LEGACY_EVAL) == "1")
     plan.config = cfg.replace(config, vocab_size=datamodule.vocab.size).validate()
     stop = StopRequest()
     stop.install()
