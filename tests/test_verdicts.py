@@ -89,6 +89,24 @@ def test_classify_without_a_unigram_reference_never_calls_a_run_stalled() -> Non
     assert outcomes.classify("completed", 9.0, None) == "converged"
 
 
+@pytest.mark.parametrize(
+    ("loss", "expected"),
+    [
+        (4.0 + outcomes.BLOWUP_MARGIN + 0.01, "blew up"),
+        (40.0, "blew up"),
+        (4.0 + outcomes.BLOWUP_MARGIN, "stalled"),
+        (4.2, "stalled"),  # no better than a uniform guess, but no blow-up
+        (2.0, "converged"),
+    ],
+)
+def test_a_finite_loss_far_above_the_uniform_guess_blew_up(loss: float, expected: str) -> None:
+    assert outcomes.classify("completed", loss, 3.0, 4.0) == expected
+    assert outcomes.classify("completed", loss, None, 4.0) == expected.replace(
+        "stalled", "converged"
+    )
+    assert "blew up" in outcomes.FAILED
+
+
 def test_lr_sensitivity_by_hand() -> None:
     # best 2.0; capped losses 2.0, 3.0, 4.0 (5.0 capped at init 4.0) -> mean(0, 1, 2) = 1
     assert outcomes.lr_sensitivity([1, 2, 3], [2.0, 3.0, 5.0], 4.0) == pytest.approx(1.0)
@@ -116,6 +134,8 @@ def test_results_frame_from_store_rows() -> None:
     study = StudyDef(**{**NEUTRAL.__dict__, "swept": ("ffn_mult",)})
     results = outcomes.results_frame(runs, study)
     assert results["outcome"].tolist() == ["converged", "diverged"]
+    blown = runs.assign(final=[{"val_loss": 31.0}, {}])  # init_loss 4.1: far above it
+    assert outcomes.results_frame(blown, study)["outcome"].tolist() == ["blew up", "diverged"]
     assert results["diverged_step"].tolist()[1] == 7
     assert results["ffn_mult"].tolist() == [4, 2]
     assert results.loc[0, "unigram_nats"] == 3.0 and math.isnan(results.loc[1, "val_loss"])
@@ -133,18 +153,22 @@ def test_summarize_counts_and_intervals() -> None:
             ("a", 2, "converged", 2.2),
             ("a", 3, "diverged", math.nan),
             ("b", 1, "", math.nan),
+            ("c", 1, "blew up", 30.0),
+            ("c", 2, "stalled", 3.1),
         ]
     )
     results.loc[2, "train_loss"] = 2851.0  # the last finite train loss before it blew up
     summary = summarize(results).set_index("variant")
     a = summary.loc["a"]
     assert (a["runs"], a["finished"], a["converged"], a["diverged"]) == (3, 3, 2, 1)
+    c = summary.loc["c"]
+    assert (c["blew_up"], c["stalled"], c["converged"], c["diverged"]) == (1, 1, 0, 0)
     assert a["mean"] == pytest.approx(2.1) and a["sd"] == pytest.approx(math.sqrt(0.02))
     assert a["train_loss"] == pytest.approx(2.1)  # the diverged run's is left out
     assert a["low"] < 2.1 < a["high"]
     b = summary.loc["b"]
     assert (b["finished"], math.isnan(b["mean"])) == (0, True)
-    assert list(summarize(results)["variant"]) == ["a", "b"]
+    assert list(summarize(results)["variant"]) == ["a", "b", "c"]
 
 
 def test_select_by_label_or_columns() -> None:
@@ -181,6 +205,14 @@ def test_fails_often() -> None:
     assert _verdict("fails_often", none, groups=["a"]) == "contradicted"
     few = [("a", s, "converged", 2.0) for s in (1, 2, 3)] + [("a", 4, "stalled", 3.5)]
     assert _verdict("fails_often", few, groups=["a"]) == "inconclusive"
+
+
+def test_a_blown_up_run_failed_to_train() -> None:
+    rows = [("a", 1, "blew up", 31.0), ("a", 2, "converged", 2.0)]
+    verdict = judge(claim("converges", groups=["a"]), frame(rows), NEUTRAL)
+    assert verdict.verdict == "inconclusive"
+    assert verdict.reason == "1 of 2 finished runs of a converged; 1 failed to train."
+    assert _verdict("fails_often", rows, groups=["a"]) == "supported"
 
 
 def test_lower_loss() -> None:

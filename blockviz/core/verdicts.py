@@ -7,10 +7,10 @@ Nothing here knows what any configuration "should" do.
 
 A rule's group of runs is a variant label, or a dict {results column: value} that selects
 runs by their swept values ({"norm_position": "post", "warmup": "off"}). "Finished" runs
-are those with an outcome (converged, diverged or stalled); "failed to train" means
-diverged or stalled. Differences of mean final val loss use Welch's 95% interval
-(`study_stats.difference_interval`): a difference counts as real only when its interval
-excludes zero. The rules:
+are those with an outcome (converged, diverged, blew up or stalled); "failed to train"
+means diverged, blew up or stalled (`outcomes.FAILED`). Differences of mean final val
+loss use Welch's 95% interval (`study_stats.difference_interval`): a difference counts
+as real only when its interval excludes zero. The rules:
 
 - converges {groups}: supported if at least 2 runs finished and all converged;
   contradicted if more than half of the finished runs failed to train; else inconclusive.
@@ -48,21 +48,20 @@ from typing import Any
 
 import pandas as pd
 
-from blockviz.core.outcomes import lr_sensitivity
+from blockviz.core.outcomes import FAILED, OUTCOMES, lr_sensitivity
 from blockviz.core.params import param_breakdown
 from blockviz.core.spec import PARAM_GROUPS
 from blockviz.core.studies import Claim, StudyDef
 from blockviz.core.study_stats import Interval, difference_interval, mean_interval
 
 VERDICTS = ("supported", "contradicted", "inconclusive")
-FAILED = ("diverged", "stalled")
+# A summary column per outcome ("blew up" is "blew_up", a name itertuples keeps).
+OUTCOME_COLUMNS = {outcome: outcome.replace(" ", "_") for outcome in OUTCOMES}
 SUMMARY_COLUMNS = (
     "variant",
     "runs",
     "finished",
-    "converged",
-    "diverged",
-    "stalled",
+    *OUTCOME_COLUMNS.values(),
     "mean",
     "sd",
     "low",
@@ -98,9 +97,10 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
                 "variant": variant,
                 "runs": len(runs),
                 "finished": len(done),
-                "converged": int((done["outcome"] == "converged").sum()),
-                "diverged": int((done["outcome"] == "diverged").sum()),
-                "stalled": int((done["outcome"] == "stalled").sum()),
+                **{
+                    column: int((done["outcome"] == outcome).sum())
+                    for outcome, column in OUTCOME_COLUMNS.items()
+                },
                 "mean": interval.mean if interval else math.nan,
                 "sd": interval.sd if interval and interval.n > 1 else math.nan,
                 "low": interval.low if interval and interval.n > 1 else math.nan,
@@ -172,8 +172,8 @@ def _converges(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
     if failed == 0:
         return Verdict(claim, "supported", f"{said}.", numbers)
     if failed > n / 2:
-        return Verdict(claim, "contradicted", f"{said}; {failed} diverged or stalled.", numbers)
-    return Verdict(claim, "inconclusive", f"{said}; {failed} diverged or stalled.", numbers)
+        return Verdict(claim, "contradicted", f"{said}; {failed} failed to train.", numbers)
+    return Verdict(claim, "inconclusive", f"{said}; {failed} failed to train.", numbers)
 
 
 def _fails_often(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
@@ -183,7 +183,7 @@ def _fails_often(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdic
     numbers = {"finished": n, "failed": failed}
     if n < 2:
         return _too_few(claim, what, n)
-    said = f"{failed} of {n} finished runs of {what} diverged or stalled"
+    said = f"{failed} of {n} finished runs of {what} failed to train"
     if failed >= n / 2:
         return Verdict(claim, "supported", f"{said}.", numbers)
     if failed == 0:
@@ -334,7 +334,7 @@ def _fails_deep(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict
     n, failed = len(runs), _failed(runs)
     if n < 2:
         return _too_few(claim, _name(deep), n)
-    said = f"{failed} of {n} finished runs of {_name(deep)} diverged or stalled"
+    said = f"{failed} of {n} finished runs of {_name(deep)} failed to train"
     numbers: dict[str, Any] = {"finished": n, "failed": failed}
     if failed > n / 2:
         return Verdict(claim, "supported", f"{said}.", numbers)
@@ -422,4 +422,12 @@ def verdicts(study: StudyDef, results: pd.DataFrame) -> list[Verdict]:
     return [judge(claim, results, study) for claim in study.claims]
 
 
-__all__: Sequence[str] = ("RULES", "Verdict", "judge", "select", "summarize", "verdicts")
+__all__: Sequence[str] = (
+    "FAILED",
+    "RULES",
+    "Verdict",
+    "judge",
+    "select",
+    "summarize",
+    "verdicts",
+)

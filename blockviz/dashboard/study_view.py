@@ -166,8 +166,8 @@ def _results(store: RunStore, study_id: int, plan: studies.StudyDef) -> None:
             )
         st.caption(
             "A verdict is computed from the runs by the rule the README's Studies section "
-            "documents (95% intervals over seeds; diverged and stalled runs counted); "
-            "nothing here is written by hand."
+            "documents (95% intervals over seeds; diverged, blown-up and stalled runs "
+            "counted); nothing here is written by hand."
         )
     st.subheader("Results", anchor=False)
     st.dataframe(
