@@ -1,13 +1,13 @@
-"""A study's results table and swept chart on constructed results: how each run ended
-reaches what a reader sees."""
+"""A study's results table, verdicts table and swept chart on constructed results: how each
+run ended and both intervals of a verdict reach what a reader sees."""
 
 from __future__ import annotations
 
 import math
 
-from blockviz.core.verdicts import summarize
+from blockviz.core.verdicts import judge, summarize
 from blockviz.views import study_charts, study_table
-from tests.test_verdicts import frame
+from tests.test_verdicts import NEUTRAL, claim, frame
 
 ROWS = [
     ("a", 1, "converged", 2.0, {"ffn_mult": 2}),
@@ -25,6 +25,16 @@ def test_the_stability_column_says_how_each_failed_run_failed() -> None:
         table.loc["b", "Stability"]
         == "2 of 2 failed to train (1 blew up, 1 stalled) (1 not finished)"
     )
+
+
+def test_the_verdicts_table_shows_both_intervals() -> None:
+    verdict = judge(claim("lower_loss", better="a", worse="b"), frame(ROWS), NEUTRAL)
+    table = study_table.verdicts_table([verdict])
+    (intervals,) = table["Intervals"]
+    assert intervals == verdict.comparisons[0].both()
+    assert intervals.startswith("a minus b: paired ") and "n=2 pairs; unpaired " in intervals
+    ratio = judge(claim("param_share", variant="a", part="ffn", low=0, high=1), frame([]), NEUTRAL)
+    assert study_table.verdicts_table([ratio])["Intervals"].tolist() == [""]
 
 
 def test_a_blown_up_run_is_drawn_at_the_top_and_left_out_of_the_mean() -> None:

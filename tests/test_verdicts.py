@@ -211,8 +211,24 @@ def test_a_blown_up_run_failed_to_train() -> None:
     rows = [("a", 1, "blew up", 31.0), ("a", 2, "converged", 2.0)]
     verdict = judge(claim("converges", groups=["a"]), frame(rows), NEUTRAL)
     assert verdict.verdict == "inconclusive"
-    assert verdict.reason == "1 of 2 finished runs of a converged; 1 failed to train."
+    assert verdict.reason == "1 of 2 finished runs of a converged; 1 failed to train (1 blew up)."
     assert _verdict("fails_often", rows, groups=["a"]) == "supported"
+
+
+@pytest.mark.parametrize("rule", ["converges", "fails_often"])
+def test_pooled_groups_each_need_a_finished_run(rule: str) -> None:
+    a = [("a", 1, "converged", 2.0), ("a", 2, "converged", 2.1)]
+    waiting = [("b", 1, "", math.nan), ("b", 2, "", math.nan)]
+    verdict = judge(claim(rule, groups=["a", "b"]), frame(a + waiting), NEUTRAL)
+    assert verdict.verdict == "inconclusive"
+    assert verdict.reason.startswith("no run of b has finished")
+    # A dict group spanning two variants: each of them needs a finished run.
+    spanned = [(v, s, o, x, {"kind": "k"}) for v, s, o, x in a + waiting]
+    verdict = judge(claim(rule, groups=[{"kind": "k"}]), frame(spanned), NEUTRAL)
+    assert verdict.verdict == "inconclusive" and "no run of b has finished" in verdict.reason
+    done = [("b", 1, "converged", 2.0), ("b", 2, "converged", 2.0)]
+    expected = {"converges": "supported", "fails_often": "contradicted"}[rule]
+    assert _verdict(rule, a + done, groups=["a", "b"]) == expected
 
 
 def test_lower_loss() -> None:
@@ -241,8 +257,24 @@ def test_lower_loss() -> None:
     assert _verdict("lower_loss", blown, better="b", worse="a") == "contradicted"
     verdict = judge(claim("lower_loss", better="a", worse="b"), frame(apart), NEUTRAL)
     expected = difference_interval([2.0, 2.01], [2.5, 2.51])
-    assert verdict.numbers["high"] == pytest.approx(expected.high)
-    assert f"{expected.mean:+.3f}" in verdict.reason
+    assert verdict.numbers["unpaired high"] == pytest.approx(expected.high)
+    assert verdict.numbers["paired difference"] == pytest.approx(-0.5)
+    assert "minus b, paired by seed over 2 pairs: -0.500" in verdict.reason
+
+
+def test_when_one_side_has_no_finite_loss_the_sentence_says_what_each_side_did() -> None:
+    rows = [
+        ("a", 1, "converged", 2.0),
+        ("a", 2, "stalled", 3.2),
+        ("b", 1, "diverged", math.nan),
+        ("b", 2, "diverged", math.nan),
+    ]
+    verdict = judge(claim("lower_loss", better="a", worse="b"), frame(rows), NEUTRAL)
+    assert verdict.verdict == "supported"
+    assert "no finished run of b has a finite final val loss (2 diverged)" in verdict.reason
+    assert "a: 1 converged, 1 stalled" in verdict.reason
+    reverse = judge(claim("lower_loss", better="b", worse="a"), frame(rows), NEUTRAL)
+    assert reverse.verdict == "contradicted" and "a: 1 converged, 1 stalled" in reverse.reason
 
 
 def _sweep(variant: str, seed: int, losses: list[float]) -> list[tuple]:
@@ -285,21 +317,63 @@ def test_fails_deep() -> None:
     assert _verdict("fails_deep", fine + ref, **args) == "contradicted"
     worse = [("a", 1, "converged", 2.5), ("a", 2, "converged", 2.51)]
     assert _verdict("fails_deep", worse + ref, **args) == "inconclusive"
+    # With one finished reference run there is nothing to compare with: no contradiction.
+    verdict = judge(claim("fails_deep", **args), frame(fine + ref[:1]), NEUTRAL)
+    assert verdict.verdict == "inconclusive" and "only 1 finished run(s) of b" in verdict.reason
+
+
+def _ffn(mult: int, losses: tuple[float, ...], outcome: str = "converged") -> list[tuple]:
+    """One run per loss (seeds 1, 2, ...) of the variant `FFN <mult>×`."""
+    return [(f"FFN {mult}×", s + 1, outcome, x, {"ffn_mult": mult}) for s, x in enumerate(losses)]
+
+
+SWEET_4 = {"at": {"ffn_mult": 4}, "field": "ffn_mult"}
+SMALLER_WORSE = _ffn(1, (2.5, 2.53)) + _ffn(2, (2.3, 2.33))
 
 
 def test_sweet_spot() -> None:
-    def at(mult: int, losses: tuple[float, float]) -> list[tuple]:
-        return [
-            (f"m{mult}", s + 1, "converged", x, {"ffn_mult": mult}) for s, x in enumerate(losses)
-        ]
+    best_at_4 = _ffn(1, (2.5, 2.51)) + _ffn(4, (2.0, 2.01)) + _ffn(16, (2.0, 2.02))
+    verdict = judge(claim("sweet_spot", **SWEET_4), frame(best_at_4), NEUTRAL)
+    assert verdict.verdict == "supported"
+    assert "no larger one is lower in the mean, and every run finished" in verdict.reason
+    bigger_wins = _ffn(1, (2.5, 2.51)) + _ffn(4, (2.0, 2.01)) + _ffn(16, (1.5, 1.51))
+    verdict = judge(claim("sweet_spot", **SWEET_4), frame(bigger_wins), NEUTRAL)
+    assert verdict.verdict == "contradicted"
+    assert "FFN 16× is lower than FFN 4×, significantly" in verdict.reason
+    unclear = _ffn(1, (2.0, 2.6)) + _ffn(4, (2.0, 2.4))
+    verdict = judge(claim("sweet_spot", **SWEET_4), frame(unclear), NEUTRAL)
+    assert verdict.verdict == "inconclusive"
+    assert "FFN 4× is not significantly lower than FFN 1×" in verdict.reason
 
-    args = {"at": {"ffn_mult": 4}, "field": "ffn_mult"}
-    best_at_4 = at(1, (2.5, 2.51)) + at(4, (2.0, 2.01)) + at(16, (2.0, 2.02))
-    assert _verdict("sweet_spot", best_at_4, **args) == "supported"
-    bigger_wins = at(1, (2.5, 2.51)) + at(4, (2.0, 2.01)) + at(16, (1.5, 1.51))
-    assert _verdict("sweet_spot", bigger_wins, **args) == "contradicted"
-    unclear = at(1, (2.0, 2.6)) + at(4, (2.0, 2.4))
-    assert _verdict("sweet_spot", unclear, **args) == "inconclusive"
+
+def test_sweet_spot_is_not_supported_when_larger_values_are_lower_in_the_mean() -> None:
+    # 8× and 16× are lower than 4× in every seed, by too little for the interval to say so.
+    rows = SMALLER_WORSE + _ffn(4, (2.0, 2.02)) + _ffn(8, (1.998, 2.0)) + _ffn(16, (1.99, 2.001))
+    verdict = judge(claim("sweet_spot", **SWEET_4), frame(rows), NEUTRAL)
+    assert verdict.verdict == "inconclusive"
+    assert (
+        "FFN 8× and FFN 16× are lower than FFN 4× in the mean (by 0.011 and 0.015), "
+        "not significantly" in verdict.reason
+    )
+    assert verdict.numbers["lower than"] == "1, 2"
+    assert len(verdict.comparisons) == 4
+
+
+def test_sweet_spot_is_not_supported_while_runs_of_the_field_have_not_finished() -> None:
+    running = _ffn(8, (math.nan, math.nan), "") + _ffn(16, (math.nan, math.nan), "")
+    rows = SMALLER_WORSE + _ffn(4, (2.0, 2.02)) + running
+    verdict = judge(claim("sweet_spot", **SWEET_4), frame(rows), NEUTRAL)
+    assert verdict.verdict == "inconclusive"
+    assert "2 runs of FFN 8× and 2 runs of FFN 16× have not finished" in verdict.reason
+    # Finished and higher, with one seed of 16× still to come: not yet.
+    behind = _ffn(8, (2.2, 2.23)) + _ffn(16, (2.2, 2.23, math.nan))
+    rows = SMALLER_WORSE + _ffn(4, (2.0, 2.02)) + behind
+    rows[-1] = (*rows[-1][:2], "", *rows[-1][3:])
+    verdict = judge(claim("sweet_spot", **SWEET_4), frame(rows), NEUTRAL)
+    assert verdict.verdict == "inconclusive"
+    assert verdict.reason.endswith("1 run of FFN 16× has not finished.")
+    rows[-1] = (*rows[-1][:2], "converged", 2.25, *rows[-1][4:])
+    assert judge(claim("sweet_spot", **SWEET_4), frame(rows), NEUTRAL).verdict == "supported"
 
 
 def test_param_share_is_computed_from_the_config() -> None:

@@ -114,8 +114,14 @@ def table_html(table: pd.DataFrame) -> str:
     )
 
 
+def interval_lines(verdict: Any) -> list[str]:
+    """Each difference the verdict computed, with both its intervals: "GELU minus ReLU:
+    paired -0.008 (-0.012 to -0.004), n=2 pairs; unpaired -0.009 (-0.558 to +0.541), ..."."""
+    return [comparison.both() for comparison in verdict.comparisons]
+
+
 def verdicts_table(verdicts: Sequence[Any]) -> pd.DataFrame:
-    """Claim, Source, Verdict, Reason: one row per judged claim."""
+    """Claim, Source, Verdict, Reason, Intervals (paired and unpaired): one row per claim."""
     return pd.DataFrame(
         [
             {
@@ -123,10 +129,11 @@ def verdicts_table(verdicts: Sequence[Any]) -> pd.DataFrame:
                 "Source": v.claim.source,
                 "Verdict": v.verdict,
                 "Reason": v.reason,
+                "Intervals": " / ".join(interval_lines(v)),
             }
             for v in verdicts
         ],
-        columns=["Claim", "Source", "Verdict", "Reason"],
+        columns=["Claim", "Source", "Verdict", "Reason", "Intervals"],
     )
 
 
