@@ -94,6 +94,6 @@ def test_show_prints_each_claim_with_both_intervals() -> None:
         text = study_text.summary_text(store, study_id)
     lines = text.splitlines()
     verdict_line = next(i for i, line in enumerate(lines) if "GELU does at least as well" in line)
-    assert "final val loss of GELU minus ReLU, paired by seed" in lines[verdict_line + 1]
+    assert "the margin of +0.020 nats" in lines[verdict_line + 1]
     assert lines[verdict_line + 2].startswith("    intervals: GELU minus ReLU: paired ")
     assert "0 of 2 failed to train" in text

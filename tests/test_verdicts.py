@@ -277,6 +277,31 @@ def test_when_one_side_has_no_finite_loss_the_sentence_says_what_each_side_did()
     assert reverse.verdict == "contradicted" and "a: 1 converged, 1 stalled" in reverse.reason
 
 
+def test_not_worse_is_judged_against_its_margin_not_zero() -> None:
+    def rows(differences: tuple[float, float]) -> list[tuple]:
+        base = {1: 2.0, 2: 2.4}
+        return [("b", s, "converged", x) for s, x in base.items()] + [
+            ("a", s, "converged", base[s] + d) for s, d in zip(base, differences, strict=True)
+        ]
+
+    args = {"better": "a", "worse": "b", "margin": 0.02}
+    same = judge(claim("not_worse", **args), frame(rows((-0.001, 0.001))), NEUTRAL)
+    assert same.verdict == "supported"  # lower_loss would call this inconclusive
+    assert "upper bound is below the margin of +0.020 nats" in same.reason
+    assert same.numbers["margin"] == 0.02 and same.numbers["high"] < 0.02
+    assert _verdict("lower_loss", rows((-0.001, 0.001)), better="a", worse="b") == "inconclusive"
+    worse = judge(claim("not_worse", **args), frame(rows((0.1, 0.101))), NEUTRAL)
+    assert worse.verdict == "contradicted"
+    assert "lower bound is above the margin of +0.020 nats" in worse.reason
+    unclear = judge(claim("not_worse", **args), frame(rows((0.01, 0.03))), NEUTRAL)
+    assert unclear.verdict == "inconclusive"
+    assert "which includes the margin of +0.020 nats" in unclear.reason
+    with pytest.raises(ValueError, match="margin must be a number of nats >= 0, not -1"):
+        judge(claim("not_worse", better="a", worse="b", margin=-1), frame(rows((0, 0))), NEUTRAL)
+    with pytest.raises(ValueError, match="needs the argument 'margin'"):
+        judge(claim("not_worse", better="a", worse="b"), frame(rows((0, 0))), NEUTRAL)
+
+
 def _sweep(variant: str, seed: int, losses: list[float]) -> list[tuple]:
     return [
         (variant, seed, "diverged" if math.isnan(x) else "converged", x, {"lr": lr})

@@ -31,6 +31,9 @@ difference. A difference counts as real only when its interval excludes zero. Th
   contradicted if above 0, else inconclusive. When one side has no finite loss (every
   finished run diverged) and the other has one, the other side is lower; the sentence
   says what each side's runs did.
+- not_worse {better, worse, margin}: "at least as well", tested as non-inferiority with a
+  margin in nats: supported if the interval's upper bound of (better − worse) is below
+  +margin, contradicted if its lower bound is above +margin, else inconclusive.
 - less_sensitive {better, worse, field}: per seed, the learning-rate sensitivity
   (`outcomes.lr_sensitivity`) of the group's runs across the field's values; the interval
   of (better − worse), paired by seed where it can be, decides as in lower_loss.
@@ -328,6 +331,34 @@ def _lower_loss(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict
     return _below_zero(claim, compared, "final val loss")
 
 
+def _not_worse(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
+    better, worse, margin = claim.args["better"], claim.args["worse"], claim.args["margin"]
+    number = isinstance(margin, int | float) and not isinstance(margin, bool)
+    if not number or not math.isfinite(margin) or margin < 0:
+        raise ValueError(f"not_worse margin must be a number of nats >= 0, not {margin!r}")
+    compared = _contrast(
+        claim,
+        select(results, better),
+        select(results, worse),
+        (_name(better), _name(worse)),
+        match_columns(study.swept, better, worse),
+    )
+    if isinstance(compared, Verdict):
+        return compared
+    interval, said = compared.used, _said(compared, "final val loss")
+    assert interval is not None
+    numbers = {**compared.numbers(), "margin": float(margin)}
+    bound = f"the margin of {margin:+.3f} nats"
+    a, b = compared.names
+    if interval.high < margin:
+        why = f"{said}; its upper bound is below {bound}, so {a} does as well as {b} within it"
+        return Verdict(claim, "supported", f"{why}.", numbers, (compared,))
+    if interval.low > margin:
+        why = f"{said}; its lower bound is above {bound}, so {a} does worse than {b} by more"
+        return Verdict(claim, "contradicted", f"{why}.", numbers, (compared,))
+    return Verdict(claim, "inconclusive", f"{said}, which includes {bound}.", numbers, (compared,))
+
+
 def _sensitivities(runs: pd.DataFrame, field_name: str) -> pd.DataFrame:
     """One row per seed: its LR sensitivity over the field's values (all must be finished)."""
     rows = []
@@ -579,6 +610,7 @@ RULES: dict[str, Callable[[Claim, pd.DataFrame, StudyDef], Verdict]] = {
     "converges": _converges,
     "fails_often": _fails_often,
     "lower_loss": _lower_loss,
+    "not_worse": _not_worse,
     "less_sensitive": _less_sensitive,
     "lower_max_stable_lr": _lower_max_stable,
     "fails_deep": _fails_deep,
