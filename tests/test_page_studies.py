@@ -13,6 +13,7 @@ from blockviz.core import studies
 from blockviz.core.outcomes import results_frame
 from blockviz.core.verdicts import judge
 from blockviz.store import RunStore
+from blockviz.views import study_table
 
 PAGE = Path(__file__).resolve().parent.parent / "pages" / "studies.py"
 
@@ -73,6 +74,9 @@ def test_a_finished_study_shows_its_computed_verdicts_and_table() -> None:
     text = _text(at).replace("\\", "")
     assert expected.verdict.capitalize() in text
     assert expected.reason in text
+    # Both intervals of GELU minus ReLU (the same seeds ran both, so they pair up).
+    (intervals,) = study_table.interval_lines(expected)
+    assert intervals.startswith("GELU minus ReLU: paired ") and intervals in text
     table = at.dataframe[1].value
     assert len(table) == 4
     assert any(b.label == "Resume study" and b.disabled for b in at.button)

@@ -42,6 +42,19 @@ def test_every_size_probes_often_enough_for_the_findings(size: str) -> None:
     assert probe_steps(300, 100) == [0, 100, 200, 299]
 
 
+def test_claims_say_what_their_rule_judges() -> None:
+    claims = [c for key in studies.STUDY_KEYS for c in studies.builtin(key).claims]
+    for claim in claims:
+        if claim.rule == "fails_often":  # counts every way of failing to train
+            assert all(
+                w in claim.text for w in ("fails to train", "diverges", "blows up", "stalls")
+            )
+        if "at least as well" in claim.text:  # non-inferiority, not "lower"
+            assert claim.rule == "not_worse"
+            assert claim.args["margin"] == studies.NOT_WORSE_MARGIN
+    assert {c.rule for c in claims} >= {"fails_often", "not_worse"}
+
+
 def test_a_study_round_trips_through_its_stored_spec() -> None:
     study = studies.builtin("lr-sensitivity", "quick", seeds=3)
     again = studies.plan_from_spec(json.loads(json.dumps(study.to_spec())))

@@ -16,7 +16,7 @@ from blockviz.core import studies
 from blockviz.core.outcomes import results_frame
 from blockviz.core.verdicts import verdicts
 from blockviz.store import RunStore
-from blockviz.views import study_report, study_text
+from blockviz.views import study_report, study_table, study_text
 from tests.test_page_studies import _fake_study
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,8 +47,11 @@ def test_the_zip_holds_table_claims_charts_configs_and_a_safe_page() -> None:
     assert table["Variant"].tolist() == [v.label for v in plan.variants]
     claims = archive.read("claims.md").decode()
     assert f"{judged[0].verdict.upper()}: {judged[0].claim.text}" in claims
+    (intervals,) = study_table.interval_lines(judged[0])
+    assert f"Intervals: {intervals}" in claims and "unpaired" in intervals
     page = archive.read("index.html").decode()
     assert "<b>mine</b>" not in page and "&lt;b&gt;mine&lt;/b&gt;" in page
+    assert intervals in page
     assert name.endswith(".zip") and "/" not in name and "<" not in name
 
 
@@ -68,6 +71,9 @@ def test_show_json_and_export_from_the_command_line(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     printed = json.loads(shown.stdout)
     assert printed["claims"] == expected["claims"]
+    assert printed["claims"][0]["intervals"][0].startswith("GELU minus ReLU: paired ")
+    assert printed["claims"][0]["numbers"]["pairs"] == 2
+    assert "blew_up" in printed["variants"][0]
     assert [v["variant"] for v in printed["variants"]] == ["ReLU", "GELU", "SiLU (Swish)", "SwiGLU"]
     out = tmp_path / "out"
     exported = subprocess.run(
@@ -80,3 +86,14 @@ def test_show_json_and_export_from_the_command_line(tmp_path: Path) -> None:
     assert exported.returncode == 0, exported.stderr
     (written,) = out.glob("*.zip")
     assert "claims.md" in zipfile.ZipFile(written).namelist()
+
+
+def test_show_prints_each_claim_with_both_intervals() -> None:
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        study_id = _fake_study(store)
+        text = study_text.summary_text(store, study_id)
+    lines = text.splitlines()
+    verdict_line = next(i for i, line in enumerate(lines) if "GELU does at least as well" in line)
+    assert "the margin of +0.020 nats" in lines[verdict_line + 1]
+    assert lines[verdict_line + 2].startswith("    intervals: GELU minus ReLU: paired ")
+    assert "0 of 2 failed to train" in text

@@ -10,6 +10,7 @@ from blockviz.core.study_stats import (
     difference_interval,
     finite,
     mean_interval,
+    paired_interval,
     t_cdf,
     t_quantile,
 )
@@ -66,3 +67,24 @@ def test_difference_interval_is_welch() -> None:
     assert difference_interval([1.0], [2.0, 3.0]) is None
     same = difference_interval([1.0, 1.0], [1.0, 1.0])
     assert same is not None and (same.low, same.high) == (0.0, 0.0)
+
+
+def test_paired_interval_is_the_one_sample_interval_of_the_differences() -> None:
+    a, b = [2.0, 2.5, 1.8, None], [2.1, 2.6, 1.95, 2.0]
+    got = paired_interval(a, b)
+    assert got is not None
+    differences = [-0.1, -0.1, -0.15]  # the fourth pair has no value on one side
+    mean = sum(differences) / 3
+    sd = math.sqrt(sum((d - mean) ** 2 for d in differences) / 2)
+    assert (got.n, got.mean, got.sd) == (3, pytest.approx(mean), pytest.approx(sd))
+    assert got.high == pytest.approx(mean + 4.303 * sd / math.sqrt(3), abs=1e-3)
+    # The seed-to-seed spread both sides share cancels: Welch cannot see this difference.
+    welch = difference_interval([x for x in a if x is not None], b[:3])
+    assert got.high < 0 < welch.high
+
+
+def test_paired_interval_needs_two_pairs_of_the_same_length() -> None:
+    assert paired_interval([1.0, float("nan")], [1.1, 1.2]) is None
+    assert paired_interval([1.0], [1.1]) is None
+    with pytest.raises(ValueError, match="3 values paired with 2"):
+        paired_interval([1.0, 2.0, 3.0], [1.0, 2.0])

@@ -89,6 +89,24 @@ def test_classify_without_a_unigram_reference_never_calls_a_run_stalled() -> Non
     assert outcomes.classify("completed", 9.0, None) == "converged"
 
 
+@pytest.mark.parametrize(
+    ("loss", "expected"),
+    [
+        (4.0 + outcomes.BLOWUP_MARGIN + 0.01, "blew up"),
+        (40.0, "blew up"),
+        (4.0 + outcomes.BLOWUP_MARGIN, "stalled"),
+        (4.2, "stalled"),  # no better than a uniform guess, but no blow-up
+        (2.0, "converged"),
+    ],
+)
+def test_a_finite_loss_far_above_the_uniform_guess_blew_up(loss: float, expected: str) -> None:
+    assert outcomes.classify("completed", loss, 3.0, 4.0) == expected
+    assert outcomes.classify("completed", loss, None, 4.0) == expected.replace(
+        "stalled", "converged"
+    )
+    assert "blew up" in outcomes.FAILED
+
+
 def test_lr_sensitivity_by_hand() -> None:
     # best 2.0; capped losses 2.0, 3.0, 4.0 (5.0 capped at init 4.0) -> mean(0, 1, 2) = 1
     assert outcomes.lr_sensitivity([1, 2, 3], [2.0, 3.0, 5.0], 4.0) == pytest.approx(1.0)
@@ -116,6 +134,8 @@ def test_results_frame_from_store_rows() -> None:
     study = StudyDef(**{**NEUTRAL.__dict__, "swept": ("ffn_mult",)})
     results = outcomes.results_frame(runs, study)
     assert results["outcome"].tolist() == ["converged", "diverged"]
+    blown = runs.assign(final=[{"val_loss": 31.0}, {}])  # init_loss 4.1: far above it
+    assert outcomes.results_frame(blown, study)["outcome"].tolist() == ["blew up", "diverged"]
     assert results["diverged_step"].tolist()[1] == 7
     assert results["ffn_mult"].tolist() == [4, 2]
     assert results.loc[0, "unigram_nats"] == 3.0 and math.isnan(results.loc[1, "val_loss"])
@@ -133,18 +153,22 @@ def test_summarize_counts_and_intervals() -> None:
             ("a", 2, "converged", 2.2),
             ("a", 3, "diverged", math.nan),
             ("b", 1, "", math.nan),
+            ("c", 1, "blew up", 30.0),
+            ("c", 2, "stalled", 3.1),
         ]
     )
     results.loc[2, "train_loss"] = 2851.0  # the last finite train loss before it blew up
     summary = summarize(results).set_index("variant")
     a = summary.loc["a"]
     assert (a["runs"], a["finished"], a["converged"], a["diverged"]) == (3, 3, 2, 1)
+    c = summary.loc["c"]
+    assert (c["blew_up"], c["stalled"], c["converged"], c["diverged"]) == (1, 1, 0, 0)
     assert a["mean"] == pytest.approx(2.1) and a["sd"] == pytest.approx(math.sqrt(0.02))
     assert a["train_loss"] == pytest.approx(2.1)  # the diverged run's is left out
     assert a["low"] < 2.1 < a["high"]
     b = summary.loc["b"]
     assert (b["finished"], math.isnan(b["mean"])) == (0, True)
-    assert list(summarize(results)["variant"]) == ["a", "b"]
+    assert list(summarize(results)["variant"]) == ["a", "b", "c"]
 
 
 def test_select_by_label_or_columns() -> None:
@@ -183,6 +207,30 @@ def test_fails_often() -> None:
     assert _verdict("fails_often", few, groups=["a"]) == "inconclusive"
 
 
+def test_a_blown_up_run_failed_to_train() -> None:
+    rows = [("a", 1, "blew up", 31.0), ("a", 2, "converged", 2.0)]
+    verdict = judge(claim("converges", groups=["a"]), frame(rows), NEUTRAL)
+    assert verdict.verdict == "inconclusive"
+    assert verdict.reason == "1 of 2 finished runs of a converged; 1 failed to train (1 blew up)."
+    assert _verdict("fails_often", rows, groups=["a"]) == "supported"
+
+
+@pytest.mark.parametrize("rule", ["converges", "fails_often"])
+def test_pooled_groups_each_need_a_finished_run(rule: str) -> None:
+    a = [("a", 1, "converged", 2.0), ("a", 2, "converged", 2.1)]
+    waiting = [("b", 1, "", math.nan), ("b", 2, "", math.nan)]
+    verdict = judge(claim(rule, groups=["a", "b"]), frame(a + waiting), NEUTRAL)
+    assert verdict.verdict == "inconclusive"
+    assert verdict.reason.startswith("no run of b has finished")
+    # A dict group spanning two variants: each of them needs a finished run.
+    spanned = [(v, s, o, x, {"kind": "k"}) for v, s, o, x in a + waiting]
+    verdict = judge(claim(rule, groups=[{"kind": "k"}]), frame(spanned), NEUTRAL)
+    assert verdict.verdict == "inconclusive" and "no run of b has finished" in verdict.reason
+    done = [("b", 1, "converged", 2.0), ("b", 2, "converged", 2.0)]
+    expected = {"converges": "supported", "fails_often": "contradicted"}[rule]
+    assert _verdict(rule, a + done, groups=["a", "b"]) == expected
+
+
 def test_lower_loss() -> None:
     apart = [
         ("a", 1, "converged", 2.0),
@@ -209,8 +257,49 @@ def test_lower_loss() -> None:
     assert _verdict("lower_loss", blown, better="b", worse="a") == "contradicted"
     verdict = judge(claim("lower_loss", better="a", worse="b"), frame(apart), NEUTRAL)
     expected = difference_interval([2.0, 2.01], [2.5, 2.51])
-    assert verdict.numbers["high"] == pytest.approx(expected.high)
-    assert f"{expected.mean:+.3f}" in verdict.reason
+    assert verdict.numbers["unpaired high"] == pytest.approx(expected.high)
+    assert verdict.numbers["paired difference"] == pytest.approx(-0.5)
+    assert "minus b, paired by seed over 2 pairs: -0.500" in verdict.reason
+
+
+def test_when_one_side_has_no_finite_loss_the_sentence_says_what_each_side_did() -> None:
+    rows = [
+        ("a", 1, "converged", 2.0),
+        ("a", 2, "stalled", 3.2),
+        ("b", 1, "diverged", math.nan),
+        ("b", 2, "diverged", math.nan),
+    ]
+    verdict = judge(claim("lower_loss", better="a", worse="b"), frame(rows), NEUTRAL)
+    assert verdict.verdict == "supported"
+    assert "no finished run of b has a finite final val loss (2 diverged)" in verdict.reason
+    assert "a: 1 converged, 1 stalled" in verdict.reason
+    reverse = judge(claim("lower_loss", better="b", worse="a"), frame(rows), NEUTRAL)
+    assert reverse.verdict == "contradicted" and "a: 1 converged, 1 stalled" in reverse.reason
+
+
+def test_not_worse_is_judged_against_its_margin_not_zero() -> None:
+    def rows(differences: tuple[float, float]) -> list[tuple]:
+        base = {1: 2.0, 2: 2.4}
+        return [("b", s, "converged", x) for s, x in base.items()] + [
+            ("a", s, "converged", base[s] + d) for s, d in zip(base, differences, strict=True)
+        ]
+
+    args = {"better": "a", "worse": "b", "margin": 0.02}
+    same = judge(claim("not_worse", **args), frame(rows((-0.001, 0.001))), NEUTRAL)
+    assert same.verdict == "supported"  # lower_loss would call this inconclusive
+    assert "upper bound is below the margin of +0.020 nats" in same.reason
+    assert same.numbers["margin"] == 0.02 and same.numbers["high"] < 0.02
+    assert _verdict("lower_loss", rows((-0.001, 0.001)), better="a", worse="b") == "inconclusive"
+    worse = judge(claim("not_worse", **args), frame(rows((0.1, 0.101))), NEUTRAL)
+    assert worse.verdict == "contradicted"
+    assert "lower bound is above the margin of +0.020 nats" in worse.reason
+    unclear = judge(claim("not_worse", **args), frame(rows((0.01, 0.03))), NEUTRAL)
+    assert unclear.verdict == "inconclusive"
+    assert "which includes the margin of +0.020 nats" in unclear.reason
+    with pytest.raises(ValueError, match="margin must be a number of nats >= 0, not -1"):
+        judge(claim("not_worse", better="a", worse="b", margin=-1), frame(rows((0, 0))), NEUTRAL)
+    with pytest.raises(ValueError, match="needs the argument 'margin'"):
+        judge(claim("not_worse", better="a", worse="b"), frame(rows((0, 0))), NEUTRAL)
 
 
 def _sweep(variant: str, seed: int, losses: list[float]) -> list[tuple]:
@@ -253,21 +342,63 @@ def test_fails_deep() -> None:
     assert _verdict("fails_deep", fine + ref, **args) == "contradicted"
     worse = [("a", 1, "converged", 2.5), ("a", 2, "converged", 2.51)]
     assert _verdict("fails_deep", worse + ref, **args) == "inconclusive"
+    # With one finished reference run there is nothing to compare with: no contradiction.
+    verdict = judge(claim("fails_deep", **args), frame(fine + ref[:1]), NEUTRAL)
+    assert verdict.verdict == "inconclusive" and "only 1 finished run(s) of b" in verdict.reason
+
+
+def _ffn(mult: int, losses: tuple[float, ...], outcome: str = "converged") -> list[tuple]:
+    """One run per loss (seeds 1, 2, ...) of the variant `FFN <mult>×`."""
+    return [(f"FFN {mult}×", s + 1, outcome, x, {"ffn_mult": mult}) for s, x in enumerate(losses)]
+
+
+SWEET_4 = {"at": {"ffn_mult": 4}, "field": "ffn_mult"}
+SMALLER_WORSE = _ffn(1, (2.5, 2.53)) + _ffn(2, (2.3, 2.33))
 
 
 def test_sweet_spot() -> None:
-    def at(mult: int, losses: tuple[float, float]) -> list[tuple]:
-        return [
-            (f"m{mult}", s + 1, "converged", x, {"ffn_mult": mult}) for s, x in enumerate(losses)
-        ]
+    best_at_4 = _ffn(1, (2.5, 2.51)) + _ffn(4, (2.0, 2.01)) + _ffn(16, (2.0, 2.02))
+    verdict = judge(claim("sweet_spot", **SWEET_4), frame(best_at_4), NEUTRAL)
+    assert verdict.verdict == "supported"
+    assert "no larger one is lower in the mean, and every run finished" in verdict.reason
+    bigger_wins = _ffn(1, (2.5, 2.51)) + _ffn(4, (2.0, 2.01)) + _ffn(16, (1.5, 1.51))
+    verdict = judge(claim("sweet_spot", **SWEET_4), frame(bigger_wins), NEUTRAL)
+    assert verdict.verdict == "contradicted"
+    assert "FFN 16× is lower than FFN 4×, significantly" in verdict.reason
+    unclear = _ffn(1, (2.0, 2.6)) + _ffn(4, (2.0, 2.4))
+    verdict = judge(claim("sweet_spot", **SWEET_4), frame(unclear), NEUTRAL)
+    assert verdict.verdict == "inconclusive"
+    assert "FFN 4× is not significantly lower than FFN 1×" in verdict.reason
 
-    args = {"at": {"ffn_mult": 4}, "field": "ffn_mult"}
-    best_at_4 = at(1, (2.5, 2.51)) + at(4, (2.0, 2.01)) + at(16, (2.0, 2.02))
-    assert _verdict("sweet_spot", best_at_4, **args) == "supported"
-    bigger_wins = at(1, (2.5, 2.51)) + at(4, (2.0, 2.01)) + at(16, (1.5, 1.51))
-    assert _verdict("sweet_spot", bigger_wins, **args) == "contradicted"
-    unclear = at(1, (2.0, 2.6)) + at(4, (2.0, 2.4))
-    assert _verdict("sweet_spot", unclear, **args) == "inconclusive"
+
+def test_sweet_spot_is_not_supported_when_larger_values_are_lower_in_the_mean() -> None:
+    # 8× and 16× are lower than 4× in every seed, by too little for the interval to say so.
+    rows = SMALLER_WORSE + _ffn(4, (2.0, 2.02)) + _ffn(8, (1.998, 2.0)) + _ffn(16, (1.99, 2.001))
+    verdict = judge(claim("sweet_spot", **SWEET_4), frame(rows), NEUTRAL)
+    assert verdict.verdict == "inconclusive"
+    assert (
+        "FFN 8× and FFN 16× are lower than FFN 4× in the mean (by 0.011 and 0.015), "
+        "not significantly" in verdict.reason
+    )
+    assert verdict.numbers["lower than"] == "1, 2"
+    assert len(verdict.comparisons) == 4
+
+
+def test_sweet_spot_is_not_supported_while_runs_of_the_field_have_not_finished() -> None:
+    running = _ffn(8, (math.nan, math.nan), "") + _ffn(16, (math.nan, math.nan), "")
+    rows = SMALLER_WORSE + _ffn(4, (2.0, 2.02)) + running
+    verdict = judge(claim("sweet_spot", **SWEET_4), frame(rows), NEUTRAL)
+    assert verdict.verdict == "inconclusive"
+    assert "2 runs of FFN 8× and 2 runs of FFN 16× have not finished" in verdict.reason
+    # Finished and higher, with one seed of 16× still to come: not yet.
+    behind = _ffn(8, (2.2, 2.23)) + _ffn(16, (2.2, 2.23, math.nan))
+    rows = SMALLER_WORSE + _ffn(4, (2.0, 2.02)) + behind
+    rows[-1] = (*rows[-1][:2], "", *rows[-1][3:])
+    verdict = judge(claim("sweet_spot", **SWEET_4), frame(rows), NEUTRAL)
+    assert verdict.verdict == "inconclusive"
+    assert verdict.reason.endswith("1 run of FFN 16× has not finished.")
+    rows[-1] = (*rows[-1][:2], "converged", 2.25, *rows[-1][4:])
+    assert judge(claim("sweet_spot", **SWEET_4), frame(rows), NEUTRAL).verdict == "supported"
 
 
 def test_param_share_is_computed_from_the_config() -> None:

@@ -1,12 +1,18 @@
 """How each run of a study ended, and the study's runs as one results frame (torch-free).
 
-A finished run is one of three outcomes:
+A finished run is one of four outcomes:
 
 - **diverged**: its loss became non-finite (the run's status says so, at which step);
+- **blew up**: it completed with a finite final val loss more than `BLOWUP_MARGIN` nats
+  above the loss of a uniform guess (`init_loss` = ln of the vocabulary size, recorded
+  with the run's dataset fingerprint): training made it confidently wrong;
 - **stalled**: it completed, but its final val loss is within `STALL_MARGIN` nats of the
-  unigram entropy of the training text (`unigram_nats`, recorded with the run's dataset
-  fingerprint): it did no better than predicting each character by its frequency alone;
+  unigram entropy of the training text (`unigram_nats`, recorded beside `init_loss`) or
+  above it (up to the blow-up line): it did no better than predicting each character by
+  its frequency alone;
 - **converged**: it completed below that line.
+
+Diverged, blew up and stalled runs *failed to train* (`FAILED`).
 
 Queued, running, stopped and failed runs have no outcome yet (""). `lr_sensitivity` is the
 learning-rate sensitivity of Wortsman et al. 2023 over a sweep of one variant's runs.
@@ -27,7 +33,13 @@ from blockviz.core.studies import StudyDef, swept_value
 # far more than this (the quick studies' converged runs end 0.5 to 1.5 nats below it on
 # pydocs); a tenth of a nat is within the noise of a val estimate from a few batches.
 STALL_MARGIN = 0.1
-OUTCOMES = ("converged", "diverged", "stalled")
+# A model at initialisation scores within a few tenths of a nat of ln(vocab) (its logits
+# start near zero), and one that stopped learning sits between the unigram entropy and
+# there. Ending a whole nat above the uniform guess (e times its perplexity) takes
+# confident wrong predictions, which a stall does not make and a blow-up does.
+BLOWUP_MARGIN = 1.0
+OUTCOMES = ("converged", "diverged", "blew up", "stalled")
+FAILED = ("diverged", "blew up", "stalled")
 FINISHED_STATUSES = ("completed", "diverged")
 RESULT_COLUMNS = {
     "run_id": "int64",
@@ -55,8 +67,11 @@ def _number(value: Any) -> float:
         return math.nan
 
 
-def classify(status: str, val_loss: float | None, unigram: float | None) -> str:
-    """A run's outcome from its status, final val loss and the corpus's unigram entropy."""
+def classify(
+    status: str, val_loss: float | None, unigram: float | None, init_loss: float | None = None
+) -> str:
+    """A run's outcome from its status, final val loss, the corpus's unigram entropy and
+    the loss of a uniform guess."""
     if status == "diverged":
         return "diverged"
     if status != "completed":
@@ -66,6 +81,9 @@ def classify(status: str, val_loss: float | None, unigram: float | None) -> str:
         # A run records its final val loss only when it is finite (every study size
         # evaluates several times per run), so a completed run without one blew up there.
         return "diverged"
+    uniform = _number(init_loss)
+    if math.isfinite(uniform) and loss > uniform + BLOWUP_MARGIN:
+        return "blew up"
     reference = _number(unigram)
     if math.isfinite(reference) and loss >= reference - STALL_MARGIN:
         return "stalled"
@@ -81,20 +99,21 @@ def results_frame(runs: pd.DataFrame, study: StudyDef) -> pd.DataFrame:
         dataset = run.dataset if isinstance(run.dataset, Mapping) else {}
         val_loss = _number(final.get("val_loss"))
         unigram = _number(dataset.get("unigram_nats"))
+        init_loss = _number(dataset.get("init_loss"))
         rows.append(
             {
                 "run_id": int(run.id),
                 "variant": str(run.variant),
                 "seed": int(run.seed),
                 "status": str(run.status),
-                "outcome": classify(str(run.status), val_loss, unigram),
+                "outcome": classify(str(run.status), val_loss, unigram, init_loss),
                 "diverged_step": _number(run.diverged_step),
                 "val_loss": val_loss,
                 "train_loss": _number(final.get("train_loss")),
                 "n_params": _number(run.n_params),
                 "time_s": _number(final.get("time_s")),
                 "unigram_nats": unigram,
-                "init_loss": _number(dataset.get("init_loss")),
+                "init_loss": init_loss,
             }
         )
     frame = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
@@ -127,3 +146,9 @@ def lr_sensitivity(lrs: Sequence[float], losses: Sequence[float], init_loss: flo
         return math.nan
     best = min(min(finite), init_loss)
     return float(np.mean([c - best for c in capped]))
+
+
+def outcome_counts(counts: Mapping[str, int]) -> str:
+    """`1 converged, 1 stalled`: the non-zero counts in OUTCOMES order ("none" if none)."""
+    parts = [f"{int(counts.get(o, 0))} {o}" for o in OUTCOMES if int(counts.get(o, 0)) > 0]
+    return ", ".join(parts) or "none"

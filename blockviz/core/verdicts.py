@@ -7,21 +7,36 @@ Nothing here knows what any configuration "should" do.
 
 A rule's group of runs is a variant label, or a dict {results column: value} that selects
 runs by their swept values ({"norm_position": "post", "warmup": "off"}). "Finished" runs
-are those with an outcome (converged, diverged or stalled); "failed to train" means
-diverged or stalled. Differences of mean final val loss use Welch's 95% interval
-(`study_stats.difference_interval`): a difference counts as real only when its interval
-excludes zero. The rules:
+are those with an outcome (converged, diverged, blew up or stalled); "failed to train"
+means diverged, blew up or stalled (`outcomes.FAILED`).
+
+Differences of final val loss between two groups (`core.comparisons`) are computed two
+ways, and a verdict carries both (`Verdict.comparisons`, and in `numbers`): **paired by
+seed** (one difference per seed both groups finished with a finite value, its one-sample
+95% t interval; a group with several runs per seed is matched on the swept columns
+neither group fixes and averaged within the seed) and **unpaired** (Welch's 95%
+interval). The verdict uses the paired interval when at least 2 seeds pair up, else
+Welch's, and its sentence says which and on how many pairs. Why paired: a seed fixes the
+data order and the evaluation text for every variant, so the seed-to-seed noise the two
+variants share cancels in their difference, and what is left is the variants' own
+difference. A difference counts as real only when its interval excludes zero. The rules:
 
 - converges {groups}: supported if at least 2 runs finished and all converged;
-  contradicted if more than half of the finished runs failed to train; else inconclusive.
+  contradicted if more than half of the finished runs failed to train; else
+  inconclusive. The groups are pooled, so every group, and every variant a group spans,
+  needs a finished run first: one with none makes the verdict inconclusive and is named.
 - fails_often {groups}: supported if at least half of at least 2 finished runs failed to
-  train; contradicted if none did; else inconclusive.
+  train; contradicted if none did; else inconclusive (pooled as in converges).
 - lower_loss {better, worse}: supported if the interval of (better − worse) lies below 0,
-  contradicted if above 0, else inconclusive. When one side has no finite loss because all
-  its finished runs diverged while the other side converged, the converged side is better.
+  contradicted if above 0, else inconclusive. When one side has no finite loss (every
+  finished run diverged) and the other has one, the other side is lower; the sentence
+  says what each side's runs did.
+- not_worse {better, worse, margin}: "at least as well", tested as non-inferiority with a
+  margin in nats: supported if the interval's upper bound of (better − worse) is below
+  +margin, contradicted if its lower bound is above +margin, else inconclusive.
 - less_sensitive {better, worse, field}: per seed, the learning-rate sensitivity
-  (`outcomes.lr_sensitivity`) of the group's runs across the field's values; the Welch
-  interval of (better − worse) decides as in lower_loss.
+  (`outcomes.lr_sensitivity`) of the group's runs across the field's values; the interval
+  of (better − worse), paired by seed where it can be, decides as in lower_loss.
 - lower_max_stable_lr {lower, than, field, factor}: the largest field value at which every
   finished run of the group converged; supported if lower's is at most than's / factor
   (or lower has none while than has one), contradicted if lower's is at least than's,
@@ -29,9 +44,11 @@ excludes zero. The rules:
 - fails_deep {deep, reference}: supported if more than half of the deep group's finished
   runs failed to train; contradicted if all converged and the interval of
   (deep − reference) does not lie above 0; else inconclusive.
-- sweet_spot {at, field}: supported if `at` is lower than every smaller field value (each
-  interval below 0) and no larger value is lower than it; contradicted if a larger or a
-  smaller value is lower than `at`; else inconclusive.
+- sweet_spot {at, field}: contradicted if any other value of the field is lower than
+  `at` (interval above 0, or every run of `at` diverged); supported only if `at` is lower
+  than every smaller value (interval below 0), no larger value is lower in the mean (not
+  merely "not significantly"), and every run of the field has finished; otherwise
+  inconclusive, naming what failed.
 - param_share {variant, part, low, high}: no training: the share of one block's
   parameters in `part` (a component of `core.params`: attn, ffn or norm) for the variant's
   config; supported inside [low, high], contradicted outside.
@@ -42,27 +59,27 @@ A rule with fewer than two finished runs on a side says so and is inconclusive.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
-from blockviz.core.outcomes import lr_sensitivity
+from blockviz.core.comparisons import Comparison, compare, interval_text, match_columns
+from blockviz.core.outcomes import FAILED, OUTCOMES, lr_sensitivity, outcome_counts
 from blockviz.core.params import param_breakdown
 from blockviz.core.spec import PARAM_GROUPS
 from blockviz.core.studies import Claim, StudyDef
-from blockviz.core.study_stats import Interval, difference_interval, mean_interval
+from blockviz.core.study_stats import mean_interval
 
 VERDICTS = ("supported", "contradicted", "inconclusive")
-FAILED = ("diverged", "stalled")
+# A summary column per outcome ("blew up" is "blew_up", a name itertuples keeps).
+OUTCOME_COLUMNS = {outcome: outcome.replace(" ", "_") for outcome in OUTCOMES}
 SUMMARY_COLUMNS = (
     "variant",
     "runs",
     "finished",
-    "converged",
-    "diverged",
-    "stalled",
+    *OUTCOME_COLUMNS.values(),
     "mean",
     "sd",
     "low",
@@ -75,12 +92,14 @@ SUMMARY_COLUMNS = (
 
 @dataclass(frozen=True)
 class Verdict:
-    """A claim judged on the runs: the verdict, why, and the numbers it rests on."""
+    """A claim judged on the runs: the verdict, why, the numbers it rests on, and every
+    difference it computed (paired and unpaired)."""
 
     claim: Claim
     verdict: str
     reason: str
     numbers: Mapping[str, Any] = field(default_factory=dict)
+    comparisons: tuple[Comparison, ...] = ()
 
 
 # ---------------------------------------------------------------------------- summary
@@ -98,9 +117,10 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
                 "variant": variant,
                 "runs": len(runs),
                 "finished": len(done),
-                "converged": int((done["outcome"] == "converged").sum()),
-                "diverged": int((done["outcome"] == "diverged").sum()),
-                "stalled": int((done["outcome"] == "stalled").sum()),
+                **{
+                    column: int((done["outcome"] == outcome).sum())
+                    for outcome, column in OUTCOME_COLUMNS.items()
+                },
                 "mean": interval.mean if interval else math.nan,
                 "sd": interval.sd if interval and interval.n > 1 else math.nan,
                 "low": interval.low if interval and interval.n > 1 else math.nan,
@@ -150,40 +170,81 @@ def _failed(runs: pd.DataFrame) -> int:
     return int(runs["outcome"].isin(FAILED).sum())
 
 
+def _did(runs: pd.DataFrame) -> str:
+    """What the runs' outcomes were: `1 converged, 1 stalled`."""
+    return outcome_counts(runs["outcome"].value_counts().to_dict())
+
+
+def _and(names: Iterable[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    items = list(names)
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
 def _too_few(claim: Claim, what: str, n: int, unit: str = "finished run(s)") -> Verdict:
     return Verdict(claim, "inconclusive", f"only {n} {unit} of {what}; 2 needed", {})
-
-
-def _interval_text(interval: Interval) -> str:
-    return f"{interval.mean:+.3f} (95% interval {interval.low:+.3f} to {interval.high:+.3f})"
 
 
 # ---------------------------------------------------------------------------- rules
 
 
+def _pooled(
+    results: pd.DataFrame, groups: Sequence[str | Mapping[str, Any]]
+) -> tuple[pd.DataFrame, str, list[str]]:
+    """The groups' finished runs together, the groups' names, and what has no finished run
+    yet: a whole group by its name, else each variant it spans that has none."""
+    parts, waiting = [], []
+    for group in groups:
+        runs = select(results, group)
+        done = _finished(runs)
+        parts.append(done)
+        if done.empty:
+            waiting.append(_name(group))
+        else:
+            finished = set(done["variant"])
+            waiting += [v for v in dict.fromkeys(runs["variant"]) if v not in finished]
+    return pd.concat(parts), "; ".join(_name(g) for g in groups), waiting
+
+
+def _failures(runs: pd.DataFrame) -> str:
+    """`2 failed to train (1 diverged, 1 stalled)`."""
+    failed = runs[runs["outcome"].isin(FAILED)]
+    return f"{len(failed)} failed to train" + (f" ({_did(failed)})" if len(failed) else "")
+
+
+def _pooled_counts(claim: Claim, results: pd.DataFrame) -> tuple[pd.DataFrame, str, Verdict | None]:
+    """The pooled finished runs, their names, and the verdict when they cannot be judged:
+    fewer than 2, or a group (or a variant of one) with no finished run."""
+    runs, what, waiting = _pooled(results, claim.args["groups"])
+    if len(runs) < 2:
+        return runs, what, _too_few(claim, what, len(runs))
+    if waiting:
+        said = f"no run of {_and(waiting)} has finished, and the claim covers all of {what}"
+        numbers = {"finished": len(runs), "failed": _failed(runs), "waiting": len(waiting)}
+        return runs, what, Verdict(claim, "inconclusive", f"{said}.", numbers)
+    return runs, what, None
+
+
 def _converges(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
-    runs = _finished(pd.concat([select(results, g) for g in claim.args["groups"]]))
-    what = "; ".join(_name(g) for g in claim.args["groups"])
+    runs, what, early = _pooled_counts(claim, results)
+    if early is not None:
+        return early
     n, failed = len(runs), _failed(runs)
     numbers = {"finished": n, "failed": failed, "converged": n - failed}
-    if n < 2:
-        return _too_few(claim, what, n)
     said = f"{n - failed} of {n} finished runs of {what} converged"
     if failed == 0:
         return Verdict(claim, "supported", f"{said}.", numbers)
-    if failed > n / 2:
-        return Verdict(claim, "contradicted", f"{said}; {failed} diverged or stalled.", numbers)
-    return Verdict(claim, "inconclusive", f"{said}; {failed} diverged or stalled.", numbers)
+    verdict = "contradicted" if failed > n / 2 else "inconclusive"
+    return Verdict(claim, verdict, f"{said}; {_failures(runs)}.", numbers)
 
 
 def _fails_often(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
-    runs = _finished(pd.concat([select(results, g) for g in claim.args["groups"]]))
-    what = "; ".join(_name(g) for g in claim.args["groups"])
+    runs, what, early = _pooled_counts(claim, results)
+    if early is not None:
+        return early
     n, failed = len(runs), _failed(runs)
     numbers = {"finished": n, "failed": failed}
-    if n < 2:
-        return _too_few(claim, what, n)
-    said = f"{failed} of {n} finished runs of {what} diverged or stalled"
+    said = f"of {n} finished runs of {what}, {_failures(runs)}"
     if failed >= n / 2:
         return Verdict(claim, "supported", f"{said}.", numbers)
     if failed == 0:
@@ -191,60 +252,111 @@ def _fails_often(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdic
     return Verdict(claim, "inconclusive", f"{said} (fewer than half).", numbers)
 
 
-def _compare(
+def _contrast(
     claim: Claim,
     better: pd.DataFrame,
     worse: pd.DataFrame,
     names: tuple[str, str],
+    on: Sequence[str] = (),
     values: str = "val_loss",
     what: str = "final val loss",
-) -> Verdict:
-    """Welch's interval of mean(better) − mean(worse) on a column of two groups."""
+) -> Verdict | Comparison:
+    """better − worse on a column, paired and unpaired (`comparisons.compare`); or the
+    verdict that needs no interval: too few finished runs, or one side with no finite
+    value (every finished run diverged) while the other has one, so the other is lower."""
     a, b = _finished(better), _finished(worse)
-    unit = "finished run(s)" if values == "val_loss" else "seed(s) with the whole sweep finished"
+    per_run = values == "val_loss"  # else one value per seed (a sensitivity)
+    unit = "finished run(s)" if per_run else "seed(s) with the whole sweep finished"
     if len(a) < 2 or len(b) < 2:
         small = names[0] if len(a) < 2 else names[1]
         return _too_few(claim, small, min(len(a), len(b)), unit)
-    fa, fb = a[values].dropna(), b[values].dropna()
-    fa, fb = fa[fa.map(math.isfinite)], fb[fb.map(math.isfinite)]
-    if len(fa) == 0 and len(fb) >= 1 and _failed(a) == len(a):
-        return Verdict(
-            claim,
-            "contradicted",
-            f"every run of {names[0]} diverged or stalled; {names[1]} did not.",
-            {"finished": len(a)},
-        )
-    if len(fb) == 0 and len(fa) >= 1 and _failed(b) == len(b):
-        return Verdict(
-            claim,
-            "supported",
-            f"every run of {names[1]} diverged or stalled; {names[0]} did not.",
-            {"finished": len(b)},
-        )
-    interval = difference_interval(fa, fb)
-    if interval is None:
-        return _too_few(claim, "a side with a finite value", min(len(fa), len(fb)))
-    numbers = {
-        "difference": interval.mean,
-        "low": interval.low,
-        "high": interval.high,
-        f"mean {names[0]}": float(fa.mean()),
-        f"mean {names[1]}": float(fb.mean()),
-        "n": f"{len(fa)} and {len(fb)}",
-    }
-    said = f"{what} of {names[0]} minus {names[1]}: {_interval_text(interval)}"
+    compared = compare(a, b, names, values, on, "runs" if per_run else "seeds")
+    na, nb = compared.counts
+    if na == 0 and nb >= 1 and _failed(a) == len(a):
+        return _one_sided(claim, "contradicted", (names[0], a), (names[1], b), what)
+    if nb == 0 and na >= 1 and _failed(b) == len(b):
+        return _one_sided(claim, "supported", (names[1], b), (names[0], a), what)
+    if compared.used is None:
+        return _too_few(claim, "a side with a finite value", min(na, nb), unit)
+    return compared
+
+
+def _one_sided(
+    claim: Claim,
+    verdict: str,
+    without: tuple[str, pd.DataFrame],
+    other: tuple[str, pd.DataFrame],
+    what: str,
+) -> Verdict:
+    """The verdict when one side's finished runs all failed with no finite value: what
+    each side's runs did, in counts."""
+    said = (
+        f"no finished run of {without[0]} has a finite {what} ({_did(without[1])}); "
+        f"{other[0]}: {_did(other[1])}"
+    )
+    numbers = {f"finished {name}": len(runs) for name, runs in (without, other)}
+    numbers.update({f"failed {name}": _failed(runs) for name, runs in (without, other)})
+    return Verdict(claim, verdict, f"{said}.", numbers)
+
+
+def _said(compared: Comparison, what: str) -> str:
+    interval = compared.used
+    assert interval is not None
+    a, b = compared.names
+    return f"{what} of {a} minus {b}, {compared.method()}: {interval_text(interval)}"
+
+
+def _below_zero(claim: Claim, compared: Verdict | Comparison, what: str) -> Verdict:
+    """Supported if the interval lies below 0, contradicted if above, else inconclusive."""
+    if isinstance(compared, Verdict):
+        return compared
+    interval, said, numbers = compared.used, _said(compared, what), compared.numbers()
+    assert interval is not None
     if interval.high < 0:
-        return Verdict(claim, "supported", f"{said}, below zero.", numbers)
+        return Verdict(claim, "supported", f"{said}, below zero.", numbers, (compared,))
     if interval.low > 0:
-        return Verdict(claim, "contradicted", f"{said}, above zero.", numbers)
-    return Verdict(claim, "inconclusive", f"{said}, which includes zero.", numbers)
+        return Verdict(claim, "contradicted", f"{said}, above zero.", numbers, (compared,))
+    return Verdict(claim, "inconclusive", f"{said}, which includes zero.", numbers, (compared,))
 
 
 def _lower_loss(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
     better, worse = claim.args["better"], claim.args["worse"]
-    return _compare(
-        claim, select(results, better), select(results, worse), (_name(better), _name(worse))
+    compared = _contrast(
+        claim,
+        select(results, better),
+        select(results, worse),
+        (_name(better), _name(worse)),
+        match_columns(study.swept, better, worse),
     )
+    return _below_zero(claim, compared, "final val loss")
+
+
+def _not_worse(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
+    better, worse, margin = claim.args["better"], claim.args["worse"], claim.args["margin"]
+    number = isinstance(margin, int | float) and not isinstance(margin, bool)
+    if not number or not math.isfinite(margin) or margin < 0:
+        raise ValueError(f"not_worse margin must be a number of nats >= 0, not {margin!r}")
+    compared = _contrast(
+        claim,
+        select(results, better),
+        select(results, worse),
+        (_name(better), _name(worse)),
+        match_columns(study.swept, better, worse),
+    )
+    if isinstance(compared, Verdict):
+        return compared
+    interval, said = compared.used, _said(compared, "final val loss")
+    assert interval is not None
+    numbers = {**compared.numbers(), "margin": float(margin)}
+    bound = f"the margin of {margin:+.3f} nats"
+    a, b = compared.names
+    if interval.high < margin:
+        why = f"{said}; its upper bound is below {bound}, so {a} does as well as {b} within it"
+        return Verdict(claim, "supported", f"{why}.", numbers, (compared,))
+    if interval.low > margin:
+        why = f"{said}; its lower bound is above {bound}, so {a} does worse than {b} by more"
+        return Verdict(claim, "contradicted", f"{why}.", numbers, (compared,))
+    return Verdict(claim, "inconclusive", f"{said}, which includes {bound}.", numbers, (compared,))
 
 
 def _sensitivities(runs: pd.DataFrame, field_name: str) -> pd.DataFrame:
@@ -288,9 +400,11 @@ def _less_sensitive(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Ver
     better, worse, name = claim.args["better"], claim.args["worse"], claim.args["field"]
     sa = _sensitivities(select(results, better), name)
     sb = _sensitivities(select(results, worse), name)
-    return _compare(
-        claim, sa, sb, (_name(better), _name(worse)), "sensitivity", "learning-rate sensitivity"
+    what = "learning-rate sensitivity"
+    compared = _contrast(
+        claim, sa, sb, (_name(better), _name(worse)), values="sensitivity", what=what
     )
+    return _below_zero(claim, compared, what)
 
 
 def max_stable(runs: pd.DataFrame, field_name: str) -> float | None:
@@ -334,16 +448,87 @@ def _fails_deep(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict
     n, failed = len(runs), _failed(runs)
     if n < 2:
         return _too_few(claim, _name(deep), n)
-    said = f"{failed} of {n} finished runs of {_name(deep)} diverged or stalled"
+    said = f"of {n} finished runs of {_name(deep)}, {_failures(runs)}"
     numbers: dict[str, Any] = {"finished": n, "failed": failed}
     if failed > n / 2:
         return Verdict(claim, "supported", f"{said}.", numbers)
-    compared = _compare(claim, runs, select(results, reference), (_name(deep), _name(reference)))
+    compared = _below_zero(
+        claim,
+        _contrast(
+            claim,
+            runs,
+            select(results, reference),
+            (_name(deep), _name(reference)),
+            match_columns(study.swept, deep, reference),
+        ),
+        "final val loss",
+    )
     numbers.update(compared.numbers)
-    if failed == 0 and compared.verdict in ("supported", "inconclusive"):
-        # Not above zero: the deep runs trained no worse than the reference.
-        return Verdict(claim, "contradicted", f"{said}; {compared.reason}", numbers)
-    return Verdict(claim, "inconclusive", f"{said}; {compared.reason}", numbers)
+    reason = f"{said}; {compared.reason}"
+    # Not above zero: the deep runs trained no worse than the reference. Too few reference
+    # runs to compare (inconclusive with no interval) is no evidence either way.
+    no_worse = compared.verdict == "supported" or (
+        compared.verdict == "inconclusive" and compared.comparisons
+    )
+    if failed == 0 and no_worse:
+        return Verdict(claim, "contradicted", reason, numbers, compared.comparisons)
+    return Verdict(claim, "inconclusive", reason, numbers, compared.comparisons)
+
+
+@dataclass
+class _Standing:
+    """Where `at` stands against each other value of the field, by the interval of
+    (at − other): what a sweet_spot verdict is made of."""
+
+    beaten: list[Any] = field(default_factory=list)  # below 0, or the other all diverged
+    lower: list[Any] = field(default_factory=list)  # above 0: the other is lower, significantly
+    ahead: list[Any] = field(default_factory=list)  # `at` lower in the mean, not significantly
+    behind: dict[Any, float] = field(default_factory=dict)  # the other lower in the mean: by
+    unknown: list[Any] = field(default_factory=list)  # too few finished runs to compare
+    notes: list[str] = field(default_factory=list)
+    numbers: dict[str, Any] = field(default_factory=dict)
+    comparisons: list[Comparison] = field(default_factory=list)
+
+    def add(self, other: Any, them: str, compared: Verdict | Comparison) -> None:
+        """File one comparison of `at` with the value `other` (called `them`)."""
+        if isinstance(compared, Verdict):  # too few runs, or one side all diverged
+            self.notes.append(f"vs {them}: {compared.reason.rstrip('.')}")
+            if compared.verdict == "supported":
+                self.beaten.append(other)
+            elif compared.verdict == "contradicted":
+                self.lower.append(other)
+            else:
+                self.unknown.append(other)
+            return
+        interval = compared.used
+        assert interval is not None
+        self.comparisons.append(compared)
+        self.numbers.update(compared.numbers(prefix=f"vs {them}: "))
+        self.notes.append(f"vs {them}: {interval_text(interval)}, {compared.method()}")
+        if interval.high < 0:
+            self.beaten.append(other)
+        elif interval.low > 0:
+            self.lower.append(other)
+        elif interval.mean > 0:
+            self.behind[other] = interval.mean
+        else:
+            self.ahead.append(other)
+
+
+def _value_name(results: pd.DataFrame, name: str, value: Any) -> str:
+    """A field value by its variant's label when one variant has it, else `name value`."""
+    labels = list(dict.fromkeys(results.loc[results[name] == value, "variant"]))
+    return str(labels[0]) if len(labels) == 1 else f"{name} {value}"
+
+
+def _not_finished(runs: pd.DataFrame) -> str:
+    """`2 runs of FFN 8× and 1 run of FFN 16× have not finished` ('' when all have)."""
+    waiting = runs.loc[runs["outcome"] == "", "variant"]
+    if waiting.empty:
+        return ""
+    counts = {v: int((waiting == v).sum()) for v in dict.fromkeys(waiting)}
+    said = _and([f"{n} run{'' if n == 1 else 's'} of {v}" for v, n in counts.items()])
+    return f"{said} {'has' if len(waiting) == 1 else 'have'} not finished"
 
 
 def _sweet_spot(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
@@ -352,32 +537,60 @@ def _sweet_spot(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict
     if here.empty:
         raise ValueError(f"no runs of {_name(at)} to judge")
     value = here[name].iloc[0]
-    others = sorted(v for v in results[name].dropna().unique() if v != value)
-    beats, loses, notes = [], [], []
+    swept = results[results[name].notna()]
+    me = _value_name(results, name, value)
+    on = match_columns([c for c in study.swept if c != name], at)
+    standing = _Standing()
+    others = sorted(v for v in swept[name].unique() if v != value)
     for other in others:
-        verdict = _compare(
-            claim, here, results[results[name] == other], (_name(at), f"{name} {other}")
+        them = _value_name(results, name, other)
+        standing.add(
+            other, them, _contrast(claim, here, results[results[name] == other], (me, them), on)
         )
-        notes.append(f"vs {other}: {verdict.numbers.get('difference', math.nan):+.3f}")
-        if verdict.verdict == "supported":
-            beats.append(other)
-        elif verdict.verdict == "contradicted":
-            loses.append(other)
-    smaller = [o for o in others if o < value]
+
+    def named(values: Iterable[Any]) -> str:
+        return _and([_value_name(results, name, v) for v in values])
+
+    def are(values: Sized) -> str:
+        return "is" if len(values) == 1 else "are"
+
+    # What stands between `at` and "supported", each in words.
+    failures = []
+    if standing.lower:
+        failures.append(
+            f"{named(standing.lower)} {are(standing.lower)} lower than {me}, significantly"
+        )
+    if waiting := _not_finished(swept):
+        failures.append(waiting)
+    if not any(o < value for o in others):
+        failures.append(f"no {name} smaller than {value} was run")
+    if unclear := sorted(o for o in [*standing.ahead, *standing.behind] if o < value):
+        failures.append(f"{me} is not significantly lower than {named(unclear)}")
+    if larger := sorted(o for o in standing.behind if o > value):
+        by = _and([f"{standing.behind[o]:.3f}" for o in larger])
+        failures.append(
+            f"{named(larger)} {are(larger)} lower than {me} in the mean (by {by}), "
+            "not significantly"
+        )
+    if standing.unknown:
+        failures.append(f"too few finished runs to compare {me} with {named(standing.unknown)}")
     numbers = {
-        "lower than": ", ".join(map(str, beats)) or "none",
-        "higher than": ", ".join(map(str, loses)) or "none",
+        **standing.numbers,
+        "lower than": ", ".join(map(str, standing.beaten)) or "none",
+        "higher than": ", ".join(map(str, standing.lower)) or "none",
+        "runs not finished": int((swept["outcome"] == "").sum()),
     }
-    said = (
-        f"final val loss of {_name(at)} minus each other {name} (mean): {'; '.join(notes)}; "
-        f"its interval lies below zero against {name} {numbers['lower than']} and above zero "
-        f"against {numbers['higher than']}"
-    )
-    if loses:
-        return Verdict(claim, "contradicted", f"{said}.", numbers)
-    if set(smaller) <= set(beats) and smaller:
-        return Verdict(claim, "supported", f"{said}.", numbers)
-    return Verdict(claim, "inconclusive", f"{said}.", numbers)
+    said = f"final val loss of {me} minus each other {name}: {'; '.join(standing.notes)}"
+    if failures:
+        verdict = "contradicted" if standing.lower else "inconclusive"
+        why = "; ".join(failures)
+    else:
+        verdict = "supported"
+        why = (
+            f"{me} is lower than every smaller {name}, no larger one is lower in the mean, "
+            "and every run finished"
+        )
+    return Verdict(claim, verdict, f"{said}. {why}.", numbers, tuple(standing.comparisons))
 
 
 def _param_share(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
@@ -397,6 +610,7 @@ RULES: dict[str, Callable[[Claim, pd.DataFrame, StudyDef], Verdict]] = {
     "converges": _converges,
     "fails_often": _fails_often,
     "lower_loss": _lower_loss,
+    "not_worse": _not_worse,
     "less_sensitive": _less_sensitive,
     "lower_max_stable_lr": _lower_max_stable,
     "fails_deep": _fails_deep,
@@ -422,4 +636,12 @@ def verdicts(study: StudyDef, results: pd.DataFrame) -> list[Verdict]:
     return [judge(claim, results, study) for claim in study.claims]
 
 
-__all__: Sequence[str] = ("RULES", "Verdict", "judge", "select", "summarize", "verdicts")
+__all__: Sequence[str] = (
+    "FAILED",
+    "RULES",
+    "Verdict",
+    "judge",
+    "select",
+    "summarize",
+    "verdicts",
+)

@@ -163,11 +163,13 @@ def _results(store: RunStore, study_id: int, plan: studies.StudyDef) -> None:
                 f"{icon} **{ui.plain(verdict.verdict.capitalize())}** — "
                 f"{ui.plain(verdict.claim.text)}  \n"
                 f"*{ui.plain(verdict.claim.source)}*  \n{ui.plain(verdict.reason)}"
+                + "".join(f"  \n{ui.plain(line)}" for line in study_table.interval_lines(verdict))
             )
         st.caption(
             "A verdict is computed from the runs by the rule the README's Studies section "
-            "documents (95% intervals over seeds; diverged and stalled runs counted); "
-            "nothing here is written by hand."
+            "documents (95% intervals over seeds, paired by seed where two or more seeds "
+            "pair up, with the unpaired interval beside it; diverged, blown-up and stalled "
+            "runs counted); nothing here is written by hand."
         )
     st.subheader("Results", anchor=False)
     st.dataframe(

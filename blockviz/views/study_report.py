@@ -3,7 +3,8 @@
 results.csv | .md | .tex   the per-variant table (study_table.results_table)
 runs.csv                   one row per run: variant, seed, outcome, losses, swept values,
                            and its findings (headline and warnings)
-claims.md                  each claim, its source, the verdict, the reason and numbers
+claims.md                  each claim, its source, the verdict, the reason, both
+                           intervals (paired by seed and unpaired) and the numbers
 charts/*.png | .svg        loss curves by variant, final loss against each swept value
                            (the init-gradients study: its two figures)
 configs/<variant>.json     each variant's config (seed 1)
@@ -84,6 +85,7 @@ def _claims_md(plan: StudyDef, judged: list[Verdict]) -> str:
             f"Source: {verdict.claim.source}",
             f"Rule: {verdict.claim.rule} {json.dumps(dict(verdict.claim.args))}",
             f"Why: {verdict.reason}",
+            *(f"Intervals: {line}" for line in study_table.interval_lines(verdict)),
             "Numbers: " + json.dumps({k: json_safe(v) for k, v in dict(verdict.numbers).items()}),
             "",
         ]
@@ -162,7 +164,9 @@ def _html(
     esc = html.escape
     claims = "".join(
         f"<li><b>{esc(v.verdict)}</b>: {esc(v.claim.text)} <i>({esc(v.claim.source)})</i>"
-        f"<br>{esc(v.reason)}</li>"
+        f"<br>{esc(v.reason)}"
+        + "".join(f"<br><small>{esc(line)}</small>" for line in study_table.interval_lines(v))
+        + "</li>"
         for v in judged
     )
     body = [

@@ -9,6 +9,8 @@ from typing import Any
 
 import pandas as pd
 
+from blockviz.core.outcomes import FAILED, outcome_counts
+from blockviz.core.verdicts import OUTCOME_COLUMNS
 from blockviz.views.ablation import html_table, latex_escape
 
 TABLE_COLUMNS = (
@@ -38,12 +40,14 @@ def _loss(mean: float, low: float, high: float) -> str:
 def results_table(summary: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """One row per variant: parameters, train and val loss (mean ± half the 95% interval;
     the value alone with one seed), the interval, perplexity (exp of the mean val loss),
-    time relative to the baseline variant and how many seeds diverged or stalled."""
+    time relative to the baseline variant and how many seeds failed to train, and how
+    (diverged, blew up, stalled)."""
     base = summary.loc[summary["variant"] == baseline, "time_s"]
     base_time = float(base.iloc[0]) if len(base) and not _missing(float(base.iloc[0])) else None
     rows = []
     for row in summary.itertuples(index=False):
-        failed = int(row.diverged) + int(row.stalled)
+        failures = {o: int(getattr(row, OUTCOME_COLUMNS[o])) for o in FAILED}
+        failed = sum(failures.values())
         relative = (
             f"{row.time_s / base_time:.2f}×"
             if base_time and not _missing(float(row.time_s))
@@ -60,7 +64,8 @@ def results_table(summary: pd.DataFrame, baseline: str) -> pd.DataFrame:
                 else f"{row.low:.3f} to {row.high:.3f}",
                 "Perplexity": "" if _missing(float(row.mean)) else f"{math.exp(row.mean):.2f}",
                 "Time": relative,
-                "Stability": f"{failed} of {int(row.finished)} diverged or stalled"
+                "Stability": f"{failed} of {int(row.finished)} failed to train"
+                + (f" ({outcome_counts(failures)})" if failed else "")
                 + (
                     f" ({int(row.runs) - int(row.finished)} not finished)"
                     if int(row.runs) > int(row.finished)
@@ -109,8 +114,14 @@ def table_html(table: pd.DataFrame) -> str:
     )
 
 
+def interval_lines(verdict: Any) -> list[str]:
+    """Each difference the verdict computed, with both its intervals: "GELU minus ReLU:
+    paired -0.008 (-0.012 to -0.004), n=2 pairs; unpaired -0.009 (-0.558 to +0.541), ..."."""
+    return [comparison.both() for comparison in verdict.comparisons]
+
+
 def verdicts_table(verdicts: Sequence[Any]) -> pd.DataFrame:
-    """Claim, Source, Verdict, Reason: one row per judged claim."""
+    """Claim, Source, Verdict, Reason, Intervals (paired and unpaired): one row per claim."""
     return pd.DataFrame(
         [
             {
@@ -118,10 +129,11 @@ def verdicts_table(verdicts: Sequence[Any]) -> pd.DataFrame:
                 "Source": v.claim.source,
                 "Verdict": v.verdict,
                 "Reason": v.reason,
+                "Intervals": " / ".join(interval_lines(v)),
             }
             for v in verdicts
         ],
-        columns=["Claim", "Source", "Verdict", "Reason"],
+        columns=["Claim", "Source", "Verdict", "Reason", "Intervals"],
     )
 
 

@@ -54,6 +54,7 @@ def summary_json(store: RunStore, study_id: int) -> dict[str, Any]:
                 "source": v.claim.source,
                 "verdict": v.verdict,
                 "reason": v.reason,
+                "intervals": study_table.interval_lines(v),
                 "numbers": {k: json_safe(x) for k, x in dict(v.numbers).items()},
             }
             for v in _verdicts(plan, results)
@@ -62,7 +63,7 @@ def summary_json(store: RunStore, study_id: int) -> dict[str, Any]:
 
 
 def summary_text(store: RunStore, study_id: int) -> str:
-    """The results table (Markdown) and one line per claim with its verdict and reason."""
+    """The results table (Markdown) and, per claim, its verdict, reason and intervals."""
     study = store.get_study(study_id)
     plan = plan_from_spec(study["spec"])
     if not plan.trains:
@@ -77,4 +78,5 @@ def summary_text(store: RunStore, study_id: int) -> str:
     for verdict in _verdicts(plan, results):
         lines.append(f"[{verdict.verdict}] {verdict.claim.text} ({verdict.claim.source})")
         lines.append(f"    {verdict.reason}")
+        lines += [f"    intervals: {line}" for line in study_table.interval_lines(verdict)]
     return "\n".join(lines)

@@ -1,0 +1,51 @@
+"""A study's results table, verdicts table and swept chart on constructed results: how each
+run ended and both intervals of a verdict reach what a reader sees."""
+
+from __future__ import annotations
+
+import math
+
+from blockviz.core.verdicts import judge, summarize
+from blockviz.views import study_charts, study_table
+from tests.test_verdicts import NEUTRAL, claim, frame
+
+ROWS = [
+    ("a", 1, "converged", 2.0, {"ffn_mult": 2}),
+    ("a", 2, "converged", 2.05, {"ffn_mult": 2}),
+    ("b", 1, "blew up", 31.0, {"ffn_mult": 4}),
+    ("b", 2, "stalled", 3.1, {"ffn_mult": 4}),
+    ("b", 3, "", math.nan, {"ffn_mult": 4}),
+]
+
+
+def test_the_stability_column_says_how_each_failed_run_failed() -> None:
+    table = study_table.results_table(summarize(frame(ROWS)), "a").set_index("Variant")
+    assert table.loc["a", "Stability"] == "0 of 2 failed to train"
+    assert (
+        table.loc["b", "Stability"]
+        == "2 of 2 failed to train (1 blew up, 1 stalled) (1 not finished)"
+    )
+
+
+def test_the_verdicts_table_shows_both_intervals() -> None:
+    verdict = judge(claim("lower_loss", better="a", worse="b"), frame(ROWS), NEUTRAL)
+    table = study_table.verdicts_table([verdict])
+    (intervals,) = table["Intervals"]
+    assert intervals == verdict.comparisons[0].both()
+    assert intervals.startswith("a minus b: paired ") and "n=2 pairs; unpaired " in intervals
+    ratio = judge(claim("param_share", variant="a", part="ffn", low=0, high=1), frame([]), NEUTRAL)
+    assert study_table.verdicts_table([ratio])["Intervals"].tolist() == [""]
+
+
+def test_a_blown_up_run_is_drawn_at_the_top_and_left_out_of_the_mean() -> None:
+    results = frame(ROWS)
+    points = study_charts.swept_points(results, "ffn_mult").set_index("seed")
+    on_scale = points.loc[points["outcome"].isin(["converged", "stalled"]), "loss"]
+    blown = points[points["outcome"] == "blew up"]
+    assert on_scale.max() == 3.1  # the blow-up does not stretch the axis
+    assert blown["loss"].iloc[0] > 3.1 and blown["loss"].iloc[0] < 4
+    assert blown["val_loss"].iloc[0] == 31.0  # its tooltip keeps the real loss
+    spec = study_charts.swept_chart(results, "ffn_mult").to_dict()
+    filters = [t.get("filter") for layer in spec["layer"] for t in layer.get("transform", [])]
+    assert "datum.outcome != 'diverged' && datum.outcome != 'blew up'" in filters
+    assert "blew up" in spec["layer"][1]["encoding"]["shape"]["scale"]["domain"]
