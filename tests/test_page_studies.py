@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from blockviz.core import studies
+from blockviz.core import evaluation, studies
 from blockviz.core.outcomes import results_frame
 from blockviz.core.verdicts import judge
 from blockviz.store import RunStore
@@ -39,10 +39,13 @@ def test_an_empty_store_offers_the_builtin_studies() -> None:
     assert "GELU does at least as well as ReLU" in text.replace("\\", "")
     assert "4 variants × 2 seeds = 8 runs" in text
     assert "Estimated time here" in text
+    # The estimate says what it assumes: workers at once, threads each, the speed used.
+    assert "worker(s) at once" in text and "each, at " in text and "FLOP/s" in text
 
 
-def _fake_study(store: RunStore, key: str = "activation") -> int:
-    """A finished study whose runs carry constructed, neutral numbers (no worker ran)."""
+def _fake_study(store: RunStore, key: str = "activation", scored: dict | None = None) -> int:
+    """A finished study whose runs carry constructed, neutral numbers (no worker ran);
+    `scored`: the runs' evaluation record (None: recorded before the evaluation set)."""
     plan = studies.builtin(key, "quick")
     runs = [
         {"variant": v.label, "seed": s, "config": c.to_json(), "max_steps": 300}
@@ -58,7 +61,12 @@ def _fake_study(store: RunStore, key: str = "activation") -> int:
             step=300,
             n_params=1000,
             final={"val_loss": loss, "train_loss": loss, "time_s": 5.0},
-            dataset={"unigram_nats": 3.0, "init_loss": 4.17, "vocab_size": 65},
+            dataset={
+                "unigram_nats": 3.0,
+                "init_loss": 4.17,
+                "vocab_size": 65,
+                **({"evaluation": scored} if scored else {}),
+            },
         )
     store.update_study(study_id, status="completed", ended=time.time())
     return study_id
@@ -80,6 +88,17 @@ def test_a_finished_study_shows_its_computed_verdicts_and_table() -> None:
     table = at.dataframe[1].value
     assert len(table) == 4
     assert any(b.label == "Resume study" and b.disabled for b in at.button)
+    # Its runs carry no evaluation record: scored on their own seed's windows, and it says so.
+    (warning,) = [w.value for w in at.warning]
+    assert warning.startswith("8 of 8 finished runs were scored on validation windows drawn")
+
+
+def test_a_study_scored_on_one_evaluation_set_gives_no_scoring_warning() -> None:
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        _fake_study(store, scored=evaluation.record(160, 64))
+    at = _page().run()
+    assert not at.exception
+    assert not [w.value for w in at.warning if "evaluation" in str(w.value)]
 
 
 @pytest.mark.slow

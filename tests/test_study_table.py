@@ -49,3 +49,12 @@ def test_a_blown_up_run_is_drawn_at_the_top_and_left_out_of_the_mean() -> None:
     filters = [t.get("filter") for layer in spec["layer"] for t in layer.get("transform", [])]
     assert "datum.outcome != 'diverged' && datum.outcome != 'blew up'" in filters
     assert "blew up" in spec["layer"][1]["encoding"]["shape"]["scale"]["domain"]
+
+
+def test_runs_scored_on_their_own_seeds_windows_are_called_out() -> None:
+    results = frame(ROWS).assign(same_text=[True, True, False, True, False])
+    # The unfinished run is not counted; one of the four finished runs is old-scheme.
+    note = study_table.scoring_note(results)
+    assert note is not None and note.startswith("1 of 4 finished runs were scored")
+    assert study_table.scoring_note(results.assign(same_text=True)) is None
+    assert study_table.scoring_note(results.iloc[0:0]) is None

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from blockviz.core import evaluation
 from blockviz.core.studies import StudyDef, swept_value
 
 # A model that learnt anything beyond character frequencies beats the unigram entropy by
@@ -54,6 +55,7 @@ RESULT_COLUMNS = {
     "time_s": "float64",
     "unigram_nats": "float64",
     "init_loss": "float64",
+    "same_text": "bool",  # scored on the shared evaluation set (core.evaluation)
 }
 
 
@@ -114,6 +116,7 @@ def results_frame(runs: pd.DataFrame, study: StudyDef) -> pd.DataFrame:
                 "time_s": _number(final.get("time_s")),
                 "unigram_nats": unigram,
                 "init_loss": init_loss,
+                "same_text": evaluation.same_text(dataset),
             }
         )
     frame = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))

@@ -155,6 +155,9 @@ def _results(store: RunStore, study_id: int, plan: studies.StudyDef) -> None:
     if finished < len(results):
         st.caption(f"Partial results: {finished} of {len(results)} runs finished so far.")
     summary = summarize(results)
+    note = study_table.scoring_note(results)
+    if note:
+        st.warning(ui.plain(note), icon=":material/rule:")
     if plan.claims:
         st.subheader("Claims and what this machine measured", anchor=False)
         for verdict in verdicts(plan, results):

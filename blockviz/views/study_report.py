@@ -77,7 +77,7 @@ def read_init_grads(store: RunStore, study_id: int) -> dict[str, Any] | None:
     return result if isinstance(result, dict) and "rows" in result else None
 
 
-def _claims_md(plan: StudyDef, judged: list[Verdict]) -> str:
+def _claims_md(plan: StudyDef, judged: list[Verdict], note: str | None = None) -> str:
     lines = [f"# {plan.title}", "", f"Question: {plan.question}", ""]
     for verdict in judged:
         lines += [
@@ -91,6 +91,8 @@ def _claims_md(plan: StudyDef, judged: list[Verdict]) -> str:
         ]
     if not judged:
         lines.append("This study tests no claim: it measures.")
+    if note:
+        lines += ["", f"Note: {note}"]
     return "\n".join(lines) + "\n"
 
 
@@ -105,11 +107,13 @@ def study_files(
     built: list[tuple[str, alt.TopLevelMixin]] = []
     judged: list[Verdict] = []
     table = pd.DataFrame()
+    note = None
     if plan.trains:
         runs = store.study_runs(study_id)
         results = results_frame(runs, plan)
         table = study_table.results_table(summarize(results), plan.baseline)
         judged = verdicts(plan, results)
+        note = study_table.scoring_note(results)
         files["results.csv"] = table.to_csv(index=False).encode()
         files["results.md"] = study_table.table_markdown(table).encode()
         files["results.tex"] = study_table.table_latex(table).encode()
@@ -131,7 +135,7 @@ def study_files(
             built.append(("init-grad-ratio", charts.init_grad_ratio_chart(summary)))
             built.append(("init-grad-by-block", charts.init_grad_profile_chart(rows)))
             files["init_grads.json"] = json.dumps(result).encode()
-    files["claims.md"] = _claims_md(plan, judged).encode()
+    files["claims.md"] = _claims_md(plan, judged, note).encode()
     for label in dict.fromkeys(v.label for v in plan.variants):
         files[f"configs/{safe_filename(label, 'json')}"] = (
             plan.config_for(label, plan.seeds[0]).to_json().encode()

@@ -168,3 +168,20 @@ def sensitivity_display(results: pd.DataFrame, swept: Sequence[str]) -> pd.DataF
             "seeds": table["seeds"].astype(int),
         }
     )
+
+
+def scoring_note(results: pd.DataFrame) -> str | None:
+    """A warning when finished runs were scored on their own seed's windows (runs recorded
+    before the evaluation set): their spread then holds which text each seed drew."""
+    if results.empty or "same_text" not in results.columns:
+        return None
+    finished = results[results["outcome"] != ""]
+    old = int((~finished["same_text"].astype(bool)).sum())
+    if old == 0:
+        return None
+    return (
+        f"{old} of {len(finished)} finished runs were scored on validation windows drawn from "
+        "their own training seed (recorded before the evaluation seed), so seeds differ in the "
+        "text they were scored on as well as in training, and the spread and intervals are "
+        "wider than the models'. Run the study again to score every run on one evaluation set."
+    )

@@ -39,6 +39,7 @@ def summary_json(store: RunStore, study_id: int) -> dict[str, Any]:
         "status": study["status"],
         "question": plan.question,
         "seeds": list(plan.seeds),
+        "scoring_note": study_table.scoring_note(results),
         "variants": [
             {key: json_safe(value) for key, value in row.items()}
             for row in summary.to_dict(orient="records")
@@ -72,6 +73,9 @@ def summary_text(store: RunStore, study_id: int) -> str:
     results = results_frame(store.study_runs(study_id), plan)
     table = study_table.results_table(summarize(results), plan.baseline)
     lines = [study_table.table_markdown(table)]
+    note = study_table.scoring_note(results)
+    if note:
+        lines += [f"note: {note}", ""]
     sensitivity = study_table.sensitivity_display(results, plan.swept)
     if sensitivity is not None:
         lines += [study_table.table_markdown(sensitivity), study_table.SENSITIVITY_NOTE, ""]
