@@ -1,8 +1,9 @@
 """Two groups of a study's runs compared on one column: paired by seed, and unpaired.
 
-A seed fixes a run's data order and its evaluation text, so the runs of two variants with
-the same seed share those draws, and the part of the seed-to-seed spread the two have in
-common cancels in their difference. `compare` therefore gives both:
+A seed fixes a run's data order (and its initial weights, where two variants' shapes
+agree), and every run is scored on the same evaluation text (`core.evaluation`), so the
+runs of two variants with the same seed share those draws, and the part of the
+seed-to-seed spread the two have in common cancels in their difference. `compare` therefore gives both:
 
 - **paired**: one difference per seed both sides finished with a finite value, and the
   one-sample 95% t interval of their mean (`study_stats.paired_interval`; n = those seeds);
@@ -16,7 +17,7 @@ When a group holds several runs per seed (a dict group spanning several variants
 every depth), the runs of one seed are first matched on the swept columns neither group
 fixes (`match_columns`: depth 6 against depth 6), and the matched differences are then
 averaged within the seed, so each seed gives one difference. The seed, not the run, is
-the replicate: runs with the same seed share its data order and evaluation text, so
+the replicate: runs with the same seed share its data order, so
 their differences are not independent, and counting them as separate pairs would
 overstate n. Matching before averaging keeps a run missing on one side (diverged, or
 not finished) from changing which cells the other side's mean covers.

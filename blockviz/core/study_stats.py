@@ -160,7 +160,7 @@ def paired_interval(
     """95% t interval of the mean of a[i] - b[i] over the pairs finite on both sides; None
     unless two such pairs exist. `n` counts those pairs.
 
-    Noise the two members of a pair share (here: a seed's data order and evaluation text)
+    Noise the two members of a pair share (here: a seed's data order and initial weights)
     cancels in their difference, so this interval is narrower than Welch's whenever that
     shared noise is a large part of the spread.
     """

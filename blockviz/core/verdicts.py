@@ -17,7 +17,8 @@ seed** (one difference per seed both groups finished with a finite value, its on
 neither group fixes and averaged within the seed) and **unpaired** (Welch's 95%
 interval). The verdict uses the paired interval when at least 2 seeds pair up, else
 Welch's, and its sentence says which and on how many pairs. Why paired: a seed fixes the
-data order and the evaluation text for every variant, so the seed-to-seed noise the two
+data order (and the initial weights where shapes agree) for every variant, and every run is
+scored on one evaluation text, so the seed-to-seed noise the two
 variants share cancels in their difference, and what is left is the variants' own
 difference. A difference counts as real only when its interval excludes zero. The rules:
 
