@@ -3,7 +3,8 @@
 A seed fixes a run's data order (and its initial weights, where two variants' shapes
 agree), and every run is scored on the same evaluation text (`core.evaluation`), so the
 runs of two variants with the same seed share those draws, and the part of the
-seed-to-seed spread the two have in common cancels in their difference. `compare` therefore gives both:
+seed-to-seed spread the two have in common cancels in their difference. `compare`
+therefore gives both:
 
 - **paired**: one difference per seed both sides finished with a finite value, and the
   one-sample 95% t interval of their mean (`study_stats.paired_interval`; n = those seeds);
