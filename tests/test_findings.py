@@ -313,6 +313,25 @@ def test_attention_logit_growth_needs_the_bound_and_the_growth():
     assert only("attention_logit_growth", with_norm).suggestion.changes == {"lr": 3.3e-4}
 
 
+def test_attention_logit_growth_reads_the_largest_magnitude_so_negative_logits_count():
+    # A head whose logits grow large and negative: its signed largest logit stays small,
+    # its largest |logit| passes the bound.
+    signed = {step: [[2.0, 1.0]] * 3 for step in (0, 10, 20)}
+    magnitude = {0: [[1.5, 1.0]] * 3, 10: [[120.0, 1.0]] * 3, 20: [[130.0, 1.0]] * 3}
+    frame = layers_frame(
+        head_rows("attn_logit_max", signed), head_rows("attn_logit_max_abs", magnitude)
+    )
+    finding = only("attention_logit_growth", series(layer_frame=frame))
+    assert finding.series == "attn_logit_max_abs" and finding.tab == "Attention"
+    assert finding.evidence["value"] == 130.0 and finding.evidence["first"] == 1.5
+    assert "the largest |attention logit| of block 0 head 0 is 130" in finding.text
+    # A run recorded before the |logit| statistic: its signed largest logit, said so.
+    old = layers_frame(head_rows("attn_logit_max", magnitude))
+    finding = only("attention_logit_growth", series(layer_frame=old))
+    assert finding.series == "attn_logit_max"
+    assert "predates the |logit| statistic" in finding.text
+
+
 def test_rank_collapse_at_the_cosine_bound():
     table = {10: [0.5, fd.RANK_COS, 0.98], 20: [0.5, fd.RANK_COS, 0.98]}
     frame = layers_frame(layer_rows("tap", "resid_post", "token_cos", table))

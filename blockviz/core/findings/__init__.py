@@ -92,7 +92,9 @@ RULES: dict[str, Rule] = {
         "attention entropy collapse", internals.attention_collapse, _table("head", "attn_entropy")
     ),
     "attention_logit_growth": Rule(
-        "attention-logit growth", internals.attention_logits, _table("head", "attn_logit_max")
+        "attention-logit growth",
+        internals.attention_logits,
+        lambda series: not internals.logit_table(series)[0].empty,
     ),
     "rank_collapse": Rule(
         "rank collapse", internals.rank_collapse, _table("tap", "token_cos", spec.STREAM_TAP)

@@ -279,9 +279,19 @@ def attention_collapse(series: RunSeries) -> Finding | None:
     )
 
 
+def logit_table(series: RunSeries) -> tuple[pd.DataFrame, str]:
+    """Each head's largest |pre-softmax logit| by step, and its stat's name; a run recorded
+    before that statistic existed gives its largest signed logit (a lower bound of it)."""
+    table = series.table("head", "attn_logit_max_abs")
+    if not table.empty:
+        return table, "attn_logit_max_abs"
+    return series.table("head", "attn_logit_max"), "attn_logit_max"
+
+
 def attention_logits(series: RunSeries) -> Finding | None:
-    """A head's largest pre-softmax logit above ATTN_LOGIT_MAX and LOGIT_GROWTH × its first."""
-    table = series.table("head", "attn_logit_max")
+    """A head's largest |pre-softmax logit| above ATTN_LOGIT_MAX and LOGIT_GROWTH × its
+    first probe's."""
+    table, stat = logit_table(series)
     if table.empty:
         return None
     grown = (table > ATTN_LOGIT_MAX) & (table >= LOGIT_GROWTH * table.iloc[0].abs())
@@ -294,19 +304,24 @@ def attention_logits(series: RunSeries) -> Finding | None:
     value, start = float(table[(layer, head)].iloc[-1]), float(table[(layer, head)].iloc[0])
     others = f" ({len(heads)} heads over {ATTN_LOGIT_MAX:g})" if len(heads) > 1 else ""
     where = layer_name(int(layer), series.n_layer)
+    what = (
+        "largest |attention logit|" if stat == "attn_logit_max_abs" else "largest attention logit"
+    )
     text = (
-        f"At {step_text(newest)} the largest attention logit of {where} "
+        f"At {step_text(newest)} the {what} of {where} "
         f"head {head} is {num(value)}, against {num(start)} at "
         f"{step_text(int(table.index[0]))}{others}; above {ATTN_LOGIT_MAX:g} at every probe since "
         f"{step_text(since)}. Logits this large make the softmax close to one-hot."
     )
+    if stat == "attn_logit_max":
+        text += " (This run predates the |logit| statistic: its signed largest logit was read.)"
     return Finding(
         "attention_logit_growth",
         "warning",
         f"Attention logits grew to {num(value)}",
         text,
         since,
-        "attn_logit_max",
+        stat,
         {
             "layer": int(layer),
             "head": int(head),
