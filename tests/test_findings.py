@@ -6,6 +6,7 @@ series says what any configuration does (the real runs in test_findings_runs.py 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pandas as pd
@@ -14,6 +15,7 @@ import pytest
 from blockviz.core import config as cfg
 from blockviz.core import findings as fd
 from blockviz.core.findings import RunSeries
+from blockviz.views import run_findings
 
 N_LAYER = 3
 UNIGRAM = 3.0
@@ -98,6 +100,71 @@ def test_nothing_wrong_is_said_explicitly():
         found[0].text
     )
     assert "Not checked, no data recorded: gradients across depth, slow updates" in found[0].text
+
+
+def probed_at(steps: tuple[int, ...]) -> RunSeries:
+    """A 300-step run probed at `steps` whose values after step 0 would alarm every state
+    rule: dead units 0 → 82%, attention logits 1.4 → 3,110, entropy 2 → 0.014, ..."""
+
+    def per_layer(start: float, later: float) -> dict[int, list[float]]:
+        return {step: [start if step == 0 else later] * N_LAYER for step in steps}
+
+    def per_head(start: float, later: float) -> dict[int, list[list[float]]]:
+        return {step: [[start if step == 0 else later] * 2] * N_LAYER for step in steps}
+
+    grads = {step: [1.0, 1.0, 1.0] if step == 0 else [1e-6, 1.0, 1.0] for step in steps}
+    frame = layers_frame(
+        layer_rows("component", "block", "grad_norm", grads),
+        layer_rows("component", "weights", "update_ratio", per_layer(3e-3, 0.5)),
+        layer_rows("tap", "ffn_hidden", "dead_frac", per_layer(0.0, 0.82)),
+        layer_rows("tap", "resid_post", "token_cos", per_layer(0.3, 0.999)),
+        layer_rows("tap", "resid_post", "max_over_median", per_layer(5.0, 5e3)),
+        layer_rows("tap", "resid_post", "max_abs", per_layer(3.0, 500.0)),
+        head_rows("attn_entropy", per_head(2.0, 0.014)),
+        head_rows("attn_logit_max_abs", per_head(1.4, 3110.0)),
+    )
+    loss = {step: 4.0 - 2.0 * step / 299 for step in range(300)}  # down to 2, well below H₁
+    scalar_frame = scalars(
+        **{
+            "train/loss": loss,
+            "val/loss": {100: 2.5, 200: 2.3, 300: 2.1},
+            "train/lr": dict.fromkeys(range(300), 1e-3),
+            "probe/logit_max_abs": {step: 10.0 if step == 0 else 500.0 for step in steps},
+            "probe/log_z": dict.fromkeys(steps, 3.0),
+        }
+    )
+    return series(scalar_frame, frame, lr=1e-3, max_steps=300, probe_interval=299)
+
+
+STATE_CHECKS = (
+    "gradients across depth, slow updates, large updates, dead FFN units, attention entropy "
+    "collapse, attention-logit growth, rank collapse, massive activations, output-logit growth"
+)
+
+
+def test_a_run_probed_once_after_step_0_names_the_checks_it_could_not_make():
+    found = fd.evaluate(probed_at((0, 299)))
+    (finding,) = found  # no state rule can fire on one probe after step 0
+    assert finding.rule == "healthy" and finding.severity == "info"
+    assert finding.title == "9 of 13 checks could not be made: too few probes"
+    assert finding.text.startswith(
+        "None of the 4 checks that could be made found a problem up to step 299"
+    )
+    assert (
+        f"Could not check {STATE_CHECKS}: only 1 probe after step 0; these need 2 in a row"
+        in finding.text
+    )
+    assert "None of the 13 checks" not in finding.text and finding.title != "Healthy"
+    assert finding.suggestion.changes == {"probe_interval": 30}
+    # Listed where runs are tabled (Compare, a study's runs): not just "Trains".
+    titles = run_findings.RunFindings(fd.headline(probed_at((0, 299)), found), found).titles
+    assert titles == ["Trains", finding.title]
+
+
+def test_with_two_probes_after_step_0_the_same_values_make_findings():
+    found = rules(fd.evaluate(probed_at((0, 150, 299))))
+    assert "healthy" not in found
+    assert {"dead_units", "attention_collapse", "attention_logit_growth", "large_updates"} <= found
 
 
 def test_an_info_finding_leaves_the_run_healthy():
@@ -466,7 +533,7 @@ def test_a_rule_that_fails_is_said_not_raised(monkeypatch):
         raise ZeroDivisionError("float division by zero")
 
     rule = fd.RULES["dead_units"]
-    monkeypatch.setitem(fd.RULES, "dead_units", fd.Rule(rule.label, broken, rule.has_data))
+    monkeypatch.setitem(fd.RULES, "dead_units", dataclasses.replace(rule, find=broken))
     finding = only("dead_units", series())
     assert finding.severity == "info" and finding.title == "Could not check dead FFN units"
 

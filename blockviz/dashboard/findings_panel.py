@@ -16,7 +16,7 @@ import streamlit as st
 
 from blockviz.core.findings import Finding
 from blockviz.dashboard import relaunch, ui
-from blockviz.views.run_findings import RunFindings, suggestion_text
+from blockviz.views.run_findings import RunFindings, suggestion_text, unsure
 
 MARK_KEY = "live.mark"  # {"run": id, "step": step, "label": text}: the marked step
 ICONS = {
@@ -91,8 +91,11 @@ def findings_panel(
     if not rest:
         return
     serious = sum(f.severity in ("error", "warning") for f in rest)
+    # Open too when checks could not be made: a run is not called healthy out of sight.
+    unmade = any(unsure(f) for f in rest)
+    icon = ICONS["warning" if serious else "info" if unmade else "ok"]
     label = f"Findings ({len(rest)}, newest first)"
-    with st.expander(label, expanded=serious > 0, icon=ICONS["warning" if serious else "ok"]):
+    with st.expander(label, expanded=serious > 0 or unmade, icon=icon):
         for index, finding in enumerate(rest, start=1):
             icon = ICONS.get(finding.severity, "")
             st.markdown(f"{icon} **{ui.plain(finding.title)}**")

@@ -15,6 +15,20 @@ RULE_OF_THUMB = "a rule of thumb"
 XIONG = "Xiong et al. 2020"
 
 
+def probe_more(series: RunSeries) -> Suggestion | None:
+    """Ten probes over the run, when the run probed less often than that."""
+    if series.config is None:
+        return None
+    interval = max(1, series.config.train.max_steps // 10)
+    if interval >= series.config.train.probe_interval:
+        return None
+    return Suggestion(
+        f"Rerun with probe_interval {interval:,}: ten probes over the run.",
+        {"probe_interval": interval},
+        RULE_OF_THUMB,
+    )
+
+
 def lower_lr(config: RunConfig) -> Suggestion:
     """A learning rate 3× lower (two significant digits), min_lr kept at or below it."""
     lr = float(f"{config.train.lr / 3:.2g}")

@@ -12,6 +12,7 @@ import pandas as pd
 
 from blockviz.core.divergence import render_divergence, summarize_divergence
 from blockviz.core.findings.base import (
+    NO_DATA,
     Finding,
     RunSeries,
     Suggestion,
@@ -22,12 +23,19 @@ from blockviz.core.findings.base import (
     num,
     step_text,
 )
-from blockviz.core.findings.suggestions import RULE_OF_THUMB, clip, stability, unstall
+from blockviz.core.findings.suggestions import (
+    RULE_OF_THUMB,
+    clip,
+    probe_more,
+    stability,
+    unstall,
+)
 from blockviz.core.findings.thresholds import (
     GROWTH_FACTOR,
     OVERFIT_EVALS,
     OVERFIT_RISE,
     OVERFIT_TRAIN,
+    PERSIST,
     SPIKE_FACTOR,
     SPIKE_WINDOW,
     STALL_MARGIN,
@@ -298,10 +306,12 @@ def overfitting(series: RunSeries) -> Finding | None:
     )
 
 
-def healthy(series: RunSeries, checked: int, unchecked: list[str]) -> Finding:
-    """None of the `checked` rules fired: said in words, with how far they reached and what
-    could not be checked for lack of data (a run recorded before a statistic existed, a
-    model without attention or an FFN)."""
+def healthy(series: RunSeries, total: int, gaps: dict[str, list[str]]) -> Finding:
+    """None of the rules that could check the run fired: said in words, with how far they
+    reached and every check that could not be made and why (`gaps`: {reason: labels}; no
+    data: a run recorded before a statistic existed, a model without attention or an FFN;
+    too few probes after step 0 for a state rule). It never says a check passed that could
+    not run: with too few probes it is an info finding that names what it could not check."""
     loss = series.scalar("train/loss")
     probes = series.table("component", "grad_norm", "block")
     newest = int(loss["step"].iloc[-1]) if len(loss) else None
@@ -309,17 +319,40 @@ def healthy(series: RunSeries, checked: int, unchecked: list[str]) -> Finding:
     reach = f" up to {step_text(newest)}" if newest is not None else ""
     if probe is not None:
         reach += f" (latest probe: {step_text(probe)})"
-    text = f"None of the {checked} checks this run has the data for found a problem{reach}."
-    if unchecked:
-        text += " Not checked, no data recorded: " + ", ".join(unchecked) + "."
+    unmade = [label for labels in gaps.values() for label in labels]
+    checked = total - len(unmade)
+    few = {reason: labels for reason, labels in gaps.items() if reason != NO_DATA}
+    if not unmade:
+        text = f"None of the {checked} checks found a problem{reach}."
+    elif few:
+        text = f"None of the {checked} checks that could be made found a problem{reach}."
+    else:
+        text = f"None of the {checked} checks this run has the data for found a problem{reach}."
+    for reason, labels in few.items():
+        need = "these need" if len(labels) > 1 else "it needs"
+        text += (
+            f" Could not check {', '.join(labels)}: {reason}; {need} {PERSIST} in a row, so "
+            "a problem there would not show."
+        )
+    if NO_DATA in gaps:
+        text += " Not checked, no data recorded: " + ", ".join(gaps[NO_DATA]) + "."
+    not_made = sum(len(labels) for labels in few.values())
+    title = f"{not_made} of {total} checks could not be made: too few probes" if few else "Healthy"
     return Finding(
         "healthy",
-        "ok",
-        "Healthy",
+        "info" if few else "ok",
+        title,
         text,
         newest,
         "train/loss",
-        {"checks": checked, "unchecked": unchecked, "step": newest, "probe_step": probe},
+        {
+            "checks": checked,
+            "unchecked": unmade,
+            "gaps": gaps,
+            "step": newest,
+            "probe_step": probe,
+        },
+        probe_more(series) if few else None,
     )
 
 
