@@ -264,6 +264,55 @@ def test_a_loss_above_the_initial_loss_is_said_to_be_worse_than_a_uniform_guess(
     assert "worse than the loss at initialisation, 4" in finding.text
 
 
+def test_a_stall_is_at_the_unigram_entropy_within_the_margin_and_above_it_beyond():
+    at = only("stalled", series(stall_loss(200, UNIGRAM + fd.STALL_MARGIN)))
+    assert at.title == "Stalled at the unigram entropy since step 50"
+    assert "It has learned the characters' frequencies and nothing more." in at.text
+    above = only("stalled", series(stall_loss(200, UNIGRAM + fd.STALL_MARGIN + 0.01)))
+    assert above.title == "Stalled above the unigram entropy since step 50"
+    assert "against 3 for predicting each character by its frequency alone (0.11 nats above" in (
+        above.text
+    )
+    assert "It has not even learned the characters' frequencies." in above.text
+
+
+def stall_with_updates(per_lr: list[float], lr: float = 1e-3, **config: object) -> RunSeries:
+    """A stall at the unigram entropy whose blocks' weight matrices move by `per_lr` × lr
+    per step at every probe after step 0."""
+    loss = stall_loss(200, UNIGRAM)
+    steps = sorted(set(loss["step"]))
+    table = {0: [lr] * N_LAYER, 100: [v * lr for v in per_lr], 200: [v * lr for v in per_lr]}
+    frame = layers_frame(layer_rows("component", "weights", "update_ratio", table))
+    lrs = scalars(**{"train/lr": dict.fromkeys(steps, lr)})
+    return series(pd.concat([loss, lrs]), frame, lr=lr, **config)
+
+
+@pytest.mark.parametrize(
+    ("per_lr", "changes"),
+    [
+        ([fd.UPDATE_NORMAL] * 3, {"lr": 3e-3}),  # normal-sized for the lr: a higher lr
+        ([fd.UPDATE_NORMAL * 0.99, 5.0, 5.0], {"lr": 3.3e-4}),  # one block small: as before
+        ([fd.UPDATE_HIGH / 1e-3 * 1.01, 5.0, 5.0], {"lr": 3.3e-4}),  # large updates: lower
+    ],
+)
+def test_a_stall_with_normal_sized_updates_suggests_a_higher_lr(per_lr, changes):
+    finding = only("stalled", stall_with_updates(per_lr))
+    assert finding.suggestion.changes == changes
+    assert finding.suggestion.source == "a rule of thumb"
+    normal = changes["lr"] > 1e-3
+    assert ("normal-sized steps for the lr" in finding.text) == normal
+    if normal:
+        assert finding.suggestion.text == "Raise the learning rate 3×."
+        assert "move by 1 to 1 × lr of their norm per step (lr 0.001)" in finding.text
+
+
+def test_a_post_ln_stall_with_normal_sized_updates_suggests_a_higher_lr_not_a_warm_up():
+    run = stall_with_updates([2.0] * 3, norm_position="post", warmup_steps=0, max_steps=300)
+    assert only("stalled", run).suggestion.changes == {"lr": 3e-3}
+    slow = stall_with_updates([0.1, 2.0, 2.0], norm_position="post", warmup_steps=0, max_steps=300)
+    assert only("stalled", slow).suggestion.changes == {"warmup_steps": 100}
+
+
 def test_a_stall_behind_post_ln_without_warm_up_suggests_the_warm_up():
     finding = only(
         "stalled",

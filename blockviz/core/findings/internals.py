@@ -6,6 +6,7 @@ logits. Each is a state rule (it must hold at the last PERSIST probe steps). Tor
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -39,6 +40,7 @@ from blockviz.core.findings.thresholds import (
     RANK_COS,
     UPDATE_HIGH,
     UPDATE_LOW,
+    UPDATE_NORMAL,
 )
 
 
@@ -128,6 +130,39 @@ def _update_tables(series: RunSeries) -> tuple[pd.DataFrame, pd.Series]:
         return table, pd.Series(dtype=float)
     table = table[table.index > 0]
     return table, lr_at(series, table.index)
+
+
+@dataclass(frozen=True)
+class UpdateSizes:
+    """How the blocks' weight matrices moved at one probe step, for the lr there."""
+
+    size: str  # large | slow | normal | small
+    per_lr: pd.Series  # each block's ‖Δθ‖/‖θ‖ ÷ lr
+    lr: float
+    step: int
+
+
+def update_sizes(series: RunSeries) -> UpdateSizes | None:
+    """At the newest probe after step 0: "large" when a block's weight matrices moved by
+    more than UPDATE_HIGH of their norm, "slow" when one moved by less than UPDATE_LOW × lr,
+    "normal" when every one moved by at least UPDATE_NORMAL × lr, else "small". None
+    without finite update ratios or a logged lr."""
+    table, lr = _update_tables(series)
+    if table.empty:
+        return None
+    newest, rate = table.iloc[-1], float(lr.iloc[-1])
+    if not (math.isfinite(rate) and rate > 0 and np.isfinite(newest.to_numpy(float)).all()):
+        return None
+    per_lr = newest / rate
+    if (newest > UPDATE_HIGH).any():
+        size = "large"
+    elif (per_lr < UPDATE_LOW).any():
+        size = "slow"
+    elif (per_lr >= UPDATE_NORMAL).all():
+        size = "normal"
+    else:
+        size = "small"
+    return UpdateSizes(size, per_lr, rate, int(table.index[-1]))
 
 
 def slow_updates(series: RunSeries) -> Finding | None:

@@ -18,7 +18,9 @@ GROWTH_FACTOR = 10.0
 # warm-up spends 39 steps there on its way down; the Post-LN starter every step since 6.)
 STALL_WINDOW = 20
 STALL_MIN_STEPS = 100
-# "at the unigram entropy" while the median is at most this far above it, else "above".
+# A stall counts from where the median came within STALL_NEAR above the unigram entropy
+# (when it ends there); its words say "at the unigram entropy" only within STALL_MARGIN of
+# it, "above" beyond (tiny Pre-LN at lr 0.3: 3.37 against 3.25, 0.12 above).
 STALL_NEAR = 0.5
 # loss_spike: a logged train loss above SPIKE_FACTOR times the median of the SPIKE_WINDOW
 # logged losses before it (as Lightning's SpikeDetection compares a loss with a running
@@ -35,6 +37,13 @@ GRAD_DEPTH_RATIO = 100.0
 # alone gives ‖Δθ‖/‖θ‖ = lr·weight_decay (0.1·lr at the default): a layer at about that
 # level learns nothing from its gradient. (Healthy runs here: 1 to 9 × lr.)
 UPDATE_LOW = 0.2
+# stalled: the blocks' updates are normal-sized for the lr when every block's weight
+# matrices move by at least UPDATE_NORMAL × lr of their norm per step (and none by more
+# than UPDATE_HIGH) at the newest probe after step 0; then the suggestion is a higher lr,
+# not a lower one. (Healthy tiny, quick and baby-cpu runs here: 1.6 to 9.7 × lr; tiny
+# Pre-LN at lr 1e-5, stalled above the unigram entropy: 6.8 to 7.0 × lr; tiny Pre-LN at lr
+# 0.3, stalled: 0.2 × lr and 0.06 of the norm.)
+UPDATE_NORMAL = 1.0
 # large_updates: ‖Δθ‖/‖θ‖ above this at a step other than step 0 (AdamW's first update
 # moves every weight by exactly lr, whatever the gradient). Healthy runs here stay below
 # 0.03; Pre-LN tiny at lr 0.3 reaches 0.09 while it stalls.
@@ -91,4 +100,5 @@ __all__ = [
     "STALL_WINDOW",
     "UPDATE_HIGH",
     "UPDATE_LOW",
+    "UPDATE_NORMAL",
 ]

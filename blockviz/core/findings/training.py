@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from blockviz.core.divergence import render_divergence, summarize_divergence
+from blockviz.core.findings import internals
 from blockviz.core.findings.base import (
     NO_DATA,
     Finding,
@@ -160,13 +161,15 @@ def stalled(series: RunSeries) -> Finding | None:
     before = int(np.searchsorted(steps, newest - STALL_MIN_STEPS, side="right")) - 1
     if median[before] - level >= STALL_MARGIN:
         return None
-    where = "at the unigram entropy" if near else "above the unigram entropy"
+    at = level <= series.unigram + STALL_MARGIN
+    where = "at the unigram entropy" if at else "above the unigram entropy"
     text = (
         f"Since {step_text(since)} the train loss (running median of {STALL_WINDOW} logged values) "
         f"has stayed {where}: {num(level)} at {step_text(newest)}, against "
-        f"{num(series.unigram)} for predicting each character by its frequency alone. "
+        f"{num(series.unigram)} for predicting each character by its frequency alone"
     )
-    if near:
+    text += ". " if at else f" ({num(level - series.unigram)} nats above it). "
+    if at:
         text += "It has learned the characters' frequencies and nothing more."
     elif worse_than_uniform(series, level):
         text += (
@@ -177,8 +180,16 @@ def stalled(series: RunSeries) -> Finding | None:
         text += "It has not even learned the characters' frequencies."
     val = series.scalar("val/loss")
     if len(val):
-        at, value = int(val["step"].iloc[-1]), float(val["value"].iloc[-1])
-        text += f" Val loss at {step_text(at)}: {num(value)}."
+        evaluated, value = int(val["step"].iloc[-1]), float(val["value"].iloc[-1])
+        text += f" Val loss at {step_text(evaluated)}: {num(value)}."
+    sizes = internals.update_sizes(series)
+    if sizes is not None and sizes.size == "normal":
+        text += (
+            f" At {step_text(sizes.step)} every block's weight matrices move by "
+            f"{num(float(sizes.per_lr.min()))} to {num(float(sizes.per_lr.max()))} × lr of "
+            f"their norm per step (lr {num(sizes.lr)}): normal-sized steps for the lr, not "
+            "blocks that barely learn."
+        )
     return Finding(
         "stalled",
         "warning",
@@ -187,7 +198,7 @@ def stalled(series: RunSeries) -> Finding | None:
         since,
         "train/loss",
         {"since": since, "median_loss": level, "unigram": series.unigram, "step": newest},
-        unstall(series),
+        unstall(series, None if sizes is None else sizes.size),
     )
 
 
