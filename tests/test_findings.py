@@ -120,6 +120,7 @@ def probed_at(steps: tuple[int, ...]) -> RunSeries:
         layer_rows("tap", "resid_post", "token_cos", per_layer(0.3, 0.999)),
         layer_rows("tap", "resid_post", "max_over_median", per_layer(5.0, 5e3)),
         layer_rows("tap", "resid_post", "max_abs", per_layer(3.0, 500.0)),
+        layer_rows("tap", "resid_post", "rms", per_layer(1.4, 500.0)),
         head_rows("attn_entropy", per_head(2.0, 0.014)),
         head_rows("attn_logit_max_abs", per_head(1.4, 3110.0)),
     )
@@ -138,7 +139,8 @@ def probed_at(steps: tuple[int, ...]) -> RunSeries:
 
 STATE_CHECKS = (
     "gradients across depth, slow updates, large updates, dead FFN units, attention entropy "
-    "collapse, attention-logit growth, rank collapse, massive activations, output-logit growth"
+    "collapse, attention-logit growth, rank collapse, residual-stream growth, massive "
+    "activations, output-logit growth"
 )
 
 
@@ -146,7 +148,7 @@ def test_a_run_probed_once_after_step_0_names_the_checks_it_could_not_make():
     found = fd.evaluate(probed_at((0, 299)))
     (finding,) = found  # no state rule can fire on one probe after step 0
     assert finding.rule == "healthy" and finding.severity == "info"
-    assert finding.title == "9 of 13 checks could not be made: too few probes"
+    assert finding.title == "10 of 14 checks could not be made: too few probes"
     assert finding.text.startswith(
         "None of the 4 checks that could be made found a problem up to step 299"
     )
@@ -154,7 +156,7 @@ def test_a_run_probed_once_after_step_0_names_the_checks_it_could_not_make():
         f"Could not check {STATE_CHECKS}: only 1 probe after step 0; these need 2 in a row"
         in finding.text
     )
-    assert "None of the 13 checks" not in finding.text and finding.title != "Healthy"
+    assert "None of the 14 checks" not in finding.text and finding.title != "Healthy"
     assert finding.suggestion.changes == {"probe_interval": 30}
     # Listed where runs are tabled (Compare, a study's runs): not just "Trains".
     titles = run_findings.RunFindings(fd.headline(probed_at((0, 299)), found), found).titles
@@ -164,7 +166,13 @@ def test_a_run_probed_once_after_step_0_names_the_checks_it_could_not_make():
 def test_with_two_probes_after_step_0_the_same_values_make_findings():
     found = rules(fd.evaluate(probed_at((0, 150, 299))))
     assert "healthy" not in found
-    assert {"dead_units", "attention_collapse", "attention_logit_growth", "large_updates"} <= found
+    assert {
+        "dead_units",
+        "attention_collapse",
+        "attention_logit_growth",
+        "large_updates",
+        "residual_growth",
+    } <= found
 
 
 def test_an_info_finding_leaves_the_run_healthy():
@@ -454,6 +462,28 @@ def test_rank_collapse_at_the_cosine_bound():
     finding = only("rank_collapse", series(layer_frame=frame, residual=False))
     assert finding.evidence["layers"] == [1]
     assert finding.suggestion.changes == {"residual": True}
+
+
+def resid_rms(start: list[float], later: list[float]) -> RunSeries:
+    table = {0: start, 10: later, 20: later}
+    return series(layer_frame=layers_frame(layer_rows("tap", "resid_post", "rms", table)))
+
+
+def test_residual_growth_needs_both_the_growth_and_the_size():
+    bound, size = fd.RESID_GROWTH, fd.RESID_RMS
+    # block 0 at exactly both bounds; block 1 just short of the growth; block 2 grew 100×
+    # but stays under the size (a GPT-2-init stream starts small)
+    run = resid_rms([size / bound, size / bound * 1.01, 0.1], [size, size, size * 0.5])
+    finding = only("residual_growth", run)
+    assert finding.evidence["layers"] == [0] and finding.evidence["since"] == 10
+    assert finding.evidence["start"] == pytest.approx(0.4) and finding.evidence["value"] == 20
+    assert finding.title == "The residual stream grew 50× in block 0"
+    assert "leaving block 0 is 20, against 0.4 at step 0: 50× its start" in finding.text
+    assert finding.series == "rms" and finding.tab == "Activations"
+    assert finding.suggestion.changes == {"lr": 3.3e-4}
+    assert finding.suggestion.source == "a rule of thumb"
+    short = resid_rms([0.41, 1.0, 0.1], [size, size, size * 0.99])
+    assert "residual_growth" not in rules(fd.evaluate(short))
 
 
 def test_massive_activations_need_both_the_ratio_and_the_size():

@@ -40,7 +40,7 @@ LAYER_READS: tuple[dict[str, Any], ...] = (
         "component": ("block", spec.WEIGHTS_COMPONENT),
         "stat": ("grad_norm", "update_ratio"),
     },
-    {"kind": "tap", "component": spec.STREAM_TAP, "stat": (*spec.STREAM_STATS, "max_abs")},
+    {"kind": "tap", "component": spec.STREAM_TAP, "stat": (*spec.STREAM_STATS, "max_abs", "rms")},
     {"kind": "tap", "component": spec.FFN_TAP, "stat": spec.FFN_UNIT_STATS},
     {"kind": "head", "stat": spec.HEAD_STATS},
 )

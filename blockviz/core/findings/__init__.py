@@ -124,6 +124,11 @@ RULES: dict[str, Rule] = {
     "rank_collapse": _state(
         "rank collapse", internals.rank_collapse, _table("tap", "token_cos", spec.STREAM_TAP)
     ),
+    "residual_growth": _state(
+        "residual-stream growth",
+        internals.residual_growth,
+        _table("tap", "rms", spec.STREAM_TAP),
+    ),
     "massive_activations": _state(
         "massive activations",
         internals.massive_activations,

@@ -1,6 +1,7 @@
 """Rules over what the probes saw inside the model: gradients across depth, update sizes,
-dead FFN units, attention entropy and logits, rank collapse, massive activations, output
-logits. Each is a state rule (it must hold at the last PERSIST probe steps). Torch-free.
+dead FFN units, attention entropy and logits, rank collapse, the residual stream's growth,
+massive activations, output logits. Each is a state rule (it must hold at the last PERSIST
+probe steps). Torch-free.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from blockviz.core.findings.thresholds import (
     MASSIVE_RATIO,
     OUTPUT_LOGIT_MAX,
     RANK_COS,
+    RESID_GROWTH,
+    RESID_RMS,
     UPDATE_HIGH,
     UPDATE_LOW,
     UPDATE_NORMAL,
@@ -399,6 +402,52 @@ def rank_collapse(series: RunSeries) -> Finding | None:
         newest,
         table,
         suggestion,
+    )
+
+
+def residual_growth(series: RunSeries) -> Finding | None:
+    """The RMS of the stream leaving a block at least RESID_GROWTH × its first probe's and
+    at least RESID_RMS."""
+    rms = blocks(series.table("tap", "rms", spec.STREAM_TAP), series.n_layer)
+    if rms.empty:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        growth = rms / rms.iloc[0]
+    held = streaking((growth >= RESID_GROWTH) & (rms >= RESID_RMS))
+    if held is None:
+        return None
+    layers, since = [int(c) for c in held[0]], held[1]
+    first, newest = int(rms.index[0]), int(rms.index[-1])
+    worst = max(layers, key=lambda c: growth[c].iloc[-1])
+    start, now = float(rms[worst].iloc[0]), float(rms[worst].iloc[-1])
+    where = layer_name(worst, series.n_layer)
+    others = f" (blocks past both bounds: {layer_names(layers, series.n_layer)})"
+    text = (
+        f"At {step_text(newest)} the RMS of the residual stream leaving {where} is {num(now)}, "
+        f"against {num(start)} at {step_text(first)}: {num(now / start)}× its start"
+        + (others if len(layers) > 1 else "")
+        + f"; at least {RESID_GROWTH:g}× its first probe's and {RESID_RMS:g} at every probe "
+        f"since {step_text(since)}."
+    )
+    evidence = {
+        "layers": layers,
+        "since": since,
+        "step": newest,
+        "layer": worst,
+        "start_step": first,
+        "start": start,
+        "value": now,
+        "growth": {c: float(growth[c].iloc[-1]) for c in layers},
+    }
+    return Finding(
+        "residual_growth",
+        "warning",
+        f"The residual stream grew {num(now / start)}× in {where}",
+        text,
+        since,
+        "rms",
+        evidence,
+        lower_lr(series.config) if series.config is not None else None,
     )
 
 

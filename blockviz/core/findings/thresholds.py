@@ -59,6 +59,18 @@ ATTN_LOGIT_MAX = 50.0
 LOGIT_GROWTH = 10.0
 # rank_collapse: the mean cosine similarity between positions at a block's output.
 RANK_COS = 0.99
+# residual_growth: the RMS of the stream leaving a block (resid_post) at least RESID_GROWTH
+# times its first probe's and at least RESID_RMS. Measured here (300 steps probed every 10,
+# the largest over the run): healthy tiny Pre-LN 4.8× (RMS 7.0), tiny Post-LN 1.3×, tiny
+# no-norm 1.9×, tiny Xavier 3.2×, quick Pre-LN / Post-LN / no-norm 3.1× / 1.1× / 1.8×;
+# baby-cpu at the defaults over 2,000 steps probed every 50: 2.6× (RMS 3.8). GPT-2 init
+# starts the stream at RMS 0.03, so ratios mean little there: tiny Pre-LN 14× (RMS 0.39),
+# tiny no-norm 200× (RMS 5.6), both healthy, hence RESID_RMS. The Pre-LN starter at lr
+# 1e-2 (it trains; its attention logits grow to 168): 29× (RMS 43), left below the bound.
+# Fired: tiny ReLU at lr 0.1, 230–480× (RMS 330–700) from step 10; tiny Pre-LN at lr 0.3,
+# 900–3,800×; the tiny blow-up (no norms, no clipping, lr 0.3), 10⁶×.
+RESID_GROWTH = 50.0
+RESID_RMS = 20.0
 # massive_activations: largest |activation| at least MASSIVE_RATIO times the median and at
 # least MASSIVE_ABS in absolute value. Our reading of Sun et al. 2024, who report a few
 # activations of large language models up to 100,000 times larger than the others; no
@@ -92,6 +104,8 @@ __all__ = [
     "OVERFIT_TRAIN",
     "PERSIST",
     "RANK_COS",
+    "RESID_GROWTH",
+    "RESID_RMS",
     "SPIKE_FACTOR",
     "SPIKE_WINDOW",
     "STALL_MARGIN",
