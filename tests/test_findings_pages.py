@@ -132,6 +132,9 @@ def test_the_report_and_show_carry_the_findings(copies, capsys):
     assert "| starter-post |" in archive.read("findings.md").decode()
     page = archive.read("report.html").decode()
     assert "<h2>Findings</h2>" in page and "Gradients vanish towards the input" in page
+    # Suggestions come from a paper or are a rule of thumb (the starter's warm-up and a
+    # lower lr): the page never calls them the literature's.
+    assert "literature" not in page and 'a paper or "a rule of thumb"' in page
     assert cli.main(["show", str(copies["starter-post"])]) == 0
     out = capsys.readouterr().out
     assert "\nfindings:\n" in out

@@ -2,8 +2,9 @@
 
 The headline says what the run is doing (diverged, stalled, trains); below it each finding
 (newest first) gives its title, its sentences with the numbers, **Show** (opens the tab
-that draws it and marks its step on the charts) and, where the literature has a fix,
-**Try** (the run's config with that change in the sidebar, on Train, ready to launch).
+that draws it and marks its step on the charts) and, where the rule suggests a change,
+**Try** (the run's config with that change in the sidebar, on Train, ready to launch); the
+suggestion names its source, a paper or "a rule of thumb".
 The words come from `core.findings`; the page decides what Show selects.
 """
 
