@@ -163,6 +163,11 @@ def test_a_run_probed_once_after_step_0_names_the_checks_it_could_not_make():
     assert titles == ["Trains", finding.title]
 
 
+def test_a_run_probed_at_step_0_alone_says_no_probe_came_after_it():
+    (finding,) = fd.evaluate(probed_at((0,)))
+    assert f"Could not check {STATE_CHECKS}: no probe after step 0; these need 2" in finding.text
+
+
 def test_with_two_probes_after_step_0_the_same_values_make_findings():
     found = rules(fd.evaluate(probed_at((0, 150, 299))))
     assert "healthy" not in found

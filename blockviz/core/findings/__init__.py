@@ -61,9 +61,11 @@ class Rule:
         if len(steps) == 0:
             return NO_DATA
         after = sum(int(step) > 0 for step in steps)
-        if self.state and after < PERSIST:
-            return f"only {after} probe{'' if after == 1 else 's'} after step 0"
-        return None
+        if not self.state or after >= PERSIST:
+            return None
+        if after == 0:
+            return "no probe after step 0"
+        return f"only {after} probe{'s' if after > 1 else ''} after step 0"
 
 
 def _scalar(name: str) -> Callable[[RunSeries], Sequence[int]]:
