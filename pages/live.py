@@ -396,12 +396,12 @@ def _attention_tab(store: RunStore, run: dict[str, Any], x: XChoice) -> None:
         required=True,
         key="live.attn.stat",
         format_func=spec.stat_label,
-        help="Per head, on the fixed probe batch: the mean entropy of its attention rows, or "
-        "its largest logit q·k/√d before the softmax.",
+        help="Per head, on the fixed probe batch: the mean entropy of its attention rows, "
+        "its largest logit q·k/√d before the softmax, or its largest |q·k/√d|.",
     )
     with ui.guard("Attention per head"):
         heads = x.place(_reader().layer_stats(store, run_id, "head"))
-        logits = stat == "attn_logit_max"
+        logits = stat != "attn_entropy"
         chart = charts.attention_entropy_chart(heads, x_axis=x.axis, stat=stat, log_scale=logits)
         chart = _marked(chart, run, x)
         label = f"{name} {stat}"

@@ -81,3 +81,16 @@ def test_help_numbers_are_the_bounds_validation_enforces(monkeypatch):
         if f"--{name} " in help_text:
             line = flag_line(help_text, name)
             assert f"{bound.low}, {bound.high}" in line, line
+
+
+def test_weight_decay_help_says_which_tensors_decay_in_the_sidebar_and_the_cli(monkeypatch):
+    # As training.lit.param_groups builds the groups (tests/test_lit.py checks each tensor):
+    # embeddings are matrices too, yet only a tied one (the LM head's matrix) decays.
+    from blockviz.dashboard.config_fields import SPECS
+
+    line = flag_line(command_help("train", monkeypatch), "weight_decay")
+    for text in (line, SPECS["weight_decay"].help):
+        assert "Linear weight matrices only" in text
+        assert "a tied token embedding is the LM head's matrix, so it decays too" in text
+        assert "none on biases, norm gains or the untied token and position embeddings" in text
+    assert "a number in [0.0, 10.0] (default: 0.1)" in line

@@ -6,6 +6,7 @@ series says what any configuration does (the real runs in test_findings_runs.py 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pandas as pd
@@ -14,6 +15,7 @@ import pytest
 from blockviz.core import config as cfg
 from blockviz.core import findings as fd
 from blockviz.core.findings import RunSeries
+from blockviz.views import run_findings
 
 N_LAYER = 3
 UNIGRAM = 3.0
@@ -98,6 +100,84 @@ def test_nothing_wrong_is_said_explicitly():
         found[0].text
     )
     assert "Not checked, no data recorded: gradients across depth, slow updates" in found[0].text
+
+
+def probed_at(steps: tuple[int, ...]) -> RunSeries:
+    """A 300-step run probed at `steps` whose values after step 0 would alarm every state
+    rule: dead units 0 → 82%, attention logits 1.4 → 3,110, entropy 2 → 0.014, ..."""
+
+    def per_layer(start: float, later: float) -> dict[int, list[float]]:
+        return {step: [start if step == 0 else later] * N_LAYER for step in steps}
+
+    def per_head(start: float, later: float) -> dict[int, list[list[float]]]:
+        return {step: [[start if step == 0 else later] * 2] * N_LAYER for step in steps}
+
+    grads = {step: [1.0, 1.0, 1.0] if step == 0 else [1e-6, 1.0, 1.0] for step in steps}
+    frame = layers_frame(
+        layer_rows("component", "block", "grad_norm", grads),
+        layer_rows("component", "weights", "update_ratio", per_layer(3e-3, 0.5)),
+        layer_rows("tap", "ffn_hidden", "dead_frac", per_layer(0.0, 0.82)),
+        layer_rows("tap", "resid_post", "token_cos", per_layer(0.3, 0.999)),
+        layer_rows("tap", "resid_post", "max_over_median", per_layer(5.0, 5e3)),
+        layer_rows("tap", "resid_post", "max_abs", per_layer(3.0, 500.0)),
+        layer_rows("tap", "resid_post", "rms", per_layer(1.4, 500.0)),
+        head_rows("attn_entropy", per_head(2.0, 0.014)),
+        head_rows("attn_logit_max_abs", per_head(1.4, 3110.0)),
+    )
+    loss = {step: 4.0 - 2.0 * step / 299 for step in range(300)}  # down to 2, well below H₁
+    scalar_frame = scalars(
+        **{
+            "train/loss": loss,
+            "val/loss": {100: 2.5, 200: 2.3, 300: 2.1},
+            "train/lr": dict.fromkeys(range(300), 1e-3),
+            "probe/logit_max_abs": {step: 10.0 if step == 0 else 500.0 for step in steps},
+            "probe/log_z": dict.fromkeys(steps, 3.0),
+        }
+    )
+    return series(scalar_frame, frame, lr=1e-3, max_steps=300, probe_interval=299)
+
+
+STATE_CHECKS = (
+    "gradients across depth, slow updates, large updates, dead FFN units, attention entropy "
+    "collapse, attention-logit growth, rank collapse, residual-stream growth, massive "
+    "activations, output-logit growth"
+)
+
+
+def test_a_run_probed_once_after_step_0_names_the_checks_it_could_not_make():
+    found = fd.evaluate(probed_at((0, 299)))
+    (finding,) = found  # no state rule can fire on one probe after step 0
+    assert finding.rule == "healthy" and finding.severity == "info"
+    assert finding.title == "10 of 14 checks could not be made: too few probes"
+    assert finding.text.startswith(
+        "None of the 4 checks that could be made found a problem up to step 299"
+    )
+    assert (
+        f"Could not check {STATE_CHECKS}: only 1 probe after step 0; these need 2 in a row"
+        in finding.text
+    )
+    assert "None of the 14 checks" not in finding.text and finding.title != "Healthy"
+    assert finding.suggestion.changes == {"probe_interval": 30}
+    # Listed where runs are tabled (Compare, a study's runs): not just "Trains".
+    titles = run_findings.RunFindings(fd.headline(probed_at((0, 299)), found), found).titles
+    assert titles == ["Trains", finding.title]
+
+
+def test_a_run_probed_at_step_0_alone_says_no_probe_came_after_it():
+    (finding,) = fd.evaluate(probed_at((0,)))
+    assert f"Could not check {STATE_CHECKS}: no probe after step 0; these need 2" in finding.text
+
+
+def test_with_two_probes_after_step_0_the_same_values_make_findings():
+    found = rules(fd.evaluate(probed_at((0, 150, 299))))
+    assert "healthy" not in found
+    assert {
+        "dead_units",
+        "attention_collapse",
+        "attention_logit_growth",
+        "large_updates",
+        "residual_growth",
+    } <= found
 
 
 def test_an_info_finding_leaves_the_run_healthy():
@@ -195,6 +275,55 @@ def test_a_loss_above_the_initial_loss_is_said_to_be_worse_than_a_uniform_guess(
     finding = only("stalled", series(scalars(**{"train/loss": values})))
     assert finding.title == "Stalled above the unigram entropy since step 0"
     assert "worse than the loss at initialisation, 4" in finding.text
+
+
+def test_a_stall_is_at_the_unigram_entropy_within_the_margin_and_above_it_beyond():
+    at = only("stalled", series(stall_loss(200, UNIGRAM + fd.STALL_MARGIN)))
+    assert at.title == "Stalled at the unigram entropy since step 50"
+    assert "It has learned the characters' frequencies and nothing more." in at.text
+    above = only("stalled", series(stall_loss(200, UNIGRAM + fd.STALL_MARGIN + 0.01)))
+    assert above.title == "Stalled above the unigram entropy since step 50"
+    assert "against 3 for predicting each character by its frequency alone (0.11 nats above" in (
+        above.text
+    )
+    assert "It has not even learned the characters' frequencies." in above.text
+
+
+def stall_with_updates(per_lr: list[float], lr: float = 1e-3, **config: object) -> RunSeries:
+    """A stall at the unigram entropy whose blocks' weight matrices move by `per_lr` × lr
+    per step at every probe after step 0."""
+    loss = stall_loss(200, UNIGRAM)
+    steps = sorted(set(loss["step"]))
+    table = {0: [lr] * N_LAYER, 100: [v * lr for v in per_lr], 200: [v * lr for v in per_lr]}
+    frame = layers_frame(layer_rows("component", "weights", "update_ratio", table))
+    lrs = scalars(**{"train/lr": dict.fromkeys(steps, lr)})
+    return series(pd.concat([loss, lrs]), frame, lr=lr, **config)
+
+
+@pytest.mark.parametrize(
+    ("per_lr", "changes"),
+    [
+        ([fd.UPDATE_NORMAL] * 3, {"lr": 3e-3}),  # normal-sized for the lr: a higher lr
+        ([fd.UPDATE_NORMAL * 0.99, 5.0, 5.0], {"lr": 3.3e-4}),  # one block small: as before
+        ([fd.UPDATE_HIGH / 1e-3 * 1.01, 5.0, 5.0], {"lr": 3.3e-4}),  # large updates: lower
+    ],
+)
+def test_a_stall_with_normal_sized_updates_suggests_a_higher_lr(per_lr, changes):
+    finding = only("stalled", stall_with_updates(per_lr))
+    assert finding.suggestion.changes == changes
+    assert finding.suggestion.source == "a rule of thumb"
+    normal = changes["lr"] > 1e-3
+    assert ("normal-sized steps for the lr" in finding.text) == normal
+    if normal:
+        assert finding.suggestion.text == "Raise the learning rate 3×."
+        assert "move by 1 to 1 × lr of their norm per step (lr 0.001)" in finding.text
+
+
+def test_a_post_ln_stall_with_normal_sized_updates_suggests_a_higher_lr_not_a_warm_up():
+    run = stall_with_updates([2.0] * 3, norm_position="post", warmup_steps=0, max_steps=300)
+    assert only("stalled", run).suggestion.changes == {"lr": 3e-3}
+    slow = stall_with_updates([0.1, 2.0, 2.0], norm_position="post", warmup_steps=0, max_steps=300)
+    assert only("stalled", slow).suggestion.changes == {"warmup_steps": 100}
 
 
 def test_a_stall_behind_post_ln_without_warm_up_suggests_the_warm_up():
@@ -313,12 +442,53 @@ def test_attention_logit_growth_needs_the_bound_and_the_growth():
     assert only("attention_logit_growth", with_norm).suggestion.changes == {"lr": 3.3e-4}
 
 
+def test_attention_logit_growth_reads_the_largest_magnitude_so_negative_logits_count():
+    # A head whose logits grow large and negative: its signed largest logit stays small,
+    # its largest |logit| passes the bound.
+    signed = {step: [[2.0, 1.0]] * 3 for step in (0, 10, 20)}
+    magnitude = {0: [[1.5, 1.0]] * 3, 10: [[120.0, 1.0]] * 3, 20: [[130.0, 1.0]] * 3}
+    frame = layers_frame(
+        head_rows("attn_logit_max", signed), head_rows("attn_logit_max_abs", magnitude)
+    )
+    finding = only("attention_logit_growth", series(layer_frame=frame))
+    assert finding.series == "attn_logit_max_abs" and finding.tab == "Attention"
+    assert finding.evidence["value"] == 130.0 and finding.evidence["first"] == 1.5
+    assert "the largest |attention logit| of block 0 head 0 is 130" in finding.text
+    # A run recorded before the |logit| statistic: its signed largest logit, said so.
+    old = layers_frame(head_rows("attn_logit_max", magnitude))
+    finding = only("attention_logit_growth", series(layer_frame=old))
+    assert finding.series == "attn_logit_max"
+    assert "predates the |logit| statistic" in finding.text
+
+
 def test_rank_collapse_at_the_cosine_bound():
     table = {10: [0.5, fd.RANK_COS, 0.98], 20: [0.5, fd.RANK_COS, 0.98]}
     frame = layers_frame(layer_rows("tap", "resid_post", "token_cos", table))
     finding = only("rank_collapse", series(layer_frame=frame, residual=False))
     assert finding.evidence["layers"] == [1]
     assert finding.suggestion.changes == {"residual": True}
+
+
+def resid_rms(start: list[float], later: list[float]) -> RunSeries:
+    table = {0: start, 10: later, 20: later}
+    return series(layer_frame=layers_frame(layer_rows("tap", "resid_post", "rms", table)))
+
+
+def test_residual_growth_needs_both_the_growth_and_the_size():
+    bound, size = fd.RESID_GROWTH, fd.RESID_RMS
+    # block 0 at exactly both bounds; block 1 just short of the growth; block 2 grew 100×
+    # but stays under the size (a GPT-2-init stream starts small)
+    run = resid_rms([size / bound, size / bound * 1.01, 0.1], [size, size, size * 0.5])
+    finding = only("residual_growth", run)
+    assert finding.evidence["layers"] == [0] and finding.evidence["since"] == 10
+    assert finding.evidence["start"] == pytest.approx(0.4) and finding.evidence["value"] == 20
+    assert finding.title == "The residual stream grew 50× in block 0"
+    assert "leaving block 0 is 20, against 0.4 at step 0: 50× its start" in finding.text
+    assert finding.series == "rms" and finding.tab == "Activations"
+    assert finding.suggestion.changes == {"lr": 3.3e-4}
+    assert finding.suggestion.source == "a rule of thumb"
+    short = resid_rms([0.41, 1.0, 0.1], [size, size, size * 0.99])
+    assert "residual_growth" not in rules(fd.evaluate(short))
 
 
 def test_massive_activations_need_both_the_ratio_and_the_size():
@@ -447,7 +617,7 @@ def test_a_rule_that_fails_is_said_not_raised(monkeypatch):
         raise ZeroDivisionError("float division by zero")
 
     rule = fd.RULES["dead_units"]
-    monkeypatch.setitem(fd.RULES, "dead_units", fd.Rule(rule.label, broken, rule.has_data))
+    monkeypatch.setitem(fd.RULES, "dead_units", dataclasses.replace(rule, find=broken))
     finding = only("dead_units", series())
     assert finding.severity == "info" and finding.title == "Could not check dead FFN units"
 

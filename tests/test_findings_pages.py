@@ -107,10 +107,7 @@ def test_live_says_a_healthy_run_trains_and_that_no_check_fired(copies):
     assert not at.exception
     (headline,) = [shown(s.value) for s in at.success]
     assert headline.startswith("**Trains.**")
-    assert any(
-        "None of the 13 checks this run has the data for found a problem" in shown(c.value)
-        for c in at.caption
-    )
+    assert any("None of the 14 checks found a problem" in shown(c.value) for c in at.caption)
 
 
 def test_compare_has_a_findings_column(copies):
@@ -135,6 +132,9 @@ def test_the_report_and_show_carry_the_findings(copies, capsys):
     assert "| starter-post |" in archive.read("findings.md").decode()
     page = archive.read("report.html").decode()
     assert "<h2>Findings</h2>" in page and "Gradients vanish towards the input" in page
+    # Suggestions come from a paper or are a rule of thumb (the starter's warm-up and a
+    # lower lr): the page never calls them the literature's.
+    assert "literature" not in page and 'a paper or "a rule of thumb"' in page
     assert cli.main(["show", str(copies["starter-post"])]) == 0
     out = capsys.readouterr().out
     assert "\nfindings:\n" in out
@@ -143,3 +143,27 @@ def test_the_report_and_show_carry_the_findings(copies, capsys):
     shown_json = json.loads(capsys.readouterr().out)
     assert shown_json["headline"]["title"] == "Diverged at step 2"
     assert shown_json["headline"]["tab"] == "Loss"
+
+
+def panel_page() -> None:
+    """Live's findings panel alone, on a constructed run probed at steps 0 and 299 only."""
+    from blockviz.core import findings as fd
+    from blockviz.dashboard.findings_panel import findings_panel
+    from blockviz.views.run_findings import RunFindings
+    from tests.test_findings import probed_at
+
+    run = probed_at((0, 299))
+    found = fd.evaluate(run)
+    row = {"id": 1, "name": "sparse", "config": run.config.to_dict()}
+    findings_panel(row, RunFindings(fd.headline(run, found), found), lambda finding: None)
+
+
+def test_the_panel_opens_its_findings_when_checks_could_not_be_made():
+    at = AppTest.from_function(panel_page, default_timeout=60).run()
+    assert not at.exception
+    (expander,) = at.expander
+    assert expander.proto.expanded  # not left folded under a green "Trains"
+    (caption,) = [shown(c.value) for c in at.caption]
+    assert "Could not check gradients across depth" in caption
+    assert "only 1 probe after step 0; these need 2 in a row" in caption
+    assert any(b.label == "Try probe_interval = 30" for b in at.button)

@@ -66,6 +66,10 @@ def test_relu_at_a_high_learning_rate_has_dead_units(found):
     assert finding.suggestion.changes == {"activation": "gelu"}
     assert {"attention_collapse", "attention_logit_growth"} <= rules(run)
     assert the(run, "attention_logit_growth").suggestion.changes == {"qk_norm": True}
+    # Its residual stream: RMS 1.5 at step 0, hundreds by the end (our calibration run of
+    # this config: 230-480× from step 10 on).
+    growth = the(run, "residual_growth")
+    assert growth.evidence["start"] < 2 and growth.evidence["value"] > 100
 
 
 def test_lr_1_moves_weights_by_more_than_the_bound_each_step(found):

@@ -151,24 +151,46 @@ def test_output_statistics_are_the_largest_logit_and_the_mean_log_partition():
     assert log_z == pytest.approx(direct, rel=1e-6)
 
 
-def test_capture_attention_keeps_each_heads_largest_causal_logit():
+def causal_logits(config: cfg.RunConfig, block: torch.nn.Module, x: torch.Tensor, head: int):
+    """Every causal pre-softmax logit q_i·k_j/sqrt(hs) of one head, pair by pair, from the
+    attention's input x (B, T, C) (Pre-LN without qk_norm: the block's norm1_out)."""
+    head_dim = config.model.head_dim
+    q, k, _ = block.attn.qkv(x).split(config.model.d_model, dim=-1)
+    cols = slice(head * head_dim, (head + 1) * head_dim)
+    return [
+        (q[b, i, cols] @ k[b, j, cols]).item() / math.sqrt(head_dim)
+        for b in range(x.size(0))
+        for i in range(x.size(1))
+        for j in range(i + 1)  # causal: a query sees itself and the keys before it
+    ]
+
+
+@pytest.mark.parametrize("flip_keys", [False, True])
+def test_capture_attention_keeps_each_heads_largest_causal_logit_and_largest_magnitude(
+    flip_keys,
+):
     config = tiny_config()
     model = CharTransformer(config.model).eval()
+    if flip_keys:
+        # k = -q: each query's logit with itself is -|q|²/sqrt(hs), the largest in size, so
+        # the largest |logit| is a negative one, far from the largest logit.
+        d = config.model.d_model
+        with torch.no_grad():
+            for block in model.blocks:
+                block.attn.qkv.weight[d : 2 * d] = -4 * block.attn.qkv.weight[:d]
+                if block.attn.qkv.bias is not None:
+                    block.attn.qkv.bias[d : 2 * d] = -4 * block.attn.qkv.bias[:d]
     x = torch.randint(config.model.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
     with tap_hooks(model, taps=("norm1_out",)) as inputs, capture_attention(model) as maps:
         model(x)
-    head_dim = config.model.head_dim
     for layer, block in enumerate(model.blocks):
-        q, k, _ = block.attn.qkv(inputs[(layer, "norm1_out")]).split(config.model.d_model, dim=-1)
         for head in range(config.model.n_head):
-            cols = slice(head * head_dim, (head + 1) * head_dim)
-            logits = [
-                (q[b, i, cols] @ k[b, j, cols]).item() / math.sqrt(head_dim)
-                for b in range(2)
-                for i in range(9)
-                for j in range(i + 1)  # causal: a query sees itself and the keys before it
-            ]
+            logits = causal_logits(config, block, inputs[(layer, "norm1_out")], head)
+            largest = max(abs(value) for value in logits)
             assert maps.max_logits[layer][head].item() == pytest.approx(max(logits), rel=1e-5)
+            assert maps.max_abs_logits[layer][head].item() == pytest.approx(largest, rel=1e-5)
+            if flip_keys:
+                assert largest == -min(logits) and largest > max(logits) + 1
 
 
 def test_tap_hooks_can_hook_the_named_taps_only():
@@ -353,7 +375,7 @@ def test_step_zero_records_the_new_statistics_of_the_initial_model(tmp_path):
     records = next(r for r in sink.records if r.step == 0)
     stats = {(row.layer, row.component, row.stat): row.value for row in records.layer_stats}
     x = probe._probe_x.cpu()
-    with tap_hooks(initial) as acts, capture_attention(initial) as maps, torch.no_grad():
+    with tap_hooks(initial) as acts, torch.no_grad():
         logits, _ = initial(x)
     assert records.scalars["probe/logit_max_abs"] == pytest.approx(logits.abs().max().item())
     log_z = torch.logsumexp(logits, dim=-1).mean().item()
@@ -367,9 +389,13 @@ def test_step_zero_records_the_new_statistics_of_the_initial_model(tmp_path):
         hidden = acts[(layer, "ffn_hidden")].reshape(-1, config.model.d_ff)
         dead = sum(bool((hidden[:, unit] == 0).all()) for unit in range(config.model.d_ff))
         assert stats[(layer, "ffn_hidden", "dead_frac")] == pytest.approx(dead / config.model.d_ff)
+        block = initial.blocks[layer]
         for head in range(config.model.n_head):
+            logits = causal_logits(config, block, acts[(layer, "norm1_out")], head)
             recorded = stats[(layer, str(head), "attn_logit_max")]
-            assert recorded == pytest.approx(maps.max_logits[layer][head].item(), rel=1e-5)
+            assert recorded == pytest.approx(max(logits), rel=1e-5)
+            recorded_abs = stats[(layer, str(head), "attn_logit_max_abs")]
+            assert recorded_abs == pytest.approx(max(abs(v) for v in logits), rel=1e-5)
 
 
 def test_attention_entropy_per_head_is_bounded(probed):

@@ -248,6 +248,16 @@ class ModelConfig:
         return self
 
 
+# Which tensors weight_decay reaches, as training.lit.param_groups builds AdamW's groups
+# (tests/test_lit.py checks that function tensor by tensor): the sidebar, the CLI's --help,
+# the generated script and README say this.
+WEIGHT_DECAY_HELP = (
+    "AdamW decay on the Linear weight matrices only: attention qkv and output, FFN in and "
+    "out, the LM head (a tied token embedding is the LM head's matrix, so it decays too); "
+    "none on biases, norm gains or the untied token and position embeddings"
+)
+
+
 @dataclass
 class TrainConfig:
     """Optimisation, schedule, hardware and logging cadence of a run."""
@@ -258,7 +268,7 @@ class TrainConfig:
     min_lr: float = 1e-4  # floor of the cosine / linear decay
     warmup_steps: int = 100  # linear warm-up; Post-LN needs it to survive high lr
     lr_schedule: str = "cosine"
-    weight_decay: float = 0.1  # applied to matrices only, never to norms, biases or embeddings
+    weight_decay: float = 0.1  # WEIGHT_DECAY_HELP says which tensors it reaches
     beta1: float = 0.9
     beta2: float = 0.99  # small batches of characters: a shorter second-moment memory helps
     grad_clip: float = 1.0  # 0 disables clipping

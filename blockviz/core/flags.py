@@ -40,6 +40,8 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "logger": cfg.LOGGERS,
 }
 _DATASET_HELP = "a built-in corpus (pydocs, pycode, shakespeare, ops) or a UTF-8 text file path"
+# What a flag does, where its name does not say enough (before its type and default).
+FIELD_NOTES: dict[str, str] = {"weight_decay": cfg.WEIGHT_DECAY_HELP}
 
 
 def flag_metavar_and_help(name: str, annotation: Any, default: Any) -> tuple[str, str]:
@@ -62,8 +64,9 @@ def flag_metavar_and_help(name: str, annotation: Any, default: Any) -> tuple[str
         metavar, allowed = "NAME|PATH", _DATASET_HELP
     else:
         metavar, allowed = "STR", "text"
+    note = f"{FIELD_NOTES[name]}; " if name in FIELD_NOTES else ""
     # argparse formats help with %-style: a literal % must be doubled.
-    return metavar, f"{allowed} (default: {shown_default})".replace("%", "%%")
+    return metavar, f"{note}{allowed} (default: {shown_default})".replace("%", "%%")
 
 
 def add_config_flags(parser: argparse.ArgumentParser, sections: Sequence[str]) -> None:

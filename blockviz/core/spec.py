@@ -119,9 +119,12 @@ COMPONENT_LABELS = {
     "weights": "the layer's weight matrices only",
 }
 COMPONENT_STATS = ("grad_norm", "param_norm", "update_ratio")
-# Per attention head: the mean entropy of its rows, and its largest pre-softmax logit
-# q·k/sqrt(head_dim) on the probe batch (attention-logit growth, Dehghani et al. 2023).
-HEAD_STATS = ("attn_entropy", "attn_logit_max")
+# Per attention head, on the probe batch: the mean entropy of its rows; its largest
+# pre-softmax logit q·k/sqrt(head_dim), signed (attn_logit_max: a head whose logits grow
+# large and negative keeps it small); and its largest |q·k/sqrt(head_dim)|
+# (attn_logit_max_abs, what the attention-logit growth finding reads; Dehghani et al.
+# 2023). Runs recorded before attn_logit_max_abs existed have only the signed one.
+HEAD_STATS = ("attn_entropy", "attn_logit_max", "attn_logit_max_abs")
 
 # Parameter groups of the closed-form breakdown (params.py), and the component each
 # belongs to: the breakdown is finer than the probes' components, never different.
@@ -191,6 +194,7 @@ STAT_LABELS = {
     "above_range": f"fraction above {number_label(HIST_RANGE[1])} (outside the histogram)",
     "attn_entropy": "attention entropy (nats)",
     "attn_logit_max": "largest attention logit (before softmax)",
+    "attn_logit_max_abs": "largest |attention logit| (before softmax)",
     "token_cos": "mean cosine similarity between positions",
     "max_over_median": "largest / median |activation|",
     "dead_frac": "fraction of FFN units zero on every probe token",

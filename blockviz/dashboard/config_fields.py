@@ -127,7 +127,14 @@ TRAINING = (
     ),
 )
 TRAINING_ADVANCED = (
-    Field("weight_decay", "Weight decay", "float", "matrices only", step=0.01, fmt="%.3f"),
+    Field(
+        "weight_decay",
+        "Weight decay",
+        "float",
+        config.WEIGHT_DECAY_HELP,
+        step=0.01,
+        fmt="%.3f",
+    ),
     Field("beta1", "Adam beta1", "float", "", step=0.001, fmt="%.3f"),
     Field("beta2", "Adam beta2", "float", "", step=0.001, fmt="%.3f"),
     Field("grad_clip", "Gradient clip", "float", "0 disables clipping", step=0.1, fmt="%.2f"),

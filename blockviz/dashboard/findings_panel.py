@@ -2,8 +2,9 @@
 
 The headline says what the run is doing (diverged, stalled, trains); below it each finding
 (newest first) gives its title, its sentences with the numbers, **Show** (opens the tab
-that draws it and marks its step on the charts) and, where the literature has a fix,
-**Try** (the run's config with that change in the sidebar, on Train, ready to launch).
+that draws it and marks its step on the charts) and, where the rule suggests a change,
+**Try** (the run's config with that change in the sidebar, on Train, ready to launch); the
+suggestion names its source, a paper or "a rule of thumb".
 The words come from `core.findings`; the page decides what Show selects.
 """
 
@@ -16,7 +17,7 @@ import streamlit as st
 
 from blockviz.core.findings import Finding
 from blockviz.dashboard import relaunch, ui
-from blockviz.views.run_findings import RunFindings, suggestion_text
+from blockviz.views.run_findings import RunFindings, suggestion_text, unsure
 
 MARK_KEY = "live.mark"  # {"run": id, "step": step, "label": text}: the marked step
 ICONS = {
@@ -91,8 +92,11 @@ def findings_panel(
     if not rest:
         return
     serious = sum(f.severity in ("error", "warning") for f in rest)
+    # Open too when checks could not be made: a run is not called healthy out of sight.
+    unmade = any(unsure(f) for f in rest)
+    icon = ICONS["warning" if serious else "info" if unmade else "ok"]
     label = f"Findings ({len(rest)}, newest first)"
-    with st.expander(label, expanded=serious > 0, icon=ICONS["warning" if serious else "ok"]):
+    with st.expander(label, expanded=serious > 0 or unmade, icon=icon):
         for index, finding in enumerate(rest, start=1):
             icon = ICONS.get(finding.severity, "")
             st.markdown(f"{icon} **{ui.plain(finding.title)}**")

@@ -107,12 +107,14 @@ def make_head_norm(cfg: ModelConfig) -> nn.Module:
 
 
 class AttentionMaps(dict[int, torch.Tensor]):
-    """{layer: attention weights (B, n_head, T, T)}, and in `max_logits` {layer: (n_head,)}:
-    each head's largest pre-softmax logit q·k/sqrt(hs) over the causal pairs of the batch."""
+    """{layer: attention weights (B, n_head, T, T)}; in `max_logits` {layer: (n_head,)}, each
+    head's largest pre-softmax logit q·k/sqrt(hs) over the causal pairs of the batch, and in
+    `max_abs_logits` {layer: (n_head,)} its largest |logit| (a large negative logit too)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.max_logits: dict[int, torch.Tensor] = {}
+        self.max_abs_logits: dict[int, torch.Tensor] = {}
 
 
 class CausalSelfAttention(nn.Module):
@@ -171,9 +173,11 @@ class CausalSelfAttention(nn.Module):
         T = q.size(-2)
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
         causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()  # (T, T)
+        # Attention-logit growth (Dehghani et al. 2023) shows in the largest logits a head
+        # computes, of either sign; the masked pairs never count (0 for |logit|, -inf here).
+        magnitude = scores.detach().float().abs().masked_fill(~causal, 0.0)  # (B, nh, T, T)
+        sink.max_abs_logits[self.layer_index] = magnitude.amax(dim=(0, 2, 3))  # (nh,)
         scores = scores.masked_fill(~causal, float("-inf"))
-        # Attention-logit growth (Dehghani et al. 2023) shows in the largest logit a head
-        # computes; the masked pairs are -inf, so they never count.
         sink.max_logits[self.layer_index] = scores.detach().float().amax(dim=(0, 2, 3))  # (nh,)
         # Softmax in float32 so the maps sum to 1 under bf16 autocast too.
         weights = scores.float().softmax(dim=-1)  # (B, nh, T, T)
@@ -404,8 +408,9 @@ def capture_attention(model: nn.Module) -> Iterator[AttentionMaps]:
 
     Yields a dict {layer_index: weights (B, n_head, T, T)}, filled as forward passes run
     (a later pass overwrites an earlier one); its `max_logits` holds each layer's largest
-    pre-softmax logit per head, (n_head,). Works on any module that contains the model
-    (a LightningModule, a torch.compile wrapper). The fast path is restored on exit, always.
+    pre-softmax logit per head, (n_head,), and `max_abs_logits` its largest |logit|. Works on
+    any module that contains the model (a LightningModule, a torch.compile wrapper). The
+    fast path is restored on exit, always.
     """
     captured = AttentionMaps()
     attentions = [m for m in model.modules() if isinstance(m, CausalSelfAttention)]

@@ -14,8 +14,9 @@ trained step (max_steps - 1: the last batch with a gradient, so the charts reach
   every tap of every block, on a fixed probe batch from the validation split;
 - of the stream leaving each block, the mean cosine similarity between positions and the
   largest over the median |activation|; of each FFN, the fraction of dead hidden units;
-- attention entropy and the largest pre-softmax logit per layer and head, and the largest
-  |logit| and mean log Z of the output logits, on the same batch.
+- attention entropy, the largest pre-softmax logit and the largest |pre-softmax logit| per
+  layer and head, and the largest |logit| and mean log Z of the output logits, on the same
+  batch.
 
 Every `sample_interval` steps (and when training ends): the attention maps of one fixed
 probe sequence and a text sample generated from a fixed prompt.
@@ -43,6 +44,7 @@ from blockviz.core.config import is_probe_step
 from blockviz.core.spec import (
     FFN_TAP,
     FFN_UNIT_STATS,
+    HEAD_STATS,
     HIST_BINS,
     HIST_RANGE,
     PROBE_SCALARS,
@@ -178,6 +180,8 @@ _EXTRA_TAP_PARTS: tuple[tuple[str, str, Callable[[torch.Tensor], torch.Tensor]],
     ("units", FFN_TAP, ffn_unit_statistics),
 )
 _EXTRA_STATS = {"stream": STREAM_STATS, "units": FFN_UNIT_STATS}
+# The part of a probe's tensors that holds each of spec.HEAD_STATS, in its order.
+_HEAD_PARTS = ("entropy", "logit_max", "logit_max_abs")
 
 
 def _summed_squares(norms: torch.Tensor, members: torch.Tensor, size: int) -> torch.Tensor:
@@ -398,6 +402,8 @@ class BlockProbe(Callback):
             pending.parts["entropy"] = torch.stack(entropies)  # (L, nh)
             logit_max = [attention.max_logits[layer] for layer in layers]
             pending.parts["logit_max"] = torch.stack(logit_max)  # (L, nh)
+            logit_max_abs = [attention.max_abs_logits[layer] for layer in layers]
+            pending.parts["logit_max_abs"] = torch.stack(logit_max_abs)  # (L, nh)
         if sample:
             n = min(self.attention_chars, self._probe_x.size(1))
             maps = [attention[layer][0, :, :n, :n].float() for layer in layers]  # L x (nh, n, n)
@@ -494,7 +500,7 @@ class BlockProbe(Callback):
                         LayerStat(step, layer, "tap", tap, stat, value)
                         for stat, value in zip(stats, chunk, strict=True)
                     ]
-        for part, stat in (("entropy", "attn_entropy"), ("logit_max", "attn_logit_max")):
+        for part, stat in zip(_HEAD_PARTS, HEAD_STATS, strict=True):
             if part not in host:
                 continue
             layers = pending.attention_layers

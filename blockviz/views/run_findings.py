@@ -40,7 +40,7 @@ LAYER_READS: tuple[dict[str, Any], ...] = (
         "component": ("block", spec.WEIGHTS_COMPONENT),
         "stat": ("grad_norm", "update_ratio"),
     },
-    {"kind": "tap", "component": spec.STREAM_TAP, "stat": (*spec.STREAM_STATS, "max_abs")},
+    {"kind": "tap", "component": spec.STREAM_TAP, "stat": (*spec.STREAM_STATS, "max_abs", "rms")},
     {"kind": "tap", "component": spec.FFN_TAP, "stat": spec.FFN_UNIT_STATS},
     {"kind": "head", "stat": spec.HEAD_STATS},
 )
@@ -55,9 +55,15 @@ class RunFindings:
 
     @property
     def titles(self) -> list[str]:
-        """The headline, then each warning's or error's title: a table cell's worth."""
-        rest = [f.title for f in self.findings if f.severity in ("error", "warning")]
+        """The headline, then each warning's or error's title and, when checks could not be
+        made, how many: a table cell's worth."""
+        rest = [f.title for f in self.findings if f.severity in ("error", "warning") or unsure(f)]
         return [self.headline.title, *(t for t in rest if t != self.headline.title)]
+
+
+def unsure(finding: Finding) -> bool:
+    """Whether a finding is the healthy one, saying that some checks could not be made."""
+    return finding.rule == "healthy" and finding.severity != "ok"
 
 
 def read_layers(store: RunStore, run_id: int) -> pd.DataFrame:

@@ -24,12 +24,13 @@ name each config). Pure and torch-free: frames in, dataclasses out.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from blockviz.core import spec
 from blockviz.core.findings import internals, training
 from blockviz.core.findings.base import (
+    NO_DATA,
     Finding,
     RunSeries,
     Suggestion,
@@ -37,6 +38,7 @@ from blockviz.core.findings.base import (
     series_tab,
 )
 from blockviz.core.findings.thresholds import *  # noqa: F403 (the thresholds, by name)
+from blockviz.core.findings.thresholds import PERSIST
 from blockviz.core.findings.training import headline
 
 LOG = logging.getLogger(__name__)
@@ -44,65 +46,97 @@ LOG = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Rule:
-    """A rule: what it checks (in words), the function, and whether a run has its data."""
+    """A rule: what it checks (in words), the function, the steps at which the run recorded
+    what it reads, and whether it is a state rule (it needs PERSIST probes in a row)."""
 
     label: str
     find: Callable[[RunSeries], Finding | None]
-    has_data: Callable[[RunSeries], bool]
+    steps: Callable[[RunSeries], Sequence[int]]
+    state: bool = False
+
+    def gap(self, series: RunSeries) -> str | None:
+        """Why this rule could not check the run (no data, too few probes after step 0:
+        a state rule cannot fire on fewer), or None when it could."""
+        steps = self.steps(series)
+        if len(steps) == 0:
+            return NO_DATA
+        after = sum(int(step) > 0 for step in steps)
+        if not self.state or after >= PERSIST:
+            return None
+        if after == 0:
+            return "no probe after step 0"
+        return f"only {after} probe{'s' if after > 1 else ''} after step 0"
 
 
-def _scalar(name: str) -> Callable[[RunSeries], bool]:
-    return lambda series: not series.scalar(name).empty
+def _scalar(name: str) -> Callable[[RunSeries], Sequence[int]]:
+    return lambda series: series.scalar(name)["step"].tolist()
 
 
-def _table(kind: str, stat: str, component: str | None = None) -> Callable[[RunSeries], bool]:
-    return lambda series: not series.table(kind, stat, component).empty
+def _table(
+    kind: str, stat: str, component: str | None = None
+) -> Callable[[RunSeries], Sequence[int]]:
+    return lambda series: series.table(kind, stat, component).index.tolist()
+
+
+def _depth_steps(series: RunSeries) -> Sequence[int]:
+    """A model of one block has no depth to compare gradients across."""
+    return _table("component", "grad_norm", "block")(series) if series.n_layer > 1 else []
+
+
+def _stall_steps(series: RunSeries) -> Sequence[int]:
+    """Without the text's unigram entropy there is nothing to stall at."""
+    return _scalar("train/loss")(series) if series.unigram is not None else []
+
+
+def _state(
+    label: str,
+    find: Callable[[RunSeries], Finding | None],
+    steps: Callable[[RunSeries], Sequence[int]],
+) -> Rule:
+    return Rule(label, find, steps, state=True)
 
 
 # Every rule, in the order README's table lists them (healthy comes last, from the others).
 RULES: dict[str, Rule] = {
     "diverged": Rule("divergence", training.diverged, _scalar("train/loss")),
-    "stalled": Rule(
-        "a stall at the unigram entropy",
-        training.stalled,
-        lambda series: series.unigram is not None and not series.scalar("train/loss").empty,
-    ),
+    "stalled": Rule("a stall at the unigram entropy", training.stalled, _stall_steps),
     "loss_spike": Rule("loss spikes", training.loss_spikes, _scalar("train/loss")),
-    "gradient_depth": Rule(
-        "gradients across depth",
-        internals.gradient_depth,
-        lambda series: (
-            series.n_layer > 1 and not series.table("component", "grad_norm", "block").empty
-        ),
-    ),
-    "slow_updates": Rule(
+    "gradient_depth": _state("gradients across depth", internals.gradient_depth, _depth_steps),
+    "slow_updates": _state(
         "slow updates",
         internals.slow_updates,
         _table("component", "update_ratio", spec.WEIGHTS_COMPONENT),
     ),
-    "large_updates": Rule(
+    "large_updates": _state(
         "large updates",
         internals.large_updates,
         _table("component", "update_ratio", spec.WEIGHTS_COMPONENT),
     ),
-    "dead_units": Rule(
+    "dead_units": _state(
         "dead FFN units", internals.dead_units, _table("tap", "dead_frac", spec.FFN_TAP)
     ),
-    "attention_collapse": Rule(
+    "attention_collapse": _state(
         "attention entropy collapse", internals.attention_collapse, _table("head", "attn_entropy")
     ),
-    "attention_logit_growth": Rule(
-        "attention-logit growth", internals.attention_logits, _table("head", "attn_logit_max")
+    "attention_logit_growth": _state(
+        "attention-logit growth",
+        internals.attention_logits,
+        lambda series: internals.logit_table(series)[0].index.tolist(),
     ),
-    "rank_collapse": Rule(
+    "rank_collapse": _state(
         "rank collapse", internals.rank_collapse, _table("tap", "token_cos", spec.STREAM_TAP)
     ),
-    "massive_activations": Rule(
+    "residual_growth": _state(
+        "residual-stream growth",
+        internals.residual_growth,
+        _table("tap", "rms", spec.STREAM_TAP),
+    ),
+    "massive_activations": _state(
         "massive activations",
         internals.massive_activations,
         _table("tap", "max_over_median", spec.STREAM_TAP),
     ),
-    "output_logit_growth": Rule(
+    "output_logit_growth": _state(
         "output-logit growth", internals.output_logits, _scalar("probe/log_z")
     ),
     "overfitting": Rule("overfitting", training.overfitting, _scalar("val/loss")),
@@ -126,25 +160,36 @@ def _run(name: str, rule: Rule, series: RunSeries) -> Finding | None:
         )
 
 
+def gaps(series: RunSeries) -> dict[str, list[str]]:
+    """The checks that could not be made on the run, by why: {reason: [label, ...]}."""
+    missing: dict[str, list[str]] = {}
+    for rule in RULES.values():
+        reason = rule.gap(series)
+        if reason is not None:
+            missing.setdefault(reason, []).append(rule.label)
+    return missing
+
+
 def evaluate(series: RunSeries) -> list[Finding]:
     """Every finding about the run, newest step first; `healthy` when no warning or error
-    fired (and the loss is not worse than at initialisation), naming what could not be
-    checked for lack of data."""
+    fired (and the loss is not worse than at initialisation), naming the checks that could
+    not be made and why (no data, too few probes)."""
     found = [f for name, rule in RULES.items() if (f := _run(name, rule, series)) is not None]
     serious = any(f.severity in ("error", "warning") for f in found)
     if not serious and not training.worse_than_initial(series):
-        unchecked = [rule.label for rule in RULES.values() if not rule.has_data(series)]
-        found.append(training.healthy(series, len(RULES) - len(unchecked), unchecked))
+        found.append(training.healthy(series, len(RULES), gaps(series)))
     return sorted(found, key=lambda f: -1 if f.step is None else f.step, reverse=True)
 
 
 __all__ = [
+    "NO_DATA",
     "RULES",
     "Finding",
     "Rule",
     "RunSeries",
     "Suggestion",
     "evaluate",
+    "gaps",
     "headline",
     "run_series",
     "series_tab",

@@ -21,6 +21,8 @@ from blockviz.core.findings.thresholds import PERSIST
 
 # ---------------------------------------------------------------------------- results
 
+NO_DATA = "no data recorded"  # why a check could not be made: the run has none of its data
+
 
 @dataclass(frozen=True)
 class Suggestion:

@@ -1,11 +1,13 @@
 """Rules over what the probes saw inside the model: gradients across depth, update sizes,
-dead FFN units, attention entropy and logits, rank collapse, massive activations, output
-logits. Each is a state rule (it must hold at the last PERSIST probe steps). Torch-free.
+dead FFN units, attention entropy and logits, rank collapse, the residual stream's growth,
+massive activations, output logits. Each is a state rule (it must hold at the last PERSIST
+probe steps). Torch-free.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -37,8 +39,11 @@ from blockviz.core.findings.thresholds import (
     MASSIVE_RATIO,
     OUTPUT_LOGIT_MAX,
     RANK_COS,
+    RESID_GROWTH,
+    RESID_RMS,
     UPDATE_HIGH,
     UPDATE_LOW,
+    UPDATE_NORMAL,
 )
 
 
@@ -128,6 +133,39 @@ def _update_tables(series: RunSeries) -> tuple[pd.DataFrame, pd.Series]:
         return table, pd.Series(dtype=float)
     table = table[table.index > 0]
     return table, lr_at(series, table.index)
+
+
+@dataclass(frozen=True)
+class UpdateSizes:
+    """How the blocks' weight matrices moved at one probe step, for the lr there."""
+
+    size: str  # large | slow | normal | small
+    per_lr: pd.Series  # each block's ‖Δθ‖/‖θ‖ ÷ lr
+    lr: float
+    step: int
+
+
+def update_sizes(series: RunSeries) -> UpdateSizes | None:
+    """At the newest probe after step 0: "large" when a block's weight matrices moved by
+    more than UPDATE_HIGH of their norm, "slow" when one moved by less than UPDATE_LOW × lr,
+    "normal" when every one moved by at least UPDATE_NORMAL × lr, else "small". None
+    without finite update ratios or a logged lr."""
+    table, lr = _update_tables(series)
+    if table.empty:
+        return None
+    newest, rate = table.iloc[-1], float(lr.iloc[-1])
+    if not (math.isfinite(rate) and rate > 0 and np.isfinite(newest.to_numpy(float)).all()):
+        return None
+    per_lr = newest / rate
+    if (newest > UPDATE_HIGH).any():
+        size = "large"
+    elif (per_lr < UPDATE_LOW).any():
+        size = "slow"
+    elif (per_lr >= UPDATE_NORMAL).all():
+        size = "normal"
+    else:
+        size = "small"
+    return UpdateSizes(size, per_lr, rate, int(table.index[-1]))
 
 
 def slow_updates(series: RunSeries) -> Finding | None:
@@ -279,9 +317,19 @@ def attention_collapse(series: RunSeries) -> Finding | None:
     )
 
 
+def logit_table(series: RunSeries) -> tuple[pd.DataFrame, str]:
+    """Each head's largest |pre-softmax logit| by step, and its stat's name; a run recorded
+    before that statistic existed gives its largest signed logit (a lower bound of it)."""
+    table = series.table("head", "attn_logit_max_abs")
+    if not table.empty:
+        return table, "attn_logit_max_abs"
+    return series.table("head", "attn_logit_max"), "attn_logit_max"
+
+
 def attention_logits(series: RunSeries) -> Finding | None:
-    """A head's largest pre-softmax logit above ATTN_LOGIT_MAX and LOGIT_GROWTH × its first."""
-    table = series.table("head", "attn_logit_max")
+    """A head's largest |pre-softmax logit| above ATTN_LOGIT_MAX and LOGIT_GROWTH × its
+    first probe's."""
+    table, stat = logit_table(series)
     if table.empty:
         return None
     grown = (table > ATTN_LOGIT_MAX) & (table >= LOGIT_GROWTH * table.iloc[0].abs())
@@ -294,19 +342,24 @@ def attention_logits(series: RunSeries) -> Finding | None:
     value, start = float(table[(layer, head)].iloc[-1]), float(table[(layer, head)].iloc[0])
     others = f" ({len(heads)} heads over {ATTN_LOGIT_MAX:g})" if len(heads) > 1 else ""
     where = layer_name(int(layer), series.n_layer)
+    what = (
+        "largest |attention logit|" if stat == "attn_logit_max_abs" else "largest attention logit"
+    )
     text = (
-        f"At {step_text(newest)} the largest attention logit of {where} "
+        f"At {step_text(newest)} the {what} of {where} "
         f"head {head} is {num(value)}, against {num(start)} at "
         f"{step_text(int(table.index[0]))}{others}; above {ATTN_LOGIT_MAX:g} at every probe since "
         f"{step_text(since)}. Logits this large make the softmax close to one-hot."
     )
+    if stat == "attn_logit_max":
+        text += " (This run predates the |logit| statistic: its signed largest logit was read.)"
     return Finding(
         "attention_logit_growth",
         "warning",
         f"Attention logits grew to {num(value)}",
         text,
         since,
-        "attn_logit_max",
+        stat,
         {
             "layer": int(layer),
             "head": int(head),
@@ -349,6 +402,52 @@ def rank_collapse(series: RunSeries) -> Finding | None:
         newest,
         table,
         suggestion,
+    )
+
+
+def residual_growth(series: RunSeries) -> Finding | None:
+    """The RMS of the stream leaving a block at least RESID_GROWTH × its first probe's and
+    at least RESID_RMS."""
+    rms = blocks(series.table("tap", "rms", spec.STREAM_TAP), series.n_layer)
+    if rms.empty:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        growth = rms / rms.iloc[0]
+    held = streaking((growth >= RESID_GROWTH) & (rms >= RESID_RMS))
+    if held is None:
+        return None
+    layers, since = [int(c) for c in held[0]], held[1]
+    first, newest = int(rms.index[0]), int(rms.index[-1])
+    worst = max(layers, key=lambda c: growth[c].iloc[-1])
+    start, now = float(rms[worst].iloc[0]), float(rms[worst].iloc[-1])
+    where = layer_name(worst, series.n_layer)
+    others = f" (blocks past both bounds: {layer_names(layers, series.n_layer)})"
+    text = (
+        f"At {step_text(newest)} the RMS of the residual stream leaving {where} is {num(now)}, "
+        f"against {num(start)} at {step_text(first)}: {num(now / start)}× its start"
+        + (others if len(layers) > 1 else "")
+        + f"; at least {RESID_GROWTH:g}× its first probe's and {RESID_RMS:g} at every probe "
+        f"since {step_text(since)}."
+    )
+    evidence = {
+        "layers": layers,
+        "since": since,
+        "step": newest,
+        "layer": worst,
+        "start_step": first,
+        "start": start,
+        "value": now,
+        "growth": {c: float(growth[c].iloc[-1]) for c in layers},
+    }
+    return Finding(
+        "residual_growth",
+        "warning",
+        f"The residual stream grew {num(now / start)}× in {where}",
+        text,
+        since,
+        "rms",
+        evidence,
+        lower_lr(series.config) if series.config is not None else None,
     )
 
 

@@ -8,11 +8,25 @@ of these runs. Every suggestion's values pass the config's validation on the run
 
 from __future__ import annotations
 
-from blockviz.core.config import RunConfig
+from blockviz.core.config import BOUNDS, RunConfig
 from blockviz.core.findings.base import RunSeries, Suggestion
 
 RULE_OF_THUMB = "a rule of thumb"
 XIONG = "Xiong et al. 2020"
+
+
+def probe_more(series: RunSeries) -> Suggestion | None:
+    """Ten probes over the run, when the run probed less often than that."""
+    if series.config is None:
+        return None
+    interval = max(1, series.config.train.max_steps // 10)
+    if interval >= series.config.train.probe_interval:
+        return None
+    return Suggestion(
+        f"Rerun with probe_interval {interval:,}: ten probes over the run.",
+        {"probe_interval": interval},
+        RULE_OF_THUMB,
+    )
 
 
 def lower_lr(config: RunConfig) -> Suggestion:
@@ -22,6 +36,14 @@ def lower_lr(config: RunConfig) -> Suggestion:
     if config.train.min_lr > lr:
         changes["min_lr"] = lr
     return Suggestion("Lower the learning rate 3×.", changes, RULE_OF_THUMB)
+
+
+def higher_lr(config: RunConfig) -> Suggestion | None:
+    """A learning rate 3× higher (two significant digits), within the lr's bound."""
+    lr = min(float(f"{config.train.lr * 3:.2g}"), BOUNDS["lr"].high)
+    if lr <= config.train.lr:
+        return None
+    return Suggestion("Raise the learning rate 3×.", {"lr": lr}, RULE_OF_THUMB)
 
 
 def pre_ln() -> Suggestion:
@@ -62,11 +84,15 @@ def stability(series: RunSeries) -> Suggestion | None:
     return lower_lr(series.config)
 
 
-def unstall(series: RunSeries) -> Suggestion | None:
-    """What to try against a stall at the unigram entropy, given what the run had."""
+def unstall(series: RunSeries, updates: str | None = None) -> Suggestion | None:
+    """What to try against a stall, given what the run had and how its blocks' weights
+    moved at the newest probe (`updates`, internals.update_sizes): steps normal-sized for
+    the lr mean the lr itself is small, so a higher one; else by the architecture."""
     if series.config is None:
         return None
     model, train = series.config.model, series.config.train
+    if updates == "normal":
+        return higher_lr(series.config)
     if not model.residual:
         return residual_on()
     if model.norm_position == "post" and train.warmup_steps == 0:

@@ -18,7 +18,9 @@ GROWTH_FACTOR = 10.0
 # warm-up spends 39 steps there on its way down; the Post-LN starter every step since 6.)
 STALL_WINDOW = 20
 STALL_MIN_STEPS = 100
-# "at the unigram entropy" while the median is at most this far above it, else "above".
+# A stall counts from where the median came within STALL_NEAR above the unigram entropy
+# (when it ends there); its words say "at the unigram entropy" only within STALL_MARGIN of
+# it, "above" beyond (tiny Pre-LN at lr 0.3: 3.37 against 3.25, 0.12 above).
 STALL_NEAR = 0.5
 # loss_spike: a logged train loss above SPIKE_FACTOR times the median of the SPIKE_WINDOW
 # logged losses before it (as Lightning's SpikeDetection compares a loss with a running
@@ -35,6 +37,13 @@ GRAD_DEPTH_RATIO = 100.0
 # alone gives ‖Δθ‖/‖θ‖ = lr·weight_decay (0.1·lr at the default): a layer at about that
 # level learns nothing from its gradient. (Healthy runs here: 1 to 9 × lr.)
 UPDATE_LOW = 0.2
+# stalled: the blocks' updates are normal-sized for the lr when every block's weight
+# matrices move by at least UPDATE_NORMAL × lr of their norm per step (and none by more
+# than UPDATE_HIGH) at the newest probe after step 0; then the suggestion is a higher lr,
+# not a lower one. (Healthy tiny, quick and baby-cpu runs here: 1.6 to 9.7 × lr; tiny
+# Pre-LN at lr 1e-5, stalled above the unigram entropy: 6.8 to 7.0 × lr; tiny Pre-LN at lr
+# 0.3, stalled: 0.2 × lr and 0.06 of the norm.)
+UPDATE_NORMAL = 1.0
 # large_updates: ‖Δθ‖/‖θ‖ above this at a step other than step 0 (AdamW's first update
 # moves every weight by exactly lr, whatever the gradient). Healthy runs here stay below
 # 0.03; Pre-LN tiny at lr 0.3 reaches 0.09 while it stalls.
@@ -43,12 +52,25 @@ UPDATE_HIGH = 0.05
 DEAD_FRAC = 0.25
 # attention_collapse: every head of a layer below this mean entropy (nats).
 ENTROPY_FLOOR = 0.1
-# attention_logit_growth: a head's largest logit above this and at least
-# LOGIT_GROWTH times its first probe's (healthy baby-cpu at lr 1e-3: 24 at most).
+# attention_logit_growth: a head's largest |logit| above this and at least LOGIT_GROWTH
+# times its first probe's (healthy baby-cpu at lr 1e-3 over 2,000 steps: 28 at most, 24
+# signed; a healthy tiny no-norm run with GPT-2 init, lr 3e-3: 43, its signed largest 4.6).
 ATTN_LOGIT_MAX = 50.0
 LOGIT_GROWTH = 10.0
 # rank_collapse: the mean cosine similarity between positions at a block's output.
 RANK_COS = 0.99
+# residual_growth: the RMS of the stream leaving a block (resid_post) at least RESID_GROWTH
+# times its first probe's and at least RESID_RMS. Measured here (300 steps probed every 10,
+# the largest over the run): healthy tiny Pre-LN 4.8× (RMS 7.0), tiny Post-LN 1.3×, tiny
+# no-norm 1.9×, tiny Xavier 3.2×, quick Pre-LN / Post-LN / no-norm 3.1× / 1.1× / 1.8×;
+# baby-cpu at the defaults over 2,000 steps probed every 50: 2.6× (RMS 3.8). GPT-2 init
+# starts the stream at RMS 0.03, so ratios mean little there: tiny Pre-LN 14× (RMS 0.39),
+# tiny no-norm 200× (RMS 5.6), both healthy, hence RESID_RMS. The Pre-LN starter at lr
+# 1e-2 (it trains; its attention logits grow to 168): 29× (RMS 43), left below the bound.
+# Fired: tiny ReLU at lr 0.1, 230–480× (RMS 330–700) from step 10; tiny Pre-LN at lr 0.3,
+# 900–3,800×; the tiny blow-up (no norms, no clipping, lr 0.3), 10⁶×.
+RESID_GROWTH = 50.0
+RESID_RMS = 20.0
 # massive_activations: largest |activation| at least MASSIVE_RATIO times the median and at
 # least MASSIVE_ABS in absolute value. Our reading of Sun et al. 2024, who report a few
 # activations of large language models up to 100,000 times larger than the others; no
@@ -82,6 +104,8 @@ __all__ = [
     "OVERFIT_TRAIN",
     "PERSIST",
     "RANK_COS",
+    "RESID_GROWTH",
+    "RESID_RMS",
     "SPIKE_FACTOR",
     "SPIKE_WINDOW",
     "STALL_MARGIN",
@@ -90,4 +114,5 @@ __all__ = [
     "STALL_WINDOW",
     "UPDATE_HIGH",
     "UPDATE_LOW",
+    "UPDATE_NORMAL",
 ]

@@ -11,7 +11,9 @@ import numpy as np
 import pandas as pd
 
 from blockviz.core.divergence import render_divergence, summarize_divergence
+from blockviz.core.findings import internals
 from blockviz.core.findings.base import (
+    NO_DATA,
     Finding,
     RunSeries,
     Suggestion,
@@ -22,12 +24,19 @@ from blockviz.core.findings.base import (
     num,
     step_text,
 )
-from blockviz.core.findings.suggestions import RULE_OF_THUMB, clip, stability, unstall
+from blockviz.core.findings.suggestions import (
+    RULE_OF_THUMB,
+    clip,
+    probe_more,
+    stability,
+    unstall,
+)
 from blockviz.core.findings.thresholds import (
     GROWTH_FACTOR,
     OVERFIT_EVALS,
     OVERFIT_RISE,
     OVERFIT_TRAIN,
+    PERSIST,
     SPIKE_FACTOR,
     SPIKE_WINDOW,
     STALL_MARGIN,
@@ -152,13 +161,15 @@ def stalled(series: RunSeries) -> Finding | None:
     before = int(np.searchsorted(steps, newest - STALL_MIN_STEPS, side="right")) - 1
     if median[before] - level >= STALL_MARGIN:
         return None
-    where = "at the unigram entropy" if near else "above the unigram entropy"
+    at = level <= series.unigram + STALL_MARGIN
+    where = "at the unigram entropy" if at else "above the unigram entropy"
     text = (
         f"Since {step_text(since)} the train loss (running median of {STALL_WINDOW} logged values) "
         f"has stayed {where}: {num(level)} at {step_text(newest)}, against "
-        f"{num(series.unigram)} for predicting each character by its frequency alone. "
+        f"{num(series.unigram)} for predicting each character by its frequency alone"
     )
-    if near:
+    text += ". " if at else f" ({num(level - series.unigram)} nats above it). "
+    if at:
         text += "It has learned the characters' frequencies and nothing more."
     elif worse_than_uniform(series, level):
         text += (
@@ -169,8 +180,16 @@ def stalled(series: RunSeries) -> Finding | None:
         text += "It has not even learned the characters' frequencies."
     val = series.scalar("val/loss")
     if len(val):
-        at, value = int(val["step"].iloc[-1]), float(val["value"].iloc[-1])
-        text += f" Val loss at {step_text(at)}: {num(value)}."
+        evaluated, value = int(val["step"].iloc[-1]), float(val["value"].iloc[-1])
+        text += f" Val loss at {step_text(evaluated)}: {num(value)}."
+    sizes = internals.update_sizes(series)
+    if sizes is not None and sizes.size == "normal":
+        text += (
+            f" At {step_text(sizes.step)} every block's weight matrices move by "
+            f"{num(float(sizes.per_lr.min()))} to {num(float(sizes.per_lr.max()))} × lr of "
+            f"their norm per step (lr {num(sizes.lr)}): normal-sized steps for the lr, not "
+            "blocks that barely learn."
+        )
     return Finding(
         "stalled",
         "warning",
@@ -179,7 +198,7 @@ def stalled(series: RunSeries) -> Finding | None:
         since,
         "train/loss",
         {"since": since, "median_loss": level, "unigram": series.unigram, "step": newest},
-        unstall(series),
+        unstall(series, None if sizes is None else sizes.size),
     )
 
 
@@ -298,10 +317,12 @@ def overfitting(series: RunSeries) -> Finding | None:
     )
 
 
-def healthy(series: RunSeries, checked: int, unchecked: list[str]) -> Finding:
-    """None of the `checked` rules fired: said in words, with how far they reached and what
-    could not be checked for lack of data (a run recorded before a statistic existed, a
-    model without attention or an FFN)."""
+def healthy(series: RunSeries, total: int, gaps: dict[str, list[str]]) -> Finding:
+    """None of the rules that could check the run fired: said in words, with how far they
+    reached and every check that could not be made and why (`gaps`: {reason: labels}; no
+    data: a run recorded before a statistic existed, a model without attention or an FFN;
+    too few probes after step 0 for a state rule). It never says a check passed that could
+    not run: with too few probes it is an info finding that names what it could not check."""
     loss = series.scalar("train/loss")
     probes = series.table("component", "grad_norm", "block")
     newest = int(loss["step"].iloc[-1]) if len(loss) else None
@@ -309,17 +330,40 @@ def healthy(series: RunSeries, checked: int, unchecked: list[str]) -> Finding:
     reach = f" up to {step_text(newest)}" if newest is not None else ""
     if probe is not None:
         reach += f" (latest probe: {step_text(probe)})"
-    text = f"None of the {checked} checks this run has the data for found a problem{reach}."
-    if unchecked:
-        text += " Not checked, no data recorded: " + ", ".join(unchecked) + "."
+    unmade = [label for labels in gaps.values() for label in labels]
+    checked = total - len(unmade)
+    few = {reason: labels for reason, labels in gaps.items() if reason != NO_DATA}
+    if not unmade:
+        text = f"None of the {checked} checks found a problem{reach}."
+    elif few:
+        text = f"None of the {checked} checks that could be made found a problem{reach}."
+    else:
+        text = f"None of the {checked} checks this run has the data for found a problem{reach}."
+    for reason, labels in few.items():
+        need = "these need" if len(labels) > 1 else "it needs"
+        text += (
+            f" Could not check {', '.join(labels)}: {reason}; {need} {PERSIST} in a row, so "
+            "a problem there would not show."
+        )
+    if NO_DATA in gaps:
+        text += " Not checked, no data recorded: " + ", ".join(gaps[NO_DATA]) + "."
+    not_made = sum(len(labels) for labels in few.values())
+    title = f"{not_made} of {total} checks could not be made: too few probes" if few else "Healthy"
     return Finding(
         "healthy",
-        "ok",
-        "Healthy",
+        "info" if few else "ok",
+        title,
         text,
         newest,
         "train/loss",
-        {"checks": checked, "unchecked": unchecked, "step": newest, "probe_step": probe},
+        {
+            "checks": checked,
+            "unchecked": unmade,
+            "gaps": gaps,
+            "step": newest,
+            "probe_step": probe,
+        },
+        probe_more(series) if few else None,
     )
 
 
