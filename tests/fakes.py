@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from blockviz.core import config as cfg
-from blockviz.core import corpora, params, procs
+from blockviz.core import corpora, evaluation, params, procs
 from blockviz.core.spec import (
     ABOVE_RANGE,
     BELOW_RANGE,
@@ -147,14 +147,17 @@ class FakeData:
         return "\n" if "\n" in self.vocab else self.text[0]
 
 
-def fake_data(val_fraction: float = 0.1, block_size: int = 64) -> FakeData:
-    """CORPUS as CharDataModule splits and fingerprints it."""
+def fake_data(val_fraction: float = 0.1, block_size: int = 64, windows: int = 240) -> FakeData:
+    """CORPUS as CharDataModule splits and fingerprints it, scored on `windows` windows of
+    the evaluation set (the default: eval_iters 20 × batch_size 12)."""
     n_train, n_val = corpora.check_split(len(CORPUS), val_fraction, block_size, CORPUS_NAME)
     vocab = corpora.CharVocab.from_text(CORPUS)
     corpus = corpora.Corpus(name=CORPUS_NAME, source=CORPUS_NAME, text=CORPUS)
-    return FakeData(
-        CORPUS, vocab, n_train, n_val, corpora.fingerprint(corpus, vocab, n_train, n_val)
-    )
+    fingerprint = {
+        **corpora.fingerprint(corpus, vocab, n_train, n_val),
+        evaluation.KEY: evaluation.record(windows, block_size),
+    }
+    return FakeData(CORPUS, vocab, n_train, n_val, fingerprint)
 
 
 # ------------------------------------------------------------- which steps hold rows
@@ -233,7 +236,8 @@ class _FakeRun:
         self.timeline = timeline
         self.seed = seed
         self.index = index
-        self.data = fake_data(config.data.val_fraction, self.model.block_size)
+        windows = self.train.eval_iters * self.train.batch_size
+        self.data = fake_data(config.data.val_fraction, self.model.block_size, windows)
 
     def rng(self, *key: object) -> np.random.Generator:
         return _noise(self.seed, self.index, *key)
@@ -355,6 +359,9 @@ class _FakeRun:
                     rows += self._rows(layer, "head", str(head), "attn_entropy", entropy)
                     logits = 5 * np.exp(0.2 * draws.standard_normal(size))
                     rows += self._rows(layer, "head", str(head), "attn_logit_max", logits)
+                    # The largest |logit| is at least the largest logit.
+                    widest = logits * np.exp(0.1 * np.abs(draws.standard_normal(size)))
+                    rows += self._rows(layer, "head", str(head), "attn_logit_max_abs", widest)
         return rows
 
     def tap_size(self, tap: str) -> int:
@@ -440,7 +447,8 @@ def add_run(
         step = train.max_steps if status == "completed" else math.ceil(train.max_steps * share)
         if status == "diverged":
             step = min(max(step, 1), train.max_steps - 1)
-    data = fake_data(config.data.val_fraction, config.model.block_size)
+    windows = train.eval_iters * train.batch_size
+    data = fake_data(config.data.val_fraction, config.model.block_size, windows)
     created = time.time() if created is None else created
     run_id = store.create_run(
         name or f"fake-{index}",
