@@ -102,7 +102,9 @@ def launch(
         run_dir = store.run_dir(run_id)
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(run_dir / runner.CONFIG_NAME, config.to_json())
-    start_workers(store, study_id, workers, max_running, threads)
+    # A study that only measures at initialisation is one job: a second worker would
+    # measure it all again, beside the first.
+    start_workers(store, study_id, workers if study.trains else 1, max_running, threads)
     return study_id
 
 

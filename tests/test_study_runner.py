@@ -7,7 +7,7 @@ import time
 import pytest
 
 from blockviz import study_runner
-from blockviz.core import sweeps
+from blockviz.core import studies, sweeps
 from blockviz.store import RunStore
 
 GONE = 2**22 + 4321  # no process has this pid here
@@ -72,3 +72,15 @@ def test_estimates_grow_with_the_work() -> None:
     assert train_b == pytest.approx(4 * train_a)
     assert study_runner.estimate_s(long, rate, 2) < b
     assert study_runner.flops_per_s(None) == study_runner.DEFAULT_FLOPS_PER_S
+
+
+def test_a_study_that_only_measures_at_init_gets_one_worker(store, monkeypatch):
+    """Each worker of init-gradients measured the whole study: two at once on a 2-core box
+    took 192 s where one took 9 s."""
+    asked: list[int | None] = []
+    monkeypatch.setattr(
+        study_runner, "start_workers", lambda s, i, workers, *a: asked.append(workers)
+    )
+    study_runner.launch(store, studies.builtin("init-gradients", "quick"), workers=3)
+    study_runner.launch(store, sweeps.sweep({"lr": [1e-3, 2e-3]}, size="quick"), workers=3)
+    assert asked == [1, 3]

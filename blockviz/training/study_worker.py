@@ -91,6 +91,10 @@ def work(store_path: str, study_id: int, max_running: int, threads: int | None =
 
     Each run takes `threads` CPU threads, by default its share of the cores (cores ÷ slots).
     """
+    from blockviz.training.train import apply_threads
+
+    # The worker's own torch work (the init-gradients measurement) takes the same share.
+    apply_threads(threads, max_running)
     quit_request = _Quit()
     previous = {s: signal.signal(s, quit_request) for s in (signal.SIGTERM, signal.SIGINT)}
     me = procs.identity_of()

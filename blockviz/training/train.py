@@ -89,13 +89,17 @@ def describe_device(trainer: Any) -> str:
     return f"{text}, {hardware.threads_text(torch.get_num_threads())}"
 
 
-def set_threads(args: argparse.Namespace) -> int:
-    """Give torch this run's CPU threads: `--threads`, else its share of the cores."""
-    requested = getattr(args, "threads", None)
+def apply_threads(requested: int | None, max_running: int) -> int:
+    """Give torch `requested` CPU threads, else this run's share of the cores; how many."""
     check_threads(requested)
-    threads = requested or hardware.default_threads(max(0, int(args.max_running or 0)))
+    threads = requested or hardware.default_threads(max(0, int(max_running or 0)))
     torch.set_num_threads(threads)
     return threads
+
+
+def set_threads(args: argparse.Namespace) -> int:
+    """`apply_threads` for the `train` command's `--threads` and `--max_running`."""
+    return apply_threads(getattr(args, "threads", None), args.max_running)
 
 
 # ---------------------------------------------------------------------------- training
