@@ -33,8 +33,9 @@ class Starter:
     headline: str = ""  # how the findings' headline begins (Live, `blockviz show`)
 
 
-# The same command gives 2.183 with torch's two threads and 2.194 with one on the dev box
-# (float sums in another order), so a stated loss holds within this margin.
+# The thread count moves the last digit (float sums in another order: round two's windows
+# gave 2.183 with two threads and 2.194 with one on the dev box), so a stated loss holds
+# within this margin. On the evaluation set, with the default one thread there: 2.151.
 VAL_TOLERANCE = 0.015
 BASE = ("--preset", "baby-cpu", "--warmup_steps", "0", "--max_steps", "300")
 STARTERS = (
@@ -42,7 +43,7 @@ STARTERS = (
         "Pre-LN, no warm-up, lr 0.01",
         (*BASE, "--lr", "0.01"),
         "completed",
-        val_loss=2.19,
+        val_loss=2.15,
         headline="Trains",
     ),
     Starter(

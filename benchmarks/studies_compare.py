@@ -33,6 +33,8 @@ def spreads(study: dict) -> dict[str, float]:
 def widths(claim: dict) -> tuple[float, float]:
     """The width of the interval the verdict used, and of the unpaired one (NaN if none)."""
     numbers = claim.get("numbers") or {}
+    if "difference" not in numbers:  # a rule without an interval (counts, a share's band)
+        return math.nan, math.nan
 
     def width(low: str, high: str) -> float:
         a, b = numbers.get(low), numbers.get(high)

@@ -27,9 +27,10 @@ from blockviz.store import RunStore
 
 WORKER_LOG = "worker.log"
 # Fallback speed for estimates when the store has no finished run to learn from: model
-# FLOPs per second (6 · parameters · tokens / s) of the quick lr-sensitivity runs on the
-# 2-core development box (BENCHMARKS.md, "Studies").
-DEFAULT_FLOPS_PER_S = 4.5e10
+# FLOPs per second (6 · parameters · tokens / s) of one run, the median of the quick
+# lr-sensitivity runs on the 2-core development box, two at once with one thread each
+# (BENCHMARKS.md, "Studies that answer").
+DEFAULT_FLOPS_PER_S = 3.5e10
 PER_RUN_OVERHEAD_S = 0.5  # model, Trainer and data set-up of each run inside a worker
 WORKER_START_S = 6.0  # a worker's imports (torch, Lightning) before its first run
 INIT_MODEL_S = 0.3  # one model of the init-gradients study: build, forward, backward
@@ -277,11 +278,11 @@ def estimate_assumes(
     source = (
         f"the median of this store's last {runs} completed run(s)"
         if runs
-        else "a 2-core laptop's, until this store has a completed run"
+        else "the 2-core dev box's, until this store has a completed run"
     )
     return (
         f"assumes {workers} worker(s) at once, {hardware.threads_text(each)} each, "
-        f"at {rate:.2g} model FLOP/s per run ({source})"
+        f"{rate:.2g} model FLOP/s per run: {source}"
     )
 
 

@@ -40,7 +40,7 @@ def test_an_empty_store_offers_the_builtin_studies() -> None:
     assert "4 variants × 2 seeds = 8 runs" in text
     assert "Estimated time here" in text
     # The estimate says what it assumes: workers at once, threads each, the speed used.
-    assert "worker(s) at once" in text and "each, at " in text and "FLOP/s" in text
+    assert "worker(s) at once" in text and " each, " in text and "FLOP/s per run" in text
 
 
 def _fake_study(store: RunStore, key: str = "activation", scored: dict | None = None) -> int:

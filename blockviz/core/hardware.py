@@ -4,8 +4,8 @@ A run's share of the machine is the cores divided by the run slots, so that when
 slot is busy the threads add up to the cores and no run's threads wait on another's. On
 a CPU-only machine each core is a slot, so a run takes one thread: torch's CPU kernels
 spin while they wait for a thread that the scheduler gave to another process, and on a
-2-core box a quick-size run with 2 threads beside a second run trained 4x slower than
-with 1 (BENCHMARKS.md, "Threads"). With GPUs, each visible GPU is a slot and its run
+2-core box a quick-size run with 2 threads beside a second run trained 12x slower than
+with 1 (BENCHMARKS.md, "Studies that answer"). With GPUs, each visible GPU is a slot and its run
 takes an equal share of the cores for the work around it.
 """
 
