@@ -45,7 +45,10 @@ def table(result: dict, before: dict | None = None) -> str:
                 f"| {command} | — (measures, no claim) | — | {gap}— | {study['wall_s']:.0f} s |"
             )
         for index, claim in enumerate(claims):
-            shown_reason = " ".join([claim["reason"], *claim.get("intervals", [])])
+            # As `judge` shows a reason: a sentence, starting with a capital.
+            reason = claim["reason"][:1].upper() + claim["reason"][1:]
+            intervals = claim.get("intervals") or []
+            shown_reason = reason + (" Intervals: " + "; ".join(intervals) if intervals else "")
             was = f"{old.get((key, index), '—')} | " if before else ""
             lines.append(
                 f"| {command} | {_cell(claim['claim'])} ({_cell(claim['source'])}) | "

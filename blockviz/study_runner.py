@@ -278,7 +278,8 @@ def estimate_assumes(
     source = (
         f"the median of this store's last {runs} completed run(s)"
         if runs
-        else "the 2-core dev box's, until this store has a completed run"
+        else "a reference speed (a 2-core CPU, one thread per run) until this store has a "
+        "completed run"
     )
     return (
         f"assumes {workers} worker(s) at once, {hardware.threads_text(each)} each, "

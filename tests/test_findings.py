@@ -92,11 +92,11 @@ def only(rule: str, run: RunSeries) -> fd.Finding:
 
 
 def test_nothing_wrong_is_said_explicitly():
-    found = fd.evaluate(series())
+    found = fd.evaluate(series(scalars(**{"train/loss": flat_loss(200)})))
     assert [f.rule for f in found] == ["healthy"]
     assert found[0].severity == "ok"
     # only the loss was recorded: the rules that read the probes say they could not check
-    assert "None of the 3 checks this run has the data for found a problem up to step 9" in (
+    assert "None of the 3 checks this run has the data for found a problem up to step 199" in (
         found[0].text
     )
     assert "Not checked, no data recorded: gradients across depth, slow updates" in found[0].text
@@ -153,8 +153,8 @@ def test_a_run_probed_once_after_step_0_names_the_checks_it_could_not_make():
         "None of the 4 checks that could be made found a problem up to step 299"
     )
     assert (
-        f"Could not check {STATE_CHECKS}: only 1 probe after step 0; these need 2 in a row"
-        in finding.text
+        f"Could not check {STATE_CHECKS}: only 1 probe after step 0, and a state needs 2 probes "
+        "in a row after it, so a problem there would not show" in finding.text
     )
     assert "None of the 14 checks" not in finding.text and finding.title != "Healthy"
     assert finding.suggestion.changes == {"probe_interval": 30}
@@ -165,7 +165,43 @@ def test_a_run_probed_once_after_step_0_names_the_checks_it_could_not_make():
 
 def test_a_run_probed_at_step_0_alone_says_no_probe_came_after_it():
     (finding,) = fd.evaluate(probed_at((0,)))
-    assert f"Could not check {STATE_CHECKS}: no probe after step 0; these need 2" in finding.text
+    assert f"Could not check {STATE_CHECKS}: no probe after step 0, and a state needs 2" in (
+        finding.text
+    )
+
+
+def test_a_short_or_sparsely_logged_run_names_the_loss_checks_it_could_not_make():
+    """A quick study run logs its loss every 10 steps: 30 values, and a spike is measured
+    against the median of the 50 before it, so that check cannot be made; nor overfitting
+    from 2 evaluations, nor a 100-step stall at step 60. It used to read Healthy."""
+    loss = {step: 4.0 - step / 150 for step in range(0, 300, 10)}
+    found = fd.evaluate(series(scalars(**{"train/loss": loss, "val/loss": {100: 3.0, 200: 2.7}})))
+    (finding,) = found
+    assert finding.severity == "info" and finding.title.startswith("2 of 14 checks could not")
+    assert "too few logged losses, too few evaluations" in finding.title
+    assert "Could not check loss spikes: only 30 logged losses, and a spike needs 51" in (
+        finding.text
+    )
+    assert "Could not check overfitting: only 2 evaluations, and overfitting needs 3" in (
+        finding.text
+    )
+    young = {step: 3.0 for step in range(60)}
+    text = fd.evaluate(series(scalars(**{"train/loss": young})))[-1].text
+    assert "only 60 steps so far, and a stall needs 100" in text
+    # No "rerun with more probes" for gaps that are not about probes.
+    assert finding.suggestion is None
+
+
+def test_a_running_run_with_enough_probes_to_come_is_told_when_not_to_rerun():
+    """A quick study run between its probes: the gap is real, but its schedule has enough
+    probes, so it says when the next comes instead of suggesting a rerun."""
+    run = probed_at((0, 100))
+    running = dataclasses.replace(
+        run, config=cfg.replace(run.config, probe_interval=100), status="running"
+    )
+    (finding,) = [f for f in fd.evaluate(running) if f.rule == "healthy"]
+    assert "The next probe is at step 200." in finding.text
+    assert finding.suggestion is None
 
 
 def test_with_two_probes_after_step_0_the_same_values_make_findings():
@@ -319,11 +355,15 @@ def test_a_stall_with_normal_sized_updates_suggests_a_higher_lr(per_lr, changes)
         assert "move by 1 to 1 × lr of their norm per step (lr 0.001)" in finding.text
 
 
-def test_a_post_ln_stall_with_normal_sized_updates_suggests_a_higher_lr_not_a_warm_up():
+def test_a_post_ln_stall_without_warm_up_gets_the_warm_up_whatever_its_update_sizes():
+    """Xiong et al.'s remedy comes before the rule of thumb: no run here showed a higher lr
+    rescuing Post-LN without a warm-up. With a warm-up, normal updates mean a higher lr."""
     run = stall_with_updates([2.0] * 3, norm_position="post", warmup_steps=0, max_steps=300)
-    assert only("stalled", run).suggestion.changes == {"lr": 3e-3}
+    assert only("stalled", run).suggestion.changes == {"warmup_steps": 100}
     slow = stall_with_updates([0.1, 2.0, 2.0], norm_position="post", warmup_steps=0, max_steps=300)
     assert only("stalled", slow).suggestion.changes == {"warmup_steps": 100}
+    warmed = stall_with_updates([2.0] * 3, norm_position="post", warmup_steps=30, max_steps=300)
+    assert only("stalled", warmed).suggestion.changes == {"lr": 3e-3}
 
 
 def test_a_stall_behind_post_ln_without_warm_up_suggests_the_warm_up():
@@ -651,3 +691,17 @@ def test_without_a_readable_config_the_depth_comes_from_the_probes():
     unreadable = fd.RunSeries(run.status, None, None, UNIGRAM, 4.0, run.scalars, frame)
     assert unreadable.n_layer == 3
     assert only("dead_units", unreadable).evidence["layers"] == [1, 2]
+
+
+def test_a_one_block_model_says_why_depth_is_not_compared():
+    frame = layers_frame(
+        layer_rows("component", "block", "grad_norm", {0: [1.0], 100: [1.0], 200: [1.0]})
+    )
+    run = series(scalars(**{"train/loss": flat_loss(200)}), frame)
+    run = dataclasses.replace(run, config=cfg.replace(run.config, n_layer=1))
+    (finding,) = [f for f in fd.evaluate(run) if f.rule == "healthy"]
+    assert "Not checked, the model has one block, so no depth to compare: gradients across" in (
+        finding.text
+    )
+    assert "no data recorded: gradients across depth" not in finding.text
+    assert finding.severity == "ok"

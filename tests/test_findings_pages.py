@@ -165,5 +165,5 @@ def test_the_panel_opens_its_findings_when_checks_could_not_be_made():
     assert expander.proto.expanded  # not left folded under a green "Trains"
     (caption,) = [shown(c.value) for c in at.caption]
     assert "Could not check gradients across depth" in caption
-    assert "only 1 probe after step 0; these need 2 in a row" in caption
+    assert "only 1 probe after step 0, and a state needs 2 probes in a row after it" in caption
     assert any(b.label == "Try probe_interval = 30" for b in at.button)

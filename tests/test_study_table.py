@@ -23,12 +23,13 @@ def test_the_stability_column_says_how_each_failed_run_failed() -> None:
     assert table.loc["a", "Stability"] == "0 of 2 failed to train"
     assert (
         table.loc["b", "Stability"]
-        == "2 of 2 failed to train (1 blew up, 1 stalled) (1 not finished)"
+        == "2 of 2 failed to train (1 blew up, 1 stalled); 1 not finished"
     )
 
 
 def test_the_verdicts_table_shows_both_intervals() -> None:
-    verdict = judge(claim("lower_loss", better="a", worse="b"), frame(ROWS), NEUTRAL)
+    rows = [*ROWS[:2], ("b", 1, "converged", 2.9, {"ffn_mult": 4}), *ROWS[3:]]
+    verdict = judge(claim("lower_loss", better="a", worse="b"), frame(rows), NEUTRAL)
     table = study_table.verdicts_table([verdict])
     (intervals,) = table["Intervals"]
     assert intervals == verdict.comparisons[0].both()
@@ -58,3 +59,11 @@ def test_runs_scored_on_their_own_seeds_windows_are_called_out() -> None:
     assert note is not None and note.startswith("1 of 4 finished runs were scored")
     assert study_table.scoring_note(results.assign(same_text=True)) is None
     assert study_table.scoring_note(results.iloc[0:0]) is None
+
+
+def test_runs_scored_on_different_evaluation_sizes_are_called_out() -> None:
+    """A custom sweep of batch_size scores 80 windows against 160: not quite one text."""
+    results = frame(ROWS).assign(same_text=True, eval_windows=[160, 160, 80, 80, math.nan])
+    note = study_table.scoring_note(results)
+    assert note is not None and note.startswith("The finished runs were scored on 80 and 160")
+    assert study_table.scoring_note(results.assign(eval_windows=160)) is None

@@ -221,11 +221,11 @@ def test_pooled_groups_each_need_a_finished_run(rule: str) -> None:
     waiting = [("b", 1, "", math.nan), ("b", 2, "", math.nan)]
     verdict = judge(claim(rule, groups=["a", "b"]), frame(a + waiting), NEUTRAL)
     assert verdict.verdict == "inconclusive"
-    assert verdict.reason.startswith("no run of b has finished")
+    assert verdict.reason.startswith("No run of b has finished")
     # A dict group spanning two variants: each of them needs a finished run.
     spanned = [(v, s, o, x, {"kind": "k"}) for v, s, o, x in a + waiting]
     verdict = judge(claim(rule, groups=[{"kind": "k"}]), frame(spanned), NEUTRAL)
-    assert verdict.verdict == "inconclusive" and "no run of b has finished" in verdict.reason
+    assert verdict.verdict == "inconclusive" and "No run of b has finished" in verdict.reason
     done = [("b", 1, "converged", 2.0), ("b", 2, "converged", 2.0)]
     expected = {"converges": "supported", "fails_often": "contradicted"}[rule]
     assert _verdict(rule, a + done, groups=["a", "b"]) == expected
@@ -271,10 +271,35 @@ def test_when_one_side_has_no_finite_loss_the_sentence_says_what_each_side_did()
     ]
     verdict = judge(claim("lower_loss", better="a", worse="b"), frame(rows), NEUTRAL)
     assert verdict.verdict == "supported"
-    assert "no finished run of b has a finite final val loss (2 diverged)" in verdict.reason
+    assert "No finished run of b ended with a final val loss to compare (2 diverged)" in (
+        verdict.reason
+    )
     assert "a: 1 converged, 1 stalled" in verdict.reason
     reverse = judge(claim("lower_loss", better="b", worse="a"), frame(rows), NEUTRAL)
     assert reverse.verdict == "contradicted" and "a: 1 converged, 1 stalled" in reverse.reason
+
+
+def test_a_blown_up_loss_is_no_level_to_compare() -> None:
+    """A run that blew up ends with a finite loss far above a uniform guess: it failed to
+    train, like a diverged run, and its number must not enter means and intervals (a side
+    that only blew up read 'inconclusive', -35.975 (-124.6 to +52.7))."""
+    rows = [
+        ("a", 1, "converged", 2.0),
+        ("a", 2, "converged", 2.05),
+        ("b", 1, "blew up", 31.0),
+        ("b", 2, "blew up", 45.0),
+    ]
+    verdict = judge(claim("lower_loss", better="a", worse="b"), frame(rows), NEUTRAL)
+    assert verdict.verdict == "supported"
+    assert "No finished run of b ended with a final val loss to compare (2 blew up)" in (
+        verdict.reason
+    )
+    summary = summarize(frame(rows)).set_index("variant")
+    assert summary.loc["a", "mean"] == pytest.approx(2.025)
+    assert math.isnan(summary.loc["b", "mean"]) and summary.loc["b", "blew_up"] == 2
+    # One blown-up run beside a converged one: the level is the converged run's alone.
+    mixed = frame([*rows[:3], ("b", 2, "converged", 2.5)])
+    assert summarize(mixed).set_index("variant").loc["b", "mean"] == pytest.approx(2.5)
 
 
 def test_not_worse_is_judged_against_its_margin_not_zero() -> None:
@@ -401,6 +426,22 @@ def test_sweet_spot_is_not_supported_while_runs_of_the_field_have_not_finished()
     assert judge(claim("sweet_spot", **SWEET_4), frame(rows), NEUTRAL).verdict == "supported"
 
 
+def test_sweet_spot_when_every_run_of_it_failed_or_nothing_smaller_ran() -> None:
+    # Every run of 4× diverged: no interval exists, so no "significantly".
+    rows = SMALLER_WORSE + _ffn(4, (math.nan, math.nan), "diverged") + _ffn(8, (2.2, 2.21))
+    verdict = judge(claim("sweet_spot", **SWEET_4), frame(rows), NEUTRAL)
+    assert verdict.verdict == "contradicted"
+    assert "Every finished run of FFN 4× failed to train, while FFN 1×, FFN 2× and FFN 8× " in (
+        verdict.reason
+    )
+    assert "significantly" not in verdict.reason
+    # Nothing smaller than 4× ran: the sentence after the numbers starts with a capital.
+    rows = _ffn(4, (2.0, 2.02)) + _ffn(8, (2.2, 2.23))
+    verdict = judge(claim("sweet_spot", **SWEET_4), frame(rows), NEUTRAL)
+    assert verdict.verdict == "inconclusive"
+    assert ". No ffn_mult smaller than 4 was run." in verdict.reason
+
+
 def test_param_share_is_computed_from_the_config() -> None:
     verdict = judge(
         claim("param_share", variant="a", part="ffn", low=0.6, high=0.72), frame([]), NEUTRAL
@@ -419,7 +460,7 @@ def test_no_finished_run_is_inconclusive_and_bad_rules_are_refused() -> None:
     assert judge(claim("converges", groups=["a"]), frame([]), NEUTRAL).verdict == "inconclusive"
     running = frame([("a", 1, "", math.nan), ("a", 2, "", math.nan)])
     verdict = judge(claim("converges", groups=["a"]), running, NEUTRAL)
-    assert verdict.verdict == "inconclusive" and "only 0 finished" in verdict.reason
+    assert verdict.verdict == "inconclusive" and "Only 0 finished" in verdict.reason
     with pytest.raises(ValueError, match="'guess' is not one of"):
         judge(claim("guess"), running, NEUTRAL)
     with pytest.raises(ValueError, match="needs the argument 'groups'"):

@@ -56,6 +56,7 @@ RESULT_COLUMNS = {
     "unigram_nats": "float64",
     "init_loss": "float64",
     "same_text": "bool",  # scored on the shared evaluation set (core.evaluation)
+    "eval_windows": "float64",  # how many of its windows (eval_iters × batch_size)
 }
 
 
@@ -117,6 +118,7 @@ def results_frame(runs: pd.DataFrame, study: StudyDef) -> pd.DataFrame:
                 "unigram_nats": unigram,
                 "init_loss": init_loss,
                 "same_text": evaluation.same_text(dataset),
+                "eval_windows": _number((dataset.get(evaluation.KEY) or {}).get("windows")),
             }
         )
     frame = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))

@@ -59,6 +59,7 @@ A rule with fewer than two finished runs on a side says so and is inconclusive.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
@@ -112,7 +113,7 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
     for variant in dict.fromkeys(results["variant"]) if not results.empty else ():
         runs = results[results["variant"] == variant]
         done = runs[runs["outcome"] != ""]
-        interval = mean_interval(done["val_loss"])
+        interval = mean_interval(_usable(done)["val_loss"])
         rows.append(
             {
                 "variant": variant,
@@ -133,6 +134,17 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+
+
+def _usable(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs with their val loss as a level to compare: a blown-up run's finite but
+    far-above-uniform loss is no such level (NaN here, like a diverged run's)."""
+    if runs.empty or "outcome" not in runs.columns or "val_loss" not in runs.columns:
+        return runs
+    blew_up = runs["outcome"] == "blew up"
+    if not blew_up.any():
+        return runs
+    return runs.assign(val_loss=runs["val_loss"].where(~blew_up))
 
 
 def _mean(values: pd.Series) -> float:
@@ -265,7 +277,7 @@ def _contrast(
     """better − worse on a column, paired and unpaired (`comparisons.compare`); or the
     verdict that needs no interval: too few finished runs, or one side with no finite
     value (every finished run diverged) while the other has one, so the other is lower."""
-    a, b = _finished(better), _finished(worse)
+    a, b = _usable(_finished(better)), _usable(_finished(worse))
     per_run = values == "val_loss"  # else one value per seed (a sensitivity)
     unit = "finished run(s)" if per_run else "seed(s) with the whole sweep finished"
     if len(a) < 2 or len(b) < 2:
@@ -292,8 +304,8 @@ def _one_sided(
     """The verdict when one side's finished runs all failed with no finite value: what
     each side's runs did, in counts."""
     said = (
-        f"no finished run of {without[0]} has a finite {what} ({_did(without[1])}); "
-        f"{other[0]}: {_did(other[1])}"
+        f"no finished run of {without[0]} ended with a {what} to compare "
+        f"({_did(without[1])}); {other[0]}: {_did(other[1])}"
     )
     numbers = {f"finished {name}": len(runs) for name, runs in (without, other)}
     numbers.update({f"failed {name}": _failed(runs) for name, runs in (without, other)})
@@ -483,6 +495,8 @@ class _Standing:
 
     beaten: list[Any] = field(default_factory=list)  # below 0, or the other all diverged
     lower: list[Any] = field(default_factory=list)  # above 0: the other is lower, significantly
+    # `at` had no loss to compare (every finished run of it failed) and the other did
+    outtrained: list[Any] = field(default_factory=list)
     ahead: list[Any] = field(default_factory=list)  # `at` lower in the mean, not significantly
     behind: dict[Any, float] = field(default_factory=dict)  # the other lower in the mean: by
     unknown: list[Any] = field(default_factory=list)  # too few finished runs to compare
@@ -497,7 +511,7 @@ class _Standing:
             if compared.verdict == "supported":
                 self.beaten.append(other)
             elif compared.verdict == "contradicted":
-                self.lower.append(other)
+                self.outtrained.append(other)
             else:
                 self.unknown.append(other)
             return
@@ -561,6 +575,11 @@ def _sweet_spot(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict
         failures.append(
             f"{named(standing.lower)} {are(standing.lower)} lower than {me}, significantly"
         )
+    if standing.outtrained:
+        failures.append(
+            f"every finished run of {me} failed to train, while {named(standing.outtrained)} "
+            "did not"
+        )
     if waiting := _not_finished(swept):
         failures.append(waiting)
     if not any(o < value for o in others):
@@ -578,13 +597,14 @@ def _sweet_spot(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict
     numbers = {
         **standing.numbers,
         "lower than": ", ".join(map(str, standing.beaten)) or "none",
-        "higher than": ", ".join(map(str, standing.lower)) or "none",
+        "higher than": ", ".join(map(str, [*standing.lower, *standing.outtrained])) or "none",
         "runs not finished": int((swept["outcome"] == "").sum()),
     }
     said = f"final val loss of {me} minus each other {name}: {'; '.join(standing.notes)}"
     if failures:
-        verdict = "contradicted" if standing.lower else "inconclusive"
+        verdict = "contradicted" if standing.lower or standing.outtrained else "inconclusive"
         why = "; ".join(failures)
+        why = why[0].upper() + why[1:]
     else:
         verdict = "supported"
         why = (
@@ -625,11 +645,14 @@ def judge(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
     if claim.rule not in RULES:
         raise ValueError(f"claim rule {claim.rule!r} is not one of {', '.join(RULES)}")
     if results.empty and claim.rule != "param_share":
-        return Verdict(claim, "inconclusive", "no run has finished yet", {})
+        return Verdict(claim, "inconclusive", "No run has finished yet", {})
     try:
-        return RULES[claim.rule](claim, results, study)
+        verdict = RULES[claim.rule](claim, results, study)
     except KeyError as exc:
         raise ValueError(f"claim rule {claim.rule!r} needs the argument {exc}") from None
+    # A reason is shown as a sentence: it starts with a capital, whatever the rule wrote.
+    reason = verdict.reason[:1].upper() + verdict.reason[1:]
+    return dataclasses.replace(verdict, reason=reason)
 
 
 def verdicts(study: StudyDef, results: pd.DataFrame) -> list[Verdict]:

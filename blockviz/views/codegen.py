@@ -70,7 +70,11 @@ _CONSTANTS: tuple[tuple[str, str, str], ...] = (
     ("train", "min_lr", "where the cosine / linear decay ends"),
     ("train", "warmup_steps", "linear warm-up"),
     ("train", "lr_schedule", "constant | cosine | linear"),
-    ("train", "weight_decay", "Linear weights, a tied embedding too; no bias, norm or embedding"),
+    (
+        "train",
+        "weight_decay",
+        "Linear weights, a tied embedding too; no bias, norm or untied embedding",
+    ),
     ("train", "beta1", "AdamW"),
     ("train", "beta2", "AdamW"),
     ("train", "grad_clip", "max global gradient norm; 0: no clipping"),

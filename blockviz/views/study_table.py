@@ -67,7 +67,7 @@ def results_table(summary: pd.DataFrame, baseline: str) -> pd.DataFrame:
                 "Stability": f"{failed} of {int(row.finished)} failed to train"
                 + (f" ({outcome_counts(failures)})" if failed else "")
                 + (
-                    f" ({int(row.runs) - int(row.finished)} not finished)"
+                    f"; {int(row.runs) - int(row.finished)} not finished"
                     if int(row.runs) > int(row.finished)
                     else ""
                 ),
@@ -178,10 +178,26 @@ def scoring_note(results: pd.DataFrame) -> str | None:
     finished = results[results["outcome"] != ""]
     old = int((~finished["same_text"].astype(bool)).sum())
     if old == 0:
-        return None
+        if "eval_windows" not in finished.columns:
+            return None
+        counts = sorted({int(n) for n in finished["eval_windows"].dropna()})
+        if len(counts) < 2:
+            return None
+        return (
+            f"The finished runs were scored on {_and_counts(counts)} evaluation windows "
+            "(eval_iters × batch_size differ between variants): the larger evaluations "
+            "include the smaller ones' text and more, so their val losses are not measured "
+            "on quite the same text. Sweep eval_iters and batch_size together to keep it."
+        )
     return (
         f"{old} of {len(finished)} finished runs were scored on validation windows drawn from "
         "their own training seed (recorded before the evaluation seed), so seeds differ in the "
         "text they were scored on as well as in training, and the spread and intervals are "
         "wider than the models'. Run the study again to score every run on one evaluation set."
     )
+
+
+def _and_counts(counts: Sequence[int]) -> str:
+    """`80 and 160`, `40, 80 and 160`."""
+    words = [f"{n:,}" for n in counts]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]

@@ -31,6 +31,7 @@ from blockviz.core import spec
 from blockviz.core.findings import internals, training
 from blockviz.core.findings.base import (
     NO_DATA,
+    ONE_BLOCK,
     Finding,
     RunSeries,
     Suggestion,
@@ -38,7 +39,12 @@ from blockviz.core.findings.base import (
     series_tab,
 )
 from blockviz.core.findings.thresholds import *  # noqa: F403 (the thresholds, by name)
-from blockviz.core.findings.thresholds import PERSIST
+from blockviz.core.findings.thresholds import (
+    OVERFIT_EVALS,
+    PERSIST,
+    SPIKE_WINDOW,
+    STALL_MIN_STEPS,
+)
 from blockviz.core.findings.training import headline
 
 LOG = logging.getLogger(__name__)
@@ -53,19 +59,46 @@ class Rule:
     find: Callable[[RunSeries], Finding | None]
     steps: Callable[[RunSeries], Sequence[int]]
     state: bool = False
+    # What else the rule needs before it can fire: the shortfall in words, or None.
+    needs: Callable[[RunSeries, Sequence[int]], str | None] | None = None
 
     def gap(self, series: RunSeries) -> str | None:
-        """Why this rule could not check the run (no data, too few probes after step 0:
-        a state rule cannot fire on fewer), or None when it could."""
+        """Why this rule could not check the run, as a clause (no data; too few probes
+        after step 0, on which a state rule cannot fire; too few logged losses or
+        evaluations for what the rule compares), or None when it could."""
         steps = self.steps(series)
         if len(steps) == 0:
             return NO_DATA
+        if self.needs is not None and (short := self.needs(series, steps)) is not None:
+            return short
         after = sum(int(step) > 0 for step in steps)
         if not self.state or after >= PERSIST:
             return None
-        if after == 0:
-            return "no probe after step 0"
-        return f"only {after} probe{'s' if after > 1 else ''} after step 0"
+        probes = "no probe" if after == 0 else f"only {after} probe{'s' if after > 1 else ''}"
+        return f"{probes} after step 0, and a state needs {PERSIST} probes in a row after it"
+
+
+def _at_least(count: int, what: str, rule: str) -> Callable[[RunSeries, Sequence[int]], str | None]:
+    """A `needs` check: at least `count` recorded steps of `what` (logged losses, ...)."""
+
+    def needs(series: RunSeries, steps: Sequence[int]) -> str | None:
+        if len(steps) >= count:
+            return None
+        return f"only {len(steps)} {what}, and {rule} needs {count}"
+
+    return needs
+
+
+def _span(count: int, rule: str) -> Callable[[RunSeries, Sequence[int]], str | None]:
+    """A `needs` check: the logged steps reach step `count - 1` (a streak of `count`)."""
+
+    def needs(series: RunSeries, steps: Sequence[int]) -> str | None:
+        newest = int(max(steps))
+        if newest + 1 >= count:
+            return None
+        return f"only {newest + 1} steps so far, and {rule} needs {count}"
+
+    return needs
 
 
 def _scalar(name: str) -> Callable[[RunSeries], Sequence[int]]:
@@ -78,9 +111,9 @@ def _table(
     return lambda series: series.table(kind, stat, component).index.tolist()
 
 
-def _depth_steps(series: RunSeries) -> Sequence[int]:
+def _one_block(series: RunSeries, steps: Sequence[int]) -> str | None:
     """A model of one block has no depth to compare gradients across."""
-    return _table("component", "grad_norm", "block")(series) if series.n_layer > 1 else []
+    return ONE_BLOCK if series.n_layer <= 1 else None
 
 
 def _stall_steps(series: RunSeries) -> Sequence[int]:
@@ -99,9 +132,26 @@ def _state(
 # Every rule, in the order README's table lists them (healthy comes last, from the others).
 RULES: dict[str, Rule] = {
     "diverged": Rule("divergence", training.diverged, _scalar("train/loss")),
-    "stalled": Rule("a stall at the unigram entropy", training.stalled, _stall_steps),
-    "loss_spike": Rule("loss spikes", training.loss_spikes, _scalar("train/loss")),
-    "gradient_depth": _state("gradients across depth", internals.gradient_depth, _depth_steps),
+    "stalled": Rule(
+        "a stall at the unigram entropy",
+        training.stalled,
+        _stall_steps,
+        needs=_span(STALL_MIN_STEPS, "a stall"),
+    ),
+    "loss_spike": Rule(
+        "loss spikes",
+        training.loss_spikes,
+        _scalar("train/loss"),
+        # A spike is measured against the median of the SPIKE_WINDOW losses before it.
+        needs=_at_least(SPIKE_WINDOW + 1, "logged losses", "a spike"),
+    ),
+    "gradient_depth": Rule(
+        "gradients across depth",
+        internals.gradient_depth,
+        _table("component", "grad_norm", "block"),
+        state=True,
+        needs=_one_block,
+    ),
     "slow_updates": _state(
         "slow updates",
         internals.slow_updates,
@@ -139,7 +189,12 @@ RULES: dict[str, Rule] = {
     "output_logit_growth": _state(
         "output-logit growth", internals.output_logits, _scalar("probe/log_z")
     ),
-    "overfitting": Rule("overfitting", training.overfitting, _scalar("val/loss")),
+    "overfitting": Rule(
+        "overfitting",
+        training.overfitting,
+        _scalar("val/loss"),
+        needs=_at_least(OVERFIT_EVALS, "evaluations", "overfitting"),
+    ),
 }
 
 

@@ -22,6 +22,8 @@ from blockviz.core.findings.thresholds import PERSIST
 # ---------------------------------------------------------------------------- results
 
 NO_DATA = "no data recorded"  # why a check could not be made: the run has none of its data
+# A check that does not apply to the model: gradients across depth in a one-block model.
+ONE_BLOCK = "the model has one block, so no depth to compare"
 
 
 @dataclass(frozen=True)

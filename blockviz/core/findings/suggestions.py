@@ -8,19 +8,24 @@ of these runs. Every suggestion's values pass the config's validation on the run
 
 from __future__ import annotations
 
-from blockviz.core.config import BOUNDS, RunConfig
+from blockviz.core.config import BOUNDS, RunConfig, probe_steps
 from blockviz.core.findings.base import RunSeries, Suggestion
+from blockviz.core.findings.thresholds import PERSIST
 
 RULE_OF_THUMB = "a rule of thumb"
 XIONG = "Xiong et al. 2020"
 
 
 def probe_more(series: RunSeries) -> Suggestion | None:
-    """Ten probes over the run, when the run probed less often than that."""
+    """Ten probes over the run, when its whole schedule has too few probes after step 0
+    for a state rule (a run still on its way to enough gets none: it only has to go on)."""
     if series.config is None:
         return None
-    interval = max(1, series.config.train.max_steps // 10)
-    if interval >= series.config.train.probe_interval:
+    train = series.config.train
+    if len(probe_steps(train.max_steps, train.probe_interval)) - 1 >= PERSIST:
+        return None
+    interval = max(1, train.max_steps // 10)
+    if interval >= train.probe_interval:
         return None
     return Suggestion(
         f"Rerun with probe_interval {interval:,}: ten probes over the run.",
@@ -86,17 +91,19 @@ def stability(series: RunSeries) -> Suggestion | None:
 
 def unstall(series: RunSeries, updates: str | None = None) -> Suggestion | None:
     """What to try against a stall, given what the run had and how its blocks' weights
-    moved at the newest probe (`updates`, internals.update_sizes): steps normal-sized for
-    the lr mean the lr itself is small, so a higher one; else by the architecture."""
+    moved at the newest probe (`updates`, internals.update_sizes). The literature's remedy
+    for the architecture comes first (residuals, Post-LN's warm-up); then, steps
+    normal-sized for the lr mean the lr itself is small, so a higher one (a rule of thumb
+    no run here has tested on Post-LN without a warm-up, so it does not overrule that)."""
     if series.config is None:
         return None
     model, train = series.config.model, series.config.train
-    if updates == "normal":
-        return higher_lr(series.config)
     if not model.residual:
         return residual_on()
     if model.norm_position == "post" and train.warmup_steps == 0:
         return warmup(series.config)
+    if updates == "normal":
+        return higher_lr(series.config)
     if model.norm_position == "post":
         return pre_ln()
     return lower_lr(series.config)

@@ -10,10 +10,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from blockviz.core.config import probe_steps
 from blockviz.core.divergence import render_divergence, summarize_divergence
 from blockviz.core.findings import internals
 from blockviz.core.findings.base import (
     NO_DATA,
+    ONE_BLOCK,
     Finding,
     RunSeries,
     Suggestion,
@@ -36,7 +38,6 @@ from blockviz.core.findings.thresholds import (
     OVERFIT_EVALS,
     OVERFIT_RISE,
     OVERFIT_TRAIN,
-    PERSIST,
     SPIKE_FACTOR,
     SPIKE_WINDOW,
     STALL_MARGIN,
@@ -332,7 +333,7 @@ def healthy(series: RunSeries, total: int, gaps: dict[str, list[str]]) -> Findin
         reach += f" (latest probe: {step_text(probe)})"
     unmade = [label for labels in gaps.values() for label in labels]
     checked = total - len(unmade)
-    few = {reason: labels for reason, labels in gaps.items() if reason != NO_DATA}
+    few = {reason: labels for reason, labels in gaps.items() if reason not in (NO_DATA, ONE_BLOCK)}
     if not unmade:
         text = f"None of the {checked} checks found a problem{reach}."
     elif few:
@@ -340,15 +341,28 @@ def healthy(series: RunSeries, total: int, gaps: dict[str, list[str]]) -> Findin
     else:
         text = f"None of the {checked} checks this run has the data for found a problem{reach}."
     for reason, labels in few.items():
-        need = "these need" if len(labels) > 1 else "it needs"
         text += (
-            f" Could not check {', '.join(labels)}: {reason}; {need} {PERSIST} in a row, so "
-            "a problem there would not show."
+            f" Could not check {', '.join(labels)}: {reason}, so a problem there would not show."
         )
     if NO_DATA in gaps:
         text += " Not checked, no data recorded: " + ", ".join(gaps[NO_DATA]) + "."
+    if ONE_BLOCK in gaps:
+        text += f" Not checked, {ONE_BLOCK}: " + ", ".join(gaps[ONE_BLOCK]) + "."
+    upcoming = next_probe(series, probe)
+    if few and upcoming is not None:
+        text += f" The next probe is at {step_text(upcoming)}."
     not_made = sum(len(labels) for labels in few.values())
-    title = f"{not_made} of {total} checks could not be made: too few probes" if few else "Healthy"
+    kinds = (
+        ("probe", "probes"),
+        ("logged losses", "logged losses"),
+        ("evaluations", "evaluations"),
+    )
+    kinds += (("steps so far", "steps"),)
+    lacking = ", ".join(
+        dict.fromkeys("too few " + kind for reason in few for mark, kind in kinds if mark in reason)
+    )
+    title = f"{not_made} of {total} checks could not be made" + (f": {lacking}" if lacking else "")
+    title = title if few else "Healthy"
     return Finding(
         "healthy",
         "info" if few else "ok",
@@ -363,8 +377,18 @@ def healthy(series: RunSeries, total: int, gaps: dict[str, list[str]]) -> Findin
             "step": newest,
             "probe_step": probe,
         },
-        probe_more(series) if few else None,
+        probe_more(series) if any("probe" in reason for reason in few) else None,
     )
+
+
+def next_probe(series: RunSeries, newest: int | None) -> int | None:
+    """The step of a running run's next probe (None when it has finished or none is due)."""
+    if series.status not in ("running", "queued") or series.config is None:
+        return None
+    train = series.config.train
+    after = -1 if newest is None else newest
+    upcoming = [s for s in probe_steps(train.max_steps, train.probe_interval) if s > after]
+    return upcoming[0] if upcoming else None
 
 
 def worse_than_initial(series: RunSeries) -> bool:
