@@ -14,7 +14,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from blockviz.core.naming import is_id_text
+from blockviz.core.naming import is_id_text, run_id_from_text
 from blockviz.store import RunStore
 from blockviz.views import export
 
@@ -129,11 +129,20 @@ def selected_run_id() -> int | None:
     chosen = st.session_state.get(RUN_KEY)
     if isinstance(chosen, int):
         return chosen
+    run_id = run_id_from_text(_run_param().strip())
+    if run_id is not None:
+        st.session_state[RUN_KEY] = run_id
+    return run_id
+
+
+def _run_param() -> str:
     text = st.query_params.get("run", "")
-    if isinstance(text, str) and is_id_text(text.strip()):
-        st.session_state[RUN_KEY] = int(text)
-        return int(text)
-    return None
+    return text if isinstance(text, str) else ""
+
+
+def _shortened(digits: str, keep: int = 24) -> str:
+    """Id text cut to its first `keep` digits and its length, so a notice stays one line."""
+    return digits if len(digits) <= keep else f"{digits[:keep]}… ({len(digits):,} digits)"
 
 
 def selection_notice(runs: pd.DataFrame) -> str | None:
@@ -145,20 +154,22 @@ def selection_notice(runs: pd.DataFrame) -> str | None:
         return None
     newest = int(runs["id"].iloc[-1])
     chosen = selected_run_id()
-    if chosen is None:
-        text = st.query_params.get("run", "")
-        if isinstance(text, str) and text:
+    if chosen in {int(i) for i in runs["id"]}:
+        return None
+    text = _run_param()
+    if chosen is None and not is_id_text(text.strip()):
+        if text:
             return (
                 f"?run={text}: not a run id; showing the newest run (#{newest}), "
                 "pick another below."
             )
         return None
-    if chosen not in {int(i) for i in runs["id"]}:
-        return (
-            f"Run #{chosen} is not in this store (deleted, or never created); showing the "
-            f"newest run (#{newest}), pick another below."
-        )
-    return None
+    # Digits past any id a store can hold (`run_id_from_text` gives None) are such a run.
+    named = chosen if chosen is not None else _shortened(text.strip())
+    return (
+        f"Run #{named} is not in this store (deleted, or never created); showing the "
+        f"newest run (#{newest}), pick another below."
+    )
 
 
 def current_run(runs: pd.DataFrame) -> int | None:
