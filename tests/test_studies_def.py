@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import pytest
 
@@ -146,12 +147,39 @@ def test_sweep_starts_from_the_base_config_given() -> None:
         ({"seed": [1, 2]}, "seeds count"),
         ({"n_head": [3]}, "n_head: 3 is not allowed"),
         ({"lr": [1e-3] * 1, "n_layer": list(range(1, 26)), "ffn_mult": list(range(1, 26))},
-         "more than 500"),
+         "625 runs, more than the 500"),
     ],
 )  # fmt: skip
 def test_bad_sweeps_say_what_is_wrong(grid: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         sweeps.sweep(grid)
+
+
+class _Uncountable(Sequence):
+    """A field's values that may be counted but not listed: listing them builds the grid."""
+
+    def __len__(self) -> int:
+        return studies.MAX_VALUES
+
+    def __getitem__(self, index: int) -> float:
+        raise AssertionError("the sweep listed its values before counting its runs")
+
+
+def test_a_huge_sweep_is_refused_by_its_count_before_a_combination_is_built() -> None:
+    fields = ("lr", "min_lr", "weight_decay", "beta2")  # 50**4 runs: 2.7 GB once built
+    with pytest.raises(ConfigError) as refused:
+        sweeps.sweep({name: _Uncountable() for name in fields}, seeds=2)
+    message = str(refused.value)
+    assert message == (
+        "sweep: 50 lr × 50 min_lr × 50 weight_decay × 50 beta2 × 2 seeds = 12,500,000 runs, "
+        "more than the 500 a study may hold; sweep fewer values or seeds"
+    )
+
+
+def test_a_sweep_of_exactly_the_cap_is_built() -> None:
+    study = sweeps.sweep({"n_layer": [1, 2, 3, 4, 5], "ffn_mult": [1, 2, 3, 4, 5]}, seeds=20)
+    assert study.n_runs == studies.MAX_STUDY_RUNS == 500
+    assert study.variants[1].overrides == {"n_layer": 1, "ffn_mult": 2}  # last field fastest
 
 
 def test_fields_fixed_for_a_sweep_win_over_its_size() -> None:
