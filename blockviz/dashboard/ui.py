@@ -22,6 +22,10 @@ LIVE_PAGE = "pages/live.py"
 RUN_KEY = "run_id"  # session_state key of the run the Live page shows
 COMPARE_KEY = "compare_ids"  # session_state key of the runs the Compare page overlays
 _MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+WORD_JOINER = "\u2060"  # invisible; neither space nor punctuation, so no autolink starts at it
+# Where GFM's literal autolinks start: `http://`, `https://`, `www.`, and the `@` of an
+# email. Streamlit finds them in the text left after escapes, so a backslash cannot stop them.
+_AUTOLINK_START = re.compile(r"https?(?=://)|www(?=\.)|@", re.IGNORECASE)
 
 
 def plain(text: object) -> str:
@@ -30,10 +34,12 @@ def plain(text: object) -> str:
     Every ASCII punctuation character gets a backslash (CommonMark lets any of them be
     escaped), so `![t](http://...)` stays text instead of becoming an image the browser
     fetches, and `:red[...]`, `$...$`, `**` or `<b>` stay literal; line breaks become
-    spaces so a name cannot start a heading or a list.
+    spaces so a name cannot start a heading or a list. A word joiner after `http`, `www`
+    and `@` keeps a bare URL or email from becoming a link, and reads the same.
     """
     flat = " ".join(str(text).split())
-    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", flat)
+    unlinked = _AUTOLINK_START.sub(lambda start: start.group() + WORD_JOINER, flat)
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", unlinked)
 
 
 def literal(text: object) -> str:
