@@ -101,9 +101,38 @@ def test_parse_values_lists_and_log_ranges() -> None:
     assert sweeps.parse_values("n_layer", "1:8:4") == [1, 2, 4, 8]
 
 
+def test_a_log_range_of_dropout_ends_where_it_was_typed() -> None:
+    values = sweeps.parse_values("dropout", "1e-3:0.999999:3")
+    assert values == [1e-3, 0.0316, 0.999999]  # 0.999999 is not rounded up to 1.0...
+    study = sweeps.sweep({"dropout": values})  # ...which dropout refuses
+    assert [v.label for v in study.variants][-1] == "dropout 0.999999"
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("dropout", "1e-3:0.999999:3"),
+        ("dropout", "0.0001234:0.98765:7"),
+        ("lr", "0.00012345:0.12345:50"),
+        ("beta2", "0.9:0.999:2"),
+        ("grad_clip", "0.0999:0.1001:3"),
+        ("n_layer", "2.4:10.6:3"),  # whole numbers: 2.4 may not round down to 2, 10.6 up to 11
+    ],
+)
+def test_a_log_range_never_rounds_past_a_bound(name: str, text: str) -> None:
+    low, high, n = text.split(":")
+    values = sweeps.parse_values(name, text)
+    assert values == sorted(values) and len(set(values)) == len(values)
+    assert all(float(low) <= value <= float(high) for value in values), values
+    if name != "n_layer":  # the ends exactly as typed
+        assert (values[0], values[-1], len(values)) == (float(low), float(high), int(n))
+
+
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
+        ("dropout", "0.999:0.999999:3", "repeats a value"),
+        ("n_layer", "2.2:2.8:2", "no whole number"),
         ("lr", "1e-4:x:3", "lr: '1e-4:x:3'"),
         ("lr", "1e-2:1e-4:3", "0 < low < high"),
         ("lr", "1e-4:1e-2:1", "2 to"),

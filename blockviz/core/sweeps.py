@@ -49,9 +49,17 @@ def parse_values(name: str, text: str) -> list[Any]:
             raise ConfigError(
                 name, text, f"a log range needs 0 < low < high and 2 to {MAX_VALUES} values"
             )
-        values: list[Any] = log_space(low, high, n)
         if annotation is int:
-            values = sorted({round(v) for v in values})
+            # Whole numbers inside the range: rounding may not cross a bound either.
+            first, last = math.ceil(low), math.floor(high)
+            if first > last:
+                raise ConfigError(name, text, "holds no whole number between low and high")
+            return sorted({min(max(round(v), first), last) for v in log_space(low, high, n)})
+        values: list[Any] = log_space(low, high, n)
+        if len(set(values)) < n:
+            raise ConfigError(
+                name, text, "repeats a value at 3 significant digits; ask for fewer values"
+            )
         return values
     parts = [p.strip() for p in raw.split(",")]
     if any(not p for p in parts):
@@ -66,7 +74,8 @@ def parse_values(name: str, text: str) -> list[Any]:
 
 def _shown(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:.3g}"
+        short = f"{value:.3g}"
+        return short if float(short) == value else repr(value)  # never a value not swept
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
