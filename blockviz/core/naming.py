@@ -65,7 +65,8 @@ def is_id_text(text: str) -> bool:
 
 
 def run_id_from_text(text: str) -> int | None:
-    """The run id that id text names; None for other text and for ids no store can hold.
+    """The id (of a run, or a study) that text names; None for other text and for ids no
+    store can hold.
 
     The length is checked before `int`, which refuses more than 4,300 digits and would
     give SQLite a number it cannot bind.
@@ -77,6 +78,11 @@ def run_id_from_text(text: str) -> int | None:
         return None
     number = int(digits)
     return number if number <= MAX_RUN_ID else None
+
+
+def shortened_id(text: str, keep: int = 24) -> str:
+    """Id text cut to its first `keep` digits and its length, so a message stays one line."""
+    return text if len(text) <= keep else f"{text[:keep]}… ({len(text):,} digits)"
 
 
 def _field_order() -> dict[str, int]:

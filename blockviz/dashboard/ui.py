@@ -14,7 +14,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from blockviz.core.naming import is_id_text, run_id_from_text
+from blockviz.core.naming import is_id_text, run_id_from_text, shortened_id
 from blockviz.store import RunStore
 from blockviz.views import export
 
@@ -146,11 +146,6 @@ def _run_param() -> str:
     return text if isinstance(text, str) else ""
 
 
-def _shortened(digits: str, keep: int = 24) -> str:
-    """Id text cut to its first `keep` digits and its length, so a notice stays one line."""
-    return digits if len(digits) <= keep else f"{digits[:keep]}… ({len(digits):,} digits)"
-
-
 def selection_notice(runs: pd.DataFrame) -> str | None:
     """Why the chosen run cannot be shown (plain text), or None when it can or none is chosen.
 
@@ -171,7 +166,7 @@ def selection_notice(runs: pd.DataFrame) -> str | None:
             )
         return None
     # Digits past any id a store can hold (`run_id_from_text` gives None) are such a run.
-    named = chosen if chosen is not None else _shortened(text.strip())
+    named = chosen if chosen is not None else shortened_id(text.strip())
     return (
         f"Run #{named} is not in this store (deleted, or never created); showing the "
         f"newest run (#{newest}), pick another below."
