@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from blockviz.core import config as cfg
@@ -44,3 +45,27 @@ def tiny_datamodule(config: cfg.RunConfig, text: str = FOX_TEXT) -> tuple[Any, c
     )
     dm.setup()
     return dm, cfg.replace(config, vocab_size=dm.vocab.size)
+
+
+# GFM's literal autolinks as Streamlit's Markdown finds them: in the text left after
+# escapes are read (mdast-util-gfm-autolink-literal's patterns; JavaScript's \w is ASCII).
+_AUTOLINKS = (
+    re.compile(r"(https?://|www(?=\.))[-.\w]+", re.IGNORECASE | re.ASCII),
+    re.compile(r"[-.\w+]+@[-\w]+(?:\.[-\w]+)+", re.ASCII),
+)
+WORD_JOINER = "\u2060"  # ui.plain's: invisible, so the reader never sees it
+
+
+def _unescaped(markdown: str) -> str:
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
+
+
+def shown(markdown: str) -> str:
+    """Markdown source as the reader sees it: ui.plain's escapes and word joiners removed."""
+    return _unescaped(markdown).replace(WORD_JOINER, "")
+
+
+def autolinks(markdown: str) -> list[str]:
+    """What in a Markdown source could become a link by itself (a bare URL or email)."""
+    text = _unescaped(markdown)  # GFM looks for them once the escapes are read
+    return [match.group() for pattern in _AUTOLINKS for match in pattern.finditer(text)]

@@ -135,3 +135,25 @@ def test_the_blockviz_console_script_runs_the_cli() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert '"total"' in result.stdout
+
+
+@pytest.mark.timeout(120)
+def test_a_huge_sweep_is_refused_in_one_line_without_building_it(tmp_path: Path) -> None:
+    """4 fields × 50 values once built every combination (2.7 GB, then a MemoryError)."""
+    import resource
+    import subprocess
+    import sys
+
+    def one_gib_of_memory() -> None:  # the refusal fits easily; the built grid does not
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    ranges = {"lr": "1e-4:1e-1", "min_lr": "1e-6:1e-5", "weight_decay": "1e-3:1e-1"}
+    ranges["beta2"] = "0.9:0.999"
+    flags = [part for name, low_high in ranges.items() for part in (f"--{name}", f"{low_high}:50")]
+    store = tmp_path / "runs.db"
+    command = [sys.executable, "-m", "blockviz", "study", "sweep", *flags, "--store", str(store)]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=60, preexec_fn=one_gib_of_memory
+    )
+    assert_one_line(done.returncode, done.stderr, "6,250,000 runs, more than the 500")
+    assert not store.exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import stat
 import struct
 import xml.etree.ElementTree as ET
 import zipfile
@@ -129,6 +130,12 @@ def test_report_zip_lists_every_promised_file(store: RunStore, report) -> None:
             assert archive.read(name).startswith(PNG_SIGNATURE)
         if name.endswith(".svg"):
             ET.fromstring(archive.read(name))
+
+
+def test_report_zip_entries_unpack_as_files_everyone_may_read(report) -> None:
+    archive, _ = report
+    modes = {info.filename: oct(info.external_attr >> 16) for info in archive.infolist()}
+    assert set(modes.values()) == {oct(stat.S_IFREG | 0o644)}, modes  # -rw-r--r--, not 0600
 
 
 def test_report_configs_are_the_runs_configs(store: RunStore, report) -> None:

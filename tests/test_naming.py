@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from blockviz.core import config
-from blockviz.core.naming import MAX_NAME_TOKENS, is_id_text, run_name, sanitize_name
+from blockviz.core.naming import (
+    MAX_NAME_TOKENS,
+    MAX_RUN_ID,
+    is_id_text,
+    run_id_from_text,
+    run_name,
+    sanitize_name,
+)
 
 
 @pytest.mark.parametrize(
@@ -44,3 +51,21 @@ def test_sanitize_and_ids() -> None:
     assert sanitize_name("renamed run / with slash!") == "renamed run - with slash"
     assert sanitize_name("  \t ") == "run"
     assert is_id_text("12") and not is_id_text("²") and not is_id_text("run-1")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("12", 12),
+        ("007", 7),
+        ("0" * 5000 + "3", 3),
+        (str(MAX_RUN_ID), MAX_RUN_ID),
+        (str(MAX_RUN_ID + 1), None),  # SQLite cannot hold it: no store has that run
+        ("9" * 4301, None),  # past Python's int-string limit
+        ("9" * 100_000, None),
+        ("²", None),
+        ("", None),
+    ],
+)
+def test_run_id_from_text_takes_any_digit_string(text: str, expected: int | None) -> None:
+    assert run_id_from_text(text) == expected

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from blockviz.core import evaluation, studies
+from blockviz.core import evaluation, studies, sweeps
 from blockviz.core.outcomes import results_frame
 from blockviz.core.verdicts import judge
 from blockviz.store import RunStore
@@ -99,6 +99,29 @@ def test_a_study_scored_on_one_evaluation_set_gives_no_scoring_warning() -> None
     at = _page().run()
     assert not at.exception
     assert not [w.value for w in at.warning if "evaluation" in str(w.value)]
+
+
+def test_a_huge_sweep_from_the_form_is_refused_without_building_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_variant(*args: object) -> None:
+        raise AssertionError("the sweep built a variant of a grid it refuses")
+
+    monkeypatch.setattr(sweeps, "Variant", no_variant)
+    at = _page().run()
+    at.text_input(key="studies.sweep.values0").set_value("1e-4:1e-1:50")
+    at.selectbox(key="studies.sweep.field1").set_value("dropout")
+    at.text_input(key="studies.sweep.values1").set_value("1e-3:0.5:50")
+    at.number_input(key="studies.sweep.seeds").set_value(20)
+    at.button(key="FormSubmitter:studies.sweep-Run sweep").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    (error,) = [e.value.replace("\\", "") for e in at.error]
+    assert error == (
+        "sweep: 50 lr × 50 dropout × 20 seeds = 50,000 runs, more than the 500 a study may "
+        "hold; sweep fewer values or seeds"
+    )
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        assert store.studies_frame().empty
 
 
 @pytest.mark.slow

@@ -423,6 +423,24 @@ def test_a_run_id_that_does_not_exist_says_so(runs: dict[str, int], page: str) -
     assert at.session_state["run_id"] == max(runs.values())
 
 
+@pytest.mark.parametrize("page", ["live", "runs"])
+@pytest.mark.parametrize("digits", [4301, 5000, 20])
+def test_a_run_id_of_any_length_is_not_in_this_store(
+    store: RunStore, page: str, digits: int
+) -> None:
+    """Past 4,300 digits int() refuses the text; past 19 no SQLite id holds it."""
+    newest = fakes.populate(store, n_runs=2, n_steps=20, n_layer=1, probe_every=10)[-1]
+    at = _page(page)
+    at.query_params["run"] = "9" * digits
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    warnings = [shown(w.value) for w in at.warning]
+    assert not at.error, [e.value for e in at.error]
+    assert any("is not in this store" in w for w in warnings), warnings
+    assert all(len(w) < 300 for w in warnings), warnings  # the digits are not all echoed
+    assert at.session_state["run_id"] == newest
+
+
 def test_a_run_param_with_spaces_around_the_id_names_that_run(runs: dict[str, int]) -> None:
     at = _page("live")
     at.query_params["run"] = f" {runs['completed']} "

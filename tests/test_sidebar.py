@@ -20,6 +20,7 @@ from blockviz.dashboard import (
     url_config,
 )
 from blockviz.store import default_store_path
+from tests.helpers import autolinks, shown
 
 TIMEOUT = 30
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -310,6 +311,18 @@ def test_an_upload_name_is_shown_as_text_not_markdown(bare_sidebar: AppTest, dat
     for text in quoting:  # ...with every Markdown character escaped
         assert "![" not in text and "](" not in text
         assert "\\!\\[t\\]\\(http" in text
+
+
+def test_an_upload_name_with_a_bare_url_is_not_a_link(bare_sidebar: AppTest) -> None:
+    at = bare_sidebar
+    name = "www.example.org notes from https://example.com, ask me@example.com.txt"
+    data = "".join(f"line {i}: the quick brown fox\n" for i in range(200)).encode()
+    at.selectbox(key="cfg.dataset").set_value(config_fields.UPLOAD_CHOICE).run()
+    at.file_uploader(key=uploads.UPLOAD_KEY).set_value((name, data, "text/plain")).run()
+    assert not at.exception
+    (using,) = [text for text in sidebar_texts(at) if text.startswith("Using ")]
+    assert autolinks(using) == [], using
+    assert name in shown(using)  # read as typed
 
 
 def test_a_bare_number_run_name_blocks_launch_with_the_reason(bare_sidebar: AppTest) -> None:

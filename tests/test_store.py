@@ -176,6 +176,9 @@ def test_rename_and_resolve(store):
         store.rename_run(second, "a-new")
     with pytest.raises(StoreError, match="no run named 'nope'"):
         store.resolve("nope")
+    for digits in ("9" * 20, "9" * 4301):  # past SQLite's integers, past int()'s limit
+        with pytest.raises(StoreError, match="no run named '999"):
+            store.resolve(digits)
     with pytest.raises(StoreError, match="no run with id 99"):
         store.get_run(99)
 

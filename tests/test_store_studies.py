@@ -85,6 +85,9 @@ def test_study_fields_and_ids_are_checked(tmp_path) -> None:
             store.get_study(99)
         with pytest.raises(StoreError, match="by its number"):
             store.get_study("../x")
+        for digits in ("9" * 20, "9" * 5000):  # past SQLite's integers, past int()'s limit
+            with pytest.raises(StoreError, match="no study 999"):
+                store.get_study(digits)
 
 
 def test_a_version_3_store_gains_studies(tmp_path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import pytest
 
@@ -100,9 +101,38 @@ def test_parse_values_lists_and_log_ranges() -> None:
     assert sweeps.parse_values("n_layer", "1:8:4") == [1, 2, 4, 8]
 
 
+def test_a_log_range_of_dropout_ends_where_it_was_typed() -> None:
+    values = sweeps.parse_values("dropout", "1e-3:0.999999:3")
+    assert values == [1e-3, 0.0316, 0.999999]  # 0.999999 is not rounded up to 1.0...
+    study = sweeps.sweep({"dropout": values})  # ...which dropout refuses
+    assert [v.label for v in study.variants][-1] == "dropout 0.999999"
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("dropout", "1e-3:0.999999:3"),
+        ("dropout", "0.0001234:0.98765:7"),
+        ("lr", "0.00012345:0.12345:50"),
+        ("beta2", "0.9:0.999:2"),
+        ("grad_clip", "0.0999:0.1001:3"),
+        ("n_layer", "2.4:10.6:3"),  # whole numbers: 2.4 may not round down to 2, 10.6 up to 11
+    ],
+)
+def test_a_log_range_never_rounds_past_a_bound(name: str, text: str) -> None:
+    low, high, n = text.split(":")
+    values = sweeps.parse_values(name, text)
+    assert values == sorted(values) and len(set(values)) == len(values)
+    assert all(float(low) <= value <= float(high) for value in values), values
+    if name != "n_layer":  # the ends exactly as typed
+        assert (values[0], values[-1], len(values)) == (float(low), float(high), int(n))
+
+
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
+        ("dropout", "0.999:0.999999:3", "repeats a value"),
+        ("n_layer", "2.2:2.8:2", "no whole number"),
         ("lr", "1e-4:x:3", "lr: '1e-4:x:3'"),
         ("lr", "1e-2:1e-4:3", "0 < low < high"),
         ("lr", "1e-4:1e-2:1", "2 to"),
@@ -146,12 +176,39 @@ def test_sweep_starts_from_the_base_config_given() -> None:
         ({"seed": [1, 2]}, "seeds count"),
         ({"n_head": [3]}, "n_head: 3 is not allowed"),
         ({"lr": [1e-3] * 1, "n_layer": list(range(1, 26)), "ffn_mult": list(range(1, 26))},
-         "more than 500"),
+         "625 runs, more than the 500"),
     ],
 )  # fmt: skip
 def test_bad_sweeps_say_what_is_wrong(grid: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         sweeps.sweep(grid)
+
+
+class _Uncountable(Sequence):
+    """A field's values that may be counted but not listed: listing them builds the grid."""
+
+    def __len__(self) -> int:
+        return studies.MAX_VALUES
+
+    def __getitem__(self, index: int) -> float:
+        raise AssertionError("the sweep listed its values before counting its runs")
+
+
+def test_a_huge_sweep_is_refused_by_its_count_before_a_combination_is_built() -> None:
+    fields = ("lr", "min_lr", "weight_decay", "beta2")  # 50**4 runs: 2.7 GB once built
+    with pytest.raises(ConfigError) as refused:
+        sweeps.sweep({name: _Uncountable() for name in fields}, seeds=2)
+    message = str(refused.value)
+    assert message == (
+        "sweep: 50 lr × 50 min_lr × 50 weight_decay × 50 beta2 × 2 seeds = 12,500,000 runs, "
+        "more than the 500 a study may hold; sweep fewer values or seeds"
+    )
+
+
+def test_a_sweep_of_exactly_the_cap_is_built() -> None:
+    study = sweeps.sweep({"n_layer": [1, 2, 3, 4, 5], "ffn_mult": [1, 2, 3, 4, 5]}, seeds=20)
+    assert study.n_runs == studies.MAX_STUDY_RUNS == 500
+    assert study.variants[1].overrides == {"n_layer": 1, "ffn_mult": 2}  # last field fastest
 
 
 def test_fields_fixed_for_a_sweep_win_over_its_size() -> None:

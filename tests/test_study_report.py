@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import stat
 import subprocess
 import sys
 import zipfile
@@ -53,6 +54,14 @@ def test_the_zip_holds_table_claims_charts_configs_and_a_safe_page() -> None:
     assert "<b>mine</b>" not in page and "&lt;b&gt;mine&lt;/b&gt;" in page
     assert intervals in page
     assert name.endswith(".zip") and "/" not in name and "<" not in name
+
+
+def test_the_zip_entries_unpack_as_files_everyone_may_read() -> None:
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        data = study_report.build_study_zip(store, _fake_study(store))
+    archive = zipfile.ZipFile(io.BytesIO(data))
+    modes = {info.filename: oct(info.external_attr >> 16) for info in archive.infolist()}
+    assert set(modes.values()) == {oct(stat.S_IFREG | 0o644)}, modes  # -rw-r--r--, not 0600
 
 
 def test_show_json_and_export_from_the_command_line(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from blockviz.core.naming import sanitize_name
 from blockviz.dashboard import ui
 from blockviz.store import RunStore, default_store_path
 from tests import fakes
+from tests.helpers import autolinks, shown
 from tests.real_runs import RealRuns, copy_run
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -35,11 +36,6 @@ ACTIVE_MARKDOWN = {
 VERBATIM_ELEMENTS = {"code", "text", "dataframe", "json", "table", "vega_lite_chart"}
 MARKDOWN_FIELDS = {"body", "label", "text", "help", "placeholder", "caption"}
 STATUSES = ("completed", "running", "diverged", "failed")
-
-
-def shown(markdown: str) -> str:
-    """Markdown source as the reader sees it: backslash escapes removed."""
-    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
 
 
 def _strings(message: Any) -> Iterator[str]:
@@ -122,6 +118,43 @@ def open_page(page: str, **session: Any) -> AppTest:
 def test_the_sanitised_name_still_carries_markdown() -> None:
     # Why names need escaping too: sanitize_name keeps `_`, so `__under__` survives.
     assert "__under__" in sanitize_name(EVIL)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "notes from http://example.com.txt",
+        "HTTPS://EXAMPLE.COM/a?b=c",
+        "(see www.example.org)",
+        "mail me@example.com or mailto:a.b+c@d.example.org",
+        "http://www.example.com/www.example.net",
+        PIXEL,
+    ],
+)
+def test_plain_text_never_becomes_a_link_and_reads_the_same(text: str) -> None:
+    assert autolinks(text)  # as typed, GFM would link it
+    escaped = ui.plain(text)
+    assert autolinks(escaped) == []
+    assert shown(escaped) == text
+
+
+@pytest.mark.parametrize(
+    ("page", "button"), [("pages/live.py", None), ("pages/runs.py", "runs.compare")]
+)
+def test_a_run_name_with_a_bare_url_is_not_a_link(
+    store: RunStore, page: str, button: str | None
+) -> None:
+    (run_id,) = fakes.populate(store, n_runs=1, n_steps=20, n_layer=1, probe_every=10)
+    name = store.rename_run(run_id, "notes from www.example.org")  # sanitize_name keeps it
+    at = open_page(page, run_id=run_id)
+    if button:  # Runs shows the name in Markdown in the message an action leaves
+        at.button(key=button).click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    quoting = [text for text in markdown_texts(at) if "example" in text]
+    assert quoting  # the name is shown...
+    for text in quoting:  # ...as typed, and not as a link
+        assert autolinks(text) == [], text
+        assert name in shown(text)
 
 
 @pytest.mark.parametrize("page", ["pages/train.py", "pages/compare.py", "pages/parameters.py"])

@@ -56,9 +56,33 @@ def sanitize_name(name: str) -> str:
     return trimmed or "run"
 
 
+MAX_RUN_ID = 2**63 - 1  # SQLite's largest integer: no store holds a larger run id
+
+
 def is_id_text(text: str) -> bool:
     """Whether text names a run by id: ASCII digits only (`²` and `٣` are not ids)."""
     return text.isascii() and text.isdigit()
+
+
+def run_id_from_text(text: str) -> int | None:
+    """The id (of a run, or a study) that text names; None for other text and for ids no
+    store can hold.
+
+    The length is checked before `int`, which refuses more than 4,300 digits and would
+    give SQLite a number it cannot bind.
+    """
+    if not is_id_text(text):
+        return None
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(MAX_RUN_ID)):
+        return None
+    number = int(digits)
+    return number if number <= MAX_RUN_ID else None
+
+
+def shortened_id(text: str, keep: int = 24) -> str:
+    """Id text cut to its first `keep` digits and its length, so a message stays one line."""
+    return text if len(text) <= keep else f"{text[:keep]}… ({len(text):,} digits)"
 
 
 def _field_order() -> dict[str, int]:

@@ -162,11 +162,13 @@ def plan_from_spec(spec: Mapping[str, Any]) -> StudyDef:
 
 
 def log_space(low: float, high: float, n: int) -> list[float]:
-    """n values from low to high, evenly spaced on a log scale, rounded to 3 digits."""
+    """n values from low to high, evenly spaced on a log scale: the ends exactly as given,
+    the values between rounded to 3 digits but never past an end (0.999999 stays below 1)."""
     if n == 1:
         return [float(low)]
     step = (math.log10(high) - math.log10(low)) / (n - 1)
-    return [float(f"{10 ** (math.log10(low) + i * step):.3g}") for i in range(n)]
+    inner = [float(f"{10 ** (math.log10(low) + i * step):.3g}") for i in range(1, n - 1)]
+    return [float(low), *(min(max(value, low), high) for value in inner), float(high)]
 
 
 def _lr_label(lr: float) -> str:

@@ -7,6 +7,7 @@ ConfigError that names both.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from blockviz.core import config as cfg
 from blockviz.core.config import ConfigError, RunConfig
 from blockviz.core.studies import (
+    MAX_STUDY_RUNS,
     MAX_VALUES,
     StudyDef,
     Variant,
@@ -47,9 +49,17 @@ def parse_values(name: str, text: str) -> list[Any]:
             raise ConfigError(
                 name, text, f"a log range needs 0 < low < high and 2 to {MAX_VALUES} values"
             )
-        values: list[Any] = log_space(low, high, n)
         if annotation is int:
-            values = sorted({round(v) for v in values})
+            # Whole numbers inside the range: rounding may not cross a bound either.
+            first, last = math.ceil(low), math.floor(high)
+            if first > last:
+                raise ConfigError(name, text, "holds no whole number between low and high")
+            return sorted({min(max(round(v), first), last) for v in log_space(low, high, n)})
+        values: list[Any] = log_space(low, high, n)
+        if len(set(values)) < n:
+            raise ConfigError(
+                name, text, "repeats a value at 3 significant digits; ask for fewer values"
+            )
         return values
     parts = [p.strip() for p in raw.split(",")]
     if any(not p for p in parts):
@@ -64,8 +74,26 @@ def parse_values(name: str, text: str) -> list[Any]:
 
 def _shown(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:.3g}"
+        short = f"{value:.3g}"
+        return short if float(short) == value else repr(value)  # never a value not swept
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _check_size(grid: Mapping[str, Sequence[Any]], n_seeds: int) -> None:
+    """Refuse a grid of more than MAX_STUDY_RUNS runs, counted without building it."""
+    n_runs = math.prod(len(values) for values in grid.values()) * n_seeds
+    if n_runs > MAX_STUDY_RUNS:
+        sizes = " × ".join(f"{len(values)} {name}" for name, values in grid.items())
+        raise ConfigError(
+            "sweep",
+            f"{n_runs:,} runs",
+            f"is more than {MAX_STUDY_RUNS}; sweep fewer values or seeds",
+            message=(
+                f"sweep: {sizes} × {n_seeds} seed{'s' if n_seeds > 1 else ''} = {n_runs:,} "
+                f"runs, more than the {MAX_STUDY_RUNS} a study may hold; sweep fewer values "
+                "or seeds"
+            ),
+        )
 
 
 def sweep(
@@ -99,12 +127,13 @@ def sweep(
         flat["warmup_steps"] = min(int(flat.get("warmup_steps", 0)), max_steps // 10)
     if "seed" in grid:
         raise ConfigError("seed", grid["seed"], "use the seeds count, not a seed sweep")
-    combos: list[dict[str, Any]] = [{}]
     for name, values in grid.items():
         cfg.section_of(name)
         if not values:
             raise ConfigError(name, "", "needs at least one value")
-        combos = [{**c, name: v} for c in combos for v in values]
+    seed_list = seeds_for(seeds, "quick")
+    _check_size(grid, len(seed_list))  # before building: 50**4 combinations fill the memory
+    combos = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
     if "lr" in grid and "min_lr" not in grid and flat.get("lr"):
         # The decay floor keeps its ratio to the peak, so a small swept lr stays valid.
         ratio = float(flat.get("min_lr", 0.0)) / float(flat["lr"])
@@ -121,7 +150,7 @@ def sweep(
         swept=tuple(grid),
         baseline=variants[0].label,
         base=flat,
-        seeds=seeds_for(seeds, "quick"),
+        seeds=seed_list,
         size=size or "custom",
     )
     check_study(study)

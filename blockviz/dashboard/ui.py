@@ -14,7 +14,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from blockviz.core.naming import is_id_text
+from blockviz.core.naming import is_id_text, run_id_from_text, shortened_id
 from blockviz.store import RunStore
 from blockviz.views import export
 
@@ -22,6 +22,10 @@ LIVE_PAGE = "pages/live.py"
 RUN_KEY = "run_id"  # session_state key of the run the Live page shows
 COMPARE_KEY = "compare_ids"  # session_state key of the runs the Compare page overlays
 _MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+WORD_JOINER = "\u2060"  # invisible; neither space nor punctuation, so no autolink starts at it
+# Where GFM's literal autolinks start: `http://`, `https://`, `www.`, and the `@` of an
+# email. Streamlit finds them in the text left after escapes, so a backslash cannot stop them.
+_AUTOLINK_START = re.compile(r"https?(?=://)|www(?=\.)|@", re.IGNORECASE)
 
 
 def plain(text: object) -> str:
@@ -30,10 +34,12 @@ def plain(text: object) -> str:
     Every ASCII punctuation character gets a backslash (CommonMark lets any of them be
     escaped), so `![t](http://...)` stays text instead of becoming an image the browser
     fetches, and `:red[...]`, `$...$`, `**` or `<b>` stay literal; line breaks become
-    spaces so a name cannot start a heading or a list.
+    spaces so a name cannot start a heading or a list. A word joiner after `http`, `www`
+    and `@` keeps a bare URL or email from becoming a link, and reads the same.
     """
     flat = " ".join(str(text).split())
-    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", flat)
+    unlinked = _AUTOLINK_START.sub(lambda start: start.group() + WORD_JOINER, flat)
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", unlinked)
 
 
 def literal(text: object) -> str:
@@ -129,11 +135,15 @@ def selected_run_id() -> int | None:
     chosen = st.session_state.get(RUN_KEY)
     if isinstance(chosen, int):
         return chosen
+    run_id = run_id_from_text(_run_param().strip())
+    if run_id is not None:
+        st.session_state[RUN_KEY] = run_id
+    return run_id
+
+
+def _run_param() -> str:
     text = st.query_params.get("run", "")
-    if isinstance(text, str) and is_id_text(text.strip()):
-        st.session_state[RUN_KEY] = int(text)
-        return int(text)
-    return None
+    return text if isinstance(text, str) else ""
 
 
 def selection_notice(runs: pd.DataFrame) -> str | None:
@@ -145,20 +155,22 @@ def selection_notice(runs: pd.DataFrame) -> str | None:
         return None
     newest = int(runs["id"].iloc[-1])
     chosen = selected_run_id()
-    if chosen is None:
-        text = st.query_params.get("run", "")
-        if isinstance(text, str) and text:
+    if chosen in {int(i) for i in runs["id"]}:
+        return None
+    text = _run_param()
+    if chosen is None and not is_id_text(text.strip()):
+        if text:
             return (
                 f"?run={text}: not a run id; showing the newest run (#{newest}), "
                 "pick another below."
             )
         return None
-    if chosen not in {int(i) for i in runs["id"]}:
-        return (
-            f"Run #{chosen} is not in this store (deleted, or never created); showing the "
-            f"newest run (#{newest}), pick another below."
-        )
-    return None
+    # Digits past any id a store can hold (`run_id_from_text` gives None) are such a run.
+    named = chosen if chosen is not None else shortened_id(text.strip())
+    return (
+        f"Run #{named} is not in this store (deleted, or never created); showing the "
+        f"newest run (#{newest}), pick another below."
+    )
 
 
 def current_run(runs: pd.DataFrame) -> int | None:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from blockviz.core import procs
-from blockviz.core.naming import NAME_MAX, is_id_text
+from blockviz.core.naming import NAME_MAX, run_id_from_text
 from blockviz.core.spec import ACTIVE_STATUSES, STATUSES
 from blockviz.core.tags import TagError, clean_notes, parse_tags, tags_text
 from blockviz.store.connection import _Connection, guarded
@@ -219,8 +219,9 @@ class _Runs(_Connection):
         conn = self.conn
         if isinstance(ref, str):
             text = ref.strip()
-            if is_id_text(text):
-                row = conn.execute("SELECT id FROM runs WHERE id = ?", (int(text),)).fetchone()
+            number = run_id_from_text(text)
+            if number is not None:
+                row = conn.execute("SELECT id FROM runs WHERE id = ?", (number,)).fetchone()
                 if row:
                     return int(row[0])
             row = conn.execute("SELECT id FROM runs WHERE name = ?", (text,)).fetchone()

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from blockviz.core.naming import sanitize_name
+from blockviz.core.naming import is_id_text, run_id_from_text, sanitize_name, shortened_id
 from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.store.connection import _Connection, guarded
 from blockviz.store.errors import StoreError
@@ -267,6 +267,9 @@ class _Studies(_Connection):
 
 def _study_id(study_id: int | str) -> int:
     text = str(study_id).strip()
-    if not text.isascii() or not text.isdigit():
+    if not is_id_text(text):
         raise StoreError(f"a study is named by its number, not {str(study_id)[:40]!r}")
-    return int(text)
+    number = run_id_from_text(text)  # None: more digits than int() or SQLite takes
+    if number is None:
+        raise StoreError(f"no study {shortened_id(text)}; `study list` shows them")
+    return number

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import io
 import json
+import stat
 import time
 import zipfile
 from collections.abc import Callable, Sequence
@@ -389,11 +390,20 @@ def _readme(runs: Sequence[dict[str, Any]], files: dict[str, bytes]) -> str:
     return "\n".join(lines) + "\n"
 
 
+ENTRY_MODE = stat.S_IFREG | 0o644  # -rw-r--r--: writestr(name) alone gives 0600
+
+
 def zip_bytes(files: dict[str, bytes]) -> bytes:
+    """A deflated zip of {name: bytes}, whose entries unpack readable by everyone."""
     buffer = io.BytesIO()
+    now = time.localtime()[:6]
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, payload in files.items():
-            archive.writestr(name, payload)
+            entry = zipfile.ZipInfo(name, date_time=now)
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            entry.create_system = 3  # Unix: unzip reads the mode below only then
+            entry.external_attr = ENTRY_MODE << 16
+            archive.writestr(entry, payload)
     return buffer.getvalue()
 
 
