@@ -293,8 +293,17 @@ def _preflight(plan: RunPlan) -> Any:
 
 
 def _writer_store(args: argparse.Namespace) -> RunStore:
-    """The store as a training run writes it: buffered, and patient with a locked file."""
-    return RunStore(args.store or None, flush_seconds=FLUSH_EVERY_S, defer_when_busy=True)
+    """The store as a training run writes it: buffered, and patient with a locked file.
+
+    A run already in it (`--resume`, `--run_id`) needs the file to exist: a missing one is
+    an error, not a new empty store.
+    """
+    return RunStore(
+        args.store or None,
+        flush_seconds=FLUSH_EVERY_S,
+        defer_when_busy=True,
+        create=args.resume is None and args.run_id is None,
+    )
 
 
 def _close_quietly(store: RunStore) -> None:
