@@ -385,18 +385,19 @@ def log_tail(store: RunStore, run_id: int, lines: int = 40) -> str:
 def resume_blocker(run: dict, checkpoint_exists: bool) -> str | None:
     """Why `train --resume` cannot continue this run (plain text), or None when it can.
 
-    What `plan_resume` refuses, read without torch: an active run, no last.ckpt, a run at
-    its max_steps. A diverged run is not offered: its last checkpoint may already hold the
-    non-finite weights.
+    What `plan_resume` refuses, read without torch: an active run, no last.ckpt, a completed
+    run. A stopped or failed run at its max_steps is offered: killed after its final
+    checkpoint, the resume finishes it without training. A diverged run is not offered: its
+    last checkpoint may already hold the non-finite weights.
     """
     status = run["status"]
     if status in ACTIVE_STATUSES:
         return f"it is {status}"
     if status == "diverged":
         return "it diverged; its last checkpoint may hold non-finite weights (Edit & relaunch)"
-    step, max_steps = run.get("step"), run.get("max_steps")
-    if step is not None and max_steps is not None and step >= max_steps:
-        return f"it already reached max_steps ({max_steps:,})"
+    if status == "completed":
+        max_steps = run.get("max_steps")
+        return "it completed" + (f": it reached max_steps ({max_steps:,})" if max_steps else "")
     if not checkpoint_exists:
         return "it has no checkpoint to continue from"
     return None

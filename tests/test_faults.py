@@ -109,6 +109,45 @@ def test_kill_9_at_a_random_moment_then_resume_leaves_no_gap(tmp_path, corpus, t
     _kill_after_checkpoint_then_resume(tmp_path, corpus, kill_at=random.uniform(0.0, 0.8))
 
 
+def test_a_run_killed_after_its_final_checkpoint_is_finished_by_resume(tmp_path, corpus):
+    """It stayed failed for good: `--resume` refused ("already at step 25 of max_steps=25")
+    and the page's Resume was off. 1 of 4 random kills landed in this window."""
+    store_path = tmp_path / "blockviz.db"
+    code, _, err = finish(_train(store_path, corpus, "--max_steps", "25"))
+    assert code == 0, err
+    checkpoint = tmp_path / "blockviz.db.runs" / "1" / "checkpoints" / "last.ckpt"
+    assert _checkpoint_step(checkpoint) == 25
+    saved = checkpoint.read_bytes()
+    with RunStore(store_path) as store:
+        done = store.get_run(1)
+        # What a kill -9 right after last.ckpt at step 25 (written as training ends) leaves:
+        # the end's sample and attention map and the last evaluation (25 is no multiple of
+        # the eval interval) not yet logged, no final metrics, the run reaped as failed.
+        store.truncate_after(1, 24)
+        error = "process 1 exited without reporting (killed or out of memory?)"
+        store.update_run(1, status="failed", step=25, final=None, ended=time.time(), error=error)
+        killed = store.get_run(1)
+    assert runner.resume_blocker(killed, checkpoint_exists=True) is None  # Resume is on
+
+    code, out, err = finish(_resume(store_path))
+    assert code == 0, err
+    assert "run 1 (" in out and ") completed: " in out
+    assert _logged_steps(store_path, 1, "train/loss") == list(range(25))  # not a step more
+    assert _logged_steps(store_path, 1, "val/loss") == [10, 20, 25]
+    assert checkpoint.read_bytes() == saved
+    with RunStore(store_path) as store:
+        run = store.get_run(1)
+        assert (run["status"], run["step"], run["error"]) == ("completed", 25, None)
+        assert store.samples(1)["step"].tolist().count(25) == 1
+        assert 25 in store.attention_steps(1)
+    final, before = run["final"], done["final"]
+    for key in ("val_loss", "val_ppl", "val_bpc", "train_loss"):
+        assert final[key] == pytest.approx(before[key], rel=1e-5), key
+    assert final["steps"] == 25 and final["time_s"] > 0 and final["tokens_per_sec"] > 0
+    code, _, err = finish(_resume(store_path))  # a completed run is not finished twice
+    assert code == 2 and "already at step 25 of max_steps=25" in err
+
+
 def test_sigterm_during_an_evaluation_keeps_that_validation_point(tmp_path, corpus):
     store_path = tmp_path / "blockviz.db"
     # 4,000 validation batches make the evaluation last seconds: time to land a signal in.

@@ -94,6 +94,8 @@ def test_select_runs_needs_every_chosen_tag_and_hides_auto_runs_unless_asked() -
     [
         ("stopped", 5, True, None),
         ("failed", 5, True, None),
+        ("failed", 12, True, None),  # killed after its final checkpoint: resume finishes it
+        ("stopped", 12, True, None),
         ("running", 5, True, "running"),
         ("queued", 0, True, "queued"),
         ("diverged", 5, True, "diverged"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -10,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from blockviz import study_runner
-from blockviz.core import hardware
+from blockviz.core import config as cfg
+from blockviz.core import hardware, sweeps
 from blockviz.store import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,3 +109,73 @@ def test_bad_study_commands_get_one_line(tmp_path: Path, args: list[str], messag
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------- a store taken from under a worker
+
+
+def _three_run_study(store_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+    """A stored study of three tiny 30-step runs, with no worker started for it."""
+    monkeypatch.setattr(study_runner, "start_workers", lambda *a, **k: [])
+    base = cfg.replace(cfg.preset("tiny"), dataset=str(corpus))
+    plan = sweeps.sweep({"lr": [1e-3, 2e-3, 3e-3]}, base=base, max_steps=30)
+    with RunStore(store_path) as store:
+        return study_runner.launch(store, plan)
+
+
+def _running_runs(store_path: Path) -> int:
+    """How many runs the store calls running (read-only: never creates the file)."""
+    with sqlite3.connect(f"{store_path.as_uri()}?mode=ro", uri=True) as conn:
+        return conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'running'").fetchone()[0]
+
+
+def test_a_worker_whose_store_is_deleted_stops_in_one_line_and_creates_nothing(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It used to train on, re-create an empty store at the path and count runs it failed."""
+    store_path = tmp_path / "runs.db"
+    study_id = _three_run_study(store_path, corpus, monkeypatch)
+    command = [sys.executable, "-m", "blockviz", "study", "work", str(study_id)]
+    command += ["--store", str(store_path), "--threads", "1"]
+    worker = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    deadline = time.monotonic() + 120
+    while _running_runs(store_path) == 0 and worker.poll() is None:
+        assert time.monotonic() < deadline, "the worker started no run"
+        time.sleep(0.1)
+    for path in (
+        store_path,
+        *(store_path.with_name(store_path.name + s) for s in ("-wal", "-shm")),
+    ):
+        path.unlink(missing_ok=True)
+    out, _ = worker.communicate(timeout=120)
+    assert worker.returncode == 1, out[-2000:]
+    assert f"study {study_id}: the run store {store_path} was removed" in out
+    assert "Traceback" not in out and "failed to start" not in out
+    assert not store_path.exists()
+
+
+def test_a_worker_whose_store_is_replaced_stops_and_leaves_the_new_file_alone(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from blockviz.training import study_worker
+
+    store_path = tmp_path / "runs.db"
+    study_id = _three_run_study(store_path, corpus, monkeypatch)
+    other = tmp_path / "other.db"
+    RunStore(other).close()
+    replacement = other.read_bytes()
+    trained: list[int] = []
+
+    def train_one(store: RunStore, run_id: int, *args: object) -> int:
+        if not trained:  # another store moved over the path while the first run trains
+            os.replace(other, store_path)
+        trained.append(run_id)
+        return 0
+
+    monkeypatch.setattr(study_worker, "train_one", train_one)
+    assert study_worker.work(str(store_path), study_id, 0, 1) == 1
+    err = capsys.readouterr().err
+    assert f"study {study_id}: the run store {store_path} was replaced" in err
+    assert len(trained) == 1 and store_path.read_bytes() == replacement

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
-from blockviz import study_runner
+from blockviz import cli, study_runner
 from blockviz.core import studies, sweeps
 from blockviz.store import RunStore
 
@@ -84,3 +85,24 @@ def test_a_study_that_only_measures_at_init_gets_one_worker(store, monkeypatch):
     study_runner.launch(store, studies.builtin("init-gradients", "quick"), workers=3)
     study_runner.launch(store, sweeps.sweep({"lr": [1e-3, 2e-3]}, size="quick"), workers=3)
     assert asked == [1, 3]
+
+
+def test_study_show_and_list_reap_a_dead_run_as_runs_does(store, monkeypatch, capsys):
+    """They called the run of a study whose worker was killed 'running' for good."""
+    monkeypatch.setattr(study_runner, "start_workers", lambda *a, **k: [])
+    study_id = study_runner.launch(store, sweeps.sweep({"lr": [1e-3, 2e-3]}, size="quick"))
+    store.update_study(study_id, workers=[[GONE, time.time()]])
+    run_id = store.claim_study_run(study_id, GONE, time.time())  # its worker died
+    store.update_run(run_id, status="running", heartbeat=time.time() - 3600)
+    store.flush()
+    where = ["--store", str(store.path)]
+
+    assert cli.main(["study", "show", str(study_id), *where]) == 0
+    shown = capsys.readouterr().out
+    assert "0 running, 1 queued, 1 stopped or failed" in shown
+    assert store.get_run(run_id)["status"] == "failed"  # what `runs` would say
+
+    store.update_run(run_id, status="running", heartbeat=time.time() - 3600)
+    assert cli.main(["study", "list", "--json", *where]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert (listed["running"], listed["unfinished"]) == (0, 1)

@@ -374,6 +374,8 @@ def test_stop_marks_a_queued_run_without_a_process_stopped(tmp_path, capsys):
 )
 def test_bad_input_exits_2_with_one_line_and_creates_no_run(tmp_path, capsys, flags, named):
     store_path = tmp_path / "blockviz.db"
+    if flags[0] == "--resume":
+        RunStore(store_path).close()  # a store to look the run up in
     assert exit_code(["train", "--store", str(store_path), *flags]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and named in err
@@ -382,6 +384,16 @@ def test_bad_input_exits_2_with_one_line_and_creates_no_run(tmp_path, capsys, fl
             assert store.runs_frame().empty
     else:  # nothing is created, not even the store file
         assert not store_path.exists()
+
+
+@pytest.mark.parametrize("flag", ["--resume", "--run_id"])
+def test_a_run_in_a_missing_store_is_one_line_and_creates_no_store(tmp_path, capsys, flag):
+    """A study worker's runs (--run_id) re-created a store deleted under them, empty."""
+    store_path = tmp_path / "gone" / "blockviz.db"
+    assert exit_code(["train", "--store", str(store_path), flag, "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"blockviz train: error: no run store at {store_path}"
+    assert not store_path.parent.exists()
 
 
 def exit_code(argv: list[str]) -> int:

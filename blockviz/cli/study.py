@@ -122,7 +122,14 @@ def cli_main(args: argparse.Namespace) -> int:
 
 
 def _store(args: argparse.Namespace) -> RunStore:
-    return checked(RunStore.open_readable(args.store or None))
+    """The store for reading, its dead runs marked failed first, as `runs` and `show` do."""
+    store = checked(RunStore.open_readable(args.store or None))
+    try:
+        store.reap_dead()  # a read-only store is read as it is
+    except BaseException:
+        store.close()
+        raise
+    return store
 
 
 def _positive(name: str, value: int | None) -> None:

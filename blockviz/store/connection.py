@@ -63,10 +63,12 @@ class _Connection:
     # Set by RunStore.__init__.
     path: Path
     readonly: bool
+    create: bool
     busy_timeout_s: float
     defer_when_busy: bool
     _lock: threading.RLock
     _conn: sqlite3.Connection | None
+    _identity: tuple[int, int] | None  # (st_dev, st_ino) of the file opened
     _legacy_upto: int  # runs up to this id may keep <workspace>/<id> folders
     _run_columns: tuple[str, ...]  # those the file has (a read-only v1 file: fewer)
     # From writes.py.
@@ -80,6 +82,11 @@ class _Connection:
             raise StoreError(f"the run store path {self.path} is a directory; give a file path")
         if self.readonly:
             return self._open_readonly()
+        if not self.create:
+            if not self.path.is_file():
+                raise StoreError(f"no run store at {self.path}")
+            # mode=rw: a file removed since the check above is an error, not a new store.
+            return self._connect(self.path.as_uri() + "?mode=rw", uri=True)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -108,6 +115,22 @@ class _Connection:
                 return  # another process wrote a schema into it meanwhile: not ours to remove
             for leftover in created:
                 leftover.unlink(missing_ok=True)
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        """(st_dev, st_ino) of the file at the store's path; None when there is none."""
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return None
+        return stat.st_dev, stat.st_ino
+
+    def file_changed(self) -> str | None:
+        """'removed' or 'replaced' when the file at the store's path is no longer the one
+        this store opened (its connection still writes to that one); None while it is."""
+        now = self._file_identity()
+        if now == self._identity:
+            return None
+        return "removed" if now is None else "replaced"
 
     def _sqlite_files(self) -> list[Path]:
         return [self.path, *(self.path.with_name(self.path.name + s) for s in ("-wal", "-shm"))]

@@ -37,9 +37,13 @@ class RunStore(_Runs, _Studies, _Queue, _Liveness, _Writes, _Reads, _Connection)
         flush_seconds: float | None = 2.0,
         busy_timeout_s: float = BUSY_TIMEOUT_S,
         defer_when_busy: bool = False,
+        create: bool = True,
     ) -> None:
         self.path = Path(path).expanduser() if path is not None else default_store_path()
         self.path = self.path.absolute()
+        # False: the file must exist already (a run or study it holds is being worked on);
+        # a missing one is a StoreError, never a new empty store.
+        self.create = create
         # A training writer: a flush that finds the store locked keeps its rows and
         # returns, so a long lock held by another process never stops training.
         self.defer_when_busy = defer_when_busy
@@ -62,6 +66,7 @@ class RunStore(_Runs, _Studies, _Queue, _Liveness, _Writes, _Reads, _Connection)
         self._last_flush = time.monotonic()
         self._conn: sqlite3.Connection | None = None
         self._conn = self._open()
+        self._identity = self._file_identity()  # which file this store opened
 
     @classmethod
     def open_readable(cls, path: str | Path | None = None, **options: Any) -> RunStore:

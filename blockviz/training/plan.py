@@ -2,8 +2,9 @@
 
 A new run takes its config from the flags (`plan_new`); a resumed one from its folder,
 with only hardware and cadence allowed to change, and continues from its last checkpoint
-(`plan_resume`, `read_checkpoint`). The data is loaded and the model's memory checked here
-too, so a bad flag, dataset or size is refused (exit 2) before anything is recorded.
+(`plan_resume`, `read_checkpoint`); one whose checkpoint is at max_steps is only finished.
+The data is loaded and the model's memory checked here too, so a bad flag, dataset or size
+is refused (exit 2) before anything is recorded.
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ class RunPlan:
     # A run recorded before the evaluation set keeps scoring on its seed's windows.
     legacy_eval: bool = False
 
+    @property
+    def finishing(self) -> bool:
+        """A resume whose checkpoint is at max_steps (the run died after writing it): no
+        step left to train, only what the end of a run writes."""
+        return self.checkpoint is not None and self.start_step >= self.config.train.max_steps
+
 
 def plan_new(args: argparse.Namespace, store: RunStore | None) -> RunPlan:
     """A new run from the flags, or the queued run `--run_id` the runner created for them."""
@@ -101,7 +108,9 @@ def plan_resume(args: argparse.Namespace, store: RunStore) -> RunPlan:
         raise UsageError(f"--resume: run {run_id} has no checkpoint at {checkpoint}")
     state = read_checkpoint(checkpoint, f"--resume: run {run_id}'s checkpoint")
     start_step = state["global_step"]
-    if start_step >= config.train.max_steps:
+    # At max_steps, a run that died before it recorded its end is finished (RunPlan.finishing).
+    finished = run["status"] in ("completed", "diverged")
+    if start_step > config.train.max_steps or (start_step == config.train.max_steps and finished):
         raise UsageError(
             f"--resume: run {run_id} is already at step {start_step} of max_steps="
             f"{config.train.max_steps}; pass a larger --max_steps"

@@ -8,7 +8,9 @@ run (`RunStore.claim_study_run`), so none trains a run twice.
 
 Stopping: SIGTERM while a run trains stops that run (it records 'stopped'); the worker then
 looks at its study and carries on only while the study is still 'running'. SIGTERM between
-runs ends the worker. The last worker out marks the study completed.
+runs ends the worker. The last worker out marks the study completed. A worker whose store
+file was removed or replaced (another file at the path) stops before its next claim with
+one line, exit status 1; it never creates a store (nor does the `train` it runs a run in).
 """
 
 from __future__ import annotations
@@ -100,11 +102,23 @@ def work(store_path: str, study_id: int, max_running: int, threads: int | None =
     me = procs.identity_of()
     trained = 0
     try:
-        with RunStore(store_path) as store:
+        with RunStore(store_path, create=False) as store:
             plan = plan_from_spec(store.get_study(study_id)["spec"])
             if not plan.trains:
                 return measure_at_init(store, study_id, plan)
             while not quit_request.requested:
+                changed = store.file_changed()
+                if changed is not None:
+                    # Training on would write into the old file, or into a store that is
+                    # not this study's: stop, and create nothing at the path.
+                    print(
+                        f"blockviz: study {study_id}: the run store {store.path} was {changed} "
+                        f"while this worker ran; it stops after {trained} run(s) and creates "
+                        "no new store there",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    return 1
                 if patiently(store.get_study, study_id)["status"] != "running":
                     break
                 run_id = patiently(

@@ -142,18 +142,18 @@ def _fit(
     heartbeat = Heartbeat(store, run_id) if store is not None else None
     lifecycle = RunLifecycle(stop, heartbeat, store, run_id)
     callbacks: list[Any] = [lifecycle]
+    probe: BlockProbe | None = None
     if store is not None:
         sinks: list[Any] = [StoreSink(store, run_id)]
         if extra_loggers:
             sinks.append(LoggerSink(extra_loggers))
-        callbacks.append(
-            BlockProbe(
-                sinks,
-                probe_interval=train.probe_interval,
-                sample_interval=train.sample_interval,
-                prompt=_sample_prompt(datamodule),
-            )
+        probe = BlockProbe(
+            sinks,
+            probe_interval=train.probe_interval,
+            sample_interval=train.sample_interval,
+            prompt=_sample_prompt(datamodule),
         )
+        callbacks.append(probe)
     if progress:
         callbacks.append(ConsoleProgress())
     loggers = [StoreLogger(store, run_id), *extra_loggers] if store is not None else None
@@ -168,6 +168,10 @@ def _fit(
             return Outcome("stopped", plan.start_step), trainer, lit
         trainer.fit(lit, datamodule=datamodule, ckpt_path=plan.checkpoint, weights_only=True)
         step = trainer.global_step
+        if plan.finishing and probe is not None:
+            # Lightning skips the whole loop of a fit restored at max_steps, on_train_end
+            # with it: the end's text sample and attention map are written here instead.
+            probe.on_train_end(trainer, lit)
         if step < train.max_steps:  # ended early without an exception (on_train_end saved)
             return Outcome("stopped", step), trainer, lit
         if lit.last_val.get("step") != step:
@@ -207,6 +211,42 @@ def _final_metrics(lit: Any, trainer: Any, outcome: Outcome) -> dict[str, float 
         "time_s": round(monitor.wall_time_s(), 3),  # training wall time, evaluations included
         "tokens_per_sec": monitor.tokens_per_sec(),  # while training, evaluations excluded
         "steps": outcome.step,
+    }
+
+
+def _recorded_training(store: RunStore, run_id: int) -> dict[str, float | None]:
+    """train_loss, time_s and tokens_per_sec as `_final_metrics` has them, from the run's
+    train/* rows: for a run that died after its last step, before it recorded them.
+
+    Each row is the mean of the steps since the row before it, so rows are weighted by the
+    steps they cover; time_s is the last session's wall clock at its last step.
+    """
+    from blockviz.training.callbacks import RECENT_LOSSES
+
+    names = ["train/loss", "train/step_time", "train/tokens_per_sec", "train/elapsed_s"]
+    frame = store.scalars(run_id, names=names)
+    series = {
+        name: dict(zip(rows["step"], rows["value"], strict=True))
+        for name, rows in frame.groupby("name")
+    }
+    loss = series.get("train/loss", {})
+    if not loss:
+        return {}
+    steps = sorted(loss)
+    covered = {step: step - before for before, step in zip([-1, *steps[:-1]], steps, strict=True)}
+    start = steps[-1] - RECENT_LOSSES  # the window: the last RECENT_LOSSES steps
+    weights = {step: min(covered[step], step - start) for step in steps if step > start}
+    step_time, rate = series.get("train/step_time", {}), series.get("train/tokens_per_sec", {})
+    timed = [step for step in step_time if step in rate and step in covered]
+    seconds = sum(step_time[step] * covered[step] for step in timed)
+    tokens = sum(rate[step] * step_time[step] * covered[step] for step in timed)
+    elapsed = series.get("train/elapsed_s", {})
+    return {
+        "train_loss": _finite_or_none(
+            sum(loss[step] * w for step, w in weights.items()) / sum(weights.values())
+        ),
+        "time_s": elapsed[max(elapsed)] if elapsed else None,
+        "tokens_per_sec": _finite_or_none(tokens / seconds) if seconds > 0 else None,
     }
 
 
@@ -293,8 +333,17 @@ def _preflight(plan: RunPlan) -> Any:
 
 
 def _writer_store(args: argparse.Namespace) -> RunStore:
-    """The store as a training run writes it: buffered, and patient with a locked file."""
-    return RunStore(args.store or None, flush_seconds=FLUSH_EVERY_S, defer_when_busy=True)
+    """The store as a training run writes it: buffered, and patient with a locked file.
+
+    A run already in it (`--resume`, `--run_id`) needs the file to exist: a missing one is
+    an error, not a new empty store.
+    """
+    return RunStore(
+        args.store or None,
+        flush_seconds=FLUSH_EVERY_S,
+        defer_when_busy=True,
+        create=args.resume is None and args.run_id is None,
+    )
 
 
 def _close_quietly(store: RunStore) -> None:
@@ -337,6 +386,7 @@ def _register_and_fit(
         "max_steps": config.train.max_steps,
         "dataset": datamodule.fingerprint,
     }
+    earlier: dict[str, Any] = {}  # final metrics of the sessions before this one (resume)
     earlier_s = 0.0  # training time of the sessions before this one (resume)
     if plan.run_id is None:
         run_id = patiently(
@@ -345,7 +395,10 @@ def _register_and_fit(
     else:
         run_id = plan.run_id
         if plan.checkpoint is not None:  # a resumed run's time so far counts on
-            earlier_s = float((store.get_run(run_id).get("final") or {}).get("time_s") or 0.0)
+            earlier = store.get_run(run_id).get("final") or {}
+            if plan.finishing and not earlier:  # killed before it wrote them: from its rows
+                earlier = _recorded_training(store, run_id)
+            earlier_s = float(earlier.get("time_s") or 0.0)
         # A run the runner created and someone stopped before this process registered
         # stays stopped (a resume takes over its stopped run on purpose).
         unless = () if plan.checkpoint is not None else ("stopped",)
@@ -376,6 +429,10 @@ def _register_and_fit(
     os.environ[ENV_LEGACY_EVAL] = "1" if plan.legacy_eval else "0"
     handler = _open_log(run_dir)
     verb = f"resuming from step {plan.start_step}" if plan.checkpoint else "started"
+    if plan.finishing:
+        verb = (
+            f"finishing: its last checkpoint is at max_steps ({plan.start_step}), no step to train"
+        )
     print(f"blockviz: run {run_id} ({name}) {verb}; store {store.path}", flush=True)
     log.info("run %s (%s) %s with config %s", run_id, name, verb, config.to_json(indent=None))
     if plan.checkpoint is not None:
@@ -414,6 +471,9 @@ def _register_and_fit(
             raise
         final = _final_metrics(lit, trainer, outcome)
         final["time_s"] = round(float(final["time_s"] or 0.0) + earlier_s, 3)
+        if plan.finishing:  # nothing trained in this session: its training figures are earlier
+            final["train_loss"] = earlier.get("train_loss")
+            final["tokens_per_sec"] = earlier.get("tokens_per_sec")
         patiently(
             store.update_run,
             run_id,
