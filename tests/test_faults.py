@@ -26,6 +26,7 @@ import torch
 from blockviz import runner
 from blockviz.core import procs
 from blockviz.store import RunStore, StoreError
+from tests.test_study_cli import study
 from tests.test_train_cli import CORPUS, finish, start, train_command
 
 pytestmark = pytest.mark.slow
@@ -393,3 +394,74 @@ def test_a_model_too_big_for_memory_is_refused_before_training(tmp_path, capsys)
     err = capsys.readouterr().err
     assert "needs about" in err and "available" in err and len(err.strip().splitlines()) == 1
     assert not store.exists()
+
+
+# ------------------------------------------------------------ studies and many writers
+
+# Two variants of a 40-step tiny run: an evaluation, probe and sample every 10 steps.
+STUDY_SWEEP = [
+    *("--preset", "tiny", "--max_steps", "40", "--warmup_steps", "2"),
+    *("--eval_interval", "10", "--probe_interval", "10", "--sample_interval", "10"),
+    *("--lr", "1e-3,2e-3", "--workers", "1", "--threads", "1"),
+]
+
+
+def _study_state(store_path: Path, study_id: int) -> tuple[str, list[str]]:
+    with RunStore(store_path) as store:
+        runs = store.study_runs(study_id)
+        return store.get_study(study_id)["status"], runs["status"].tolist()
+
+
+def _end_workers(store_path: Path) -> None:
+    """Kill what workers a failed test left behind (they run detached, in their own sessions)."""
+    if not store_path.exists():
+        return
+    with RunStore(store_path) as store:
+        workers = [w for i in store.studies_frame()["id"] for w in store.get_study(i)["workers"]]
+    for pid, began in workers:
+        procs.signal_own(pid, began, signal.SIGKILL)
+
+
+def _assert_each_row_once(store_path: Path, run_id: int, max_steps: int) -> None:
+    """The run completed and each of its series holds each of its steps exactly once."""
+    last = max_steps - 1
+    assert _logged_steps(store_path, run_id, "train/loss") == list(range(max_steps))
+    assert _logged_steps(store_path, run_id, "val/loss") == list(range(10, max_steps + 1, 10))
+    with RunStore(store_path) as store:
+        run = store.get_run(run_id)
+        assert (run["status"], run["step"]) == ("completed", max_steps), run["error"]
+        stats = store.layer_stats(run_id)
+        keys = ["kind", "stat", "step", "layer", "component"]
+        assert not stats.empty and not stats.duplicated(keys).any()
+        grads = store.layer_stats(run_id, kind="component", stat="grad_norm")
+        assert sorted(grads.step.unique()) == sorted({*range(0, max_steps, 10), last})
+        samples = store.samples(run_id)["step"].tolist()
+        assert sorted(samples) == sorted(set(samples)) and 0 in samples
+
+
+def test_a_study_worker_killed_mid_run_is_resumed_with_each_run_trained_once(tmp_path, corpus):
+    store_path = tmp_path / "runs.db"
+    try:
+        started = study(store_path, "sweep", *STUDY_SWEEP, "--dataset", str(corpus), "--detach")
+        assert started.returncode == 0, started.stderr[-2000:]
+        # Kill -9 while the first run trains with some of its rows already in the store.
+        _wait(lambda: len(_logged_steps(store_path, 1, "train/loss")) > 0)
+        with RunStore(store_path) as store:
+            ((pid, began),) = store.get_study(1)["workers"]
+        assert procs.signal_own(pid, began, signal.SIGKILL)
+        _wait(lambda: not procs.is_alive(pid, began), timeout=10)
+        status, statuses = _study_state(store_path, 1)
+        assert status == "running" and statuses == ["running", "queued"]  # killed mid-run
+        half = len(_logged_steps(store_path, 1, "train/loss"))
+        assert 0 < half < 40
+
+        again = study(store_path, "resume", "1")
+        assert again.returncode == 0 and "2 run(s) queued again" in again.stdout, again.stderr
+        _wait(lambda: _study_state(store_path, 1)[0] != "running", timeout=120)
+        assert _study_state(store_path, 1) == ("completed", ["completed"] * 2)
+        for run_id in (1, 2):
+            _assert_each_row_once(store_path, run_id, 40)
+        with RunStore(store_path) as store:
+            assert len(store.runs_frame()) == 2  # trained again in its own row, not a new one
+    finally:
+        _end_workers(store_path)
