@@ -402,7 +402,7 @@ def test_a_model_too_big_for_memory_is_refused_before_training(tmp_path, capsys)
 STUDY_SWEEP = [
     *("--preset", "tiny", "--max_steps", "40", "--warmup_steps", "2"),
     *("--eval_interval", "10", "--probe_interval", "10", "--sample_interval", "10"),
-    *("--lr", "1e-3,2e-3", "--workers", "1", "--threads", "1"),
+    *("--workers", "1", "--threads", "1"),
 ]
 
 
@@ -442,7 +442,8 @@ def _assert_each_row_once(store_path: Path, run_id: int, max_steps: int) -> None
 def test_a_study_worker_killed_mid_run_is_resumed_with_each_run_trained_once(tmp_path, corpus):
     store_path = tmp_path / "runs.db"
     try:
-        started = study(store_path, "sweep", *STUDY_SWEEP, "--dataset", str(corpus), "--detach")
+        sweep = [*STUDY_SWEEP, "--lr", "1e-3,2e-3", "--dataset", str(corpus), "--detach"]
+        started = study(store_path, "sweep", *sweep)
         assert started.returncode == 0, started.stderr[-2000:]
         # Kill -9 while the first run trains with some of its rows already in the store.
         _wait(lambda: len(_logged_steps(store_path, 1, "train/loss")) > 0)
@@ -463,5 +464,35 @@ def test_a_study_worker_killed_mid_run_is_resumed_with_each_run_trained_once(tmp
             _assert_each_row_once(store_path, run_id, 40)
         with RunStore(store_path) as store:
             assert len(store.runs_frame()) == 2  # trained again in its own row, not a new one
+    finally:
+        _end_workers(store_path)
+
+
+def test_two_studies_sharing_one_store_at_once_keep_their_own_runs_and_rows(tmp_path, corpus):
+    store_path = tmp_path / "runs.db"
+    rates = {"first": [1e-3, 2e-3], "second": [3e-3, 4e-3]}
+    try:
+        for name, lrs in rates.items():
+            started = study(store_path, "sweep", *STUDY_SWEEP, "--name", name, "--dataset",
+                            str(corpus), "--lr", ",".join(map(str, lrs)), "--detach")  # fmt: skip
+            assert started.returncode == 0, started.stderr[-2000:]
+        _wait(lambda: {_study_state(store_path, s)[0] for s in (1, 2)} == {"completed"}, 120)
+        with RunStore(store_path) as store:
+            assert len(store.runs_frame()) == 4
+            spans = []
+            for study_id, (name, lrs) in enumerate(rates.items(), start=1):
+                assert store.get_study(study_id)["name"] == name
+                runs = store.study_runs(study_id)
+                assert runs["status"].tolist() == ["completed"] * 2
+                assert (runs["study_id"] == study_id).all()
+                configs = [store.get_run(int(i)) for i in runs["id"]]
+                assert [run["config"]["train"]["lr"] for run in configs] == lrs
+                spans.append((min(r["started"] for r in configs), max(r["ended"] for r in configs)))
+            ids = [set(store.study_runs(s)["id"]) for s in (1, 2)]
+        assert not ids[0] & ids[1]
+        (first_began, first_ended), (second_began, second_ended) = spans
+        assert first_began < second_ended and second_began < first_ended  # they overlapped
+        for run_id in range(1, 5):
+            _assert_each_row_once(store_path, run_id, 40)
     finally:
         _end_workers(store_path)
