@@ -496,3 +496,43 @@ def test_two_studies_sharing_one_store_at_once_keep_their_own_runs_and_rows(tmp_
             _assert_each_row_once(store_path, run_id, 40)
     finally:
         _end_workers(store_path)
+
+
+def test_four_concurrent_runs_and_a_polling_reader_lose_nothing(tmp_path, corpus):
+    store_path = tmp_path / "blockviz.db"
+    flags = ("--max_steps", "20", "--threads", "1", "--max_running", "0")
+    trainers = [_train(store_path, corpus, *flags, "--seed", str(seed)) for seed in range(4)]
+    errors: list[BaseException] = []
+    seen: dict[int, list[int]] = {}  # train/loss rows of each run, read after read
+    running_reads = 0
+
+    def read_until_done() -> None:  # what the dashboard does while runs train
+        nonlocal running_reads
+        while any(proc.poll() is None for proc in trainers):
+            if store_path.exists():
+                try:
+                    with RunStore.open_readable(store_path) as store:
+                        runs = store.runs_frame()
+                        for run_id in runs["id"]:
+                            losses = store.scalars(int(run_id), names="train/loss")
+                            store.layer_stats(int(run_id), kind="component", stat="grad_norm")
+                            seen.setdefault(int(run_id), []).append(len(losses))
+                        running_reads += int((runs["status"] == "running").sum() > 1)
+                except BaseException as exc:  # any of them fails the test
+                    errors.append(exc)
+            time.sleep(0.1)
+
+    reader = threading.Thread(target=read_until_done)
+    reader.start()
+    results = [finish(proc) for proc in trainers]
+    reader.join(timeout=30)
+    assert not reader.is_alive()
+    for code, out, err in results:
+        assert code == 0 and "completed" in out, err
+    assert not errors, errors
+    assert running_reads > 0  # it read while two or more runs trained
+    assert sorted(seen) == [1, 2, 3, 4]
+    for counts in seen.values():
+        assert counts == sorted(counts)  # no row it saw ever vanished
+    for run_id in range(1, 5):
+        _assert_continuous(store_path, run_id, 20)
