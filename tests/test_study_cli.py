@@ -179,3 +179,27 @@ def test_a_worker_whose_store_is_replaced_stops_and_leaves_the_new_file_alone(
     err = capsys.readouterr().err
     assert f"study {study_id}: the run store {store_path} was replaced" in err
     assert len(trained) == 1 and store_path.read_bytes() == replacement
+
+
+def test_a_worker_hands_freed_memory_back_after_every_run(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its RSS grew 3.6 MiB a run over a 42-run study (glibc keeping freed heap)."""
+    from blockviz.training import study_worker
+
+    real_release = study_worker.release_freed_memory
+    store_path = tmp_path / "runs.db"
+    study_id = _three_run_study(store_path, corpus, monkeypatch)
+    events: list[str] = []
+
+    def train_one(store: RunStore, run_id: int, *args: object) -> int:
+        store.update_run(run_id, status="completed")
+        events.append("run")
+        return 0
+
+    monkeypatch.setattr(study_worker, "train_one", train_one)
+    monkeypatch.setattr(study_worker, "release_freed_memory", lambda: events.append("trim"))
+    assert study_worker.work(str(store_path), study_id, 0, 1) == 0
+    assert events == ["run", "trim"] * 3
+    # The real release: True with glibc, False elsewhere; it never raises.
+    assert isinstance(real_release(), bool)
