@@ -41,6 +41,9 @@ def test_every_size_probes_often_enough_for_the_findings(size: str) -> None:
             assert len(steps) - 1 >= 3, (key, variant.label, steps)
     assert probe_steps(300, 300) == [0, 299]  # the old quick schedule
     assert probe_steps(300, 100) == [0, 100, 200, 299]
+    # The last trained step once, whether or not it falls on the interval.
+    assert probe_steps(6, 5) == [0, 5] and probe_steps(5, 5) == [0, 4] and probe_steps(1, 5) == [0]
+    assert probe_steps(0, 5) == []
 
 
 def test_claims_say_what_their_rule_judges() -> None:

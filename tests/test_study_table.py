@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from blockviz.core.verdicts import judge, summarize
+from blockviz.core.study_summary import summarize
+from blockviz.core.verdicts import judge
 from blockviz.views import study_charts, study_table
 from tests.test_verdicts import NEUTRAL, claim, frame
 

@@ -14,13 +14,13 @@ import pytest
 from blockviz.core import outcomes
 from blockviz.core.studies import Claim, StudyDef, Variant
 from blockviz.core.study_stats import difference_interval
+from blockviz.core.study_summary import summarize
 from blockviz.core.verdicts import (
     RULES,
     judge,
     max_stable,
     select,
     sensitivity_table,
-    summarize,
 )
 
 NEUTRAL = StudyDef(

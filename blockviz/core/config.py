@@ -552,8 +552,12 @@ def is_probe_step(step: int, probe_interval: int, last_step: int | None) -> bool
 
 
 def probe_steps(max_steps: int, probe_interval: int) -> list[int]:
-    """Every step a run of `max_steps` steps probes (`is_probe_step`), in order."""
-    return [s for s in range(max_steps) if is_probe_step(s, probe_interval, max_steps - 1)]
+    """Every step a run of `max_steps` steps probes (`is_probe_step`), in order; by
+    arithmetic, since Live's findings ask for it at every refresh of runs of any length."""
+    steps = list(range(0, max_steps, probe_interval))
+    if max_steps > 0 and steps[-1] != max_steps - 1:
+        steps.append(max_steps - 1)
+    return steps
 
 
 def diff(a: RunConfig, b: RunConfig) -> dict[str, tuple[Any, Any]]:

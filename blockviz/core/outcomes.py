@@ -157,3 +157,14 @@ def outcome_counts(counts: Mapping[str, int]) -> str:
     """`1 converged, 1 stalled`: the non-zero counts in OUTCOMES order ("none" if none)."""
     parts = [f"{int(counts.get(o, 0))} {o}" for o in OUTCOMES if int(counts.get(o, 0)) > 0]
     return ", ".join(parts) or "none"
+
+
+def usable_losses(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs with their val loss as a level to compare: a blown-up run's finite but
+    far-above-uniform loss is no such level (NaN here, like a diverged run's)."""
+    if runs.empty or "outcome" not in runs.columns or "val_loss" not in runs.columns:
+        return runs
+    blew_up = runs["outcome"] == "blew up"
+    if not blew_up.any():
+        return runs
+    return runs.assign(val_loss=runs["val_loss"].where(~blew_up))

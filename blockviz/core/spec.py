@@ -9,6 +9,7 @@ position), 0 .. n_layer-1 the blocks, n_layer the head end (final norm + LM head
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -276,3 +277,9 @@ def layer_tick(layer: int, n_layer: int) -> str:
     if layer >= n_layer:
         return "head"
     return str(layer)
+
+
+def and_list(items: Iterable[str]) -> str:
+    """`a`, `a and b`, `a, b and c`: names in a sentence."""
+    words = list(items)
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"

@@ -1,4 +1,4 @@
-"""Per-variant summaries of a study, and the rules that turn its runs into verdicts.
+"""The rules that turn a study's runs into verdicts (its per-variant table: study_summary).
 
 A claim names a rule and its arguments (`blockviz.core.studies.Claim`); `judge` applies
 the rule to the study's results frame (`blockviz.core.outcomes.results_frame`) and returns
@@ -68,28 +68,13 @@ from typing import Any
 import pandas as pd
 
 from blockviz.core.comparisons import Comparison, compare, interval_text, match_columns
-from blockviz.core.outcomes import FAILED, OUTCOMES, lr_sensitivity, outcome_counts
+from blockviz.core.outcomes import FAILED, lr_sensitivity, outcome_counts, usable_losses
 from blockviz.core.params import param_breakdown
-from blockviz.core.spec import PARAM_GROUPS
+from blockviz.core.spec import PARAM_GROUPS, and_list
 from blockviz.core.studies import Claim, StudyDef
 from blockviz.core.study_stats import mean_interval
 
 VERDICTS = ("supported", "contradicted", "inconclusive")
-# A summary column per outcome ("blew up" is "blew_up", a name itertuples keeps).
-OUTCOME_COLUMNS = {outcome: outcome.replace(" ", "_") for outcome in OUTCOMES}
-SUMMARY_COLUMNS = (
-    "variant",
-    "runs",
-    "finished",
-    *OUTCOME_COLUMNS.values(),
-    "mean",
-    "sd",
-    "low",
-    "high",
-    "train_loss",
-    "n_params",
-    "time_s",
-)
 
 
 @dataclass(frozen=True)
@@ -102,54 +87,6 @@ class Verdict:
     reason: str
     numbers: Mapping[str, Any] = field(default_factory=dict)
     comparisons: tuple[Comparison, ...] = ()
-
-
-# ---------------------------------------------------------------------------- summary
-
-
-def summarize(results: pd.DataFrame) -> pd.DataFrame:
-    """One row per variant (in the order its runs appear) with counts and val-loss stats."""
-    rows = []
-    for variant in dict.fromkeys(results["variant"]) if not results.empty else ():
-        runs = results[results["variant"] == variant]
-        done = runs[runs["outcome"] != ""]
-        interval = mean_interval(_usable(done)["val_loss"])
-        rows.append(
-            {
-                "variant": variant,
-                "runs": len(runs),
-                "finished": len(done),
-                **{
-                    column: int((done["outcome"] == outcome).sum())
-                    for outcome, column in OUTCOME_COLUMNS.items()
-                },
-                "mean": interval.mean if interval else math.nan,
-                "sd": interval.sd if interval and interval.n > 1 else math.nan,
-                "low": interval.low if interval and interval.n > 1 else math.nan,
-                "high": interval.high if interval and interval.n > 1 else math.nan,
-                # A diverged run's last finite train loss (thousands) says nothing typical.
-                "train_loss": _mean(done.loc[done["outcome"] != "diverged", "train_loss"]),
-                "n_params": _mean(runs["n_params"]),
-                "time_s": _mean(done["time_s"]),
-            }
-        )
-    return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
-
-
-def _usable(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs with their val loss as a level to compare: a blown-up run's finite but
-    far-above-uniform loss is no such level (NaN here, like a diverged run's)."""
-    if runs.empty or "outcome" not in runs.columns or "val_loss" not in runs.columns:
-        return runs
-    blew_up = runs["outcome"] == "blew up"
-    if not blew_up.any():
-        return runs
-    return runs.assign(val_loss=runs["val_loss"].where(~blew_up))
-
-
-def _mean(values: pd.Series) -> float:
-    interval = mean_interval(values)
-    return interval.mean if interval else math.nan
 
 
 # ---------------------------------------------------------------------------- groups
@@ -186,12 +123,6 @@ def _failed(runs: pd.DataFrame) -> int:
 def _did(runs: pd.DataFrame) -> str:
     """What the runs' outcomes were: `1 converged, 1 stalled`."""
     return outcome_counts(runs["outcome"].value_counts().to_dict())
-
-
-def _and(names: Iterable[str]) -> str:
-    """`a`, `a and b`, `a, b and c`."""
-    items = list(names)
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _too_few(claim: Claim, what: str, n: int, unit: str = "finished run(s)") -> Verdict:
@@ -232,7 +163,7 @@ def _pooled_counts(claim: Claim, results: pd.DataFrame) -> tuple[pd.DataFrame, s
     if len(runs) < 2:
         return runs, what, _too_few(claim, what, len(runs))
     if waiting:
-        said = f"no run of {_and(waiting)} has finished, and the claim covers all of {what}"
+        said = f"no run of {and_list(waiting)} has finished, and the claim covers all of {what}"
         numbers = {"finished": len(runs), "failed": _failed(runs), "waiting": len(waiting)}
         return runs, what, Verdict(claim, "inconclusive", f"{said}.", numbers)
     return runs, what, None
@@ -277,7 +208,7 @@ def _contrast(
     """better − worse on a column, paired and unpaired (`comparisons.compare`); or the
     verdict that needs no interval: too few finished runs, or one side with no finite
     value (every finished run diverged) while the other has one, so the other is lower."""
-    a, b = _usable(_finished(better)), _usable(_finished(worse))
+    a, b = usable_losses(_finished(better)), usable_losses(_finished(worse))
     per_run = values == "val_loss"  # else one value per seed (a sensitivity)
     unit = "finished run(s)" if per_run else "seed(s) with the whole sweep finished"
     if len(a) < 2 or len(b) < 2:
@@ -332,30 +263,31 @@ def _below_zero(claim: Claim, compared: Verdict | Comparison, what: str) -> Verd
     return Verdict(claim, "inconclusive", f"{said}, which includes zero.", numbers, (compared,))
 
 
-def _lower_loss(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
+def _better_minus_worse(
+    claim: Claim, results: pd.DataFrame, study: StudyDef
+) -> Verdict | Comparison:
+    """The final val loss of the claim's `better` group minus its `worse` group."""
     better, worse = claim.args["better"], claim.args["worse"]
-    compared = _contrast(
+    return _contrast(
         claim,
         select(results, better),
         select(results, worse),
         (_name(better), _name(worse)),
         match_columns(study.swept, better, worse),
     )
+
+
+def _lower_loss(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
+    compared = _better_minus_worse(claim, results, study)
     return _below_zero(claim, compared, "final val loss")
 
 
 def _not_worse(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
-    better, worse, margin = claim.args["better"], claim.args["worse"], claim.args["margin"]
+    margin = claim.args["margin"]
     number = isinstance(margin, int | float) and not isinstance(margin, bool)
     if not number or not math.isfinite(margin) or margin < 0:
         raise ValueError(f"not_worse margin must be a number of nats >= 0, not {margin!r}")
-    compared = _contrast(
-        claim,
-        select(results, better),
-        select(results, worse),
-        (_name(better), _name(worse)),
-        match_columns(study.swept, better, worse),
-    )
+    compared = _better_minus_worse(claim, results, study)
     if isinstance(compared, Verdict):
         return compared
     interval, said = compared.used, _said(compared, "final val loss")
@@ -542,7 +474,7 @@ def _not_finished(runs: pd.DataFrame) -> str:
     if waiting.empty:
         return ""
     counts = {v: int((waiting == v).sum()) for v in dict.fromkeys(waiting)}
-    said = _and([f"{n} run{'' if n == 1 else 's'} of {v}" for v, n in counts.items()])
+    said = and_list([f"{n} run{'' if n == 1 else 's'} of {v}" for v, n in counts.items()])
     return f"{said} {'has' if len(waiting) == 1 else 'have'} not finished"
 
 
@@ -564,7 +496,7 @@ def _sweet_spot(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict
         )
 
     def named(values: Iterable[Any]) -> str:
-        return _and([_value_name(results, name, v) for v in values])
+        return and_list([_value_name(results, name, v) for v in values])
 
     def are(values: Sized) -> str:
         return "is" if len(values) == 1 else "are"
@@ -587,7 +519,7 @@ def _sweet_spot(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict
     if unclear := sorted(o for o in [*standing.ahead, *standing.behind] if o < value):
         failures.append(f"{me} is not significantly lower than {named(unclear)}")
     if larger := sorted(o for o in standing.behind if o > value):
-        by = _and([f"{standing.behind[o]:.3f}" for o in larger])
+        by = and_list([f"{standing.behind[o]:.3f}" for o in larger])
         failures.append(
             f"{named(larger)} {are(larger)} lower than {me} in the mean (by {by}), "
             "not significantly"
@@ -666,6 +598,5 @@ __all__: Sequence[str] = (
     "Verdict",
     "judge",
     "select",
-    "summarize",
     "verdicts",
 )

@@ -12,7 +12,8 @@ import streamlit as st
 from blockviz import study_runner
 from blockviz.core import studies
 from blockviz.core.outcomes import results_frame
-from blockviz.core.verdicts import summarize, verdicts
+from blockviz.core.study_summary import summarize
+from blockviz.core.verdicts import verdicts
 from blockviz.dashboard import ui
 from blockviz.dashboard.study_launch import SELECTED_KEY
 from blockviz.store import RunStore, StoreError

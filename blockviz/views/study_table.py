@@ -10,7 +10,8 @@ from typing import Any
 import pandas as pd
 
 from blockviz.core.outcomes import FAILED, outcome_counts
-from blockviz.core.verdicts import OUTCOME_COLUMNS
+from blockviz.core.spec import and_list
+from blockviz.core.study_summary import OUTCOME_COLUMNS
 from blockviz.views.ablation import html_table, latex_escape
 
 TABLE_COLUMNS = (
@@ -183,8 +184,9 @@ def scoring_note(results: pd.DataFrame) -> str | None:
         counts = sorted({int(n) for n in finished["eval_windows"].dropna()})
         if len(counts) < 2:
             return None
+        sizes = and_list(f"{n:,}" for n in counts)
         return (
-            f"The finished runs were scored on {_and_counts(counts)} evaluation windows "
+            f"The finished runs were scored on {sizes} evaluation windows "
             "(eval_iters × batch_size differ between variants): the larger evaluations "
             "include the smaller ones' text and more, so their val losses are not measured "
             "on quite the same text. Sweep eval_iters and batch_size together to keep it."
@@ -195,9 +197,3 @@ def scoring_note(results: pd.DataFrame) -> str | None:
         "text they were scored on as well as in training, and the spread and intervals are "
         "wider than the models'. Run the study again to score every run on one evaluation set."
     )
-
-
-def _and_counts(counts: Sequence[int]) -> str:
-    """`80 and 160`, `40, 80 and 160`."""
-    words = [f"{n:,}" for n in counts]
-    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]

@@ -204,9 +204,8 @@ def layer_names(layers: list[int], n_layer: int) -> str:
     spans = [f"{r[0]}–{r[-1]}" if len(r) > 2 else " and ".join(map(str, r)) for r in runs]
     if spans:
         word = "block" if len(blocks) == 1 else "blocks"
-        joined = spans[0] if len(spans) == 1 else ", ".join(spans[:-1]) + " and " + spans[-1]
-        parts.insert(0, f"{word} {joined}")
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+        parts.insert(0, f"{word} {spec.and_list(spans)}")
+    return spec.and_list(parts)
 
 
 def streak(condition: pd.Series) -> int | None:
