@@ -1,7 +1,8 @@
 """blockviz: the Streamlit entry point (`make run`).
 
 Navigation between the pages, and the config sidebar, drawn once per run before the page on
-the pages it drives (Train, Parameters, Gradients at init), so they see the same config.
+the pages it drives (Train, Playground, Parameters, Gradients at init), so they see the same
+config; on the Playground the page draws its quick fields itself, beside its chart.
 The other pages draw no config; their runs keep its values (`sidebar.keep_values`) and
 leave the URL's config keys out. No torch here or in any page: training runs in its own
 process (blockviz.runner).
@@ -9,7 +10,7 @@ process (blockviz.runner).
 
 import streamlit as st
 
-from blockviz.dashboard import sidebar
+from blockviz.dashboard import playground, sidebar
 
 st.set_page_config(page_title="blockviz", layout="wide")
 
@@ -18,9 +19,11 @@ parameters = st.Page("pages/parameters.py", title="Parameters", icon=":material/
 init_grads = st.Page(
     "pages/init_grads.py", title="Gradients at init", icon=":material/stacked_line_chart:"
 )
+playground_page = st.Page("pages/playground.py", title="Playground", icon=":material/toggle_on:")
 navigation = st.navigation(
     [
         train,
+        playground_page,
         st.Page("pages/live.py", title="Live", icon=":material/monitoring:"),
         st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
         parameters,
@@ -29,7 +32,9 @@ navigation = st.navigation(
         st.Page("pages/studies.py", title="Studies", icon=":material/science:"),
     ]
 )
-if navigation in (train, parameters, init_grads):  # the pages the config drives
+if navigation is playground_page:  # the quick fields are beside its chart instead
+    st.session_state[sidebar.STATE_KEY] = sidebar.render_sidebar(playground.QUICK_FIELDS)
+elif navigation in (train, parameters, init_grads):  # the pages the config drives
     st.session_state[sidebar.STATE_KEY] = sidebar.render_sidebar()
 else:
     sidebar.keep_values()

@@ -41,8 +41,14 @@ from blockviz.core.spec import (
 )
 from blockviz.dashboard import relaunch, store_access, ui
 from blockviz.dashboard.code_download import code_download_button
-from blockviz.dashboard.controls import SMOOTHING_DEFAULT, XChoice, chart_controls, x_axis_control
-from blockviz.dashboard.findings_panel import current_mark, findings_panel
+from blockviz.dashboard.controls import (
+    SMOOTHING_DEFAULT,
+    XChoice,
+    chart_controls,
+    x_axis_choice,
+    x_axis_widget,
+)
+from blockviz.dashboard.findings_panel import current_mark, findings_panel, take_scroll
 from blockviz.store import RunStore, StoreError
 from blockviz.views import charts, run_findings, summary
 from blockviz.views.incremental import IncrementalReader
@@ -53,6 +59,7 @@ FIRST_SEEN_KEY = "live.first_point_seen"  # run ids whose first loss point this 
 SAMPLES_SHOWN = 20
 CACHE_KEY = "live.cache"  # the series read so far (IncrementalReader's state)
 TAB_KEY = "live.tab"
+CHARTS_KEY = "live-charts"  # the container of the tabs, which Show scrolls to
 TABS = ("Loss", "Gradients", "Activations", "Updates", "Attention", "Samples")
 STATUS_COLORS = {
     "queued": "gray",
@@ -73,7 +80,6 @@ PREFERENCES: dict[str, Any] = {
     "live.act.stat": "rms",
     "live.attn.stat": "attn_entropy",
     "live.upd.component": WEIGHTS_COMPONENT,  # norm gains would dilute a whole layer's
-    "live.x_axis": "step",
 }
 # Scalars that are no chart of their own (train/elapsed_s places steps in time).
 NOT_PLOTTED = ("train/loss", "train/lr", charts.ELAPSED_SCALAR)
@@ -109,15 +115,41 @@ def _format_params(n_params: Any) -> str:
     return f"{count / 1e6:.2f} M" if count >= 1e6 else f"{count / 1e3:.1f} k"
 
 
+def newest_step(run: dict[str, Any], scalars: pd.DataFrame) -> int | None:
+    """The run's step as this refresh read it: the newest logged step, or the row's step
+    when that is further on (one read per refresh: the header and the charts agree)."""
+    steps = [int(scalars["step"].max())] if not scalars.empty else []
+    if run.get("step") is not None and not pd.isna(run["step"]):
+        steps.append(int(run["step"]))
+    return max(steps) if steps else None
+
+
 def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None:
-    """Name, status badge, Stop, and the numbers a glance needs."""
+    """One row: name, status badge, the numbers a glance needs, Stop; then the progress
+    bar while the run trains. The run's fixed facts and actions sit in the sidebar."""
     run_id, status = int(run["id"]), str(run["status"])
-    step, max_steps = run.get("step"), run.get("max_steps")
+    step, max_steps = newest_step(run, scalars), run.get("max_steps")
     writable = store_access.writable(store)
-    with st.container(horizontal=True, vertical_alignment="center"):
-        st.subheader(f"#{run_id} {ui.plain(run['name'])}", anchor=False)
+    tokens_per_sec = summary.recent_tokens_per_sec(scalars, window=spec.RECENT_LOGS)
+    facts = ["Step —" if step is None else f"Step {step:,}"]
+    if max_steps:
+        facts[0] += f" of {int(max_steps):,}"
+    if tokens_per_sec is not None:
+        facts.append(f"{tokens_per_sec:,.0f} tokens/s")
+    if status in ACTIVE_STATUSES:
+        eta = runner.eta_s(store, run_id, step, int(max_steps)) if step and max_steps else None
+        if eta is not None:
+            facts.append(f"ETA {ui.format_duration(eta)}")
+    else:
+        started, ended = run.get("started"), run.get("ended")
+        if started and ended:
+            facts.append(f"took {ui.format_duration(ended - started)}")
+    with st.container(horizontal=True, vertical_alignment="center", gap="small"):
+        st.subheader(f"#{run_id} {ui.plain(run['name'])}", anchor=False, width="content")
         shown = str(run.get("shown") or status)
         st.badge(shown, color=STATUS_COLORS.get(shown, STATUS_COLORS.get(status, "gray")))
+        tokens_help = f"{spec.RECENT_TOKENS_PER_SEC}: {spec.RECENT_TOKENS_PER_SEC_HELP}"
+        st.caption(" · ".join(facts), help=tokens_help)
         if status in ACTIVE_STATUSES and st.button(
             "Stop",
             key="live.stop",
@@ -126,29 +158,18 @@ def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None
             disabled=not writable,
         ):
             st.toast(ui.plain(f"Run #{run_id}: {runner.stop(store, run_id)}"))
-        code_download_button(run.get("config"), str(run["name"]), key="live.code")
-    step_text = "—" if step is None else f"{int(step):,}"
-    step_label = f"Step (of {int(max_steps):,})" if max_steps else "Step"
-    tokens_per_sec = summary.recent_tokens_per_sec(scalars, window=spec.RECENT_LOGS)
-    cols = st.columns(6)
-    cols[0].metric(step_label, step_text)
-    cols[1].metric(
-        spec.RECENT_TOKENS_PER_SEC,
-        "—" if tokens_per_sec is None else f"{tokens_per_sec:,.0f}",
-        help=spec.RECENT_TOKENS_PER_SEC_HELP,
-    )
-    if status in ACTIVE_STATUSES:
-        eta = runner.eta_s(store, run_id, int(step), int(max_steps)) if step and max_steps else None
-        cols[2].metric("ETA", ui.format_duration(eta), help="At the pace of the recent steps")
-    else:
-        started, ended = run.get("started"), run.get("ended")
-        elapsed = ended - started if started and ended else None
-        cols[2].metric("Time", ui.format_duration(elapsed))
-    cols[3].metric("Parameters", _format_params(run.get("n_params")))
-    cols[4].metric("Device", run.get("device") or "—")
-    cols[5].metric("Precision", run.get("precision") or "—")
     if status in ACTIVE_STATUSES and step is not None and max_steps:
-        st.progress(min(max(int(step) / int(max_steps), 0.0), 1.0))
+        st.progress(min(max(step / int(max_steps), 0.0), 1.0))
+
+
+def _facts_sidebar(run: dict[str, Any]) -> None:
+    """The run's fixed facts, in the sidebar under its actions."""
+    rows = {
+        "Parameters": _format_params(run.get("n_params")),
+        "Device": run.get("device") or "—",
+        "Precision": run.get("precision") or "—",
+    }
+    st.caption("  \n".join(f"{label}: **{ui.plain(value)}**" for label, value in rows.items()))
 
 
 def _status_message(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None:
@@ -205,10 +226,12 @@ def _show_finding(finding: Finding) -> None:
         st.session_state["live.metric"] = series
 
 
-def _findings(run: dict[str, Any], store: RunStore) -> None:
+def _findings(run: dict[str, Any], store: RunStore, scalars: pd.DataFrame) -> None:
     """The findings panel: the same findings as `show` and Compare (whole series, not the
     charts' downsampled ones), read again at most every 5 s while the run trains."""
-    findings_panel(run, run_findings.cached_findings(store, run), _show_finding)
+    found = run_findings.cached_findings(store, run, logged=_has_loss(scalars))
+    active = run["status"] in ACTIVE_STATUSES
+    findings_panel(run, found, _show_finding, as_of=found.step if active else None)
 
 
 def _answer_caption(scalars: pd.DataFrame) -> str | None:
@@ -486,17 +509,20 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str], waiting_first: boo
         _status_message(store, run, scalars)
     if scalars is not None:
         with ui.guard("Findings"):
-            _findings(run, store)
+            _findings(run, store, scalars)
     if scalars is None:
         return  # the store could not be read; the message above says why
     if waiting_first and _has_loss(scalars):
         # The first loss is here: once per run, rerun at the ordinary refresh.
         st.session_state.setdefault(FIRST_SEEN_KEY, set()).add(run_id)
         st.rerun()
-    x = x_axis_control("live", [run], scalars)
+    x = x_axis_choice("live", [run], scalars)
     if x.note:
         st.caption(ui.plain(x.note))
-    tabs = st.tabs(TABS, key=TAB_KEY, on_change="rerun")
+    charts_box = st.container(key=CHARTS_KEY)
+    if take_scroll():  # a finding's Show: its tab is open; bring it into view
+        ui.scroll_into_view(CHARTS_KEY)
+    tabs = charts_box.tabs(TABS, key=TAB_KEY, on_change="rerun")
     renderers: dict[str, Callable[[], None]] = {
         "Loss": lambda: _loss_tab(run, scalars, x),
         "Gradients": lambda: _gradients_tab(store, run, scalars, x),
@@ -513,10 +539,12 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str], waiting_first: boo
 
 
 def _pick_run(store: RunStore) -> tuple[int, dict[int, str]] | None:
-    """The run to show and every run's status as the picker shows it; a word when none."""
+    """The run to show (picked in the sidebar) and every run's status as the picker shows
+    it; a word when there is none."""
     store_access.reap_dead(store)
     runs = store.runs_frame()
     if runs.empty:
+        st.title("Live")
         st.info(
             "No runs yet — set up a block in the sidebar and press Launch on the Train page. "
             "The run appears here and updates as it trains."
@@ -525,16 +553,30 @@ def _pick_run(store: RunStore) -> tuple[int, dict[int, str]] | None:
     notice = ui.selection_notice(runs)
     if notice:
         st.warning(ui.plain(notice))
-    selected = ui.run_picker(store, "Run", multi=False, key="live.run", runs=runs)
+    with st.sidebar:
+        selected = ui.run_picker(store, "Run", multi=False, key="live.run", runs=runs)
     if selected is None:
+        st.title("Live")
+        st.info("Pick a run in the sidebar.")
         return None
     if runs.loc[runs["id"] == selected, "train_loss"].notna().any():
         st.session_state.setdefault(FIRST_SEEN_KEY, set()).add(selected)
     return selected, ui.run_statuses(runs)
 
 
+def _sidebar(store: RunStore, run_id: int) -> None:
+    """Under the picker: Edit & relaunch, Resume, Export as code, the run's fixed facts and
+    the x axis, so the page itself opens on the run's charts."""
+    x_axis_widget("live")
+    # Edit & relaunch / Resume (as on Runs); a just-resumed run refreshes until it starts.
+    with ui.guard("Run actions"):
+        relaunch.action_row(store, run_id, "live", store_access.writable(store))
+        run = store.get_run(run_id)
+        code_download_button(run.get("config"), str(run["name"]), key="live.code")
+        _facts_sidebar(run)
+
+
 store = store_access.store_or_stop()
-st.title("Live")
 ui.show_flashes()
 store_access.store_notice(store)
 picked: tuple[int, dict[int, str]] | None = None
@@ -543,9 +585,8 @@ with ui.guard("Reading the run store"):
 if picked is not None:
     run_id, seen = picked
     active = seen.get(run_id) in ACTIVE_STATUSES
-    # Edit & relaunch / Resume (as on Runs); a just-resumed run refreshes until it starts.
-    with ui.guard("Run actions"):
-        relaunch.action_row(store, run_id, "live", store_access.writable(store))
+    with st.sidebar:
+        _sidebar(store, run_id)
     active = active or relaunch.recently_resumed()
     # Quick looks until the first loss arrives (then `_live` reruns the page at REFRESH_S).
     waiting_first = active and run_id not in st.session_state.get(FIRST_SEEN_KEY, set())

@@ -5,7 +5,7 @@ import streamlit as st
 import blockviz.dashboard.code_download as code_download
 from blockviz import runner
 from blockviz.core import params
-from blockviz.dashboard import playground, sidebar, store_access, ui
+from blockviz.dashboard import sidebar, store_access, ui
 from blockviz.store import RunStore
 from blockviz.views import charts, diagram
 from blockviz.views.breakdown import block_shares, breakdown_frames, share_sentence
@@ -113,7 +113,10 @@ def _parameters() -> None:
 
 st.subheader("Launch")
 _launch()
-playground.render(state, store)  # Auto-run: the Playground loop, right under Launch
+st.caption(
+    "To watch each change as you make it, turn on Auto-run on the Playground page: the "
+    "most-used toggles sit beside the loss curves they make."
+)
 if model_cfg is None:
     sidebar.show_invalid(state, "to see the block and its parameters")
 else:

@@ -9,6 +9,7 @@ is absent.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -105,11 +106,22 @@ def app_url(tmp_path: Path) -> Iterator[str]:
             server.wait()
 
 
-def _metric_step(page) -> int | None:
-    """The step the Live header shows ('Step (of 5,000)' over '12' -> 12), or None."""
-    text = page.get_by_test_id("stMetric").filter(has_text="Step").inner_text()
-    value = text.strip().splitlines()[-1].replace(",", "").strip()
-    return int(value) if value.isdigit() else None
+def _header_step(page) -> int | None:
+    """The step Live's header shows ('Step 12 of 5,000 · ...' -> 12), or None."""
+    facts = page.get_by_test_id("stCaptionContainer").filter(has_text=re.compile(r"^Step "))
+    match = re.match(r"Step ([\d,]+)", facts.first.inner_text().strip())
+    return int(match.group(1).replace(",", "")) if match else None
+
+
+def _box(locator) -> dict[str, float]:
+    """An element's box in the viewport (top, bottom, left, right), in CSS pixels."""
+    return locator.evaluate(
+        "e => { const r = e.getBoundingClientRect();"
+        " return {top: r.top, bottom: r.bottom, left: r.left, right: r.right}; }"
+    )
+
+
+LAPTOP = {"width": 1366, "height": 768}  # the screen the layout is made to fit
 
 
 def test_launch_watch_live_and_compare(app_url: str) -> None:
@@ -133,18 +145,31 @@ def test_launch_watch_live_and_compare(app_url: str) -> None:
             main.locator(".st-key-launch button").click()
             expect(main.get_by_text("Launched run #1")).to_be_visible()
 
-            # Live: the run gains steps and its series reach the page.
+            # Live, on a laptop screen: the run gains steps and its series reach the page.
+            page.set_viewport_size(LAPTOP)
             sidebar.get_by_test_id("stSidebarNav").get_by_text("Live", exact=True).click()
             expect(main.get_by_text("#1 ", exact=False).first).to_be_visible()
-            tokens = page.get_by_test_id("stMetric").filter(has_text="Tokens/s")
-            expect(tokens).not_to_contain_text("—", timeout=STEP_WAIT_MS)
-            first = _metric_step(page)
+            header = main.get_by_test_id("stCaptionContainer").filter(has_text=re.compile("^Step "))
+            expect(header).to_contain_text("tokens/s", timeout=STEP_WAIT_MS)
+            first = _header_step(page)
             assert first is not None
             deadline = time.monotonic() + STEP_WAIT_MS / 1000
-            while (_metric_step(page) or 0) <= first and time.monotonic() < deadline:
+            while (_header_step(page) or 0) <= first and time.monotonic() < deadline:
                 page.wait_for_timeout(500)  # the page refreshes itself; nothing to click
-            assert (_metric_step(page) or 0) > first, "the Live page stopped gaining steps"
-            expect(main.get_by_test_id("stVegaLiteChart").first).to_be_visible()
+            assert (_header_step(page) or 0) > first, "the Live page stopped gaining steps"
+            loss = main.get_by_test_id("stVegaLiteChart").first
+            expect(loss).to_be_visible()
+            # Live opens on its charts: the loss chart starts above the fold at 1366x768.
+            assert _box(loss)["top"] < LAPTOP["height"] - 200, _box(loss)
+            # A finding's Show scrolls its tab's charts to the top of the window.
+            _wait_idle(page)
+            main.get_by_role("button", name="Show").first.click()
+            tabs = main.get_by_role("tablist").first
+            deadline = time.monotonic() + 10
+            while _box(tabs)["top"] > 150 and time.monotonic() < deadline:
+                page.wait_for_timeout(200)
+            assert 0 <= _box(tabs)["top"] <= 150, _box(tabs)
+            assert main.evaluate("e => e.scrollTop") > 0
             with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
                 assert store.get_run(1)["max_steps"] == 5000
                 assert len(store.scalars(1, names="train/loss")) > 0
@@ -265,10 +290,15 @@ def test_auto_run_draws_pre_ln_then_post_ln_without_launch(app_url: str) -> None
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1366, "height": 768})
+            page = browser.new_page(viewport=LAPTOP)
             page.set_default_timeout(30_000)
             expect.set_options(timeout=STEP_WAIT_MS)
             sidebar, main = _open_with_tiny(page, app_url)
+            sidebar.get_by_test_id("stSidebarNav").get_by_text("Playground", exact=True).click()
+            # Its quick fields beside the trail chart, all on a laptop screen at once.
+            norm = main.get_by_role("combobox", name="Norm position")
+            expect(norm).to_be_visible()
+            assert sidebar.get_by_role("combobox", name="Norm position").count() == 0
 
             # Auto-run on: the sidebar's Pre-LN config trains and its loss is drawn.
             main.get_by_text("Auto-run", exact=True).click()
@@ -281,8 +311,13 @@ def test_auto_run_draws_pre_ln_then_post_ln_without_launch(app_url: str) -> None
             chart = main.get_by_test_id("stVegaLiteChart").filter(has_text="Auto-runs: loss")
             expect(chart).to_be_visible()
 
-            # Flip to Post-LN: a second run is launched and joins the chart; no Launch.
-            _choose(page, sidebar, "Norm position", "post")
+            quick, drawn = _box(norm), _box(chart)
+            assert quick["right"] <= drawn["left"], (quick, drawn)  # side by side
+            for box in (quick, drawn, _box(main.get_by_text("Learning rate", exact=True))):
+                assert box["top"] >= 0 and box["bottom"] <= LAPTOP["height"], box
+
+            # Flip to Post-LN beside the chart: a second run joins the chart; no Launch.
+            _choose(page, main, "Norm position", "post")
             second = trail.filter(has_text="#2 norm_position: pre → post (newest) ·")
             expect(second).to_be_visible()
             # The replaced run stays in the trail, no longer the newest.

@@ -115,7 +115,7 @@ def test_live_renders_every_tab_of_every_kind_of_run(
             assert any(code.value.strip() == newest_sample.strip() for code in at.code)
         else:
             assert set(_labels(at)) >= EXPORT_LABELS, tab
-    assert any(m.label.startswith("Step") for m in at.metric)
+    assert any(c.value.startswith("Step ") for c in at.caption)  # the header's facts
 
 
 def test_live_update_ratios_default_to_the_weight_matrices(
@@ -198,8 +198,8 @@ def test_live_adds_rows_logged_since_the_last_refresh(
     store.flush()
     at.run()
     assert not at.exception
-    tokens = next(m for m in at.metric if m.label == "Recent tokens/s")
-    assert tokens.value == "4,242"
+    (facts,) = [c.value for c in at.caption if c.value.startswith("Step ")]
+    assert "4,242 tokens/s" in facts.split(" · ")
     cached = at.session_state["live.cache"]["scalars"]
     assert ((cached["name"] == "val/answer_acc") & (cached["step"] == last_step)).sum() == 1
     assert not cached.duplicated(["name", "step"]).any()
@@ -388,10 +388,10 @@ def test_live_eta_is_the_same_estimate_the_train_page_shows(
     run_id = runs["running"]
     at = _live(run_id).run()
     assert not at.exception
-    (eta,) = [m.value for m in at.metric if m.label == "ETA"]
+    (facts,) = [c.value for c in at.caption if c.value.startswith("Step ")]
     (active,) = [r for r in runner.active(store) if r.id == run_id]
     assert active.eta_s is not None
-    assert eta == ui.format_duration(active.eta_s)
+    assert f"ETA {ui.format_duration(active.eta_s)}" in facts.split(" · ")
 
 
 # ---------------------------------------------------------------------------- ?run= names
@@ -606,3 +606,67 @@ def test_a_built_report_stays_offered_as_an_ordinary_download(runs: dict[str, in
     assert not at.exception
     assert "Save the report again" in _labels(at)
     assert any("Report built" in str(s.value) for s in at.success)
+
+
+# ---------------------------------------------------------------------------- one read per refresh
+
+
+def _warming_run(store: RunStore) -> int:
+    """A running run (this process stands in for its trainer) with nothing logged yet."""
+    config = fakes.fake_config(n_layer=2, n_head=2, d_model=32, max_steps=100)
+    now = time.time()
+    return store.create_run(
+        "warming",
+        config.to_json(),
+        status="running",
+        pid=os.getpid(),
+        pid_started=fakes._own_start(),
+        started=now,
+        heartbeat=now,
+        step=0,
+    )
+
+
+def _headline(at: AppTest) -> str:
+    boxes = [*at.info, *at.success, *at.warning, *at.error]
+    return " ".join(shown(box.value) for box in boxes)
+
+
+def test_live_header_and_findings_headline_read_the_same_step(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from blockviz.views import run_findings
+
+    # Findings of a running run are read again only every so often; make that never here,
+    # so the page must not lean on the timer to agree with itself.
+    monkeypatch.setattr(run_findings, "ACTIVE_EVERY_S", 3600.0)
+    run_id = _warming_run(store)
+    at = _live(run_id).run()
+    assert not at.exception
+    assert "No loss yet" in _headline(at)
+    # 25 steps logged; the row's step is written after its rows, so it still says 0.
+    store.log_scalars(run_id, [(step, "train/loss", 4.3 - 0.01 * step) for step in range(25)])
+    store.flush()
+    at.run()
+    assert not at.exception
+    (facts,) = [c.value for c in at.caption if c.value.startswith("Step ")]
+    assert facts.startswith("Step 24 of 100")  # the newest logged step, as the chart shows
+    headline = _headline(at)
+    assert "No loss yet" not in headline  # not beside a loss chart with points
+    assert "at step 24" in headline and "Findings as of step 24," in headline
+
+
+def test_show_scrolls_the_charts_into_view_once(store: RunStore) -> None:
+    (run_id,) = fakes.populate(store, n_runs=1, n_steps=60, n_layer=2, n_head=2)
+
+    def scripts(at: AppTest) -> list[str]:
+        return [e.proto.body for e in at.get("html") if "scrollIntoView" in e.proto.body]
+
+    at = _live(run_id).run()
+    assert not scripts(at)  # opening the page scrolls nowhere
+    next(b for b in at.button if b.label == "Show").click().run()
+    assert not at.exception
+    (script,) = scripts(at)
+    assert ".st-key-live-charts" in script  # the container of the tabs
+    at.run()
+    assert not scripts(at)  # once per click: a refresh does not pull the page back

@@ -1,4 +1,4 @@
-"""The Playground loop (Auto-run on Train): its pure bookkeeping and the page behaviour."""
+"""The Playground loop (Auto-run on its own page): its pure bookkeeping and the page behaviour."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from tests import fakes
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
 TIMEOUT = 30
+PLAYGROUND = "pages/playground.py"
 CADENCE = {"max_steps", "warmup_steps", "eval_interval", "eval_iters", "probe_interval"}
 CADENCE |= {"sample_interval"}
 
@@ -94,7 +95,9 @@ def test_trail_lines_mark_only_the_newest() -> None:
     assert pg.trail_lines([]) == {} == pg.legend_labels([])
 
 
-def test_trail_chart_names_runs_by_change_and_draws_the_newest_on_top(store: RunStore) -> None:
+def test_trail_chart_names_runs_by_change_and_marks_the_newest_under_the_others(
+    store: RunStore,
+) -> None:
     ids = fakes.populate(store, n_runs=3, n_steps=40, n_layer=2)
     # Short labels as typed into a field: quotes and backslashes must not break the chart.
     trail = [pg.TrailEntry(i, f"long label {i}", f"c{i}='\\\"", "{}") for i in ids]
@@ -105,13 +108,31 @@ def test_trail_chart_names_runs_by_change_and_draws_the_newest_on_top(store: Run
     assert set(drawn["run"]) == set(pg.legend_labels(trail).values())
     assert len(drawn) == len(charts.chart_data(plain))  # every point, relabelled only
     assert len(chart.layer) == len(plain.layer) + 1
-    emphasis = chart.layer[-1].to_dict()
-    assert emphasis["mark"]["strokeWidth"] == pg.NEWEST_WIDTH == 4
+    # The newest run's mark is the first layer, so every run's line is drawn over it: a
+    # newer curve on top of an older one (the same config again) cannot hide it.
+    halo = chart.layer[0].to_dict()
+    assert halo["mark"]["strokeWidth"] == pg.NEWEST_WIDTH
+    assert halo["mark"]["opacity"] == pg.NEWEST_OPACITY < 0.5
     newest = pg.legend_labels(trail)[ids[-1]]
-    assert {"field": "run", "equal": newest} in [t["filter"] for t in emphasis["transform"]]
+    assert {"field": "run", "equal": newest} in [t["filter"] for t in halo["transform"]]
     svg = export.chart_svg(chart)  # Vega renders it: params intact, the filter matches
-    assert 'stroke-width="4"' in svg and 'stroke-width="4"' not in export.chart_svg(plain)
+    width = f'stroke-width="{pg.NEWEST_WIDTH}"'
+    assert width in svg and width not in export.chart_svg(plain)
+    assert svg.index(width) < svg.index('stroke-width="2"')  # drawn before (under) the lines
+    assert all(f"#{i} c{i}=" in svg for i in ids)  # the runs' legend is kept
     assert "no data yet" in json.dumps(pg.trail_chart(scalars.iloc[:0], trail).to_dict())
+
+
+def test_the_first_label_says_what_the_config_is_not_only_its_preset() -> None:
+    base = pg.auto_config(config.preset("tiny"), 300)
+    assert pg.change_label(None, base, "tiny") == "start: tiny"
+    wider = config.replace(base, d_model=64)
+    assert pg.change_label(None, wider, "tiny") == "start: tiny + d_model: 32 → 64"
+    assert pg.change_label(None, wider, "tiny", short=True) == "start: tiny + d_model=64"
+    # The steps an auto-run trains are the Playground's setting, not a change of the config.
+    assert pg.change_label(None, pg.auto_config(config.preset("tiny"), 40), "tiny") == (
+        "start: tiny"
+    )
 
 
 def test_debounce_waits_for_a_settled_config() -> None:
@@ -171,6 +192,22 @@ def fake_runner(store: RunStore, monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
     return fake
 
 
+def _playground() -> AppTest:
+    """The app opened on the Playground page, run once."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.switch_page(PLAYGROUND)
+    return at.run()
+
+
+def _on_with_d_model(d_model: int) -> AppTest:
+    """The Playground with d_model set in the sidebar, then Auto-run switched on."""
+    at = _playground()
+    at.number_input(key="cfg.d_model").set_value(d_model).run()
+    at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
+    assert not at.exception
+    return at
+
+
 def _texts(at: AppTest, kind: str) -> str:
     return "\n".join(str(e.value).replace("\\", "") for e in getattr(at, kind))
 
@@ -179,7 +216,7 @@ def test_switching_auto_run_on_launches_the_sidebar_config_once(
     store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at = _playground()
     assert not fake_runner.launched  # off by default
     at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
     assert not at.exception
@@ -201,7 +238,7 @@ def test_a_change_stops_the_active_auto_run_and_launches_the_new_config(
     store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at = _playground()
     at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
     first = store.runs_frame()["id"].tolist()
     at.selectbox(key="cfg.norm_position").set_value("post").run()
@@ -218,7 +255,7 @@ def test_a_change_waits_until_the_config_settles(
     store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(pg, "DEBOUNCE_S", 0.5)
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at = _playground()
     at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
     assert not fake_runner.launched  # just changed: not settled yet
     time.sleep(0.6)
@@ -230,10 +267,7 @@ def test_an_invalid_config_launches_nothing_and_says_why(
     store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
-    at.number_input(key="cfg.d_model").set_value(130).run()
-    at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
-    assert not at.exception
+    at = _on_with_d_model(130)
     assert not fake_runner.launched
     assert "Auto-run launches nothing" in _texts(at, "warning")
     assert "d_model" in _texts(at, "warning")
@@ -241,7 +275,7 @@ def test_an_invalid_config_launches_nothing_and_says_why(
 
 @pytest.mark.slow
 def test_auto_run_trains_a_real_run_and_draws_its_loss(store: RunStore) -> None:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at = _playground()
     at.selectbox(key="cfg.preset").set_value("tiny").run()
     at.number_input(key=page_part.STEPS_KEY).set_value(pg.MIN_STEPS).run()
     at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
@@ -292,7 +326,7 @@ def test_a_failed_launch_says_why_and_is_not_retried(
         raise runner.LaunchError("could not start the training process (**boom**)")
 
     monkeypatch.setattr(runner, "launch", failing)
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at = _playground()
     at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
     at.run()
     assert not at.exception and len(calls) == 1  # the same config is not launched again
@@ -306,7 +340,7 @@ def test_a_read_only_store_disables_the_switch(
 ) -> None:
     monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
     monkeypatch.setattr(page_part.store_access, "writable", lambda run_store: False)
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at = _playground()
     assert at.toggle(key=page_part.TOGGLE_KEY).disabled
     at.session_state[page_part.TOGGLE_KEY] = True  # even if it were on
     at.run()
@@ -317,13 +351,13 @@ def test_auto_run_stays_on_across_pages_and_launches_what_changed_meanwhile(
     store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at = _playground()
     at.number_input(key=page_part.STEPS_KEY).set_value(pg.MIN_STEPS).run()
     at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
     at.switch_page("pages/parameters.py").run()
     at.selectbox(key="cfg.norm_position").set_value("post").run()
-    assert len(fake_runner.launched) == 1  # the Playground lives on Train
-    at.switch_page("pages/train.py").run()
+    assert len(fake_runner.launched) == 1  # the Playground launches only while it is open
+    at.switch_page(PLAYGROUND).run()
     assert not at.exception
     assert at.toggle(key=page_part.TOGGLE_KEY).value
     assert at.number_input(key=page_part.STEPS_KEY).value == pg.MIN_STEPS
@@ -335,7 +369,7 @@ def test_a_locked_store_while_stopping_retries_instead_of_skipping_the_change(
     store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at = _playground()
     at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
     stop_for_real = fake_runner.stop_run
     refusals = [StoreLocked("the run store is locked by another process; try again")]
@@ -352,3 +386,59 @@ def test_a_locked_store_while_stopping_retries_instead_of_skipping_the_change(
     at.run()  # the launcher's next look
     assert [c.model.norm_position for c, _ in fake_runner.launched] == ["pre", "post"]
     assert fake_runner.stopped == store.runs_frame()["id"].tolist()[:1]
+
+
+def test_the_trail_words_a_queued_run_with_a_free_slot_as_every_page_does(
+    store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
+    monkeypatch.setenv("BLOCKVIZ_MAX_RUNNING", "2")
+    launch = fake_runner.launch
+
+    def queued(*args: Any, **kw: Any) -> int:  # launched, its process not yet running
+        run_id = launch(*args, **kw)
+        store.update_run(run_id, status="queued", heartbeat=time.time())
+        return run_id
+
+    monkeypatch.setattr(runner, "launch", queued)
+    at = _playground()
+    at.toggle(key=page_part.TOGGLE_KEY).set_value(True).run()
+    assert not at.exception
+    (run_id,) = store.runs_frame()["id"].tolist()
+    assert runner.shown_in(store.runs_frame())[run_id] == "starting"  # Train, Live, Runs
+    assert f"#{run_id} start: baby-cpu (newest) · starting" in _texts(at, "markdown")
+
+
+def test_the_first_trail_entry_names_what_differs_from_its_preset(
+    store: RunStore, fake_runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg, "DEBOUNCE_S", 0.0)
+    at = _on_with_d_model(64)
+    assert "#1 start: baby-cpu + d_model: 128 → 64 (newest) · running" in _texts(at, "markdown")
+
+
+def test_the_quick_fields_sit_beside_the_chart_and_hold_the_sidebars_values(
+    store: RunStore,
+) -> None:
+    at = _playground()
+    assert not at.exception
+    for name in page_part.QUICK_FIELDS:
+        key = f"cfg.{name}"
+        assert key not in {w.key for w in at.sidebar.get(_kind(name))}, name
+        assert key in {w.key for w in at.main.get(_kind(name))}, name
+    # One value: set beside the chart, the other pages' sidebar shows it, and back.
+    at.selectbox(key="cfg.norm_position").set_value("post").run()
+    at.switch_page("pages/train.py").run()
+    assert at.sidebar.selectbox(key="cfg.norm_position").value == "post"
+    at.sidebar.number_input(key="cfg.n_layer").set_value(3).run()
+    at.switch_page(PLAYGROUND).run()
+    assert at.main.number_input(key="cfg.n_layer").value == 3
+    assert at.main.selectbox(key="cfg.norm_position").value == "post"
+
+
+def _kind(name: str) -> str:
+    """The AppTest element type of a config field's widget."""
+    from blockviz.dashboard.config_fields import SPECS
+
+    kind = SPECS[name].kind
+    return {"select": "selectbox", "bool": "toggle"}.get(kind, "number_input")

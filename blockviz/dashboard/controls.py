@@ -75,23 +75,29 @@ class XChoice:
         return charts.with_x(frame, self.kind, self.clocks)
 
 
-def x_axis_control(key_prefix: str, runs: Sequence[Mapping[str, Any]], scalars: Any) -> XChoice:
-    """One segmented control, step / wall-clock time / tokens seen, for the whole page.
-
-    `runs` are the runs drawn (rows with id, name and config) and `scalars` hold their
-    train/elapsed_s records. When a run cannot be placed on the chosen axis (no elapsed
-    time logged, no readable config) every chart falls back to steps, with a note naming
-    the runs, so the runs stay on one common axis.
-    """
+def x_axis_widget(key_prefix: str) -> None:
+    """The x-axis control alone: step / wall-clock time / tokens seen (Live draws it in
+    the sidebar, outside the part that refreshes; `x_axis_choice` reads it there)."""
     key = f"{key_prefix}.x_axis"
     st.session_state.setdefault(key, "step")
-    kind = st.segmented_control(
+    st.segmented_control(
         "x axis",
         list(charts.X_AXES),
         format_func=charts.X_AXIS_LABELS.__getitem__,
         required=True,
         key=key,
     )
+
+
+def x_axis_choice(key_prefix: str, runs: Sequence[Mapping[str, Any]], scalars: Any) -> XChoice:
+    """The x axis chosen under `key_prefix`, for these runs.
+
+    `runs` are the runs drawn (rows with id, name and config) and `scalars` hold their
+    train/elapsed_s records. When a run cannot be placed on the chosen axis (no elapsed
+    time logged, no readable config) every chart falls back to steps, with a note naming
+    the runs, so the runs stay on one common axis.
+    """
+    kind = st.session_state.get(f"{key_prefix}.x_axis", "step")
     kind = kind if kind in charts.X_AXES else "step"
     clocks = charts.run_clocks(runs, scalars)
     missing = clocks.missing(kind, [int(r["id"]) for r in runs])
@@ -106,6 +112,13 @@ def x_axis_control(key_prefix: str, runs: Sequence[Mapping[str, Any]], scalars: 
         note = f"{what[:1].upper()}{what[1:]}; the charts show steps."
         kind = "step"
     return XChoice(kind, charts.X_AXES[kind], clocks, note)
+
+
+def x_axis_control(key_prefix: str, runs: Sequence[Mapping[str, Any]], scalars: Any) -> XChoice:
+    """One segmented control for the whole page (`x_axis_widget`) and what it chose for
+    these runs (`x_axis_choice`)."""
+    x_axis_widget(key_prefix)
+    return x_axis_choice(key_prefix, runs, scalars)
 
 
 def preselected_runs(runs: pd.DataFrame, count: int = 2) -> list[int]:

@@ -16,10 +16,12 @@ from typing import Any
 import streamlit as st
 
 from blockviz.core.findings import Finding
+from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.dashboard import relaunch, ui
-from blockviz.views.run_findings import RunFindings, suggestion_text, unsure
+from blockviz.views.run_findings import ACTIVE_EVERY_S, RunFindings, suggestion_text, unsure
 
 MARK_KEY = "live.mark"  # {"run": id, "step": step, "label": text}: the marked step
+SCROLL_KEY = "live.scroll_to_charts"  # set by Show: the page scrolls to its charts once
 ICONS = {
     "error": ":material/error:",
     "warning": ":material/warning:",
@@ -39,7 +41,13 @@ def _mark(run_id: int, finding: Finding, show: Callable[[Finding], None]) -> Non
     if finding.step is not None:
         label = f"{finding.title} (step {finding.step:,})"
         st.session_state[MARK_KEY] = {"run": run_id, "step": finding.step, "label": label}
+    st.session_state[SCROLL_KEY] = True
     show(finding)
+
+
+def take_scroll() -> bool:
+    """Whether a Show was clicked since the last call (the page then scrolls once)."""
+    return bool(st.session_state.pop(SCROLL_KEY, False))
 
 
 def _clear_mark() -> None:
@@ -80,23 +88,38 @@ def _buttons(
 
 
 def findings_panel(
-    run: dict[str, Any], found: RunFindings, show: Callable[[Finding], None]
+    run: dict[str, Any],
+    found: RunFindings,
+    show: Callable[[Finding], None],
+    as_of: int | None = None,
 ) -> None:
-    """The headline in a coloured box, then every finding with Show and Try."""
+    """The headline in a coloured box, then every finding with Show and Try. `as_of`, for
+    a run still training, is the step the findings read up to: the headline says it, since
+    they are read less often than the charts."""
     head = found.headline
-    BOXES.get(head.severity, st.info)(
-        f"**{ui.plain(head.title)}.** {ui.plain(head.text)}", icon=ICONS.get(head.severity)
-    )
-    _buttons(run, head, 0, show)
+    text = f"**{ui.plain(head.title)}.** {ui.plain(head.text)}"
+    if as_of is not None:
+        text += f" *(Findings as of step {as_of:,}, read every {ACTIVE_EVERY_S:g} s.)*"
+    # The headline and its buttons on one row: the charts below start higher.
+    box, buttons = st.columns([5, 1], vertical_alignment="center", gap="small")
+    with box:
+        BOXES.get(head.severity, st.info)(text, icon=ICONS.get(head.severity))
+    with buttons:
+        _buttons(run, head, 0, show)
     rest = [f for f in found.findings if f is not head]  # a diverged or stalled headline
     if not rest:
         return
     serious = sum(f.severity in ("error", "warning") for f in rest)
-    # Open too when checks could not be made: a run is not called healthy out of sight.
+    # Open too when checks could not be made: a finished run is not called healthy out of
+    # sight. While it trains, a young run cannot make them yet; the label says so, and the
+    # charts keep their place on the screen.
     unmade = any(unsure(f) for f in rest)
     icon = ICONS["warning" if serious else "info" if unmade else "ok"]
     label = f"Findings ({len(rest)}, newest first)"
-    with st.expander(label, expanded=serious > 0 or unmade, icon=icon):
+    training = str(run.get("status")) in ACTIVE_STATUSES
+    if unmade and training:
+        label += ": some checks cannot be made yet"
+    with st.expander(label, expanded=serious > 0 or (unmade and not training), icon=icon):
         for index, finding in enumerate(rest, start=1):
             icon = ICONS.get(finding.severity, "")
             st.markdown(f"{icon} **{ui.plain(finding.title)}**")

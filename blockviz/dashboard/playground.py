@@ -1,5 +1,7 @@
-"""The Playground on Train: with Auto-run on, each settled change of the sidebar launches a
-short run (tagged `core.tags.AUTO_TAG`) and its loss joins a trail of the last few.
+"""The Playground page: with Auto-run on, each settled change of the config launches a short
+run (tagged `core.tags.AUTO_TAG`) and its loss joins a trail of the last few. The most-used
+fields (QUICK_FIELDS) sit beside the trail chart, so the toggle and its effect are on
+screen together; the rest stay in the sidebar, which leaves these out on this page.
 
 Two fragments: the launcher looks every second whether the sidebar's config has settled
 on one not launched yet (stopping the trail's still-active run first, so the new one
@@ -20,7 +22,8 @@ from blockviz import runner
 from blockviz.core.config import RunConfig
 from blockviz.core.spec import ACTIVE_STATUSES, LOSS_NAMES
 from blockviz.core.tags import AUTO_TAG
-from blockviz.dashboard import store_access, ui
+from blockviz.dashboard import sidebar_widgets, store_access, ui
+from blockviz.dashboard.config_fields import SPECS
 from blockviz.dashboard.sidebar import SidebarState
 from blockviz.store import RunStore
 from blockviz.views import charts
@@ -39,6 +42,18 @@ WIDGETS = {TOGGLE_KEY: False, STEPS_KEY: pg.DEFAULT_STEPS, TRAIL_LENGTH_KEY: pg.
 LAUNCH_EVERY_S = 1.0  # how often the launcher looks for a settled change
 CHART_EVERY_S = 2.0  # how often the trail chart redraws while one of its runs is active
 MAX_POINTS = 400  # per series on the trail chart
+# Beside the chart: the block's wiring, its depth and the learning rate. Each flips a
+# curve within a few hundred steps (README's starter runs); the rest stay in the sidebar.
+QUICK_FIELDS = (
+    "norm_position",
+    "norm_type",
+    "residual",
+    "attention",
+    "ffn",
+    "activation",
+    "n_layer",
+    "lr",
+)
 
 
 def _switched() -> None:
@@ -47,39 +62,56 @@ def _switched() -> None:
     st.session_state.pop(PENDING_KEY, None)
 
 
-def render(state: SidebarState, store: RunStore | None) -> None:
-    """The Playground block: the switch, its settings, the launcher and the trail chart."""
-    st.subheader("Playground")
-    if store is None:
-        return  # the Launch block above already says why there is no store
+def render(state: SidebarState, store: RunStore) -> None:
+    """The Playground: a header row (the switch and its settings), then the quick fields
+    beside the launcher and the trail chart."""
     writable = store_access.writable(store)
     for key, default in WIDGETS.items():
         _restore(key, default)
-    switch, steps, trail = st.columns([2, 1, 1], vertical_alignment="bottom")
-    switch.toggle(
-        "Auto-run",
-        key=TOGGLE_KEY,
-        on_change=_switched,
-        disabled=not writable,
-        help="Each change of the sidebar launches a short run of it and draws its loss "
-        "here, next to the previous ones. A new change stops a still-running auto-run. "
-        + ("" if writable else store_access.READONLY_NOTICE),
-    )
-    steps.number_input(
-        "Steps per auto-run",
-        min_value=pg.MIN_STEPS,
-        max_value=pg.MAX_STEPS,
-        step=50,
-        key=STEPS_KEY,
-    )
-    trail.number_input(
-        "Runs on the chart",
-        min_value=1,
-        max_value=pg.MAX_TRAIL,
-        key=TRAIL_LENGTH_KEY,
-    )
+    with st.container(horizontal=True, vertical_alignment="bottom", gap="medium"):
+        st.subheader("Playground", anchor=False, width="content")
+        st.toggle(
+            "Auto-run",
+            key=TOGGLE_KEY,
+            on_change=_switched,
+            disabled=not writable,
+            help="Each change of the config launches a short run of it and draws its loss "
+            "here, next to the previous ones. A new change stops a still-running auto-run. "
+            + ("" if writable else store_access.READONLY_NOTICE),
+        )
+        st.number_input(
+            "Steps per auto-run",
+            min_value=pg.MIN_STEPS,
+            max_value=pg.MAX_STEPS,
+            step=50,
+            key=STEPS_KEY,
+            width=170,
+        )
+        st.number_input(
+            "Runs on the chart",
+            min_value=1,
+            max_value=pg.MAX_TRAIL,
+            key=TRAIL_LENGTH_KEY,
+            width=170,
+        )
     for key in WIDGETS:
         st.session_state[KEPT + key] = st.session_state[key]
+    quick, trail = st.columns([1, 3], gap="medium")
+    with quick:
+        _quick_fields(state)
+    with trail:
+        _trail_column(state, store, writable)
+
+
+def _quick_fields(state: SidebarState) -> None:
+    """The fields most worth flipping, with the sidebar's widgets' keys (one value)."""
+    for name in QUICK_FIELDS:
+        sidebar_widgets.widget(SPECS[name], state.error, state.inert)
+    st.caption("Every other field is in the sidebar.")
+
+
+def _trail_column(state: SidebarState, store: RunStore, writable: bool) -> None:
+    """The launcher (a fragment looking for a settled change) and the trail chart."""
     on = bool(st.session_state.get(TOGGLE_KEY)) and writable
     candidate: str | None = None
     if on:
@@ -91,11 +123,6 @@ def render(state: SidebarState, store: RunStore | None) -> None:
                 f"Auto-run launches nothing until the config is valid: {ui.plain(state.problem)}",
                 icon=":material/block:",
             )
-    st.caption(
-        "Auto-runs are ordinary runs tagged "
-        f"{ui.literal(AUTO_TAG)}: the sidebar's config with the steps above, probes and "
-        "samples only at the first and last step, and a few evaluations."
-    )
     st.fragment(_launcher, run_every=LAUNCH_EVERY_S if on else None)(
         candidate, f"auto-{state.name}", state.preset, store
     )
@@ -104,6 +131,11 @@ def render(state: SidebarState, store: RunStore | None) -> None:
         ticking = _any_active(_runs(store))
     st.session_state[TICKING_KEY] = ticking
     st.fragment(_trail_view, run_every=CHART_EVERY_S if ticking else None)(store)
+    st.caption(
+        "Auto-runs are ordinary runs tagged "
+        f"{ui.literal(AUTO_TAG)}: the config with the steps above, probes and samples only "
+        "at the first and last step, and a few evaluations. Open one on Live or Compare."
+    )
 
 
 def _any_active(runs: dict[int, dict[str, Any]]) -> bool:
@@ -124,7 +156,10 @@ def _trail() -> list[pg.TrailEntry]:
 def _runs(store: RunStore) -> dict[int, dict[str, Any]]:
     """Every run's row (id -> status, step, max_steps, ...) in one read; a store error
     propagates (a locked store is not a deleted run)."""
-    frame = store.runs_frame()
+    return _rows(store.runs_frame())
+
+
+def _rows(frame: pd.DataFrame) -> dict[int, dict[str, Any]]:
     return {int(row["id"]): row for row in frame.to_dict("records")}
 
 
@@ -189,10 +224,11 @@ def _trail_view(store: RunStore) -> None:
         length = int(st.session_state.get(TRAIL_LENGTH_KEY, pg.DEFAULT_TRAIL))
         trail = _trail()[-length:]
         if not trail:
-            st.caption("No auto-runs yet: turn Auto-run on, then change the sidebar.")
+            st.caption("No auto-runs yet: turn Auto-run on, then change a field.")
             return
         store_access.reap_dead(store)
-        runs = _runs(store)
+        frame = store.runs_frame()
+        runs = _rows(frame)
         if st.session_state.get(TICKING_KEY) and not _any_active(runs):
             st.session_state[TICKING_KEY] = False
             st.rerun(scope="app")  # drop the timer: the trail's runs have all ended
@@ -205,16 +241,18 @@ def _trail_view(store: RunStore) -> None:
         chart = pg.trail_chart(scalars, known)
         ui.chart_with_downloads(chart, charts.chart_data(chart), "auto-runs loss", "playground")
         lines = pg.trail_lines(trail)
+        shown = runner.shown_in(frame)  # queued -> starting, as every page words it
         for entry in reversed(trail):
-            _trail_line(runs.get(entry.run_id), lines[entry.run_id])
+            _trail_line(runs.get(entry.run_id), lines[entry.run_id], shown)
 
 
-def _trail_line(run: dict[str, Any] | None, label: str) -> None:
-    """'#2 norm_position: pre → post (newest) · running · step 120/300' (plain text)."""
+def _trail_line(run: dict[str, Any] | None, label: str, shown: dict[int, str]) -> None:
+    """'#2 norm_position: pre → post (newest) · running · step 120/300' (plain text); the
+    status as every page words it (`runner.shown_in`: a queued run with a slot is starting)."""
     if run is None:
         st.markdown(f"{ui.plain(label)} · deleted")
         return
-    text = f"{ui.plain(label)} · {run['status']}"
+    text = f"{ui.plain(label)} · {shown.get(int(run['id']), run['status'])}"
     step, max_steps = run.get("step"), run.get("max_steps")
     if not pd.isna(step) and not pd.isna(max_steps) and max_steps:
         text += f" · step {int(step):,}/{int(max_steps):,}"

@@ -13,7 +13,8 @@ What each widget is lives in `config_fields`, uploads in `uploads`, run names in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Collection
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import streamlit as st
@@ -30,6 +31,7 @@ from blockviz.dashboard.config_fields import (
     TRAINING,
     TRAINING_ADVANCED,
     UPLOAD_CHOICE,
+    Field,
     from_widget,
     to_widget,
     widget_range,
@@ -65,6 +67,9 @@ class SidebarState:
     # only the data is wrong (no upload yet), so the diagram and the count stay.
     model_for_params: config.ModelConfig | None
     name_error: str | None = None  # the run name cannot be used (a bare number)
+    # The Architecture fields that do nothing under the rest of the config, and why (a
+    # page drawing a field itself greys it out the same way).
+    inert: dict[str, str] = field(default_factory=dict)
 
     @property
     def can_launch(self) -> bool:
@@ -236,8 +241,12 @@ def _described(
         return None
 
 
-def render_sidebar() -> SidebarState:
-    """Draw the sidebar and return the config it describes (or the error that blocks it)."""
+def render_sidebar(elsewhere: Collection[str] = ()) -> SidebarState:
+    """Draw the sidebar and return the config it describes (or the error that blocks it).
+
+    The fields named in `elsewhere` are left out: the page draws them itself (the
+    Playground, beside its chart) with the same keys, so they hold one value.
+    """
     _initialise()
     preset_name = st.session_state[PRESET_KEY]
     values = _values_from_state()
@@ -258,9 +267,9 @@ def render_sidebar() -> SidebarState:
         preset_caption = st.container()
         url_notes = st.container()
         summary = st.container()
-        group("Architecture", ARCHITECTURE, error, expanded=True, inert=inert)
-        group("Training", TRAINING, error, expanded=False)
-        group("Training: advanced", TRAINING_ADVANCED, error, expanded=False)
+        group("Architecture", _left(ARCHITECTURE, elsewhere), error, expanded=True, inert=inert)
+        group("Training", _left(TRAINING, elsewhere), error, expanded=False)
+        group("Training: advanced", _left(TRAINING_ADVANCED, elsewhere), error, expanded=False)
         upload_error = data_group(error, dataset_choice)
         upload = None if upload_error else st.session_state.get(UPLOAD_INFO_KEY)
         if dataset_choice != UPLOAD_CHOICE:
@@ -285,7 +294,8 @@ def render_sidebar() -> SidebarState:
                 st.error(plain(name_error), icon=":material/error:")
             if error is not None:
                 field_name = plain(error.field)
-                st.error(f"Cannot launch: fix **{field_name}** below.", icon=":material/block:")
+                where = "beside the chart" if error.field in elsewhere else "below"
+                st.error(f"Cannot launch: fix **{field_name}** {where}.", icon=":material/block:")
             elif data_error is not None:
                 st.warning(f"Cannot launch: {plain(data_error)}", icon=":material/block:")
             elif name_error is not None:
@@ -304,7 +314,13 @@ def render_sidebar() -> SidebarState:
         upload=upload,
         model_for_params=model_for_params,
         name_error=name_error,
+        inert=inert,
     )
+
+
+def _left(specs: tuple[Field, ...], elsewhere: Collection[str]) -> tuple[Field, ...]:
+    """The fields of a group the sidebar draws: those the page does not draw itself."""
+    return tuple(spec for spec in specs if spec.name not in elsewhere)
 
 
 def _architecture_inert(described: RunConfig | None) -> dict[str, str]:
@@ -415,10 +431,11 @@ def show_invalid(state: SidebarState, purpose: str) -> None:
     )
 
 
-def state() -> SidebarState:
-    """This run's SidebarState: the one app.py rendered, or render it (a page run alone)."""
+def state(elsewhere: Collection[str] = ()) -> SidebarState:
+    """This run's SidebarState: the one app.py rendered, or render it (a page run alone),
+    leaving out the fields named in `elsewhere` (the page draws them)."""
     current = st.session_state.get(STATE_KEY)
     if isinstance(current, SidebarState):
         return current
     run_via_app()
-    return render_sidebar()
+    return render_sidebar(elsewhere)

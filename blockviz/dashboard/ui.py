@@ -55,6 +55,26 @@ def literal(text: object) -> str:
     return f"{fence}{pad}{flat}{pad}{fence}"
 
 
+_KEY_CLASS = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def scroll_into_view(key: str) -> None:
+    """Scroll the page so the container made with `st.container(key=key)` is at the top.
+
+    Streamlit gives such a container the class `st-key-<key>`; the script looks it up a
+    moment after this run is drawn. `key` is the page's own constant, never user text.
+    """
+    if not _KEY_CLASS.fullmatch(key):
+        raise ValueError(f"scroll_into_view: {key!r} is not a plain container key")
+    # scroll-margin-top keeps the target clear of Streamlit's header bar.
+    st.html(
+        "<script>setTimeout(() => { const box = document.querySelector('.st-key-" + key + "');"
+        " if (box) { box.style.scrollMarginTop = '4rem';"
+        " box.scrollIntoView({behavior: 'smooth', block: 'start'}); } }, 300);</script>",
+        unsafe_allow_javascript=True,
+    )
+
+
 @contextmanager
 def guard(label: str) -> Iterator[None]:
     """Turn any exception inside into a one-line st.error (details folded away)."""

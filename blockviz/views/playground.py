@@ -27,7 +27,8 @@ DEBOUNCE_S = 1.0  # a config must sit unchanged this long before it launches
 EVALS_PER_RUN = 4  # evaluations (each followed by a checkpoint) in one auto-run
 MAX_EVAL_ITERS = 10  # validation batches per evaluation in an auto-run
 TRAIL_TITLE = "Auto-runs: loss"
-NEWEST_WIDTH = 4  # the newest run's train loss, over the others' 2
+NEWEST_WIDTH = 8  # the halo under the newest run's train loss (the lines are 2 wide)
+NEWEST_OPACITY = 0.3  # pale enough that the lines drawn over it read through
 LABEL_FIELDS = 3  # changed fields named in a label before "+N more"
 # Never named in a label: the vocabulary follows the dataset (which is named), and the
 # cadence is what `auto_config` derives from the step count (max_steps is named).
@@ -65,28 +66,44 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+def _changes(previous: RunConfig, current: RunConfig, short: bool) -> list[str]:
+    """Each labelled field that differs: "name=new" (short) or "name: old → new"."""
+    return [
+        f"{name}={_shown(new)}" if short else f"{name}: {_shown(old)} → {_shown(new)}"
+        for name, (old, new) in config.diff(previous, current).items()
+        if name not in UNLABELLED
+    ]
+
+
+def _joined(changes: list[str]) -> str:
+    """Up to LABEL_FIELDS changes joined by ", ", then "+N more"."""
+    shown = ", ".join(changes[:LABEL_FIELDS])
+    more = len(changes) - LABEL_FIELDS
+    return f"{shown}, +{more} more" if more > 0 else shown
+
+
 def change_label(
     previous: RunConfig | None, current: RunConfig, start: str, short: bool = False
 ) -> str:
     """What changed from `previous` to `current`, in a few words.
 
-    "start: <start>" for the first run of a trail, "norm_position: pre → post" for one
-    change, up to LABEL_FIELDS changes joined by ", " and "+N more" after them, "no change"
-    when the configs are equal (the switch turned off and on again). `short` drops the old
+    The first run of a trail says what it is: "start: <preset>", and what differs from
+    that preset as an auto-run would train it ("start: tiny + d_model: 32 → 64"). Later
+    runs say what changed from the one before: "norm_position: pre → post" for one change,
+    up to LABEL_FIELDS changes joined by ", " and "+N more" after them, "no change" when
+    the configs are equal (the switch turned off and on again). `short` drops the old
     values ("norm_position=post"): the chart's legend cuts long labels.
     """
     if previous is None:
-        return f"start: {start}"
-    changes = [
-        f"{name}={_shown(new)}" if short else f"{name}: {_shown(old)} → {_shown(new)}"
-        for name, (old, new) in config.diff(previous, current).items()
-        if name not in UNLABELLED
-    ]
-    if not changes:
-        return "no change"
-    shown = ", ".join(changes[:LABEL_FIELDS])
-    more = len(changes) - LABEL_FIELDS
-    return f"{shown}, +{more} more" if more > 0 else shown
+        if start not in config.PRESETS:
+            return f"start: {start}"
+        steps = current.train.max_steps
+        # Both as an auto-run trains them: only what the user changed is named.
+        base = auto_config(config.preset(start), steps)
+        changes = _changes(base, auto_config(current, steps), short)
+        return f"start: {start} + {_joined(changes)}" if changes else f"start: {start}"
+    changes = _changes(previous, current, short)
+    return _joined(changes) if changes else "no change"
 
 
 @dataclass(frozen=True)
@@ -144,7 +161,8 @@ def legend_labels(trail: list[TrailEntry]) -> dict[int, str]:
 
 def trail_chart(scalars: pd.DataFrame, trail: list[TrailEntry]) -> alt.LayerChart:
     """The trail's loss curves (charts.loss_chart, runs named by `legend_labels`), the
-    newest run's train loss drawn thicker on top."""
+    newest run's train loss marked by a wide pale halo drawn *under* every line, so a
+    newer curve that lands on an older one never hides it."""
     labels = legend_labels(trail)
     if not scalars.empty:
         scalars = scalars.assign(run=scalars["run_id"].map(labels).astype(str))
@@ -154,13 +172,15 @@ def trail_chart(scalars: pd.DataFrame, trail: list[TrailEntry]) -> alt.LayerChar
     if not trail or data.empty:
         return chart
     newest = labels[trail[-1].run_id]
-    emphasis = (
+    halo = (
         alt.Chart()
-        .mark_line(strokeWidth=NEWEST_WIDTH)
+        .mark_line(strokeWidth=NEWEST_WIDTH, opacity=NEWEST_OPACITY)
         .encode(
             x="step:Q",
             y="smoothed:Q",
-            color=alt.Color("run:N", scale=colors, legend=None),
+            # As loss_chart's own: this layer comes first, and a legend=None here would
+            # drop the runs' legend from the whole chart.
+            color=alt.Color("run:N", title="run", scale=colors, legend=alt.Legend(symbolOpacity=1)),
         )
         # Field predicates, not expressions: a label may hold any character.
         .transform_filter(alt.FieldEqualPredicate(field="run", equal=newest))
@@ -169,5 +189,5 @@ def trail_chart(scalars: pd.DataFrame, trail: list[TrailEntry]) -> alt.LayerChar
     # A copy keeps the top-level params (legend highlight, zoom) that Altair lifted out of
     # the layers when loss_chart built it; a new LayerChart would lose them.
     combined = chart.copy(deep=False)
-    combined.layer = [*chart.layer, emphasis]
+    combined.layer = [halo, *chart.layer]
     return combined

@@ -52,6 +52,7 @@ class RunFindings:
 
     headline: Finding
     findings: list[Finding]
+    step: int | None = None  # the newest step the rules read (None: nothing logged)
 
     @property
     def titles(self) -> list[str]:
@@ -77,7 +78,8 @@ def findings_of(run: Mapping[str, Any], scalars: pd.DataFrame, layers: pd.DataFr
     """The findings of a run from its row and the frames the rules read."""
     series: RunSeries = run_series(run, scalars, layers)
     found = evaluate(series)
-    return RunFindings(headline(series, found), found)
+    newest = int(scalars["step"].max()) if not scalars.empty else None
+    return RunFindings(headline(series, found), found, newest)
 
 
 def read_findings(store: RunStore, run: Mapping[str, Any]) -> RunFindings:
@@ -96,13 +98,17 @@ _CACHE_LOCK = threading.Lock()  # the dashboard's sessions are threads of one pr
 ACTIVE_EVERY_S = 5.0
 
 
-def cached_findings(store: RunStore, run: Mapping[str, Any]) -> RunFindings:
+def cached_findings(
+    store: RunStore, run: Mapping[str, Any], logged: bool | None = None
+) -> RunFindings:
     """`read_findings`, kept while the run's status and step stay the same; a run still
     training is read again at most every ACTIVE_EVERY_S seconds (its step moves at every
-    log, and a long run's whole series take a while to read)."""
+    log, and a long run's whole series take a while to read). `logged`, when the caller
+    knows it, says whether the run has logged anything yet: the first logged step is read
+    at once, so a page never says "no loss yet" beside a chart with points."""
     step: Any = run.get("step")
     if str(run.get("status")) in spec.ACTIVE_STATUSES:
-        step = ("active", int(time.monotonic() // ACTIVE_EVERY_S))
+        step = ("active", int(time.monotonic() // ACTIVE_EVERY_S), logged)
     key = (str(store.path), int(run["id"]), str(run.get("status")), step)
     with _CACHE_LOCK:
         found = _CACHE.get(key)

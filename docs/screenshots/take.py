@@ -7,7 +7,7 @@ Serves app.py on a free local port with a fresh store in a temporary workspace, 
 drives Debian's chromium (/usr/bin/chromium) with Playwright through issue 5's "done when":
 a Pre-LN run launched from the sidebar, Norm position flipped to post, a second launch,
 both watched on Live, then compared; then the Playground in a fresh session: the tiny
-preset, Auto-run on, Norm position flipped to post, both auto-runs' losses on Train.
+preset, Auto-run on, Norm position flipped to post beside the chart, both auto-runs' losses.
 Writes train.png, live.png, compare.png and playground.png (README shows the 1440-px ones;
 `--size 1366x768 --out DIR` takes a laptop set to look at; `--playground-only` the last).
 `--findings-only` trains README's three starter runs from the command line, as its table
@@ -34,7 +34,6 @@ CHROMIUM = "/usr/bin/chromium"
 VIEWPORT = {"width": 1440, "height": 1000}  # --size changes it
 TRAIN_HEIGHT = 1500  # down to the runs in progress
 COMPARE_HEIGHT = 2100  # down to the config diff
-PLAYGROUND_HEIGHT = 1100  # Launch, the Playground and its trail
 
 
 def _active_runs() -> int:
@@ -110,7 +109,7 @@ def _shoot(page, url: str, out: Path, steps: int, all_tabs: bool) -> None:
     page.set_viewport_size(VIEWPORT)
 
     nav.get_by_text("Live", exact=True).click()
-    page.get_by_role("combobox", name="Run").first.click()
+    sidebar.get_by_role("combobox", name="Run").first.click()
     page.get_by_role("option", name="#1 pre-ln", exact=False).click()
     expect(main.get_by_test_id("stVegaLiteChart").first).to_be_visible(timeout=60_000)
     page.wait_for_timeout(6000)
@@ -140,23 +139,23 @@ def _shoot(page, url: str, out: Path, steps: int, all_tabs: bool) -> None:
 
 
 def _playground(page, url: str, out: Path) -> None:
-    """A fresh session on Train: the tiny preset, Auto-run on, then Norm position flipped
-    to post; both auto-runs' losses drawn on Train without pressing Launch."""
+    """A fresh session on the Playground: the tiny preset, Auto-run on, then Norm position
+    flipped to post beside the chart; both auto-runs' losses drawn without pressing Launch."""
     from playwright.sync_api import expect
 
     expect.set_options(timeout=120_000)  # a replaced auto-run stops before the next starts
     page.set_viewport_size(VIEWPORT)
-    page.goto(url)
+    page.goto(f"{url}/playground")
     sidebar = page.get_by_test_id("stSidebar")
     main = page.get_by_test_id("stMain")
     sidebar.get_by_role("combobox", name="Start from a preset").click()
     page.get_by_role("option", name="tiny", exact=True).click()
-    expect(sidebar.get_by_text("2 layers, d_model 32")).to_be_visible()
+    expect(sidebar.get_by_text("Preset tiny", exact=False)).to_be_visible()
     main.get_by_text("Auto-run", exact=True).click()
     try:
         # The first auto-run trains to its end (a few seconds for tiny), then the flip.
         expect(main.get_by_text(" start: tiny (newest) · completed", exact=False)).to_be_visible()
-        sidebar.get_by_role("combobox", name="Norm position").click()
+        main.get_by_role("combobox", name="Norm position").click()
         page.get_by_role("option", name="post", exact=True).click()
         expect(main.get_by_text("norm_position: pre → post", exact=False).first).to_be_visible()
     except AssertionError:
@@ -167,7 +166,6 @@ def _playground(page, url: str, out: Path) -> None:
         page.wait_for_timeout(2000)
     page.wait_for_timeout(3000)
     page.mouse.move(0, 0)  # no tooltip over the shot
-    page.set_viewport_size({"width": VIEWPORT["width"], "height": PLAYGROUND_HEIGHT})
     page.wait_for_timeout(2000)
     page.screenshot(path=out / "playground.png")
 
