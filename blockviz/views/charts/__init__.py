@@ -13,6 +13,9 @@ tests build exactly the same chart. Conventions shared by every builder:
 - Runs keep one colour everywhere: `run_color_scale` maps run id % 10 onto a fixed palette.
 - Non-finite values (a diverged run's inf / NaN) are dropped from marks, never raised on;
   the step where they start is marked on loss and metric charts instead.
+- A linear loss axis stops at twice the runs' starting loss when a value lies above it
+  (a blown-up run): those values sit on the top edge and the subtitle names their runs;
+  the chart's data, and so its CSV, keep them raw.
 - An empty frame gives a chart that says "no data yet".
 """
 
