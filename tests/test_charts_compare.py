@@ -1,4 +1,5 @@
-"""Issue 23 item 4: Compare's loss axis beside a blown-up run."""
+"""Issue 23 items 4 and 8: Compare's loss axis beside a blown-up run, and the gradient
+profile that names each run's own probe step."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ import re
 import xml.etree.ElementTree as ET
 
 import altair as alt
+import numpy as np
 import pandas as pd
 import pytest
 
 from blockviz.views import charts
 from blockviz.views.render import chart_svg
-from tests.test_charts import scalars_frame
+from tests.test_charts import layer_frame, scalars_frame
 
 BLOWN_UP = 7.6e6  # the train loss a blown-up run reached in the issue's Compare
 
@@ -97,3 +99,62 @@ def test_a_single_run_that_blows_up_keeps_its_healthy_part_readable() -> None:
     ticks = _numbers(_axis_labels(chart, "Y-axis"))
     assert ticks and max(ticks) < 10, ticks
     assert any("run-b" in t and "above it" in t for t in _svg_texts(chart))
+
+
+# ------------------------------------------------------------ item 8: each run's real step
+
+
+def uneven_probes() -> pd.DataFrame:
+    """run-a probed at 0, 10, 20, 30; run-b at 0 and 25 only."""
+    frame = layer_frame()
+    a = frame[frame["run"] == "run-a"]
+    b = layer_frame(runs={2: "run-b"}, steps=(0, 25))
+    return pd.concat([a, b], ignore_index=True)
+
+
+def test_grad_by_layer_names_the_step_of_a_run_drawn_at_another_step() -> None:
+    chart = charts.grad_by_layer_chart(uneven_probes(), step=20)
+    data = charts.chart_data(chart)
+    steps = data.groupby("run")["step"].unique().map(list).to_dict()
+    assert steps == {"run-a": [20], "run-b": [25]}
+    texts = _svg_texts(chart)
+    assert "run-b (step 25)" in texts  # the legend says which step that line is
+    assert "run-a" in texts and "run-a (step 20)" not in texts
+    assert any("no probe at step 20" in t for t in texts)
+
+
+def test_grad_by_layer_keeps_each_runs_colour_when_it_relabels_it() -> None:
+    colors = charts.run_color_scale({1: "run-a", 2: "run-b"})
+    spec = charts.grad_by_layer_chart(uneven_probes(), step=20, colors=colors).to_dict()
+    scales = [
+        enc["color"]["scale"]
+        for enc in _encodings(spec)
+        if isinstance(enc.get("color"), dict) and "scale" in enc["color"]
+    ]
+    assert scales
+    for scale in scales:
+        by_label = dict(zip(scale["domain"], scale["range"], strict=True))
+        assert by_label["run-a"] == charts.PALETTE[1]
+        assert by_label["run-b (step 25)"] == charts.PALETTE[2]
+
+
+def test_grad_by_layer_at_a_step_every_run_has_adds_nothing() -> None:
+    chart = charts.grad_by_layer_chart(uneven_probes(), step=0)
+    texts = _svg_texts(chart)
+    assert "run-a" in texts and "run-b" in texts
+    assert "run-a (step 0)" not in texts and "run-b (step 0)" not in texts
+    assert not any("no probe" in t for t in texts)
+    assert np.array_equal(sorted(charts.chart_data(chart)["step"].unique()), [0])
+
+
+def _encodings(spec: object) -> list[dict]:
+    found = []
+    if isinstance(spec, dict):
+        if isinstance(spec.get("encoding"), dict):
+            found.append(spec["encoding"])
+        for value in spec.values():
+            found += _encodings(value)
+    elif isinstance(spec, list):
+        for value in spec:
+            found += _encodings(value)
+    return found

@@ -356,6 +356,40 @@ def _subtitle(spec: dict) -> str:
     return subtitle if isinstance(subtitle, str) else " ".join(subtitle)
 
 
+def test_compare_gradient_at_a_step_a_run_lacks_names_each_runs_real_step(
+    store: RunStore,
+) -> None:
+    every_10 = _fake_run(store, "every-10", 10)  # probes 0, 10, ..., 50, 59
+    every_25 = _fake_run(store, "every-25", 25)  # probes 0, 25, 50, 59
+    started = _fake_run(store, "just-started", 10, status="running", step=5)  # probe 0 only
+    at = _page("compare")
+    at.session_state["compare_ids"] = [every_10, every_25, started]
+    at.session_state["compare.grad_step"] = 30
+    at.run()
+    assert not at.exception
+    assert not at.error
+    title = "Gradient norm by layer at step 30"
+    data = pd.concat(_charts(at)[title])
+    # Each run at its own probe step, never its step 0 standing in for step 30.
+    assert data.groupby("run")["step"].unique().map(list).to_dict() == {
+        "every-10": [30],
+        "every-25": [25],
+    }
+    spec = _chart_specs(at)[title]
+    legend = [
+        entry for layer in spec["layer"] for entry in layer["encoding"]["color"]["scale"]["domain"]
+    ]
+    assert "every-25 (step 25)" in legend and "every-10" in legend
+    assert "no probe at step 30" in _subtitle(spec)
+    text = "\n".join(_captions(at))
+    assert "No probe at step 30, so drawn at the nearest probe step: every-25 at step 25." in text
+    assert "Left out, no probe after step 0 yet" in text and "just-started" in text
+    # The initialization chart still draws all three at step 0.
+    init = pd.concat(_charts(at)["Gradient norm by layer at initialization (step 0)"])
+    assert set(init["run"]) == {"every-10", "every-25", "just-started"}
+    assert set(init["step"]) == {0}
+
+
 def test_compare_loss_axis_stops_short_of_a_blown_up_run_and_says_so(store: RunStore) -> None:
     healthy = _fake_run(store, "healthy", 10)
     blown = _fake_run(store, "blown-up", 10)

@@ -51,7 +51,7 @@ from blockviz.views.charts.layers import (
 )
 from blockviz.views.charts.marks import MARK_COLOR, with_step_mark
 from blockviz.views.charts.params import param_breakdown_chart, param_layer_chart
-from blockviz.views.charts.profile import grad_by_layer_chart
+from blockviz.views.charts.profile import grad_by_layer_chart, nearest_probe_steps
 from blockviz.views.charts.series import loss_chart, metric_chart
 from blockviz.views.charts.xaxis import (
     ELAPSED_SCALAR,
@@ -95,6 +95,7 @@ __all__ = [
     "layer_lines",
     "loss_chart",
     "metric_chart",
+    "nearest_probe_steps",
     "param_breakdown_chart",
     "param_layer_chart",
     "run_clocks",
