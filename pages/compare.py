@@ -159,8 +159,9 @@ def _grad_by_layer(store: RunStore, run_ids: list[int], colors: Any, tag: str) -
     """Gradient norm vs depth at step 0 and at a chosen later probe step, one line per run."""
     st.subheader("Gradient norm by layer", anchor=False)
     st.session_state.setdefault("compare.component", "block")
-    # Steps first, then only the two steps drawn: reading every probe step of 20 runs
-    # would cost more than the rest of the page.
+    # Steps first, then only the steps drawn (0, and each run's probe step nearest the
+    # chosen one): reading every probe step of 20 runs would cost more than the rest of
+    # the page.
     per_run = [set(store.layer_steps(i, "component", "grad_norm")) for i in run_ids]
     steps = sorted(set().union(*per_run) - {0})
     controls = st.columns(2, gap="large", vertical_alignment="bottom")
@@ -177,33 +178,78 @@ def _grad_by_layer(store: RunStore, run_ids: list[int], colors: Any, tag: str) -
             step = controls[1].select_slider("Later step", steps, key="compare.grad_step")
         else:
             step = steps[0]
-    wanted = [0] if step is None else [0, step]
-    grads = pd.concat(
-        [
-            store.layer_stats(run_ids, "component", "grad_norm", s, component=component)
-            for s in wanted
-        ],
-        ignore_index=True,
-    )
+    at_init = store.layer_stats(run_ids, "component", "grad_norm", 0, component=component)
+    # Each run at its probe step nearest the chosen one, never step 0 (the left chart's).
+    later_steps = {i: sorted(s - {0}) for i, s in zip(run_ids, per_run, strict=True)}
+    nearest = {} if step is None else charts.nearest_probe_steps(later_steps, step)
+    later = _layer_stats_at(store, nearest, component)
     shapes = _run_shapes(store, run_ids)
     depths = {run_id: shape.n_layer for run_id, shape in shapes.items()}
     init_col, later_col = st.columns(2, gap="large")
     with init_col, ui.guard("Gradient by layer at initialization"):
-        chart = charts.grad_by_layer_chart(grads, 0, component, colors=colors, n_layers=depths)
+        chart = charts.grad_by_layer_chart(at_init, 0, component, colors=colors, n_layers=depths)
         label = f"compare grad by layer init {tag}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "cmp.grad0")
-        _findings(grads, shapes, 0, component)
+        _findings(at_init, shapes, 0, component)
     with later_col, ui.guard("Gradient by layer later"):
         if step is None:
             st.info("Only step 0 is logged so far; later probe steps appear here.")
         else:
             chart = charts.grad_by_layer_chart(
-                grads, step, component, colors=colors, n_layers=depths
+                later, step, component, colors=colors, n_layers=depths
             )
             label = f"compare grad by layer step {step} {tag}"
             ui.chart_with_downloads(chart, charts.chart_data(chart), label, "cmp.gradN")
-            _findings(grads, shapes, step, component)
+            _not_at_step(store, run_ids, nearest, step)
+            _findings(later, shapes, step, component)
     st.caption(ui.plain(findings_text.PAPER_CLAIM))
+
+
+def _layer_stats_at(store: RunStore, steps: dict[int, int], component: str) -> pd.DataFrame:
+    """Each run's gradient norms by layer at its own step of `steps`: one read per step."""
+    by_step: dict[int, list[int]] = {}
+    for run_id, run_step in steps.items():
+        by_step.setdefault(run_step, []).append(run_id)
+    parts = [
+        store.layer_stats(ids, "component", "grad_norm", s, component=component)
+        for s, ids in sorted(by_step.items())
+    ]
+    if not parts:
+        return store.layer_stats([], "component", "grad_norm", component=component)
+    return pd.concat(parts, ignore_index=True)
+
+
+def _not_at_step(store: RunStore, run_ids: list[int], nearest: dict[int, int], step: int) -> None:
+    """Which runs the later chart draws at another step, or leaves out, and why."""
+    names = _run_names(store, run_ids)
+    elsewhere = [
+        f"{ui.plain(names[i])} at step {nearest[i]}"
+        for i in run_ids
+        if i in nearest and nearest[i] != step and i in names
+    ]
+    missing = [ui.plain(names[i]) for i in run_ids if i not in nearest and i in names]
+    lines = []
+    if elsewhere:
+        lines.append(
+            f"No probe at step {step}, so drawn at the nearest probe step: "
+            + "; ".join(elsewhere)
+            + "."
+        )
+    if missing:
+        lines.append(
+            "Left out, no probe after step 0 yet (step 0 is on the initialization chart): "
+            + "; ".join(missing)
+            + "."
+        )
+    if lines:
+        st.caption("\n\n".join(lines))
+
+
+def _run_names(store: RunStore, run_ids: list[int]) -> dict[int, str]:
+    """run id -> name of the runs still in the store."""
+    runs = store.runs_frame()
+    runs = runs[runs["id"].isin(run_ids)]
+    return dict(zip(runs["id"].astype(int), runs["name"].astype(str), strict=True))
 
 
 def _run_shapes(store: RunStore, run_ids: list[int]) -> dict[int, findings_text.RunShape]:

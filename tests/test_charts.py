@@ -180,7 +180,8 @@ CASES: dict[str, tuple[Callable[[pd.DataFrame], alt.TopLevelMixin], Callable[[],
     "grad_by_layer": (
         lambda f: charts.grad_by_layer_chart(f, step=0),
         layer_frame,
-        {"x": "layer", "y": "value", "color": "run"},
+        # `line`: the run's name, with its own step when that is not the chart's
+        {"x": "layer", "y": "value", "color": "line"},
     ),
     "param_breakdown": (
         lambda f: charts.param_breakdown_chart(f),

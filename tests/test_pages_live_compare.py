@@ -21,6 +21,7 @@ from blockviz.dashboard.code_download import LABEL as CODE_LABEL
 from blockviz.store import RunStore
 from tests import fakes
 from tests.real_runs import RealRuns, copy_run
+from tests.test_pages_charts import _chart_specs
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
 LIVE_TABS = ("Loss", "Gradients", "Activations", "Updates", "Attention", "Samples")
@@ -325,6 +326,95 @@ def test_compare_gradient_by_layer_draws_step_zero_and_the_latest_common_step(
         assert data["step"].nunique() == 1
     steps = sorted(int(pd.concat(f)["step"].iloc[0]) for f in grads.values())
     assert steps == [0, max(common)]
+
+
+def _fake_run(
+    store: RunStore,
+    name: str,
+    probe_interval: int,
+    status: str = "completed",
+    step: int | None = None,
+) -> int:
+    """A 60-step, 2-block fake run probed every `probe_interval` steps (and at step 59)."""
+    config = fakes.fake_config(
+        n_layer=2,
+        n_head=2,
+        d_model=32,
+        max_steps=60,
+        warmup_steps=6,
+        probe_interval=probe_interval,
+        eval_interval=12,
+        sample_interval=20,
+    )
+    run_id = fakes.add_run(store, config, status, step=step, name=name)
+    store.flush()
+    return run_id
+
+
+def _subtitle(spec: dict) -> str:
+    subtitle = spec["title"]["subtitle"]
+    return subtitle if isinstance(subtitle, str) else " ".join(subtitle)
+
+
+def test_compare_gradient_at_a_step_a_run_lacks_names_each_runs_real_step(
+    store: RunStore,
+) -> None:
+    every_10 = _fake_run(store, "every-10", 10)  # probes 0, 10, ..., 50, 59
+    every_25 = _fake_run(store, "every-25", 25)  # probes 0, 25, 50, 59
+    started = _fake_run(store, "just-started", 10, status="running", step=5)  # probe 0 only
+    at = _page("compare")
+    at.session_state["compare_ids"] = [every_10, every_25, started]
+    at.session_state["compare.grad_step"] = 30
+    at.run()
+    assert not at.exception
+    assert not at.error
+    title = "Gradient norm by layer at step 30"
+    data = pd.concat(_charts(at)[title])
+    # Each run at its own probe step, never its step 0 standing in for step 30.
+    assert data.groupby("run")["step"].unique().map(list).to_dict() == {
+        "every-10": [30],
+        "every-25": [25],
+    }
+    spec = _chart_specs(at)[title]
+    legend = [
+        entry for layer in spec["layer"] for entry in layer["encoding"]["color"]["scale"]["domain"]
+    ]
+    assert "every-25 (step 25)" in legend and "every-10" in legend
+    assert "no probe at step 30" in _subtitle(spec)
+    text = "\n".join(_captions(at))
+    assert "No probe at step 30, so drawn at the nearest probe step: every-25 at step 25." in text
+    assert "Left out, no probe after step 0 yet" in text and "just-started" in text
+    # The initialization chart still draws all three at step 0.
+    init = pd.concat(_charts(at)["Gradient norm by layer at initialization (step 0)"])
+    assert set(init["run"]) == {"every-10", "every-25", "just-started"}
+    assert set(init["step"]) == {0}
+
+
+def test_compare_loss_axis_stops_short_of_a_blown_up_run_and_says_so(store: RunStore) -> None:
+    healthy = _fake_run(store, "healthy", 10)
+    blown = _fake_run(store, "blown-up", 10)
+    train = store.scalars(blown, names="train/loss")
+    later = train.loc[train["step"] >= 30, "step"]
+    store.log_scalars(blown, [(int(s), "train/loss", 7.6e6) for s in later])
+    store.flush()
+    at = _page("compare")
+    at.session_state["compare_ids"] = [healthy, blown]
+    at.run()
+    assert not at.exception
+    assert not at.error
+    spec = _chart_specs(at)["Loss"]
+    note = _subtitle(spec)
+    assert "blown-up goes above it" in note and "healthy" not in note
+    scales = [
+        layer["encoding"]["y"]["scale"]
+        for layer in spec["layer"]
+        if "scale" in layer.get("encoding", {}).get("y", {})
+    ]
+    assert scales and all(scale["domainMax"] < 10 for scale in scales)
+    # What the page sends (and the CSV download writes) is the raw loss, millions included.
+    data = pd.concat(_charts(at)["Loss"])
+    rows = data[(data["run"] == "blown-up") & (data["name"] == "train/loss")]
+    assert (rows.loc[rows["step"] >= 30, "value"] == 7.6e6).all()
 
 
 def _pre_and_post(store: RunStore, real_runs: RealRuns) -> list[int]:

@@ -13,6 +13,9 @@ tests build exactly the same chart. Conventions shared by every builder:
 - Runs keep one colour everywhere: `run_color_scale` maps run id % 10 onto a fixed palette.
 - Non-finite values (a diverged run's inf / NaN) are dropped from marks, never raised on;
   the step where they start is marked on loss and metric charts instead.
+- A linear loss axis stops at twice the runs' starting loss when a value lies above it
+  (a blown-up run): those values sit on the top edge and the subtitle names their runs;
+  the chart's data, and so its CSV, keep them raw.
 - An empty frame gives a chart that says "no data yet".
 """
 
@@ -48,7 +51,7 @@ from blockviz.views.charts.layers import (
 )
 from blockviz.views.charts.marks import MARK_COLOR, with_step_mark
 from blockviz.views.charts.params import param_breakdown_chart, param_layer_chart
-from blockviz.views.charts.profile import grad_by_layer_chart
+from blockviz.views.charts.profile import grad_by_layer_chart, nearest_probe_steps
 from blockviz.views.charts.series import loss_chart, metric_chart
 from blockviz.views.charts.xaxis import (
     ELAPSED_SCALAR,
@@ -92,6 +95,7 @@ __all__ = [
     "layer_lines",
     "loss_chart",
     "metric_chart",
+    "nearest_probe_steps",
     "param_breakdown_chart",
     "param_layer_chart",
     "run_clocks",

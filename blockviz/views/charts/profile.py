@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 import altair as alt
 import pandas as pd
 
@@ -40,6 +42,15 @@ def _layer_axis_title(frame: pd.DataFrame) -> str:
     return "layer" if len(_head_numbers(frame)) <= 1 else LAYER_AXIS_TITLE
 
 
+def nearest_probe_steps(steps: Mapping[int, Iterable[int]], step: int) -> dict[int, int]:
+    """run id -> its step nearest to `step` (ties to the earlier); a run with none is left out."""
+    return {
+        int(run_id): int(min(run_steps, key=lambda s: (abs(s - step), s)))
+        for run_id, run_steps in steps.items()
+        if len(run_steps)
+    }
+
+
 def grad_by_layer_chart(
     layer_stats: pd.DataFrame,
     step: int = 0,
@@ -50,29 +61,36 @@ def grad_by_layer_chart(
 ) -> alt.LayerChart:
     """Many runs: gradient norm (log) vs layer at `step` — the Pre-LN vs Post-LN picture.
 
-    Each run shows its probe step nearest to `step` (ties to the earlier), named in the tip.
-    The axis says 'embed' at -1 and 'head' at the head's number when every run has it at
-    the same number (runs of one depth); the tooltip names each run's own layers.
+    Each run shows its probe step nearest to `step` (ties to the earlier). A run drawn at
+    another step says so in its legend entry ('run-b (step 250)', the `line` column) and
+    the subtitle says why, so no run passes for one probed at `step`. The axis says
+    'embed' at -1 and 'head' at the head's number when every run has it at the same number
+    (runs of one depth); the tooltip names each run's own layers.
     """
     where = "initialization (step 0)" if step == 0 else f"step {step}"
     title = title or f"Gradient norm by layer at {where}"
     frame = _finite(_layer_frame(layer_stats, "component", component, "grad_norm"), "value", True)
     if frame.empty:
         return _no_data(frame, title)
-    distance = (frame["step"] - step).abs()
-    nearest = frame.assign(distance=distance).groupby("run_id")["distance"].transform("min")
-    frame = frame[distance == nearest]
-    frame = frame[frame["step"] == frame.groupby("run_id")["step"].transform("min")]
+    drawn = nearest_probe_steps(frame.groupby("run_id")["step"].unique(), step)
+    frame = frame[frame["step"] == frame["run_id"].map(drawn)]
     frame = frame.sort_values(["run_id", "layer"]).reset_index(drop=True)
     frame, _ = with_layer_names(frame, n_layers)
-    runs = _legend_highlight("run")
+    elsewhere = frame["step"] != step
+    names = frame["run"].astype(str)
+    frame["line"] = names.where(~elsewhere, names + " (step " + frame["step"].astype(str) + ")")
+    scale = _relabelled(colors or run_color_scale(frame), frame)
+    heading: str | alt.TitleParams = title
+    if elsewhere.any():
+        heading = alt.TitleParams(title, subtitle=_elsewhere_note(step))
+    runs = _legend_highlight("line")
     lines = (
         alt.Chart()
         .mark_line(point=True, strokeWidth=2)
         .encode(
             x=alt.X("layer:Q", title=_layer_axis_title(frame), axis=_layer_axis(frame)),
             y=alt.Y("value:Q", title=spec.stat_label("grad_norm"), scale=alt.Scale(type="log")),
-            color=alt.Color("run:N", title="run", scale=colors or run_color_scale(frame)),
+            color=alt.Color("line:N", title="run", scale=scale),
             opacity=_highlight(runs),
             tooltip=_tooltip(
                 "run:N",
@@ -85,5 +103,22 @@ def grad_by_layer_chart(
         .add_params(runs, _x_zoom())
     )
     return alt.LayerChart(data=frame, layer=[lines]).properties(
-        title=title, width=WIDTH, height=HEIGHT
+        title=heading, width=WIDTH, height=HEIGHT
+    )
+
+
+def _relabelled(colors: alt.Scale, frame: pd.DataFrame) -> alt.Scale:
+    """The run colour scale over the legend entries: each run keeps its colour under the
+    name that says its step."""
+    if not isinstance(colors.domain, list):
+        return colors  # a scheme, not a list of runs: nothing to rename
+    label_of = dict(zip(frame["run"].astype(str), frame["line"], strict=False))
+    domain = [label_of.get(str(name), name) for name in colors.domain]
+    return alt.Scale(domain=domain, range=colors.range)
+
+
+def _elsewhere_note(step: int) -> str:
+    return (
+        f"A run with no probe at step {step} is drawn at its nearest probe step, "
+        "which its legend entry names."
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import altair as alt
 import numpy as np
@@ -31,6 +32,49 @@ from blockviz.views.charts.base import (
     is_smoothed,
     run_color_scale,
 )
+
+# A linear loss axis stops at this many times the runs' starting loss (the loss of a model
+# at initialisation, about ln(vocabulary size)) when some value lies above that. Training
+# lowers the loss from its start; twice the start is past what core.outcomes already calls
+# "blew up" (one nat above a uniform guess). A blown-up run's millions (7.6e6 in issue 23)
+# squashed every other curve to a flat line; now the axis ends at twice the start, values
+# above it are drawn on the top edge, and the chart's subtitle names their runs.
+LOSS_CEILING_FACTOR = 2.0
+CLIP_NAMES_SHOWN = 3  # runs named in the clip note; further ones are counted
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """Where a linear loss axis stops, and the runs with values above it."""
+
+    top: float
+    runs: list[str]
+
+
+def _loss_ceiling(plotted: pd.DataFrame) -> Ceiling | None:
+    """LOSS_CEILING_FACTOR x the median of the runs' starting losses (each run's largest
+    value at its first drawn step), when some drawn value lies above it; else None."""
+    values = pd.to_numeric(plotted["value"], errors="coerce").astype(float)
+    first = plotted["step"] == plotted.groupby("run")["step"].transform("min")
+    starts = values[first].groupby(plotted.loc[first, "run"]).max()
+    top = LOSS_CEILING_FACTOR * float(starts.median())
+    if not np.isfinite(top) or top <= 0 or not (values > top).any():
+        return None
+    above = plotted.loc[values > top, "run"].astype(str)
+    return Ceiling(top, list(dict.fromkeys(above)))
+
+
+def _ceiling_note(ceiling: Ceiling) -> list[str]:
+    """The chart's subtitle: where the axis stops, who is above it, where to see them."""
+    shown = ceiling.runs[:CLIP_NAMES_SHOWN]
+    more = len(ceiling.runs) - len(shown)
+    names = ", ".join(shown) + (f" and {more} more" if more else "")
+    verb = "goes" if len(ceiling.runs) == 1 else "go"
+    return [
+        f"y axis stops at {ceiling.top:.3g}, twice the runs' starting loss: {names} {verb} "
+        "above it, drawn on the top edge.",
+        "A log scale shows every value; the CSV download has them raw.",
+    ]
 
 
 def _diverged_frame(
@@ -84,9 +128,10 @@ def _series_chart(
     y_title: str,
     diverged: Mapping[str, int] | pd.DataFrame | None,
     x_axis: XAxis = STEP_AXIS,
+    ceiling: bool = False,
 ) -> alt.LayerChart:
     """A line per run x series (EMA-smoothed where is_smoothed, else raw), raw values faint
-    behind, divergence marked."""
+    behind, divergence marked; with `ceiling`, a linear y axis stops at _loss_ceiling."""
     raw = scalars[scalars["name"].isin(list(names))].sort_values(["run_id", "name", "step"])
     plotted = _finite(raw, "value", positive=log_scale).reset_index(drop=True)
     if plotted.empty:
@@ -114,6 +159,14 @@ def _series_chart(
     marks = _place_marks(_diverged_frame(raw, diverged), raw, x_axis)
     drawn_x = pd.concat([plotted[[x_axis.field]], marks[[x_axis.field]]], ignore_index=True)
     x = _x_axis(x_axis, drawn_x)
+    # The frame keeps every value (the CSV is raw); only the axis stops. Clamped, not
+    # clipped: a value above the top is drawn on the top edge by every layer that shares
+    # the axis (one a caller adds too), and no mark is placed millions of pixels away,
+    # which the PNG renderer dropped whole.
+    cut = _loss_ceiling(plotted) if ceiling and not log_scale else None
+    y_scale = _y_scale(log_scale)
+    if cut is not None:
+        y_scale = alt.Scale(zero=False, domainMax=cut.top, nice=False, clamp=True)
     base = alt.Chart().encode(
         x=x,
         # The faint raw layer draws first; without this its opacity would fade the legend.
@@ -123,7 +176,7 @@ def _series_chart(
     smooth_line = (
         base.mark_line(strokeWidth=2)
         .encode(
-            y=alt.Y("smoothed:Q", title=y_title, scale=_y_scale(log_scale)),
+            y=alt.Y("smoothed:Q", title=y_title, scale=y_scale),
             opacity=_highlight(runs),
             tooltip=_tooltip(
                 "run:N", "name:N", "step:Q", _value_tip(), _value_tip("smoothed", "smoothed")
@@ -146,8 +199,11 @@ def _series_chart(
         layers.insert(0, raw_line)
     if not marks.empty:
         layers += _divergence_layers(marks, x)
+    heading: str | alt.TitleParams = title
+    if cut is not None:
+        heading = alt.TitleParams(title, subtitle=_ceiling_note(cut))
     return alt.LayerChart(data=plotted, layer=layers).properties(
-        title=title, width=WIDTH, height=HEIGHT
+        title=heading, width=WIDTH, height=HEIGHT
     )
 
 
@@ -178,6 +234,7 @@ def loss_chart(
         spec.scalar_label("train/loss"),
         diverged,
         x_axis,
+        ceiling=True,
     )
 
 
