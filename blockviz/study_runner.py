@@ -271,19 +271,24 @@ def estimate_assumes(
     threads: int | None = None,
     speed: tuple[float, int] = (DEFAULT_FLOPS_PER_S, 0),
 ) -> str:
-    """What a study's time estimate assumes: workers, threads per run and the speed used."""
+    """What a study's time estimate assumes: workers, threads per run, the speed used, and
+    that the study has the store's run slots to itself (a run waits for a free slot)."""
     slots = runner.default_max_running() if max_running is None else max_running
+    where = f" ({hardware.slots_source()})" if max_running is None else ""
     each = threads or hardware.share_of_cores(slots)
     rate, runs = speed
     source = (
-        f"the median of this store's last {runs} completed run(s)"
+        f"the median of this store's last {runs} completed run(s), each as fast as it "
+        "trained beside whatever ran with it"
         if runs
         else "a reference speed (a 2-core CPU, one thread per run) until this store has a "
         "completed run"
     )
     return (
         f"assumes {workers} worker(s) at once, {hardware.threads_text(each)} each, "
-        f"{rate:.2g} model FLOP/s per run: {source}"
+        f"{rate:.2g} model FLOP/s per run: {source}; and no other run training here "
+        f"meanwhile: {slots} run(s) may train at once{where}, and a study's run waits for a "
+        "free slot"
     )
 
 

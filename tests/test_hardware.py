@@ -47,3 +47,19 @@ def test_threads_are_named_as_show_prints_them() -> None:
     assert hardware.threads_text(1) == "1 thread"
     assert hardware.threads_text(8) == "8 threads"
     assert hardware.share_of_cores(0) >= 1  # a nonsense slot count never divides by zero
+
+
+@pytest.mark.parametrize(
+    ("cores", "gpus", "env_slots", "source"),
+    [
+        (2, 0, None, "one per CPU core: this machine has 2"),
+        (16, 2, None, "one per GPU: this machine has 2"),
+        (16, 2, "4", "BLOCKVIZ_MAX_RUNNING=4"),
+        (16, 0, "zero", "one per CPU core: this machine has 16"),  # ignored, as above
+    ],
+)
+def test_the_time_estimates_say_where_the_slot_count_comes_from(
+    machine, cores, gpus, env_slots, source
+) -> None:
+    machine(cores, gpus, env_slots)
+    assert hardware.slots_source() == source

@@ -9,13 +9,16 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from blockviz.core import evaluation, studies, sweeps
+from blockviz import study_runner
+from blockviz.core import evaluation, hardware, studies, sweeps
 from blockviz.core.outcomes import results_frame
 from blockviz.core.verdicts import judge
+from blockviz.dashboard.study_launch import duration
 from blockviz.store import RunStore
 from blockviz.views import study_table
 
-PAGE = Path(__file__).resolve().parent.parent / "pages" / "studies.py"
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "pages" / "studies.py"
 
 
 def _page() -> AppTest:
@@ -41,6 +44,52 @@ def test_an_empty_store_offers_the_builtin_studies() -> None:
     assert "Estimated time here" in text
     # The estimate says what it assumes: workers at once, threads each, the speed used.
     assert "worker(s) at once" in text and " each, " in text and "FLOP/s per run" in text
+
+
+def test_the_builtin_the_launcher_leaves_out_is_named_with_where_it_lives() -> None:
+    at = _page().run()
+    offered = at.selectbox(key="studies.key").options
+    left_out = [k for k in studies.STUDY_KEYS if not any(o.startswith(f"{k} — ") for o in offered)]
+    assert left_out == ["init-gradients"]  # it measures at initialisation; nothing to train
+    (note,) = [c.value for c in at.caption if "init-gradients" in c.value]
+    # The page it names is the app's "Gradients at init" (pages/init_grads.py).
+    assert '"pages/init_grads.py", title="Gradients at init"' in (ROOT / "app.py").read_text()
+    assert "**Gradients at init** page" in note
+    assert "`python -m blockviz study run init-gradients`" in note
+
+
+def test_the_time_estimate_is_the_captions_only_time_and_says_what_it_assumes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a store whose runs trained slowly, quick norm-position takes about an hour here:
+    the caption says so and no "minutes on a laptop" beside it, nor the size's default
+    seed count beside the seeds chosen; the estimate names its speed, slots and load."""
+    monkeypatch.setenv(hardware.ENV_SLOTS, "2")
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        for index in range(3):
+            run_id = store.create_run(f"slow-{index}", "{}", status="completed", n_params=1e5)
+            store.update_run(run_id, final={"tokens_per_sec": 3300.0})
+        speed = study_runner.measured_speed(store)
+    assert speed == (6 * 1e5 * 3300.0, 3)
+    at = _page().run()
+    at.selectbox(key="studies.key").set_value("norm-position").run()
+    at.number_input(key="studies.seeds.quick").set_value(3).run()
+    assert not at.exception
+    plan = studies.builtin("norm-position", "quick", 3)
+    expected = duration(study_runner.estimate_s(plan, speed[0], 2))
+    assert expected == "about 65 min"
+    (caption,) = [c.value for c in at.caption if "Estimated time here" in c.value]
+    caption = caption.replace("\\", "")
+    assert caption.startswith("6 variants × 3 seeds = 18 runs; ")
+    assert f"Estimated time here: {expected} (assumes 2 worker(s) at once, " in caption
+    assert "laptop" not in caption and "minutes" not in caption and "2 seeds" not in caption
+    assert "2e+09 model FLOP/s per run: the median of this store's last 3 completed run(s)" in (
+        caption
+    )
+    assert (
+        "no other run training here meanwhile: 2 run(s) may train at once "
+        "(BLOCKVIZ_MAX_RUNNING=2), and a study's run waits for a free slot" in caption
+    )
 
 
 def _fake_study(store: RunStore, key: str = "activation", scored: dict | None = None) -> int:

@@ -12,13 +12,14 @@ import zipfile
 from pathlib import Path
 
 import pandas as pd
+from streamlit.testing.v1 import AppTest
 
 from blockviz.core import studies
 from blockviz.core.outcomes import results_frame
 from blockviz.core.verdicts import verdicts
 from blockviz.store import RunStore
 from blockviz.views import study_report, study_table, study_text
-from tests.test_page_studies import _fake_study
+from tests.test_page_studies import PAGE, _fake_study
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -106,3 +107,29 @@ def test_show_prints_each_claim_with_both_intervals() -> None:
     assert "the margin of +0.020 nats" in lines[verdict_line + 1]
     assert lines[verdict_line + 2].startswith("    intervals: GELU minus ReLU: paired ")
     assert "0 of 2 failed to train" in text
+
+
+def test_the_page_and_the_zip_draw_each_variant_in_the_same_colour() -> None:
+    """The page's chart pins each variant's colour in its spec (Streamlit's theme recoloured
+    an unpinned one), and the zip's chart draws those colours."""
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        study_id = _fake_study(store)
+        for run_id in store.study_runs(study_id)["id"]:
+            store.log_scalars(int(run_id), [(0, "val/loss", 4.2), (300, "val/loss", 2.0)])
+        store.flush()
+        plan = studies.plan_from_spec(store.get_study(study_id)["spec"])
+        archive = zipfile.ZipFile(io.BytesIO(study_report.build_study_zip(store, study_id)))
+    at = AppTest.from_file(str(PAGE), default_timeout=60).run()
+    assert not at.exception
+    (curves,) = [
+        json.loads(e.proto.spec) for e in at.get("vega_lite_chart") if "by variant" in e.proto.spec
+    ]
+    (scale,) = {
+        json.dumps(layer["encoding"]["color"].get("scale")): layer["encoding"]["color"].get("scale")
+        for layer in curves["layer"]
+    }.values()
+    assert scale is not None, "the page's colours are left to the theme"
+    assert scale["domain"] == [v.label for v in plan.variants]
+    svg = archive.read("charts/val-loss-by-variant.svg").decode()
+    for colour in scale["range"]:
+        assert f'"{colour}"' in svg

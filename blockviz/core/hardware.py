@@ -47,12 +47,26 @@ def hardware_slots() -> int:
     return visible_gpus() or cpu_cores()
 
 
+def _configured_slots() -> int | None:
+    """$BLOCKVIZ_MAX_RUNNING when it is a positive whole number, else None."""
+    configured = os.environ.get(ENV_SLOTS, "").strip()
+    return int(configured) if configured.isdigit() and int(configured) > 0 else None
+
+
 def default_slots() -> int:
     """How many runs may train at once: $BLOCKVIZ_MAX_RUNNING, else `hardware_slots()`."""
-    configured = os.environ.get(ENV_SLOTS, "").strip()
-    if configured.isdigit() and int(configured) > 0:
-        return int(configured)
-    return hardware_slots()
+    return _configured_slots() or hardware_slots()
+
+
+def slots_source() -> str:
+    """Where `default_slots()` came from: `BLOCKVIZ_MAX_RUNNING=3`, `one per GPU: ...`."""
+    configured = _configured_slots()
+    if configured:
+        return f"{ENV_SLOTS}={configured}"
+    gpus = visible_gpus()
+    if gpus:
+        return f"one per GPU: this machine has {gpus}"
+    return f"one per CPU core: this machine has {cpu_cores()}"
 
 
 def share_of_cores(slots: int) -> int:

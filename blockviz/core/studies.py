@@ -72,11 +72,12 @@ SIZE_PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 SIZE_SEEDS = {"quick": 2, "standard": 3, "full": 5}
+# What the page says of each size beside the seeds chosen and its time estimate for
+# this machine: the model and the steps, no time of its own to contradict the estimate.
 SIZE_DESCRIPTIONS = {
-    "quick": "2 layers (unless the study varies depth), d_model 64, 300 steps, 2 seeds: "
-    "minutes on a laptop CPU",
-    "standard": "the baby-cpu model (4 layers, d_model 128), 2,000 steps, 3 seeds",
-    "full": "6 layers, d_model 256, 5,000 steps, 5 seeds: for a GPU",
+    "quick": "2 layers (unless the study varies depth), d_model 64, 300 steps",
+    "standard": "the baby-cpu model (4 layers, d_model 128), 2,000 steps",
+    "full": "6 layers, d_model 256, 5,000 steps, meant for a GPU",
 }
 
 

@@ -1,8 +1,8 @@
 """The Studies page's launchers: a built-in study in one click, or a custom sweep form.
 
 Each shows what it will run (variants × seeds, the size, an estimate of the time on this
-machine from its finished runs) before the button; a bad field or value in the sweep form
-is one line naming it. Launching stores the study and starts its workers
+machine from its finished runs, with what it assumes) before the button; a bad field or
+value in the sweep form is one line naming it. Launching stores the study and starts its workers
 (`study_runner.launch`): the study goes on with the tab closed.
 """
 
@@ -35,6 +35,13 @@ SWEEP_FIELDS = (
     "init",
     "dropout",
 )
+# The built-in studies the launcher leaves out (they train nothing), and where each lives.
+ELSEWHERE = {
+    "init-gradients": "it trains nothing (it measures gradients at initialisation). The "
+    "**Gradients at init** page draws its two figures for the sidebar's model, at the depths "
+    "and inits you pick there; `python -m blockviz study run init-gradients` runs it as a "
+    "study, which then shows below",
+}
 
 
 def duration(seconds: float) -> str:
@@ -77,6 +84,9 @@ def builtin_launcher(store: RunStore, writable: bool) -> None:
     key = left.selectbox(
         "Study", keys, format_func=lambda k: f"{k} — {titles[k]}", key="studies.key"
     )
+    for missing in (k for k in studies.STUDY_KEYS if k not in keys):
+        where = ELSEWHERE.get(missing, f"run it with `python -m blockviz study run {missing}`")
+        left.caption(f"`{missing}` is not in this list: {where}.")
     size = right.radio("Size", studies.SIZES, horizontal=True, key="studies.size")
     seeds = right.number_input(
         "Seeds per variant",

@@ -17,7 +17,7 @@ from blockviz.core.verdicts import verdicts
 from blockviz.dashboard import ui
 from blockviz.dashboard.study_launch import SELECTED_KEY
 from blockviz.store import RunStore, StoreError
-from blockviz.views import charts, run_findings, study_charts, study_report, study_table
+from blockviz.views import charts, run_findings, study_report, study_table
 
 VERDICT_ICONS = {  # Streamlit's own icon font: shown even where no emoji font is installed
     "supported": ":green[:material/check_circle:]",
@@ -190,13 +190,11 @@ def _results(store: RunStore, study_id: int, plan: studies.StudyDef) -> None:
         st.subheader("Learning-rate sensitivity", anchor=False)
         st.dataframe(sensitivity, hide_index=True)
         st.caption(study_table.SENSITIVITY_NOTE)
-    with ui.guard("Loss curves"):
+    built = []
+    with ui.guard("Charts"):
         scalars = store.scalars([int(i) for i in runs["id"]], names="val/loss")
-        chart = study_charts.curves_chart(scalars, results)
-        ui.chart_with_downloads(
-            chart, charts.chart_data(chart), f"study {study_id} curves", f"st{study_id}.curves"
-        )
-    for stem, chart in study_report.swept_charts(results, plan):
+        built = study_report.result_charts(scalars, results, plan)
+    for stem, chart in built:
         with ui.guard(stem):
             ui.chart_with_downloads(
                 chart, charts.chart_data(chart), f"study {study_id} {stem}", f"st{study_id}.{stem}"

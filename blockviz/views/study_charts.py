@@ -1,17 +1,24 @@
 """A study's charts: loss curves by variant with seed bands, and final loss against the
-swept value with each run's outcome marked (Altair; tidy frames in, charts out)."""
+swept value with each run's outcome marked (Altair; tidy frames in, charts out).
+
+Every variant has one colour and one dash (`variant_styles`), written into each chart as
+an explicit scale in the study's variant order, so the page (whatever its theme) and the
+zip draw a variant alike, and a variant keeps its colour while the study fills in.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from numbers import Real
 
 import altair as alt
 import numpy as np
 import pandas as pd
 
 from blockviz.core import spec
-from blockviz.views.charts.base import HEIGHT, WIDTH, _no_data
-from blockviz.views.seed_groups import band_chart, band_frame
+from blockviz.views.charts.base import WIDTH, _no_data, _x_axis
+from blockviz.views.seed_groups import BAND_NOTE, MANY_GROUPS, band_frame
 
 OUTCOME_SHAPES = {
     "converged": "circle",
@@ -24,18 +31,143 @@ OUTCOME_FILLED = {"converged": True, "stalled": False, "diverged": True, "blew u
 # finite loss, and a blown-up run's (above ln V + 1) would squash everyone else's.
 OFF_SCALE = ("diverged", "blew up")
 
+# Vega's own category colours (tableau10), in its order: a variant's, or a family's hue.
+PALETTE = (
+    "#4c78a8",
+    "#f58518",
+    "#e45756",
+    "#72b7b2",
+    "#54a24b",
+    "#eeca3b",
+    "#b279a2",
+    "#ff9da6",
+    "#9d755d",
+    "#bab0ac",
+)
+DASHES = ((1, 0), (6, 3), (2, 2), (8, 3, 2, 3))  # solid, dashed, dotted, dash-dot
+# A family's shades run from its hue this far toward white to this far toward black (a
+# family of two or three spans less: its ends would look alike across hues, near black).
+LIGHTEST, DARKEST = 0.5, 0.35
+# The page fits title, axes and legend into a chart's height (280 left ~140 px of plot);
+# a curves chart grows so that its legend fits beside the plot: a row per variant (20 px
+# in Streamlit's theme) below the titles.
+STUDY_HEIGHT = 360
+LEGEND_ROW, LEGEND_TOP = 21, 80
+
+Style = tuple[str, tuple[int, ...]]  # a colour (#rrggbb) and a stroke dash
+
+
+def _mix(colour: str, towards: int, amount: float) -> str:
+    """`colour` moved `amount` (0 to 1) of the way to white (255) or black (0)."""
+    channels = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return "#" + "".join(f"{round(c + (towards - c) * amount):02x}" for c in channels)
+
+
+def _shade(colour: str, index: int, count: int) -> str:
+    """The `index`-th of `count` shades of a hue, light to dark (one alone: the hue)."""
+    if count < 2:
+        return colour
+    span = min(1.0, 0.55 + 0.15 * (count - 1))
+    position = span * (2 * index / (count - 1) - 1)  # -1 (lightest) .. +1 (darkest)
+    if position < 0:
+        return _mix(colour, 255, LIGHTEST * -position)
+    return _mix(colour, 0, DARKEST * position)
+
+
+def _ordered(values: pd.Series) -> bool:
+    """Numbers, not booleans: a swept field that orders its variants (lr, depth)."""
+    return all(isinstance(v, Real) and not isinstance(v, bool | np.bool_) for v in values)
+
+
+def _label(values: Sequence[object]) -> str:
+    return " · ".join(str(v) for v in values)
+
+
+def variant_styles(results: pd.DataFrame, swept: Sequence[str] = ()) -> dict[str, Style]:
+    """Each variant's colour and dash, in the study's variant order.
+
+    Where the study crosses a named swept field (norm position, residual on/off) with a
+    numeric one (lr, depth), each value of the named fields is a family: one hue and one
+    dash, its variants in shades light to dark in their order. Otherwise each variant is a
+    colour of PALETTE in turn (a dash of its own once the colours repeat).
+    """
+    first = results.drop_duplicates("variant").set_index("variant")
+    variants = [str(v) for v in first.index]
+    varied = [f for f in swept if f in first.columns and first[f].nunique(dropna=False) > 1]
+    named = [f for f in varied if not _ordered(first[f])]
+    if not named or len(named) == len(varied):
+        return {
+            v: (PALETTE[i % len(PALETTE)], DASHES[i // len(PALETTE) % len(DASHES)])
+            for i, v in enumerate(variants)
+        }
+    family_of = {v: _label(first.loc[v, named].tolist()) for v in variants}
+    styles: dict[str, Style] = {}
+    for index, family in enumerate(dict.fromkeys(family_of.values())):
+        members = [v for v in variants if family_of[v] == family]
+        hue, dash = PALETTE[index % len(PALETTE)], DASHES[index % len(DASHES)]
+        for rank, variant in enumerate(members):
+            styles[variant] = (_shade(hue, rank, len(members)), dash)
+    return {v: styles[v] for v in variants}
+
+
+def _scales(styles: dict[str, Style]) -> tuple[alt.Scale, alt.Scale]:
+    """The colour and dash scales of `styles`: domain the variants, range their styles."""
+    domain = list(styles)
+    return (
+        alt.Scale(domain=domain, range=[colour for colour, _ in styles.values()]),
+        alt.Scale(domain=domain, range=[list(dash) for _, dash in styles.values()]),
+    )
+
 
 def curves_chart(
-    scalars: pd.DataFrame, results: pd.DataFrame, metric: str = "val/loss"
+    scalars: pd.DataFrame,
+    results: pd.DataFrame,
+    swept: Sequence[str] = (),
+    metric: str = "val/loss",
 ) -> alt.TopLevelMixin:
-    """The metric against step, one line per variant (the mean over its seeds) with a
-    band (the 95% t interval of that mean where two or more seeds reached the step)."""
+    """The metric against step, one line per variant (the mean over its seeds) in its
+    colour and dash, over a faint band (the 95% t interval of that mean where two or more
+    seeds reached the step)."""
     label = spec.SCALARS.get(metric, metric)
+    title = f"{label} by variant"
     variant_of = {
         int(r): str(v) for r, v in zip(results["run_id"], results["variant"], strict=True)
     }
     bands = band_frame(scalars, variant_of, [metric])
-    return band_chart(bands, f"{label} by variant", label)
+    if bands.empty:
+        return _no_data(bands, title)
+    styles = variant_styles(results, swept)
+    colours, dashes = _scales(styles)
+    legend = alt.Legend(
+        title="variant", symbolOpacity=1, symbolLimit=0, symbolType="stroke", labelLimit=300
+    )
+    color = alt.Color("group:N", scale=colours, legend=legend)
+    dash = alt.StrokeDash("group:N", scale=dashes, legend=legend)
+    x = _x_axis(frame=bands)
+    y_band = alt.Y("low:Q", title=label, scale=alt.Scale(zero=False))
+    base = alt.Chart(bands)
+    band = (
+        base.transform_filter("isValid(datum.low) && isFinite(datum.low)")
+        .mark_area(opacity=0.06 if len(styles) > MANY_GROUPS else 0.12)
+        .encode(x=x, y=y_band, y2="high:Q", color=color)
+    )
+    tooltip = [
+        alt.Tooltip("group:N", title="variant"),
+        alt.Tooltip("step:Q", format=",d"),
+        *(alt.Tooltip(f"{column}:Q", format=".4f") for column in ("mean", "low", "high")),
+        alt.Tooltip("n:Q", title="runs"),
+    ]
+    y = alt.Y("mean:Q", title=label, scale=alt.Scale(zero=False))
+    line = base.mark_line(strokeWidth=2, opacity=1).encode(
+        x=x, y=y, color=color, strokeDash=dash, tooltip=tooltip
+    )
+    points = base.mark_point(filled=True, size=30, opacity=1).encode(
+        x=x, y=y, color=color, tooltip=tooltip
+    )
+    height = max(STUDY_HEIGHT, LEGEND_TOP + LEGEND_ROW * len(styles))
+    return alt.layer(band, line, points, data=bands).properties(
+        title=alt.Title(title, subtitle=BAND_NOTE), width=WIDTH, height=height
+    )
 
 
 def swept_points(results: pd.DataFrame, field: str) -> pd.DataFrame:
@@ -57,24 +189,33 @@ def swept_points(results: pd.DataFrame, field: str) -> pd.DataFrame:
 
 
 def swept_chart(
-    results: pd.DataFrame, field: str, log_x: bool = False, by: str | None = None
+    results: pd.DataFrame, field: str, log_x: bool = False, by: Sequence[str] = ()
 ) -> alt.TopLevelMixin:
     """Final val loss against a swept value: each run a point shaped by its outcome
     (converged filled, stalled hollow, diverged a cross and blown-up a triangle at the
     top), a line through the mean of the converged and stalled runs at each value, one
-    line per value of `by`."""
+    line per combination of the `by` fields' values (each a colour and dash of its own,
+    in the order of the study's variants: a family's hue where `variant_styles` gives
+    the same fields families)."""
     title_text = f"final val loss against {field}"
     frame = results.copy()
-    by = by if by and by in frame.columns and by != field else None
-    frame["swept:group"] = frame[by].astype(str) if by else "runs"
+    by = [f for f in by if f in frame.columns and f != field]
+    frame["swept:group"] = frame[by].astype(str).agg(" · ".join, axis=1) if by else "runs"
     points = swept_points(frame, field)
     if points.empty:
         return _no_data(points, title_text)
+    groups = list(dict.fromkeys(frame["swept:group"]))
+    colours, dashes = _scales(
+        {g: (PALETTE[i % len(PALETTE)], DASHES[i % len(DASHES)]) for i, g in enumerate(groups)}
+    )
+    title = _label(by)
     kind = "Q"
     x_scale = alt.Scale(type="log") if log_x else alt.Scale(zero=False)
     x = alt.X(f"{field}:{kind}", title=field, scale=x_scale)
     y = alt.Y("loss:Q", title="final val loss (nats)", scale=alt.Scale(zero=False))
-    color = alt.Color("group:N", title=by or "", legend=None if not by else alt.Legend())
+    legend = alt.Legend(title=title, symbolOpacity=1, symbolType="stroke") if by else None
+    color = alt.Color("group:N", scale=colours, legend=legend)
+    dash = alt.StrokeDash("group:N", scale=dashes, legend=legend)
     shape = alt.Shape(
         "outcome:N",
         title="outcome",
@@ -86,7 +227,7 @@ def swept_chart(
         alt.Tooltip(f"{field}:Q"),
         alt.Tooltip("val_loss:Q", title="final val loss", format=".4f"),
         alt.Tooltip("outcome:N"),
-        alt.Tooltip("group:N", title=by or "group"),
+        alt.Tooltip("group:N", title=title or "group"),
     ]
     base = alt.Chart(points)
     filled = (
@@ -102,13 +243,13 @@ def swept_chart(
     means = (
         base.transform_filter(" && ".join(f"datum.outcome != '{outcome}'" for outcome in OFF_SCALE))
         .transform_aggregate(loss="mean(loss)", groupby=[field, "group"])
-        .mark_line(opacity=0.7)
-        .encode(x=x, y=y, color=color)
+        .mark_line(opacity=0.8, strokeWidth=2)
+        .encode(x=x, y=y, color=color, strokeDash=dash)
     )
     subtitle = (
         "diverged runs: crosses at the top (no finite loss); blew up: triangles at the top "
         "(above the uniform guess); stalled: hollow"
     )
     return alt.layer(means, filled, hollow, data=points).properties(
-        title=alt.Title(title_text, subtitle=subtitle), width=WIDTH, height=HEIGHT
+        title=alt.Title(title_text, subtitle=subtitle), width=WIDTH, height=STUDY_HEIGHT
     )

@@ -47,7 +47,9 @@ def zip_name(study: dict[str, Any]) -> str:
 
 
 def swept_charts(results: pd.DataFrame, plan: StudyDef) -> list[tuple[str, alt.TopLevelMixin]]:
-    """Final val loss against each numeric swept field with two or more values."""
+    """Final val loss against each numeric swept field with two or more values, a line per
+    combination of the other swept fields that vary (Post-LN with and without warm-up are
+    two lines, never one mean through both)."""
     out = []
     for field in plan.swept:
         if field not in results.columns or results[field].nunique() < 2:
@@ -56,7 +58,7 @@ def swept_charts(results: pd.DataFrame, plan: StudyDef) -> list[tuple[str, alt.T
         if values.dtype == bool or not pd.api.types.is_numeric_dtype(values):
             continue
         others = [f for f in plan.swept if f != field and f in results.columns]
-        by = next((f for f in others if results[f].nunique() > 1), None)
+        by = [f for f in others if results[f].nunique() > 1]
         out.append(
             (
                 f"final-loss-vs-{field}",
@@ -64,6 +66,15 @@ def swept_charts(results: pd.DataFrame, plan: StudyDef) -> list[tuple[str, alt.T
             )
         )
     return out
+
+
+def result_charts(
+    scalars: pd.DataFrame, results: pd.DataFrame, plan: StudyDef
+) -> list[tuple[str, alt.TopLevelMixin]]:
+    """A training study's charts, (file stem, chart), as the page shows them and the zip
+    holds them: val loss by variant, then final loss against each swept value."""
+    curves = study_charts.curves_chart(scalars, results, plan.swept)
+    return [("val-loss-by-variant", curves), *swept_charts(results, plan)]
 
 
 def read_init_grads(store: RunStore, study_id: int) -> dict[str, Any] | None:
@@ -127,8 +138,7 @@ def study_files(
                 study_table.table_markdown(sensitivity) + "\n" + study_table.SENSITIVITY_NOTE + "\n"
             ).encode()
         scalars = store.scalars([int(i) for i in results["run_id"]], names="val/loss")
-        built.append(("val-loss-by-variant", study_charts.curves_chart(scalars, results)))
-        built += swept_charts(results, plan)
+        built += result_charts(scalars, results, plan)
     else:
         result = read_init_grads(store, study_id)
         if result is not None:
