@@ -40,10 +40,7 @@ def _table(run_store: RunStore, wanted: list[str], show_auto: bool) -> None:
             tables.runs_table(fresh.iloc[::-1], time.time(), store_runs=everything),
             hide_index=True,
             width="stretch",
-            column_config={
-                "id": st.column_config.NumberColumn("id", format="%d"),
-                "val loss": st.column_config.NumberColumn("val loss", format="%.4f"),
-            },
+            column_config=tables.RUNS_COLUMN_CONFIG,
         )
 
 

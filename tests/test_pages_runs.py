@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 from blockviz import runner
 from blockviz.core import config as cfg
 from blockviz.core.tags import AUTO_TAG
-from blockviz.dashboard import sidebar, ui
+from blockviz.dashboard import sidebar, tables, ui
 from blockviz.dashboard.uploads import UPLOAD_INFO_KEY
 from blockviz.store import RunStore, default_store_path
 from tests import fakes
@@ -287,3 +287,24 @@ def test_resume_from_the_page_continues_to_max_steps_without_repeating_steps(
     assert loss["step"].is_unique, loss["step"].tolist()
     assert (loss["step"] < 30).any() and (loss["step"] >= 30).any()
     assert "resuming from step 30" in runner.log_tail(store, run_id)
+
+
+# ---------------------------------------------------------------------------- issue 23: 7
+
+
+def test_a_diverged_runs_val_loss_reads_diverged(store: RunStore) -> None:
+    config = fakes.fake_config()
+    blew_up = store.create_run("blew-up", config.to_json(), status="diverged")
+    store.update_run(blew_up, diverged_step=7, step=7)
+    fresh = store.create_run("fresh", config.to_json(), status="stopped")
+    done = fakes.add_run(store, config, "completed", name="done")
+    at = open_page("pages/runs.py")
+    val_loss = at.dataframe[0].value.set_index("id")["val loss"]
+    assert val_loss[blew_up] == "diverged"
+    assert val_loss[fresh] == "—"  # no evaluation yet: not a grey None either
+    assert val_loss[done] == f"{store.runs_frame().set_index('id').loc[done, 'val_loss']:.4f}"
+    # Compare's final-metrics table says it too.
+    final = tables.final_table(store, [blew_up, done]).set_index("run")
+    assert final.loc["blew-up", "val_loss"] == "diverged"
+    assert final.loc["blew-up", "diverged_at"] == "7"
+    assert final.loc["done", "val_loss"] != "diverged"
