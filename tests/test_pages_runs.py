@@ -296,11 +296,14 @@ def test_a_diverged_runs_val_loss_reads_diverged(store: RunStore) -> None:
     config = fakes.fake_config()
     blew_up = store.create_run("blew-up", config.to_json(), status="diverged")
     store.update_run(blew_up, diverged_step=7, step=7)
+    inf = store.create_run("inf", config.to_json(), status="diverged")
+    store.log_scalars(inf, [(5, "val/loss", float("inf"))])  # kept as it is, unlike NaN
+    store.flush()
     fresh = store.create_run("fresh", config.to_json(), status="stopped")
     done = fakes.add_run(store, config, "completed", name="done")
     at = open_page("pages/runs.py")
     val_loss = at.dataframe[0].value.set_index("id")["val loss"]
-    assert val_loss[blew_up] == "diverged"
+    assert val_loss[blew_up] == val_loss[inf] == "diverged"
     assert val_loss[fresh] == "—"  # no evaluation yet: not a grey None either
     assert val_loss[done] == f"{store.runs_frame().set_index('id').loc[done, 'val_loss']:.4f}"
     # Compare's final-metrics table says it too.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -18,11 +19,20 @@ DIVERGED = "diverged"  # a loss a diverged run has none of: it went non-finite
 LOSS_COLUMNS = ("train_loss", "val_loss", "val_ppl", "val_bpc")
 
 
+def loss_text(value: float | None, status: str, digits: int = 4) -> str:
+    """A loss as the tables show it: `digits` decimals; "diverged" where a diverged run's
+    is missing or infinite, "—" where another run has none yet (not Streamlit's grey None)."""
+    if value is not None and math.isfinite(value):
+        return f"{value:.{digits}f}"
+    if status == "diverged":
+        return DIVERGED
+    return "—" if value is None or math.isnan(value) else str(value)
+
+
 def loss_texts(values: pd.Series, statuses: pd.Series, digits: int = 4) -> list[str]:
-    """Losses as the tables show them: `digits` decimals; "diverged" where a diverged run
-    has none, "—" where another run has none yet (never Streamlit's grey "None")."""
+    """`loss_text` of each run's value."""
     return [
-        f"{value:.{digits}f}" if pd.notna(value) else DIVERGED if status == "diverged" else "—"
+        loss_text(None if pd.isna(value) else float(value), str(status), digits)
         for value, status in zip(values, statuses, strict=True)
     ]
 
