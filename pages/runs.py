@@ -1,50 +1,20 @@
-"""Runs: every run in the store; open, compare, rename, tag, relaunch, resume, stop or delete one.
+"""Runs: every run in the store; click a row to open, compare, rename, tag, relaunch, resume,
+stop or delete that run.
 
-While any run is queued or running (or one was just resumed), the table is a fragment that
-refreshes every REFRESH_S seconds; when the last one ends the page reruns once and stops.
+The summary line and the table refresh as a fragment while a run moves, and the page
+notices a run launched elsewhere while none does (`runs_panel`).
 """
-
-import time
 
 import pandas as pd
 import streamlit as st
 
 from blockviz import runner
 from blockviz.core.spec import ACTIVE_STATUSES
-from blockviz.dashboard import relaunch, run_actions, store_access, tables, tag_filter, ui
+from blockviz.dashboard import relaunch, run_actions, runs_panel, store_access, tag_filter, ui
 from blockviz.dashboard.code_download import code_download_button
-from blockviz.store import RunStore, StoreError
+from blockviz.store import StoreError
 
-REFRESH_S = 2.0
 FILTER_KEY = "runs.filter"
-WAS_ACTIVE_KEY = "runs.was_active"
-
-
-def _moving(runs: pd.DataFrame) -> bool:
-    """Whether a shown run is queued or running, or one was resumed and may start soon."""
-    return bool(runs["status"].isin(ACTIVE_STATUSES).any()) or relaunch.recently_resumed()
-
-
-def _table(run_store: RunStore, wanted: list[str], show_auto: bool) -> None:
-    """The runs table, read afresh: a fragment on a timer while a run is active."""
-    with ui.guard("Run list"):
-        store_access.reap_dead(run_store)
-        everything = run_store.runs_frame()
-        fresh = tag_filter.select_runs(everything, wanted, show_auto)
-        moving = _moving(fresh)
-        if st.session_state.get(WAS_ACTIVE_KEY) and not moving:
-            st.session_state[WAS_ACTIVE_KEY] = False
-            st.rerun(scope="app")  # the last run ended: redraw once, without the timer
-        st.session_state[WAS_ACTIVE_KEY] = moving
-        st.dataframe(
-            tables.runs_table(fresh.iloc[::-1], time.time(), store_runs=everything),
-            hide_index=True,
-            width="stretch",
-            column_config={
-                "id": st.column_config.NumberColumn("id", format="%d"),
-                "val loss": st.column_config.NumberColumn("val loss", format="%.4f"),
-            },
-        )
 
 
 store = store_access.store_or_stop()
@@ -64,18 +34,13 @@ if all_runs.empty:
     st.info("No runs yet — set up a block in the sidebar and press Launch on the Train page.")
     st.stop()
 
+notice = ui.selection_notice(all_runs)  # before the table replaces a bad choice
+if notice:
+    st.warning(ui.plain(notice))
 runs = tag_filter.tag_filter(all_runs, FILTER_KEY)
-counts = all_runs["status"].value_counts()
-hidden = len(all_runs) - len(runs)
-st.caption(
-    f"{len(all_runs)} run(s) in {ui.literal(store.path)}: "
-    + ", ".join(f"{counts[s]} {s}" for s in counts.index)
-    + (f"; {hidden} hidden by the filter above." if hidden else ".")
-)
-any_active = _moving(runs)
-st.session_state[WAS_ACTIVE_KEY] = any_active
-st.fragment(_table, run_every=REFRESH_S if any_active else None)(
+runs_panel.show(
     store,
+    all_runs,
     list(st.session_state.get(f"{FILTER_KEY}.tags") or []),
     bool(st.session_state.get(f"{FILTER_KEY}.auto")),
 )
@@ -83,12 +48,10 @@ if runs.empty:
     st.info("No run passes the filter above.")
     st.stop()
 
-st.subheader("Act on a run")
-notice = ui.selection_notice(all_runs)  # a run hidden by the filter is not "missing"
-if notice:
-    st.warning(ui.plain(notice))
-run_id = ui.run_picker(store, "Run", multi=False, key="runs.pick", runs=runs)
+st.subheader("Act on the selected run")
+run_id = runs_panel.selected_run()
 if run_id is None:
+    st.info(ui.plain(runs_panel.no_row_hint(all_runs)), icon=":material/touch_app:")
     st.stop()
 
 with ui.guard("Run actions"):

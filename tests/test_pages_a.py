@@ -16,6 +16,7 @@ from blockviz.dashboard import sidebar, store_access, streamlit_compat, ui
 from blockviz.store import RunStore, StoreError, StoreLocked, default_store_path
 from tests import fakes
 from tests.real_runs import RealRuns, copy_run
+from tests.test_pages_runs import select_row
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
@@ -161,7 +162,7 @@ def test_runs_page_lists_every_run(populated: list[int]) -> None:
     assert sorted(table["id"]) == sorted(populated)
     assert set(table["status"]) == set(STATUSES)
     failed = populated[STATUSES.index("failed")]
-    at.selectbox(key="runs.pick").set_value(failed).run()
+    select_row(at, failed)
     assert "synthetic failure" in texts(at, "error")
 
 
@@ -169,7 +170,7 @@ def test_runs_page_rename(populated: list[int], store: RunStore) -> None:
     first, second = populated[0], populated[1]
     taken = store.get_run(second)["name"]
     at = open_page("pages/runs.py")
-    at.selectbox(key="runs.pick").set_value(first).run()
+    select_row(at, first)
     at.text_input(key=f"runs.name.{first}").set_value(taken).run()
     at.button(key="runs.rename").click().run()
     assert "already taken" in texts(at, "error")
@@ -186,14 +187,14 @@ def test_runs_page_delete_needs_confirmation_and_a_stopped_run(
     running = populated[STATUSES.index("running")]
     completed = populated[STATUSES.index("completed")]
     at = open_page("pages/runs.py")
-    at.selectbox(key="runs.pick").set_value(running).run()
+    select_row(at, running)
     # An active run cannot even be confirmed for deletion: both are off, saying why.
     confirm, delete = at.checkbox(key=f"runs.confirm.{running}"), at.button(key="runs.delete")
     assert confirm.disabled and delete.disabled
     assert "stop it first" in confirm.help and "stop it first" in delete.help
     assert store.get_run(running)["status"] == "running"
 
-    at.selectbox(key="runs.pick").set_value(completed).run()
+    select_row(at, completed)
     assert at.button(key="runs.delete").disabled  # not confirmed yet
     at.checkbox(key=f"runs.confirm.{completed}").check().run()
     at.button(key="runs.delete").click().run()
@@ -205,7 +206,7 @@ def test_runs_page_delete_needs_confirmation_and_a_stopped_run(
 def test_runs_page_open_in_live_and_add_to_compare(populated: list[int]) -> None:
     diverged = populated[STATUSES.index("diverged")]
     at = open_page("pages/runs.py")
-    at.selectbox(key="runs.pick").set_value(diverged).run()
+    select_row(at, diverged)
     at.button(key="runs.compare").click().run()
     assert at.session_state[ui.COMPARE_KEY] == [diverged]
     at.button(key="runs.open").click().run()

@@ -1,5 +1,6 @@
 """The Runs page (issue 13): a table that follows training, rename, delete of an active run,
-tags and notes with the tag filter (also on Compare), Edit & relaunch and Resume."""
+tags and notes with the tag filter (also on Compare), Edit & relaunch and Resume; (issue 23)
+the clicked row is the run the actions apply to, and the summary and table follow the store."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -15,18 +17,18 @@ from streamlit.testing.v1 import AppTest
 from blockviz import runner
 from blockviz.core import config as cfg
 from blockviz.core.tags import AUTO_TAG
-from blockviz.dashboard import sidebar, ui
+from blockviz.dashboard import runs_panel, sidebar, tables, ui
 from blockviz.dashboard.uploads import UPLOAD_INFO_KEY
 from blockviz.store import RunStore, default_store_path
 from tests import fakes
 from tests.helpers import FOX_TEXT, tiny_config
 from tests.real_runs import RealRuns, copy_run
-from tests.test_pages_live_compare import rerun_fragments
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
 TIMEOUT = 30
 STATUSES = ("completed", "running", "stopped")
+TABLE_KEY = runs_panel.TABLE_KEY
 
 
 @pytest.fixture
@@ -66,25 +68,106 @@ def title(at: AppTest) -> str:
     return at.title[0].value
 
 
+def rerun_only(
+    at: AppTest, fragment_ids: list[str], states: object = None, **flags: bool
+) -> AppTest:
+    """Rerun only these fragments, with these widget states, as a browser asks the server
+    to (AppTest has no call for it). The tree then holds only what the fragments drew,
+    unless they asked for a full rerun."""
+    from streamlit.testing.v1 import local_script_runner
+
+    plain_rerun = local_script_runner.RerunData
+    with mock.patch.object(
+        local_script_runner,
+        "RerunData",
+        lambda **kwargs: plain_rerun(**kwargs, fragment_id_queue=fragment_ids, **flags),
+    ):
+        at._run(widget_state=states)
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def select_row(at: AppTest, run_id: int | None) -> AppTest:
+    """Click run_id's row of the Runs table (None: click the selected row off) as a browser
+    does: the selection goes to the server with the widget states and only the fragments
+    rerun, so redrawing the actions below the table is the page's own job."""
+    if run_id is not None and selected_rows(at) == [run_id]:
+        return at  # already selected (a click on it would clear the selection)
+    table = at.dataframe(key=TABLE_KEY)
+    rows = [] if run_id is None else [[int(i) for i in table.value["id"]].index(run_id)]
+    states = at._tree.get_widget_states()
+    selection = {"selection": {"rows": rows, "columns": [], "cells": []}}
+    states.widgets.add(id=table.proto.id, string_value=json.dumps(selection))
+    return rerun_only(at, list(at._fragment_storage._fragments), states)
+
+
+def selected_rows(at: AppTest) -> list[int]:
+    """The ids of the rows the table shows selected: the one the user clicked, or the one
+    the page selected itself (which it sends to the browser)."""
+    table = at.dataframe(key=TABLE_KEY)
+    ids = [int(i) for i in table.value["id"]]
+    if table.proto.selection_state:
+        rows = json.loads(table.proto.selection_state)["selection"]["rows"]
+    else:
+        rows = at.session_state[TABLE_KEY]["selection"]["rows"]
+    return [ids[row] for row in rows]
+
+
+@pytest.fixture
+def timers(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
+    """{fragment id: seconds}: the run_every timers of the page's last full run, which a
+    browser keeps running until the next full run."""
+    from streamlit.testing.v1 import local_script_runner
+
+    found: dict[str, float] = {}
+    parse = local_script_runner.parse_tree_from_messages
+
+    def recording(messages: list) -> object:
+        if any(m.HasField("delta") and not m.delta.fragment_id for m in messages):
+            found.clear()  # a full run: the browser drops the old timers
+        found.update(
+            {
+                m.auto_rerun.fragment_id: m.auto_rerun.interval
+                for m in messages
+                if m.HasField("auto_rerun")
+            }
+        )
+        return parse(messages)
+
+    monkeypatch.setattr(local_script_runner, "parse_tree_from_messages", recording)
+    return found
+
+
+def tick(at: AppTest, timers: dict[str, float]) -> AppTest:
+    """What the page's timers do in a browser: rerun the fragments that have one, only them."""
+    assert timers, "the page set no timer: nothing would refresh it"
+    return rerun_only(at, list(timers), is_auto_rerun=True)
+
+
+def summary(at: AppTest) -> str:
+    return next(c.value for c in at.caption if " run(s) in " in c.value)
+
+
 # ---------------------------------------------------------------------------- 6, 7, 8a
 
 
 def test_the_table_follows_a_training_run_then_stops_refreshing(
-    store: RunStore, runs: dict[str, int], monkeypatch: pytest.MonkeyPatch
+    store: RunStore, runs: dict[str, int], timers: dict[str, float]
 ) -> None:
     running = runs["running"]
     at = open_page("pages/runs.py")
+    assert sorted(timers.values()) == [runs_panel.REFRESH_S]
     before = at.dataframe[0].value.set_index("id").loc[running, "step"]
     store.update_run(running, step=33)
-    rerun_fragments(at, monkeypatch)  # what the 2 s timer does in a browser
-    assert not at.exception
+    tick(at, timers)  # what the 2 s timer does in a browser
     after = at.dataframe[0].value.set_index("id").loc[running, "step"]
     assert after != before and after.startswith("33 /")
-    # The run ends: the table shows it, and the page drops its timer.
+    # The run ends: the table shows it, and the page drops its 2 s timer (what is left
+    # only watches for a run started elsewhere).
     store.update_run(running, status="completed", ended=time.time())
-    rerun_fragments(at, monkeypatch)
+    tick(at, timers)
     assert at.dataframe[0].value.set_index("id").loc[running, "status"] == "completed"
-    assert at.session_state["runs.was_active"] is False
+    assert sorted(timers.values()) == [runs_panel.WATCH_S]
 
 
 def test_after_a_rename_the_box_shows_the_stored_name(
@@ -108,7 +191,7 @@ def test_delete_is_off_for_an_active_run_saying_why(store: RunStore, runs: dict[
     delete = at.button(key="runs.delete")
     assert confirm.disabled and delete.disabled
     assert "stop it first" in delete.help
-    at.selectbox(key="runs.pick").set_value(runs["stopped"]).run()
+    select_row(at, runs["stopped"])
     assert not at.checkbox(key=f"runs.confirm.{runs['stopped']}").disabled
 
 
@@ -154,9 +237,11 @@ def test_tag_filter_and_hidden_auto_runs_on_runs_and_compare(
     assert shown_ids(at) == {runs["completed"], runs["stopped"]}
     at.multiselect(key="runs.filter.tags").set_value(["sweep", "post-ln"]).run()
     assert shown_ids(at) == {runs["completed"]}
-    assert set(at.selectbox(key="runs.pick").options) == {
-        ui.run_label(store.get_run(runs["completed"]))
-    }
+    # The selected run is filtered out: no row is selected, and the page says why.
+    assert selected_rows(at) == []
+    assert f"Run #{runs['stopped']} is hidden by the filter above" in texts(at, "info")
+    at.multiselect(key="runs.filter.tags").set_value([]).run()
+    assert selected_rows(at) == [runs["stopped"]]  # let back in, selected again
 
     at = open_page("pages/compare.py")
     picker = at.multiselect(key="compare.runs")
@@ -244,7 +329,7 @@ def test_resume_is_offered_only_where_it_can_work(store: RunStore, runs: dict[st
     at = open_page("pages/runs.py", runs["completed"])
     resume = at.button(key="runs.resume")
     assert resume.disabled and "max_steps" in resume.help
-    at.selectbox(key="runs.pick").set_value(runs["stopped"]).run()
+    select_row(at, runs["stopped"])
     resume = at.button(key="runs.resume")
     assert resume.disabled and "no checkpoint" in resume.help
     ckpt = runner.checkpoint_path(store, runs["stopped"])
@@ -252,7 +337,7 @@ def test_resume_is_offered_only_where_it_can_work(store: RunStore, runs: dict[st
     ckpt.write_bytes(b"")
     at.run()
     assert not at.button(key="runs.resume").disabled
-    at.selectbox(key="runs.pick").set_value(runs["running"]).run()
+    select_row(at, runs["running"])
     assert at.button(key="runs.resume").disabled
 
 
@@ -287,3 +372,109 @@ def test_resume_from_the_page_continues_to_max_steps_without_repeating_steps(
     assert loss["step"].is_unique, loss["step"].tolist()
     assert (loss["step"] < 30).any() and (loss["step"] >= 30).any()
     assert "resuming from step 30" in runner.log_tail(store, run_id)
+
+
+# ---------------------------------------------------------------------------- issue 23: 7
+
+
+def test_the_clicked_row_is_the_run_the_actions_apply_to(
+    store: RunStore, runs: dict[str, int]
+) -> None:
+    at = open_page("pages/runs.py")
+    assert not [s for s in at.selectbox if s.key == "runs.pick"]  # no second picker
+    newest = max(runs.values())
+    assert selected_rows(at) == [newest]  # as before, the newest run until one is clicked
+    assert at.checkbox(key=f"runs.confirm.{newest}")
+
+    running = runs["running"]
+    select_row(at, running)
+    assert selected_rows(at) == [running]
+    # The actions below the table now act on the clicked run, and the URL names it.
+    assert f"runs.confirm.{running}" in [c.key for c in at.checkbox]
+    assert at.checkbox(key=f"runs.confirm.{running}").disabled  # running: stop it first
+    assert at.button(key="runs.stop")
+    assert at.session_state[ui.RUN_KEY] == running
+    assert at.query_params.get("run") in (str(running), [str(running)])
+
+    select_row(at, None)  # the selected row clicked off: no run to act on, and a hint
+    assert selected_rows(at) == []
+    assert "Click a row" in texts(at, "info")
+    assert not [b for b in at.button if b.key in ("runs.open", "runs.delete", "runs.stop")]
+    at.run()  # and it stays so
+    assert selected_rows(at) == [] and "Click a row" in texts(at, "info")
+
+
+def test_a_run_named_in_the_url_is_the_selected_row(store: RunStore, runs: dict[str, int]) -> None:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params["run"] = str(runs["completed"])
+    at.run()
+    at.switch_page("pages/runs.py").run()
+    assert not at.exception
+    assert selected_rows(at) == [runs["completed"]]
+    assert at.text_input(key=f"runs.name.{runs['completed']}")
+
+
+def test_the_selection_stays_on_its_run_when_a_new_run_appears(
+    store: RunStore, runs: dict[str, int], timers: dict[str, float]
+) -> None:
+    at = open_page("pages/runs.py")
+    select_row(at, runs["running"])
+    newer = fakes.add_run(store, fakes.fake_config(), "queued", name="from-cli")
+    tick(at, timers)
+    assert newer in shown_ids(at)  # on top, so every row below moved down one
+    assert selected_rows(at) == [runs["running"]]
+    at.run()
+    assert selected_rows(at) == [runs["running"]]
+    assert at.checkbox(key=f"runs.confirm.{runs['running']}")
+
+
+def test_a_diverged_runs_val_loss_reads_diverged(store: RunStore) -> None:
+    config = fakes.fake_config()
+    blew_up = store.create_run("blew-up", config.to_json(), status="diverged")
+    store.update_run(blew_up, diverged_step=7, step=7)
+    inf = store.create_run("inf", config.to_json(), status="diverged")
+    store.log_scalars(inf, [(5, "val/loss", float("inf"))])  # kept as it is, unlike NaN
+    store.flush()
+    fresh = store.create_run("fresh", config.to_json(), status="stopped")
+    done = fakes.add_run(store, config, "completed", name="done")
+    at = open_page("pages/runs.py")
+    val_loss = at.dataframe[0].value.set_index("id")["val loss"]
+    assert val_loss[blew_up] == val_loss[inf] == "diverged"
+    assert val_loss[fresh] == "—"  # no evaluation yet: not a grey None either
+    assert val_loss[done] == f"{store.runs_frame().set_index('id').loc[done, 'val_loss']:.4f}"
+    # Compare's final-metrics table says it too.
+    final = tables.final_table(store, [blew_up, done]).set_index("run")
+    assert final.loc["blew-up", "val_loss"] == "diverged"
+    assert final.loc["blew-up", "diverged_at"] == "7"
+    assert final.loc["done", "val_loss"] != "diverged"
+
+
+# ---------------------------------------------------------------------------- issue 23: 10
+
+
+def test_the_summary_line_follows_a_run_that_ends_and_one_that_resumes(
+    store: RunStore, runs: dict[str, int], timers: dict[str, float]
+) -> None:
+    at = open_page("pages/runs.py")
+    assert "1 running" in summary(at) and "1 stopped" in summary(at)
+    store.update_run(runs["stopped"], status="running", heartbeat=time.time())  # resumed
+    tick(at, timers)
+    assert "2 running" in summary(at) and "stopped" not in summary(at)
+    store.update_run(runs["running"], status="completed", ended=time.time())
+    tick(at, timers)
+    assert "1 running" in summary(at) and "2 completed" in summary(at)
+
+
+def test_a_run_launched_from_the_cli_appears_while_nothing_runs(
+    store: RunStore, timers: dict[str, float]
+) -> None:
+    (done,) = fakes.populate(store, n_runs=1, n_steps=40, n_layer=2, statuses=("completed",))
+    at = open_page("pages/runs.py")
+    assert "1 completed" in summary(at)
+    tick(at, timers)  # nothing changed: nothing is redrawn (the tree holds what was)
+    assert not at.dataframe and not at.caption
+    launched = fakes.add_run(store, fakes.fake_config(), "queued", name="from-cli")
+    tick(at, timers)
+    assert shown_ids(at) == {done, launched}
+    assert "2 run(s)" in summary(at) and "1 starting" in summary(at)
+    assert timers  # and the page now follows it on the faster timer

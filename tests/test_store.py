@@ -512,6 +512,16 @@ def test_runs_frame_and_final_metrics_summarise_runs(store):
     assert (row["val_loss"], row["tokens_per_sec"]) == (1.1, 999.0)  # the final JSON wins
 
 
+def test_run_statuses_name_every_run_as_runs_frame_does(store):
+    done = new_run(store, "done", status="completed")
+    queued = new_run(store, "queued")
+    assert store.run_statuses() == {done: "completed", queued: "queued"}
+    frame = store.runs_frame()
+    assert store.run_statuses() == dict(zip(frame["id"], frame["status"], strict=True))
+    store.delete_run(done)
+    assert store.run_statuses() == {queued: "queued"}
+
+
 # -- downsampling ---------------------------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -13,9 +14,31 @@ from blockviz.core import spec
 from blockviz.dashboard.ui import format_duration
 from blockviz.store import RunStore
 
+DIVERGED = "diverged"  # a loss a diverged run has none of: it went non-finite
+# The final metrics a diverged run loses (non-finite values are stored as none).
+LOSS_COLUMNS = ("train_loss", "val_loss", "val_ppl", "val_bpc")
+
+
+def loss_text(value: float | None, status: str, digits: int = 4) -> str:
+    """A loss as the tables show it: `digits` decimals; "diverged" where a diverged run's
+    is missing or infinite, "—" where another run has none yet (not Streamlit's grey None)."""
+    if value is not None and math.isfinite(value):
+        return f"{value:.{digits}f}"
+    if status == "diverged":
+        return DIVERGED
+    return "—" if value is None or math.isnan(value) else str(value)
+
+
+def loss_texts(values: pd.Series, statuses: pd.Series, digits: int = 4) -> list[str]:
+    """`loss_text` of each run's value."""
+    return [
+        loss_text(None if pd.isna(value) else float(value), str(status), digits)
+        for value, status in zip(values, statuses, strict=True)
+    ]
+
 
 def _column(name: str, shown: spec.FinalColumn) -> Any:
-    if shown.kind == "text" or name in ("diverged_at", "time_s"):
+    if shown.kind == "text" or name in ("diverged_at", "time_s", *LOSS_COLUMNS):
         return st.column_config.TextColumn("time" if name == "time_s" else shown.header)
     formats = {"integer": "%d", "percent": "percent", "count": "localized"}
     return st.column_config.NumberColumn(
@@ -27,15 +50,20 @@ FINAL_COLUMN_CONFIG = {name: _column(name, shown) for name, shown in spec.FINAL_
 
 
 def final_table(store: RunStore, run_ids: list[int]) -> pd.DataFrame:
-    """The runs' final metrics as the page shows them: durations and steps as text."""
+    """The runs' final metrics as the page shows them: durations, steps and losses as text."""
     final = store.final_metrics(run_ids)
     final["time_s"] = [format_duration(None if pd.isna(t) else t) for t in final["time_s"]]
     # Blank rather than Streamlit's "None" for the runs that did not diverge.
     final["diverged_at"] = ["" if pd.isna(s) else str(int(s)) for s in final["diverged_at"]]
+    for name in LOSS_COLUMNS:
+        final[name] = loss_texts(final[name], final["status"], spec.FINAL_COLUMNS[name].digits)
     answers = [c for c in ("answer_acc", "answer_baseline") if c in final.columns]
     if final[answers].isna().all().all():
         final = final.drop(columns=answers)  # only the ops dataset has answers
     return final[[c for c in spec.FINAL_COLUMNS if c in final.columns]]
+
+
+RUNS_COLUMN_CONFIG = {"id": st.column_config.NumberColumn("id", format="%d")}
 
 
 def runs_table(
@@ -44,8 +72,9 @@ def runs_table(
     max_running: int | None = None,
     store_runs: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """The columns a person scans: id, name, status, created, duration, step, val loss,
-    device, tags, and the study a run belongs to.
+    """The columns a person scans: id, name, status, created, duration, step, val loss
+    (as text, so a diverged run's reads "diverged"), device, tags, and the study a run
+    belongs to.
 
     Duration runs to `ended`, to `now` for an active run, else to the last heartbeat. The
     status is the one the pages show (`runner.shown_in`: a queued run with a free slot is
@@ -75,7 +104,7 @@ def runs_table(
             "created": created,
             "duration": [format_duration(None if pd.isna(d) else d) for d in duration],
             "step": steps,
-            "val loss": runs["val_loss"].to_numpy(),
+            "val loss": loss_texts(runs["val_loss"], runs["status"]),
             "device": runs["device"].to_numpy(),
             "tags": runs["tags"].fillna("").to_numpy()
             if "tags" in runs.columns

@@ -16,7 +16,7 @@ One concern per module; import from here, not from them:
                    check, run folders, close, transactions, the `guarded` lock
     schema.py      the tables and their version (upgrades to v4 in place), the frames' dtypes
     runs.py        the runs table: create, update, take_over, tags, notes, rename, delete,
-                   resolve, runs_frame
+                   resolve, runs_frame, run_statuses
     studies.py     the studies table; a study's runs created at once, claimed by workers
     liveness.py    heartbeats, reap_dead, settle_step
     queue.py       claim_slot: at most N runs running; queued_still

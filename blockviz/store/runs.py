@@ -302,6 +302,13 @@ class _Runs(_Connection):
         ]
         return typed_frame(rows, RUNS_FRAME)
 
+    @guarded
+    def run_statuses(self) -> dict[int, str]:
+        """{run id: status} of every run: one cheap read for a page that waits for a run
+        to be added, deleted or to change status (runs_frame reads each run's losses)."""
+        rows = self.conn.execute("SELECT id, status FROM runs ORDER BY id").fetchall()
+        return {int(run_id): str(status) for run_id, status in rows}
+
     def _column_or_null(self, column: str) -> str:
         """`r.<column>`, or NULL for a column an old file opened read-only does not have."""
         return f"r.{column}" if column in self._run_columns else "NULL"
