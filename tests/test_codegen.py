@@ -2,9 +2,11 @@
 
 The key test trains a grid of tiny configs twice, once with `python -m blockviz train`'s
 entry point into a store and once with each exported script, and compares every logged
-training and validation loss. The other tests check the script compiles and lints for
-every preset, imports nothing but the standard library and torch, names itself safely,
-says what it does not reproduce, and is offered by the CLI and the pages.
+training and validation loss and learning rate; one script runs with other --max_steps,
+--lr and --seed and must match blockviz's run of the config with those values. The other
+tests check the script compiles and lints for every preset, imports nothing but the
+standard library and torch, names itself safely, says what it does not reproduce and how
+to use its flags, refuses a bad flag in one line, and is offered by the CLI and the pages.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import ast
 import json
 import os
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -80,13 +84,16 @@ CONFIGS: dict[str, dict[str, object]] = {
     },
 }
 STANDALONE = "pre-attention-only"  # its own process; the others share one (one torch import)
+# One script run with flags: blockviz trains the config with the same values. "post" decays
+# linearly, so a script whose schedule ignored the new --max_steps would print other lrs.
+FLAGGED = ("post", {"max_steps": 7, "lr": 2e-3, "seed": 11})
 
 # Runs each exported script as __main__ in one process, and proves none imported blockviz.
 _RUN_SCRIPTS = """
 import contextlib, io, json, runpy, sys
 outputs = {}
-for script, text in json.loads(sys.argv[1]):
-    sys.argv = [script, text]
+for script, *flags in json.loads(sys.argv[1]):
+    sys.argv = [script, *flags]
     with contextlib.redirect_stdout(io.StringIO()) as out:
         runpy.run_path(script, run_name="__main__")
     outputs[script] = out.getvalue()
@@ -94,6 +101,7 @@ for script, text in json.loads(sys.argv[1]):
 print(json.dumps(outputs))
 """
 LOSS_LINE = re.compile(r"^step\s+(\d+)\s+(train|val) loss (\S+)", re.MULTILINE)
+LR_LINE = re.compile(r"^step\s+(\d+)\s+train loss \S+\s+lr (\S+)", re.MULTILINE)
 
 
 def tiny(**overrides: object) -> cfg.RunConfig:
@@ -122,28 +130,48 @@ def script_losses(output: str) -> dict[tuple[str, int], float]:
     return {(kind, int(step)): float(value) for step, kind, value in LOSS_LINE.findall(output)}
 
 
+def script_lrs(output: str) -> dict[int, float]:
+    """{step: lr} from a script's printed training lines (four significant digits)."""
+    return {int(step): float(value) for step, value in LR_LINE.findall(output)}
+
+
 def store_losses(store: RunStore, name: str) -> dict[tuple[str, int], float]:
     frame = store.scalars(store.resolve(name), ["train/loss", "val/loss"])
     return {(row.name.split("/")[0], int(row.step)): float(row.value) for row in frame.itertuples()}
+
+
+def store_lrs(store: RunStore, name: str) -> dict[int, float]:
+    frame = store.scalars(store.resolve(name), ["train/lr"])
+    return {int(row.step): float(row.value) for row in frame.itertuples()}
 
 
 def test_exported_scripts_train_to_blockviz_losses(tmp_path: Path) -> None:
     text = tmp_path / fakes.CORPUS_NAME
     text.write_text(fakes.CORPUS, encoding="utf-8")
     store_path = tmp_path / "runs.db"
-    flags, scripts = [], {}
-    for label, overrides in CONFIGS.items():
-        config = tiny(dataset=str(text), **overrides)
+    flags, scripts, argv = [], {}, {}
+    data = {"dataset": str(text)}
+    # label -> (the config blockviz trains, the config the script is exported from, its flags)
+    runs = {label: (tiny(**data, **o), tiny(**data, **o), []) for label, o in CONFIGS.items()}
+    base, flag_values = FLAGGED
+    flagged_label = f"{base}-flagged"
+    runs[flagged_label] = (
+        tiny(**data, **{**CONFIGS[base], **flag_values}),
+        tiny(**data, **CONFIGS[base]),
+        [item for name, value in flag_values.items() for item in (f"--{name}", str(value))],
+    )
+    for label, (trained, exported, extra) in runs.items():
         config_path = tmp_path / f"{label}.json"
-        config_path.write_text(config.to_json(), encoding="utf-8")
+        config_path.write_text(trained.to_json(), encoding="utf-8")
         where = ("--store", str(store_path), "--name", label, "--no_progress")
         flags.append(["--config", str(config_path), *where])
         scripts[label] = tmp_path / codegen.script_filename(label)
-        scripts[label].write_text(codegen.script_text(config, label), encoding="utf-8")
-    shared = [[str(scripts[label]), str(text)] for label in CONFIGS if label != STANDALONE]
+        scripts[label].write_text(codegen.script_text(exported, label), encoding="utf-8")
+        argv[label] = [str(scripts[label]), "--data", str(text), *extra]
+    shared = [argv[label] for label in runs if label != STANDALONE]
     procs = {
         "blockviz": start(["-c", TRAIN_ALL, json.dumps(flags)]),
-        "standalone": start([str(scripts[STANDALONE]), str(text)]),
+        "standalone": start(argv[STANDALONE]),
         "shared": start(["-c", _RUN_SCRIPTS, json.dumps(shared)]),
     }
     outputs = {name: finish(proc) for name, proc in procs.items()}
@@ -151,15 +179,23 @@ def test_exported_scripts_train_to_blockviz_losses(tmp_path: Path) -> None:
     printed[str(scripts[STANDALONE])] = outputs["standalone"]
     store = RunStore(str(store_path), readonly=True)
     try:
-        for label in CONFIGS:
+        for label in runs:
             expected = store_losses(store, label)
             got = script_losses(printed[str(scripts[label])])
             assert {k for k in expected if k[0] == "val"}, label  # evaluations were logged
             assert got.keys() == expected.keys(), (label, sorted(got), sorted(expected))
             for key, value in expected.items():
                 assert got[key] == pytest.approx(value, rel=1e-5, abs=1e-6), (label, key)
+            lrs = script_lrs(printed[str(scripts[label])])
+            assert lrs == pytest.approx(store_lrs(store, label), rel=1e-3), label
     finally:
         store.close()
+    # The flags changed the run: steps 0-6 and a final evaluation at 7, another first loss.
+    flagged = script_losses(printed[str(scripts[flagged_label])])
+    assert max(step for kind, step in flagged if kind == "train") == flag_values["max_steps"] - 1
+    assert ("val", flag_values["max_steps"]) in flagged
+    plain = script_losses(printed[str(scripts[base])])
+    assert flagged["train", 0] != pytest.approx(plain["train", 0], rel=1e-3)  # another seed
 
 
 def imported_roots(source: str) -> set[str]:
@@ -212,6 +248,9 @@ def test_script_constants_are_the_configs_values() -> None:
                 assert found[name.upper()] == value, name
     assert found["DATASET"] == "my text.txt"  # the file's name, not another machine's path
     assert {"N_LAYER", "NORM_POSITION", "INIT", "LR_SCHEDULE", "GRAD_CLIP"} <= found.keys()
+    # The flags accept what blockviz would train: its bounds, not the script's own.
+    for name in ("max_steps", "lr", "seed"):
+        assert found[f"{name.upper()}_LIMIT"] == cfg.BOUNDS[name].high, name
 
 
 @pytest.mark.parametrize(
@@ -248,6 +287,101 @@ def test_header_says_the_printed_loss_leaves_the_z_loss_out() -> None:
     assert "the Z_LOSS term is added only to what is trained on" in " ".join(with_z.split())
     without = ast.get_docstring(ast.parse(codegen.script_text(tiny(), "x")))
     assert "Z_LOSS" not in without
+
+
+# ---------------------------------------------------------------------------- flags
+
+
+def script_module(tmp_path: Path, config: cfg.RunConfig) -> dict[str, Any]:
+    """The exported script loaded as a module (not __main__): its functions, nothing run."""
+    path = tmp_path / codegen.script_filename("x")
+    path.write_text(codegen.script_text(config, "x"), encoding="utf-8")
+    return runpy.run_path(str(path), run_name="exported_script")
+
+
+def test_help_lists_every_flag_with_the_runs_value(tmp_path: Path, capsys) -> None:
+    config = tiny(max_steps=37, lr=0.0042, seed=99, accelerator="cpu", dataset="/a/fox.txt")
+    with pytest.raises(SystemExit) as done:
+        script_module(tmp_path, config)["main"](["--help"])
+    assert done.value.code == 0
+    # "  --max_steps MAX_STEPS  steps to train ... (default: 37)", one entry per option
+    entries = re.split(r"\n  (?=-)", capsys.readouterr().out.split("options:")[1])
+    defaults = {entry.split()[0]: " ".join(entry.split()) for entry in entries if entry.strip()}
+    expected = {"--data": "fox.txt", "--max_steps": "37", "--lr": "0.0042", "--seed": "99"}
+    for flag, value in {**expected, "--device": "cpu"}.items():
+        assert defaults[flag].endswith(f"(default: {value})"), defaults[flag]
+
+
+@pytest.mark.parametrize(
+    ("flags", "overrides", "words"),
+    [
+        (["--max_steps", "0"], {}, "--max_steps: 0 is not allowed"),
+        (["--max_steps", "2"], {}, "WARMUP_STEPS"),  # the 3 warm-up steps would not fit
+        (["--max_steps", "1e3"], {}, "--max_steps: '1e3' is not allowed"),
+        (["--lr", "-1"], {}, "--lr: -1 is not allowed"),
+        (["--lr", "nan"], {}, "--lr: nan is not allowed"),
+        (["--lr", "5e-5"], {}, "MIN_LR"),  # below where the decay ends
+        (["--seed", "-1"], {}, "--seed: -1 is not allowed"),
+        (["--seed", str(2**32)], {}, "--seed: 4294967296 is not allowed"),
+        (["--device", "tpu"], {}, "--device: 'tpu' is not allowed"),
+        (["--device", "cuda"], {}, "--device: cuda is not available here"),
+        ([], {"accelerator": "gpu"}, "--device: gpu is not available here"),  # the default
+        (["--data", "missing.txt"], {}, "--data: 'missing.txt' is not a file"),
+        (["--data", "latin1.txt"], {}, "--data: 'latin1.txt' is not UTF-8 text"),
+        (["--data", "short.txt"], {}, "--data: 'short.txt' is too short"),
+        (["--lr"], {}, "--lr: expected one argument"),
+        (["--steps", "3"], {}, "unrecognized arguments: --steps 3"),
+    ],
+)
+def test_a_bad_flag_is_one_line_and_exit_status_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, flags, overrides, words
+) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fox.txt").write_text(fakes.CORPUS, encoding="utf-8")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 ".encode("latin-1") * 100)
+    (tmp_path / "short.txt").write_text("too short", encoding="utf-8")
+    main = script_module(tmp_path, tiny(**{"accelerator": "cpu", **overrides}))["main"]
+    with pytest.raises(SystemExit) as done:
+        main(["--data", "fox.txt", *flags])
+    out, err = capsys.readouterr()
+    assert done.value.code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and ": error: " in err, err
+    assert words in err, err
+
+
+def test_a_bad_flag_from_the_shell_exits_2_without_a_traceback(tmp_path: Path) -> None:
+    script = tmp_path / "train_x.py"
+    script.write_text(codegen.script_text(tiny(), "x"), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, script.name, "--max_steps", "0"],
+        cwd=tmp_path,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("train_x.py: error: argument --max_steps: 0 is not allowed")
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "linear", "constant"])
+def test_header_says_how_to_use_the_flags(schedule: str) -> None:
+    config = tiny(lr_schedule=schedule, max_steps=300, warmup_steps=20)
+    doc = " ".join(ast.get_docstring(ast.parse(codegen.script_text(config, "x"))).split())
+    assert "python train_x.py --data input.txt --max_steps 600 --device cuda" in doc
+    for flag in ("--data", "--max_steps", "--lr", "--seed", "--device", "--help"):
+        assert flag in doc, flag
+    # What a new --max_steps does to the schedule, true for this one.
+    if schedule == "constant":
+        assert "decay" not in doc
+    else:
+        assert f"the {schedule} decay reaches MIN_LR at the last step" in doc
+    assert "the WARMUP_STEPS warm-up steps are kept" in doc
 
 
 # ---------------------------------------------------------------------------- CLI
@@ -351,5 +485,3 @@ def test_script_reads_text_as_blockviz_does(tmp_path: Path) -> None:
     messy = tmp_path / "messy.txt"
     messy.write_bytes(b"\xef\xbb\xbfline one\r\nline two \xc3\xa9\r\n\rend")
     assert read_text(str(messy)) == load_corpus(cfg.DataConfig(dataset=str(messy))).text
-    with pytest.raises(SystemExit, match="not a text file"):
-        read_text(str(tmp_path / "missing.txt"))

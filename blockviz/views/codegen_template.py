@@ -29,8 +29,6 @@ def read_text(source):
         if not path.exists():
             print(f"downloading {SHAKESPEARE_URL} to {path}")
             urllib.request.urlretrieve(SHAKESPEARE_URL, path)
-    if not path.is_file():
-        sys.exit(f"error: {source!r} is not a text file; pass the path of a UTF-8 text file")
     data = path.read_bytes()
     data = data.removeprefix(codecs.BOM_UTF8)
     # Windows line ends would add a '\r' symbol that the model must learn to emit.
@@ -245,16 +243,16 @@ class CharTransformer(nn.Module):
 # optimizer and schedule
 
 
-def lr_at(step):
-    """Linear warm-up to LR, then constant, or a cosine / linear decay to MIN_LR at MAX_STEPS."""
+def lr_at(step, lr, max_steps):
+    """Linear warm-up to lr, then constant, or a cosine / linear decay to MIN_LR at max_steps."""
     if step < WARMUP_STEPS:
-        return LR * (step + 1) / WARMUP_STEPS
+        return lr * (step + 1) / WARMUP_STEPS
     if LR_SCHEDULE == "constant":
-        return LR
-    progress = min(1.0, (step - WARMUP_STEPS) / max(1, MAX_STEPS - WARMUP_STEPS))
+        return lr
+    progress = min(1.0, (step - WARMUP_STEPS) / max(1, max_steps - WARMUP_STEPS))
     if LR_SCHEDULE == "cosine":
-        return MIN_LR + 0.5 * (1.0 + math.cos(math.pi * progress)) * (LR - MIN_LR)
-    return LR - progress * (LR - MIN_LR)  # linear
+        return MIN_LR + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - MIN_LR)
+    return lr - progress * (lr - MIN_LR)  # linear
 
 
 def param_groups(model):
@@ -268,10 +266,11 @@ def param_groups(model):
     ]
 
 
-def pick_device():
-    if ACCELERATOR in ("auto", "gpu") and torch.cuda.is_available():
+def pick_device(requested):
+    """The torch device for --device: auto and gpu take CUDA, else MPS (auto: else the CPU)."""
+    if requested in ("auto", "gpu", "cuda") and torch.cuda.is_available():
         return "cuda"
-    if ACCELERATOR in ("auto", "gpu", "mps") and torch.backends.mps.is_available():
+    if requested in ("auto", "gpu", "mps") and torch.backends.mps.is_available():
         return "mps"
     return "cpu"
 
@@ -294,28 +293,122 @@ def loader_start():
 
 
 # -----------------------------------------------------------------------------
+# the command line: each flag defaults to the run's value above and accepts what blockviz
+# would accept for that field, so every run it starts is one blockviz could train too
+
+DEVICE_CHOICES = ("auto", "cpu", "gpu", "cuda", "mps")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line naming it (no usage), then exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def parsed(text, kind):
+    """`kind(text)`, or None when text is not one (a typo, "1e3" for an integer)."""
+    try:
+        return kind(text)
+    except ValueError:
+        return None
+
+
+def refused(text, value, allowed):
+    shown = repr(text) if value is None else text
+    return argparse.ArgumentTypeError(f"{shown} is not allowed; {allowed}")
+
+
+def data_flag(text):
+    """--data: a text file, or a corpus the script builds (pydocs) or downloads (shakespeare)."""
+    if text in ("pydocs", "shakespeare") or Path(text).is_file():
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not a file; pass a UTF-8 text file's path")
+
+
+def max_steps_flag(text):
+    steps = parsed(text, int)
+    low = max(1, WARMUP_STEPS)  # blockviz refuses a run shorter than its warm-up
+    if steps is None or not low <= steps <= MAX_STEPS_LIMIT:
+        warmup = f" (WARMUP_STEPS = {WARMUP_STEPS} must fit)" if low > 1 else ""
+        raise refused(text, steps, f"must be an integer in [{low}, {MAX_STEPS_LIMIT}]{warmup}")
+    return steps
+
+
+def lr_flag(text):
+    lr = parsed(text, float)
+    # blockviz refuses a peak below MIN_LR, where the decays end (whatever the schedule)
+    if lr is None or not (0 < lr <= LR_LIMIT and lr >= MIN_LR):
+        low = f"[MIN_LR = {MIN_LR}" if MIN_LR > 0 else "(0"
+        raise refused(text, lr, f"must be a number in {low}, {LR_LIMIT}]")
+    return lr
+
+
+def seed_flag(text):
+    seed = parsed(text, int)
+    if seed is None or not 0 <= seed <= SEED_LIMIT:
+        raise refused(text, seed, f"must be an integer in [0, {SEED_LIMIT}]")
+    return seed
+
+
+def device_flag(text):
+    if text not in DEVICE_CHOICES:
+        raise refused(text, None, "choose one of " + ", ".join(DEVICE_CHOICES))
+    cuda, mps = torch.cuda.is_available(), torch.backends.mps.is_available()
+    if not {"cuda": cuda, "mps": mps, "gpu": cuda or mps}.get(text, True):
+        missing = {"cuda": "CUDA GPU", "mps": "MPS device", "gpu": "CUDA GPU or MPS device"}[text]
+        raise argparse.ArgumentTypeError(
+            f"{text} is not available here: torch finds no {missing}; pass --device cpu or auto"
+        )
+    return text
+
+
+def parse_flags(argv=None):
+    """(parser, flags) from the command line, or `argv`; a bad flag exits with status 2."""
+    parser = Parser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--data", type=data_flag, default=DATASET, help="UTF-8 text file, or pydocs / shakespeare")
+    add("--max_steps", type=max_steps_flag, default=MAX_STEPS, help="steps to train")
+    add("--lr", type=lr_flag, default=LR, help="peak learning rate")
+    add("--seed", type=seed_flag, default=SEED, help="seeds weights, dropout, training batches")
+    add(
+        "--device",
+        type=device_flag,
+        default=ACCELERATOR,
+        help="auto (CUDA, else MPS, else the CPU), cpu, gpu (CUDA, else MPS), cuda or mps",
+    )
+    return parser, parser.parse_args(argv)
+
+
+# -----------------------------------------------------------------------------
 # training
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("text", nargs="?", default=DATASET, help="UTF-8 text file to train on")
-    args = parser.parse_args()
-
-    text = read_text(args.text)
+def main(argv=None):
+    parser, args = parse_flags(argv)
+    try:
+        text = read_text(args.data)
+    except UnicodeDecodeError as err:
+        parser.error(f"argument --data: {args.data!r} is not UTF-8 text (byte {err.start})")
     chars = sorted(set(text))
     char_id = {c: i for i, c in enumerate(chars)}
     ids = torch.tensor([char_id[c] for c in text], dtype=torch.long)  # (N,)
     n_train = int(len(ids) * (1 - VAL_FRACTION))  # the last VAL_FRACTION is validation
     train_ids, val_ids = ids[:n_train], ids[n_train:]
     if min(len(train_ids), len(val_ids)) <= BLOCK_SIZE:
-        sys.exit(f"error: the text is too short: each split needs {BLOCK_SIZE + 1} characters")
+        parser.error(
+            f"argument --data: {args.data!r} is too short: each split needs "
+            f"{BLOCK_SIZE + 1} characters (VAL_FRACTION = {VAL_FRACTION})"
+        )
     print(f"{len(text):,} characters, vocabulary of {len(chars)}, {n_train:,} for training")
 
     # Batches come from generators of their own: the same windows whatever else draws.
-    # Validation windows follow a fixed evaluation seed, not SEED, EVAL_DRAW at a time:
+    # Validation windows follow a fixed evaluation seed, not --seed, EVAL_DRAW at a time:
     # every run of this text and block size is scored on the same text.
-    train_generator = torch.Generator().manual_seed(SEED)
+    train_generator = torch.Generator().manual_seed(args.seed)
     val_generator = torch.Generator().manual_seed(EVAL_SEED)
     n_windows = EVAL_ITERS * BATCH_SIZE
     draws = [
@@ -324,15 +417,18 @@ def main():
     ]
     val_starts = torch.cat(draws)[:n_windows].view(EVAL_ITERS, BATCH_SIZE)  # (iters, B)
 
-    device = pick_device()
+    device = pick_device(args.device)
     amp_dtype = autocast_dtype(device)
-    torch.manual_seed(SEED)  # the weights (and dropout masks) follow from the seed
+    torch.manual_seed(args.seed)  # the weights (and dropout masks) follow from the seed
     model = CharTransformer(len(chars)).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"{n_params:,} parameters on {device}, autocast {amp_dtype or 'off (float32)'}")
     forward = torch.compile(model) if COMPILE else model
-    optimizer = torch.optim.AdamW(param_groups(model), lr=LR, betas=(BETA1, BETA2))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_at(step) / LR)
+    optimizer = torch.optim.AdamW(param_groups(model), lr=args.lr, betas=(BETA1, BETA2))
+    # The decay ends at --max_steps, as blockviz plans it for a run of that many steps.
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_at(step, args.lr, args.max_steps) / args.lr
+    )
     scaler = torch.amp.GradScaler(device, enabled=amp_dtype == torch.float16)
 
     def autocast():
@@ -358,7 +454,7 @@ def main():
     recent = []
     started = time.time()
     last_eval = None
-    for step in range(MAX_STEPS):
+    for step in range(args.max_steps):
         lr = optimizer.param_groups[0]["lr"]
         n_starts = len(train_ids) - BLOCK_SIZE  # the last start leaves room for one target
         starts = torch.randint(n_starts, (BATCH_SIZE,), generator=train_generator)  # (B,)
@@ -382,7 +478,7 @@ def main():
         if not math.isfinite(recent[-1]):
             print(f"step {step:6d}  train loss {recent[-1]}: diverged")
             return
-        if step % LOG_INTERVAL == 0 or step == MAX_STEPS - 1:
+        if step % LOG_INTERVAL == 0 or step == args.max_steps - 1:
             # Each loss is measured on batch `step` before the update that batch causes.
             mean_loss = sum(recent) / len(recent)
             elapsed = time.time() - started
@@ -390,8 +486,8 @@ def main():
             recent = []
         if (step + 1) % EVAL_INTERVAL == 0:
             last_eval = evaluate(step + 1)
-    if last_eval is None or MAX_STEPS % EVAL_INTERVAL:
-        evaluate(MAX_STEPS)
+    if last_eval is None or args.max_steps % EVAL_INTERVAL:
+        evaluate(args.max_steps)
 
     model.eval()
     start = torch.tensor([[char_id.get("\n", 0)]], device=device)
