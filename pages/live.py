@@ -458,7 +458,10 @@ def _attention_tab(store: RunStore, run: dict[str, Any], x: XChoice) -> None:
         chart = charts.attention_heatmap(attention, layer)
         label = f"{name} attention step {step} layer {layer}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.attn")
-        st.caption("Hover a cell for the query and key characters; the text is the probe text.")
+        st.caption(
+            "Rows are queries, columns keys, each labelled with its character of the probe "
+            "text (␣ a space, ⏎ a newline, ⇥ a tab); hover a cell for its weight."
+        )
 
 
 def _samples_tab(store: RunStore, run: dict[str, Any]) -> None:
