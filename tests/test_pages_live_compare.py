@@ -760,3 +760,26 @@ def test_show_scrolls_the_charts_into_view_once(store: RunStore) -> None:
     assert ".st-key-live-charts" in script  # the container of the tabs
     at.run()
     assert not scripts(at)  # once per click: a refresh does not pull the page back
+
+
+def test_live_attention_map_labels_its_axes_with_the_probe_characters(store: RunStore) -> None:
+    from blockviz.views.charts.attention import visible_char
+
+    (run_id,) = fakes.populate(store, n_runs=1, n_steps=60, n_layer=2, n_head=2)
+    at = _live(run_id)
+    at.session_state["live.tab"] = "Attention"
+    at.run()
+    assert not at.exception
+    step = store.attention_steps(run_id)[-1]
+    stored = store.attention(run_id, step, layer=0)
+    queries = stored.drop_duplicates("query").sort_values("query")
+    expected = [visible_char(str(c)) for c in queries["query_char"]]
+    exprs = [
+        expr
+        for element in at.get("vega_lite_chart")
+        for expr in re.findall(r'"labelExpr": ("(?:[^"\\]|\\.)*")', element.proto.spec)
+    ]
+    assert exprs, "no attention map with labelled axes on the Attention tab"
+    # The y axis reads the probe text, one character per row.
+    wanted = f"{json.dumps(expected, ensure_ascii=False)}[datum.value]"
+    assert wanted in [json.loads(expr) for expr in exprs]

@@ -13,6 +13,8 @@ Writes train.png, live.png, compare.png and playground.png (README shows the 144
 `--findings-only` trains README's three starter runs from the command line, as its table
 gives them, and writes findings.png: Live on the Post-LN one, its findings at the top, after
 a click on the newest finding's Show (gradients vanish: the Gradients tab, step 50 marked).
+`--studies-only` runs the quick norm-position study with one click on the Studies page and
+writes studies.png (claims beside verdicts) and study-chart.png (its loss curves by variant).
 Needs no network; takes a few minutes on a 2-core CPU (the runs take turns there).
 """
 
@@ -170,6 +172,49 @@ def _playground(page, url: str, out: Path) -> None:
     page.screenshot(path=out / "playground.png")
 
 
+STUDY = "norm-position"  # six variants in three families: lines that must be told apart
+STUDY_HEIGHT = 1400  # the claims and verdicts, the results table
+
+
+def _active_studies() -> int:
+    """Studies of this script's store still running."""
+    from blockviz.store import RunStore
+
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        return int((store.studies_frame()["status"] == "running").sum())
+
+
+def _studies(page, url: str, out: Path) -> None:
+    """One click on the Studies page: the quick norm-position study, run to its end; then
+    studies.png (its claims and verdicts) and study-chart.png (its loss curves by variant,
+    at the window's size)."""
+    from playwright.sync_api import expect
+
+    page.set_viewport_size(VIEWPORT)
+    page.goto(f"{url}/studies")
+    main = page.get_by_test_id("stMain")
+    main.get_by_role("combobox", name="Study").click()
+    page.get_by_role("option", name=f"{STUDY} —", exact=False).click()
+    main.get_by_role("button", name="Run study").click()
+    expect(main.get_by_text("Started study #1", exact=False)).to_be_visible()
+    deadline = time.monotonic() + 1800
+    while _active_studies() and time.monotonic() < deadline:
+        page.wait_for_timeout(3000)
+    page.reload()  # the finished study, drawn once
+    chart = main.get_by_test_id("stVegaLiteChart").first
+    expect(chart).to_be_visible(timeout=120_000)
+    page.wait_for_timeout(4000)
+    page.mouse.move(0, 0)
+    page.set_viewport_size({"width": VIEWPORT["width"], "height": STUDY_HEIGHT})
+    page.wait_for_timeout(3000)
+    page.screenshot(path=out / "studies.png")
+    page.set_viewport_size(VIEWPORT)
+    chart.scroll_into_view_if_needed()
+    chart.evaluate("e => e.scrollIntoView({block: 'start'})")
+    page.wait_for_timeout(2000)
+    page.screenshot(path=out / "study-chart.png")
+
+
 STARTERS = (  # README's "Three runs to start with"
     ("--warmup_steps", "0", "--lr", "0.01"),
     ("--norm_position", "post", "--warmup_steps", "0", "--lr", "0.01"),
@@ -219,6 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--findings-only", action="store_true", help="train the starter runs; take findings.png"
     )
+    parser.add_argument(
+        "--studies-only",
+        action="store_true",
+        help=f"run the quick {STUDY} study from its page; take studies.png and study-chart.png",
+    )
     args = parser.parse_args(argv)
     try:
         width, height = (int(part) for part in args.size.lower().split("x"))
@@ -248,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
                 if args.findings_only:
                     _train_starters()
                     _findings(page, url, args.out)
+                elif args.studies_only:
+                    _studies(page, url, args.out)
                 elif args.playground_only:
                     _playground(page, url, args.out)
                 else:
@@ -260,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     shots = ("train.png", "live.png", "compare.png", "playground.png")
     if args.findings_only:
         shots = ("findings.png",)
+    elif args.studies_only:
+        shots = ("studies.png", "study-chart.png")
+    elif args.playground_only:
+        shots = ("playground.png",)
     print(f"wrote {', '.join(str(args.out / n) for n in shots)}")
     return 0
 
