@@ -5,7 +5,7 @@ the pages it drives (Train, Playground, Parameters, Gradients at init), so they 
 config; on the Playground the page draws its quick fields itself, beside its chart.
 The other pages draw no config; their runs keep its values (`sidebar.keep_values`) and
 leave the URL's config keys out. No torch here or in any page: training runs in its own
-process (blockviz.runner).
+process (blockviz.launch.runner).
 """
 
 import streamlit as st

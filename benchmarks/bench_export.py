@@ -20,7 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_store import timed  # (median ms, best ms, CPU ms, len(result))
 from blockviz.store import RunStore
-from blockviz.views import charts, export
+from blockviz.views import charts
+from blockviz.views.export.render import chart_csv, chart_html, chart_png, chart_svg
+from blockviz.views.export.report import build_report
 from tests import fakes  # fake runs shaped like real ones (ROOT is on sys.path)
 
 
@@ -38,13 +40,13 @@ def main(argv: list[str] | None = None) -> int:
         ids = fakes.populate(store, n_runs=args.runs, n_steps=args.steps, n_layer=args.layers)
         frame = store.scalars(ids, names=["train/loss", "val/loss"], max_points=800)
         chart = charts.loss_chart(frame, smoothing=0.6)
-        export.chart_png(chart)  # the first call loads vl-convert's engine
+        chart_png(chart)  # the first call loads vl-convert's engine
         rows = [
-            ("loss chart PNG (2x)", *timed(lambda: export.chart_png(chart), args.repeats)),
-            ("loss chart SVG", *timed(lambda: export.chart_svg(chart), args.repeats)),
-            ("loss chart HTML", *timed(lambda: export.chart_html(chart), args.repeats)),
-            ("loss chart CSV", *timed(lambda: export.chart_csv(chart), args.repeats)),
-            (f"report zip, {args.runs} runs", *timed(lambda: export.build_report(store, ids), 1)),
+            ("loss chart PNG (2x)", *timed(lambda: chart_png(chart), args.repeats)),
+            ("loss chart SVG", *timed(lambda: chart_svg(chart), args.repeats)),
+            ("loss chart HTML", *timed(lambda: chart_html(chart), args.repeats)),
+            ("loss chart CSV", *timed(lambda: chart_csv(chart), args.repeats)),
+            (f"report zip, {args.runs} runs", *timed(lambda: build_report(store, ids), 1)),
         ]
         store.close()
 

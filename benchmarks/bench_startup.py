@@ -151,8 +151,8 @@ def _browser_times() -> dict[str, float]:
 
 def _launch_times(tmp: Path) -> dict[str, float]:
     """runner.launch of the tiny preset to its first train/loss row, with the phase trace."""
-    from blockviz import runner
     from blockviz.core import config as cfg
+    from blockviz.launch import runner
     from blockviz.store import RunStore
 
     store_path = tmp / f"launch-{time.time_ns()}.db"

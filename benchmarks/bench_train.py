@@ -124,6 +124,8 @@ def worker_plain(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from blockviz import cli
+    from blockviz.core import config as cfg
+    from blockviz.core.flags import run_config_from_args
     from blockviz.training.data import CharDataModule
     from blockviz.training.lit import lr_at, param_groups
     from blockviz.training.model import CharTransformer
@@ -132,13 +134,13 @@ def worker_plain(args: argparse.Namespace) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
     parsed = cli.build_parser().parse_args(["train", *_config_args(args)])
-    config = cli.run_config_from_args(parsed)
+    config = run_config_from_args(parsed)
     train = config.train
     datamodule = CharDataModule(
         config.data, config.model.block_size, train.batch_size, train.seed, train.eval_iters
     )
     datamodule.setup()
-    config = cli.cfg.replace(config, vocab_size=datamodule.vocab.size)
+    config = cfg.replace(config, vocab_size=datamodule.vocab.size)
     use_cuda = train.accelerator in ("auto", "gpu") and torch.cuda.is_available()
     device = torch.device("cuda" if use_cuda else "cpu")
     precision = resolve_precision(train.precision, "gpu" if use_cuda else "cpu")

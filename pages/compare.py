@@ -20,8 +20,9 @@ from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, LOSS_NAMES
 from blockviz.dashboard import store_access, tables, tag_filter, ui
 from blockviz.dashboard.controls import chart_controls, preselected_runs, x_axis_control
 from blockviz.store import RunStore, StoreError
-from blockviz.views import charts, export, findings_text, run_findings, seed_groups, summary
-from blockviz.views.report_job import ReportJob
+from blockviz.views import charts, findings_text, run_findings, seed_groups, summary
+from blockviz.views.export.report import LABEL_ROWS, build_report, config_diff_table, report_name
+from blockviz.views.export.report_job import ReportJob
 
 REFRESH_S = 1.5
 POLL_S = 0.5
@@ -291,11 +292,11 @@ def _config_section(store: RunStore, run_ids: list[int]) -> None:
             runs.append(store.get_run(run_id))
         except StoreError:
             continue  # deleted meanwhile; the curves above say so
-    headers, rows = export.config_diff_table(runs)
+    headers, rows = config_diff_table(runs)
     compared = len(headers) - 1  # runs whose config could be read
     if compared < len(runs):
         st.warning("Some runs are left out of the diff: their stored config is unreadable.")
-    if compared >= 2 and all(row[0] in export.LABEL_ROWS for row in rows):
+    if compared >= 2 and all(row[0] in LABEL_ROWS for row in rows):
         st.success("These runs have identical configs: any difference is run-to-run noise.")
     if rows:
         st.caption("Only the fields whose values are not the same in every chosen run.")
@@ -358,10 +359,8 @@ def _report_section(store: RunStore, run_ids: list[int], runs: list[dict[str, An
     job = _report_job()
     st.download_button(
         "Download report (zip)",
-        data=job.builder(
-            lambda progress: export.build_report(store, run_ids, progress=progress), run_ids
-        ),
-        file_name=export.report_name(runs),
+        data=job.builder(lambda progress: build_report(store, run_ids, progress=progress), run_ids),
+        file_name=report_name(runs),
         mime="application/zip",
         key="compare.report",
         type="primary",
@@ -370,7 +369,7 @@ def _report_section(store: RunStore, run_ids: list[int], runs: list[dict[str, An
     )
     building = job.building()
     st.fragment(_report_progress, run_every=POLL_S if building else None)(
-        job, run_ids, export.report_name(runs), building
+        job, run_ids, report_name(runs), building
     )
 
 

@@ -21,7 +21,6 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from blockviz import runner
 from blockviz.core import spec
 from blockviz.core.findings import Finding
 from blockviz.core.spec import (
@@ -49,6 +48,7 @@ from blockviz.dashboard.controls import (
     x_axis_widget,
 )
 from blockviz.dashboard.findings_panel import current_mark, findings_panel, take_scroll
+from blockviz.launch import runner
 from blockviz.store import RunStore, StoreError
 from blockviz.views import charts, run_findings, summary
 from blockviz.views.incremental import IncrementalReader

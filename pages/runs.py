@@ -8,10 +8,10 @@ notices a run launched elsewhere while none does (`runs_panel`).
 import pandas as pd
 import streamlit as st
 
-from blockviz import runner
 from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.dashboard import relaunch, run_actions, runs_panel, store_access, tag_filter, ui
 from blockviz.dashboard.code_download import code_download_button
+from blockviz.launch import runner
 from blockviz.store import StoreError
 
 FILTER_KEY = "runs.filter"

@@ -8,7 +8,9 @@ tab closed.
 
 import streamlit as st
 
-from blockviz.dashboard import store_access, study_launch, study_view, ui
+from blockviz.dashboard import store_access, ui
+from blockviz.dashboard.studies import launch as study_launch
+from blockviz.dashboard.studies import view as study_view
 
 store = store_access.store_or_stop()
 st.title("Studies")

@@ -3,9 +3,9 @@
 import streamlit as st
 
 import blockviz.dashboard.code_download as code_download
-from blockviz import runner
 from blockviz.core import params
 from blockviz.dashboard import sidebar, store_access, ui
+from blockviz.launch import runner
 from blockviz.store import RunStore
 from blockviz.views import charts, diagram
 from blockviz.views.breakdown import block_shares, breakdown_frames, share_sentence

@@ -43,6 +43,7 @@ from blockviz.core.spec import (
     WEIGHTS_COMPONENT,
     block_tap_names,
 )
+from blockviz.core.vocab import CharVocab, check_split
 from blockviz.store import RunStore
 
 DEFAULT_STATUSES = ("completed", "running", "diverged", "failed")
@@ -136,7 +137,7 @@ class FakeData:
     """The corpus a fake run trained on: its vocabulary, split and fingerprint."""
 
     text: str
-    vocab: corpora.CharVocab
+    vocab: CharVocab
     n_train: int
     n_val: int
     fingerprint: dict[str, Any]
@@ -150,8 +151,8 @@ class FakeData:
 def fake_data(val_fraction: float = 0.1, block_size: int = 64, windows: int = 240) -> FakeData:
     """CORPUS as CharDataModule splits and fingerprints it, scored on `windows` windows of
     the evaluation set (the default: eval_iters 20 × batch_size 12)."""
-    n_train, n_val = corpora.check_split(len(CORPUS), val_fraction, block_size, CORPUS_NAME)
-    vocab = corpora.CharVocab.from_text(CORPUS)
+    n_train, n_val = check_split(len(CORPUS), val_fraction, block_size, CORPUS_NAME)
+    vocab = CharVocab.from_text(CORPUS)
     corpus = corpora.Corpus(name=CORPUS_NAME, source=CORPUS_NAME, text=CORPUS)
     fingerprint = {
         **corpora.fingerprint(corpus, vocab, n_train, n_val),
@@ -413,7 +414,7 @@ class _FakeRun:
 
 def fake_config(**fields: Any) -> cfg.RunConfig:
     """A validated RunConfig on CORPUS (its vocab_size and name), with `fields` set."""
-    vocab_size = corpora.CharVocab.from_text(CORPUS).size
+    vocab_size = CharVocab.from_text(CORPUS).size
     return cfg.replace(
         cfg.RunConfig(), vocab_size=vocab_size, dataset=CORPUS_NAME, **fields
     ).validate()

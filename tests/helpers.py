@@ -34,7 +34,8 @@ FOX_TEXT = "the quick brown fox jumps over the lazy dog; pack my box with five d
 def tiny_datamodule(config: cfg.RunConfig, text: str = FOX_TEXT) -> tuple[Any, cfg.RunConfig]:
     """A set-up CharDataModule over `text` (one validation batch) and the config with its
     vocabulary size; the training side is imported here, so torch-free tests stay so."""
-    from blockviz.training.data import CharDataModule, Corpus
+    from blockviz.core.corpora import Corpus
+    from blockviz.training.data import CharDataModule
 
     dm = CharDataModule(
         config.data,

@@ -10,13 +10,14 @@ import altair as alt
 import pandas as pd
 import pytest
 
-from blockviz.views import charts, export
+from blockviz.views import charts
 from blockviz.views.charts.attention import (
     ATTENTION_MAX_WIDTH,
     MAX_POSITIONS,
     MIN_CELL_PX,
     visible_char,
 )
+from blockviz.views.export.render import chart_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -36,7 +37,7 @@ def attention_of(text: str, heads: int = 1, layer: int = 0) -> pd.DataFrame:
 
 def axis_labels(chart: alt.TopLevelMixin) -> dict[str, list[str]]:
     """The labels of the first x and the first y axis, as the rendered SVG draws them."""
-    root = ET.fromstring(export.chart_svg(chart))  # parses: labels are text, not markup
+    root = ET.fromstring(chart_svg(chart))  # parses: labels are text, not markup
     found: dict[str, list[str]] = {}
     for group in root.iter(f"{SVG}g"):
         described = group.get("aria-label", "")
@@ -115,7 +116,7 @@ def test_cells_are_large_enough_to_read_and_all_heads_fit_the_page(size: int, he
     chart = charts.attention_heatmap(attention_of(text, heads=heads), layer=0)
     width, height = panel_cell_px(chart, size)
     assert width >= MIN_CELL_PX and height >= MIN_CELL_PX
-    drawn = ET.fromstring(export.chart_svg(chart))
+    drawn = ET.fromstring(chart_svg(chart))
     assert float(drawn.get("width")) <= ATTENTION_MAX_WIDTH  # panels wrap, never too wide
 
 

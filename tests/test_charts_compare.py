@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from blockviz.views import charts
-from blockviz.views.render import chart_svg
+from blockviz.views.export.render import chart_svg
 from tests.test_charts import layer_frame, scalars_frame
 
 BLOWN_UP = 7.6e6  # the train loss a blown-up run reached in the Compare

@@ -17,7 +17,7 @@ from blockviz.core import spec
 from blockviz.dashboard.controls import preselected_runs
 from blockviz.store import RunStore
 from blockviz.views import charts
-from blockviz.views.render import chart_spec, chart_svg
+from blockviz.views.export.render import chart_spec, chart_svg
 from tests.real_runs import RealRuns
 
 

@@ -28,7 +28,7 @@ from blockviz import cli
 from blockviz.core import config as cfg
 from blockviz.dashboard import code_download
 from blockviz.store import RunStore
-from blockviz.views import codegen
+from blockviz.views.export import codegen
 from tests import fakes
 from tests.real_runs import TRAIN_ALL
 

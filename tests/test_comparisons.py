@@ -11,7 +11,7 @@ from blockviz.core.comparisons import compare, match_columns, seed_pairs
 from blockviz.core.studies import StudyDef, Variant
 from blockviz.core.study_stats import difference_interval
 from blockviz.core.verdicts import judge
-from blockviz.views.study_table import interval_lines
+from blockviz.views.studies.table import interval_lines
 from tests.test_verdicts import NEUTRAL, claim, frame
 
 # Seed-to-seed spread of 0.7 nats that both variants share; "a" is 0.01 below "b" in each.

@@ -7,6 +7,7 @@ import pytest
 
 from blockviz import cli
 from blockviz.core import config as cfg
+from blockviz.core.flags import run_config_from_args
 
 
 @pytest.mark.parametrize(
@@ -129,7 +130,7 @@ def test_cli_flags_become_typed_overrides():
     args = parser.parse_args(
         ["train", "--n_layer", "6", "--bias", "false", "--final_norm", "auto", "--lr", "3e-4"]
     )
-    run = cli.run_config_from_args(args)
+    run = run_config_from_args(args)
     assert run.model.n_layer == 6 and run.model.bias is False
     assert run.model.final_norm is None and run.train.lr == 3e-4
 

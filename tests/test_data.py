@@ -22,25 +22,22 @@ import torch.nn.functional as F
 
 from blockviz import cli
 from blockviz.core import corpora, evaluation
-from blockviz.core.config import DataConfig
-from blockviz.core.vocab import unigram_nats
-from blockviz.training.data import (
+from blockviz.core.config import MAX_VOCAB, DataConfig
+from blockviz.core.corpora import (
     BUILTIN,
-    MAX_VOCAB,
     PYCODE_MAX_CHARS,
-    CharDataModule,
-    CharVocab,
     Corpus,
-    DataError,
+    check_text_bytes,
+    load_corpus,
+    read_text_file,
+)
+from blockviz.core.vocab import CharVocab, DataError, min_chars, split_sizes, unigram_nats
+from blockviz.training.data import (
+    CharDataModule,
     answer_accuracy,
     batch_from,
-    check_text_bytes,
     encode_tensor,
     evaluation_starts,
-    load_corpus,
-    min_chars,
-    read_text_file,
-    split_sizes,
 )
 
 torch.set_num_threads(1)

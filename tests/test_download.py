@@ -13,15 +13,9 @@ import pytest
 
 from blockviz import cli
 from blockviz.core.config import DataConfig
-from blockviz.core.corpora import (
-    SHAKESPEARE_BYTES,
-    SHAKESPEARE_FILE,
-    CharVocab,
-    DataError,
-    cache_dir,
-    download,
-    load_corpus,
-)
+from blockviz.core.corpora import SHAKESPEARE_BYTES, SHAKESPEARE_FILE, load_corpus
+from blockviz.core.download import cache_dir, download
+from blockviz.core.vocab import CharVocab, DataError
 
 BODY = b"To be, or not to be, that is the question:\n" * 40
 SHA = hashlib.sha256(BODY).hexdigest()

@@ -19,7 +19,11 @@ import pytest
 from blockviz import cli
 from blockviz.core import config as cfg
 from blockviz.store import RunStore
-from blockviz.views import charts, export
+from blockviz.views import charts
+from blockviz.views.export.ablation import final_metrics_table, latex_escape
+from blockviz.views.export.outfolder import MAX_STEM, ExportError, safe_filename, write_file
+from blockviz.views.export.render import chart_csv, chart_html, chart_png, chart_svg, svg_png
+from blockviz.views.export.report import build_report, config_diff_table, report_charts
 from tests.real_runs import RealRuns, as_running, copy_run
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -42,7 +46,7 @@ def store(tmp_path_factory: pytest.TempPathFactory, real_runs: RealRuns) -> Iter
 def report(store: RunStore) -> tuple[zipfile.ZipFile, list[tuple[float, str]]]:
     """The report zip of both runs, and the progress calls made while building it."""
     calls: list[tuple[float, str]] = []
-    data = export.build_report(store, [1, 2], progress=lambda f, m: calls.append((f, m)))
+    data = build_report(store, [1, 2], progress=lambda f, m: calls.append((f, m)))
     return zipfile.ZipFile(io.BytesIO(data)), calls
 
 
@@ -62,25 +66,25 @@ def svg_text(svg: str) -> str:
 
 
 def test_png_has_the_signature_and_twice_the_svg_size(loss_chart) -> None:
-    png = export.chart_png(loss_chart, scale=2.0)
-    svg = export.chart_svg(loss_chart)
+    png = chart_png(loss_chart, scale=2.0)
+    svg = chart_svg(loss_chart)
     root = ET.fromstring(svg)
     width, height = float(root.get("width")), float(root.get("height"))
     assert png.startswith(PNG_SIGNATURE)
     png_width, png_height = png_size(png)
     assert abs(png_width - 2 * width) <= 1
     assert abs(png_height - 2 * height) <= 1
-    assert export.svg_png(svg) == png  # the report's shortcut gives the very same image
+    assert svg_png(svg) == png  # the report's shortcut gives the very same image
 
 
 def test_svg_parses_and_shows_title_and_axis_titles(store: RunStore, loss_chart) -> None:
-    text = svg_text(export.chart_svg(loss_chart))
+    text = svg_text(chart_svg(loss_chart))
     for label in ("Loss", "step", "loss (nats/char)", store.get_run(1)["name"]):
         assert label in text
 
 
 def test_chart_html_embeds_the_spec_and_needs_no_network(loss_chart) -> None:
-    page = export.chart_html(loss_chart)
+    page = chart_html(loss_chart)
     assert "vega-lite" in page and '"title":"Loss"' in page.replace(" ", "")
     assert "vegaEmbed" in page
     assert not NETWORK_SCRIPT.search(page)
@@ -94,7 +98,7 @@ def test_chart_csv_round_trips_store_values(tmp_path: Path) -> None:
     run_store.log_scalars(run_id, [(step, "train/loss", v) for step, v in enumerate(values)])
     run_store.flush()
     chart = charts.metric_chart(run_store.scalars(run_id), "train/loss", smoothing=0.0)
-    parsed = pd.read_csv(io.StringIO(export.chart_csv(chart)))
+    parsed = pd.read_csv(io.StringIO(chart_csv(chart)))
     assert parsed["step"].tolist() == list(range(len(values)))
     assert parsed["value"].tolist() == values  # exact: CSV keeps every bit of a float
     assert parsed["smoothed"].tolist() == values
@@ -104,13 +108,13 @@ def test_chart_csv_round_trips_store_values(tmp_path: Path) -> None:
 def test_report_zip_lists_every_promised_file(store: RunStore, report) -> None:
     archive, _ = report
     names = set(archive.namelist())
-    for title, _, _ in export.report_charts(store, [1, 2]):
-        stem = export.safe_filename(title, "")
+    for title, _, _ in report_charts(store, [1, 2]):
+        stem = safe_filename(title, "")
         for ext in ("png", "svg", "csv"):
             assert f"charts/{stem}.{ext}" in names, (title, ext)
     runs = store.runs_frame()
     for name in runs["name"]:
-        assert f"configs/{export.safe_filename(name, 'json')}" in names
+        assert f"configs/{safe_filename(name, 'json')}" in names
     promised = {
         "scalars.csv",
         "scalars_train.csv",
@@ -142,7 +146,7 @@ def test_report_configs_are_the_runs_configs(store: RunStore, report) -> None:
     archive, _ = report
     for run_id in (1, 2):
         run = store.get_run(run_id)
-        text = archive.read(f"configs/{export.safe_filename(run['name'], 'json')}").decode()
+        text = archive.read(f"configs/{safe_filename(run['name'], 'json')}").decode()
         assert cfg.RunConfig.from_json(text) == cfg.RunConfig.from_dict(run["config"])
 
 
@@ -180,7 +184,7 @@ def test_report_progress_rises_to_done(report) -> None:
 
 def test_config_diff_shows_only_differing_fields(store: RunStore) -> None:
     runs = [store.get_run(1), store.get_run(2)]
-    headers, rows = export.config_diff_table(runs)
+    headers, rows = config_diff_table(runs)
     assert headers == ["field", runs[0]["name"], runs[1]["name"]]
     fields = {row[0] for row in rows}
     assert "norm_position" in fields
@@ -201,7 +205,7 @@ METRICS = pd.DataFrame(
 
 
 def test_latex_table_is_booktabs_with_escaped_text() -> None:
-    _, _, latex = export.final_metrics_table(METRICS)
+    _, _, latex = final_metrics_table(METRICS)
     lines = latex.strip().splitlines()
     spec = re.fullmatch(r"\\begin\{tabular\}\{([lr]+)\}", lines[0]).group(1)
     assert spec.startswith("l")
@@ -227,11 +231,11 @@ def test_latex_table_is_booktabs_with_escaped_text() -> None:
     ],
 )
 def test_latex_escape(text: str, escaped: str) -> None:
-    assert export.latex_escape(text) == escaped
+    assert latex_escape(text) == escaped
 
 
 def test_markdown_and_csv_tables() -> None:
-    csv_text, markdown, _ = export.final_metrics_table(METRICS)
+    csv_text, markdown, _ = final_metrics_table(METRICS)
     rows = markdown.strip().splitlines()
     assert len(rows) == 2 + len(METRICS)
     assert all(r.startswith("| ") and r.endswith(" |") for r in rows)
@@ -258,21 +262,21 @@ def test_markdown_and_csv_tables() -> None:
     ],
 )
 def test_safe_filename_is_one_plain_name(text: str) -> None:
-    name = export.safe_filename(text, "png")
+    name = safe_filename(text, "png")
     assert re.fullmatch(r"[a-z0-9][a-z0-9._-]*\.png", name)
     assert ".." not in name and "/" not in name and "\\" not in name
-    assert len(name) <= export.MAX_STEM + len(".png")
+    assert len(name) <= MAX_STEM + len(".png")
 
 
 def test_safe_filename_keeps_readable_names() -> None:
-    assert export.safe_filename("Loss — preln vs postln", "svg") == "loss-preln-vs-postln.svg"
+    assert safe_filename("Loss — preln vs postln", "svg") == "loss-preln-vs-postln.svg"
 
 
 @pytest.mark.parametrize("name", ["../x", "/etc/passwd", "a/b", "a\\b", "..", ".", ""])
 def test_write_file_refuses_names_that_leave_the_folder(tmp_path: Path, name: str) -> None:
     out = tmp_path / "out"
-    with pytest.raises(export.ExportError):
-        export.write_file(out, name, b"data")
+    with pytest.raises(ExportError):
+        write_file(out, name, b"data")
     assert not (tmp_path / "x").exists()
     assert not out.exists() or not any(out.iterdir())
 
@@ -283,18 +287,18 @@ def test_write_file_refuses_a_symlink_out(tmp_path: Path) -> None:
     outside = tmp_path / "outside.txt"
     outside.write_text("keep")
     (out / "report.txt").symlink_to(outside)
-    with pytest.raises(export.ExportError, match="not a regular file"):
-        export.write_file(out, "report.txt", "overwritten")
+    with pytest.raises(ExportError, match="not a regular file"):
+        write_file(out, "report.txt", "overwritten")
     assert outside.read_text() == "keep"
 
 
 def test_write_file_overwrite_behaviour(tmp_path: Path) -> None:
-    path = export.write_file(tmp_path, "a.csv", "one")
+    path = write_file(tmp_path, "a.csv", "one")
     assert path == (tmp_path / "a.csv").resolve()
-    export.write_file(tmp_path, "a.csv", "two")
+    write_file(tmp_path, "a.csv", "two")
     assert path.read_text() == "two"
-    with pytest.raises(export.ExportError, match="already exists"):
-        export.write_file(tmp_path, "a.csv", "three", overwrite=False)
+    with pytest.raises(ExportError, match="already exists"):
+        write_file(tmp_path, "a.csv", "three", overwrite=False)
     assert path.read_text() == "two"
     assert [p.name for p in tmp_path.iterdir()] == ["a.csv"]  # no temp file left behind
 
@@ -323,7 +327,7 @@ def test_cli_export_all_writes_every_format(
     assert len(list(out.glob("*.zip"))) == 1
     for name in ("scalars.csv", "layer_stats.csv", "final_metrics.tex", "report.html"):
         assert (out / name).is_file(), name
-    assert (out / "configs" / export.safe_filename(finished_run, "json")).is_file()
+    assert (out / "configs" / safe_filename(finished_run, "json")).is_file()
 
 
 def test_cli_export_csv_renders_nothing(finished_run: str, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from blockviz import cli
 from blockviz.store import RunStore
-from blockviz.views import export
+from blockviz.views.export.outfolder import ExportError, OutFolder
 from tests.real_runs import RealRuns, copy_run
 
 
@@ -104,7 +104,7 @@ def test_a_folder_swapped_for_a_symlink_after_opening_is_not_followed(
 ) -> None:
     out = tmp_path / "out"
     before = snapshot(outside)
-    with export.OutFolder(out) as folder:
+    with OutFolder(out) as folder:
         folder.folder("charts")
         (out / "charts").rename(out / "charts-moved")
         (out / "charts").symlink_to(outside, target_is_directory=True)
@@ -120,14 +120,14 @@ def test_a_folder_swapped_for_a_symlink_after_opening_is_not_followed(
 )
 def test_out_folder_refuses_names_that_leave_it(tmp_path: Path, relative: str) -> None:
     out = tmp_path / "out"
-    with export.OutFolder(out) as folder, pytest.raises(export.ExportError):
+    with OutFolder(out) as folder, pytest.raises(ExportError):
         folder.write(relative, "x")
     assert not (tmp_path / "escape.csv").exists()
     assert snapshot(out) == {}
 
 
 def test_out_folder_leaves_no_temporary_files(tmp_path: Path) -> None:
-    with export.OutFolder(tmp_path / "out") as folder:
+    with OutFolder(tmp_path / "out") as folder:
         folder.write("charts/a.csv", "1")
         folder.write("charts/a.csv", "2")  # a second export replaces the file
         folder.write("b.csv", b"3")

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from blockviz import runner
 from blockviz.core import procs
+from blockviz.launch import runner
 from blockviz.store import RunStore, StoreError
 from tests.test_study_cli import study
 from tests.test_train_cli import CORPUS, finish, start, train_command

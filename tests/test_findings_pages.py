@@ -17,7 +17,8 @@ from streamlit.testing.v1 import AppTest
 
 from blockviz import cli
 from blockviz.store import RunStore
-from blockviz.views import charts, export
+from blockviz.views import charts
+from blockviz.views.export.report import build_report
 from tests.real_runs import copy_run
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
@@ -124,7 +125,7 @@ def test_compare_has_a_findings_column(copies):
 
 def test_the_report_and_show_carry_the_findings(copies, capsys):
     with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
-        data = export.build_report(store, [copies["starter-post"], copies["healthy"]])
+        data = build_report(store, [copies["starter-post"], copies["healthy"]])
     archive = zipfile.ZipFile(io.BytesIO(data))
     table = pd.read_csv(io.BytesIO(archive.read("findings.csv")))
     rules = set(zip(table["run"], table["rule"], strict=True))

@@ -7,15 +7,10 @@ import pytest
 import torch
 
 from blockviz.core import config as cfg
+from blockviz.core.corpora import Corpus
+from blockviz.core.vocab import CharVocab
 from blockviz.training.callbacks import ConsoleProgress
-from blockviz.training.data import (
-    CharDataModule,
-    CharVocab,
-    Corpus,
-    answer_accuracy,
-    baseline_predictions,
-    batch_from,
-)
+from blockviz.training.data import CharDataModule, answer_accuracy, baseline_predictions, batch_from
 from blockviz.training.lit import LN2, LitCharModel, lr_at, param_groups
 from blockviz.training.trainer import make_trainer, quiet_lightning, resolve_precision
 from tests.helpers import tiny_config

@@ -12,15 +12,9 @@ import torch
 from blockviz.core import corpora
 from blockviz.core.config import DataConfig
 from blockviz.core.spec import final_header
+from blockviz.core.vocab import CharVocab, DataError
 from blockviz.store import RunStore
-from blockviz.training.data import (
-    CharDataModule,
-    CharVocab,
-    DataError,
-    answer_accuracy,
-    baseline_predictions,
-    batch_from,
-)
+from blockviz.training.data import CharDataModule, answer_accuracy, baseline_predictions, batch_from
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from blockviz import study_runner
 from blockviz.core import evaluation, hardware, studies, sweeps
 from blockviz.core.outcomes import results_frame
 from blockviz.core.verdicts import judge
-from blockviz.dashboard.study_launch import duration
+from blockviz.dashboard.studies.launch import duration
+from blockviz.launch import study_runner
 from blockviz.store import RunStore
-from blockviz.views import study_table
+from blockviz.views.studies import table as study_table
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "pages" / "studies.py"

@@ -472,8 +472,8 @@ def test_compare_gradient_sentences_show_a_markdown_run_name_as_text(
 def test_live_eta_is_the_same_estimate_the_train_page_shows(
     store: RunStore, runs: dict[str, int]
 ) -> None:
-    from blockviz import runner
     from blockviz.dashboard import ui
+    from blockviz.launch import runner
 
     run_id = runs["running"]
     at = _live(run_id).run()
@@ -684,7 +684,7 @@ def test_reaping_is_throttled_and_never_writes_a_read_only_store(
 def test_a_built_report_stays_offered_as_an_ordinary_download(runs: dict[str, int]) -> None:
     # The same bytes, name and type as the click's generated file: that keeps the click's
     # download from being dropped by Streamlit before the browser fetches it.
-    from blockviz.views.report_job import ReportJob
+    from blockviz.views.export.report_job import ReportJob
 
     chosen = sorted([runs["completed"], runs["diverged"]])
     job = ReportJob()

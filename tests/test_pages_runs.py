@@ -14,11 +14,11 @@ from unittest import mock
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from blockviz import runner
 from blockviz.core import config as cfg
 from blockviz.core.tags import AUTO_TAG
 from blockviz.dashboard import runs_panel, sidebar, tables, ui
 from blockviz.dashboard.uploads import UPLOAD_INFO_KEY
+from blockviz.launch import runner
 from blockviz.store import RunStore, default_store_path
 from tests import fakes
 from tests.helpers import FOX_TEXT, tiny_config

@@ -13,14 +13,15 @@ import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from blockviz import runner
 from blockviz.core import config, spec
 from blockviz.core.config import RunConfig
 from blockviz.core.tags import AUTO_TAG
 from blockviz.dashboard import playground as page_part
+from blockviz.launch import runner
 from blockviz.store import RunStore, StoreLocked, default_store_path
-from blockviz.views import charts, export
+from blockviz.views import charts
 from blockviz.views import playground as pg
+from blockviz.views.export.render import chart_svg
 from tests import fakes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,9 +116,9 @@ def test_trail_chart_names_runs_by_change_and_marks_the_newest_under_the_others(
     assert halo["mark"]["opacity"] == pg.NEWEST_OPACITY < 0.5
     newest = pg.legend_labels(trail)[ids[-1]]
     assert {"field": "run", "equal": newest} in [t["filter"] for t in halo["transform"]]
-    svg = export.chart_svg(chart)  # Vega renders it: params intact, the filter matches
+    svg = chart_svg(chart)  # Vega renders it: params intact, the filter matches
     width = f'stroke-width="{pg.NEWEST_WIDTH}"'
-    assert width in svg and width not in export.chart_svg(plain)
+    assert width in svg and width not in chart_svg(plain)
     assert svg.index(width) < svg.index('stroke-width="2"')  # drawn before (under) the lines
     assert all(f"#{i} c{i}=" in svg for i in ids)  # the runs' legend is kept
     assert "no data yet" in json.dumps(pg.trail_chart(scalars.iloc[:0], trail).to_dict())

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 from blockviz.store import RunStore
-from blockviz.views import export
-from blockviz.views.outfolder import safe_filename
-from blockviz.views.report_extras import ATTENTION_LAYERS
+from blockviz.views.export.outfolder import safe_filename
+from blockviz.views.export.report import build_report
+from blockviz.views.export.report_extras import ATTENTION_LAYERS
 from tests.real_runs import RealRuns, copy_run
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -30,7 +30,7 @@ def report(
     last = int(store.samples(pre, limit=1)["step"].iloc[0])
     store.log_sample(pre, last + 1, "\n", HOSTILE)
     store.flush()
-    data = export.build_report(store, [pre, ffn_only])
+    data = build_report(store, [pre, ffn_only])
     yield store, zipfile.ZipFile(io.BytesIO(data))
     store.close()
 

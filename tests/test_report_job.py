@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from blockviz.views.report_job import JobStatus, ReportJob
+from blockviz.views.export.report_job import JobStatus, ReportJob
 
 
 class Clock:

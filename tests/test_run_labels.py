@@ -8,13 +8,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from blockviz import cli, runner
+from blockviz import cli
 from blockviz.core.config import replace
 from blockviz.core.tags import AUTO_TAG
 from blockviz.dashboard.tag_filter import all_tags, select_runs
+from blockviz.launch import runner
 from blockviz.store import RunStore
-from blockviz.views import export
-from blockviz.views.report import report_html
+from blockviz.views.export.report import config_diff_table, report_html
 from tests.helpers import tiny_config
 
 
@@ -27,12 +27,12 @@ def store(tmp_path: Path) -> RunStore:
 def test_config_diff_shows_tags_and_notes_rows_only_where_they_differ(store: RunStore) -> None:
     a = store.create_run("a", tiny_config().to_json(), tags="sweep, pre", notes="baseline")
     b = store.create_run("b", tiny_config().to_json(), tags="sweep", notes="baseline")
-    headers, rows = export.config_diff_table([store.get_run(a), store.get_run(b)])
+    headers, rows = config_diff_table([store.get_run(a), store.get_run(b)])
     assert headers == ["field", "a", "b"]
     assert rows == [["tags", "sweep, pre", "sweep"]]  # identical configs, same notes
     c = store.create_run("c", replace(tiny_config(), lr=7e-4).to_json(), tags="sweep, pre")
     store.set_notes(c, "lower lr")
-    _, rows = export.config_diff_table([store.get_run(a), store.get_run(c)])
+    _, rows = config_diff_table([store.get_run(a), store.get_run(c)])
     assert [row[0] for row in rows] == ["lr", "notes"]  # config fields first
     assert rows[-1] == ["notes", "baseline", "lower lr"]
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from blockviz import runner
 from blockviz.core import hardware, procs
 from blockviz.core.config import preset, replace
+from blockviz.launch import runner
 from blockviz.store import RunStore
 
 TERMINAL = ("completed", "diverged", "failed", "stopped")
@@ -73,7 +73,7 @@ def finished(run: dict) -> bool:
 # group. The launcher dies; the run, in a session of its own, must not.
 LAUNCH_AND_DIE = """
 import os, signal, sys
-from blockviz import runner
+from blockviz.launch import runner
 from blockviz.core.config import RunConfig
 from blockviz.store import RunStore
 store = RunStore(sys.argv[1])

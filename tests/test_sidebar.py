@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from blockviz.core import config, corpora, params
 from blockviz.core.naming import MAX_NAME_TOKENS
+from blockviz.core.vocab import DataError
 from blockviz.dashboard import (
     config_fields,
     run_names,
@@ -102,7 +103,7 @@ def test_suggested_name_stays_short_with_many_changes() -> None:
     ids=["empty", "binary", "latin-1", "too-many-symbols"],
 )
 def test_bad_uploads_are_refused_and_not_saved(data: bytes, message: str) -> None:
-    with pytest.raises(corpora.DataError, match=message):
+    with pytest.raises(DataError, match=message):
         uploads.accept_upload(data, "notes.txt")
     assert not uploads_dir().exists() or not any(uploads_dir().iterdir())
 

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from blockviz import runner
 from blockviz.core import spec
 from blockviz.dashboard import tables, ui
+from blockviz.launch import runner
 from blockviz.store import RunStore, default_store_path
 from tests import fakes
 from tests.test_pages_a import APP, TIMEOUT, texts

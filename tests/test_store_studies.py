@@ -111,7 +111,7 @@ def test_a_version_3_store_gains_studies(tmp_path) -> None:
 
 
 def test_unclaimed_study_runs_wait_for_their_study_not_for_a_slot(tmp_path) -> None:
-    from blockviz import runner
+    from blockviz.launch import runner
 
     with RunStore(tmp_path / "s.db") as store:
         own = store.create_run("mine", "{}", status="queued")

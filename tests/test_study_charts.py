@@ -12,7 +12,8 @@ import pytest
 
 from blockviz.core import studies
 from blockviz.core.outcomes import swept_value
-from blockviz.views import study_charts, study_report
+from blockviz.views.studies import charts as study_charts
+from blockviz.views.studies import report as study_report
 
 MIN_HEIGHT = 360  # Streamlit fits title, axes and legend into it: ~140 px of plot at 280
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from blockviz import study_runner
 from blockviz.core import config as cfg
 from blockviz.core import hardware, sweeps
+from blockviz.launch import study_runner
 from blockviz.store import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent

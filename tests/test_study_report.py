@@ -18,7 +18,9 @@ from blockviz.core import studies
 from blockviz.core.outcomes import results_frame
 from blockviz.core.verdicts import verdicts
 from blockviz.store import RunStore
-from blockviz.views import study_report, study_table, study_text
+from blockviz.views.studies import report as study_report
+from blockviz.views.studies import table as study_table
+from blockviz.views.studies import text as study_text
 from tests.test_page_studies import PAGE, _fake_study
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from blockviz import cli, study_runner
+from blockviz import cli
 from blockviz.core import studies, sweeps
+from blockviz.launch import study_runner
 from blockviz.store import RunStore
 
 GONE = 2**22 + 4321  # no process has this pid here

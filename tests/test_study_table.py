@@ -7,7 +7,8 @@ import math
 
 from blockviz.core.study_summary import summarize
 from blockviz.core.verdicts import judge
-from blockviz.views import study_charts, study_table
+from blockviz.views.studies import charts as study_charts
+from blockviz.views.studies import table as study_table
 from tests.test_verdicts import NEUTRAL, claim, frame
 
 ROWS = [

@@ -14,15 +14,12 @@ from collections.abc import Callable, Sequence
 
 from blockviz.core import config as cfg
 from blockviz.core import startup_trace
-from blockviz.core.flags import (  # noqa: F401 (the flags API, used by the commands)
+from blockviz.core.flags import (
     EXIT_USAGE,
+    ArgumentParser,
     UsageError,
-    _Parser,
     add_config_flags,
-    config_overrides,
     flag_metavar_and_help,
-    read_config_file,
-    run_config_from_args,
     threads_arg,
 )
 
@@ -171,11 +168,11 @@ def _study_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one subparser per command."""
-    parser = _Parser(
+    parser = ArgumentParser(
         prog="blockviz",
         description="Train small character-level transformers and see what the block does.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
     for name, (help_text, build, _) in COMMANDS.items():
         build(sub.add_parser(name, help=help_text, description=help_text))
     return parser

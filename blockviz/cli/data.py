@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 
 from blockviz.core.config import DataConfig, check_int, from_dict
-from blockviz.core.corpora import load_corpus
+from blockviz.core.corpora import fingerprint, load_corpus
 from blockviz.core.download import DownloadProgress
 from blockviz.core.flags import config_overrides
 from blockviz.core.vocab import (
     CharVocab,
     DataError,
     check_split,
-    fingerprint,
     min_chars,
     split_sizes,
 )

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from blockviz.store import RunStore, checked
-from blockviz.views.codegen import export_code_to_folder
-from blockviz.views.export import export_to_folder
+from blockviz.views.export.codegen import export_code_to_folder
+from blockviz.views.export.folder import export_to_folder
 
 
 def cli_main(args: argparse.Namespace) -> int:

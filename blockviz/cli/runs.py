@@ -14,11 +14,11 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from blockviz import runner
 from blockviz.core import config as cfg
 from blockviz.core import evaluation
 from blockviz.core.spec import final_header
 from blockviz.core.tags import tags_text
+from blockviz.launch import runner
 from blockviz.store import RunStore, checked
 from blockviz.views.run_findings import finding_json, plain_lines, read_findings
 from blockviz.views.summary import read_divergence

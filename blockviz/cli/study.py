@@ -15,7 +15,6 @@ import sys
 import time
 from typing import Any
 
-from blockviz import study_runner
 from blockviz.core import config as cfg
 from blockviz.core import studies, sweeps
 from blockviz.core.flags import (
@@ -25,6 +24,7 @@ from blockviz.core.flags import (
     read_config_file,
     threads_arg,
 )
+from blockviz.launch import study_runner
 from blockviz.store import RunStore, checked
 
 EXIT_OK = 0
@@ -242,7 +242,7 @@ def _watch(store: RunStore, study_id: int) -> None:
 
 def _verdict_lines(store: RunStore, study_id: int) -> str:
     """The results table and verdicts, as `show` prints them."""
-    from blockviz.views import study_text
+    from blockviz.views.studies import text as study_text
 
     return study_text.summary_text(store, study_id)
 
@@ -285,7 +285,7 @@ def _show(args: argparse.Namespace) -> int:
     with _store(args) as store:
         study = store.get_study(args.id)
         if args.json:
-            from blockviz.views import study_text
+            from blockviz.views.studies import text as study_text
 
             print(json.dumps(study_text.summary_json(store, int(study["id"])), indent=2))
             return EXIT_OK
@@ -327,7 +327,7 @@ def _export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from blockviz.core.files import atomic_write
-    from blockviz.views import study_report
+    from blockviz.views.studies import report as study_report
 
     out = Path(args.out).expanduser()
     with _store(args) as store:

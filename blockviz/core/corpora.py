@@ -1,12 +1,15 @@
 """Where the characters come from: built-in corpora, a download cache, your own text, vocab.
 
 Nothing here imports torch, so the UI can check an uploaded file and show dataset
-statistics without it; `blockviz.training.data` re-exports every name and adds the tensors.
+statistics without it; the vocabulary and the input checks are `blockviz.core.vocab`, the
+download cache `blockviz.core.download`, the tensors `blockviz.training.data`.
 """
 
 from __future__ import annotations
 
 import codecs
+import hashlib
+import math
 import os
 import random
 import re
@@ -19,16 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from blockviz.core.config import DataConfig
-from blockviz.core.download import DownloadProgress, Progress, cache_dir, download  # noqa: F401
-from blockviz.core.vocab import (  # noqa: F401 (re-exported: the corpora API)
-    CharVocab,
-    DataError,
-    check_split,
-    check_vocab_size,
-    fingerprint,
-    min_chars,
-    split_sizes,
-)
+from blockviz.core.download import Progress, cache_dir, download
+from blockviz.core.vocab import CharVocab, DataError, check_vocab_size, unigram_nats
 
 BUILTIN = ("pydocs", "pycode", "shakespeare", "ops")
 
@@ -351,3 +346,20 @@ def ops_baseline_answer(question: str, table: dict[str, str]) -> str | None:
 
 
 # ---------------------------------------------------------------- downloads and the cache
+
+
+def fingerprint(corpus: Corpus, vocab: CharVocab, n_train: int, n_val: int) -> dict[str, object]:
+    """What a run records about its data: name, source, sizes, the SHA-256 of the text, and
+    two reference losses: `unigram_nats` of the training split and `init_loss` = ln(vocab
+    size), the loss of predicting every character equally likely."""
+    return {
+        "unigram_nats": round(unigram_nats(corpus.text[:n_train]), 6),
+        "init_loss": round(math.log(vocab.size), 6) if vocab.size > 0 else 0.0,
+        "name": corpus.name,
+        "source": corpus.source,
+        "n_chars": len(corpus.text),
+        "vocab_size": vocab.size,
+        "n_train": n_train,
+        "n_val": n_val,
+        "sha256": hashlib.sha256(corpus.text.encode("utf-8")).hexdigest(),
+    }

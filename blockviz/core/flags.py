@@ -11,7 +11,8 @@ from typing import Any, NoReturn, get_args, get_origin
 
 from blockviz.core import config as cfg
 from blockviz.core import hardware
-from blockviz.core.corpora import DataError, read_regular_file
+from blockviz.core.corpora import read_regular_file
+from blockviz.core.vocab import DataError
 
 EXIT_USAGE = 2
 
@@ -20,7 +21,7 @@ class UsageError(Exception):
     """A bad command line or input: printed as one line, exit status 2."""
 
 
-class _Parser(argparse.ArgumentParser):
+class ArgumentParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line naming the problem, then exit 2."""
 
     def error(self, message: str) -> NoReturn:

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 from blockviz.core.config import MAX_VOCAB
-
-if TYPE_CHECKING:
-    from blockviz.core.corpora import Corpus
 
 
 class DataError(ValueError):
@@ -173,20 +168,3 @@ def unigram_nats(text: str) -> float:
     counts = Counter(text)
     total = len(text)
     return -math.fsum(c / total * math.log(c / total) for c in counts.values())
-
-
-def fingerprint(corpus: Corpus, vocab: CharVocab, n_train: int, n_val: int) -> dict[str, object]:
-    """What a run records about its data: name, source, sizes, the SHA-256 of the text, and
-    two reference losses: `unigram_nats` of the training split and `init_loss` = ln(vocab
-    size), the loss of predicting every character equally likely."""
-    return {
-        "unigram_nats": round(unigram_nats(corpus.text[:n_train]), 6),
-        "init_loss": round(math.log(vocab.size), 6) if vocab.size > 0 else 0.0,
-        "name": corpus.name,
-        "source": corpus.source,
-        "n_chars": len(corpus.text),
-        "vocab_size": vocab.size,
-        "n_train": n_train,
-        "n_val": n_val,
-        "sha256": hashlib.sha256(corpus.text.encode("utf-8")).hexdigest(),
-    }

@@ -7,7 +7,7 @@ from typing import Any
 import streamlit as st
 
 from blockviz.core.config import ConfigError, RunConfig
-from blockviz.views import codegen
+from blockviz.views.export import codegen
 
 LABEL = "Export as code"
 HELP = (

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from blockviz.core.config import RunConfig
-from blockviz.runner import PROJECT_DIR
+from blockviz.launch.runner import PROJECT_DIR
 
 Progress = Callable[[int, int, str], None]
 _PROGRESS = re.compile(r"^progress (\d+)/(\d+) (.*)$")

@@ -18,13 +18,13 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from blockviz import runner
 from blockviz.core.config import RunConfig
 from blockviz.core.spec import ACTIVE_STATUSES, LOSS_NAMES
 from blockviz.core.tags import AUTO_TAG
 from blockviz.dashboard import sidebar_widgets, store_access, ui
 from blockviz.dashboard.config_fields import SPECS
 from blockviz.dashboard.sidebar import SidebarState
+from blockviz.launch import runner
 from blockviz.store import RunStore
 from blockviz.views import charts
 from blockviz.views import playground as pg

@@ -14,12 +14,13 @@ from typing import Any
 
 import streamlit as st
 
-from blockviz import runner
 from blockviz.core import config, corpora
 from blockviz.core.config import ConfigError, RunConfig
+from blockviz.core.vocab import DataError
 from blockviz.dashboard import sidebar, store_access, ui
 from blockviz.dashboard.config_fields import ALL_FIELDS, DATASET_CHOICES, UPLOAD_CHOICE
 from blockviz.dashboard.uploads import UPLOAD_INFO_KEY, accept_upload
+from blockviz.launch import runner
 from blockviz.store import RunStore
 
 TRAIN_PAGE = "pages/train.py"
@@ -89,7 +90,7 @@ def _dataset_file(dataset: str, previous: str | None) -> str | None:
     path = Path(dataset)
     try:
         if path.stat().st_size > corpora.MAX_TEXT_BYTES:
-            raise corpora.DataError(
+            raise DataError(
                 f"{path.name} is larger than the {corpora.MAX_TEXT_BYTES // 2**20} MiB upload "
                 "limit; train on it with the CLI (`--dataset`)"
             )
@@ -102,7 +103,7 @@ def _dataset_file(dataset: str, previous: str | None) -> str | None:
             f"The run's dataset file {dataset} is gone; the dataset stays {kept}. "
             "Upload the text again to train on it."
         )
-    except corpora.DataError as exc:
+    except DataError as exc:
         st.session_state[DATASET_KEY] = previous or config.RunConfig().data.dataset
         return f"The run's dataset file cannot be used any more: {exc}"
     st.session_state[UPLOAD_INFO_KEY] = info

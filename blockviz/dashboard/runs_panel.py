@@ -20,9 +20,9 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
-from blockviz import runner
 from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.dashboard import relaunch, run_actions, store_access, tables, tag_filter, ui
+from blockviz.launch import runner
 from blockviz.store import RunStore
 
 REFRESH_S = 2.0  # while a run moves: its step, loss and duration

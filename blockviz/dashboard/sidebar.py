@@ -23,6 +23,7 @@ from blockviz.core import config, corpora, params
 from blockviz.core.config import ConfigError, DataConfig, ModelConfig, RunConfig
 from blockviz.core.extras import check_logger_available
 from blockviz.core.inert import inert_fields
+from blockviz.core.vocab import CharVocab, DataError, check_split
 from blockviz.dashboard import sidebar_widgets, url_config
 from blockviz.dashboard.config_fields import (
     ALL_FIELDS,
@@ -190,8 +191,8 @@ def _builtin_vocab_size(data: dict[str, Any]) -> int:
         return corpora.SHAKESPEARE_VOCAB_SIZE
     try:
         text = corpora.load_corpus(DataConfig(**data).validate()).text
-        return corpora.CharVocab.from_text(text).size
-    except (corpora.DataError, ConfigError, OSError, TypeError, ValueError):
+        return CharVocab.from_text(text).size
+    except (DataError, ConfigError, OSError, TypeError, ValueError):
         return ModelConfig().vocab_size
 
 
@@ -213,13 +214,13 @@ def _with_dataset(
     run_config, error = _build(values)
     if run_config is not None and upload is not None and dataset_choice == UPLOAD_CHOICE:
         try:
-            corpora.check_split(
+            check_split(
                 upload.n_chars,
                 run_config.data.val_fraction,
                 run_config.model.block_size,
                 upload.name,
             )
-        except corpora.DataError as exc:
+        except DataError as exc:
             data_error = str(exc)
     return run_config, error, data_error
 

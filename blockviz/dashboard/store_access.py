@@ -12,9 +12,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from blockviz import runner
 from blockviz.dashboard.streamlit_compat import run_via_app
 from blockviz.dashboard.ui import literal, plain
+from blockviz.launch import runner
 from blockviz.store import RunStore, StoreError, StoreLocked, checked, default_store_path
 
 PAGE_BUSY_TIMEOUT_S = 5.0  # a locked store: the page says so after this, never hangs

@@ -9,9 +9,9 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from blockviz import runner
 from blockviz.core import spec
 from blockviz.dashboard.ui import format_duration
+from blockviz.launch import runner
 from blockviz.store import RunStore
 
 DIVERGED = "diverged"  # a loss a diverged run has none of: it went non-finite

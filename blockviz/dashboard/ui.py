@@ -16,7 +16,8 @@ import streamlit as st
 
 from blockviz.core.naming import is_id_text, run_id_from_text, shortened_id
 from blockviz.store import RunStore
-from blockviz.views import export
+from blockviz.views.export.outfolder import safe_filename
+from blockviz.views.export.render import chart_html, chart_png, chart_svg
 
 LIVE_PAGE = "pages/live.py"
 RUN_KEY = "run_id"  # session_state key of the run the Live page shows
@@ -118,29 +119,29 @@ def chart_with_downloads(chart: alt.TopLevelMixin, data: pd.DataFrame, name: str
     with st.popover(DOWNLOAD_MENU, icon=":material/download:", key=f"{key}.menu"):
         _download(
             "PNG",
-            lambda: export.chart_png(chart, scale=2),
-            export.safe_filename(name, "png"),
+            lambda: chart_png(chart, scale=2),
+            safe_filename(name, "png"),
             "image/png",
             f"{key}.png",
         )
         _download(
             "SVG",
-            lambda: export.chart_svg(chart),
-            export.safe_filename(name, "svg"),
+            lambda: chart_svg(chart),
+            safe_filename(name, "svg"),
             "image/svg+xml",
             f"{key}.svg",
         )
         _download(
             "HTML",
-            lambda: export.chart_html(chart),
-            export.safe_filename(name, "html"),
+            lambda: chart_html(chart),
+            safe_filename(name, "html"),
             "text/html",
             f"{key}.html",
         )
         _download(
             "CSV",
             lambda: data.to_csv(index=False),
-            export.safe_filename(name, "csv"),
+            safe_filename(name, "csv"),
             "text/csv",
             f"{key}.csv",
         )

@@ -10,6 +10,7 @@ import streamlit as st
 
 from blockviz.core import corpora
 from blockviz.core.files import atomic_write
+from blockviz.core.vocab import CharVocab, DataError
 from blockviz.dashboard.config_fields import DATASET_NOTES, UPLOAD_CHOICE
 from blockviz.dashboard.store_access import store_path
 
@@ -37,7 +38,7 @@ def uploads_dir() -> Path:
 def accept_upload(data: bytes, display_name: str) -> UploadInfo:
     """Check uploaded bytes (UTF-8, non-empty, not binary, size, vocabulary) and save them.
 
-    Raises corpora.DataError with a message for the user; nothing is written then. The
+    Raises DataError with a message for the user; nothing is written then. The
     saved file's name is the content's SHA-256 prefix, never the user's file name.
     """
     text = corpora.check_text_bytes(data, display_name)
@@ -47,7 +48,7 @@ def accept_upload(data: bytes, display_name: str) -> UploadInfo:
     path = folder / f"{digest[:16]}.txt"
     if not path.exists():
         atomic_write(path, text)  # a concurrent reader never sees half a file
-    vocab_size = corpora.CharVocab.from_text(text).size
+    vocab_size = CharVocab.from_text(text).size
     return UploadInfo(display_name, str(path), len(text), vocab_size, digest)
 
 
@@ -70,7 +71,7 @@ def upload_widget() -> str | None:
         return None  # the same file as last run: already checked and saved
     try:
         st.session_state[UPLOAD_INFO_KEY] = accept_upload(data, uploaded.name)
-    except (corpora.DataError, OSError) as exc:
+    except (DataError, OSError) as exc:
         # A refused upload must not leave an older file silently in use.
         st.session_state.pop(UPLOAD_INFO_KEY, None)
         return str(exc)

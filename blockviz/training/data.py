@@ -1,7 +1,7 @@
 """Character datasets as tensors: encoding, contiguous splits, batches, the DataModule.
 
-The corpora, the vocabulary and every input check live in `blockviz.core.corpora` (no torch);
-they are re-exported here so `from blockviz.training.data import ...` finds the whole data API.
+The corpora and downloads live in `blockviz.core.corpora` and `blockviz.core.download`, the
+vocabulary and the input checks in `blockviz.core.vocab` (no torch); this adds the tensors.
 """
 
 from __future__ import annotations
@@ -15,71 +15,20 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from blockviz.core import evaluation
-from blockviz.core.config import MAX_VOCAB, DataConfig
+from blockviz.core.config import DataConfig
 from blockviz.core.corpora import (
-    BUILTIN,
-    MAX_TEXT_BYTES,
-    OPS,
-    PYCODE_MAX_CHARS,
-    SHAKESPEARE_BYTES,
-    SHAKESPEARE_SHA256,
-    SHAKESPEARE_URL,
-    CharVocab,
     Corpus,
-    DataError,
-    Progress,
-    cache_dir,
-    check_split,
-    check_text_bytes,
-    check_vocab_size,
-    download,
     fingerprint,
     load_corpus,
-    min_chars,
     ops_baseline_answer,
     ops_baseline_table,
-    ops_line,
-    ops_text,
-    read_regular_file,
-    read_text_file,
-    split_sizes,
 )
-
-__all__ = [
-    "BUILTIN",
-    "MAX_TEXT_BYTES",
-    "MAX_VOCAB",
-    "OPS",
-    "PYCODE_MAX_CHARS",
-    "SHAKESPEARE_BYTES",
-    "SHAKESPEARE_SHA256",
-    "SHAKESPEARE_URL",
-    "CharDataModule",
-    "CharVocab",
-    "Corpus",
-    "DataError",
-    "Progress",
-    "answer_accuracy",
-    "baseline_predictions",
-    "batch_from",
-    "cache_dir",
-    "check_split",
-    "check_text_bytes",
-    "check_vocab_size",
-    "download",
-    "encode_tensor",
-    "evaluation_starts",
-    "fingerprint",
-    "load_corpus",
-    "min_chars",
-    "ops_baseline_answer",
-    "ops_baseline_table",
-    "ops_line",
-    "ops_text",
-    "read_regular_file",
-    "read_text_file",
-    "split_sizes",
-]
+from blockviz.core.download import Progress
+from blockviz.core.vocab import (
+    CharVocab,
+    DataError,
+    check_split,
+)
 
 _UTF32 = "utf-32-le" if sys.byteorder == "little" else "utf-32-be"
 

@@ -23,7 +23,8 @@ import torch
 from torch import nn
 
 from blockviz.core.config import RunConfig, TrainConfig
-from blockviz.training.data import CharVocab, answer_accuracy, baseline_predictions
+from blockviz.core.vocab import CharVocab
+from blockviz.training.data import answer_accuracy, baseline_predictions
 from blockviz.training.model import CharTransformer, ModelInputError
 
 LN2 = math.log(2.0)

@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 from blockviz.core import config as cfg
-from blockviz.core import corpora, evaluation, params, procs
+from blockviz.core import evaluation, params, procs
+from blockviz.core.download import DownloadProgress
 from blockviz.core.flags import UsageError, config_overrides, run_config_from_args
 from blockviz.core.naming import run_name
 from blockviz.core.spec import ACTIVE_STATUSES
@@ -194,7 +195,7 @@ def load_datamodule(config: cfg.RunConfig, legacy_eval: bool = False) -> CharDat
     """
     # A first use of Tiny Shakespeare downloads 1.1 MB: the percentage goes to the terminal,
     # or to the run's log when the dashboard launched it; nothing is printed otherwise.
-    progress = corpora.DownloadProgress()
+    progress = DownloadProgress()
     train = config.train
     datamodule = CharDataModule(
         config.data,

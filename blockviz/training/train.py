@@ -49,9 +49,9 @@ from blockviz.core.extras import check_logger_available
 from blockviz.core.files import atomic_write
 from blockviz.core.flags import UsageError, check_threads, run_config_from_args
 from blockviz.core.spec import final_header
+from blockviz.core.vocab import DataError
 from blockviz.store import RunStore, StoreError
 from blockviz.training.callbacks import ConsoleProgress, TrainingDiverged
-from blockviz.training.data import DataError
 from blockviz.training.lifecycle import Heartbeat, StopRequest, global_rank_from_env, patiently
 from blockviz.training.lit import LitCharModel
 from blockviz.training.logger import FLUSH_EVERY_S, RunLifecycle, StoreLogger

@@ -17,7 +17,7 @@ import pandas as pd
 from blockviz.core import spec
 from blockviz.core.config import ConfigError, RunConfig
 from blockviz.core.study_stats import mean_interval
-from blockviz.views.charts.base import HEIGHT, WIDTH, _no_data, _x_axis, ema, is_smoothed
+from blockviz.views.charts.base import HEIGHT, WIDTH, ema, is_smoothed, no_data, x_axis_encoding
 
 BAND_NOTE = "line: mean over seeds; band: 95% t interval of that mean"
 BAND_COLUMNS = ["group", "name", "step", "mean", "low", "high", "n"]
@@ -103,10 +103,10 @@ def band_chart(
 ) -> alt.TopLevelMixin:
     """One line per group (dashed for a second series name), a band where n >= 2."""
     if bands.empty:
-        return _no_data(bands, title)
+        return no_data(bands, title)
     groups = list(dict.fromkeys(bands["group"]))
     y_scale = alt.Scale(type="log") if log_scale else alt.Scale(zero=False)
-    x = _x_axis(frame=bands)
+    x = x_axis_encoding(frame=bands)
     base = alt.Chart(bands)
     series = sorted(bands["name"].unique())
     dash = alt.StrokeDash(

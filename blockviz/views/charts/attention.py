@@ -13,16 +13,16 @@ from blockviz.views.charts.base import (
     SMALL_WIDTH,
     STEP_AXIS,
     XAxis,
-    _finite,
-    _first_run,
-    _highlight,
-    _legend_highlight,
-    _no_data,
-    _select,
-    _tooltip,
-    _value_tip,
-    _x_axis,
-    _x_zoom,
+    finite_values,
+    first_run,
+    highlight_opacity,
+    legend_highlight,
+    no_data,
+    select_rows,
+    tooltips,
+    value_tip,
+    x_axis_encoding,
+    x_zoom,
 )
 
 # Attention maps: a cell per (query, key), big enough that its row and column can carry the
@@ -50,29 +50,29 @@ def attention_entropy_chart(
 ) -> alt.FacetChart | alt.LayerChart:
     """One run: a panel per layer, a per-head statistic (spec.HEAD_STATS: the attention
     entropy, or the largest pre-softmax logit) of each head over steps."""
-    rows = _select(layer_stats, kind="head", stat=stat)
+    rows = select_rows(layer_stats, kind="head", stat=stat)
     rows = rows.sort_values(["run_id", "layer", "component", "step"]).reset_index(drop=True)
-    frame = _finite(rows, "value", positive=log_scale)
+    frame = finite_values(rows, "value", positive=log_scale)
     label = spec.stat_label(stat)
     heading = label[:1].upper() + label[1:]
     if frame.empty:
-        return _no_data(frame.assign(head=pd.Series(dtype=int)), title or heading)
-    frame, run = _first_run(frame)
+        return no_data(frame.assign(head=pd.Series(dtype=int)), title or heading)
+    frame, run = first_run(frame)
     frame = frame.assign(head=pd.to_numeric(frame["component"], errors="coerce"))
-    heads = _legend_highlight("head")
+    heads = legend_highlight("head")
     scale = alt.Scale(type="log") if log_scale else alt.Scale(zero=False)
     panel = (
         alt.Chart()
         # With one logged step a line draws nothing: points then.
         .mark_line(strokeWidth=1.5, point=bool(frame["step"].nunique() == 1))
         .encode(
-            x=_x_axis(x_axis, frame),
+            x=x_axis_encoding(x_axis, frame),
             y=alt.Y("value:Q", title=label, scale=scale),
             color=alt.Color("head:O", title="head", scale=alt.Scale(scheme="category10")),
-            opacity=_highlight(heads),
-            tooltip=_tooltip("run:N", "layer:O", "head:O", "step:Q", _value_tip()),
+            opacity=highlight_opacity(heads),
+            tooltip=tooltips("run:N", "layer:O", "head:O", "step:Q", value_tip()),
         )
-        .add_params(heads, _x_zoom())
+        .add_params(heads, x_zoom())
         .properties(width=SMALL_WIDTH, height=SMALL_HEIGHT)
     )
     return panel.facet(data=frame, facet=alt.Facet("layer:O", title="layer"), columns=4).properties(
@@ -128,13 +128,13 @@ def attention_heatmap(
     MIN_CELL_PX to CELL_PX a side, so every character stays legible. A probe longer than
     MAX_POSITIONS shows its first MAX_POSITIONS characters, and the title says so.
     """
-    frame = _select(attn, layer=layer)
+    frame = select_rows(attn, layer=layer)
     frame = frame[frame["key"] <= frame["query"]]  # the masked triangle is always 0
     heading = title or f"Attention weights — layer {layer}"
     if frame.empty:
-        return _no_data(frame, heading)
-    frame = _select(frame, run_id=frame["run_id"].min())
-    frame = _select(frame, step=frame["step"].max())
+        return no_data(frame, heading)
+    frame = select_rows(frame, run_id=frame["run_id"].min())
+    frame = select_rows(frame, step=frame["step"].max())
     step = int(frame["step"].iloc[0])
     heading = title or f"{heading}, step {step}"
     size = int(frame["query"].max()) + 1
@@ -172,7 +172,7 @@ def attention_heatmap(
                 scale=alt.Scale(scheme="viridis", domain=[0, 1]),
                 legend=alt.Legend(orient="top", direction="horizontal"),
             ),
-            tooltip=_tooltip(
+            tooltip=tooltips(
                 "head:O",
                 alt.Tooltip("query:O", title="query position"),
                 alt.Tooltip("query_label:N", title="query char"),

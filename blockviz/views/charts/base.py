@@ -62,7 +62,7 @@ class ChartError(ValueError):
 # Small shared pieces
 
 
-def _check_smoothing(smoothing: float) -> None:
+def check_smoothing(smoothing: float) -> None:
     """Refuse an EMA weight outside [0, 1) (a bool is not a weight)."""
     if isinstance(smoothing, bool) or not (0.0 <= float(smoothing) < 1.0):
         raise ChartError(f"smoothing: {smoothing!r} is not allowed; must be in [0, 1)")
@@ -74,7 +74,7 @@ def ema(values: pd.Series, smoothing: float) -> pd.Series:
     Non-finite points pass through unchanged and do not enter the average, so one inf at
     divergence neither poisons every later point nor hides the finite ones before it.
     """
-    _check_smoothing(smoothing)
+    check_smoothing(smoothing)
     numbers = pd.to_numeric(values, errors="coerce").astype(float)
     finite = np.isfinite(numbers.to_numpy())
     smoothed = numbers.copy()
@@ -112,7 +112,7 @@ def chart_data(chart: alt.TopLevelMixin) -> pd.DataFrame:
     return data.copy() if isinstance(data, pd.DataFrame) else pd.DataFrame()
 
 
-def _no_data(frame: pd.DataFrame, title: str, message: str = NO_DATA) -> alt.LayerChart:
+def no_data(frame: pd.DataFrame, title: str, message: str = NO_DATA) -> alt.LayerChart:
     """A titled, chart-sized placeholder; its data is the (empty) frame it was given."""
     note = (
         alt.Chart(pd.DataFrame({"message": [message]}))
@@ -124,19 +124,19 @@ def _no_data(frame: pd.DataFrame, title: str, message: str = NO_DATA) -> alt.Lay
     )
 
 
-def _finite(frame: pd.DataFrame, column: str, positive: bool = False) -> pd.DataFrame:
+def finite_values(frame: pd.DataFrame, column: str, positive: bool = False) -> pd.DataFrame:
     """Rows whose `column` is finite (and > 0 for log scales)."""
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
     keep = np.isfinite(values) & ((values > 0) if positive else True)
     return frame[keep]
 
 
-def _sentence(text: str) -> str:
+def sentence_case(text: str) -> str:
     """Capitalise the first letter only (titles built from lower-case axis titles)."""
     return text[:1].upper() + text[1:]
 
 
-def _y_scale(log_scale: bool) -> alt.Scale:
+def y_scale_for(log_scale: bool) -> alt.Scale:
     return alt.Scale(type="log") if log_scale else alt.Scale(zero=False)
 
 
@@ -160,7 +160,7 @@ class XAxis:
 STEP_AXIS = XAxis("step", "step", ",d", integer=True)
 
 
-def _x_axis(
+def x_axis_encoding(
     axis: XAxis = STEP_AXIS, frame: pd.DataFrame | None = None, end: str | None = None
 ) -> alt.X:
     """The x encoding of a time-series chart; integer axes never get fractional ticks.
@@ -191,7 +191,7 @@ def _x_axis(
     )
 
 
-def _lone_points(chart: alt.Chart, groupby: list[str]) -> alt.Chart:
+def lone_points(chart: alt.Chart, groupby: list[str]) -> alt.Chart:
     """The same encoding as points, kept only for series of one point (a line of one point
     draws nothing)."""
     return (
@@ -239,7 +239,7 @@ def with_layer_names(
     return out, sorted(order, key=order.__getitem__)
 
 
-def _labelled_rules(
+def labelled_rules(
     base: alt.Chart, color: str, dash: list[int], width: float, label_y: int
 ) -> list[alt.Chart]:
     """A dashed vertical rule at each row of `base` (its x and tooltip encoded) and the
@@ -251,30 +251,30 @@ def _labelled_rules(
     return [rule, text]
 
 
-def _tooltip(*fields: str | alt.Tooltip) -> list[alt.Tooltip]:
+def tooltips(*fields: str | alt.Tooltip) -> list[alt.Tooltip]:
     """Tooltips, with numbers shown to 4 significant digits."""
     return [alt.Tooltip(f) if isinstance(f, str) else f for f in fields]
 
 
-def _value_tip(field: str = "value", title: str = "value") -> alt.Tooltip:
+def value_tip(field: str = "value", title: str = "value") -> alt.Tooltip:
     return alt.Tooltip(f"{field}:Q", title=title, format=".4~g")
 
 
-def _legend_highlight(field: str) -> alt.Parameter:
+def legend_highlight(field: str) -> alt.Parameter:
     """Click a legend entry to highlight that run / layer; click again (or empty) for all."""
     return alt.selection_point(fields=[field], bind="legend")
 
 
-def _x_zoom() -> alt.Parameter:
+def x_zoom() -> alt.Parameter:
     """Drag to pan, scroll to zoom, on the x axis only (y stays fitted to the data)."""
     return alt.selection_interval(bind="scales", encodings=["x"])
 
 
-def _highlight(param: alt.Parameter, on: float = 1.0, off: float = 0.12) -> alt.Parameter:
+def highlight_opacity(param: alt.Parameter, on: float = 1.0, off: float = 0.12) -> alt.Parameter:
     return alt.when(param).then(alt.value(on)).otherwise(alt.value(off))
 
 
-def _step_spans(frame: pd.DataFrame, field: str = "step") -> pd.DataFrame:
+def step_spans(frame: pd.DataFrame, field: str = "step") -> pd.DataFrame:
     """Add `<field>_end`: the next logged value, so heat-map cells tile the x axis."""
     steps = np.sort(frame[field].unique())
     gap = float(np.median(np.diff(steps))) if len(steps) > 1 else 1.0
@@ -284,7 +284,7 @@ def _step_spans(frame: pd.DataFrame, field: str = "step") -> pd.DataFrame:
     return out
 
 
-def _select(frame: pd.DataFrame, **equals: object) -> pd.DataFrame:
+def select_rows(frame: pd.DataFrame, **equals: object) -> pd.DataFrame:
     """Rows where every given column equals the given value (None = any)."""
     mask = np.ones(len(frame), dtype=bool)
     for column, wanted in equals.items():
@@ -293,7 +293,7 @@ def _select(frame: pd.DataFrame, **equals: object) -> pd.DataFrame:
     return frame[mask]
 
 
-def _first_run(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+def first_run(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """One-run charts show the lowest run id present; return its rows and its name."""
     run_id = frame["run_id"].min()
     rows = frame[frame["run_id"] == run_id]

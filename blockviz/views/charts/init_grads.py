@@ -10,7 +10,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from blockviz.views.charts.base import HEIGHT, WIDTH, _finite, _no_data, _tooltip
+from blockviz.views.charts.base import HEIGHT, WIDTH, finite_values, no_data, tooltips
 
 ROW_COLUMNS = ("init", "norm_position", "depth", "seed", "layer", "grad_norm")
 BLOCK_AXIS_TITLE = "block (0 = first)"
@@ -32,9 +32,9 @@ def init_grad_means(rows: pd.DataFrame) -> pd.DataFrame:
 def init_grad_profile_chart(rows: pd.DataFrame, title: str | None = None) -> alt.TopLevelMixin:
     """Gradient norm (log) vs block, one line per norm position × depth, one panel per init."""
     title = title or "Gradient norm by block at initialization (mean over seeds)"
-    frame = _finite(init_grad_means(rows), "grad_norm", True) if len(rows) else rows
+    frame = finite_values(init_grad_means(rows), "grad_norm", True) if len(rows) else rows
     if frame.empty:
-        return _no_data(frame, title)
+        return no_data(frame, title)
     depths = sorted(frame["depth"].unique())
     lines = (
         alt.Chart(frame)
@@ -53,7 +53,7 @@ def init_grad_profile_chart(rows: pd.DataFrame, title: str | None = None) -> alt
                 "depth:O", title="depth", scale=alt.Scale(domain=depths, range=[0.35, 1.0])
             ),
             detail="variant:N",
-            tooltip=_tooltip(
+            tooltip=tooltips(
                 "init:N", "variant:N", "layer:O", alt.Tooltip("grad_norm:Q", format=".4g")
             ),
         )
@@ -70,9 +70,9 @@ def init_grad_profile_chart(rows: pd.DataFrame, title: str | None = None) -> alt
 def init_grad_ratio_chart(summary: pd.DataFrame, title: str | None = None) -> alt.LayerChart:
     """Post-LN / Pre-LN last-block gradient norm vs depth, one line per init, 1 marked."""
     title = title or "Last block's gradient at init, Post-LN / Pre-LN"
-    frame = _finite(summary, "ratio", True) if len(summary) else summary
+    frame = finite_values(summary, "ratio", True) if len(summary) else summary
     if frame.empty:
-        return _no_data(frame, title)
+        return no_data(frame, title)
     frame = frame.sort_values(["init", "depth"]).reset_index(drop=True)
     lines = (
         alt.Chart()
@@ -81,7 +81,7 @@ def init_grad_ratio_chart(summary: pd.DataFrame, title: str | None = None) -> al
             x=alt.X("depth:Q", title="depth (n_layer)", axis=alt.Axis(tickMinStep=1, format="d")),
             y=alt.Y("ratio:Q", title="post / pre (ratio of seed means)"),
             color=alt.Color("init:N", title="init"),
-            tooltip=_tooltip(
+            tooltip=tooltips(
                 "init:N",
                 "depth:Q",
                 alt.Tooltip("ratio:Q", format=".2f"),

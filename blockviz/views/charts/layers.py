@@ -26,29 +26,29 @@ from blockviz.views.charts.base import (
     UPDATE_RATIO_GUIDE_TIP,
     WIDTH,
     XAxis,
-    _finite,
-    _first_run,
-    _highlight,
-    _legend_highlight,
-    _no_data,
-    _select,
-    _sentence,
-    _step_spans,
-    _tooltip,
-    _value_tip,
-    _x_axis,
-    _x_zoom,
-    _y_scale,
+    finite_values,
+    first_run,
+    highlight_opacity,
+    legend_highlight,
+    no_data,
+    select_rows,
+    sentence_case,
+    step_spans,
+    tooltips,
+    value_tip,
     with_layer_names,
+    x_axis_encoding,
+    x_zoom,
+    y_scale_for,
 )
 
 Layers = int | Mapping[int, int] | None
 
 
-def _layer_frame(
+def layer_stat_rows(
     layer_stats: pd.DataFrame, kind: str, component: str | None, stat: str
 ) -> pd.DataFrame:
-    rows = _select(layer_stats, kind=kind, component=component, stat=stat)
+    rows = select_rows(layer_stats, kind=kind, component=component, stat=stat)
     return rows.sort_values(["run_id", "layer", "component", "step"]).reset_index(drop=True)
 
 
@@ -67,13 +67,13 @@ def _lines_by_layer(
     `order` is the layer names in depth order (colour runs along it); `points` marks each
     value too (a line of one point draws nothing); `frame` is the data, for the x ticks.
     """
-    layers = _legend_highlight("layer_name")
+    layers = legend_highlight("layer_name")
     return (
         alt.Chart()
         .mark_line(strokeWidth=1.5, point=points)
         .encode(
-            x=_x_axis(x_axis, frame),
-            y=alt.Y(f"{y}:Q", title=y_title, scale=_y_scale(log_scale)),
+            x=x_axis_encoding(x_axis, frame),
+            y=alt.Y(f"{y}:Q", title=y_title, scale=y_scale_for(log_scale)),
             color=alt.Color(
                 "layer_name:O",
                 title="layer",
@@ -81,16 +81,16 @@ def _lines_by_layer(
                 scale=alt.Scale(scheme=LAYER_SCHEME, domain=order),
             ),
             detail="run:N",
-            opacity=_highlight(layers),
-            tooltip=_tooltip(
+            opacity=highlight_opacity(layers),
+            tooltip=tooltips(
                 "run:N",
                 alt.Tooltip("layer_name:N", title="layer"),
                 *extra_tips,
                 "step:Q",
-                _value_tip(y, y_title),
+                value_tip(y, y_title),
             ),
         )
-        .add_params(layers, _x_zoom())
+        .add_params(layers, x_zoom())
     )
 
 
@@ -109,13 +109,13 @@ def layer_lines(
     n_layers: Layers = None,
 ) -> alt.LayerChart:
     """One run: one line per layer of `stat` for `component` over steps, coloured by depth."""
-    frame = _layer_frame(layer_stats, kind, component, stat)
-    frame = _finite(frame, "value", positive=log_scale)
+    frame = layer_stat_rows(layer_stats, kind, component, stat)
+    frame = finite_values(frame, "value", positive=log_scale)
     if frame.empty:
-        return _no_data(frame, title or _sentence(f"{stat} per layer ({component})"))
-    frame, run = _first_run(frame)
+        return no_data(frame, title or sentence_case(f"{stat} per layer ({component})"))
+    frame, run = first_run(frame)
     frame, order = with_layer_names(frame, n_layers)
-    title = title or _sentence(f"{spec.stat_label(stat)} per layer ({component}) — {run}")
+    title = title or sentence_case(f"{spec.stat_label(stat)} per layer ({component}) — {run}")
     chart = _lines_by_layer(
         "value",
         spec.stat_label(stat),
@@ -140,19 +140,19 @@ def layer_heatmap(
     n_layers: Layers = None,
 ) -> alt.LayerChart:
     """One run: layer (y) x step (x) heat map of `stat`, log colour when all values are > 0."""
-    frame = _finite(_layer_frame(layer_stats, kind, component, stat), "value")
+    frame = finite_values(layer_stat_rows(layer_stats, kind, component, stat), "value")
     if frame.empty:
-        return _no_data(frame, title or _sentence(f"{stat} by layer and step ({component})"))
-    frame, run = _first_run(frame)
+        return no_data(frame, title or sentence_case(f"{stat} by layer and step ({component})"))
+    frame, run = first_run(frame)
     frame, order = with_layer_names(frame, n_layers)
-    frame = _step_spans(frame, x_axis.field).reset_index(drop=True)
+    frame = step_spans(frame, x_axis.field).reset_index(drop=True)
     stat_title = spec.stat_label(stat)
     log_color = bool((frame["value"] > 0).all())
     heat = (
         alt.Chart()
         .mark_rect()
         .encode(
-            x=_x_axis(x_axis, frame, f"{x_axis.field}_end"),
+            x=x_axis_encoding(x_axis, frame, f"{x_axis.field}_end"),
             x2=f"{x_axis.field}_end:Q",
             y=alt.Y("layer_name:O", title="layer", sort=order[::-1]),
             color=alt.Color(
@@ -160,17 +160,17 @@ def layer_heatmap(
                 title=stat_title,
                 scale=alt.Scale(type="log" if log_color else "linear", scheme=LAYER_SCHEME),
             ),
-            tooltip=_tooltip(
+            tooltip=tooltips(
                 "run:N",
                 alt.Tooltip("layer_name:N", title="layer"),
                 "component:N",
                 "step:Q",
-                _value_tip(),
+                value_tip(),
             ),
         )
-        .add_params(_x_zoom())
+        .add_params(x_zoom())
     )
-    title = title or _sentence(f"{stat_title} by layer and step ({component}) — {run}")
+    title = title or sentence_case(f"{stat_title} by layer and step ({component}) — {run}")
     return alt.LayerChart(data=frame, layer=[heat]).properties(
         title=title, width=WIDTH, height=HEIGHT
     )
@@ -185,11 +185,13 @@ def tap_stats_chart(
     n_layers: Layers = None,
 ) -> alt.FacetChart | alt.LayerChart:
     """One run: a panel per tap (in block order), lines by layer of an activation statistic."""
-    frame = _finite(_layer_frame(layer_stats, "tap", None, stat), "value", positive=log_scale)
+    frame = finite_values(
+        layer_stat_rows(layer_stats, "tap", None, stat), "value", positive=log_scale
+    )
     stat_title = spec.stat_label(stat)
     if frame.empty:
-        return _no_data(frame, title or _sentence(f"{stat_title} per tap"))
-    frame, run = _first_run(frame)
+        return no_data(frame, title or sentence_case(f"{stat_title} per tap"))
+    frame, run = first_run(frame)
     frame, order = with_layer_names(frame, n_layers)
     taps = [t for t in spec.TAPS if t in set(frame["component"])]
     taps += sorted(set(frame["component"]) - set(taps))
@@ -207,7 +209,7 @@ def tap_stats_chart(
         panel.properties(width=SMALL_WIDTH, height=SMALL_HEIGHT)
         .facet(data=frame, facet=alt.Facet("component:N", title=None, sort=taps), columns=4)
         .resolve_scale(y="independent")
-        .properties(title=title or _sentence(f"{stat_title} per tap and layer — {run}"))
+        .properties(title=title or sentence_case(f"{stat_title} per tap and layer — {run}"))
     )
 
 
@@ -224,7 +226,7 @@ def _outside_shares(
     tap_stats: pd.DataFrame, run_id: object, layer: object, tap: object
 ) -> pd.DataFrame:
     """Per probe step, the fractions of one tap's values below and above the histogram range."""
-    rows = _select(tap_stats, run_id=run_id, layer=layer, kind="tap", component=tap)
+    rows = select_rows(tap_stats, run_id=run_id, layer=layer, kind="tap", component=tap)
     rows = rows[rows["stat"].isin([spec.BELOW_RANGE, spec.ABOVE_RANGE])]
     shares = rows.pivot_table(index="step", columns="stat", values="value", aggfunc="last")
     return shares.reindex(columns=[spec.BELOW_RANGE, spec.ABOVE_RANGE]).dropna().reset_index()
@@ -262,15 +264,15 @@ def histogram_over_time(
     run's layer statistics of kind "tap") adds the fractions below and above it: the
     subtitle states the largest, each cell's tooltip its step's.
     """
-    recorded = _select(hist, layer=layer, tap=tap)
+    recorded = select_rows(hist, layer=layer, tap=tap)
     frame = recorded[pd.to_numeric(recorded["count"], errors="coerce") > 0]  # 0 = blank, as TB
     if frame.empty:
         inside = "No value inside the histogram's range" if len(recorded) else NO_DATA
-        return _no_data(frame, title or "Activation histogram over time", inside)
+        return no_data(frame, title or "Activation histogram over time", inside)
     first = frame.sort_values(["run_id", "layer", "tap"]).iloc[0]
-    frame = _select(frame, run_id=first["run_id"], layer=first["layer"], tap=first["tap"])
-    frame = _step_spans(frame.sort_values(["step", "bin"]), x_axis.field).reset_index(drop=True)
-    drawn = _select(recorded, run_id=first["run_id"], layer=first["layer"], tap=first["tap"])
+    frame = select_rows(frame, run_id=first["run_id"], layer=first["layer"], tap=first["tap"])
+    frame = step_spans(frame.sort_values(["step", "bin"]), x_axis.field).reset_index(drop=True)
+    drawn = select_rows(recorded, run_id=first["run_id"], layer=first["layer"], tap=first["tap"])
     lo, hi = float(drawn["lo"].min()), float(drawn["hi"].max())  # empty end bins included
     tips: list[str | alt.Tooltip] = [
         "step:Q",
@@ -300,14 +302,14 @@ def histogram_over_time(
         alt.Chart()
         .mark_rect()
         .encode(
-            x=_x_axis(x_axis, frame, f"{x_axis.field}_end"),
+            x=x_axis_encoding(x_axis, frame, f"{x_axis.field}_end"),
             x2=f"{x_axis.field}_end:Q",
             y=alt.Y("lo:Q", title=f"{first['tap']} value"),
             y2="hi:Q",
             color=alt.Color("count:Q", title="count", scale=alt.Scale(type="log", scheme="blues")),
-            tooltip=_tooltip(*tips),
+            tooltip=tooltips(*tips),
         )
-        .add_params(_x_zoom())
+        .add_params(x_zoom())
     )
     return alt.LayerChart(data=frame, layer=[heat]).properties(
         title=heading, width=WIDTH, height=HEIGHT
@@ -328,17 +330,19 @@ def update_ratio_chart(
     layer ("block") for a run recorded before the probes summed the matrices alone.
     """
     if component is None:
-        recorded = _select(layer_stats, kind="component", stat="update_ratio")["component"]
+        recorded = select_rows(layer_stats, kind="component", stat="update_ratio")["component"]
         component = (
             spec.WEIGHTS_COMPONENT if (recorded == spec.WEIGHTS_COMPONENT).any() else "block"
         )
-    frame = _finite(_layer_frame(layer_stats, "component", component, "update_ratio"), "value")
+    frame = finite_values(
+        layer_stat_rows(layer_stats, "component", component, "update_ratio"), "value"
+    )
     frame = frame[frame["value"] > 0].copy()
     what = spec.component_label(component)
     fallback = title or f"Update ratio ‖Δθ‖/‖θ‖ per layer ({what})"
     if frame.empty:
-        return _no_data(frame.assign(log10_update_ratio=pd.Series(dtype=float)), fallback)
-    frame, run = _first_run(frame)
+        return no_data(frame.assign(log10_update_ratio=pd.Series(dtype=float)), fallback)
+    frame, run = first_run(frame)
     frame = frame.assign(log10_update_ratio=np.log10(frame["value"].astype(float)))
     frame, order = with_layer_names(frame, n_layers)
     lines = _lines_by_layer(
@@ -346,7 +350,7 @@ def update_ratio_chart(
         f"log10 {spec.stat_label('update_ratio')}",
         log_scale=False,
         order=order,
-        extra_tips=["component:N", _value_tip("value", spec.stat_label("update_ratio"))],
+        extra_tips=["component:N", value_tip("value", spec.stat_label("update_ratio"))],
         x_axis=x_axis,
         points=_one_step(frame),
         frame=frame,

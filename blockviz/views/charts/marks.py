@@ -11,7 +11,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from blockviz.views.charts.base import XAxis, _labelled_rules, chart_data
+from blockviz.views.charts.base import XAxis, chart_data, labelled_rules
 
 MARK_COLOR = "#7b3294"  # purple: apart from the runs' palette and the divergence red
 
@@ -38,7 +38,7 @@ def _mark_layers(x: float, label: str, axis: XAxis) -> list[alt.Chart]:
         x=alt.X(f"{axis.field}:Q"), tooltip=[alt.Tooltip("label:N", title="finding")]
     )
     # The label sits lower than a divergence's (y=4), so both read when they share a step.
-    return _labelled_rules(base, MARK_COLOR, [2, 2], 2, label_y=14)
+    return labelled_rules(base, MARK_COLOR, [2, 2], 2, label_y=14)
 
 
 def with_step_mark(

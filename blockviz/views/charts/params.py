@@ -9,8 +9,8 @@ from blockviz.views.charts.base import (
     HEIGHT,
     PALETTE,
     WIDTH,
-    _no_data,
-    _tooltip,
+    no_data,
+    tooltips,
 )
 
 
@@ -20,11 +20,11 @@ def param_breakdown_chart(
     """Horizontal bars of parameter count per component, labelled with its share."""
     frame = components.reset_index(drop=True)
     if frame.empty:
-        return _no_data(frame, title)
+        return no_data(frame, title)
     base = alt.Chart().encode(
         y=alt.Y("component:N", title="component", sort="-x"),
         x=alt.X("count:Q", title="parameters", axis=alt.Axis(format="~s")),
-        tooltip=_tooltip(
+        tooltip=tooltips(
             "component:N",
             alt.Tooltip("count:Q", format=","),
             alt.Tooltip("share:Q", format=".1%"),
@@ -41,12 +41,12 @@ def param_layer_chart(layers: pd.DataFrame, title: str = "Parameters by layer") 
     """Bars of parameter count per layer, stacked by component when the frame has one."""
     frame = layers.reset_index(drop=True)
     if frame.empty:
-        return _no_data(frame, title)
+        return no_data(frame, title)
     stacked = "component" in frame.columns
     encoding = {
         "x": alt.X("layer:N", title="layer", sort=None),
         "y": alt.Y("sum(count):Q", title="parameters", axis=alt.Axis(format="~s")),
-        "tooltip": _tooltip(
+        "tooltip": tooltips(
             "layer:N", *(["component:N"] if stacked else []), alt.Tooltip("count:Q", format=",")
         ),
     }

@@ -12,17 +12,17 @@ from blockviz.views.charts.base import (
     HEIGHT,
     LAYER_AXIS_TITLE,
     WIDTH,
-    _finite,
-    _highlight,
-    _legend_highlight,
-    _no_data,
-    _tooltip,
-    _value_tip,
-    _x_zoom,
+    finite_values,
+    highlight_opacity,
+    legend_highlight,
+    no_data,
     run_color_scale,
+    tooltips,
+    value_tip,
     with_layer_names,
+    x_zoom,
 )
-from blockviz.views.charts.layers import Layers, _layer_frame
+from blockviz.views.charts.layers import Layers, layer_stat_rows
 
 
 def _head_numbers(frame: pd.DataFrame) -> set[int]:
@@ -69,9 +69,11 @@ def grad_by_layer_chart(
     """
     where = "initialization (step 0)" if step == 0 else f"step {step}"
     title = title or f"Gradient norm by layer at {where}"
-    frame = _finite(_layer_frame(layer_stats, "component", component, "grad_norm"), "value", True)
+    frame = finite_values(
+        layer_stat_rows(layer_stats, "component", component, "grad_norm"), "value", True
+    )
     if frame.empty:
-        return _no_data(frame, title)
+        return no_data(frame, title)
     drawn = nearest_probe_steps(frame.groupby("run_id")["step"].unique(), step)
     frame = frame[frame["step"] == frame["run_id"].map(drawn)]
     frame = frame.sort_values(["run_id", "layer"]).reset_index(drop=True)
@@ -83,7 +85,7 @@ def grad_by_layer_chart(
     heading: str | alt.TitleParams = title
     if elsewhere.any():
         heading = alt.TitleParams(title, subtitle=_elsewhere_note(step))
-    runs = _legend_highlight("line")
+    runs = legend_highlight("line")
     lines = (
         alt.Chart()
         .mark_line(point=True, strokeWidth=2)
@@ -91,16 +93,16 @@ def grad_by_layer_chart(
             x=alt.X("layer:Q", title=_layer_axis_title(frame), axis=_layer_axis(frame)),
             y=alt.Y("value:Q", title=spec.stat_label("grad_norm"), scale=alt.Scale(type="log")),
             color=alt.Color("line:N", title="run", scale=scale),
-            opacity=_highlight(runs),
-            tooltip=_tooltip(
+            opacity=highlight_opacity(runs),
+            tooltip=tooltips(
                 "run:N",
                 alt.Tooltip("layer_name:N", title="layer"),
                 "component:N",
                 "step:Q",
-                _value_tip(),
+                value_tip(),
             ),
         )
-        .add_params(runs, _x_zoom())
+        .add_params(runs, x_zoom())
     )
     return alt.LayerChart(data=frame, layer=[lines]).properties(
         title=heading, width=WIDTH, height=HEIGHT

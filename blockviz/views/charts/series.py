@@ -16,21 +16,21 @@ from blockviz.views.charts.base import (
     STEP_AXIS,
     WIDTH,
     XAxis,
-    _check_smoothing,
-    _finite,
-    _highlight,
-    _labelled_rules,
-    _legend_highlight,
-    _lone_points,
-    _no_data,
-    _tooltip,
-    _value_tip,
-    _x_axis,
-    _x_zoom,
-    _y_scale,
+    check_smoothing,
     ema,
+    finite_values,
+    highlight_opacity,
     is_smoothed,
+    labelled_rules,
+    legend_highlight,
+    lone_points,
+    no_data,
     run_color_scale,
+    tooltips,
+    value_tip,
+    x_axis_encoding,
+    x_zoom,
+    y_scale_for,
 )
 
 # A linear loss axis stops at this many times the runs' starting loss (the loss of a model
@@ -113,9 +113,9 @@ def _divergence_layers(marks: pd.DataFrame, x: alt.X) -> list[alt.Chart]:
     the layers agree on one axis)."""
     base = alt.Chart(marks).encode(
         x=x,
-        tooltip=_tooltip("run:N", alt.Tooltip("step:Q", title="diverged at step")),
+        tooltip=tooltips("run:N", alt.Tooltip("step:Q", title="diverged at step")),
     )
-    return _labelled_rules(base, DIVERGED_COLOR, [4, 3], 1.5, label_y=4)
+    return labelled_rules(base, DIVERGED_COLOR, [4, 3], 1.5, label_y=4)
 
 
 def _series_chart(
@@ -133,10 +133,10 @@ def _series_chart(
     """A line per run x series (EMA-smoothed where is_smoothed, else raw), raw values faint
     behind, divergence marked; with `ceiling`, a linear y axis stops at _loss_ceiling."""
     raw = scalars[scalars["name"].isin(list(names))].sort_values(["run_id", "name", "step"])
-    plotted = _finite(raw, "value", positive=log_scale).reset_index(drop=True)
+    plotted = finite_values(raw, "value", positive=log_scale).reset_index(drop=True)
     if plotted.empty:
-        return _no_data(plotted.assign(smoothed=pd.Series(dtype=float)), title)
-    _check_smoothing(smoothing)  # refused even when no series here is dense enough to use it
+        return no_data(plotted.assign(smoothed=pd.Series(dtype=float)), title)
+    check_smoothing(smoothing)  # refused even when no series here is dense enough to use it
     # Sparse and validation series keep their values (see is_smoothed): each drawn line
     # then ends at its real last value.
     smoothed = pd.to_numeric(plotted["value"], errors="coerce").astype(float)
@@ -145,8 +145,8 @@ def _series_chart(
             smoothed[rows.index] = ema(rows["value"], smoothing)
     plotted["smoothed"] = smoothed
     colors = colors or run_color_scale(plotted)
-    runs = _legend_highlight("run")
-    zoom = _x_zoom()
+    runs = legend_highlight("run")
+    zoom = x_zoom()
     # train solid, val dashed; further names get further patterns.
     dash_scale = alt.Scale(domain=list(names), range=[[1, 0], [6, 3], [2, 2], [8, 2, 2, 2]])
     dash = alt.StrokeDash(
@@ -158,13 +158,13 @@ def _series_chart(
     )
     marks = _place_marks(_diverged_frame(raw, diverged), raw, x_axis)
     drawn_x = pd.concat([plotted[[x_axis.field]], marks[[x_axis.field]]], ignore_index=True)
-    x = _x_axis(x_axis, drawn_x)
+    x = x_axis_encoding(x_axis, drawn_x)
     # The frame keeps every value (the CSV is raw); only the axis stops. Clamped, not
     # clipped: a value above the top is drawn on the top edge by every layer that shares
     # the axis (one a caller adds too), and no mark is placed millions of pixels away,
     # which the PNG renderer dropped whole.
     cut = _loss_ceiling(plotted) if ceiling and not log_scale else None
-    y_scale = _y_scale(log_scale)
+    y_scale = y_scale_for(log_scale)
     if cut is not None:
         y_scale = alt.Scale(zero=False, domainMax=cut.top, nice=False, clamp=True)
     base = alt.Chart().encode(
@@ -177,16 +177,16 @@ def _series_chart(
         base.mark_line(strokeWidth=2)
         .encode(
             y=alt.Y("smoothed:Q", title=y_title, scale=y_scale),
-            opacity=_highlight(runs),
-            tooltip=_tooltip(
-                "run:N", "name:N", "step:Q", _value_tip(), _value_tip("smoothed", "smoothed")
+            opacity=highlight_opacity(runs),
+            tooltip=tooltips(
+                "run:N", "name:N", "step:Q", value_tip(), value_tip("smoothed", "smoothed")
             ),
         )
         .add_params(runs, zoom)
     )
-    lone = _lone_points(
+    lone = lone_points(
         base.encode(
-            y=alt.Y("smoothed:Q"), tooltip=_tooltip("run:N", "name:N", "step:Q", _value_tip())
+            y=alt.Y("smoothed:Q"), tooltip=tooltips("run:N", "name:N", "step:Q", value_tip())
         ),
         ["run", "name"],
     )
@@ -194,7 +194,7 @@ def _series_chart(
     if smoothing > 0:
         raw_line = base.mark_line(strokeWidth=1).encode(
             y="value:Q",
-            opacity=_highlight(runs, on=0.2, off=0.04),
+            opacity=highlight_opacity(runs, on=0.2, off=0.04),
         )
         layers.insert(0, raw_line)
     if not marks.empty:

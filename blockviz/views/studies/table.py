@@ -12,7 +12,7 @@ import pandas as pd
 from blockviz.core.outcomes import FAILED, outcome_counts
 from blockviz.core.spec import and_list
 from blockviz.core.study_summary import OUTCOME_COLUMNS
-from blockviz.views.ablation import html_table, latex_escape
+from blockviz.views.export.ablation import html_table, latex_escape
 
 TABLE_COLUMNS = (
     "Variant",

@@ -10,7 +10,7 @@ from blockviz.core.studies import StudyDef, plan_from_spec
 from blockviz.core.study_summary import summarize
 from blockviz.core.verdicts import Verdict, judge
 from blockviz.store import RunStore
-from blockviz.views import study_table
+from blockviz.views.studies import table as study_table
 
 
 def _verdicts(plan: StudyDef, results: Any) -> list[Verdict]:

@@ -22,9 +22,14 @@ from blockviz.core import spec
 from blockviz.core.tags import tags_text
 from blockviz.store import RunStore
 from blockviz.views import charts, summary
-from blockviz.views.ablation import final_metrics_table, format_cell, html_table, shown_columns
-from blockviz.views.outfolder import ExportError, safe_filename, unique_name
-from blockviz.views.render import (
+from blockviz.views.export.ablation import (
+    final_metrics_table,
+    format_cell,
+    html_table,
+    shown_columns,
+)
+from blockviz.views.export.outfolder import ExportError, safe_filename, unique_name
+from blockviz.views.export.render import (
     chart_csv,
     chart_spec,
     chart_svg,
@@ -32,9 +37,9 @@ from blockviz.views.render import (
     svg_png,
     vl_version,
 )
-from blockviz.views.report_extras import attention_charts, sample_files, samples_html
+from blockviz.views.export.report_extras import attention_charts, sample_files, samples_html
 from blockviz.views.run_findings import findings_table, read_findings
-from blockviz.views.study_table import table_markdown
+from blockviz.views.studies.table import table_markdown
 
 Progress = Callable[[float, str], None]
 ChartEntry = tuple[str, alt.TopLevelMixin, pd.DataFrame]

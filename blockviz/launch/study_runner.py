@@ -17,12 +17,12 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from blockviz import runner
 from blockviz.core import hardware, procs
 from blockviz.core.config import ConfigError, RunConfig
 from blockviz.core.files import atomic_write
 from blockviz.core.params import param_count
 from blockviz.core.studies import StudyDef
+from blockviz.launch import runner
 from blockviz.store import RunStore
 
 WORKER_LOG = "worker.log"

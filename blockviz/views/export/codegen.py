@@ -25,9 +25,9 @@ from blockviz.core.config import BOUNDS, RunConfig
 from blockviz.core.corpora import BUILTIN
 from blockviz.core.naming import sanitize_name
 from blockviz.store import RunStore
-from blockviz.views.codegen_template import SCRIPT_BODY
-from blockviz.views.outfolder import ExportError, OutFolder, safe_filename
-from blockviz.views.report import selected_runs
+from blockviz.views.export.codegen_template import SCRIPT_BODY
+from blockviz.views.export.outfolder import ExportError, OutFolder, safe_filename
+from blockviz.views.export.report import selected_runs
 
 MIME = "text/x-python"
 

@@ -9,15 +9,17 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from blockviz import study_runner
 from blockviz.core import studies
 from blockviz.core.outcomes import results_frame
 from blockviz.core.study_summary import summarize
 from blockviz.core.verdicts import verdicts
 from blockviz.dashboard import ui
-from blockviz.dashboard.study_launch import SELECTED_KEY
+from blockviz.dashboard.studies.launch import SELECTED_KEY
+from blockviz.launch import study_runner
 from blockviz.store import RunStore, StoreError
-from blockviz.views import charts, run_findings, study_report, study_table
+from blockviz.views import charts, run_findings
+from blockviz.views.studies import report as study_report
+from blockviz.views.studies import table as study_table
 
 VERDICT_ICONS = {  # Streamlit's own icon font: shown even where no emoji font is installed
     "supported": ":green[:material/check_circle:]",

@@ -1,6 +1,6 @@
 """The body of an exported `train_<name>.py`: everything after the imports and the config.
 
-`blockviz.views.codegen` puts a header, the imports and the run's constants in front of
+`blockviz.views.export.codegen` puts a header, the imports and the run's constants in front of
 it. It is kept as text (this module never runs it), mirrors blockviz.training (model.py,
 data.py, lit.py, trainer.py) step for step, and must stay in sync with them: the test in
 tests/test_codegen.py trains both and compares the losses.

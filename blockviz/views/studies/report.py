@@ -29,12 +29,14 @@ from blockviz.core.study_summary import summarize
 from blockviz.core.verdicts import Verdict, verdicts
 from blockviz.store import RunStore
 from blockviz.store.studies import INIT_GRADS_FILE
-from blockviz.views import charts, study_charts, study_table
-from blockviz.views.outfolder import safe_filename
-from blockviz.views.render import chart_png, chart_svg
-from blockviz.views.report import zip_bytes
+from blockviz.views import charts
+from blockviz.views.export.outfolder import safe_filename
+from blockviz.views.export.render import chart_png, chart_svg
+from blockviz.views.export.report import zip_bytes
 from blockviz.views.run_findings import findings_column
-from blockviz.views.study_text import json_safe
+from blockviz.views.studies import charts as study_charts
+from blockviz.views.studies import table as study_table
+from blockviz.views.studies.text import json_safe
 
 Progress = Callable[[float, str], None]
 LOG_FIELDS = ("lr", "min_lr", "weight_decay", "dropout")  # swept on a log axis

@@ -13,11 +13,11 @@ from typing import Any
 
 import streamlit as st
 
-from blockviz import study_runner
 from blockviz.core import config as cfg
 from blockviz.core import studies, sweeps
 from blockviz.core.config import ConfigError
 from blockviz.dashboard import ui
+from blockviz.launch import study_runner
 from blockviz.store import RunStore, StoreError
 
 SELECTED_KEY = "studies.selected"  # session_state: the study id the page shows

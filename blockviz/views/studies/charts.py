@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from blockviz.core import spec
-from blockviz.views.charts.base import WIDTH, _no_data, _x_axis
+from blockviz.views.charts.base import WIDTH, no_data, x_axis_encoding
 from blockviz.views.seed_groups import BAND_NOTE, MANY_GROUPS, band_frame
 
 OUTCOME_SHAPES = {
@@ -135,7 +135,7 @@ def curves_chart(
     }
     bands = band_frame(scalars, variant_of, [metric])
     if bands.empty:
-        return _no_data(bands, title)
+        return no_data(bands, title)
     styles = variant_styles(results, swept)
     colours, dashes = _scales(styles)
     legend = alt.Legend(
@@ -143,7 +143,7 @@ def curves_chart(
     )
     color = alt.Color("group:N", scale=colours, legend=legend)
     dash = alt.StrokeDash("group:N", scale=dashes, legend=legend)
-    x = _x_axis(frame=bands)
+    x = x_axis_encoding(frame=bands)
     y_band = alt.Y("low:Q", title=label, scale=alt.Scale(zero=False))
     base = alt.Chart(bands)
     band = (
@@ -203,7 +203,7 @@ def swept_chart(
     frame["swept:group"] = frame[by].astype(str).agg(" · ".join, axis=1) if by else "runs"
     points = swept_points(frame, field)
     if points.empty:
-        return _no_data(points, title_text)
+        return no_data(points, title_text)
     groups = list(dict.fromkeys(frame["swept:group"]))
     colours, dashes = _scales(
         {g: (PALETTE[i % len(PALETTE)], DASHES[i % len(DASHES)]) for i, g in enumerate(groups)}

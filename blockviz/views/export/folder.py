@@ -1,4 +1,4 @@
-"""Export to a folder, and the export API in one place (each part has its own module).
+"""Export to a folder: every chart of the runs in the chosen formats, their data and a report.
 
 Rendering goes through vl-convert (a Rust build of Vega with its own JavaScript engine),
 so no browser is needed and the exported figure is the very spec the page shows. The data
@@ -18,28 +18,19 @@ from typing import Any
 import altair as alt
 
 from blockviz.store import RunStore
-
-# The export API in one place (README: "In Python"); each part lives in its own module.
-from blockviz.views.ablation import final_metrics_table, latex_escape  # noqa: F401
-from blockviz.views.outfolder import (  # noqa: F401
-    MAX_STEM,
+from blockviz.views.export.ablation import final_metrics_table
+from blockviz.views.export.outfolder import (
     ExportError,
     OutFolder,
-    safe_filename,
-    write_file,
 )
-from blockviz.views.render import (  # noqa: F401
+from blockviz.views.export.render import (
     chart_csv,
     chart_html,
     chart_png,
     chart_svg,
-    svg_png,
 )
-from blockviz.views.report import (  # noqa: F401
-    LABEL_ROWS,
-    build_report,
+from blockviz.views.export.report import (
     chart_stems,
-    config_diff_table,
     report_charts,
     report_files,
     report_name,

@@ -18,7 +18,7 @@ import pandas as pd
 
 from blockviz.store import RunStore
 from blockviz.views import charts
-from blockviz.views.outfolder import safe_filename, unique_name
+from blockviz.views.export.outfolder import safe_filename, unique_name
 
 ATTENTION_LAYERS = 12  # layers per run whose attention maps a report draws (the first ones)
 REPORT_SAMPLES = 10  # newest samples per run shown in report.html (the .txt has all)

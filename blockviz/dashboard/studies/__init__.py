@@ -1,0 +1,1 @@
+"""The Studies page's parts: the launcher and a study's live panel."""

@@ -1,0 +1,1 @@
+"""Launching: training runs and study workers as processes (torch-free)."""

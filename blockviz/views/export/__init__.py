@@ -1,0 +1,1 @@
+"""Export: charts to files, reports, tables, a run as code (torch-free)."""

@@ -1,0 +1,1 @@
+"""A study's views: charts, results table, text and its zip."""
