@@ -129,6 +129,7 @@ def relative_links(text: str) -> list[str]:
 LINKED_FILES = [
     "README.md",
     "BENCHMARKS.md",
+    "CHANGELOG.md",
     *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")),
 ]
 
