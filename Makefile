@@ -40,5 +40,8 @@ format: $(DEV)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+.PHONY: docs
+docs: $(DEV) ; $(PY) -m blockviz.cli.docs
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
