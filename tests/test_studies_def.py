@@ -8,7 +8,8 @@ from collections.abc import Sequence
 import pytest
 
 from blockviz.core import studies, sweeps
-from blockviz.core.config import ConfigError, RunConfig, probe_steps
+from blockviz.core.config import ConfigError, RunConfig
+from blockviz.core.probe_schedule import probe_steps
 from blockviz.core.verdicts import RULES
 
 

@@ -25,12 +25,13 @@ from blockviz.core.flags import (  # noqa: F401 (the flags API, used by the comm
     run_config_from_args,
     threads_arg,
 )
+from blockviz.core.presets import PRESETS
 
 
 def _config_source_args(p: argparse.ArgumentParser) -> None:
     """Where a command's RunConfig starts: a JSON file or a preset (field flags go on top)."""
     p.add_argument("--config", help="RunConfig JSON file (flags below override it)")
-    p.add_argument("--preset", choices=list(cfg.PRESETS), help="start from a preset")
+    p.add_argument("--preset", choices=list(PRESETS), help="start from a preset")
 
 
 # Each command registers its parser and a handler `fn(args) -> int`. Handlers import what
@@ -54,7 +55,7 @@ def command(name: str, help_text: str, handler_path: str):
 )
 def _params_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--preset", choices=list(cfg.PRESETS), help="start from a preset")
+    p.add_argument("--preset", choices=list(PRESETS), help="start from a preset")
     add_config_flags(p, ["model"])
 
 

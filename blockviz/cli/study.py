@@ -25,6 +25,7 @@ from blockviz.core.flags import (
     read_config_file,
     threads_arg,
 )
+from blockviz.core.presets import PRESETS
 from blockviz.store import RunStore, checked
 
 EXIT_OK = 0
@@ -48,7 +49,7 @@ def build(p: argparse.ArgumentParser) -> None:
         "range low:high:n; a field given one value is fixed for every run.",
     )
     sweep.add_argument("--config", help="RunConfig JSON file the sweep starts from")
-    sweep.add_argument("--preset", choices=list(cfg.PRESETS), help="preset the sweep starts from")
+    sweep.add_argument("--preset", choices=list(PRESETS), help="preset the sweep starts from")
     _launch_args(sweep, store_help)
     group = sweep.add_argument_group("fields to sweep (VALUES: a,b,c or low:high:n)")
     for section, section_cls in cfg.SECTIONS.items():

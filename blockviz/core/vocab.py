@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from blockviz.core.config import MAX_VOCAB
+from blockviz.core.bounds import MAX_VOCAB
 
 if TYPE_CHECKING:
     from blockviz.core.corpora import Corpus

@@ -15,7 +15,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from blockviz.core import evaluation
-from blockviz.core.config import MAX_VOCAB, DataConfig
+from blockviz.core.bounds import MAX_VOCAB
+from blockviz.core.config import DataConfig
 from blockviz.core.corpora import (
     BUILTIN,
     MAX_TEXT_BYTES,
