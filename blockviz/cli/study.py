@@ -17,7 +17,7 @@ from typing import Any
 
 from blockviz import study_runner
 from blockviz.core import config as cfg
-from blockviz.core import studies, sweeps
+from blockviz.core import studies, study_builtins, sweeps
 from blockviz.core.flags import (
     UsageError,
     check_threads,
@@ -39,7 +39,7 @@ def build(p: argparse.ArgumentParser) -> None:
     store_help = "run store path (default $BLOCKVIZ_STORE or runs/blockviz.db)"
 
     run = sub.add_parser("run", help="run a built-in study", description="run a built-in study")
-    run.add_argument("study", choices=studies.STUDY_KEYS, help="which study")
+    run.add_argument("study", choices=study_builtins.STUDY_KEYS, help="which study")
     _launch_args(run, store_help)
 
     sweep = sub.add_parser(
@@ -140,7 +140,7 @@ def _positive(name: str, value: int | None) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     _positive("workers", args.workers)
-    study = studies.builtin(args.study, args.size or "quick", args.seeds)
+    study = study_builtins.builtin(args.study, args.size or "quick", args.seeds)
     return _launch_and_watch(args, study)
 
 
