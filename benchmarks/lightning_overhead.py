@@ -31,6 +31,7 @@ import lightning as L
 import torch
 
 from blockviz.core import config as cfg
+from blockviz.core.bounds import MAX_STEPS
 from blockviz.training.data import CharDataModule
 from blockviz.training.lit import LitCharModel, lr_at, param_groups
 from blockviz.training.model import CharTransformer
@@ -156,7 +157,7 @@ def main() -> int:
         run,
         vocab_size=dm.vocab.size,
         max_steps=args.steps,
-        eval_interval=cfg.MAX_STEPS,
+        eval_interval=MAX_STEPS,
         warmup_steps=5,
     )
     loops: dict[str, Callable[[cfg.RunConfig, CharDataModule], list[float]]] = {

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from blockviz import cli
-from blockviz.core.config import MAX_VOCAB
+from blockviz.core.bounds import MAX_VOCAB
 from blockviz.store import default_store_path
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from blockviz.cli import build_parser
 from blockviz.core import config as cfg
+from blockviz.core.bounds import BOUNDS
 from blockviz.core.flags import FIELD_CHOICES
 
 # Which config sections each command takes flags for.
@@ -77,7 +78,7 @@ def test_auto_choice_flags_list_their_real_choices(name, monkeypatch):
 
 def test_help_numbers_are_the_bounds_validation_enforces(monkeypatch):
     help_text = command_help("train", monkeypatch)
-    for name, bound in cfg.BOUNDS.items():
+    for name, bound in BOUNDS.items():
         if f"--{name} " in help_text:
             line = flag_line(help_text, name)
             assert f"{bound.low}, {bound.high}" in line, line

@@ -26,6 +26,8 @@ from streamlit.testing.v1 import AppTest
 
 from blockviz import cli
 from blockviz.core import config as cfg
+from blockviz.core.bounds import BOUNDS
+from blockviz.core.presets import PRESETS
 from blockviz.dashboard import code_download
 from blockviz.store import RunStore
 from blockviz.views.export import codegen
@@ -211,7 +213,7 @@ def imported_roots(source: str) -> set[str]:
 def test_every_preset_exports_a_script_that_compiles_lints_and_imports_only_torch(
     tmp_path: Path,
 ) -> None:
-    for name in cfg.PRESETS:
+    for name in PRESETS:
         source = codegen.script_text(cfg.preset(name), name)
         (tmp_path / codegen.script_filename(name)).write_text(source, encoding="utf-8")
         compile(source, name, "exec")
@@ -250,7 +252,7 @@ def test_script_constants_are_the_configs_values() -> None:
     assert {"N_LAYER", "NORM_POSITION", "INIT", "LR_SCHEDULE", "GRAD_CLIP"} <= found.keys()
     # The flags accept what blockviz would train: its bounds, not the script's own.
     for name in ("max_steps", "lr", "seed"):
-        assert found[f"{name.upper()}_LIMIT"] == cfg.BOUNDS[name].high, name
+        assert found[f"{name.upper()}_LIMIT"] == BOUNDS[name].high, name
 
 
 @pytest.mark.parametrize(

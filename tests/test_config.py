@@ -7,7 +7,9 @@ import pytest
 
 from blockviz import cli
 from blockviz.core import config as cfg
+from blockviz.core.bounds import BOUNDS, MAX_STEPS
 from blockviz.core.flags import run_config_from_args
+from blockviz.core.presets import PRESETS
 
 
 @pytest.mark.parametrize(
@@ -79,7 +81,7 @@ def test_head_count_is_free_when_attention_is_off():
     cfg.ModelConfig(d_model=96, n_head=5, attention=False).validate()
 
 
-@pytest.mark.parametrize("name", sorted(cfg.PRESETS))
+@pytest.mark.parametrize("name", sorted(PRESETS))
 def test_presets_are_valid_and_round_trip_through_json(name):
     run = cfg.preset(name).validate()
     assert cfg.RunConfig.from_json(run.to_json()) == run
@@ -169,7 +171,7 @@ PARTNERS = {
     ("d_model", "low"): {"n_head": 1},
     ("min_lr", "high"): {"lr": 10.0},
     ("max_steps", "low"): {"warmup_steps": 0},
-    ("warmup_steps", "high"): {"max_steps": cfg.MAX_STEPS},
+    ("warmup_steps", "high"): {"max_steps": MAX_STEPS},
     ("ops_min_args", "high"): {"ops_max_args": 9},
     ("ops_max_args", "low"): {"ops_min_args": 1},
 }
@@ -180,14 +182,14 @@ def is_int_field(name):
 
 
 def test_every_numeric_field_has_one_bound():
-    assert set(cfg.BOUNDS) == NUMERIC_FIELDS
-    for name, bound in cfg.BOUNDS.items():
+    assert set(BOUNDS) == NUMERIC_FIELDS
+    for name, bound in BOUNDS.items():
         assert bound.low < bound.high, name
 
 
 @pytest.mark.parametrize("name", sorted(NUMERIC_FIELDS))
 def test_values_past_either_end_are_refused_by_name(name):
-    bound, is_int = cfg.BOUNDS[name], is_int_field(name)
+    bound, is_int = BOUNDS[name], is_int_field(name)
     if is_int:
         outside = [bound.high + 1, bound.high * 1000, bound.low - 1]
     else:
@@ -204,7 +206,7 @@ def test_values_past_either_end_are_refused_by_name(name):
 @pytest.mark.parametrize("name", sorted(NUMERIC_FIELDS))
 @pytest.mark.parametrize("end", ["low", "high"])
 def test_the_ends_themselves_follow_the_table(name, end):
-    bound = cfg.BOUNDS[name]
+    bound = BOUNDS[name]
     value, is_open = (bound.low, bound.low_open) if end == "low" else (bound.high, bound.high_open)
     run = cfg.replace(cfg.RunConfig(), **{**PARTNERS.get((name, end), {}), name: value})
     if is_open:

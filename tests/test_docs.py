@@ -18,6 +18,8 @@ import pytest
 
 from blockviz.cli import build_parser, docs
 from blockviz.core import config as cfg
+from blockviz.core.bounds import BOUNDS
+from blockviz.core.presets import PRESETS
 
 ROOT = docs.ROOT  # the repository: where the pages and README are
 README_MAX_LINES = 300
@@ -76,12 +78,12 @@ def test_configuration_md_has_every_field_bound_choice_and_preset():
     for section, section_cls in cfg.SECTIONS.items():
         for name in cfg.field_types(section_cls):
             assert f"| `{name}` |" in text, f"{section}.{name} is missing"
-    for name, bound in cfg.BOUNDS.items():
+    for name, bound in BOUNDS.items():
         row = next(line for line in text.splitlines() if line.startswith(f"| `{name}` |"))
         assert bound.describe(integer=isinstance(bound.low, int)).split(" in ")[1] in row, name
     for choices in (cfg.NORM_POSITIONS, cfg.NORM_TYPES, cfg.ACTIVATIONS, cfg.INITS):
         assert ", ".join(f"`{c}`" for c in choices) in text
-    for name in cfg.PRESETS:
+    for name in PRESETS:
         assert f"| `{name}` |" in text, f"preset {name} is missing"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from blockviz.core import evaluation, hardware, studies, sweeps
+from blockviz.core import evaluation, hardware, studies, study_builtins, sweeps
 from blockviz.core.outcomes import results_frame
 from blockviz.core.verdicts import judge
 from blockviz.dashboard.studies.launch import duration
@@ -35,7 +35,7 @@ def test_an_empty_store_offers_the_builtin_studies() -> None:
     at = _page().run()
     assert not at.exception
     assert "No studies yet" in _text(at)
-    assert at.selectbox(key="studies.key").value == studies.STUDY_KEYS[0]
+    assert at.selectbox(key="studies.key").value == study_builtins.STUDY_KEYS[0]
     assert any(b.label == "Run study" for b in at.button)
     at.selectbox(key="studies.key").set_value("activation").run()
     text = _text(at)
@@ -49,7 +49,9 @@ def test_an_empty_store_offers_the_builtin_studies() -> None:
 def test_the_builtin_the_launcher_leaves_out_is_named_with_where_it_lives() -> None:
     at = _page().run()
     offered = at.selectbox(key="studies.key").options
-    left_out = [k for k in studies.STUDY_KEYS if not any(o.startswith(f"{k} — ") for o in offered)]
+    left_out = [
+        k for k in study_builtins.STUDY_KEYS if not any(o.startswith(f"{k} — ") for o in offered)
+    ]
     assert left_out == ["init-gradients"]  # it measures at initialisation; nothing to train
     (note,) = [c.value for c in at.caption if "init-gradients" in c.value]
     # The page it names is the app's "Gradients at init" (pages/init_grads.py).
@@ -75,7 +77,7 @@ def test_the_time_estimate_is_the_captions_only_time_and_says_what_it_assumes(
     at.selectbox(key="studies.key").set_value("norm-position").run()
     at.number_input(key="studies.seeds.quick").set_value(3).run()
     assert not at.exception
-    plan = studies.builtin("norm-position", "quick", 3)
+    plan = study_builtins.builtin("norm-position", "quick", 3)
     expected = duration(study_runner.estimate_s(plan, speed[0], 2))
     assert expected == "about 65 min"
     (caption,) = [c.value for c in at.caption if "Estimated time here" in c.value]
@@ -95,7 +97,7 @@ def test_the_time_estimate_is_the_captions_only_time_and_says_what_it_assumes(
 def _fake_study(store: RunStore, key: str = "activation", scored: dict | None = None) -> int:
     """A finished study whose runs carry constructed, neutral numbers (no worker ran);
     `scored`: the runs' evaluation record (None: recorded before the evaluation set)."""
-    plan = studies.builtin(key, "quick")
+    plan = study_builtins.builtin(key, "quick")
     runs = [
         {"variant": v.label, "seed": s, "config": c.to_json(), "max_steps": 300}
         for v, s, c in plan.grid()

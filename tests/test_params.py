@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from blockviz import cli
-from blockviz.core.config import BOUNDS, ConfigError, ModelConfig, RunConfig, replace
+from blockviz.core.bounds import BOUNDS
+from blockviz.core.config import ConfigError, ModelConfig, RunConfig, replace
 from blockviz.core.params import (
     PARAM_GROUP_NAMES,
     Breakdown,

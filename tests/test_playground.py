@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from blockviz.core import config, spec
 from blockviz.core.config import RunConfig
+from blockviz.core.presets import PRESETS
 from blockviz.core.tags import AUTO_TAG
 from blockviz.dashboard import playground as page_part
 from blockviz.launch import runner
@@ -35,7 +36,7 @@ CADENCE |= {"sample_interval"}
 # ---------------------------------------------------------------------------- pure logic
 
 
-@pytest.mark.parametrize("preset", list(config.PRESETS))
+@pytest.mark.parametrize("preset", list(PRESETS))
 @pytest.mark.parametrize("steps", [pg.MIN_STEPS, pg.DEFAULT_STEPS, 1234])
 def test_auto_config_changes_only_the_length_and_cadence(preset: str, steps: int) -> None:
     sidebar = config.preset(preset)

@@ -9,7 +9,7 @@ from lightning.pytorch.callbacks import Callback
 from torch.overrides import TorchFunctionMode
 
 from blockviz.core import config as cfg
-from blockviz.core.config import probe_steps
+from blockviz.core.probe_schedule import probe_steps
 from blockviz.core.spec import STREAM_STATS
 from blockviz.store import RunStore
 from blockviz.training.lit import LitCharModel

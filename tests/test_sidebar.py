@@ -10,7 +10,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from blockviz.core import config, corpora, params
+from blockviz.core.bounds import BOUNDS, MAX_VOCAB
 from blockviz.core.naming import MAX_NAME_TOKENS
+from blockviz.core.presets import DEFAULT_PRESET
 from blockviz.core.vocab import DataError
 from blockviz.dashboard import (
     config_fields,
@@ -96,8 +98,8 @@ def test_suggested_name_stays_short_with_many_changes() -> None:
         (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary"),
         (b"caf\xe9 latin-1", "not UTF-8"),
         (
-            "".join(chr(0x4E00 + i) for i in range(config.MAX_VOCAB + 1)).encode(),
-            f"{config.MAX_VOCAB + 1:,} distinct characters, more than the {config.MAX_VOCAB:,}",
+            "".join(chr(0x4E00 + i) for i in range(MAX_VOCAB + 1)).encode(),
+            f"{MAX_VOCAB + 1:,} distinct characters, more than the {MAX_VOCAB:,}",
         ),
     ],
     ids=["empty", "binary", "latin-1", "too-many-symbols"],
@@ -130,7 +132,7 @@ def test_parameter_total_follows_the_widgets(app: AppTest) -> None:
     assert not app.exception
     # The count is for the vocabulary the run will have: the chosen dataset's.
     default = dataclasses.replace(
-        config.preset(sidebar.DEFAULT_PRESET).model, vocab_size=dataset_vocab("pydocs")
+        config.preset(DEFAULT_PRESET).model, vocab_size=dataset_vocab("pydocs")
     )
     assert default.vocab_size != config.ModelConfig().vocab_size  # pydocs has more than 65
     assert metric_total(app) == params.param_breakdown(default).total
@@ -145,7 +147,7 @@ def test_parameter_total_follows_the_widgets(app: AppTest) -> None:
 def test_parameter_total_uses_the_chosen_datasets_vocabulary(app: AppTest, dataset: str) -> None:
     app.selectbox(key="cfg.dataset").set_value(dataset).run()
     model = dataclasses.replace(
-        config.preset(sidebar.DEFAULT_PRESET).model, vocab_size=dataset_vocab(dataset)
+        config.preset(DEFAULT_PRESET).model, vocab_size=dataset_vocab(dataset)
     )
     assert metric_total(app) == params.param_breakdown(model).total
     assert app.text_input(key=sidebar.NAME_KEY).value == dataset  # no "vocab_size..." token
@@ -237,10 +239,10 @@ NUMBER_SPECS = [spec for spec in config_fields.ALL_FIELDS if spec.kind in ("int"
 
 def test_number_widgets_take_their_range_from_the_config_bounds(app: AppTest) -> None:
     app.selectbox(key="cfg.dataset").set_value("ops").run()  # draws the ops fields too
-    assert {spec.name for spec in NUMBER_SPECS} == set(config.BOUNDS) - {"vocab_size"}
+    assert {spec.name for spec in NUMBER_SPECS} == set(BOUNDS) - {"vocab_size"}
     for spec in NUMBER_SPECS:
         widget = app.number_input(key=sidebar.PREFIX + spec.name)
-        bound = config.BOUNDS[spec.name]
+        bound = BOUNDS[spec.name]
         assert (widget.min, widget.max) == (bound.low, bound.high), spec.name
 
 
@@ -249,13 +251,14 @@ def _sidebar_with_a_loaded_config() -> None:
     import streamlit as st
 
     from blockviz.core import config
+    from blockviz.core.presets import DEFAULT_PRESET
     from blockviz.dashboard import sidebar
 
     if "loaded" not in st.session_state:
         st.session_state["loaded"] = True
         loaded = config.replace(config.RunConfig(), n_layer=10_000, batch_size=10**9, lr=50.0)
         sidebar.apply_run_config(loaded)
-        st.session_state[sidebar.PRESET_KEY] = sidebar.DEFAULT_PRESET
+        st.session_state[sidebar.PRESET_KEY] = DEFAULT_PRESET
     sidebar.render_sidebar()
 
 
@@ -266,8 +269,8 @@ def test_a_loaded_value_out_of_range_goes_to_the_nearest_end() -> None:
     at = AppTest.from_function(_sidebar_with_a_loaded_config, default_timeout=TIMEOUT).run()
     assert not at.exception
     for name in ("n_layer", "batch_size", "lr"):
-        assert at.number_input(key=sidebar.PREFIX + name).value == config.BOUNDS[name].high
-    assert at.session_state["cfg.n_layer"] == config.BOUNDS["n_layer"].high
+        assert at.number_input(key=sidebar.PREFIX + name).value == BOUNDS[name].high
+    assert at.session_state["cfg.n_layer"] == BOUNDS["n_layer"].high
     assert metric_total(at) > 0  # counted for 256 layers, at once
 
 
@@ -447,7 +450,7 @@ def test_qk_norm_keeps_norm_type_live_without_norms_and_greys_out_without_attent
 
 
 def test_the_preset_caption_says_what_differs_from_the_preset(app: AppTest) -> None:
-    preset = config.preset(sidebar.DEFAULT_PRESET)
+    preset = config.preset(DEFAULT_PRESET)
 
     def captions() -> str:
         return "\n".join(c.value for c in app.sidebar.caption)
@@ -516,7 +519,7 @@ def test_a_shared_url_opens_the_same_config() -> None:
 
 def test_a_typed_name_travels_in_the_url_a_suggested_one_does_not(app: AppTest) -> None:
     app.selectbox(key="cfg.norm_position").set_value("post").run()
-    assert qp(app) == {"preset": sidebar.DEFAULT_PRESET, "norm_position": "post"}
+    assert qp(app) == {"preset": DEFAULT_PRESET, "norm_position": "post"}
     app.text_input(key=sidebar.NAME_KEY).set_value("baseline post").run()
     assert qp(app)["name"] == "baseline post"
     fresh = AppTest.from_file(APP, default_timeout=TIMEOUT)
@@ -543,7 +546,7 @@ def test_a_bad_url_value_is_a_warning_naming_it(key: str, text: str, says: str) 
     plain_text = warning.replace("\\", "")
     assert key in plain_text and says in plain_text
     assert at.number_input(key="cfg.d_model").value == 64  # the good key still applies
-    preset = config.preset(sidebar.DEFAULT_PRESET)
+    preset = config.preset(DEFAULT_PRESET)
     assert at.number_input(key="cfg.n_layer").value == preset.model.n_layer
     assert at.selectbox(key="cfg.norm_position").value == preset.model.norm_position
     at.number_input(key="cfg.d_model").set_value(96).run()  # the user moves on

@@ -1,4 +1,4 @@
-"""Study definitions, sizes and custom sweeps (blockviz.core.studies)."""
+"""Study definitions, sizes and custom sweeps (blockviz.core.studies, study_builtins)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,16 @@ from collections.abc import Sequence
 
 import pytest
 
-from blockviz.core import studies, sweeps
-from blockviz.core.config import ConfigError, RunConfig, probe_steps
+from blockviz.core import studies, study_builtins, sweeps
+from blockviz.core.config import ConfigError, RunConfig
+from blockviz.core.probe_schedule import probe_steps
 from blockviz.core.verdicts import RULES
 
 
-@pytest.mark.parametrize("key", studies.STUDY_KEYS)
+@pytest.mark.parametrize("key", study_builtins.STUDY_KEYS)
 @pytest.mark.parametrize("size", studies.SIZES)
 def test_every_builtin_study_builds_valid_configs_at_every_size(key: str, size: str) -> None:
-    study = studies.builtin(key, size)
+    study = study_builtins.builtin(key, size)
     assert study.size == size and study.seeds == tuple(range(1, studies.SIZE_SEEDS[size] + 1))
     assert study.baseline in {v.label for v in study.variants}
     for variant in study.variants:
@@ -32,8 +33,8 @@ def test_every_builtin_study_builds_valid_configs_at_every_size(key: str, size: 
 def test_every_size_probes_often_enough_for_the_findings(size: str) -> None:
     """At least 3 probes after step 0 (a state rule needs two in a row): the quick size
     used to probe at steps 0 and 299 only, so its runs' findings could never fire."""
-    for key in studies.STUDY_KEYS:
-        study = studies.builtin(key, size)
+    for key in study_builtins.STUDY_KEYS:
+        study = study_builtins.builtin(key, size)
         for variant in study.variants:
             train = study.config_for(variant.label).train
             steps = probe_steps(train.max_steps, train.probe_interval)
@@ -47,7 +48,7 @@ def test_every_size_probes_often_enough_for_the_findings(size: str) -> None:
 
 
 def test_claims_say_what_their_rule_judges() -> None:
-    claims = [c for key in studies.STUDY_KEYS for c in studies.builtin(key).claims]
+    claims = [c for key in study_builtins.STUDY_KEYS for c in study_builtins.builtin(key).claims]
     for claim in claims:
         if claim.rule == "fails_often":  # counts every way of failing to train
             assert all(
@@ -55,12 +56,12 @@ def test_claims_say_what_their_rule_judges() -> None:
             )
         if "at least as well" in claim.text:  # non-inferiority, not "lower"
             assert claim.rule == "not_worse"
-            assert claim.args["margin"] == studies.NOT_WORSE_MARGIN
+            assert claim.args["margin"] == study_builtins.NOT_WORSE_MARGIN
     assert {c.rule for c in claims} >= {"fails_often", "not_worse"}
 
 
 def test_a_study_round_trips_through_its_stored_spec() -> None:
-    study = studies.builtin("lr-sensitivity", "quick", seeds=3)
+    study = study_builtins.builtin("lr-sensitivity", "quick", seeds=3)
     again = studies.plan_from_spec(json.loads(json.dumps(study.to_spec())))
     assert again == study
     assert study.n_runs == 21 * 3
@@ -69,7 +70,7 @@ def test_a_study_round_trips_through_its_stored_spec() -> None:
 
 
 def test_grid_sets_each_seed() -> None:
-    study = studies.builtin("activation", "quick", seeds=2)
+    study = study_builtins.builtin("activation", "quick", seeds=2)
     grid = study.grid()
     assert [(v.label, s) for v, s, _ in grid][:2] == [("ReLU", 1), ("ReLU", 2)]
     assert [c.train.seed for _, _, c in grid][:2] == [1, 2]
@@ -77,7 +78,7 @@ def test_grid_sets_each_seed() -> None:
 
 
 def test_warmup_is_a_swept_column_of_norm_position() -> None:
-    study = studies.builtin("norm-position")
+    study = study_builtins.builtin("norm-position")
     values = {v.label: studies.swept_value(study, v.label, "warmup") for v in study.variants}
     assert values["Post-LN · depth 6"] == "off"
     assert values["Post-LN + warm-up · depth 6"] == "on"
@@ -94,7 +95,7 @@ def test_warmup_is_a_swept_column_of_norm_position() -> None:
 )
 def test_bad_builtin_requests_name_the_problem(args: tuple, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        studies.builtin(*args)
+        study_builtins.builtin(*args)
 
 
 def test_parse_values_lists_and_log_ranges() -> None:

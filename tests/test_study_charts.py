@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from blockviz.core import studies
+from blockviz.core import studies, study_builtins
 from blockviz.core.outcomes import swept_value
 from blockviz.views.studies import charts as study_charts
 from blockviz.views.studies import report as study_report
@@ -23,7 +23,7 @@ def study_frames(key: str, seeds: int = 2) -> tuple[studies.StudyDef, pd.DataFra
     """A built-in study's plan, a finished results frame and val-loss curves for it:
     constructed, neutral numbers (every variant the same up to the seed). Read, never
     change: one copy serves every test."""
-    plan = studies.builtin(key, "quick", seeds)
+    plan = study_builtins.builtin(key, "quick", seeds)
     rows, scalars = [], []
     run_id = 0
     for variant in plan.variants:
@@ -89,7 +89,9 @@ def test_study_charts_are_tall_enough_to_read_with_the_whole_legend(key: str) ->
         assert chart.to_dict()["height"] >= MIN_HEIGHT
 
 
-TRAINING_STUDIES = [k for k in studies.STUDY_KEYS if studies.builtin(k, "quick").trains]
+TRAINING_STUDIES = [
+    k for k in study_builtins.STUDY_KEYS if study_builtins.builtin(k, "quick").trains
+]
 
 
 @pytest.mark.parametrize("key", TRAINING_STUDIES)

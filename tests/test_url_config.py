@@ -10,6 +10,8 @@ from urllib.parse import parse_qsl, urlencode
 import pytest
 
 from blockviz.core import config
+from blockviz.core.bounds import BOUNDS
+from blockviz.core.presets import DEFAULT_PRESET
 from blockviz.dashboard import url_config
 from blockviz.dashboard.config_fields import ALL_FIELDS, FINAL_NORM_CHOICES, UPLOAD_CHOICE, Field
 
@@ -22,7 +24,7 @@ def another_value(spec: Field, value: Any) -> Any:
         return next(v for v in (None, True, False) if v != value)
     if spec.kind == "select":
         return next(option for option in spec.options if option != value)
-    bound = config.BOUNDS[spec.name]
+    bound = BOUNDS[spec.name]
     if spec.kind == "int":
         return value + 1 if value + 1 <= bound.high else value - 1
     return value / 2 if value else (bound.low + bound.high) / 3
@@ -93,7 +95,7 @@ def test_a_bad_value_is_refused_by_name_and_the_field_keeps_the_preset(
 
 def test_unknown_keys_and_presets_are_named() -> None:
     decoded = url_config.decode({"preset": "huge", "flux": "1", "vocab_size": "99"})
-    assert decoded.preset == config.DEFAULT_PRESET and not decoded.values
+    assert decoded.preset == DEFAULT_PRESET and not decoded.values
     problems = "\n".join(decoded.problems)
     assert "preset: 'huge' is not allowed" in problems
     assert "'flux' is not a config field" in problems

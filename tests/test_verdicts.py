@@ -12,16 +12,13 @@ import pandas as pd
 import pytest
 
 from blockviz.core import outcomes
+from blockviz.core.rules_counts import max_stable
+from blockviz.core.rules_sweep import sensitivity_table
 from blockviz.core.studies import Claim, StudyDef, Variant
 from blockviz.core.study_stats import difference_interval
 from blockviz.core.study_summary import summarize
-from blockviz.core.verdicts import (
-    RULES,
-    judge,
-    max_stable,
-    select,
-    sensitivity_table,
-)
+from blockviz.core.verdict_base import select
+from blockviz.core.verdicts import RULES, judge
 
 NEUTRAL = StudyDef(
     key="t",

@@ -22,12 +22,13 @@ from blockviz.core.flags import (
     flag_metavar_and_help,
     threads_arg,
 )
+from blockviz.core.presets import PRESETS
 
 
 def _config_source_args(p: argparse.ArgumentParser) -> None:
     """Where a command's RunConfig starts: a JSON file or a preset (field flags go on top)."""
     p.add_argument("--config", help="RunConfig JSON file (flags below override it)")
-    p.add_argument("--preset", choices=list(cfg.PRESETS), help="start from a preset")
+    p.add_argument("--preset", choices=list(PRESETS), help="start from a preset")
 
 
 # Each command registers its parser and a handler `fn(args) -> int`. Handlers import what
@@ -51,7 +52,7 @@ def command(name: str, help_text: str, handler_path: str):
 )
 def _params_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--preset", choices=list(cfg.PRESETS), help="start from a preset")
+    p.add_argument("--preset", choices=list(PRESETS), help="start from a preset")
     add_config_flags(p, ["model"])
 
 

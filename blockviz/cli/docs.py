@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from blockviz.cli import build_parser
+from blockviz.core import bounds
 from blockviz.core import config as cfg
 from blockviz.core.flags import FIELD_CHOICES, flag_metavar_and_help
+from blockviz.core.presets import DEFAULT_PRESET, PRESET_DESCRIPTIONS, PRESETS
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI_MD = Path("docs/cli.md")
@@ -233,11 +235,12 @@ def _choice_lists() -> list[tuple[str, tuple[str, ...], list[str]]]:
 
 def _limits() -> list[tuple[str, int]]:
     """(constant, value) of the MAX_* limits the bounds are built from."""
-    return [
-        (name, value)
-        for name, value in vars(cfg).items()
-        if name.startswith("MAX_") and isinstance(value, int)
-    ]
+    found: dict[str, int] = {}
+    for module in (bounds, cfg):  # the limits live in core.bounds; a few stay with the config
+        for name, value in vars(module).items():
+            if name.startswith("MAX_") and isinstance(value, int):
+                found.setdefault(name, value)
+    return list(found.items())
 
 
 def _overrides(values: dict[str, Any]) -> str:
@@ -293,12 +296,12 @@ def render_configuration_md() -> str:
         "## Presets",
         "",
         "`--preset NAME` and the sidebar's preset menu start from one of these, each a set "
-        f"of overrides on the defaults; `{cfg.DEFAULT_PRESET}` is the defaults.",
+        f"of overrides on the defaults; `{DEFAULT_PRESET}` is the defaults.",
         "",
     ]
     preset_rows = [
-        [_code(name), _cell(cfg.PRESET_DESCRIPTIONS.get(name, "")), _overrides(values)]
-        for name, values in cfg.PRESETS.items()
+        [_code(name), _cell(PRESET_DESCRIPTIONS.get(name, "")), _overrides(values)]
+        for name, values in PRESETS.items()
     ]
     lines += _table(["Preset", "What it is", "Overrides"], preset_rows)
     return "\n".join(lines).rstrip("\n") + "\n"

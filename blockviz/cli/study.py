@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from blockviz.core import config as cfg
-from blockviz.core import studies, sweeps
+from blockviz.core import studies, study_builtins, sweeps
 from blockviz.core.flags import (
     UsageError,
     check_threads,
@@ -24,6 +24,7 @@ from blockviz.core.flags import (
     read_config_file,
     threads_arg,
 )
+from blockviz.core.presets import PRESETS
 from blockviz.launch import study_runner
 from blockviz.store import RunStore, checked
 
@@ -38,7 +39,7 @@ def build(p: argparse.ArgumentParser) -> None:
     store_help = "run store path (default $BLOCKVIZ_STORE or runs/blockviz.db)"
 
     run = sub.add_parser("run", help="run a built-in study", description="run a built-in study")
-    run.add_argument("study", choices=studies.STUDY_KEYS, help="which study")
+    run.add_argument("study", choices=study_builtins.STUDY_KEYS, help="which study")
     _launch_args(run, store_help)
 
     sweep = sub.add_parser(
@@ -48,7 +49,7 @@ def build(p: argparse.ArgumentParser) -> None:
         "range low:high:n; a field given one value is fixed for every run.",
     )
     sweep.add_argument("--config", help="RunConfig JSON file the sweep starts from")
-    sweep.add_argument("--preset", choices=list(cfg.PRESETS), help="preset the sweep starts from")
+    sweep.add_argument("--preset", choices=list(PRESETS), help="preset the sweep starts from")
     _launch_args(sweep, store_help)
     group = sweep.add_argument_group("fields to sweep (VALUES: a,b,c or low:high:n)")
     for section, section_cls in cfg.SECTIONS.items():
@@ -139,7 +140,7 @@ def _positive(name: str, value: int | None) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     _positive("workers", args.workers)
-    study = studies.builtin(args.study, args.size or "quick", args.seeds)
+    study = study_builtins.builtin(args.study, args.size or "quick", args.seeds)
     return _launch_and_watch(args, study)
 
 

@@ -1,9 +1,10 @@
-"""Run configuration: model, training and data dataclasses, validation, JSON, presets.
+"""Run configuration: model, training and data dataclasses, validation, JSON, diff and replace.
 
 Every field is a plain value so a config is JSON on disk, a flag on the CLI and a widget in
 the sidebar. `validate()` raises `ConfigError` naming the field, the bad value and what is
-allowed; every numeric field has a lower and an upper bound, kept in `BOUNDS`. Nothing here
-imports torch, so the UI can validate on every keystroke.
+allowed; every numeric field has a lower and an upper bound, kept in `core.bounds.BOUNDS`.
+The named presets are `core.presets` (`preset()` here builds one). Nothing here imports
+torch, so the UI can validate on every keystroke.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import sys
 from dataclasses import dataclass, field, fields
 from typing import Any, get_args, get_origin, get_type_hints
 
+from blockviz.core.bounds import BOUNDS
+from blockviz.core.presets import PRESETS
+
 NORM_POSITIONS = ("pre", "post", "none")
 NORM_TYPES = ("layernorm", "rmsnorm", "batchnorm")
 ACTIVATIONS = ("gelu", "relu", "silu", "swiglu")
@@ -24,81 +28,6 @@ PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed")
 ACCELERATORS = ("auto", "cpu", "gpu", "mps")
 STRATEGIES = ("auto", "ddp")
 LOGGERS = ("none", "tensorboard", "csv")  # Lightning loggers a run writes besides the store
-
-# Distinct characters a vocabulary may hold. 10,000 covers every alphabet and the few
-# thousand CJK characters of everyday text; past it a "character" model is mostly an
-# embedding table of symbols seen once or twice (a text of every Unicode code point has
-# 1.1 million). The data checks refuse larger vocabularies with this figure.
-MAX_VOCAB = 10_000
-MAX_STEPS = 10_000_000  # ~a month of a tiny model on a GPU; also caps warm-up and intervals
-MAX_SEED = 2**32 - 1  # what numpy's and torch's seeding accept
-
-
-@dataclass(frozen=True)
-class Bound:
-    """The allowed range of one numeric field; inclusive ends unless marked open."""
-
-    low: float
-    high: float
-    low_open: bool = False
-    high_open: bool = False
-
-    def contains(self, value: float) -> bool:
-        """Whether `value` lies in the range (NaN never does)."""
-        above = self.low < value if self.low_open else self.low <= value
-        below = value < self.high if self.high_open else value <= self.high
-        return above and below
-
-    def describe(self, integer: bool) -> str:
-        """'an integer in [1, 256]' or 'a number in (0.0, 10.0]'."""
-        left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
-        kind = "an integer" if integer else "a number"
-        return f"{kind} in {left}{self.low}, {self.high}{right}"
-
-
-# Every numeric field's range, in one place: validate() enforces it, the sidebar's number
-# widgets take their min and max from it and the README quotes it. The limits are generous
-# for small character models on one machine or GPU box, yet keep every size a count or an
-# estimate can loop over, or a tensor can be allocated for, finite. Cross-field rules
-# (n_head divides d_model, min_lr <= lr, warmup_steps <= max_steps, ops_min_args <=
-# ops_max_args) are checked in validate() on top.
-BOUNDS: dict[str, Bound] = {
-    # ModelConfig
-    "vocab_size": Bound(1, MAX_VOCAB),
-    "n_layer": Bound(1, 256),
-    "n_head": Bound(1, 256),
-    "d_model": Bound(1, 16_384),
-    "block_size": Bound(1, 8_192),
-    "dropout": Bound(0.0, 1.0, high_open=True),
-    "residual_scale": Bound(0.0, 100.0),
-    "ffn_mult": Bound(1, 64),
-    "logit_softcap": Bound(0.0, 1000.0),
-    # TrainConfig
-    "batch_size": Bound(1, 65_536),
-    "max_steps": Bound(1, MAX_STEPS),
-    "lr": Bound(0.0, 10.0, low_open=True),
-    "min_lr": Bound(0.0, 10.0),
-    "warmup_steps": Bound(0, MAX_STEPS),
-    "weight_decay": Bound(0.0, 10.0),
-    "beta1": Bound(0.0, 1.0, high_open=True),
-    "beta2": Bound(0.0, 1.0, high_open=True),
-    "grad_clip": Bound(0.0, 1e6),
-    "z_loss": Bound(0.0, 1.0),
-    "devices": Bound(1, 1_024),
-    "num_nodes": Bound(1, 1_024),
-    "seed": Bound(0, MAX_SEED),
-    "log_interval": Bound(1, MAX_STEPS),
-    "eval_interval": Bound(1, MAX_STEPS),
-    "eval_iters": Bound(1, 100_000),
-    "probe_interval": Bound(1, MAX_STEPS),
-    "sample_interval": Bound(1, MAX_STEPS),
-    # DataConfig
-    "val_fraction": Bound(0.0, 0.5, low_open=True),
-    "ops_examples": Bound(10, 1_000_000),
-    "ops_min_args": Bound(1, 9),
-    "ops_max_args": Bound(1, 9),
-    "ops_seed": Bound(0, MAX_SEED),
-}
 
 
 def _shown(value: Any) -> str:
@@ -495,69 +424,11 @@ def section_of(name: str) -> str:
     raise ConfigError(name, "?", "is not a config field")
 
 
-# Starting points for the sidebar and `--preset`. Each is a set of overrides on the
-# defaults, so a preset names only what makes it what it is.
-DEFAULT_PRESET = "baby-cpu"  # RunConfig() is this preset
-PRESETS: dict[str, dict[str, Any]] = {
-    "baby-cpu": {},  # the defaults are the baby-cpu run: 4x4x128, ctx 64, 2000 steps
-    "gpt2-preln": {"norm_position": "pre", "init": "gpt2", "bias": True, "activation": "gelu"},
-    "postln-original": {
-        "norm_position": "post",
-        "activation": "relu",
-        "init": "default",
-        "final_norm": False,
-    },
-    "no-residual": {"residual": False},
-    "rmsnorm": {"norm_type": "rmsnorm", "bias": False, "activation": "swiglu"},
-    "attention-only": {"ffn": False},
-    "ffn-only": {"attention": False},
-    "tiny": {
-        "n_layer": 2,
-        "n_head": 2,
-        "d_model": 32,
-        "block_size": 32,
-        "batch_size": 8,
-        "max_steps": 50,
-        "warmup_steps": 5,
-        "eval_interval": 25,
-        "eval_iters": 2,
-        "probe_interval": 10,
-        "sample_interval": 25,
-    },
-}
-
-PRESET_DESCRIPTIONS: dict[str, str] = {
-    "baby-cpu": "4 layers, 4 heads, d_model 128, ctx 64: trains on a laptop CPU in minutes",
-    "gpt2-preln": "Pre-LN with GPT-2 initialisation: the modern default",
-    "postln-original": "Post-LN with ReLU as in 'Attention Is All You Need', no final norm",
-    "no-residual": "Pre-LN without skip connections; Compare draws its gradient by layer",
-    "rmsnorm": "RMSNorm, no biases, SwiGLU FFN (the LLaMA-style block)",
-    "attention-only": "Blocks without the FFN",
-    "ffn-only": "Blocks without attention (no token mixing)",
-    "tiny": "2 layers, d_model 32, 50 steps: a smoke test in seconds",
-}
-
-
 def preset(name: str) -> RunConfig:
     """The RunConfig of a named preset."""
     if name not in PRESETS:
         raise ConfigError("preset", name, "choose one of " + ", ".join(PRESETS))
     return replace(RunConfig(), **PRESETS[name])
-
-
-def is_probe_step(step: int, probe_interval: int, last_step: int | None) -> bool:
-    """Whether a run probes at `step`: step 0, every `probe_interval` steps, and the last
-    trained step (max_steps - 1, the last batch with a gradient; None when unknown)."""
-    return step % probe_interval == 0 or step == last_step
-
-
-def probe_steps(max_steps: int, probe_interval: int) -> list[int]:
-    """Every step a run of `max_steps` steps probes (`is_probe_step`), in order; by
-    arithmetic, since Live's findings ask for it at every refresh of runs of any length."""
-    steps = list(range(0, max_steps, probe_interval))
-    if max_steps > 0 and steps[-1] != max_steps - 1:
-        steps.append(max_steps - 1)
-    return steps
 
 
 def diff(a: RunConfig, b: RunConfig) -> dict[str, tuple[Any, Any]]:

@@ -11,6 +11,7 @@ from typing import Any, NoReturn, get_args, get_origin
 
 from blockviz.core import config as cfg
 from blockviz.core import hardware
+from blockviz.core.bounds import BOUNDS
 from blockviz.core.corpora import read_regular_file
 from blockviz.core.vocab import DataError
 
@@ -58,7 +59,7 @@ def flag_metavar_and_help(name: str, annotation: Any, default: Any) -> tuple[str
         allowed = "auto, true or false" if optional else "true or false"
     elif base is int or base is float:
         metavar = base.__name__.upper()
-        bound = cfg.BOUNDS.get(name)
+        bound = BOUNDS.get(name)
         kind = "an integer" if base is int else "a number"
         allowed = bound.describe(integer=base is int) if bound else kind
     elif name == "dataset":

@@ -15,6 +15,7 @@ from blockviz.core import config
 from blockviz.core.config import RunConfig
 from blockviz.core.corpora import BUILTIN
 from blockviz.core.inert import inert_fields
+from blockviz.core.presets import DEFAULT_PRESET
 
 NAME_MAX = 80
 NAME_EXTRA_CHARS = frozenset("-_.+= ")
@@ -99,7 +100,7 @@ def run_name(run_config: RunConfig, preset: str | None = None) -> str:
     left out: it follows the dataset, which names itself. So is a field that does nothing
     under the rest of the config (core.inert: Norm type with norm position none).
     """
-    base_name = preset or config.DEFAULT_PRESET
+    base_name = preset or DEFAULT_PRESET
     changed = config.diff(config.preset(base_name), run_config)
     changed.pop("vocab_size", None)
     for name in inert_fields(run_config):

@@ -136,7 +136,7 @@ def _qk_norms(cfg: ModelConfig) -> tuple[int, str]:
     )
 
 
-# The sizes a breakdown's work and numbers grow with; each is checked against config.BOUNDS
+# The sizes a breakdown's work and numbers grow with; each is checked against bounds.BOUNDS
 # first, so even an unvalidated config (the sidebar's, while another field is wrong) cannot
 # make the count loop for minutes.
 _SIZE_FIELDS = ("vocab_size", "n_layer", "d_model", "block_size", "ffn_mult")
@@ -145,7 +145,7 @@ _SIZE_FIELDS = ("vocab_size", "n_layer", "d_model", "block_size", "ffn_mult")
 def param_breakdown(cfg: ModelConfig) -> Breakdown:
     """Closed-form parameter counts of CharTransformer(cfg), per layer and component.
 
-    Raises ConfigError when a size is outside config.BOUNDS (the rows grow with n_layer).
+    Raises ConfigError when a size is outside bounds.BOUNDS (the rows grow with n_layer).
     """
     for name in _SIZE_FIELDS:
         check_int(name, getattr(cfg, name))

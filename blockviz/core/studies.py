@@ -4,8 +4,9 @@ A study is a grid of variants (config overrides) × seeds on one base config, si
 preset: `quick` (minutes on a 2-core laptop CPU), `standard` (the baby-cpu model, 2,000
 steps, 3 seeds) or `full` (for a GPU). Each claim names a verdict rule
 (`blockviz.core.verdicts`) that decides from the measured runs whether the data support
-it; nothing here says what the answer is. A custom sweep (`core/sweeps.py`) is a study
-without claims.
+it; nothing here says what the answer is. This module holds the machinery: `Claim`,
+`Variant`, `StudyDef`, the sizes and the checks every study passes. The built-in studies
+are `core/study_builtins.py`; a custom sweep (`core/sweeps.py`) is a study without claims.
 
 The definition is stored with the study as JSON (`to_spec`), so the page, the CLI and the
 export read back exactly what ran (`plan_from_spec`). Torch-free and streamlit-free.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,6 @@ MAX_STUDY_RUNS = 500  # a bigger grid is refused: it would take days on a laptop
 MAX_SEEDS = 20
 MAX_VALUES = 50  # values of one swept field
 FIRST_SEED = 1  # seeds are FIRST_SEED, FIRST_SEED + 1, ...
-COURSE = "the course material"
 
 # What each size trains: flat config overrides on RunConfig() (= the baby-cpu preset),
 # and the seeds each variant gets. Logging is sparse: a study reads final numbers and a
@@ -159,9 +159,6 @@ def plan_from_spec(spec: Mapping[str, Any]) -> StudyDef:
     return StudyDef(**data)
 
 
-# ---------------------------------------------------------------------------- built-ins
-
-
 def log_space(low: float, high: float, n: int) -> list[float]:
     """n values from low to high, evenly spaced on a log scale: the ends exactly as given,
     the values between rounded to 3 digits but never past an end (0.999999 stays below 1)."""
@@ -170,291 +167,6 @@ def log_space(low: float, high: float, n: int) -> list[float]:
     step = (math.log10(high) - math.log10(low)) / (n - 1)
     inner = [float(f"{10 ** (math.log10(low) + i * step):.3g}") for i in range(1, n - 1)]
     return [float(low), *(min(max(value, low), high) for value in inner), float(high)]
-
-
-def _lr_label(lr: float) -> str:
-    """`lr 3e-4`, `lr 9.5e-4`: two significant digits, short exponent."""
-    mantissa, exponent = f"{lr:.1e}".split("e")
-    return f"lr {mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
-
-
-NORM_NAMES = {"pre": "Pre-LN", "post": "Post-LN", "none": "no norm"}
-LR_GRID = log_space(3e-4, 3e-1, 7)
-DEPTHS_NORM = (6, 12)
-DEPTHS_RESIDUAL = (2, 6, 12, 24)
-FFN_MULTS = (1, 2, 4, 8, 16)
-# High enough for the norm position to matter on the quick model: in a calibration sweep
-# (12 layers, 300 steps, no warm-up, constant lr, seed 1; round two, val losses on the
-# seed's own windows) Post-LN reached val loss 2.16 at 3e-3 and stalled at 3.24, the
-# corpus's unigram entropy (3.25), at 1e-2.
-NORM_POSITION_LR = 1e-2
-# "At least as well" is judged as non-inferiority: the claim holds if the 95% interval of
-# (claimed − other) final val loss stays below this many nats. 0.02 nats is a 2% change of
-# perplexity (e^0.02 = 1.020), less than anyone would call "does worse". (For scale: on one
-# evaluation set the quick activation study's GELU and ReLU runs differed by 0.008 in both
-# seeds, and its variants' seeds by at most 0.014.)
-NOT_WORSE_MARGIN = 0.02
-
-
-def _norm_position() -> dict[str, Any]:
-    variants = []
-    for depth in DEPTHS_NORM:
-        variants += [
-            Variant(
-                f"Post-LN · depth {depth}",
-                {"norm_position": "post", "n_layer": depth, "warmup_steps": 0},
-            ),
-            Variant(
-                f"Post-LN + warm-up · depth {depth}", {"norm_position": "post", "n_layer": depth}
-            ),
-            Variant(
-                f"Pre-LN · depth {depth}",
-                {"norm_position": "pre", "n_layer": depth, "warmup_steps": 0},
-            ),
-        ]
-    no_warmup = {"warmup": "off"}
-    return {
-        "title": "Post-LN or Pre-LN, with and without warm-up",
-        "question": "Does the norm's position decide whether a deep block trains at a high "
-        "learning rate, and does a warm-up rescue Post-LN?",
-        "claims": (
-            Claim(
-                "Post-LN without a learning-rate warm-up often fails to train (diverges, blows "
-                "up or stalls).",
-                f"{COURSE}; Xiong et al. 2020, On Layer Normalization in the Transformer "
-                "Architecture",
-                "fails_often",
-                {"groups": [{"norm_position": "post", **no_warmup}]},
-            ),
-            Claim(
-                "With a warm-up, Post-LN converges.",
-                f"{COURSE}; Xiong et al. 2020",
-                "converges",
-                {"groups": [{"norm_position": "post", "warmup": "on"}]},
-            ),
-            Claim(
-                "Pre-LN converges without a warm-up.",
-                f"{COURSE}; Xiong et al. 2020",
-                "converges",
-                {"groups": [{"norm_position": "pre", **no_warmup}]},
-            ),
-        ),
-        "variants": tuple(variants),
-        "swept": ("norm_position", "warmup", "n_layer"),
-        "baseline": f"Pre-LN · depth {DEPTHS_NORM[0]}",
-        "base": {"lr": NORM_POSITION_LR, "lr_schedule": "constant"},
-    }
-
-
-def _lr_sensitivity() -> dict[str, Any]:
-    variants = tuple(
-        Variant(
-            f"{NORM_NAMES[position]} · {_lr_label(lr)}",
-            {"norm_position": position, "lr": lr, "min_lr": 0.0},
-        )
-        for position in ("pre", "post", "none")
-        for lr in LR_GRID
-    )
-    return {
-        "title": "Learning-rate sensitivity",
-        "question": "How much does the final loss depend on the learning rate with Pre-LN, "
-        "Post-LN and no normalization?",
-        "claims": (
-            Claim(
-                "Pre-LN is easier to tune than Post-LN: its final loss depends less on the "
-                "learning rate.",
-                f"{COURSE}; sensitivity as defined by Wortsman et al. 2023, Small-scale "
-                "proxies for large-scale Transformer training instabilities",
-                "less_sensitive",
-                {
-                    "better": {"norm_position": "pre"},
-                    "worse": {"norm_position": "post"},
-                    "field": "lr",
-                },
-            ),
-            Claim(
-                "Without normalization the largest stable learning rate is far lower.",
-                f"{COURSE}; Wortsman et al. 2023",
-                "lower_max_stable_lr",
-                {
-                    "lower": {"norm_position": "none"},
-                    "than": {"norm_position": "pre"},
-                    "field": "lr",
-                    "factor": 3,
-                },
-            ),
-        ),
-        "variants": variants,
-        "swept": ("lr", "norm_position"),
-        "baseline": f"Pre-LN · {_lr_label(LR_GRID[3])}",
-        "base": {},
-    }
-
-
-def _residual_depth() -> dict[str, Any]:
-    variants = tuple(
-        Variant(
-            f"residual {'on' if on else 'off'} · depth {depth}", {"residual": on, "n_layer": depth}
-        )
-        for on in (True, False)
-        for depth in DEPTHS_RESIDUAL
-    )
-    deepest = DEPTHS_RESIDUAL[-1]
-    return {
-        "title": "Residual connections and depth",
-        "question": "Do deep stacks still train when the blocks have no residual path?",
-        "claims": (
-            Claim(
-                "Without residual connections, deep stacks fail to train.",
-                f"{COURSE}; He et al. 2016, Deep Residual Learning for Image Recognition",
-                "fails_deep",
-                {
-                    "deep": {"residual": False, "n_layer": deepest},
-                    "reference": {"residual": True, "n_layer": deepest},
-                },
-            ),
-        ),
-        "variants": variants,
-        "swept": ("n_layer", "residual"),
-        "baseline": f"residual on · depth {DEPTHS_RESIDUAL[0]}",
-        "base": {},
-    }
-
-
-def _normalization() -> dict[str, Any]:
-    variants = (
-        Variant("no norm", {"norm_position": "none"}),
-        Variant("BatchNorm", {"norm_type": "batchnorm"}),
-        Variant("LayerNorm", {"norm_type": "layernorm"}),
-        Variant("RMSNorm", {"norm_type": "rmsnorm"}),
-    )
-    return {
-        "title": "Which normalization",
-        "question": "Does the kind of normalization in a Pre-LN block change how well it trains?",
-        "claims": (
-            Claim(
-                "LayerNorm trains a transformer to a lower loss than BatchNorm.",
-                f"{COURSE}; Shen et al. 2020, PowerNorm: Rethinking Batch Normalization in "
-                "Transformers",
-                "lower_loss",
-                {"better": "LayerNorm", "worse": "BatchNorm"},
-            ),
-        ),
-        "variants": variants,
-        "swept": ("norm_type", "norm_position"),
-        "baseline": "LayerNorm",
-        "base": {"norm_position": "pre"},
-    }
-
-
-def _ffn_ratio() -> dict[str, Any]:
-    variants = tuple(Variant(f"FFN {m}×", {"ffn_mult": m}) for m in FFN_MULTS)
-    return {
-        "title": "FFN width",
-        "question": "How wide should the FFN be relative to d_model?",
-        "claims": (
-            Claim(
-                "4× is the sweet spot for the FFN's width.",
-                f"{COURSE}; Vaswani et al. 2017 use d_ff = 4 · d_model",
-                "sweet_spot",
-                {"at": {"ffn_mult": 4}, "field": "ffn_mult"},
-            ),
-            Claim(
-                "The FFN holds about 2/3 of a block's parameters.",
-                COURSE,
-                "param_share",
-                {"variant": "FFN 4×", "part": "ffn", "low": 0.6, "high": 0.72},
-            ),
-        ),
-        "variants": variants,
-        "swept": ("ffn_mult",),
-        "baseline": "FFN 4×",
-        "base": {},
-    }
-
-
-def _activation() -> dict[str, Any]:
-    names = {"relu": "ReLU", "gelu": "GELU", "silu": "SiLU (Swish)", "swiglu": "SwiGLU"}
-    return {
-        "title": "FFN activation",
-        "question": "Does the FFN's activation change the loss a block reaches?",
-        "claims": (
-            Claim(
-                "GELU does at least as well as ReLU.",
-                f"{COURSE}; Hendrycks & Gimpel 2016, Gaussian Error Linear Units",
-                "not_worse",
-                {"better": "GELU", "worse": "ReLU", "margin": NOT_WORSE_MARGIN},
-            ),
-        ),
-        "variants": tuple(Variant(name, {"activation": key}) for key, name in names.items()),
-        "swept": ("activation",),
-        "baseline": "GELU",
-        "base": {},
-    }
-
-
-def _sublayers() -> dict[str, Any]:
-    return {
-        "title": "Attention, FFN, or both",
-        "question": "What does each sublayer contribute on its own?",
-        "claims": (
-            Claim(
-                "Attention alone trains to a higher loss than the full block.",
-                COURSE,
-                "lower_loss",
-                {"better": "attention + FFN", "worse": "attention only"},
-            ),
-            Claim(
-                "The FFN alone (no token mixing) trains to a higher loss than the full block.",
-                COURSE,
-                "lower_loss",
-                {"better": "attention + FFN", "worse": "FFN only"},
-            ),
-        ),
-        "variants": (
-            Variant("attention only", {"ffn": False}),
-            Variant("FFN only", {"attention": False}),
-            Variant("attention + FFN", {}),
-        ),
-        "swept": ("attention", "ffn"),
-        "baseline": "attention + FFN",
-        "base": {},
-    }
-
-
-INIT_DEPTHS = (3, 6, 12, 24)
-
-
-def _init_gradients() -> dict[str, Any]:
-    variants = tuple(
-        Variant(f"depth {depth} · {init} init", {"n_layer": depth, "init": init})
-        for depth in INIT_DEPTHS
-        for init in ("default", "gpt2", "xavier")
-    )
-    return {
-        "title": "Gradients at initialisation",
-        "question": "How large is each layer's gradient before any training, Pre-LN against "
-        "Post-LN, by depth and initialisation?",
-        "claims": (),
-        "variants": variants,
-        "swept": ("n_layer", "init"),
-        "baseline": variants[0].label,
-        "base": {},
-        "trains": False,
-    }
-
-
-BUILTINS = {
-    "norm-position": _norm_position,
-    "lr-sensitivity": _lr_sensitivity,
-    "residual-depth": _residual_depth,
-    "normalization": _normalization,
-    "ffn-ratio": _ffn_ratio,
-    "activation": _activation,
-    "sublayers": _sublayers,
-    "init-gradients": _init_gradients,
-}
-STUDY_KEYS = tuple(BUILTINS)
 
 
 def sized_base(size: str, base: Mapping[str, Any]) -> dict[str, Any]:
@@ -468,17 +180,6 @@ def seeds_for(n: int | None, size: str) -> tuple[int, ...]:
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_SEEDS:
         raise ConfigError("seeds", count, f"must be a whole number from 1 to {MAX_SEEDS}")
     return tuple(range(FIRST_SEED, FIRST_SEED + count))
-
-
-def builtin(key: str, size: str = "quick", seeds: int | None = None) -> StudyDef:
-    """A built-in study at a size; ConfigError for an unknown key, size or seed count."""
-    if key not in BUILTINS:
-        raise ConfigError("study", key, "choose one of " + ", ".join(STUDY_KEYS))
-    parts = BUILTINS[key]()
-    base = sized_base(size, parts.pop("base"))
-    study = StudyDef(key=key, base=base, seeds=seeds_for(seeds, size), size=size, **parts)
-    check_study(study)
-    return study
 
 
 def check_study(study: StudyDef) -> None:
@@ -502,12 +203,3 @@ def swept_value(study: StudyDef, label: str, name: str) -> Any:
     if name == "warmup":
         return "on" if config.train.warmup_steps > 0 else "off"
     return getattr(getattr(config, cfg.section_of(name)), name)
-
-
-def describe(studies: Iterable[str] = STUDY_KEYS) -> list[tuple[str, str, str]]:
-    """(key, title, question) of the built-in studies."""
-    out = []
-    for key in studies:
-        parts = BUILTINS[key]()
-        out.append((key, parts["title"], parts["question"]))
-    return out

@@ -7,7 +7,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from blockviz.core.config import MAX_VOCAB
+from blockviz.core.bounds import MAX_VOCAB
 
 
 class DataError(ValueError):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from blockviz.core import config
+from blockviz.core.bounds import BOUNDS
 from blockviz.core.corpora import BUILTIN
 
 UPLOAD_CHOICE = "upload your own text"
@@ -207,8 +208,8 @@ def from_widget(name: str, value: Any) -> Any:
 
 
 def widget_range(name: str, kind: str) -> tuple[int, int] | tuple[float, float]:
-    """(min_value, max_value) of a number widget: the field's config.BOUNDS, typed."""
-    bound = config.BOUNDS[name]
+    """(min_value, max_value) of a number widget: the field's bounds.BOUNDS, typed."""
+    bound = BOUNDS[name]
     if kind == "int":
         return int(bound.low), int(bound.high)
     return float(bound.low), float(bound.high)

@@ -16,6 +16,7 @@ import streamlit as st
 
 from blockviz.core import config, corpora
 from blockviz.core.config import ConfigError, RunConfig
+from blockviz.core.presets import PRESETS
 from blockviz.core.vocab import DataError
 from blockviz.dashboard import sidebar, store_access, ui
 from blockviz.dashboard.config_fields import ALL_FIELDS, DATASET_CHOICES, UPLOAD_CHOICE
@@ -40,7 +41,7 @@ def closest_preset(run_config: RunConfig) -> str:
     The sidebar names runs by what differs from the preset and fills fields it has no
     widget for from it, so the nearest one keeps both honest.
     """
-    return min(config.PRESETS, key=lambda name: len(config.diff(config.preset(name), run_config)))
+    return min(PRESETS, key=lambda name: len(config.diff(config.preset(name), run_config)))
 
 
 def load_run_config(

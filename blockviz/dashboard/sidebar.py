@@ -6,7 +6,7 @@ and calls `keep_values` on the others, so no value is lost while its widget is n
 The RunConfig is built with blockviz.core.config and validated there; the sidebar only
 shows the ConfigError it raises, under the field it names. The config also lives in the
 URL query (`url_config`): a fresh session reads it, every drawn sidebar writes it back.
-Number widgets take their min and max from config.BOUNDS. Text the user supplied (upload
+Number widgets take their min and max from bounds.BOUNDS. Text the user supplied (upload
 names, run names, messages that quote them) is shown through `ui.plain`, never as Markdown.
 What each widget is lives in `config_fields`, uploads in `uploads`, run names in `run_names`.
 """
@@ -23,6 +23,7 @@ from blockviz.core import config, corpora, params
 from blockviz.core.config import ConfigError, DataConfig, ModelConfig, RunConfig
 from blockviz.core.extras import check_logger_available
 from blockviz.core.inert import inert_fields
+from blockviz.core.presets import DEFAULT_PRESET, PRESET_DESCRIPTIONS, PRESETS
 from blockviz.core.vocab import CharVocab, DataError, check_split
 from blockviz.dashboard import sidebar_widgets, url_config
 from blockviz.dashboard.config_fields import (
@@ -50,7 +51,6 @@ AUTO_NAME_KEY = "run_name_suggested"  # the last suggestion, to tell it from a t
 STATE_KEY = "sidebar_state"  # app.py hands this run's SidebarState to the page
 URL_PROBLEMS_KEY = "cfg_url_problems"  # what a shared URL asked for that could not be used
 URL_LOADED_KEY = "cfg_url_loaded"  # the query as first written: problems show until it changes
-DEFAULT_PRESET = config.DEFAULT_PRESET
 
 
 @dataclass(frozen=True)
@@ -260,7 +260,7 @@ def render_sidebar(elsewhere: Collection[str] = ()) -> SidebarState:
     with st.sidebar:
         st.selectbox(
             "Start from a preset",
-            list(config.PRESETS),
+            list(PRESETS),
             key=PRESET_KEY,
             on_change=_apply_preset,
             help="Choosing a preset resets every field below to it.",
@@ -357,7 +357,7 @@ def _flat(values: dict[str, dict[str, Any]], dataset_choice: str) -> dict[str, A
 
 def _preset_caption(preset_name: str, flat: dict[str, Any]) -> None:
     """What the preset is, and which fields now differ from it (computed, not described)."""
-    description = config.PRESET_DESCRIPTIONS.get(preset_name, "")
+    description = PRESET_DESCRIPTIONS.get(preset_name, "")
     st.caption(f"Preset {plain(preset_name)}: {plain(description)}")
     changed = url_config.changes_caption(preset_name, flat)
     if changed:

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blockviz.core import config
+from blockviz.core.bounds import BOUNDS
 from blockviz.core.config import ConfigError
 from blockviz.core.corpora import BUILTIN
+from blockviz.core.presets import DEFAULT_PRESET, PRESETS
 from blockviz.dashboard.config_fields import ALL_FIELDS, SPECS, UPLOAD_CHOICE
 
 PRESET_PARAM = "preset"
@@ -77,7 +79,7 @@ def encode(preset: str, values: Mapping[str, Any], name: str | None = None) -> d
 class Decoded:
     """What a URL query asks for: a preset, fields over it, a name, and what was refused."""
 
-    preset: str = config.DEFAULT_PRESET
+    preset: str = DEFAULT_PRESET
     values: dict[str, Any] = field(default_factory=dict)  # config values by field
     name: str | None = None
     problems: list[str] = field(default_factory=list)  # one line each, naming the key
@@ -91,7 +93,7 @@ def _check_one(name: str, value: Any) -> None:
                 name, value, "a link can name a built-in corpus: " + ", ".join(BUILTIN)
             )
         return
-    if name in config.BOUNDS:
+    if name in BOUNDS:
         if SPECS[name].kind == "int":
             config.check_int(name, value)
         else:
@@ -112,11 +114,11 @@ def decode(query: Mapping[str, str]) -> Decoded:
     decoded = Decoded()
     preset = query.get(PRESET_PARAM)
     if preset is not None:
-        if preset in config.PRESETS:
+        if preset in PRESETS:
             decoded.preset = preset
         else:
-            error = ConfigError(PRESET_PARAM, preset, "choose one of " + ", ".join(config.PRESETS))
-            decoded.problems.append(f"{error}; using {config.DEFAULT_PRESET}")
+            error = ConfigError(PRESET_PARAM, preset, "choose one of " + ", ".join(PRESETS))
+            decoded.problems.append(f"{error}; using {DEFAULT_PRESET}")
     types = _types()
     for key, text in query.items():
         if key == PRESET_PARAM:

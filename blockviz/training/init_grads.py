@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from blockviz.core import config as cfg
+from blockviz.core.bounds import BOUNDS
 from blockviz.core.corpora import load_corpus
 from blockviz.core.flags import UsageError, run_config_from_args
 from blockviz.training.data import CharDataModule
@@ -57,7 +58,7 @@ def check_request(
         raise UsageError(f"ffn is off: init-grads measures each block's {QUANTITY} gradient")
     if not depths or not inits or not seeds:
         raise UsageError("give at least one depth, one init and one seed")
-    low, high = cfg.BOUNDS["n_layer"].low, cfg.BOUNDS["n_layer"].high
+    low, high = BOUNDS["n_layer"].low, BOUNDS["n_layer"].high
     for depth in depths:
         if isinstance(depth, bool) or not isinstance(depth, int) or not low <= depth <= high:
             raise UsageError(f"--depths {depth!r}: each must be an integer in [{low}, {high}]")

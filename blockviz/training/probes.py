@@ -40,7 +40,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 
-from blockviz.core.config import is_probe_step
+from blockviz.core.probe_schedule import is_probe_step
 from blockviz.core.spec import (
     FFN_TAP,
     FFN_UNIT_STATS,

@@ -17,6 +17,7 @@ import pandas as pd
 
 from blockviz.core import config, spec
 from blockviz.core.config import RunConfig
+from blockviz.core.presets import PRESETS
 from blockviz.views import charts
 
 DEFAULT_STEPS = 300  # a few hundred steps: loss curves part within them (README has times)
@@ -95,7 +96,7 @@ def change_label(
     values ("norm_position=post"): the chart's legend cuts long labels.
     """
     if previous is None:
-        if start not in config.PRESETS:
+        if start not in PRESETS:
             return f"start: {start}"
         steps = current.train.max_steps
         # Both as an auto-run trains them: only what the user changed is named.

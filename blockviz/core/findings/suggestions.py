@@ -8,9 +8,11 @@ of these runs. Every suggestion's values pass the config's validation on the run
 
 from __future__ import annotations
 
-from blockviz.core.config import BOUNDS, RunConfig, probe_steps
+from blockviz.core.bounds import BOUNDS
+from blockviz.core.config import RunConfig
 from blockviz.core.findings.base import RunSeries, Suggestion
 from blockviz.core.findings.thresholds import PERSIST
+from blockviz.core.probe_schedule import probe_steps
 
 RULE_OF_THUMB = "a rule of thumb"
 XIONG = "Xiong et al. 2020"

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from blockviz.core.config import probe_steps
 from blockviz.core.divergence import render_divergence, summarize_divergence
 from blockviz.core.findings import internals
 from blockviz.core.findings.base import (
@@ -45,6 +44,7 @@ from blockviz.core.findings.thresholds import (
     STALL_NEAR,
     STALL_WINDOW,
 )
+from blockviz.core.probe_schedule import probe_steps
 
 
 def diverged(series: RunSeries) -> Finding | None:

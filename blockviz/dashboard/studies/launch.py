@@ -14,7 +14,7 @@ from typing import Any
 import streamlit as st
 
 from blockviz.core import config as cfg
-from blockviz.core import studies, sweeps
+from blockviz.core import studies, study_builtins, sweeps
 from blockviz.core.config import ConfigError
 from blockviz.dashboard import ui
 from blockviz.launch import study_runner
@@ -78,13 +78,15 @@ def _launch(store: RunStore, study: studies.StudyDef, name: str | None = None) -
 
 def builtin_launcher(store: RunStore, writable: bool) -> None:
     """Pick a built-in study and a size; see its question, claims and cost; launch."""
-    keys = [k for k in studies.STUDY_KEYS if studies.BUILTINS[k]().get("trains", True)]
-    titles = {key: title for key, title, _ in studies.describe(keys)}
+    keys = [
+        k for k in study_builtins.STUDY_KEYS if study_builtins.BUILTINS[k]().get("trains", True)
+    ]
+    titles = {key: title for key, title, _ in study_builtins.describe(keys)}
     left, right = st.columns([2, 1])
     key = left.selectbox(
         "Study", keys, format_func=lambda k: f"{k} — {titles[k]}", key="studies.key"
     )
-    for missing in (k for k in studies.STUDY_KEYS if k not in keys):
+    for missing in (k for k in study_builtins.STUDY_KEYS if k not in keys):
         where = ELSEWHERE.get(missing, f"run it with `python -m blockviz study run {missing}`")
         left.caption(f"`{missing}` is not in this list: {where}.")
     size = right.radio("Size", studies.SIZES, horizontal=True, key="studies.size")
@@ -96,7 +98,7 @@ def builtin_launcher(store: RunStore, writable: bool) -> None:
         key=f"studies.seeds.{size}",
     )
     try:
-        study = studies.builtin(key, size, int(seeds))
+        study = study_builtins.builtin(key, size, int(seeds))
     except ConfigError as exc:
         st.error(ui.plain(exc))
         return

@@ -21,7 +21,8 @@ from typing import Any
 
 from blockviz import __version__
 from blockviz.core import evaluation
-from blockviz.core.config import BOUNDS, RunConfig
+from blockviz.core.bounds import BOUNDS
+from blockviz.core.config import RunConfig
 from blockviz.core.corpora import BUILTIN
 from blockviz.core.naming import sanitize_name
 from blockviz.store import RunStore

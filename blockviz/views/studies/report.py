@@ -26,7 +26,8 @@ import pandas as pd
 from blockviz.core.outcomes import results_frame
 from blockviz.core.studies import StudyDef, plan_from_spec
 from blockviz.core.study_summary import summarize
-from blockviz.core.verdicts import Verdict, verdicts
+from blockviz.core.verdict_base import Verdict
+from blockviz.core.verdicts import verdicts
 from blockviz.store import RunStore
 from blockviz.store.studies import INIT_GRADS_FILE
 from blockviz.views import charts

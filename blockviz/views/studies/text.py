@@ -8,7 +8,8 @@ from typing import Any
 from blockviz.core.outcomes import results_frame
 from blockviz.core.studies import StudyDef, plan_from_spec
 from blockviz.core.study_summary import summarize
-from blockviz.core.verdicts import Verdict, judge
+from blockviz.core.verdict_base import Verdict
+from blockviz.core.verdicts import judge
 from blockviz.store import RunStore
 from blockviz.views.studies import table as study_table
 

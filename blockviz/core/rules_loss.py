@@ -1,0 +1,136 @@
+"""The rules that compare final val loss between two groups: lower_loss and not_worse.
+
+Also what other rules compare with: `contrast` (better − worse, paired by seed and
+unpaired, or the verdict that needs no interval) and `below_zero` (supported below 0,
+contradicted above, else inconclusive). Each rule is described in `core.verdicts`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import pandas as pd
+
+from blockviz.core.comparisons import Comparison, compare, interval_text, match_columns
+from blockviz.core.outcomes import usable_losses
+from blockviz.core.studies import Claim, StudyDef
+from blockviz.core.verdict_base import (
+    Verdict,
+    failed_count,
+    finished_runs,
+    group_name,
+    outcomes_text,
+    select,
+    too_few,
+)
+
+
+def contrast(
+    claim: Claim,
+    better: pd.DataFrame,
+    worse: pd.DataFrame,
+    names: tuple[str, str],
+    on: Sequence[str] = (),
+    values: str = "val_loss",
+    what: str = "final val loss",
+) -> Verdict | Comparison:
+    """better − worse on a column, paired and unpaired (`comparisons.compare`); or the
+    verdict that needs no interval: too few finished runs, or one side with no finite
+    value (every finished run diverged) while the other has one, so the other is lower."""
+    a, b = usable_losses(finished_runs(better)), usable_losses(finished_runs(worse))
+    per_run = values == "val_loss"  # else one value per seed (a sensitivity)
+    unit = "finished run(s)" if per_run else "seed(s) with the whole sweep finished"
+    if len(a) < 2 or len(b) < 2:
+        small = names[0] if len(a) < 2 else names[1]
+        return too_few(claim, small, min(len(a), len(b)), unit)
+    compared = compare(a, b, names, values, on, "runs" if per_run else "seeds")
+    na, nb = compared.counts
+    if na == 0 and nb >= 1 and failed_count(a) == len(a):
+        return _one_sided(claim, "contradicted", (names[0], a), (names[1], b), what)
+    if nb == 0 and na >= 1 and failed_count(b) == len(b):
+        return _one_sided(claim, "supported", (names[1], b), (names[0], a), what)
+    if compared.used is None:
+        return too_few(claim, "a side with a finite value", min(na, nb), unit)
+    return compared
+
+
+def _one_sided(
+    claim: Claim,
+    verdict: str,
+    without: tuple[str, pd.DataFrame],
+    other: tuple[str, pd.DataFrame],
+    what: str,
+) -> Verdict:
+    """The verdict when one side's finished runs all failed with no finite value: what
+    each side's runs did, in counts."""
+    said = (
+        f"no finished run of {without[0]} ended with a {what} to compare "
+        f"({outcomes_text(without[1])}); {other[0]}: {outcomes_text(other[1])}"
+    )
+    numbers = {f"finished {name}": len(runs) for name, runs in (without, other)}
+    numbers.update({f"failed {name}": failed_count(runs) for name, runs in (without, other)})
+    return Verdict(claim, verdict, f"{said}.", numbers)
+
+
+def _said(compared: Comparison, what: str) -> str:
+    interval = compared.used
+    assert interval is not None
+    a, b = compared.names
+    return f"{what} of {a} minus {b}, {compared.method()}: {interval_text(interval)}"
+
+
+def below_zero(claim: Claim, compared: Verdict | Comparison, what: str) -> Verdict:
+    """Supported if the interval lies below 0, contradicted if above, else inconclusive."""
+    if isinstance(compared, Verdict):
+        return compared
+    interval, said, numbers = compared.used, _said(compared, what), compared.numbers()
+    assert interval is not None
+    if interval.high < 0:
+        return Verdict(claim, "supported", f"{said}, below zero.", numbers, (compared,))
+    if interval.low > 0:
+        return Verdict(claim, "contradicted", f"{said}, above zero.", numbers, (compared,))
+    return Verdict(claim, "inconclusive", f"{said}, which includes zero.", numbers, (compared,))
+
+
+def _better_minus_worse(
+    claim: Claim, results: pd.DataFrame, study: StudyDef
+) -> Verdict | Comparison:
+    """The final val loss of the claim's `better` group minus its `worse` group."""
+    better, worse = claim.args["better"], claim.args["worse"]
+    return contrast(
+        claim,
+        select(results, better),
+        select(results, worse),
+        (group_name(better), group_name(worse)),
+        match_columns(study.swept, better, worse),
+    )
+
+
+def lower_loss(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
+    """Supported if the interval of (better − worse) final val loss lies below 0."""
+    compared = _better_minus_worse(claim, results, study)
+    return below_zero(claim, compared, "final val loss")
+
+
+def not_worse(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
+    """Supported if the interval of (better − worse) stays below +margin nats."""
+    margin = claim.args["margin"]
+    number = isinstance(margin, int | float) and not isinstance(margin, bool)
+    if not number or not math.isfinite(margin) or margin < 0:
+        raise ValueError(f"not_worse margin must be a number of nats >= 0, not {margin!r}")
+    compared = _better_minus_worse(claim, results, study)
+    if isinstance(compared, Verdict):
+        return compared
+    interval, said = compared.used, _said(compared, "final val loss")
+    assert interval is not None
+    numbers = {**compared.numbers(), "margin": float(margin)}
+    bound = f"the margin of {margin:+.3f} nats"
+    a, b = compared.names
+    if interval.high < margin:
+        why = f"{said}; its upper bound is below {bound}, so {a} does as well as {b} within it"
+        return Verdict(claim, "supported", f"{why}.", numbers, (compared,))
+    if interval.low > margin:
+        why = f"{said}; its lower bound is above {bound}, so {a} does worse than {b} by more"
+        return Verdict(claim, "contradicted", f"{why}.", numbers, (compared,))
+    return Verdict(claim, "inconclusive", f"{said}, which includes {bound}.", numbers, (compared,))

@@ -1,0 +1,200 @@
+"""The rules across a swept field's values: less_sensitive and sweet_spot.
+
+`sensitivity_table` is the learning-rate sensitivity of each group over the sweep, per
+seed and with its 95% interval (the study page draws it); less_sensitive compares two
+groups' sensitivities. sweet_spot compares one value with every other. Each rule is
+described in `core.verdicts`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sized
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from blockviz.core.comparisons import Comparison, interval_text, match_columns
+from blockviz.core.outcomes import lr_sensitivity
+from blockviz.core.rules_loss import below_zero, contrast
+from blockviz.core.spec import and_list
+from blockviz.core.studies import Claim, StudyDef
+from blockviz.core.study_stats import mean_interval
+from blockviz.core.verdict_base import Verdict, group_name, select
+
+
+def _sensitivities(runs: pd.DataFrame, field_name: str) -> pd.DataFrame:
+    """One row per seed: its LR sensitivity over the field's values (all must be finished)."""
+    rows = []
+    for seed, by_seed in runs.groupby("seed"):
+        if (by_seed["outcome"] == "").any():
+            continue
+        init = by_seed["init_loss"].dropna()
+        if init.empty:
+            continue
+        value = lr_sensitivity(
+            list(by_seed[field_name]), list(by_seed["val_loss"]), float(init.iloc[0])
+        )
+        rows.append({"seed": seed, "sensitivity": value, "outcome": "converged"})
+    return pd.DataFrame(rows, columns=["seed", "sensitivity", "outcome"])
+
+
+def sensitivity_table(results: pd.DataFrame, field_name: str, by: str) -> pd.DataFrame:
+    """The learning-rate sensitivity of each value of `by` over `field_name`'s sweep: mean
+    over seeds with its 95% t interval (NaN with one seed) and the seeds it rests on."""
+    rows = []
+    if field_name in results.columns and by in results.columns:
+        for value in dict.fromkeys(results[by]):
+            per_seed = _sensitivities(results[results[by] == value], field_name)
+            interval = mean_interval(per_seed["sensitivity"])
+            spread = interval is not None and interval.n > 1
+            rows.append(
+                {
+                    by: value,
+                    "sensitivity": interval.mean if interval else math.nan,
+                    "low": interval.low if spread else math.nan,
+                    "high": interval.high if spread else math.nan,
+                    "seeds": interval.n if interval else 0,
+                }
+            )
+    return pd.DataFrame(rows, columns=[by, "sensitivity", "low", "high", "seeds"])
+
+
+def less_sensitive(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
+    """Supported if better's LR sensitivity is below worse's (interval below 0)."""
+    better, worse, name = claim.args["better"], claim.args["worse"], claim.args["field"]
+    sa = _sensitivities(select(results, better), name)
+    sb = _sensitivities(select(results, worse), name)
+    what = "learning-rate sensitivity"
+    compared = contrast(
+        claim, sa, sb, (group_name(better), group_name(worse)), values="sensitivity", what=what
+    )
+    return below_zero(claim, compared, what)
+
+
+@dataclass
+class _Standing:
+    """Where `at` stands against each other value of the field, by the interval of
+    (at − other): what a sweet_spot verdict is made of."""
+
+    beaten: list[Any] = field(default_factory=list)  # below 0, or the other all diverged
+    lower: list[Any] = field(default_factory=list)  # above 0: the other is lower, significantly
+    # `at` had no loss to compare (every finished run of it failed) and the other did
+    outtrained: list[Any] = field(default_factory=list)
+    ahead: list[Any] = field(default_factory=list)  # `at` lower in the mean, not significantly
+    behind: dict[Any, float] = field(default_factory=dict)  # the other lower in the mean: by
+    unknown: list[Any] = field(default_factory=list)  # too few finished runs to compare
+    notes: list[str] = field(default_factory=list)
+    numbers: dict[str, Any] = field(default_factory=dict)
+    comparisons: list[Comparison] = field(default_factory=list)
+
+    def add(self, other: Any, them: str, compared: Verdict | Comparison) -> None:
+        """File one comparison of `at` with the value `other` (called `them`)."""
+        if isinstance(compared, Verdict):  # too few runs, or one side all diverged
+            self.notes.append(f"vs {them}: {compared.reason.rstrip('.')}")
+            if compared.verdict == "supported":
+                self.beaten.append(other)
+            elif compared.verdict == "contradicted":
+                self.outtrained.append(other)
+            else:
+                self.unknown.append(other)
+            return
+        interval = compared.used
+        assert interval is not None
+        self.comparisons.append(compared)
+        self.numbers.update(compared.numbers(prefix=f"vs {them}: "))
+        self.notes.append(f"vs {them}: {interval_text(interval)}, {compared.method()}")
+        if interval.high < 0:
+            self.beaten.append(other)
+        elif interval.low > 0:
+            self.lower.append(other)
+        elif interval.mean > 0:
+            self.behind[other] = interval.mean
+        else:
+            self.ahead.append(other)
+
+
+def _value_name(results: pd.DataFrame, name: str, value: Any) -> str:
+    """A field value by its variant's label when one variant has it, else `name value`."""
+    labels = list(dict.fromkeys(results.loc[results[name] == value, "variant"]))
+    return str(labels[0]) if len(labels) == 1 else f"{name} {value}"
+
+
+def _not_finished(runs: pd.DataFrame) -> str:
+    """`2 runs of FFN 8× and 1 run of FFN 16× have not finished` ('' when all have)."""
+    waiting = runs.loc[runs["outcome"] == "", "variant"]
+    if waiting.empty:
+        return ""
+    counts = {v: int((waiting == v).sum()) for v in dict.fromkeys(waiting)}
+    said = and_list([f"{n} run{'' if n == 1 else 's'} of {v}" for v, n in counts.items()])
+    return f"{said} {'has' if len(waiting) == 1 else 'have'} not finished"
+
+
+def sweet_spot(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
+    """Supported if `at` beats every smaller value and no larger one is lower."""
+    at, name = claim.args["at"], claim.args["field"]
+    here = select(results, at)
+    if here.empty:
+        raise ValueError(f"no runs of {group_name(at)} to judge")
+    value = here[name].iloc[0]
+    swept = results[results[name].notna()]
+    me = _value_name(results, name, value)
+    on = match_columns([c for c in study.swept if c != name], at)
+    standing = _Standing()
+    others = sorted(v for v in swept[name].unique() if v != value)
+    for other in others:
+        them = _value_name(results, name, other)
+        standing.add(
+            other, them, contrast(claim, here, results[results[name] == other], (me, them), on)
+        )
+
+    def named(values: Iterable[Any]) -> str:
+        return and_list([_value_name(results, name, v) for v in values])
+
+    def are(values: Sized) -> str:
+        return "is" if len(values) == 1 else "are"
+
+    # What stands between `at` and "supported", each in words.
+    failures = []
+    if standing.lower:
+        failures.append(
+            f"{named(standing.lower)} {are(standing.lower)} lower than {me}, significantly"
+        )
+    if standing.outtrained:
+        failures.append(
+            f"every finished run of {me} failed to train, while {named(standing.outtrained)} "
+            "did not"
+        )
+    if waiting := _not_finished(swept):
+        failures.append(waiting)
+    if not any(o < value for o in others):
+        failures.append(f"no {name} smaller than {value} was run")
+    if unclear := sorted(o for o in [*standing.ahead, *standing.behind] if o < value):
+        failures.append(f"{me} is not significantly lower than {named(unclear)}")
+    if larger := sorted(o for o in standing.behind if o > value):
+        by = and_list([f"{standing.behind[o]:.3f}" for o in larger])
+        failures.append(
+            f"{named(larger)} {are(larger)} lower than {me} in the mean (by {by}), "
+            "not significantly"
+        )
+    if standing.unknown:
+        failures.append(f"too few finished runs to compare {me} with {named(standing.unknown)}")
+    numbers = {
+        **standing.numbers,
+        "lower than": ", ".join(map(str, standing.beaten)) or "none",
+        "higher than": ", ".join(map(str, [*standing.lower, *standing.outtrained])) or "none",
+        "runs not finished": int((swept["outcome"] == "").sum()),
+    }
+    said = f"final val loss of {me} minus each other {name}: {'; '.join(standing.notes)}"
+    if failures:
+        verdict = "contradicted" if standing.lower or standing.outtrained else "inconclusive"
+        why = "; ".join(failures)
+        why = why[0].upper() + why[1:]
+    else:
+        verdict = "supported"
+        why = (
+            f"{me} is lower than every smaller {name}, no larger one is lower in the mean, "
+            "and every run finished"
+        )
+    return Verdict(claim, verdict, f"{said}. {why}.", numbers, tuple(standing.comparisons))
