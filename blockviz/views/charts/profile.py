@@ -69,7 +69,9 @@ def grad_by_layer_chart(
     """
     where = "initialization (step 0)" if step == 0 else f"step {step}"
     title = title or f"Gradient norm by layer at {where}"
-    frame = _finite(_layer_frame(layer_stats, "component", component, "grad_norm"), "value", True)
+    frame = _finite(
+        _layer_frame(layer_stats, "component", component, spec.GRAD_NORM), "value", True
+    )
     if frame.empty:
         return _no_data(frame, title)
     drawn = nearest_probe_steps(frame.groupby("run_id")["step"].unique(), step)
@@ -89,7 +91,7 @@ def grad_by_layer_chart(
         .mark_line(point=True, strokeWidth=2)
         .encode(
             x=alt.X("layer:Q", title=_layer_axis_title(frame), axis=_layer_axis(frame)),
-            y=alt.Y("value:Q", title=spec.stat_label("grad_norm"), scale=alt.Scale(type="log")),
+            y=alt.Y("value:Q", title=spec.stat_label(spec.GRAD_NORM), scale=alt.Scale(type="log")),
             color=alt.Color("line:N", title="run", scale=scale),
             opacity=_highlight(runs),
             tooltip=_tooltip(
