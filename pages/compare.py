@@ -16,7 +16,14 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from blockviz.core.spec import ACTIVE_STATUSES, COMPONENTS, LOSS_NAMES
+from blockviz.core.spec import (
+    ACTIVE_STATUSES,
+    COMPONENTS,
+    GRAD_NORM,
+    LOSS_NAMES,
+    TRAIN_GRAD_NORM,
+    VAL_BPC,
+)
 from blockviz.dashboard import store_access, tables, tag_filter, ui
 from blockviz.dashboard.controls import chart_controls, preselected_runs, x_axis_control
 from blockviz.store import RunStore, StoreError
@@ -67,7 +74,7 @@ def _draw_curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> N
     st.subheader("Loss and metrics", anchor=False)
     names = store.scalar_names(run_ids)
     others = [n for n in names if n not in (*LOSS_NAMES, charts.ELAPSED_SCALAR)] or list(names)
-    chosen = chart_controls("compare", others, preferred=("val/bpc", "train/grad_norm"))
+    chosen = chart_controls("compare", others, preferred=(VAL_BPC, TRAIN_GRAD_NORM))
     smoothing, log_scale, metric = chosen.smoothing, chosen.log_scale, chosen.metric
     elapsed = store.scalars(run_ids, names=charts.ELAPSED_SCALAR)
     stored = [store.get_run(i) for i in run_ids]
@@ -163,7 +170,7 @@ def _grad_by_layer(store: RunStore, run_ids: list[int], colors: Any, tag: str) -
     # Steps first, then only the steps drawn (0, and each run's probe step nearest the
     # chosen one): reading every probe step of 20 runs would cost more than the rest of
     # the page.
-    per_run = [set(store.layer_steps(i, "component", "grad_norm")) for i in run_ids]
+    per_run = [set(store.layer_steps(i, "component", GRAD_NORM)) for i in run_ids]
     steps = sorted(set().union(*per_run) - {0})
     controls = st.columns(2, gap="large", vertical_alignment="bottom")
     component = controls[0].segmented_control(
@@ -179,7 +186,7 @@ def _grad_by_layer(store: RunStore, run_ids: list[int], colors: Any, tag: str) -
             step = controls[1].select_slider("Later step", steps, key="compare.grad_step")
         else:
             step = steps[0]
-    at_init = store.layer_stats(run_ids, "component", "grad_norm", 0, component=component)
+    at_init = store.layer_stats(run_ids, "component", GRAD_NORM, 0, component=component)
     # Each run at its probe step nearest the chosen one, never step 0 (the left chart's).
     later_steps = {i: sorted(s - {0}) for i, s in zip(run_ids, per_run, strict=True)}
     nearest = {} if step is None else charts.nearest_probe_steps(later_steps, step)
@@ -212,11 +219,11 @@ def _layer_stats_at(store: RunStore, steps: dict[int, int], component: str) -> p
     for run_id, run_step in steps.items():
         by_step.setdefault(run_step, []).append(run_id)
     parts = [
-        store.layer_stats(ids, "component", "grad_norm", s, component=component)
+        store.layer_stats(ids, "component", GRAD_NORM, s, component=component)
         for s, ids in sorted(by_step.items())
     ]
     if not parts:
-        return store.layer_stats([], "component", "grad_norm", component=component)
+        return store.layer_stats([], "component", GRAD_NORM, component=component)
     return pd.concat(parts, ignore_index=True)
 
 

@@ -25,17 +25,20 @@ from blockviz.core import spec
 from blockviz.core.findings import Finding
 from blockviz.core.spec import (
     ABOVE_RANGE,
+    ACTIVATION_STATS,
     ACTIVE_STATUSES,
     BELOW_RANGE,
     COMPONENTS,
+    FFN_TAP,
     FFN_UNIT_STATS,
     HEAD_STATS,
     HIST_BINS,
     HIST_RANGE,
     STREAM_STATS,
-    TAP_STATS,
+    STREAM_TAP,
     TAPS,
     WEIGHTS_COMPONENT,
+    and_list,
     number_label,
 )
 from blockviz.dashboard import relaunch, store_access, ui
@@ -74,17 +77,15 @@ STATUS_COLORS = {
 PREFERENCES: dict[str, Any] = {
     "live.smoothing": SMOOTHING_DEFAULT,
     "live.log_scale": False,
-    "live.metric": "train/grad_norm",  # spikes in it come before a divergence
+    "live.metric": spec.TRAIN_GRAD_NORM,  # spikes in it come before a divergence
     "live.grad.component": "block",
-    "live.grad.stat": "grad_norm",
-    "live.act.stat": "rms",
-    "live.attn.stat": "attn_entropy",
+    "live.grad.stat": spec.GRAD_NORM,
+    "live.act.stat": spec.RMS,
+    "live.attn.stat": spec.ATTN_ENTROPY,
     "live.upd.component": WEIGHTS_COMPONENT,  # norm gains would dilute a whole layer's
 }
 # Scalars that are no chart of their own (train/elapsed_s places steps in time).
-NOT_PLOTTED = ("train/loss", "train/lr", charts.ELAPSED_SCALAR)
-# The Activations tab's statistics: every tap's, then the stream's and the FFN units'.
-ACTIVATION_STATS = (*TAP_STATS, *STREAM_STATS, *FFN_UNIT_STATS)
+NOT_PLOTTED = (spec.TRAIN_LOSS, spec.TRAIN_LR, charts.ELAPSED_SCALAR)
 
 
 # ---------------------------------------------------------------------------- reading
@@ -213,10 +214,10 @@ def _show_finding(finding: Finding) -> None:
     """Open the tab that draws the finding, with the controls set to its series."""
     st.session_state[TAB_KEY] = finding.tab
     series = finding.series
-    if series in ("grad_norm", "param_norm"):
+    if series in spec.NORM_STATS:
         st.session_state["live.grad.component"] = "block"
         st.session_state["live.grad.stat"] = series
-    elif series == "update_ratio":
+    elif series == spec.UPDATE_RATIO:
         st.session_state["live.upd.component"] = WEIGHTS_COMPONENT
     elif series in HEAD_STATS:
         st.session_state["live.attn.stat"] = series
@@ -236,14 +237,14 @@ def _findings(run: dict[str, Any], store: RunStore, scalars: pd.DataFrame) -> No
 
 def _answer_caption(scalars: pd.DataFrame) -> str | None:
     """ops only: the latest answer accuracy beside the trivial baseline's on the same answers."""
-    latest = scalars[scalars["name"] == "val/answer_acc"].sort_values("step").tail(1)
+    latest = scalars[scalars["name"] == spec.VAL_ANSWER_ACC].sort_values("step").tail(1)
     if latest.empty:
         return None
     step, value = int(latest["step"].iloc[0]), float(latest["value"].iloc[0])
     if value != value:  # NaN: the evaluation scored no answer
         return f"Answer accuracy at step {step:,}: no whole question fell in a validation window."
     text = f"Answer accuracy at step {step:,}: {value:.1%}"
-    same_step = (scalars["name"] == "val/answer_baseline") & (scalars["step"] == step)
+    same_step = (scalars["name"] == spec.VAL_ANSWER_BASELINE) & (scalars["step"] == step)
     baseline = scalars.loc[same_step, "value"]
     if baseline.empty:
         return text + "."
@@ -260,7 +261,7 @@ def _loss_tab(run: dict[str, Any], scalars: pd.DataFrame, x: XChoice) -> None:
     chosen = chart_controls(
         "live",
         others,
-        preferred=("train/grad_norm", "val/bpc"),
+        preferred=(spec.TRAIN_GRAD_NORM, spec.VAL_BPC),
         metric_label="Another metric",
         widths=(3, 1, 2),
         gap="large",
@@ -278,7 +279,7 @@ def _loss_tab(run: dict[str, Any], scalars: pd.DataFrame, x: XChoice) -> None:
     lr_col, metric_col = st.columns(2, gap="large")
     with lr_col, ui.guard("Learning-rate chart"):
         chart = charts.metric_chart(
-            placed, "train/lr", colors=_colors(run), title="Learning rate", x_axis=x.axis
+            placed, spec.TRAIN_LR, colors=_colors(run), title="Learning rate", x_axis=x.axis
         )
         chart = _marked(chart, run, x)
         ui.chart_with_downloads(chart, charts.chart_data(chart), f"{name} lr", "live.lr")
@@ -302,7 +303,7 @@ def _gradients_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame, 
     )
     stat = controls[1].segmented_control(
         "Statistic",
-        ("grad_norm", "param_norm"),
+        spec.NORM_STATS,
         required=True,
         format_func=spec.stat_label,
         key="live.grad.stat",
@@ -323,7 +324,7 @@ def _gradients_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame, 
     with ui.guard("Global gradient norm"):
         chart = charts.metric_chart(
             x.place(scalars),
-            "train/grad_norm",
+            spec.TRAIN_GRAD_NORM,
             log_scale=True,
             colors=_colors(run),
             title="Global gradient norm (before clipping)",
@@ -340,8 +341,9 @@ def _activations_tab(store: RunStore, run: dict[str, Any], x: XChoice) -> None:
         ACTIVATION_STATS,
         required=True,
         key="live.act.stat",
-        help="token_cos and max_over_median are read at each block's output (resid_post), "
-        "dead_frac at the FFN's hidden units (ffn_hidden); the others at every tap.",
+        help=f"{and_list(STREAM_STATS)} are read at each block's output ({STREAM_TAP}), "
+        f"{and_list(FFN_UNIT_STATS)} at the FFN's hidden units ({FFN_TAP}); the others at every "
+        "tap.",
     )
     with ui.guard("Activation statistics"):
         taps = x.place(_reader().layer_stats(store, run_id, "tap"))
@@ -354,7 +356,7 @@ def _activations_tab(store: RunStore, run: dict[str, Any], x: XChoice) -> None:
     st.caption(
         f"{HIST_BINS} equal bins over [{lo}, {hi}], counting only the values inside; the "
         "share of values below and above the range is in the subtitle and the tooltip "
-        "(statistics below_range and above_range above)."
+        f"(statistics {BELOW_RANGE} and {ABOVE_RANGE} above)."
     )
     layers = list(range(_n_layer(run)))
     layer_key = f"live.{run_id}.hist.layer"
@@ -424,7 +426,7 @@ def _attention_tab(store: RunStore, run: dict[str, Any], x: XChoice) -> None:
     )
     with ui.guard("Attention per head"):
         heads = x.place(_reader().layer_stats(store, run_id, "head"))
-        logits = stat != "attn_entropy"
+        logits = stat != spec.ATTN_ENTROPY
         chart = charts.attention_entropy_chart(heads, x_axis=x.axis, stat=stat, log_scale=logits)
         chart = _marked(chart, run, x)
         label = f"{name} {stat}"
@@ -478,7 +480,7 @@ def _samples_tab(store: RunStore, run: dict[str, Any]) -> None:
 
 
 def _has_loss(scalars: pd.DataFrame | None) -> bool:
-    return scalars is not None and bool((scalars["name"] == "train/loss").any())
+    return scalars is not None and bool((scalars["name"] == spec.TRAIN_LOSS).any())
 
 
 def _live(store: RunStore, run_id: int, seen: dict[int, str], waiting_first: bool = False) -> None:

@@ -33,14 +33,39 @@ from blockviz.core import config as cfg
 from blockviz.core import corpora, evaluation, params, procs
 from blockviz.core.spec import (
     ABOVE_RANGE,
+    ATTN_ENTROPY,
+    ATTN_LOGIT_MAX,
+    ATTN_LOGIT_MAX_ABS,
     BELOW_RANGE,
+    DEAD_FRAC,
     FFN_TAP,
+    GRAD_NORM,
     HIST_BINS,
     HIST_RANGE,
+    MAX_ABS,
+    MAX_OVER_MEDIAN,
+    MEAN,
     PARAM_GROUPS,
+    PARAM_NORM,
+    PROBE_LOG_Z,
+    PROBE_LOGIT_MAX_ABS,
+    RMS,
+    STD,
     STREAM_TAP,
     TAP_STATS,
+    TOKEN_COS,
+    TRAIN_ELAPSED_S,
+    TRAIN_GRAD_NORM,
+    TRAIN_LOSS,
+    TRAIN_LR,
+    TRAIN_STEP_TIME,
+    TRAIN_TOKENS_PER_SEC,
+    UPDATE_RATIO,
+    VAL_BPC,
+    VAL_LOSS,
+    VAL_PPL,
     WEIGHTS_COMPONENT,
+    ZERO_FRAC,
     block_tap_names,
 )
 from blockviz.core.vocab import CharVocab, check_split
@@ -250,31 +275,31 @@ class _FakeRun:
         line = self.timeline
         steps = line.train
         n = len(steps)
-        loss = 2.5 + 0.1 * self.rng("train/loss").standard_normal(n)
-        step_time = 0.05 * np.exp(0.1 * self.rng("train/step_time").standard_normal(n))
+        loss = 2.5 + 0.1 * self.rng(TRAIN_LOSS).standard_normal(n)
+        step_time = 0.05 * np.exp(0.1 * self.rng(TRAIN_STEP_TIME).standard_normal(n))
         tokens = self.train.batch_size * self.model.block_size
         rows: list[tuple[int, str, float]] = []
         for name, values in (
-            ("train/loss", loss),
-            ("train/lr", np.full(n, self.train.lr)),
-            ("train/step_time", step_time),
-            ("train/tokens_per_sec", tokens / step_time),
+            (TRAIN_LOSS, loss),
+            (TRAIN_LR, np.full(n, self.train.lr)),
+            (TRAIN_STEP_TIME, step_time),
+            (TRAIN_TOKENS_PER_SEC, tokens / step_time),
             # a clock: each logged window's steps times their step time, added up
-            ("train/elapsed_s", np.cumsum(step_time * np.diff(steps, prepend=-1))),
+            (TRAIN_ELAPSED_S, np.cumsum(step_time * np.diff(steps, prepend=-1))),
         ):
             rows += zip(steps, repeat(name), values.tolist(), strict=False)
         if line.diverged:
-            rows.append((line.end, "train/loss", math.inf))
-        rows += zip(line.probes, repeat("train/grad_norm"), global_grad.tolist(), strict=False)
+            rows.append((line.end, TRAIN_LOSS, math.inf))
+        rows += zip(line.probes, repeat(TRAIN_GRAD_NORM), global_grad.tolist(), strict=False)
         size = len(line.probes)
-        for name, level in (("probe/logit_max_abs", 5.0), ("probe/log_z", 4.5)):
+        for name, level in ((PROBE_LOGIT_MAX_ABS, 5.0), (PROBE_LOG_Z, 4.5)):
             values = level * np.exp(0.1 * self.rng(name).standard_normal(size))
             rows += zip(line.probes, repeat(name), values.tolist(), strict=False)
-        val_loss = 2.6 + 0.1 * self.rng("val/loss").standard_normal(len(line.vals))
+        val_loss = 2.6 + 0.1 * self.rng(VAL_LOSS).standard_normal(len(line.vals))
         for name, values in (
-            ("val/loss", val_loss),
-            ("val/bpc", val_loss / math.log(2)),
-            ("val/ppl", np.exp(val_loss)),
+            (VAL_LOSS, val_loss),
+            (VAL_BPC, val_loss / math.log(2)),
+            (VAL_PPL, np.exp(val_loss)),
         ):
             rows += zip(line.vals, repeat(name), values.tolist(), strict=False)
         return rows
@@ -308,9 +333,9 @@ class _FakeRun:
         self, layer: int, kind: str, component: str, grad: Any, param: Any, delta: Any
     ) -> list[LayerRow]:
         return [
-            *self._rows(layer, kind, component, "grad_norm", grad),
-            *self._rows(layer, kind, component, "param_norm", param),
-            *self._rows(layer, kind, component, "update_ratio", delta / param),
+            *self._rows(layer, kind, component, GRAD_NORM, grad),
+            *self._rows(layer, kind, component, PARAM_NORM, param),
+            *self._rows(layer, kind, component, UPDATE_RATIO, delta / param),
         ]
 
     def _rows(
@@ -331,11 +356,11 @@ class _FakeRun:
                 std = np.exp(0.3 * draws[1])
                 rms = np.sqrt(mean**2 + std**2)
                 stats = {
-                    "mean": mean,
-                    "std": std,
-                    "rms": rms,
-                    "max_abs": rms * (4 + draws[2].clip(-2, 2)),
-                    "zero_frac": np.zeros(size),
+                    MEAN: mean,
+                    STD: std,
+                    RMS: rms,
+                    MAX_ABS: rms * (4 + draws[2].clip(-2, 2)),
+                    ZERO_FRAC: np.zeros(size),
                 }
                 # The shares outside the histogram's range, from the histogram's own draws.
                 counts = self.tap_counts(layer, tap)
@@ -345,24 +370,22 @@ class _FakeRun:
                     rows += self._rows(layer, "tap", tap, stat, stats[stat])
                 extra = self.rng("tap extras", layer, tap)
                 if tap == STREAM_TAP:
-                    rows += self._rows(
-                        layer, "tap", tap, "token_cos", extra.uniform(0.1, 0.5, size)
-                    )
+                    rows += self._rows(layer, "tap", tap, TOKEN_COS, extra.uniform(0.1, 0.5, size))
                     ratio = 6 * np.exp(0.1 * extra.standard_normal(size))
-                    rows += self._rows(layer, "tap", tap, "max_over_median", ratio)
+                    rows += self._rows(layer, "tap", tap, MAX_OVER_MEDIAN, ratio)
                 if tap == FFN_TAP:
-                    rows += self._rows(layer, "tap", tap, "dead_frac", np.zeros(size))
+                    rows += self._rows(layer, "tap", tap, DEAD_FRAC, np.zeros(size))
             if self.model.attention:
                 top = math.log(self.model.block_size)  # the most a causal row can have
                 for head in range(self.model.n_head):
                     draws = self.rng("head", layer, head)
                     entropy = top * draws.uniform(0.2, 0.9, size)
-                    rows += self._rows(layer, "head", str(head), "attn_entropy", entropy)
+                    rows += self._rows(layer, "head", str(head), ATTN_ENTROPY, entropy)
                     logits = 5 * np.exp(0.2 * draws.standard_normal(size))
-                    rows += self._rows(layer, "head", str(head), "attn_logit_max", logits)
+                    rows += self._rows(layer, "head", str(head), ATTN_LOGIT_MAX, logits)
                     # The largest |logit| is at least the largest logit.
                     widest = logits * np.exp(0.1 * np.abs(draws.standard_normal(size)))
-                    rows += self._rows(layer, "head", str(head), "attn_logit_max_abs", widest)
+                    rows += self._rows(layer, "head", str(head), ATTN_LOGIT_MAX_ABS, widest)
         return rows
 
     def tap_size(self, tap: str) -> int:
@@ -499,14 +522,14 @@ def add_run(
 
 def _final(scalars: list[tuple[int, str, float]], step: int, elapsed: float) -> dict[str, Any]:
     """The final metrics a run records when it ends on its own (train._final_metrics)."""
-    losses = [v for _, name, v in scalars if name == "train/loss" and math.isfinite(v)]
+    losses = [v for _, name, v in scalars if name == TRAIN_LOSS and math.isfinite(v)]
     last_val = {name: v for _, name, v in sorted(scalars) if name.startswith("val/")}
-    rates = [v for _, name, v in scalars if name == "train/tokens_per_sec"]
+    rates = [v for _, name, v in scalars if name == TRAIN_TOKENS_PER_SEC]
     return {
         "train_loss": float(np.mean(losses[-50:])) if losses else None,
-        "val_loss": last_val.get("val/loss"),
-        "val_ppl": last_val.get("val/ppl"),
-        "val_bpc": last_val.get("val/bpc"),
+        "val_loss": last_val.get(VAL_LOSS),
+        "val_ppl": last_val.get(VAL_PPL),
+        "val_bpc": last_val.get(VAL_BPC),
         "answer_acc": None,  # only the ops dataset has answers to check
         "answer_baseline": None,
         "time_s": round(elapsed, 3),

@@ -1,6 +1,7 @@
 """BlockProbe: what a probe step records, that the numbers agree, and that hooks never linger."""
 
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -9,22 +10,21 @@ from lightning.pytorch.callbacks import Callback
 from torch.overrides import TorchFunctionMode
 
 from blockviz.core import config as cfg
+from blockviz.core import spec
 from blockviz.core.probe_schedule import probe_steps
-from blockviz.core.spec import STREAM_STATS
+from blockviz.core.spec import HIST_RANGE, STREAM_STATS, TAP_STATS
 from blockviz.store import RunStore
+from blockviz.training import probe_stats
 from blockviz.training.lit import LitCharModel
 from blockviz.training.model import CharTransformer, block_tap_names, capture_attention
-from blockviz.training.probes import (
-    HIST_RANGE,
-    TAP_STATS,
-    BlockProbe,
+from blockviz.training.probe_stats import (
     attention_entropy,
     ffn_unit_statistics,
     output_statistics,
     stream_statistics,
-    tap_hooks,
     tap_statistics,
 )
+from blockviz.training.probes import BlockProbe, tap_hooks
 from blockviz.training.sinks import ProbeRecords, StoreSink
 from blockviz.training.trainer import make_trainer, quiet_lightning
 from tests import helpers
@@ -95,6 +95,36 @@ def test_tap_statistics_values_and_histogram_of_the_values_inside_its_range():
     assert counts == [1.0, 1.0, 4.0, 1.0]
     outside = (values["below_range"] + values["above_range"]) * x.numel()
     assert sum(counts) + round(outside) == x.numel()
+
+
+def test_statistics_are_filed_by_name_whatever_the_order_of_their_tuples(monkeypatch):
+    """Each statistic is computed under its registry name and read back with the tuple it
+    was stacked in: reordering TAP_STATS, STREAM_STATS or HEAD_STATS relabels nothing, and a
+    tuple that misses a computed statistic fails instead of shifting the others."""
+    # (B, T, C), every statistic a different value: a swap of two shows
+    x = torch.tensor([[[-10.0, -1.0, 0.0], [0.25, 3.0, 12.0]], [[13.0, 14.0, 0.5], [2, 0, 1.25]]])
+    heads = [torch.tensor([[1.0, 2.0]]) * k for k in (1, 3, 5)]  # (L, nh) each
+
+    def filed() -> set[tuple[str, str, float]]:
+        taps, _ = probe_stats.tap_records(0, [(0, "t")], tap_statistics(x, 4).tolist(), 4, (-8, 8))
+        group = probe_stats.TAP_GROUPS[0]
+        stream = probe_stats.group_rows(0, group, [(0, "s")], stream_statistics(x).tolist())
+        per_head = probe_stats.head_rows(
+            0, [0], probe_stats.head_statistics(*heads).flatten().tolist()
+        )
+        return {(r.component, r.stat, r.value) for r in taps + stream + per_head}
+
+    expected = filed()
+    assert len({value for _, _, value in expected}) == len(expected)
+    assert ("t", "max_abs", 14.0) in expected and ("1", "attn_logit_max_abs", 10.0) in expected
+    for name in ("TAP_STATS", "STREAM_STATS", "HEAD_STATS"):
+        monkeypatch.setattr(probe_stats, name, getattr(spec, name)[::-1])
+    stream = dataclasses.replace(probe_stats.TAP_GROUPS[0], names=spec.STREAM_STATS[::-1])
+    monkeypatch.setattr(probe_stats, "TAP_GROUPS", (stream, *probe_stats.TAP_GROUPS[1:]))
+    assert filed() == expected
+    monkeypatch.setattr(probe_stats, "TAP_STATS", spec.TAP_STATS[1:])
+    with pytest.raises(ValueError, match="expected"):
+        tap_statistics(x)
 
 
 def test_attention_entropy_of_uniform_and_one_hot_rows():

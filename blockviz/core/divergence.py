@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from blockviz.core import spec
+
 
 @dataclass(frozen=True)
 class Divergence:
@@ -35,7 +37,7 @@ def summarize_divergence(run: Mapping[str, Any], scalars: pd.DataFrame) -> Diver
     step = run.get("diverged_step")
     if step is None and not bad.empty:
         step = int(bad["step"].min())
-    loss = scalars[scalars["name"] == "train/loss"]
+    loss = scalars[scalars["name"] == spec.TRAIN_LOSS]
     finite = loss[np.isfinite(loss["value"].to_numpy(dtype=float))]
     last = finite.iloc[-1] if not finite.empty else None
     nonfinite_step = None if bad.empty else int(bad["step"].min())

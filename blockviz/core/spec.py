@@ -86,22 +86,11 @@ HIST_BINS = 64  # equal-width bins of each tap's histogram
 # fractions of values below and above it are tap statistics of their own (below_range,
 # above_range), so a value of 10 is never drawn as if it lay in the last bin.
 HIST_RANGE = (-8.0, 8.0)
-# Statistics of one tap's activation, in the order a probe computes them.
-TAP_STATS = ("mean", "std", "rms", "max_abs", "zero_frac", "below_range", "above_range")
-BELOW_RANGE, ABOVE_RANGE = "below_range", "above_range"
-# Two statistics of the residual stream leaving each block (its STREAM_TAP only):
-# - token_cos: the mean cosine similarity of two different positions' vectors in one
-#   probe window; near 1, every token carries the same vector (rank collapse, Noci et
-#   al. 2022);
-# - max_over_median: the largest |activation| over the median |activation| of the tap on
-#   the probe batch (massive activations, Sun et al. 2024).
+# Statistics of one tap's activation (TAP_STATS), of the stream leaving each block
+# (STREAM_STATS, at its STREAM_TAP only) and of the FFN's hidden units (FFN_UNIT_STATS, at
+# FFN_TAP only) are metrics of the registry below.
 STREAM_TAP = "resid_post"
-STREAM_STATS = ("token_cos", "max_over_median")
-# Of the FFN's hidden units (FFN_TAP, after the nonlinearity): the fraction that are
-# exactly zero for every token of the probe batch (dead units; stricter than zero_frac,
-# which counts zero values, not units).
 FFN_TAP = "ffn_hidden"
-FFN_UNIT_STATS = ("dead_frac",)
 
 # ----------------------------------------------------------------- per-layer records
 
@@ -119,14 +108,6 @@ COMPONENT_LABELS = {
     "block": "every tensor of the layer",
     "weights": "the layer's weight matrices only",
 }
-COMPONENT_STATS = ("grad_norm", "param_norm", "update_ratio")
-# Per attention head, on the probe batch: the mean entropy of its rows; its largest
-# pre-softmax logit q·k/sqrt(head_dim), signed (attn_logit_max: a head whose logits grow
-# large and negative keeps it small); and its largest |q·k/sqrt(head_dim)|
-# (attn_logit_max_abs, what the attention-logit growth finding reads; Dehghani et al.
-# 2023). Runs recorded before attn_logit_max_abs existed have only the signed one.
-HEAD_STATS = ("attn_entropy", "attn_logit_max", "attn_logit_max_abs")
-
 # Parameter groups of the closed-form breakdown (params.py), and the component each
 # belongs to: the breakdown is finer than the probes' components, never different.
 PARAM_GROUPS = {
@@ -143,32 +124,208 @@ PARAM_GROUPS = {
     "lm_head": "head",
 }
 
-# --------------------------------------------------------------------------- scalars
+# --------------------------------------------------------------------------- metrics
 
-# Scalar series names and their axis titles (with units).
-SCALARS = {
-    "train/loss": "loss (nats/char)",
-    "val/loss": "loss (nats/char)",
-    "train/lr": "learning rate",
-    "train/step_time": "step time (s)",
-    "train/tokens_per_sec": "tokens/s (per logged interval)",
-    # seconds from the first training step to the end of the logged step, validation
-    # included; it restarts at 0 when a run is resumed
-    "train/elapsed_s": "wall-clock time since training started (s)",
-    "train/grad_norm": "gradient L2 norm",
-    "val/bpc": "bits per char",
-    "val/ppl": "perplexity",
-    "val/answer_acc": "answer accuracy (fraction)",
-    # the same answers, by copying first/last's argument, else the op's most frequent answer
-    "val/answer_baseline": "trivial baseline's answer accuracy (fraction)",
-    # the output logits on the probe batch, at probe steps: the largest |logit| and the
-    # mean over positions of log Z = logsumexp over the vocabulary (what z-loss penalises)
-    "probe/logit_max_abs": "output logits: largest |logit|",
-    "probe/log_z": "output logits: mean log Z",
+# Every series a run records is a metric of METRICS below: its name as the store files it
+# (the `scalars` table's `name`, the `layer_stats` table's `stat`), its axis title, its
+# unit and its family. Code names a metric by the constant beside it (spec.TRAIN_LOSS,
+# spec.GRAD_NORM, ...), never by a literal; tests/test_vocabulary.py holds that.
+
+# What a metric measures.
+FAMILIES = (
+    "loss",
+    "accuracy",
+    "optimizer",
+    "throughput",
+    "gradient",
+    "parameter",
+    "update",
+    "activation",
+    "attention",
+    "logits",
+)
+# Where a metric is recorded, and of what:
+# - scalar: a series of the `scalars` table, one value a logged step;
+# - component: `layer_stats` of kinds component and param (parameter groups, tensors);
+# - tap: `layer_stats` of kind tap, at every tap of every block;
+# - stream: kind tap, at each block's STREAM_TAP only;
+# - units: kind tap, at each block's FFN_TAP only;
+# - head: `layer_stats` of kind head, per layer and attention head.
+SCOPES = ("scalar", "component", "tap", "stream", "units", "head")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One recorded series: its name, axis title (units included), unit ("" for none),
+    family (FAMILIES) and scope (SCOPES)."""
+
+    name: str
+    label: str
+    unit: str
+    family: str
+    scope: str
+
+
+# Scalars of every logged training step.
+TRAIN_LOSS = "train/loss"  # the cross-entropy (with z-loss on, without its term)
+TRAIN_LR = "train/lr"
+TRAIN_STEP_TIME = "train/step_time"
+TRAIN_TOKENS_PER_SEC = "train/tokens_per_sec"
+# seconds from the first training step to the end of the logged step, validation
+# included; it restarts at 0 when a run is resumed
+TRAIN_ELAPSED_S = "train/elapsed_s"
+# Scalars of every evaluation.
+VAL_LOSS = "val/loss"
+VAL_BPC = "val/bpc"
+VAL_PPL = "val/ppl"
+VAL_ANSWER_ACC = "val/answer_acc"  # ops only
+# the same answers, by copying first/last's argument, else the op's most frequent answer
+VAL_ANSWER_BASELINE = "val/answer_baseline"
+# Scalars of every probe step: the global gradient norm (before clipping) and, of the
+# output logits on the probe batch, the largest |logit| and the mean over positions of
+# log Z = logsumexp over the vocabulary (what z-loss penalises).
+TRAIN_GRAD_NORM = "train/grad_norm"
+PROBE_LOGIT_MAX_ABS = "probe/logit_max_abs"
+PROBE_LOG_Z = "probe/log_z"
+
+# Per parameter tensor and component group, at probe steps.
+GRAD_NORM = "grad_norm"
+PARAM_NORM = "param_norm"
+UPDATE_RATIO = "update_ratio"  # ||delta theta|| / ||theta|| of the optimizer step
+# Of one tap's activation, in the order a probe computes them (below_range and
+# above_range: the fractions of values outside HIST_RANGE).
+MEAN = "mean"
+STD = "std"
+RMS = "rms"
+MAX_ABS = "max_abs"
+ZERO_FRAC = "zero_frac"
+BELOW_RANGE = "below_range"
+ABOVE_RANGE = "above_range"
+# Of the residual stream leaving each block (its STREAM_TAP only):
+# - token_cos: the mean cosine similarity of two different positions' vectors in one
+#   probe window; near 1, every token carries the same vector (rank collapse, Noci et
+#   al. 2022);
+# - max_over_median: the largest |activation| over the median |activation| of the tap on
+#   the probe batch (massive activations, Sun et al. 2024).
+TOKEN_COS = "token_cos"
+MAX_OVER_MEDIAN = "max_over_median"
+# Of the FFN's hidden units (FFN_TAP, after the nonlinearity): the fraction that are
+# exactly zero for every token of the probe batch (dead units; stricter than zero_frac,
+# which counts zero values, not units).
+DEAD_FRAC = "dead_frac"
+# Per attention head, on the probe batch: the mean entropy of its rows; its largest
+# pre-softmax logit q·k/sqrt(head_dim), signed (attn_logit_max: a head whose logits grow
+# large and negative keeps it small); and its largest |q·k/sqrt(head_dim)|
+# (attn_logit_max_abs, what the attention-logit growth finding reads; Dehghani et al.
+# 2023). Runs recorded before attn_logit_max_abs existed have only the signed one.
+ATTN_ENTROPY = "attn_entropy"
+ATTN_LOGIT_MAX = "attn_logit_max"
+ATTN_LOGIT_MAX_ABS = "attn_logit_max_abs"
+
+_LO, _HI = (number_label(end) for end in HIST_RANGE)
+# Every metric, scalars first (in this order everywhere a list of them is shown).
+METRICS: dict[str, Metric] = {
+    metric.name: metric
+    for metric in (
+        Metric(TRAIN_LOSS, "loss (nats/char)", "nats/char", "loss", "scalar"),
+        Metric(VAL_LOSS, "loss (nats/char)", "nats/char", "loss", "scalar"),
+        Metric(TRAIN_LR, "learning rate", "", "optimizer", "scalar"),
+        Metric(TRAIN_STEP_TIME, "step time (s)", "s", "throughput", "scalar"),
+        Metric(
+            TRAIN_TOKENS_PER_SEC,
+            "tokens/s (per logged interval)",
+            "tokens/s",
+            "throughput",
+            "scalar",
+        ),
+        Metric(
+            TRAIN_ELAPSED_S,
+            "wall-clock time since training started (s)",
+            "s",
+            "throughput",
+            "scalar",
+        ),
+        Metric(TRAIN_GRAD_NORM, "gradient L2 norm", "", "gradient", "scalar"),
+        Metric(VAL_BPC, "bits per char", "bits/char", "loss", "scalar"),
+        Metric(VAL_PPL, "perplexity", "", "loss", "scalar"),
+        Metric(VAL_ANSWER_ACC, "answer accuracy (fraction)", "fraction", "accuracy", "scalar"),
+        Metric(
+            VAL_ANSWER_BASELINE,
+            "trivial baseline's answer accuracy (fraction)",
+            "fraction",
+            "accuracy",
+            "scalar",
+        ),
+        Metric(PROBE_LOGIT_MAX_ABS, "output logits: largest |logit|", "", "logits", "scalar"),
+        Metric(PROBE_LOG_Z, "output logits: mean log Z", "nats", "logits", "scalar"),
+        Metric(GRAD_NORM, "gradient L2 norm", "", "gradient", "component"),
+        Metric(PARAM_NORM, "parameter L2 norm", "", "parameter", "component"),
+        Metric(UPDATE_RATIO, "‖Δθ‖/‖θ‖ per step", "", "update", "component"),
+        Metric(MEAN, "activation mean", "", "activation", "tap"),
+        Metric(STD, "activation std", "", "activation", "tap"),
+        Metric(RMS, "activation RMS", "", "activation", "tap"),
+        Metric(MAX_ABS, "activation max |x|", "", "activation", "tap"),
+        Metric(ZERO_FRAC, "fraction of zeros", "fraction", "activation", "tap"),
+        Metric(
+            BELOW_RANGE,
+            f"fraction below {_LO} (outside the histogram)",
+            "fraction",
+            "activation",
+            "tap",
+        ),
+        Metric(
+            ABOVE_RANGE,
+            f"fraction above {_HI} (outside the histogram)",
+            "fraction",
+            "activation",
+            "tap",
+        ),
+        Metric(ATTN_ENTROPY, "attention entropy (nats)", "nats", "attention", "head"),
+        Metric(ATTN_LOGIT_MAX, "largest attention logit (before softmax)", "", "attention", "head"),
+        Metric(
+            ATTN_LOGIT_MAX_ABS,
+            "largest |attention logit| (before softmax)",
+            "",
+            "attention",
+            "head",
+        ),
+        Metric(TOKEN_COS, "mean cosine similarity between positions", "", "activation", "stream"),
+        Metric(MAX_OVER_MEDIAN, "largest / median |activation|", "", "activation", "stream"),
+        Metric(
+            DEAD_FRAC,
+            "fraction of FFN units zero on every probe token",
+            "fraction",
+            "activation",
+            "units",
+        ),
+    )
 }
+
+
+def metric_names(scope: str | None = None, family: str | None = None) -> tuple[str, ...]:
+    """The names of the metrics of a scope and/or family, in METRICS' order."""
+    return tuple(
+        m.name
+        for m in METRICS.values()
+        if (scope is None or m.scope == scope) and (family is None or m.family == family)
+    )
+
+
+# The registry's views that code reads (each derived from METRICS, in its order).
+TAP_STATS = metric_names("tap")  # mean, std, rms, max_abs, zero_frac, below/above_range
+STREAM_STATS = metric_names("stream")  # token_cos, max_over_median
+FFN_UNIT_STATS = metric_names("units")  # dead_frac
+COMPONENT_STATS = metric_names("component")  # grad_norm, param_norm, update_ratio
+HEAD_STATS = metric_names("head")  # attn_entropy, attn_logit_max, attn_logit_max_abs
+# Live's Activations tab: every tap's statistics, then the stream's and the FFN units'.
+ACTIVATION_STATS = (*TAP_STATS, *STREAM_STATS, *FFN_UNIT_STATS)
+NORM_STATS = (GRAD_NORM, PARAM_NORM)  # Live's Gradients tab
 # Scalars a probe step records besides the global gradient norm.
-PROBE_SCALARS = ("probe/logit_max_abs", "probe/log_z")
-LOSS_NAMES = ("train/loss", "val/loss")
+PROBE_SCALARS = metric_names("scalar", "logits")  # probe/logit_max_abs, probe/log_z
+LOSS_NAMES = (TRAIN_LOSS, VAL_LOSS)  # the loss chart's two series
+# Scalar series names and their axis titles; per-layer statistics and theirs.
+SCALARS = {m.name: m.label for m in METRICS.values() if m.scope == "scalar"}
+STAT_LABELS = {m.name: m.label for m in METRICS.values() if m.scope != "scalar"}
 
 # Two throughputs, named apart everywhere: Live's header shows the recent one (median of
 # the last RECENT_LOGS logged train/tokens_per_sec values, robust to the slow probe steps);
@@ -177,34 +334,15 @@ LOSS_NAMES = ("train/loss", "val/loss")
 RECENT_LOGS = 50
 RECENT_TOKENS_PER_SEC = "Recent tokens/s"
 RECENT_TOKENS_PER_SEC_HELP = (
-    f"Median of the last {RECENT_LOGS} logged throughputs (train/tokens_per_sec). "
+    f"Median of the last {RECENT_LOGS} logged throughputs ({TRAIN_TOKENS_PER_SEC}). "
     "Compare, `show` and the report give the mean tokens/s over training instead."
 )
-
-# Axis titles of per-layer statistics.
-STAT_LABELS = {
-    "grad_norm": "gradient L2 norm",
-    "param_norm": "parameter L2 norm",
-    "update_ratio": "‖Δθ‖/‖θ‖ per step",
-    "mean": "activation mean",
-    "std": "activation std",
-    "rms": "activation RMS",
-    "max_abs": "activation max |x|",
-    "zero_frac": "fraction of zeros",
-    "below_range": f"fraction below {number_label(HIST_RANGE[0])} (outside the histogram)",
-    "above_range": f"fraction above {number_label(HIST_RANGE[1])} (outside the histogram)",
-    "attn_entropy": "attention entropy (nats)",
-    "attn_logit_max": "largest attention logit (before softmax)",
-    "attn_logit_max_abs": "largest |attention logit| (before softmax)",
-    "token_cos": "mean cosine similarity between positions",
-    "max_over_median": "largest / median |activation|",
-    "dead_frac": "fraction of FFN units zero on every probe token",
-}
 
 
 def scalar_label(name: str) -> str:
     """Axis title of a scalar series (its name when unknown)."""
-    return SCALARS.get(name, name)
+    metric = METRICS.get(name)
+    return metric.label if metric is not None and metric.scope == "scalar" else name
 
 
 def component_label(component: str) -> str:
@@ -214,7 +352,8 @@ def component_label(component: str) -> str:
 
 def stat_label(stat: str) -> str:
     """Axis title of a per-layer statistic (its name when unknown)."""
-    return STAT_LABELS.get(stat, stat)
+    metric = METRICS.get(stat)
+    return metric.label if metric is not None and metric.scope != "scalar" else stat
 
 
 # ---------------------------------------------------------------------- final metrics

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from blockviz.core import config
+from blockviz.core import config, spec
 from blockviz.core.bounds import BOUNDS
 from blockviz.core.corpora import BUILTIN
 
@@ -19,7 +19,7 @@ DATASET_NOTES = {
     "pydocs": "Python's built-in help topics (~1 MB of English prose and code), offline.",
     "pycode": "Python standard-library source (first 2M characters), offline.",
     "shakespeare": "Tiny Shakespeare: downloads 1.1 MB once, then read from the cache.",
-    "ops": "Synthetic lines like `max(3,9,2)=9`: val/answer_acc measures the answers.",
+    "ops": f"Synthetic lines like `max(3,9,2)=9`: {spec.VAL_ANSWER_ACC} measures the answers.",
     UPLOAD_CHOICE: "Your own UTF-8 text (.txt, .md, .py, .csv), at most 20 MB.",
 }
 FINAL_NORM_CHOICES = ("auto", "on", "off")

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from blockviz.core import spec
 from blockviz.core.config import RunConfig
 from blockviz.launch.runner import PROJECT_DIR
 
@@ -172,7 +173,7 @@ def _profile(rows: Sequence[dict[str, Any]], init: str, depth: int) -> str:
         for r in rows:
             variant = (r["init"], r["depth"], r["norm_position"])
             if variant == (init, depth, position) and r["layer"] in ends:
-                ends[r["layer"]].append(r["grad_norm"])
+                ends[r["layer"]].append(r[spec.GRAD_NORM])
         first, last = (sum(v) / len(v) for v in (ends[0], ends[depth - 1]))
         parts.append(f"{position}-LN first / last = {first / last:.2f}")
     return f"Across blocks at {depth} layers: " + ", ".join(parts) + "."

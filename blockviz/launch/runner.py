@@ -349,7 +349,7 @@ def eta_s(store: RunStore, run_id: int, step: int, max_steps: int) -> float | No
     # Step 0 is left out: it pays for start-up and compilation. The median shrugs off the
     # odd slow step (an evaluation, a checkpoint) that would swing a mean.
     times = store.scalars(
-        run_id, names="train/step_time", after_step=max(step - 4 * ETA_WINDOW, 0)
+        run_id, names=spec.TRAIN_STEP_TIME, after_step=max(step - 4 * ETA_WINDOW, 0)
     ).dropna(subset=["value"])
     if len(times):
         recent = times.tail(ETA_WINDOW)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from blockviz.core import spec
 from blockviz.store.connection import _Connection, guarded
 from blockviz.store.downsample import downsample_mask, series_starts
 from blockviz.store.naming import RunRef
@@ -338,12 +339,12 @@ class _Reads(_Connection):
         rows = []
         now = time.time()
         latest_of = {
-            "train_loss": "train/loss",
-            "val_loss": "val/loss",
-            "val_ppl": "val/ppl",
-            "val_bpc": "val/bpc",
-            "answer_acc": "val/answer_acc",
-            "answer_baseline": "val/answer_baseline",
+            "train_loss": spec.TRAIN_LOSS,
+            "val_loss": spec.VAL_LOSS,
+            "val_ppl": spec.VAL_PPL,
+            "val_bpc": spec.VAL_BPC,
+            "answer_acc": spec.VAL_ANSWER_ACC,
+            "answer_baseline": spec.VAL_ANSWER_BASELINE,
         }
         for run_id in ids:
             run = self.conn.execute(
@@ -360,8 +361,8 @@ class _Reads(_Connection):
                 key: self._latest_value(run_id, scalar) for key, scalar in latest_of.items()
             }
             (tokens_per_sec,) = self.conn.execute(
-                "SELECT AVG(value) FROM scalars WHERE run_id = ? AND name = 'train/tokens_per_sec'",
-                (run_id,),
+                "SELECT AVG(value) FROM scalars WHERE run_id = ? AND name = ?",
+                (run_id, spec.TRAIN_TOKENS_PER_SEC),
             ).fetchone()
             finished_at = ended if ended is not None else (beat if beat is not None else now)
             values.update(

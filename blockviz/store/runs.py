@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from blockviz.core import procs
 from blockviz.core.naming import NAME_MAX, run_id_from_text
-from blockviz.core.spec import ACTIVE_STATUSES, STATUSES
+from blockviz.core.spec import ACTIVE_STATUSES, STATUSES, TRAIN_LOSS, VAL_LOSS
 from blockviz.core.tags import TagError, clean_notes, parse_tags, tags_text
 from blockviz.store.connection import _Connection, guarded
 from blockviz.store.errors import StoreError
@@ -290,7 +290,7 @@ class _Runs(_Connection):
         rows = self.conn.execute(
             "SELECT r.id, r.name, r.status, r.created, r.started, r.ended, r.step, r.max_steps, "
             "r.device, r.precision, r.n_params, "
-            f"{latest.format('val/loss')}, {latest.format('train/loss')}, "
+            f"{latest.format(VAL_LOSS)}, {latest.format(TRAIN_LOSS)}, "
             "r.diverged_step, r.heartbeat, r.pid, "
             f"{self._column_or_null('pid_started')}, {self._column_or_null('tags')}, "
             f"{self._column_or_null('notes')}, {self._column_or_null('study_id')} "

@@ -25,6 +25,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from blockviz.core import spec
+
 # How many recent per-step losses the final `train_loss` averages (one batch is noisy).
 RECENT_LOSSES = 50
 
@@ -142,21 +144,21 @@ class TrainingMonitor(Callback):
         if trainer.strategy.reduce_boolean_decision(bad is not None, all=False):
             bad = bad if bad is not None else len(losses) - 1
             self._recent_losses.extend(losses[:bad])
-            _log(trainer, {"train/loss": losses[bad]}, steps[bad])
+            _log(trainer, {spec.TRAIN_LOSS: losses[bad]}, steps[bad])
             self.last_train = {"step": steps[bad], "loss": losses[bad]}
             raise TrainingDiverged(steps[bad], losses[bad])
         self._recent_losses.extend(losses)
         metrics = {
-            "train/loss": sum(losses) / len(losses),
-            "train/lr": self._pending_lr,
-            "train/step_time": step_time,
-            "train/tokens_per_sec": world_tokens / step_time,
+            spec.TRAIN_LOSS: sum(losses) / len(losses),
+            spec.TRAIN_LR: self._pending_lr,
+            spec.TRAIN_STEP_TIME: step_time,
+            spec.TRAIN_TOKENS_PER_SEC: world_tokens / step_time,
             # the wall clock at the end of this step (validation included): Live and
             # Compare place steps in time with it
-            "train/elapsed_s": now - (self._fit_started or now),
+            spec.TRAIN_ELAPSED_S: now - (self._fit_started or now),
         }
         _log(trainer, metrics, steps[-1])
-        self.last_train = {"step": steps[-1], "loss": metrics["train/loss"], **metrics}
+        self.last_train = {"step": steps[-1], "loss": metrics[spec.TRAIN_LOSS], **metrics}
 
     # -- what the final metrics report ----------------------------------------------------
 
@@ -278,10 +280,10 @@ class ConsoleProgress(Callback):
         last_val = getattr(pl_module, "last_val", {})
         if "loss" in last_train:
             parts.append(f"loss {last_train['loss']:.4f}")
-        if "val/loss" in last_val:
-            parts.append(f"val {last_val['val/loss']:.4f}")
-        if "train/tokens_per_sec" in last_train:
-            parts.append(_format_rate(last_train["train/tokens_per_sec"]))
+        if spec.VAL_LOSS in last_val:
+            parts.append(f"val {last_val[spec.VAL_LOSS]:.4f}")
+        if spec.TRAIN_TOKENS_PER_SEC in last_train:
+            parts.append(_format_rate(last_train[spec.TRAIN_TOKENS_PER_SEC]))
         done = step - self._start_step
         if done > 0:
             elapsed = time.perf_counter() - self._start

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from blockviz.core import config as cfg
+from blockviz.core import spec
 from blockviz.core.bounds import BOUNDS
 from blockviz.core.corpora import load_corpus
 from blockviz.core.flags import UsageError, run_config_from_args
@@ -119,7 +120,7 @@ def measure(
                             "depth": depth,
                             "seed": seed,
                             "layer": layer,
-                            "grad_norm": value,
+                            spec.GRAD_NORM: value,
                         }
                         for layer, value in enumerate(norms)
                     ]
@@ -135,7 +136,7 @@ def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for row in rows:
         if row["layer"] == row["depth"] - 1:
             key = (row["init"], row["depth"], row["norm_position"])
-            last.setdefault(key, {})[row["seed"]] = row["grad_norm"]
+            last.setdefault(key, {})[row["seed"]] = row[spec.GRAD_NORM]
     pairs = sorted({(init, depth) for init, depth, _ in last}, key=lambda k: (k[0], k[1]))
     summary = []
     for init, depth in pairs:
@@ -161,7 +162,7 @@ def layer_means(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int, str], li
     values: dict[tuple[str, int, str], dict[int, list[float]]] = {}
     for row in rows:
         key = (row["init"], row["depth"], row["norm_position"])
-        values.setdefault(key, {}).setdefault(row["layer"], []).append(row["grad_norm"])
+        values.setdefault(key, {}).setdefault(row["layer"], []).append(row[spec.GRAD_NORM])
     return {
         key: [statistics.mean(by_layer[layer]) for layer in sorted(by_layer)]
         for key, by_layer in values.items()

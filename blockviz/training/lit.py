@@ -22,6 +22,7 @@ import lightning as L
 import torch
 from torch import nn
 
+from blockviz.core import spec
 from blockviz.core.config import RunConfig, TrainConfig
 from blockviz.core.vocab import CharVocab
 from blockviz.training.data import answer_accuracy, baseline_predictions
@@ -179,19 +180,19 @@ class LitCharModel(L.LightningModule):
         # Every rank evaluates the same fixed batches, so no cross-rank reduction is needed.
         mean_loss = float(self._val_loss_sum) / self._val_batches
         metrics = {
-            "val/loss": mean_loss,
-            "val/bpc": mean_loss / LN2,
-            "val/ppl": math.exp(mean_loss) if mean_loss < 700 else math.inf,
+            spec.VAL_LOSS: mean_loss,
+            spec.VAL_BPC: mean_loss / LN2,
+            spec.VAL_PPL: math.exp(mean_loss) if mean_loss < 700 else math.inf,
         }
         if self.is_ops:
             correct, total = self._answers
-            metrics["val/answer_acc"] = correct / total if total else math.nan
+            metrics[spec.VAL_ANSWER_ACC] = correct / total if total else math.nan
             if self._answer_table is not None:
                 right, scored = self._baseline
-                metrics["val/answer_baseline"] = right / scored if scored else math.nan
+                metrics[spec.VAL_ANSWER_BASELINE] = right / scored if scored else math.nan
         # callback_metrics only (ModelCheckpoint monitors val/loss); the store gets the
         # values once, with our step, below.
-        self.log("val/loss", mean_loss, logger=False, prog_bar=False)
+        self.log(spec.VAL_LOSS, mean_loss, logger=False, prog_bar=False)
         self._log_to_loggers(metrics, self.global_step)
         self.last_val = {"step": self.global_step, **metrics}
 

@@ -21,7 +21,8 @@ trained step (max_steps - 1: the last batch with a gradient, so the charts reach
 Every `sample_interval` steps (and when training ends): the attention maps of one fixed
 probe sequence and a text sample generated from a fixed prompt.
 
-Everything a probe step measures is computed on the device and reaches the host in one
+Everything a probe step measures is computed on the device, each statistic under its
+name in core.spec's registry (`blockviz.training.probe_stats`), and reaches the host in one
 transfer, becomes one `ProbeRecords` and goes to every sink (`blockviz.training.sinks`:
 the run store, Lightning loggers). Forward hooks exist only inside `tap_hooks`, for one
 probe forward pass, so ordinary steps run the bare model. Only global rank 0 probes.
@@ -29,7 +30,6 @@ probe forward pass, so ordinary steps run the bare model. Only global rank 0 pro
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -42,26 +42,27 @@ from torch import nn
 
 from blockviz.core.probe_schedule import is_probe_step
 from blockviz.core.spec import (
-    FFN_TAP,
-    FFN_UNIT_STATS,
-    HEAD_STATS,
+    GRAD_NORM,
     HIST_BINS,
     HIST_RANGE,
+    PARAM_NORM,
     PROBE_SCALARS,
-    STREAM_STATS,
-    STREAM_TAP,
-    TAP_STATS,
-    WEIGHTS_COMPONENT,
 )
 from blockviz.training.model import NonFiniteLogits, capture_attention, param_component
-from blockviz.training.sinks import (
-    AttentionMap,
-    Histogram,
-    LayerStat,
-    ProbeRecords,
-    ProbeSink,
-    Sample,
+from blockviz.training.probe_stats import (
+    TAP_GROUPS,
+    ParamIndex,
+    attention_entropy,
+    attention_maps,
+    group_rows,
+    head_rows,
+    head_statistics,
+    norm_rows,
+    output_statistics,
+    tap_records,
+    tap_statistics,
 )
+from blockviz.training.sinks import LayerStat, ProbeRecords, ProbeSink, Sample
 
 
 def char_model(module: nn.Module) -> nn.Module:
@@ -107,100 +108,6 @@ def tap_hooks(
     finally:
         for handle in handles:
             handle.remove()
-
-
-def tap_statistics(
-    activation: torch.Tensor, bins: int = HIST_BINS, value_range: tuple[float, float] = HIST_RANGE
-) -> torch.Tensor:
-    """[mean, std, rms, max_abs, zero_frac, below, above, *histogram counts] of one activation.
-
-    Computed on the activation's device. The histogram has `bins` equal bins over
-    `value_range` and counts only the values inside it (both ends included); `below` and
-    `above` are the fractions of values beyond each end, so bins + below + above cover
-    every finite value and an outlier is never drawn as if it lay in an end bin.
-    """
-    x = activation.float().reshape(-1)  # (N,)
-    lo, hi = value_range
-    moments = torch.stack(
-        [
-            x.mean(),
-            x.std(unbiased=False),
-            x.square().mean().sqrt(),
-            x.abs().max(),
-            (x == 0).float().mean(),
-            (x < lo).float().mean(),
-            (x > hi).float().mean(),
-        ]
-    )  # (len(TAP_STATS),)
-    counts = torch.histc(x, bins=bins, min=lo, max=hi)  # (bins,) values outside are ignored
-    return torch.cat([moments, counts])  # (len(TAP_STATS) + bins,)
-
-
-def stream_statistics(activation: torch.Tensor) -> torch.Tensor:
-    """[token_cos, max_over_median] of a (B, T, C) stream (spec.STREAM_STATS).
-
-    token_cos is the mean, over the windows and over every pair of different positions
-    i != j in a window, of cos(x_i, x_j): with unit vectors u_i, the sum over i != j is
-    |sum_i u_i|^2 - sum_i |u_i|^2, so no T x T matrix is needed. NaN for one position.
-    """
-    x = activation.float()  # (B, T, C)
-    T = x.size(1)
-    unit = torch.nn.functional.normalize(x, dim=-1)  # (B, T, C); a zero vector stays 0
-    pair_sum = unit.sum(dim=1).square().sum(dim=-1) - unit.square().sum(dim=(1, 2))  # (B,)
-    token_cos = (pair_sum / (T * (T - 1))).mean() if T > 1 else x.new_tensor(math.nan)
-    magnitude = x.abs().reshape(-1)  # (N,)
-    max_over_median = magnitude.max() / magnitude.median()  # inf when most values are 0
-    return torch.stack([token_cos, max_over_median])  # (len(STREAM_STATS),)
-
-
-def ffn_unit_statistics(hidden: torch.Tensor) -> torch.Tensor:
-    """[dead_frac] of FFN hidden activations (B, T, d_ff): the fraction of the d_ff units
-    that are exactly zero at every position of every window (spec.FFN_UNIT_STATS)."""
-    alive = (hidden != 0).reshape(-1, hidden.size(-1)).any(dim=0)  # (d_ff,)
-    return (1.0 - alive.float().mean()).reshape(1)  # (1,)
-
-
-def output_statistics(logits: torch.Tensor) -> torch.Tensor:
-    """[largest |logit|, mean log Z] of output logits (B, T, V) (spec.PROBE_SCALARS);
-    log Z = logsumexp over the vocabulary, the quantity z-loss penalises."""
-    z = logits.float()
-    return torch.stack([z.abs().max(), torch.logsumexp(z, dim=-1).mean()])  # (2,)
-
-
-def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
-    """Mean entropy (nats) of each head's attention rows: (B, nh, T, T) -> (nh,)."""
-    p = weights.float()
-    row_entropy = -(p * p.clamp_min(1e-12).log()).sum(dim=-1)  # (B, nh, T)
-    return row_entropy.mean(dim=(0, 2))  # (nh,)
-
-
-# Statistics of single taps, beside TAP_STATS: (part of a probe's tensors, tap, reducer).
-_EXTRA_TAP_PARTS: tuple[tuple[str, str, Callable[[torch.Tensor], torch.Tensor]], ...] = (
-    ("stream", STREAM_TAP, stream_statistics),
-    ("units", FFN_TAP, ffn_unit_statistics),
-)
-_EXTRA_STATS = {"stream": STREAM_STATS, "units": FFN_UNIT_STATS}
-# The part of a probe's tensors that holds each of spec.HEAD_STATS, in its order.
-_HEAD_PARTS = ("entropy", "logit_max", "logit_max_abs")
-
-
-def _summed_squares(norms: torch.Tensor, members: torch.Tensor, size: int) -> torch.Tensor:
-    """(size,) sum of the squared `norms` of the tensors in each group (`members`: (P,))."""
-    return torch.zeros(size, dtype=torch.float64).index_add_(0, members, norms.square())
-
-
-@dataclass
-class _ParamIndex:
-    """Which (layer, component) group and which layer each probed tensor belongs to."""
-
-    names: list[str]
-    params: list[nn.Parameter]
-    groups: list[tuple[int, str]]  # (layer, component) per group, component != block
-    layers: list[int]  # layer per layer group
-    group_of: torch.Tensor  # (P,) group index of each tensor (host)
-    layer_of: torch.Tensor  # (P,) layer-group index of each tensor (host)
-    matrix_layers: list[int]  # layer per "weights" group (a layer's 2-D tensors only)
-    matrix_of: torch.Tensor  # (P,) weights-group index of each tensor, -1 if not 2-D (host)
 
 
 @dataclass
@@ -252,7 +159,7 @@ class BlockProbe(Callback):
         self.top_k = top_k
         self.hist_bins = hist_bins
         self.hist_range = hist_range
-        self._index: _ParamIndex | None = None
+        self._index: ParamIndex | None = None
         self._n_layer = 0
         self._probe_x: torch.Tensor | None = None
         self._pending: _PendingProbe | None = None
@@ -285,7 +192,7 @@ class BlockProbe(Callback):
         layers = sorted({layer for layer, _ in keys})
         is_matrix = [param.ndim == 2 for param in params]
         matrix_layers = sorted({layer for (layer, _), m in zip(keys, is_matrix, strict=True) if m})
-        self._index = _ParamIndex(
+        self._index = ParamIndex(
             names=names,
             params=params,
             groups=groups,
@@ -347,8 +254,8 @@ class BlockProbe(Callback):
         # One fused kernel per list instead of one norm per tensor (what clip_grad_norm_ uses).
         grad_norm = torch.stack(torch._foreach_norm(grads)).float()  # (P,)
         param_norm = torch.stack(torch._foreach_norm(params)).float()  # (P,)
-        pending.parts["grad_norm"] = grad_norm
-        pending.parts["param_norm"] = param_norm
+        pending.parts[GRAD_NORM] = grad_norm
+        pending.parts[PARAM_NORM] = param_norm
         pending.parts["global_grad_norm"] = grad_norm.square().sum().sqrt().reshape(1)  # (1,)
         pending.before = [p.detach().clone() for p in params]
 
@@ -378,14 +285,15 @@ class BlockProbe(Callback):
                 stack.enter_context(precision_context())
                 tap_stats = stack.enter_context(tap_hooks(model, reduce)) if probe else {}
                 if probe:
-                    for part, tap, statistics in _EXTRA_TAP_PARTS:
-                        extras[part] = stack.enter_context(tap_hooks(model, statistics, (tap,)))
+                    for group in TAP_GROUPS:
+                        hooks = tap_hooks(model, group.reduce, (group.tap,))
+                        extras[group.part] = stack.enter_context(hooks)
                 attention = stack.enter_context(capture_attention(model))
                 logits, _ = model(self._probe_x)  # (B, T, V)
         finally:
             model.train(was_training)
         if probe:
-            pending.parts["output"] = output_statistics(logits)  # (2,)
+            pending.parts["output"] = output_statistics(logits)  # (len(PROBE_SCALARS),)
         if probe and tap_stats:
             pending.tap_keys = sorted(tap_stats)
             pending.parts["taps"] = torch.stack([tap_stats[k] for k in pending.tap_keys])
@@ -398,12 +306,11 @@ class BlockProbe(Callback):
             return  # attention is off in this model
         pending.attention_layers = layers
         if probe:
-            entropies = [attention_entropy(attention[layer]) for layer in layers]
-            pending.parts["entropy"] = torch.stack(entropies)  # (L, nh)
-            logit_max = [attention.max_logits[layer] for layer in layers]
-            pending.parts["logit_max"] = torch.stack(logit_max)  # (L, nh)
-            logit_max_abs = [attention.max_abs_logits[layer] for layer in layers]
-            pending.parts["logit_max_abs"] = torch.stack(logit_max_abs)  # (L, nh)
+            pending.parts["heads"] = head_statistics(  # (len(HEAD_STATS), L, nh)
+                torch.stack([attention_entropy(attention[layer]) for layer in layers]),
+                torch.stack([attention.max_logits[layer] for layer in layers]),
+                torch.stack([attention.max_abs_logits[layer] for layer in layers]),
+            )
         if sample:
             n = min(self.attention_chars, self._probe_x.size(1))
             maps = [attention[layer][0, :, :n, :n].float() for layer in layers]  # L x (nh, n, n)
@@ -446,7 +353,7 @@ class BlockProbe(Callback):
                 deltas = torch._foreach_sub(self._index.params, pending.before)
                 pending.parts["delta_norm"] = torch.stack(torch._foreach_norm(deltas)).float()
             pending.before = None
-        if "grad_norm" in pending.parts:
+        if GRAD_NORM in pending.parts:
             self.probe_steps.append(pending.step)
         self._write(pending)
 
@@ -483,34 +390,22 @@ class BlockProbe(Callback):
         step = pending.step
         records = ProbeRecords(step=step, n_layer=self._n_layer)
         rows = records.layer_stats
-        if "grad_norm" in host:
+        if GRAD_NORM in host:
             rows += self._norm_rows(step, host)
             records.grad_norm = host["global_grad_norm"][0]
         if "output" in host:
             records.scalars = dict(zip(PROBE_SCALARS, host["output"], strict=True))
         if "taps" in host:
-            tap_rows, records.histograms = self._tap_records(step, pending.tap_keys, host["taps"])
+            keys, bins, value_range = pending.tap_keys, self.hist_bins, self.hist_range
+            tap_rows, records.histograms = tap_records(step, keys, host["taps"], bins, value_range)
             rows += tap_rows
-        for part, _, _ in _EXTRA_TAP_PARTS:
-            if part in host:
-                stats = _EXTRA_STATS[part]
-                for k, (layer, tap) in enumerate(pending.extra_keys[part]):
-                    chunk = host[part][k * len(stats) : (k + 1) * len(stats)]
-                    rows += [
-                        LayerStat(step, layer, "tap", tap, stat, value)
-                        for stat, value in zip(stats, chunk, strict=True)
-                    ]
-        for part, stat in zip(_HEAD_PARTS, HEAD_STATS, strict=True):
-            if part not in host:
-                continue
-            layers = pending.attention_layers
-            n_head = len(host[part]) // len(layers)
-            for i, value in enumerate(host[part]):
-                rows.append(
-                    LayerStat(step, layers[i // n_head], "head", str(i % n_head), stat, value)
-                )
+        for group in TAP_GROUPS:
+            if group.part in host:
+                rows += group_rows(step, group, pending.extra_keys[group.part], host[group.part])
+        if "heads" in host:
+            rows += head_rows(step, pending.attention_layers, host["heads"])
         if "attention" in host and pending.attention_tokens is not None:
-            records.attention = self._attention_maps(
+            records.attention = attention_maps(
                 pending.attention_layers, pending.attention_tokens, host["attention"]
             )
         if pending.sample is not None:
@@ -518,88 +413,5 @@ class BlockProbe(Callback):
         return records
 
     def _norm_rows(self, step: int, host: dict[str, list[float]]) -> list[LayerStat]:
-        """Per-tensor, per-component and per-layer grad_norm, param_norm and update_ratio.
-
-        Component groups: each (layer, component), the whole layer ("block"), and the
-        layer's weight matrices alone ("weights").
-        """
-        index = self._index
-        grad = torch.tensor(host["grad_norm"], dtype=torch.float64)  # (P,)
-        param = torch.tensor(host["param_norm"], dtype=torch.float64)  # (P,)
-        delta = host.get("delta_norm")
-        delta_t = torch.tensor(delta, dtype=torch.float64) if delta is not None else None
-        rows: list[LayerStat] = []
-
-        def ratio(step_norm: float, size: float) -> float:
-            return step_norm / size if size > 0 else math.nan
-
-        for i, name in enumerate(index.names):
-            layer, _ = index.groups[int(index.group_of[i])]
-            rows.append(LayerStat(step, layer, "param", name, "grad_norm", float(grad[i])))
-            rows.append(LayerStat(step, layer, "param", name, "param_norm", float(param[i])))
-            if delta_t is not None:
-                value = ratio(float(delta_t[i]), float(param[i]))
-                rows.append(LayerStat(step, layer, "param", name, "update_ratio", value))
-        # Group norms combine tensors as one vector: sqrt of the summed squares (host side,
-        # on a few dozen numbers). `chosen` picks the tensors a grouping sums over.
-        every = torch.ones(len(index.names), dtype=torch.bool)
-        matrix = index.matrix_of >= 0
-        for members, keys, chosen in (
-            (index.group_of, list(index.groups), every),
-            (index.layer_of, [(layer, "block") for layer in index.layers], every),
-            (
-                index.matrix_of,
-                [(layer, WEIGHTS_COMPONENT) for layer in index.matrix_layers],
-                matrix,
-            ),
-        ):
-            members, size = members[chosen], len(keys)
-            grad_g = _summed_squares(grad[chosen], members, size)
-            param_g = _summed_squares(param[chosen], members, size)
-            delta_g = (
-                _summed_squares(delta_t[chosen], members, size) if delta_t is not None else None
-            )
-            for g, (layer, component) in enumerate(keys):
-                grad_norm, param_norm = float(grad_g[g].sqrt()), float(param_g[g].sqrt())
-                rows.append(LayerStat(step, layer, "component", component, "grad_norm", grad_norm))
-                rows.append(
-                    LayerStat(step, layer, "component", component, "param_norm", param_norm)
-                )
-                if delta_g is not None:
-                    value = ratio(float(delta_g[g].sqrt()), param_norm)
-                    rows.append(
-                        LayerStat(step, layer, "component", component, "update_ratio", value)
-                    )
-        return rows
-
-    def _tap_records(
-        self, step: int, keys: list[tuple[int, str]], values: list[float]
-    ) -> tuple[list[LayerStat], list[Histogram]]:
-        """Tap statistics rows and the histogram of each tap."""
-        width = len(TAP_STATS) + self.hist_bins
-        lo, hi = self.hist_range
-        rows: list[LayerStat] = []
-        histograms: list[Histogram] = []
-        for k, (layer, tap) in enumerate(keys):
-            chunk = values[k * width : (k + 1) * width]
-            for stat, value in zip(TAP_STATS, chunk[: len(TAP_STATS)], strict=True):
-                rows.append(LayerStat(step, layer, "tap", tap, stat, value))
-            counts = [round(c) for c in chunk[len(TAP_STATS) :]]
-            histograms.append(Histogram(layer, tap, lo, hi, counts))
-        return rows, histograms
-
-    @staticmethod
-    def _attention_maps(
-        layers: list[int], tokens: list[str], values: list[float]
-    ) -> list[AttentionMap]:
-        """The flat (L, nh, n, n) weights cut into one map per layer and head."""
-        n = len(tokens)
-        per_map = n * n
-        n_maps = len(values) // per_map
-        n_head = n_maps // len(layers)
-        maps = []
-        for m in range(n_maps):
-            flat = values[m * per_map : (m + 1) * per_map]
-            weights = [flat[q * n : (q + 1) * n] for q in range(n)]
-            maps.append(AttentionMap(layers[m // n_head], m % n_head, tokens, weights))
-        return maps
+        """grad_norm, param_norm and update_ratio rows of the probed tensors and groups."""
+        return norm_rows(step, self._index, host)

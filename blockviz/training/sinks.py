@@ -27,14 +27,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from blockviz.core.spec import layer_tick
+from blockviz.core.spec import TRAIN_GRAD_NORM, layer_tick
 
 if TYPE_CHECKING:
     from lightning.pytorch.loggers import Logger
 
     from blockviz.store import RunStore
 
-GRAD_NORM_SCALAR = "train/grad_norm"
+GRAD_NORM_SCALAR = TRAIN_GRAD_NORM
 # Layer-stat kinds LoggerSink sends by default: per-tensor ("param") rows would add three
 # tags per parameter tensor, hundreds on a deep model; the dashboard has them.
 LOGGED_KINDS = ("component", "tap", "head")

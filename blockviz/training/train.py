@@ -48,7 +48,18 @@ from blockviz.core import hardware, procs, startup_trace
 from blockviz.core.extras import check_logger_available
 from blockviz.core.files import atomic_write
 from blockviz.core.flags import UsageError, check_threads, run_config_from_args
-from blockviz.core.spec import final_header
+from blockviz.core.spec import (
+    TRAIN_ELAPSED_S,
+    TRAIN_LOSS,
+    TRAIN_STEP_TIME,
+    TRAIN_TOKENS_PER_SEC,
+    VAL_ANSWER_ACC,
+    VAL_ANSWER_BASELINE,
+    VAL_BPC,
+    VAL_LOSS,
+    VAL_PPL,
+    final_header,
+)
 from blockviz.core.vocab import DataError
 from blockviz.store import RunStore, StoreError
 from blockviz.training.callbacks import ConsoleProgress, TrainingDiverged
@@ -203,11 +214,11 @@ def _final_metrics(lit: Any, trainer: Any, outcome: Outcome) -> dict[str, float 
     monitor = training_monitor(trainer)
     return {
         "train_loss": _finite_or_none(monitor.recent_train_loss()),
-        "val_loss": _finite_or_none(lit.last_val.get("val/loss")),
-        "val_ppl": _finite_or_none(lit.last_val.get("val/ppl")),
-        "val_bpc": _finite_or_none(lit.last_val.get("val/bpc")),
-        "answer_acc": _finite_or_none(lit.last_val.get("val/answer_acc")),
-        "answer_baseline": _finite_or_none(lit.last_val.get("val/answer_baseline")),
+        "val_loss": _finite_or_none(lit.last_val.get(VAL_LOSS)),
+        "val_ppl": _finite_or_none(lit.last_val.get(VAL_PPL)),
+        "val_bpc": _finite_or_none(lit.last_val.get(VAL_BPC)),
+        "answer_acc": _finite_or_none(lit.last_val.get(VAL_ANSWER_ACC)),
+        "answer_baseline": _finite_or_none(lit.last_val.get(VAL_ANSWER_BASELINE)),
         "time_s": round(monitor.wall_time_s(), 3),  # training wall time, evaluations included
         "tokens_per_sec": monitor.tokens_per_sec(),  # while training, evaluations excluded
         "steps": outcome.step,
@@ -223,24 +234,24 @@ def _recorded_training(store: RunStore, run_id: int) -> dict[str, float | None]:
     """
     from blockviz.training.callbacks import RECENT_LOSSES
 
-    names = ["train/loss", "train/step_time", "train/tokens_per_sec", "train/elapsed_s"]
+    names = [TRAIN_LOSS, TRAIN_STEP_TIME, TRAIN_TOKENS_PER_SEC, TRAIN_ELAPSED_S]
     frame = store.scalars(run_id, names=names)
     series = {
         name: dict(zip(rows["step"], rows["value"], strict=True))
         for name, rows in frame.groupby("name")
     }
-    loss = series.get("train/loss", {})
+    loss = series.get(TRAIN_LOSS, {})
     if not loss:
         return {}
     steps = sorted(loss)
     covered = {step: step - before for before, step in zip([-1, *steps[:-1]], steps, strict=True)}
     start = steps[-1] - RECENT_LOSSES  # the window: the last RECENT_LOSSES steps
     weights = {step: min(covered[step], step - start) for step in steps if step > start}
-    step_time, rate = series.get("train/step_time", {}), series.get("train/tokens_per_sec", {})
+    step_time, rate = series.get(TRAIN_STEP_TIME, {}), series.get(TRAIN_TOKENS_PER_SEC, {})
     timed = [step for step in step_time if step in rate and step in covered]
     seconds = sum(step_time[step] * covered[step] for step in timed)
     tokens = sum(rate[step] * step_time[step] * covered[step] for step in timed)
-    elapsed = series.get("train/elapsed_s", {})
+    elapsed = series.get(TRAIN_ELAPSED_S, {})
     return {
         "train_loss": _finite_or_none(
             sum(loss[step] * w for step, w in weights.items()) / sum(weights.values())

@@ -16,6 +16,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 
+from blockviz.core import spec
 from blockviz.core.config import RunConfig, TrainConfig
 from blockviz.core.extras import check_logger_available
 from blockviz.training.callbacks import LastCheckpoint, TrainingMonitor
@@ -83,7 +84,7 @@ def checkpoint_callbacks(run_dir: str | Path) -> list[Callback]:
     best = ModelCheckpoint(
         dirpath=dirpath,
         filename="best",
-        monitor="val/loss",
+        monitor=spec.VAL_LOSS,
         mode="min",
         save_top_k=1,
         save_last=False,

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from blockviz.core import spec
+
 # A profile across blocks is "level" when first block / last block, as shown (two
 # decimals), lies within LEVEL_RATIO either way (0.83 to 1.20): the word never disagrees
 # with the number beside it. Otherwise it rises or falls towards the output. README
@@ -137,7 +139,7 @@ def grad_by_layer_sentences(
     if "component" in frame.columns:
         frame = frame[frame["component"] == component]
     if "stat" in frame.columns:
-        frame = frame[frame["stat"] == "grad_norm"]
+        frame = frame[frame["stat"] == spec.GRAD_NORM]
     sentences: list[str] = []
     lasts: list[tuple[str, float]] = []
     for run_id, shape in runs.items():

@@ -33,14 +33,18 @@ if TYPE_CHECKING:
 
 # What the rules read: scalars by name, and per-layer statistics by kind, component, stat.
 # (train/grad_norm too: a divergence's story names every scalar that went non-finite.)
-SCALARS = ("train/loss", "val/loss", "train/lr", "train/grad_norm", *spec.PROBE_SCALARS)
+SCALARS = (spec.TRAIN_LOSS, spec.VAL_LOSS, spec.TRAIN_LR, spec.TRAIN_GRAD_NORM, *spec.PROBE_SCALARS)
 LAYER_READS: tuple[dict[str, Any], ...] = (
     {
         "kind": "component",
         "component": ("block", spec.WEIGHTS_COMPONENT),
-        "stat": ("grad_norm", "update_ratio"),
+        "stat": (spec.GRAD_NORM, spec.UPDATE_RATIO),
     },
-    {"kind": "tap", "component": spec.STREAM_TAP, "stat": (*spec.STREAM_STATS, "max_abs", "rms")},
+    {
+        "kind": "tap",
+        "component": spec.STREAM_TAP,
+        "stat": (*spec.STREAM_STATS, spec.MAX_ABS, spec.RMS),
+    },
     {"kind": "tap", "component": spec.FFN_TAP, "stat": spec.FFN_UNIT_STATS},
     {"kind": "head", "stat": spec.HEAD_STATS},
 )

@@ -154,5 +154,5 @@ def band_chart(
 def series_title(names: Sequence[str]) -> str:
     """The y title of a grouped chart: the series' axis title, or "loss" for loss pairs."""
     if all(n in spec.LOSS_NAMES for n in names):
-        return spec.SCALARS.get("val/loss", "loss")
+        return spec.scalar_label(spec.VAL_LOSS)
     return spec.SCALARS.get(names[0], names[0]) if names else "value"

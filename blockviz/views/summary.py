@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from blockviz.core import spec
 from blockviz.core.config import ConfigError, ModelConfig, RunConfig
 from blockviz.core.divergence import (
     Divergence,
@@ -67,7 +68,7 @@ def recent_tokens_per_sec(scalars: pd.DataFrame, window: int = 50) -> float | No
     The median, because the steps that also evaluate or probe are many times slower and
     would make a mean jump.
     """
-    rows = scalars[scalars["name"] == "train/tokens_per_sec"].sort_values("step")
+    rows = scalars[scalars["name"] == spec.TRAIN_TOKENS_PER_SEC].sort_values("step")
     values = rows["value"].to_numpy(dtype=float)
     finite = values[np.isfinite(values)][-window:]
     return float(np.median(finite)) if finite.size else None

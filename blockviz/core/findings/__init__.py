@@ -118,7 +118,7 @@ def _one_block(series: RunSeries, steps: Sequence[int]) -> str | None:
 
 def _stall_steps(series: RunSeries) -> Sequence[int]:
     """Without the text's unigram entropy there is nothing to stall at."""
-    return _scalar("train/loss")(series) if series.unigram is not None else []
+    return _scalar(spec.TRAIN_LOSS)(series) if series.unigram is not None else []
 
 
 def _state(
@@ -131,7 +131,7 @@ def _state(
 
 # Every rule, in the order README's table lists them (healthy comes last, from the others).
 RULES: dict[str, Rule] = {
-    "diverged": Rule("divergence", training.diverged, _scalar("train/loss")),
+    "diverged": Rule("divergence", training.diverged, _scalar(spec.TRAIN_LOSS)),
     "stalled": Rule(
         "a stall at the unigram entropy",
         training.stalled,
@@ -141,32 +141,34 @@ RULES: dict[str, Rule] = {
     "loss_spike": Rule(
         "loss spikes",
         training.loss_spikes,
-        _scalar("train/loss"),
+        _scalar(spec.TRAIN_LOSS),
         # A spike is measured against the median of the SPIKE_WINDOW losses before it.
         needs=_at_least(SPIKE_WINDOW + 1, "logged losses", "a spike"),
     ),
     "gradient_depth": Rule(
         "gradients across depth",
         internals.gradient_depth,
-        _table("component", "grad_norm", "block"),
+        _table("component", spec.GRAD_NORM, "block"),
         state=True,
         needs=_one_block,
     ),
     "slow_updates": _state(
         "slow updates",
         internals.slow_updates,
-        _table("component", "update_ratio", spec.WEIGHTS_COMPONENT),
+        _table("component", spec.UPDATE_RATIO, spec.WEIGHTS_COMPONENT),
     ),
     "large_updates": _state(
         "large updates",
         internals.large_updates,
-        _table("component", "update_ratio", spec.WEIGHTS_COMPONENT),
+        _table("component", spec.UPDATE_RATIO, spec.WEIGHTS_COMPONENT),
     ),
     "dead_units": _state(
-        "dead FFN units", internals.dead_units, _table("tap", "dead_frac", spec.FFN_TAP)
+        "dead FFN units", internals.dead_units, _table("tap", spec.DEAD_FRAC, spec.FFN_TAP)
     ),
     "attention_collapse": _state(
-        "attention entropy collapse", internals.attention_collapse, _table("head", "attn_entropy")
+        "attention entropy collapse",
+        internals.attention_collapse,
+        _table("head", spec.ATTN_ENTROPY),
     ),
     "attention_logit_growth": _state(
         "attention-logit growth",
@@ -174,25 +176,25 @@ RULES: dict[str, Rule] = {
         lambda series: internals.logit_table(series)[0].index.tolist(),
     ),
     "rank_collapse": _state(
-        "rank collapse", internals.rank_collapse, _table("tap", "token_cos", spec.STREAM_TAP)
+        "rank collapse", internals.rank_collapse, _table("tap", spec.TOKEN_COS, spec.STREAM_TAP)
     ),
     "residual_growth": _state(
         "residual-stream growth",
         internals.residual_growth,
-        _table("tap", "rms", spec.STREAM_TAP),
+        _table("tap", spec.RMS, spec.STREAM_TAP),
     ),
     "massive_activations": _state(
         "massive activations",
         internals.massive_activations,
-        _table("tap", "max_over_median", spec.STREAM_TAP),
+        _table("tap", spec.MAX_OVER_MEDIAN, spec.STREAM_TAP),
     ),
     "output_logit_growth": _state(
-        "output-logit growth", internals.output_logits, _scalar("probe/log_z")
+        "output-logit growth", internals.output_logits, _scalar(spec.PROBE_LOG_Z)
     ),
     "overfitting": Rule(
         "overfitting",
         training.overfitting,
-        _scalar("val/loss"),
+        _scalar(spec.VAL_LOSS),
         needs=_at_least(OVERFIT_EVALS, "evaluations", "overfitting"),
     ),
 }
@@ -211,7 +213,7 @@ def _run(name: str, rule: Rule, series: RunSeries) -> Finding | None:
             f"Could not check {rule.label}",
             f"The {name} rule failed on this run's data ({type(exc).__name__}: {exc}).",
             None,
-            "train/loss",
+            spec.TRAIN_LOSS,
         )
 
 

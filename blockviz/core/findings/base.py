@@ -62,9 +62,9 @@ def series_tab(series: str) -> str:
     """The Live tab of a scalar or layer statistic."""
     if "/" in series:
         return "Loss"
-    if series in ("grad_norm", "param_norm"):
+    if series in spec.NORM_STATS:
         return "Gradients"
-    if series == "update_ratio":
+    if series == spec.UPDATE_RATIO:
         return "Updates"
     if series in spec.HEAD_STATS:
         return "Attention"
@@ -231,7 +231,7 @@ def streaking(condition: pd.DataFrame) -> tuple[list[Any], int] | None:
 
 def lr_at(series: RunSeries, steps: pd.Index) -> pd.Series:
     """The logged learning rate at each step (the nearest logged step at or before it)."""
-    lr = series.scalar("train/lr")
+    lr = series.scalar(spec.TRAIN_LR)
     if lr.empty:
         return pd.Series(np.nan, index=steps)
     positions = np.searchsorted(lr["step"].to_numpy(), steps.to_numpy(), side="right") - 1

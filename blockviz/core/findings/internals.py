@@ -52,7 +52,7 @@ def gradient_depth(series: RunSeries) -> Finding | None:
     n = series.n_layer
     if n < 2:
         return None
-    grads = finite_rows(blocks(series.table("component", "grad_norm", "block"), n))
+    grads = finite_rows(blocks(series.table("component", spec.GRAD_NORM, "block"), n))
     if grads.empty or 0 not in grads.columns or n - 1 not in grads.columns:
         return None
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -91,7 +91,7 @@ def gradient_depth(series: RunSeries) -> Finding | None:
             title,
             text,
             since,
-            "grad_norm",
+            spec.GRAD_NORM,
             {
                 "since": since,
                 "step": newest,
@@ -127,7 +127,7 @@ def _per_layer(
 def _update_tables(series: RunSeries) -> tuple[pd.DataFrame, pd.Series]:
     """Block weight matrices' update ratios by step (step 0 left out) and the lr there."""
     table = blocks(
-        series.table("component", "update_ratio", spec.WEIGHTS_COMPONENT), series.n_layer
+        series.table("component", spec.UPDATE_RATIO, spec.WEIGHTS_COMPONENT), series.n_layer
     )
     if table.empty:
         return table, pd.Series(dtype=float)
@@ -199,7 +199,7 @@ def slow_updates(series: RunSeries) -> Finding | None:
         "slow_updates",
         f"{layer_names(layers, series.n_layer).capitalize()} barely learning",
         text,
-        "update_ratio",
+        spec.UPDATE_RATIO,
         layers,
         since,
         newest,
@@ -238,7 +238,7 @@ def large_updates(series: RunSeries) -> Finding | None:
         "large_updates",
         f"Large updates in {layer_names(layers, series.n_layer)}",
         text,
-        "update_ratio",
+        spec.UPDATE_RATIO,
         layers,
         since,
         newest,
@@ -249,7 +249,7 @@ def large_updates(series: RunSeries) -> Finding | None:
 
 def dead_units(series: RunSeries) -> Finding | None:
     """More than DEAD_FRAC of a layer's FFN units zero on every probe token."""
-    table = blocks(series.table("tap", "dead_frac", spec.FFN_TAP), series.n_layer)
+    table = blocks(series.table("tap", spec.DEAD_FRAC, spec.FFN_TAP), series.n_layer)
     if table.empty:
         return None
     held = streaking(table > DEAD_FRAC)
@@ -277,7 +277,7 @@ def dead_units(series: RunSeries) -> Finding | None:
         "dead_units",
         f"Dead FFN units in {layer_names(layers, series.n_layer)}",
         text,
-        "dead_frac",
+        spec.DEAD_FRAC,
         layers,
         since,
         newest,
@@ -288,7 +288,7 @@ def dead_units(series: RunSeries) -> Finding | None:
 
 def attention_collapse(series: RunSeries) -> Finding | None:
     """A layer whose every head attends almost to one position (entropy below the floor)."""
-    table = series.table("head", "attn_entropy")
+    table = series.table("head", spec.ATTN_ENTROPY)
     if table.empty:
         return None
     by_layer = table.T.groupby(level=0).max().T  # step x layer: the layer's largest entropy
@@ -308,7 +308,7 @@ def attention_collapse(series: RunSeries) -> Finding | None:
         "attention_collapse",
         title,
         text,
-        "attn_entropy",
+        spec.ATTN_ENTROPY,
         layers,
         since,
         newest,
@@ -320,10 +320,10 @@ def attention_collapse(series: RunSeries) -> Finding | None:
 def logit_table(series: RunSeries) -> tuple[pd.DataFrame, str]:
     """Each head's largest |pre-softmax logit| by step, and its stat's name; a run recorded
     before that statistic existed gives its largest signed logit (a lower bound of it)."""
-    table = series.table("head", "attn_logit_max_abs")
+    table = series.table("head", spec.ATTN_LOGIT_MAX_ABS)
     if not table.empty:
-        return table, "attn_logit_max_abs"
-    return series.table("head", "attn_logit_max"), "attn_logit_max"
+        return table, spec.ATTN_LOGIT_MAX_ABS
+    return series.table("head", spec.ATTN_LOGIT_MAX), spec.ATTN_LOGIT_MAX
 
 
 def attention_logits(series: RunSeries) -> Finding | None:
@@ -343,7 +343,9 @@ def attention_logits(series: RunSeries) -> Finding | None:
     others = f" ({len(heads)} heads over {ATTN_LOGIT_MAX:g})" if len(heads) > 1 else ""
     where = layer_name(int(layer), series.n_layer)
     what = (
-        "largest |attention logit|" if stat == "attn_logit_max_abs" else "largest attention logit"
+        "largest |attention logit|"
+        if stat == spec.ATTN_LOGIT_MAX_ABS
+        else "largest attention logit"
     )
     text = (
         f"At {step_text(newest)} the {what} of {where} "
@@ -351,7 +353,7 @@ def attention_logits(series: RunSeries) -> Finding | None:
         f"{step_text(int(table.index[0]))}{others}; above {ATTN_LOGIT_MAX:g} at every probe since "
         f"{step_text(since)}. Logits this large make the softmax close to one-hot."
     )
-    if stat == "attn_logit_max":
+    if stat == spec.ATTN_LOGIT_MAX:
         text += " (This run predates the |logit| statistic: its signed largest logit was read.)"
     return Finding(
         "attention_logit_growth",
@@ -374,7 +376,7 @@ def attention_logits(series: RunSeries) -> Finding | None:
 
 def rank_collapse(series: RunSeries) -> Finding | None:
     """Positions at a block's output nearly parallel (mean cosine similarity ≥ RANK_COS)."""
-    table = blocks(series.table("tap", "token_cos", spec.STREAM_TAP), series.n_layer)
+    table = blocks(series.table("tap", spec.TOKEN_COS, spec.STREAM_TAP), series.n_layer)
     if table.empty:
         return None
     held = streaking(table >= RANK_COS)
@@ -396,7 +398,7 @@ def rank_collapse(series: RunSeries) -> Finding | None:
         "rank_collapse",
         f"Rank collapse in {layer_names(layers, series.n_layer)}",
         text,
-        "token_cos",
+        spec.TOKEN_COS,
         layers,
         since,
         newest,
@@ -408,7 +410,7 @@ def rank_collapse(series: RunSeries) -> Finding | None:
 def residual_growth(series: RunSeries) -> Finding | None:
     """The RMS of the stream leaving a block at least RESID_GROWTH × its first probe's and
     at least RESID_RMS."""
-    rms = blocks(series.table("tap", "rms", spec.STREAM_TAP), series.n_layer)
+    rms = blocks(series.table("tap", spec.RMS, spec.STREAM_TAP), series.n_layer)
     if rms.empty:
         return None
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -445,7 +447,7 @@ def residual_growth(series: RunSeries) -> Finding | None:
         f"The residual stream grew {num(now / start)}× in {where}",
         text,
         since,
-        "rms",
+        spec.RMS,
         evidence,
         lower_lr(series.config) if series.config is not None else None,
     )
@@ -453,8 +455,8 @@ def residual_growth(series: RunSeries) -> Finding | None:
 
 def massive_activations(series: RunSeries) -> Finding | None:
     """An activation at a block's output far larger than the median (Sun et al. 2024)."""
-    ratio = blocks(series.table("tap", "max_over_median", spec.STREAM_TAP), series.n_layer)
-    largest = blocks(series.table("tap", "max_abs", spec.STREAM_TAP), series.n_layer)
+    ratio = blocks(series.table("tap", spec.MAX_OVER_MEDIAN, spec.STREAM_TAP), series.n_layer)
+    largest = blocks(series.table("tap", spec.MAX_ABS, spec.STREAM_TAP), series.n_layer)
     if ratio.empty or largest.empty:
         return None
     steps = ratio.index.intersection(largest.index)
@@ -478,7 +480,7 @@ def massive_activations(series: RunSeries) -> Finding | None:
         "massive_activations",
         title,
         text,
-        "max_over_median",
+        spec.MAX_OVER_MEDIAN,
         layers,
         since,
         newest,
@@ -489,8 +491,8 @@ def massive_activations(series: RunSeries) -> Finding | None:
 
 def output_logits(series: RunSeries) -> Finding | None:
     """The output logits' largest |logit| or |mean log Z| beyond their bounds."""
-    largest = series.scalar("probe/logit_max_abs").set_index("step")["value"]
-    log_z = series.scalar("probe/log_z").set_index("step")["value"]
+    largest = series.scalar(spec.PROBE_LOGIT_MAX_ABS).set_index("step")["value"]
+    log_z = series.scalar(spec.PROBE_LOG_Z).set_index("step")["value"]
     if largest.empty or log_z.empty:
         return None
     steps = largest.index.intersection(log_z.index)
@@ -526,7 +528,7 @@ def output_logits(series: RunSeries) -> Finding | None:
         f"Output logits grew to {num(float(largest.iloc[-1]))}",
         text,
         since,
-        "probe/log_z",
+        spec.PROBE_LOG_Z,
         {
             "since": since,
             "step": newest,

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from blockviz.core import spec
 from blockviz.core.divergence import render_divergence, summarize_divergence
 from blockviz.core.findings import internals
 from blockviz.core.findings.base import (
@@ -50,7 +51,7 @@ from blockviz.core.probe_schedule import probe_steps
 def diverged(series: RunSeries) -> Finding | None:
     """The step, the last finite loss, the first non-finite quantity and which layer's
     gradient grew first (from the probe steps before the divergence)."""
-    loss = series.scalar("train/loss")
+    loss = series.scalar(spec.TRAIN_LOSS)
     nonfinite = loss[~np.isfinite(loss["value"].to_numpy(dtype=float))]
     if series.status != "diverged" and nonfinite.empty:
         return None
@@ -59,7 +60,7 @@ def diverged(series: RunSeries) -> Finding | None:
     )
     step = facts.step
     words = [render_divergence(facts)]
-    grads = blocks(series.table("component", "grad_norm", "block"), series.n_layer)
+    grads = blocks(series.table("component", spec.GRAD_NORM, "block"), series.n_layer)
     evidence: dict[str, Any] = {
         "step": step,
         "last_finite_loss": facts.last_finite_loss,
@@ -131,7 +132,7 @@ def diverged(series: RunSeries) -> Finding | None:
         suggestion = stability(series)
     title = f"Diverged at step {step:,}" if step is not None else "Diverged"
     return Finding(
-        "diverged", "error", title, " ".join(words), step, "train/loss", evidence, suggestion
+        "diverged", "error", title, " ".join(words), step, spec.TRAIN_LOSS, evidence, suggestion
     )
 
 
@@ -140,7 +141,7 @@ def stalled(series: RunSeries) -> Finding | None:
     STALL_MIN_STEPS steps and fell by less than STALL_MARGIN over the last of them."""
     if series.unigram is None or not math.isfinite(series.unigram):
         return None
-    loss = series.scalar("train/loss")
+    loss = series.scalar(spec.TRAIN_LOSS)
     values = loss["value"].to_numpy(dtype=float)
     if len(loss) < STALL_WINDOW or not np.isfinite(values).all():
         return None
@@ -179,7 +180,7 @@ def stalled(series: RunSeries) -> Finding | None:
         )
     else:
         text += "It has not even learned the characters' frequencies."
-    val = series.scalar("val/loss")
+    val = series.scalar(spec.VAL_LOSS)
     if len(val):
         evaluated, value = int(val["step"].iloc[-1]), float(val["value"].iloc[-1])
         text += f" Val loss at {step_text(evaluated)}: {num(value)}."
@@ -197,7 +198,7 @@ def stalled(series: RunSeries) -> Finding | None:
         f"Stalled {where} since step {since:,}",
         text,
         since,
-        "train/loss",
+        spec.TRAIN_LOSS,
         {"since": since, "median_loss": level, "unigram": series.unigram, "step": newest},
         unstall(series, None if sizes is None else sizes.size),
     )
@@ -210,7 +211,7 @@ def worse_than_uniform(series: RunSeries, level: float) -> bool:
 
 def loss_spikes(series: RunSeries) -> Finding | None:
     """Logged train losses far above the median of the window before them."""
-    loss = series.scalar("train/loss")
+    loss = series.scalar(spec.TRAIN_LOSS)
     values = loss["value"].to_numpy(dtype=float)
     if len(values) <= SPIKE_WINDOW:
         return None
@@ -242,7 +243,7 @@ def loss_spikes(series: RunSeries) -> Finding | None:
         f"{spikes.capitalize()}, the largest at step {int(steps[worst]):,}",
         text,
         int(steps[worst]),
-        "train/loss",
+        spec.TRAIN_LOSS,
         {
             "steps": [int(s) for s in steps[hits][:20]],
             "count": count,
@@ -258,9 +259,9 @@ def loss_spikes(series: RunSeries) -> Finding | None:
 
 def overfitting(series: RunSeries) -> Finding | None:
     """Val loss rising above its lowest evaluation while the val − train gap widens."""
-    val = series.scalar("val/loss")
+    val = series.scalar(spec.VAL_LOSS)
     val = val[np.isfinite(val["value"].to_numpy(dtype=float))]
-    train = series.scalar("train/loss")
+    train = series.scalar(spec.TRAIN_LOSS)
     if len(val) < OVERFIT_EVALS or train.empty:
         return None
     train_values = train["value"].to_numpy(dtype=float)
@@ -305,7 +306,7 @@ def overfitting(series: RunSeries) -> Finding | None:
         f"Overfitting since step {since:,}",
         text,
         since,
-        "val/loss",
+        spec.VAL_LOSS,
         {
             "since": since,
             "step": newest,
@@ -324,8 +325,8 @@ def healthy(series: RunSeries, total: int, gaps: dict[str, list[str]]) -> Findin
     data: a run recorded before a statistic existed, a model without attention or an FFN;
     too few probes after step 0 for a state rule). It never says a check passed that could
     not run: with too few probes it is an info finding that names what it could not check."""
-    loss = series.scalar("train/loss")
-    probes = series.table("component", "grad_norm", "block")
+    loss = series.scalar(spec.TRAIN_LOSS)
+    probes = series.table("component", spec.GRAD_NORM, "block")
     newest = int(loss["step"].iloc[-1]) if len(loss) else None
     probe = int(probes.index[-1]) if len(probes) else None
     reach = f" up to {step_text(newest)}" if newest is not None else ""
@@ -369,7 +370,7 @@ def healthy(series: RunSeries, total: int, gaps: dict[str, list[str]]) -> Findin
         title,
         text,
         newest,
-        "train/loss",
+        spec.TRAIN_LOSS,
         {
             "checks": checked,
             "unchecked": unmade,
@@ -393,7 +394,7 @@ def next_probe(series: RunSeries, newest: int | None) -> int | None:
 
 def worse_than_initial(series: RunSeries) -> bool:
     """Whether the train loss's recent running median is worse than a uniform guess."""
-    loss = series.scalar("train/loss")
+    loss = series.scalar(spec.TRAIN_LOSS)
     values = loss["value"].to_numpy(dtype=float)
     values = values[np.isfinite(values)]
     return bool(len(values)) and worse_than_uniform(
@@ -412,11 +413,11 @@ def headline(series: RunSeries, findings: list[Finding]) -> Finding:
         for finding in findings:
             if finding.rule == rule:
                 return finding
-    loss = series.scalar("train/loss")
+    loss = series.scalar(spec.TRAIN_LOSS)
     loss = loss[np.isfinite(loss["value"].to_numpy(dtype=float))]
     if loss.empty:
         return Finding(
-            "state", "info", "No loss yet", "No train loss logged yet.", None, "train/loss"
+            "state", "info", "No loss yet", "No train loss logged yet.", None, spec.TRAIN_LOSS
         )
     level = float(loss["value"].tail(STALL_WINDOW).median())
     first, newest = float(loss["value"].iloc[0]), int(loss["step"].iloc[-1])
@@ -439,6 +440,6 @@ def headline(series: RunSeries, findings: list[Finding]) -> Finding:
         title,
         text + ".",
         newest,
-        "train/loss",
+        spec.TRAIN_LOSS,
         {"loss": level, "step": newest, "first_loss": first},
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from blockviz.core import studies
+from blockviz.core import spec, studies
 from blockviz.core.outcomes import results_frame
 from blockviz.core.study_summary import summarize
 from blockviz.core.verdicts import verdicts
@@ -194,7 +194,7 @@ def _results(store: RunStore, study_id: int, plan: studies.StudyDef) -> None:
         st.caption(study_table.SENSITIVITY_NOTE)
     built = []
     with ui.guard("Charts"):
-        scalars = store.scalars([int(i) for i in runs["id"]], names="val/loss")
+        scalars = store.scalars([int(i) for i in runs["id"]], names=spec.VAL_LOSS)
         built = study_report.result_charts(scalars, results, plan)
     for stem, chart in built:
         with ui.guard(stem):

@@ -45,7 +45,7 @@ def attention_entropy_chart(
     layer_stats: pd.DataFrame,
     title: str | None = None,
     x_axis: XAxis = STEP_AXIS,
-    stat: str = "attn_entropy",
+    stat: str = spec.ATTN_ENTROPY,
     log_scale: bool = False,
 ) -> alt.FacetChart | alt.LayerChart:
     """One run: a panel per layer, a per-head statistic (spec.HEAD_STATS: the attention

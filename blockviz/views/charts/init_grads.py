@@ -10,9 +10,10 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from blockviz.core import spec
 from blockviz.views.charts.base import HEIGHT, WIDTH, finite_values, no_data, tooltips
 
-ROW_COLUMNS = ("init", "norm_position", "depth", "seed", "layer", "grad_norm")
+ROW_COLUMNS = ("init", "norm_position", "depth", "seed", "layer", spec.GRAD_NORM)
 BLOCK_AXIS_TITLE = "block (0 = first)"
 GRAD_TITLE = "gradient L2 norm of ffn.fc_out.weight"
 
@@ -20,7 +21,7 @@ GRAD_TITLE = "gradient L2 norm of ffn.fc_out.weight"
 def init_grad_means(rows: pd.DataFrame) -> pd.DataFrame:
     """Seed-mean gradient norm per (init, norm_position, depth, layer), with a variant label."""
     means = (
-        rows.groupby(["init", "norm_position", "depth", "layer"], as_index=False)["grad_norm"]
+        rows.groupby(["init", "norm_position", "depth", "layer"], as_index=False)[spec.GRAD_NORM]
         .mean()
         .sort_values(["init", "norm_position", "depth", "layer"])
         .reset_index(drop=True)
@@ -32,7 +33,7 @@ def init_grad_means(rows: pd.DataFrame) -> pd.DataFrame:
 def init_grad_profile_chart(rows: pd.DataFrame, title: str | None = None) -> alt.TopLevelMixin:
     """Gradient norm (log) vs block, one line per norm position × depth, one panel per init."""
     title = title or "Gradient norm by block at initialization (mean over seeds)"
-    frame = finite_values(init_grad_means(rows), "grad_norm", True) if len(rows) else rows
+    frame = finite_values(init_grad_means(rows), spec.GRAD_NORM, True) if len(rows) else rows
     if frame.empty:
         return no_data(frame, title)
     depths = sorted(frame["depth"].unique())
@@ -41,7 +42,7 @@ def init_grad_profile_chart(rows: pd.DataFrame, title: str | None = None) -> alt
         .mark_line(point=True, strokeWidth=2)
         .encode(
             x=alt.X("layer:Q", title=BLOCK_AXIS_TITLE, axis=alt.Axis(tickMinStep=1, format="d")),
-            y=alt.Y("grad_norm:Q", title=GRAD_TITLE, scale=alt.Scale(type="log")),
+            y=alt.Y(f"{spec.GRAD_NORM}:Q", title=GRAD_TITLE, scale=alt.Scale(type="log")),
             # Position by colour, depth by opacity (deeper is darker): legends that every
             # renderer draws (a dashed-line legend symbol came out blank in the PNG export).
             color=alt.Color(
@@ -54,7 +55,7 @@ def init_grad_profile_chart(rows: pd.DataFrame, title: str | None = None) -> alt
             ),
             detail="variant:N",
             tooltip=tooltips(
-                "init:N", "variant:N", "layer:O", alt.Tooltip("grad_norm:Q", format=".4g")
+                "init:N", "variant:N", "layer:O", alt.Tooltip(f"{spec.GRAD_NORM}:Q", format=".4g")
             ),
         )
         .properties(width=WIDTH // 2, height=HEIGHT)

@@ -100,7 +100,7 @@ def _one_step(frame: pd.DataFrame) -> bool:
 
 def layer_lines(
     layer_stats: pd.DataFrame,
-    stat: str = "grad_norm",
+    stat: str = spec.GRAD_NORM,
     component: str = "block",
     log_scale: bool = True,
     kind: str = "component",
@@ -132,7 +132,7 @@ def layer_lines(
 
 def layer_heatmap(
     layer_stats: pd.DataFrame,
-    stat: str = "grad_norm",
+    stat: str = spec.GRAD_NORM,
     component: str = "block",
     kind: str = "component",
     title: str | None = None,
@@ -178,7 +178,7 @@ def layer_heatmap(
 
 def tap_stats_chart(
     layer_stats: pd.DataFrame,
-    stat: str = "rms",
+    stat: str = spec.RMS,
     log_scale: bool = False,
     title: str | None = None,
     x_axis: XAxis = STEP_AXIS,
@@ -330,12 +330,12 @@ def update_ratio_chart(
     layer ("block") for a run recorded before the probes summed the matrices alone.
     """
     if component is None:
-        recorded = select_rows(layer_stats, kind="component", stat="update_ratio")["component"]
+        recorded = select_rows(layer_stats, kind="component", stat=spec.UPDATE_RATIO)["component"]
         component = (
             spec.WEIGHTS_COMPONENT if (recorded == spec.WEIGHTS_COMPONENT).any() else "block"
         )
     frame = finite_values(
-        layer_stat_rows(layer_stats, "component", component, "update_ratio"), "value"
+        layer_stat_rows(layer_stats, "component", component, spec.UPDATE_RATIO), "value"
     )
     frame = frame[frame["value"] > 0].copy()
     what = spec.component_label(component)
@@ -347,10 +347,10 @@ def update_ratio_chart(
     frame, order = with_layer_names(frame, n_layers)
     lines = _lines_by_layer(
         "log10_update_ratio",
-        f"log10 {spec.stat_label('update_ratio')}",
+        f"log10 {spec.stat_label(spec.UPDATE_RATIO)}",
         log_scale=False,
         order=order,
-        extra_tips=["component:N", value_tip("value", spec.stat_label("update_ratio"))],
+        extra_tips=["component:N", value_tip("value", spec.stat_label(spec.UPDATE_RATIO))],
         x_axis=x_axis,
         points=_one_step(frame),
         frame=frame,

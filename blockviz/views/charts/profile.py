@@ -70,7 +70,7 @@ def grad_by_layer_chart(
     where = "initialization (step 0)" if step == 0 else f"step {step}"
     title = title or f"Gradient norm by layer at {where}"
     frame = finite_values(
-        layer_stat_rows(layer_stats, "component", component, "grad_norm"), "value", True
+        layer_stat_rows(layer_stats, "component", component, spec.GRAD_NORM), "value", True
     )
     if frame.empty:
         return no_data(frame, title)
@@ -91,7 +91,7 @@ def grad_by_layer_chart(
         .mark_line(point=True, strokeWidth=2)
         .encode(
             x=alt.X("layer:Q", title=_layer_axis_title(frame), axis=_layer_axis(frame)),
-            y=alt.Y("value:Q", title=spec.stat_label("grad_norm"), scale=alt.Scale(type="log")),
+            y=alt.Y("value:Q", title=spec.stat_label(spec.GRAD_NORM), scale=alt.Scale(type="log")),
             color=alt.Color("line:N", title="run", scale=scale),
             opacity=highlight_opacity(runs),
             tooltip=tooltips(

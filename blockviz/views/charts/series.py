@@ -231,7 +231,7 @@ def loss_chart(
         log_scale,
         colors,
         title,
-        spec.scalar_label("train/loss"),
+        spec.scalar_label(spec.TRAIN_LOSS),
         diverged,
         x_axis,
         ceiling=True,

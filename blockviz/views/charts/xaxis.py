@@ -22,9 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from blockviz.core import spec
 from blockviz.views.charts.base import STEP_AXIS, XAxis
 
-ELAPSED_SCALAR = "train/elapsed_s"
+ELAPSED_SCALAR = spec.TRAIN_ELAPSED_S
 TIME_AXIS = XAxis("time_s", "wall-clock time since training started (s)", ",.3~r", integer=False)
 TOKENS_AXIS = XAxis("tokens", "tokens seen", ".3~s", integer=False)
 X_AXES = {"step": STEP_AXIS, "time": TIME_AXIS, "tokens": TOKENS_AXIS}

@@ -70,31 +70,33 @@ def report_charts(
         charts.loss_chart(
             scalars, colors=colors, diverged=diverged, log_scale=bool(diverged), title="Loss"
         ),
-        charts.metric_chart(scalars, "val/loss", colors=colors, title="Validation loss"),
-        charts.metric_chart(scalars, "train/lr", colors=colors, title="Learning rate"),
+        charts.metric_chart(scalars, spec.VAL_LOSS, colors=colors, title="Validation loss"),
+        charts.metric_chart(scalars, spec.TRAIN_LR, colors=colors, title="Learning rate"),
         charts.metric_chart(
             scalars,
-            "train/grad_norm",
+            spec.TRAIN_GRAD_NORM,
             smoothing=0.6,
             log_scale=True,
             colors=colors,
             title="Global gradient norm (before clipping)",
             diverged=diverged,
         ),
-        charts.metric_chart(scalars, "train/tokens_per_sec", colors=colors, title="Throughput"),
+        charts.metric_chart(scalars, spec.TRAIN_TOKENS_PER_SEC, colors=colors, title="Throughput"),
     ]
-    if "val/answer_acc" in set(scalars["name"]):
+    if spec.VAL_ANSWER_ACC in set(scalars["name"]):
         built.append(
-            charts.metric_chart(scalars, "val/answer_acc", colors=colors, title="Answer accuracy")
+            charts.metric_chart(
+                scalars, spec.VAL_ANSWER_ACC, colors=colors, title="Answer accuracy"
+            )
         )
-    at_init = store.layer_stats(ids, kind="component", stat="grad_norm", step=0)
+    at_init = store.layer_stats(ids, kind="component", stat=spec.GRAD_NORM, step=0)
     built.append(charts.grad_by_layer_chart(at_init, step=0, colors=colors, n_layers=depths))
     last_parts = []
     for run_id in ids:
         steps = store.layer_steps(run_id, kind="component")
         if steps:
             last_parts.append(
-                store.layer_stats(run_id, kind="component", stat="grad_norm", step=steps[-1])
+                store.layer_stats(run_id, kind="component", stat=spec.GRAD_NORM, step=steps[-1])
             )
     at_last = pd.concat(last_parts, ignore_index=True) if last_parts else at_init.iloc[0:0]
     built.append(
@@ -108,12 +110,12 @@ def report_charts(
     )
     for run in runs:
         components = store.layer_stats(run["id"], kind="component", max_points=max_points)
-        taps = store.layer_stats(run["id"], kind="tap", stat="rms", max_points=max_points)
+        taps = store.layer_stats(run["id"], kind="tap", stat=spec.RMS, max_points=max_points)
         n_layer = depths.get(run["id"])
         built += [
-            charts.layer_heatmap(components, "grad_norm", "block", n_layers=n_layer),
+            charts.layer_heatmap(components, spec.GRAD_NORM, "block", n_layers=n_layer),
             charts.update_ratio_chart(components, n_layers=n_layer),
-            charts.tap_stats_chart(taps, "rms", n_layers=n_layer),
+            charts.tap_stats_chart(taps, spec.RMS, n_layers=n_layer),
         ]
         _name_placeholders(built[-3:], run["name"])
     built += attention_charts(store, runs)

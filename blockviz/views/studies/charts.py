@@ -123,7 +123,7 @@ def curves_chart(
     scalars: pd.DataFrame,
     results: pd.DataFrame,
     swept: Sequence[str] = (),
-    metric: str = "val/loss",
+    metric: str = spec.VAL_LOSS,
 ) -> alt.TopLevelMixin:
     """The metric against step, one line per variant (the mean over its seeds) in its
     colour and dash, over a faint band (the 95% t interval of that mean where two or more

@@ -23,6 +23,7 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
+from blockviz.core import spec
 from blockviz.core.outcomes import results_frame
 from blockviz.core.studies import StudyDef, plan_from_spec
 from blockviz.core.study_summary import summarize
@@ -140,7 +141,7 @@ def study_files(
             files["sensitivity.md"] = (
                 study_table.table_markdown(sensitivity) + "\n" + study_table.SENSITIVITY_NOTE + "\n"
             ).encode()
-        scalars = store.scalars([int(i) for i in results["run_id"]], names="val/loss")
+        scalars = store.scalars([int(i) for i in results["run_id"]], names=spec.VAL_LOSS)
         built += result_charts(scalars, results, plan)
     else:
         result = read_init_grads(store, study_id)
