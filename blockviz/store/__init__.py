@@ -11,18 +11,19 @@ minimum and maximum, so spikes and divergence are never smoothed away.
 
 One concern per module; import from here, not from them:
 
-    runstore.py    RunStore, built from the parts below, and `checked`
-    connection.py  opening (read-only and immutable fallbacks), pragmas, integrity
-                   check, run folders, close, transactions, the `guarded` lock
+    runstore.py    RunStore, composed of the parts below around one Connection, and `checked`
+    connection.py  Connection: opening (read-only and immutable fallbacks), pragmas,
+                   integrity check, run folders, close, `transaction()`; the `guarded` lock
     schema.py      the tables and their version (upgrades to v4 in place), the frames' dtypes
-    runs.py        the runs table: create, update, take_over, tags, notes, rename, delete,
-                   resolve, runs_frame, run_statuses
-    studies.py     the studies table; a study's runs created at once, claimed by workers
-    liveness.py    heartbeats, reap_dead, settle_step
-    queue.py       claim_slot: at most N runs running; queued_still
-    writes.py      buffered log_* writes, flush, rows kept while the store is locked,
+    runs.py        RunLookup (resolve) and Runs, the runs table: create, update, take_over,
+                   tags, notes, rename, delete, get_run, runs_frame, run_statuses
+    studies.py     Studies: the studies table; a study's runs created at once, claimed by
+                   workers
+    liveness.py    Liveness: heartbeats, reap_dead, settle_step
+    queue.py       Queue: claim_slot: at most N runs running; queued_still
+    writes.py      Writes: buffered log_* writes, flush, rows kept while the store is locked,
                    restore and truncate for resumed runs
-    reads.py       scalars, layer_stats, histograms, samples, attention, final_metrics
+    reads.py       Reads: scalars, layer_stats, histograms, samples, attention, final_metrics
     downsample.py  min/max bucket downsampling in numpy
     naming.py      check_name: a bare number is no run name (syntax: core.naming)
     values.py      floats, JSON columns and `?` lists on their way into SQLite
