@@ -9,9 +9,11 @@ runs share the file). Reads return tidy DataFrames with fixed columns and dtypes
 when empty, and can downsample to about N points per series while keeping each bucket's
 minimum and maximum, so spikes and divergence are never smoothed away.
 
-One concern per module; import from here, not from them:
+A run's row comes back as a RunRecord and a study's as a StudyRecord (frozen dataclasses),
+never as a dict. One concern per module; import from here, not from them:
 
     runstore.py    RunStore, composed of the parts below around one Connection, and `checked`
+    records.py     RunRecord and StudyRecord: typed rows, each built from a row in one place
     connection.py  Connection: opening (read-only and immutable fallbacks), pragmas,
                    integrity check, run folders, close, `transaction()`; the `guarded` lock
     schema.py      the tables and their version (upgrades to v4 in place), the frames' dtypes
@@ -48,6 +50,7 @@ from blockviz.store.errors import (
 )
 from blockviz.store.liveness import HEARTBEAT_WRITE_S, STALE_AFTER_S
 from blockviz.store.naming import RunRef, check_name
+from blockviz.store.records import RunRecord, StudyRecord
 from blockviz.store.runstore import RunStore, checked
 from blockviz.store.schema import (
     ATTENTION_FRAME,
@@ -82,10 +85,12 @@ __all__ = [
     "SCHEMA_VERSION",
     "SQLITE_HEADER",
     "STALE_AFTER_S",
+    "RunRecord",
     "RunRef",
     "RunStore",
     "StoreError",
     "StoreLocked",
+    "StudyRecord",
     "check_name",
     "checked",
     "default_store_path",

@@ -1,7 +1,7 @@
 """The runs table: create, rename, update and delete runs; find them by id or by name.
 
 `RunLookup` turns a run given by id or name into its id (every part that takes a run uses
-it); `Runs` keeps the rows.
+it); `Runs` keeps the rows and reads one back as a `RunRecord`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from blockviz.core.tags import TagError, clean_notes, parse_tags, tags_text
 from blockviz.store.connection import Connection, Part, guarded
 from blockviz.store.errors import StoreError
 from blockviz.store.naming import RunRef, check_name
+from blockviz.store.records import RunRecord
 from blockviz.store.schema import JSON_COLUMNS, METRIC_TABLES, RUN_COLUMNS, RUNS_FRAME, typed_frame
 from blockviz.store.values import decode_json, encode_json, placeholders
 
@@ -250,18 +251,14 @@ class Runs(Part):
     # -- reading ------------------------------------------------------------------------
 
     @guarded
-    def get_run(self, run_id_or_name: RunRef) -> dict[str, Any]:
-        """Every column of one run; config, dataset and final parsed from JSON."""
+    def get_run(self, run_id_or_name: RunRef) -> RunRecord:
+        """One run's row as a RunRecord (config, dataset, final and tags decoded)."""
         run_id = self.lookup.id_of(run_id_or_name)
         columns = self.db.run_columns
         row = self.conn.execute(
             f"SELECT {', '.join(columns)} FROM runs WHERE id = ?", (run_id,)
         ).fetchone()
-        run = dict.fromkeys(RUN_COLUMNS)
-        run.update(zip(columns, row, strict=True))
-        for column in JSON_COLUMNS:
-            run[column] = decode_json(run[column])
-        return run
+        return RunRecord.from_row(columns, row)
 
     @guarded
     def runs_frame(self) -> pd.DataFrame:

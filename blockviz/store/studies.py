@@ -17,6 +17,7 @@ from blockviz.core.naming import is_id_text, run_id_from_text, sanitize_name, sh
 from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.store.connection import Connection, Part, guarded
 from blockviz.store.errors import StoreError
+from blockviz.store.records import StudyRecord
 from blockviz.store.schema import METRIC_TABLES, STUDIES_FRAME, typed_frame
 from blockviz.store.values import decode_json, encode_json, placeholders
 
@@ -32,7 +33,7 @@ STUDY_DIRS_SUFFIX = ".studies"  # <workspace>/<store file name>.studies/<id>
 INIT_GRADS_FILE = "init_grads.json"  # what the init-gradients study writes into its folder
 
 
-# The studies table's columns.
+# The studies table's columns, in StudyRecord's field order.
 STUDY_COLUMNS = (
     "id",
     "name",
@@ -103,17 +104,15 @@ class Studies(Part):
         return path.with_name(path.name + STUDY_DIRS_SUFFIX) / str(_study_id(study_id))
 
     @guarded
-    def get_study(self, study_id: int | str) -> dict[str, Any]:
-        """The study's row as a dict (`spec` and `workers` decoded); StoreError if unknown."""
+    def get_study(self, study_id: int | str) -> StudyRecord:
+        """The study's row as a StudyRecord (`spec` and `workers` decoded); StoreError if
+        unknown."""
         row = self.conn.execute(
             f"SELECT {', '.join(STUDY_COLUMNS)} FROM studies WHERE id = ?", (_study_id(study_id),)
         ).fetchone()
         if row is None:
             raise StoreError(f"no study {study_id} in {self.db.path}; `study list` shows them")
-        study = dict(zip(STUDY_COLUMNS, row, strict=True))
-        study["spec"] = decode_json(study["spec"]) or {}
-        study["workers"] = decode_json(study["workers"]) or []
-        return study
+        return StudyRecord.from_row(STUDY_COLUMNS, row)
 
     @guarded
     def update_study(self, study_id: int | str, **fields: Any) -> None:
