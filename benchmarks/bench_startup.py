@@ -170,12 +170,12 @@ def _launch_times(tmp: Path) -> dict[str, float]:
             if len(rows):
                 first_loss = time.time()
                 break
-            if store.get_run(run_id)["status"] not in ("queued", "running"):
+            if store.get_run(run_id).status not in ("queued", "running"):
                 raise RuntimeError(runner.log_tail(store, run_id))
             time.sleep(0.02)
         runner.stop(store, run_id)
         deadline = time.time() + 30
-        while store.get_run(run_id)["status"] in ("queued", "running") and time.time() < deadline:
+        while store.get_run(run_id).status in ("queued", "running") and time.time() < deadline:
             time.sleep(0.1)
     finally:
         store.close()

@@ -85,7 +85,7 @@ def seed_spreads(store: Path, study_id: int) -> dict[str, float]:
         runs = opened.study_runs(study_id)
         losses: dict[str, list[float]] = {}
         for run in runs.itertuples():
-            final = opened.get_run(int(run.id)).get("final") or {}
+            final = opened.get_run(int(run.id)).final or {}
             value = final.get("val_loss")
             if isinstance(value, int | float) and math.isfinite(value):
                 losses.setdefault(str(run.variant), []).append(float(value))
@@ -164,7 +164,7 @@ def bench_overhead(folder: Path) -> dict:
 
         with RunStore(path) as store:
             return sum(
-                float((store.get_run(int(i))["final"] or {}).get("time_s") or 0.0)
+                float((store.get_run(int(i)).final or {}).get("time_s") or 0.0)
                 for i in store.runs_frame()["id"]
             )
 

@@ -57,12 +57,12 @@ def train(store: Path, flags: list[str], threads: int) -> dict:
 
     with RunStore(store) as opened:
         run = opened.get_run(int(opened.runs_frame()["id"].iloc[-1]))
-    final = run["final"] or {}
+    final = run.final or {}
     return {
         "threads": threads,
         "time_s": final.get("time_s"),
         "val_loss": final.get("val_loss"),
-        "device": run["device"],
+        "device": run.device,
     }
 
 

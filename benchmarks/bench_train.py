@@ -89,13 +89,13 @@ def worker_full(args: argparse.Namespace) -> dict[str, Any]:
         with RunStore(store_path) as store:
             run = store.get_run(1)
             step_time = store.scalars(1, names=["train/step_time"]).set_index("step")["value"]
-    train = run["config"]["train"]
-    final = run["final"]
+    train = run.config["train"]
+    final = run.final
     steps = step_time.index.to_numpy()
     probe = (steps % train["probe_interval"] == 0) & (steps % train["sample_interval"] != 0)
     sample = steps % train["sample_interval"] == 0
     ordinary = ~(probe | sample) & (steps > 0)
-    tokens_per_step = train["batch_size"] * run["config"]["model"]["block_size"]
+    tokens_per_step = train["batch_size"] * run.config["model"]["block_size"]
     tokens = tokens_per_step * final["steps"]
     after_first = step_time[step_time.index > 0]
     return {
@@ -107,9 +107,9 @@ def worker_full(args: argparse.Namespace) -> dict[str, Any]:
         "process_s": process_s,
         "val_loss": final["val_loss"],
         "train_loss": final["train_loss"],
-        "device": run["device"],
-        "precision": run["precision"],
-        "n_params": run["n_params"],
+        "device": run.device,
+        "precision": run.precision,
+        "n_params": run.n_params,
         "step_time_ordinary_s": float(np.median(step_time[ordinary])),
         "step_time_probe_s": float(np.median(step_time[probe])) if probe.any() else None,
         "step_time_sample_s": float(np.median(step_time[sample & (steps > 0)]))

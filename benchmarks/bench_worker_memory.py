@@ -52,7 +52,7 @@ def main() -> None:
         samples: list[dict] = []
         with RunStore(store_path) as store:
             study_id = int(store.studies_frame()["id"].iloc[-1])
-            pid = int(store.get_study(study_id)["workers"][0][0])
+            pid = int(store.get_study(study_id).workers[0][0])
             worker = psutil.Process(pid)
             began = time.monotonic()
             while worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE:
@@ -65,7 +65,7 @@ def main() -> None:
                 samples.append(
                     {"t": round(time.monotonic() - began, 1), "done": done, "rss_mib": rss / 2**20}
                 )
-                if store.get_study(study_id)["status"] != "running":
+                if store.get_study(study_id).status != "running":
                     break
                 time.sleep(1.0)
             total = len(store.study_runs(study_id))

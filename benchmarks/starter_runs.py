@@ -78,20 +78,20 @@ def main() -> int:
             with RunStore(store_path) as store:
                 run = store.get_run(run_id)
                 found = read_findings(store, run)
-            val_loss = (run.get("final") or {}).get("val_loss")
-            holds = run["status"] == starter.status
+            val_loss = (run.final or {}).get("val_loss")
+            holds = run.status == starter.status
             if starter.val_loss is not None:
                 close = val_loss is not None and abs(val_loss - starter.val_loss) <= VAL_TOLERANCE
                 holds = holds and close
             if starter.diverged_step is not None:
-                holds = holds and run["diverged_step"] == starter.diverged_step
+                holds = holds and run.diverged_step == starter.diverged_step
             holds = holds and found.headline.title.startswith(starter.headline)
             failures += not holds
-            measured = f"{run['status']}"
+            measured = f"{run.status}"
             if val_loss is not None and math.isfinite(val_loss):
                 measured += f", val loss {val_loss:.4f}"
-            if run["diverged_step"] is not None:
-                measured += f" at step {run['diverged_step']}"
+            if run.diverged_step is not None:
+                measured += f" at step {run.diverged_step}"
             stated = starter.status + (
                 f", val loss {starter.val_loss}" if starter.val_loss is not None else ""
             )

@@ -154,7 +154,7 @@ def _after_curves(store: RunStore, run_ids: list[int], colors: Any, tag: str) ->
         final = tables.final_table(store, run_ids)
         chosen = [store.get_run(i) for i in run_ids]
         by_name = {
-            run["name"]: run_findings.titles_text(run_findings.cached_findings(store, run))
+            run.name: run_findings.titles_text(run_findings.cached_findings(store, run))
             for run in chosen
         }
         final.insert(2, "findings", [by_name.get(name, "") for name in final["run"]])
@@ -271,7 +271,7 @@ def _run_shapes(store: RunStore, run_ids: list[int]) -> dict[int, findings_text.
         model = summary.stored_model_config(run)
         if model is not None:
             shapes[run_id] = findings_text.RunShape(
-                str(run["name"]), model.n_layer, model.norm_position
+                str(run.name), model.n_layer, model.norm_position
             )
     return shapes
 
@@ -356,7 +356,7 @@ def _report_progress(
         st.rerun()  # done: redraw once without the timer
 
 
-def _report_section(store: RunStore, run_ids: list[int], runs: list[dict[str, Any]]) -> None:
+def _report_section(store: RunStore, run_ids: list[int], names: list[str]) -> None:
     st.subheader("Report", anchor=False)
     st.caption(
         "One zip: every chart as PNG and SVG (each run's attention maps at its latest "
@@ -367,7 +367,7 @@ def _report_section(store: RunStore, run_ids: list[int], runs: list[dict[str, An
     st.download_button(
         "Download report (zip)",
         data=job.builder(lambda progress: build_report(store, run_ids, progress=progress), run_ids),
-        file_name=report_name(runs),
+        file_name=report_name(names),
         mime="application/zip",
         key="compare.report",
         type="primary",
@@ -376,7 +376,7 @@ def _report_section(store: RunStore, run_ids: list[int], runs: list[dict[str, An
     )
     building = job.building()
     st.fragment(_report_progress, run_every=POLL_S if building else None)(
-        job, run_ids, report_name(runs), building
+        job, run_ids, report_name(names), building
     )
 
 
@@ -423,4 +423,4 @@ if picked is not None:
     with ui.guard("Config differences"):
         _config_section(store, chosen)
     with ui.guard("Report"):
-        _report_section(store, chosen, picked[["id", "name"]].to_dict("records"))
+        _report_section(store, chosen, [str(name) for name in picked["name"]])

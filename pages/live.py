@@ -16,6 +16,7 @@ marks its step on every chart of the page.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -52,7 +53,7 @@ from blockviz.dashboard.controls import (
 )
 from blockviz.dashboard.findings_panel import current_mark, findings_panel, take_scroll
 from blockviz.launch import runner
-from blockviz.store import RunStore, StoreError
+from blockviz.store import RunRecord, RunStore, StoreError
 from blockviz.views import charts, run_findings, summary
 from blockviz.views.incremental import IncrementalReader
 
@@ -96,12 +97,12 @@ def _reader() -> IncrementalReader:
     return IncrementalReader(st.session_state, CACHE_KEY)
 
 
-def _n_layer(run: dict[str, Any]) -> int:
+def _n_layer(run: RunRecord) -> int:
     model = summary.stored_model_config(run)
     return model.n_layer if model is not None else 1  # a damaged config: the one layer all have
 
 
-def _has_attention(run: dict[str, Any]) -> bool:
+def _has_attention(run: RunRecord) -> bool:
     model = summary.stored_model_config(run)
     return model.attention if model is not None else True
 
@@ -116,20 +117,21 @@ def _format_params(n_params: Any) -> str:
     return f"{count / 1e6:.2f} M" if count >= 1e6 else f"{count / 1e3:.1f} k"
 
 
-def newest_step(run: dict[str, Any], scalars: pd.DataFrame) -> int | None:
+def newest_step(run: RunRecord, scalars: pd.DataFrame) -> int | None:
     """The run's step as this refresh read it: the newest logged step, or the row's step
     when that is further on (one read per refresh: the header and the charts agree)."""
     steps = [int(scalars["step"].max())] if not scalars.empty else []
-    if run.get("step") is not None and not pd.isna(run["step"]):
-        steps.append(int(run["step"]))
+    if run.step is not None and not pd.isna(run.step):
+        steps.append(int(run.step))
     return max(steps) if steps else None
 
 
-def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None:
-    """One row: name, status badge, the numbers a glance needs, Stop; then the progress
-    bar while the run trains. The run's fixed facts and actions sit in the sidebar."""
-    run_id, status = int(run["id"]), str(run["status"])
-    step, max_steps = newest_step(run, scalars), run.get("max_steps")
+def _header(store: RunStore, run: RunRecord, scalars: pd.DataFrame, shown: str) -> None:
+    """One row: name, status badge (`shown`: the status as the picker words it), the numbers
+    a glance needs, Stop; then the progress bar while the run trains. The run's fixed facts
+    and actions sit in the sidebar."""
+    run_id, status = int(run.id), str(run.status)
+    step, max_steps = newest_step(run, scalars), run.max_steps
     writable = store_access.writable(store)
     tokens_per_sec = summary.recent_tokens_per_sec(scalars, window=spec.RECENT_LOGS)
     facts = ["Step —" if step is None else f"Step {step:,}"]
@@ -142,12 +144,11 @@ def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None
         if eta is not None:
             facts.append(f"ETA {ui.format_duration(eta)}")
     else:
-        started, ended = run.get("started"), run.get("ended")
+        started, ended = run.started, run.ended
         if started and ended:
             facts.append(f"took {ui.format_duration(ended - started)}")
     with st.container(horizontal=True, vertical_alignment="center", gap="small"):
-        st.subheader(f"#{run_id} {ui.plain(run['name'])}", anchor=False, width="content")
-        shown = str(run.get("shown") or status)
+        st.subheader(f"#{run_id} {ui.plain(run.name)}", anchor=False, width="content")
         st.badge(shown, color=STATUS_COLORS.get(shown, STATUS_COLORS.get(status, "gray")))
         tokens_help = f"{spec.RECENT_TOKENS_PER_SEC}: {spec.RECENT_TOKENS_PER_SEC_HELP}"
         st.caption(" · ".join(facts), help=tokens_help)
@@ -163,31 +164,31 @@ def _header(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None
         st.progress(min(max(step / int(max_steps), 0.0), 1.0))
 
 
-def _facts_sidebar(run: dict[str, Any]) -> None:
+def _facts_sidebar(run: RunRecord) -> None:
     """The run's fixed facts, in the sidebar under its actions."""
     rows = {
-        "Parameters": _format_params(run.get("n_params")),
-        "Device": run.get("device") or "—",
-        "Precision": run.get("precision") or "—",
+        "Parameters": _format_params(run.n_params),
+        "Device": run.device or "—",
+        "Precision": run.precision or "—",
     }
     st.caption("  \n".join(f"{label}: **{ui.plain(value)}**" for label, value in rows.items()))
 
 
-def _status_message(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> None:
+def _status_message(store: RunStore, run: RunRecord, scalars: pd.DataFrame, shown: str) -> None:
     """What the status means, for the statuses the findings do not cover (a diverged
     run's story is the findings panel's headline)."""
-    status = run["status"]
-    step = run.get("step")
+    status = run.status
+    step = run.step
     if status == "failed":
         at = f" at step {int(step):,}" if step is not None else ""
-        error = ui.plain(run.get("error") or "no error was recorded.")
+        error = ui.plain(run.error or "no error was recorded.")
         st.error(f"**This run failed{at}:** {error}")
         with st.expander("Log tail (last 40 lines of train.log)", expanded=True):
-            tail = runner.log_tail(store, int(run["id"]))
+            tail = runner.log_tail(store, int(run.id))
             st.code(tail or "(the run wrote no log)", language=None)
     elif status == "stopped":
         st.info(f"Stopped at step {step if step is not None else 0:,}.")
-    elif status == "queued" and run.get("shown") == spec.STARTING:
+    elif status == "queued" and shown == spec.STARTING:
         st.info("Starting: the run's process is getting ready; it has a free slot.")
     elif status == "queued":
         st.info(f"Queued: {spec.WAITING_FOR_SLOT}. It starts when a running run ends.")
@@ -198,13 +199,13 @@ def _status_message(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame)
 # ---------------------------------------------------------------------------- tabs
 
 
-def _colors(run: dict[str, Any]) -> Any:
-    return charts.run_color_scale({int(run["id"]): str(run["name"])})
+def _colors(run: RunRecord) -> Any:
+    return charts.run_color_scale({int(run.id): str(run.name)})
 
 
-def _marked(chart: Any, run: dict[str, Any], x: XChoice) -> Any:
+def _marked(chart: Any, run: RunRecord, x: XChoice) -> Any:
     """The chart with the step a finding's Show marked, if one is marked for this run."""
-    mark = current_mark(int(run["id"]))
+    mark = current_mark(int(run.id))
     if mark is None:
         return chart
     return charts.with_step_mark(chart, int(mark["step"]), str(mark["label"]), x.axis)
@@ -227,11 +228,11 @@ def _show_finding(finding: Finding) -> None:
         st.session_state["live.metric"] = series
 
 
-def _findings(run: dict[str, Any], store: RunStore, scalars: pd.DataFrame) -> None:
+def _findings(run: RunRecord, store: RunStore, scalars: pd.DataFrame) -> None:
     """The findings panel: the same findings as `show` and Compare (whole series, not the
     charts' downsampled ones), read again at most every 5 s while the run trains."""
     found = run_findings.cached_findings(store, run, logged=_has_loss(scalars))
-    active = run["status"] in ACTIVE_STATUSES
+    active = run.status in ACTIVE_STATUSES
     findings_panel(run, found, _show_finding, as_of=found.step if active else None)
 
 
@@ -255,8 +256,8 @@ def _answer_caption(scalars: pd.DataFrame) -> str | None:
     )
 
 
-def _loss_tab(run: dict[str, Any], scalars: pd.DataFrame, x: XChoice) -> None:
-    name = str(run["name"])
+def _loss_tab(run: RunRecord, scalars: pd.DataFrame, x: XChoice) -> None:
+    name = str(run.name)
     others = [n for n in sorted(set(scalars["name"])) if n not in NOT_PLOTTED]
     chosen = chart_controls(
         "live",
@@ -269,7 +270,7 @@ def _loss_tab(run: dict[str, Any], scalars: pd.DataFrame, x: XChoice) -> None:
     smoothing, log_scale, metric = chosen.smoothing, chosen.log_scale, chosen.metric
     placed = x.place(scalars)
     with ui.guard("Loss chart"):
-        step = run.get("diverged_step")
+        step = run.diverged_step
         diverged = {name: int(step)} if step is not None else None
         chart = charts.loss_chart(
             placed, smoothing, log_scale, colors=_colors(run), diverged=diverged, x_axis=x.axis
@@ -295,8 +296,8 @@ def _loss_tab(run: dict[str, Any], scalars: pd.DataFrame, x: XChoice) -> None:
         st.caption(answers)
 
 
-def _gradients_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame, x: XChoice) -> None:
-    name, run_id = str(run["name"]), int(run["id"])
+def _gradients_tab(store: RunStore, run: RunRecord, scalars: pd.DataFrame, x: XChoice) -> None:
+    name, run_id = str(run.name), int(run.id)
     controls = st.columns([3, 2])
     component = controls[0].segmented_control(
         "Component", COMPONENTS, required=True, key="live.grad.component"
@@ -334,8 +335,8 @@ def _gradients_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame, 
         ui.chart_with_downloads(chart, charts.chart_data(chart), f"{name} grad norm", "live.gn")
 
 
-def _activations_tab(store: RunStore, run: dict[str, Any], x: XChoice) -> None:
-    name, run_id = str(run["name"]), int(run["id"])
+def _activations_tab(store: RunStore, run: RunRecord, x: XChoice) -> None:
+    name, run_id = str(run.name), int(run.id)
     stat = st.segmented_control(
         "Statistic",
         ACTIVATION_STATS,
@@ -386,8 +387,8 @@ def _activations_tab(store: RunStore, run: dict[str, Any], x: XChoice) -> None:
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.hist")
 
 
-def _updates_tab(store: RunStore, run: dict[str, Any], x: XChoice) -> None:
-    name, run_id = str(run["name"]), int(run["id"])
+def _updates_tab(store: RunStore, run: RunRecord, x: XChoice) -> None:
+    name, run_id = str(run.name), int(run.id)
     component = st.segmented_control(
         "Component", COMPONENTS, required=True, key="live.upd.component"
     )
@@ -410,8 +411,8 @@ def _updates_tab(store: RunStore, run: dict[str, Any], x: XChoice) -> None:
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.upd")
 
 
-def _attention_tab(store: RunStore, run: dict[str, Any], x: XChoice) -> None:
-    name, run_id = str(run["name"]), int(run["id"])
+def _attention_tab(store: RunStore, run: RunRecord, x: XChoice) -> None:
+    name, run_id = str(run.name), int(run.id)
     if not _has_attention(run):
         st.info("This run's blocks have no attention (attention is off in its config).")
         return
@@ -466,8 +467,8 @@ def _attention_tab(store: RunStore, run: dict[str, Any], x: XChoice) -> None:
         )
 
 
-def _samples_tab(store: RunStore, run: dict[str, Any]) -> None:
-    samples = store.samples(int(run["id"]), limit=SAMPLES_SHOWN)
+def _samples_tab(store: RunStore, run: RunRecord) -> None:
+    samples = store.samples(int(run.id), limit=SAMPLES_SHOWN)
     if samples.empty:
         st.info("No samples yet: the model writes one every sample_interval steps.")
         return
@@ -501,8 +502,8 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str], waiting_first: boo
     fresh = ui.run_statuses(runs)
     if fresh != seen:
         st.rerun()
-    run["status"] = fresh[run_id]  # what the picker shows, unchanged since it was read
-    run["shown"] = runner.shown_in(runs).get(run_id, run["status"])  # queued -> starting
+    run = replace(run, status=fresh[run_id])  # what the picker shows, unchanged since read
+    shown = runner.shown_in(runs).get(run_id, run.status)  # queued -> starting
     for key, default in PREFERENCES.items():
         # Re-assigning keeps a control's value while its tab is closed (Streamlit would
         # otherwise forget the state of widgets that were not drawn).
@@ -510,8 +511,8 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str], waiting_first: boo
     scalars: pd.DataFrame | None = None
     with ui.guard("Run header"):
         scalars = _reader().scalars(store, run_id)
-        _header(store, run, scalars)
-        _status_message(store, run, scalars)
+        _header(store, run, scalars, shown)
+        _status_message(store, run, scalars, shown)
     if scalars is not None:
         with ui.guard("Findings"):
             _findings(run, store, scalars)
@@ -577,7 +578,7 @@ def _sidebar(store: RunStore, run_id: int) -> None:
     with ui.guard("Run actions"):
         relaunch.action_row(store, run_id, "live", store_access.writable(store))
         run = store.get_run(run_id)
-        code_download_button(run.get("config"), str(run["name"]), key="live.code")
+        code_download_button(run.config, str(run.name), key="live.code")
         _facts_sidebar(run)
 
 

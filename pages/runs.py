@@ -56,7 +56,7 @@ if run_id is None:
 
 with ui.guard("Run actions"):
     run = store.get_run(run_id)
-    active = run["status"] in ACTIVE_STATUSES
+    active = run.status in ACTIVE_STATUSES
     st.caption(f"Its files (config, log, checkpoints): {ui.literal(store.run_dir(run_id))}")
     open_col, compare_col, stop_col = st.columns(3)
     if open_col.button("Open in Live", key="runs.open", icon=":material/monitoring:"):
@@ -69,16 +69,16 @@ with ui.guard("Run actions"):
         icon=":material/compare_arrows:",
     ):
         ui.add_to_compare(run_id)
-        ui.flash("success", f"Added #{run_id} {run['name']} to Compare.")
+        ui.flash("success", f"Added #{run_id} {run.name} to Compare.")
         st.rerun()
     if active and stop_col.button(
         "Stop", key="runs.stop", icon=":material/stop:", disabled=not writable, help=write_help
     ):
         ui.flash("info", f"Run #{run_id}: {runner.stop(store, run_id)}")
         st.rerun()
-    code_download_button(run["config"], run["name"], key="runs.code")
-    if run.get("error"):
-        st.error(f"Run #{run_id} ended with: {ui.plain(run['error'])}")
+    code_download_button(run.config, run.name, key="runs.code")
+    if run.error:
+        st.error(f"Run #{run_id} ended with: {ui.plain(run.error)}")
 
     relaunch.action_row(store, run_id, "runs", writable)
 
@@ -88,7 +88,7 @@ with ui.guard("Run actions"):
         run_actions.labels_box(store, run, writable, write_help)
     with delete_col:
         delete_help = write_help or (
-            f"Run #{run_id} is {run['status']}: stop it first (Stop above)" if active else None
+            f"Run #{run_id} is {run.status}: stop it first (Stop above)" if active else None
         )
         confirm = st.checkbox(
             f"Delete run #{run_id} with its metrics and files",
@@ -104,9 +104,7 @@ with ui.guard("Run actions"):
             help=delete_help,
         ):
             if active:  # a tab drawn before the run started: the button was still on
-                st.error(
-                    f"Run #{run_id} is {run['status']}; stop it first (Stop above), then delete."
-                )
+                st.error(f"Run #{run_id} is {run.status}; stop it first (Stop above), then delete.")
             else:
                 try:
                     store.delete_run(run_id)
@@ -118,7 +116,7 @@ with ui.guard("Run actions"):
                     st.session_state[ui.COMPARE_KEY] = [
                         i for i in st.session_state.get(ui.COMPARE_KEY, []) if i != run_id
                     ]
-                    ui.flash("success", f"Deleted run #{run_id} ({run['name']}).")
+                    ui.flash("success", f"Deleted run #{run_id} ({run.name}).")
                     st.rerun()
 
     log = runner.log_tail(store, run_id, lines=40)

@@ -119,8 +119,8 @@ def copy_run(store: RunStore, source: Path, run_id: int) -> int:
             for table, columns in _COLUMNS.items()
         }
         folder = real.run_dir(run_id)
-    fields = {k: v for k, v in run.items() if k not in ("id", "name", "config", "status")}
-    new_id = store.create_run(run["name"], run["config"], status=run["status"], **fields)
+    fields = {k: v for k, v in run.to_dict().items() if k not in ("id", "name", "config", "status")}
+    new_id = store.create_run(run.name, run.config, status=run.status, **fields)
     store.restore_rows(new_id, rows)
     target = store.run_dir(new_id)
     target.mkdir(parents=True, exist_ok=True)

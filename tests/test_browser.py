@@ -173,7 +173,7 @@ def test_launch_watch_live_and_compare(app_url: str) -> None:
             assert settled == 3, _box(tabs)
             assert main.evaluate("e => e.scrollTop") > 0
             with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
-                assert store.get_run(1)["max_steps"] == 5000
+                assert store.get_run(1).max_steps == 5000
                 assert len(store.scalars(1, names="train/loss")) > 0
             main.get_by_role("button", name="Stop", exact=True).click()
             expect(main.get_by_text("stopped", exact=True)).to_be_visible(timeout=STEP_WAIT_MS)
@@ -276,7 +276,7 @@ def _wait_idle(page, quiet_ms: int = 1500, timeout_s: float = 30.0) -> None:
 
 def _status(run_id: int) -> str:
     with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
-        return str(store.get_run(run_id)["status"])
+        return str(store.get_run(run_id).status)
 
 
 def _loss_rows(run_id: int) -> int:

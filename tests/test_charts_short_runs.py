@@ -15,7 +15,7 @@ import pytest
 
 from blockviz.core import spec
 from blockviz.dashboard.controls import preselected_runs
-from blockviz.store import RunStore
+from blockviz.store import RunRecord, RunStore
 from blockviz.views import charts
 from blockviz.views.export.render import chart_spec, chart_svg
 from tests.real_runs import RealRuns
@@ -74,7 +74,7 @@ def _diverged_charts(store: RunStore, run_id: int) -> dict[str, alt.TopLevelMixi
     components = store.layer_stats(run_id, kind="component")
     taps = store.layer_stats(run_id, kind="tap")
     heads = store.layer_stats(run_id, kind="head")
-    diverged = {run["name"]: run["diverged_step"]}
+    diverged = {run.name: run.diverged_step}
     return {
         "loss": charts.loss_chart(scalars, diverged=diverged),
         "grad_norm": charts.metric_chart(
@@ -96,7 +96,7 @@ def test_short_run_step_axes_are_whole_numbers_and_titles_are_never_nan(
     real: RealRuns, real_runs: RealRuns
 ) -> None:
     run_id = real_runs.ids["diverged"]
-    assert real.get_run(run_id)["diverged_step"] is not None
+    assert real.get_run(run_id).diverged_step is not None
     for name, chart in _diverged_charts(real, run_id).items():
         steps = [x for x in _x_encodings(chart) if x.get("field") == "step"]
         assert steps, name
@@ -152,7 +152,7 @@ def test_per_layer_legends_say_embed_and_head_in_depth_order(
     real: RealRuns, real_runs: RealRuns
 ) -> None:
     run_id = real_runs.ids["pre"]
-    n_layer = real.get_run(run_id)["config"]["model"]["n_layer"]
+    n_layer = real.get_run(run_id).config["model"]["n_layer"]
     components = real.layer_stats(run_id, kind="component")
     expected = ["embed", *map(str, range(n_layer)), "head"]
     for chart in (
@@ -222,7 +222,7 @@ def _elapsed_rows(run_id: int, steps: list[int], seconds: list[float]) -> pd.Dat
 
 
 def test_with_x_places_steps_in_tokens_and_interpolated_time() -> None:
-    runs = [{"id": 1, "name": "r1", "config": _config(2, 4)}]
+    runs = [RunRecord(id=1, name="r1", config=_config(2, 4))]
     clocks = charts.run_clocks(runs, _elapsed_rows(1, [0, 10, 20], [1.0, 3.0, 7.0]))
     frame = pd.DataFrame({"run_id": 1, "run": "r1", "step": [0, 5, 20, 25], "value": 1.0})
     tokens = charts.with_x(frame, "tokens", clocks)
@@ -235,7 +235,7 @@ def test_with_x_places_steps_in_tokens_and_interpolated_time() -> None:
 
 def test_a_resumed_runs_clock_carries_on() -> None:
     clock = charts.run_clocks(
-        [{"id": 1, "name": "r1", "config": None}],
+        [RunRecord(id=1, name="r1", config=None)],
         _elapsed_rows(1, [0, 10, 20, 30], [1.0, 5.0, 0.5, 2.5]),
     ).elapsed[1]
     assert list(clock["time_s"]) == pytest.approx([1.0, 5.0, 5.5, 7.5])
@@ -243,7 +243,7 @@ def test_a_resumed_runs_clock_carries_on() -> None:
 
 
 def test_runs_without_a_clock_are_named() -> None:
-    runs = [{"id": 1, "name": "a", "config": _config(1, 1)}, {"id": 2, "name": "b"}]
+    runs = [RunRecord(id=1, name="a", config=_config(1, 1)), RunRecord(id=2, name="b")]
     clocks = charts.run_clocks(runs, _elapsed_rows(1, [0], [1.0]))
     assert clocks.missing("time", [1, 2]) == [2]
     assert clocks.missing("tokens", [1, 2]) == [2]

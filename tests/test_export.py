@@ -79,7 +79,7 @@ def test_png_has_the_signature_and_twice_the_svg_size(loss_chart) -> None:
 
 def test_svg_parses_and_shows_title_and_axis_titles(store: RunStore, loss_chart) -> None:
     text = svg_text(chart_svg(loss_chart))
-    for label in ("Loss", "step", "loss (nats/char)", store.get_run(1)["name"]):
+    for label in ("Loss", "step", "loss (nats/char)", store.get_run(1).name):
         assert label in text
 
 
@@ -146,8 +146,8 @@ def test_report_configs_are_the_runs_configs(store: RunStore, report) -> None:
     archive, _ = report
     for run_id in (1, 2):
         run = store.get_run(run_id)
-        text = archive.read(f"configs/{safe_filename(run['name'], 'json')}").decode()
-        assert cfg.RunConfig.from_json(text) == cfg.RunConfig.from_dict(run["config"])
+        text = archive.read(f"configs/{safe_filename(run.name, 'json')}").decode()
+        assert cfg.RunConfig.from_json(text) == cfg.RunConfig.from_dict(run.config)
 
 
 def test_report_scalars_csv_holds_every_scalar(store: RunStore, report) -> None:
@@ -185,7 +185,7 @@ def test_report_progress_rises_to_done(report) -> None:
 def test_config_diff_shows_only_differing_fields(store: RunStore) -> None:
     runs = [store.get_run(1), store.get_run(2)]
     headers, rows = config_diff_table(runs)
-    assert headers == ["field", runs[0]["name"], runs[1]["name"]]
+    assert headers == ["field", runs[0].name, runs[1].name]
     fields = {row[0] for row in rows}
     assert "norm_position" in fields
     assert "n_layer" not in fields and "d_model" not in fields
@@ -308,7 +308,7 @@ def finished_run(real_runs: RealRuns) -> Iterator[str]:
     """One completed real run in the default store ($BLOCKVIZ_STORE); its name."""
     run_store = RunStore()
     run_id = copy_run(run_store, real_runs.path, real_runs.ids["pre"])
-    name = run_store.get_run(run_id)["name"]
+    name = run_store.get_run(run_id).name
     run_store.close()
     yield name
 

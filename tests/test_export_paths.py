@@ -19,7 +19,7 @@ def run_name(real_runs: RealRuns) -> Iterator[str]:
     """One completed real run with a config, in the default store; its name."""
     store = RunStore()
     run_id = copy_run(store, real_runs.path, real_runs.ids["pre"])
-    name = store.get_run(run_id)["name"]
+    name = store.get_run(run_id).name
     store.close()
     yield name
 

@@ -72,12 +72,12 @@ def shape(store: RunStore, run_id: int) -> dict[str, Any]:
             maps[(step, layer, head)] = "".join(first_row["key_char"])
     shares = layers[layers["stat"].isin([spec.BELOW_RANGE, spec.ABOVE_RANGE])]
     outside = shares.groupby(["step", "layer", "component"])["value"].sum().to_dict()
-    final = run["final"] or {}
-    dataset = {k: v for k, v in (run["dataset"] or {}).items() if k != "source"}
+    final = run.final or {}
+    dataset = {k: v for k, v in (run.dataset or {}).items() if k != "source"}
     return {
-        "run": {k: v is not None for k, v in run.items()},
-        "status": (run["status"], run["step"], run["max_steps"], run["diverged_step"]),
-        "n_params": run["n_params"],
+        "run": {k: v is not None for k, v in run.to_dict().items()},
+        "status": (run.status, run.step, run.max_steps, run.diverged_step),
+        "n_params": run.n_params,
         "final": {k: v is not None for k, v in final.items()},
         "dataset": dataset,
         "scalars": {
@@ -91,7 +91,7 @@ def shape(store: RunStore, run_id: int) -> dict[str, Any]:
         # in no bin and on neither side), so the size is left out there.
         "histograms": {
             key: (len(one), one["lo"].min(), one["hi"].max(), covered_size(one, outside[key]))
-            if key[0] != run["diverged_step"]
+            if key[0] != run.diverged_step
             else len(one)
             for key, one in hists.groupby(["step", "layer", "tap"])
         },
@@ -108,10 +108,10 @@ def test_a_fake_run_has_the_shape_of_the_real_run(
 ) -> None:
     with RunStore(real_runs.path, readonly=True) as real_store:
         real = real_store.get_run(real_runs.ids[label])
-        expected = shape(real_store, real["id"])
-    config = cfg.RunConfig.from_dict(real["config"])
+        expected = shape(real_store, real.id)
+    config = cfg.RunConfig.from_dict(real.config)
     with RunStore(tmp_path / "fake.db") as store:
-        fake_id = fakes.add_run(store, config, real["status"], step=real["step"])
+        fake_id = fakes.add_run(store, config, real.status, step=real.step)
         store.flush()
         got = shape(store, fake_id)
     for part in expected:
@@ -183,8 +183,8 @@ def test_fake_runs_are_complete_and_deterministic(tmp_path) -> None:
             diverged = ids[2]
             assert runs.loc[diverged, "train_loss"] == math.inf
             assert runs.loc[diverged, "diverged_step"] == filled.max_step(diverged)
-            assert filled.get_run(ids[3])["error"]
-            assert filled.get_run(ids[0])["config"]["model"]["n_layer"] == 3
+            assert filled.get_run(ids[3]).error
+            assert filled.get_run(ids[0]).config["model"]["n_layer"] == 3
             at_init = filled.layer_stats(ids[0], kind="component", stat="grad_norm", step=0)
             assert {-1, 0, 1, 2, 3} == set(at_init["layer"])
             assert {"attn", "ffn", "norm", "block"} <= set(at_init["component"])

@@ -84,7 +84,7 @@ def _assert_continuous(store_path: Path, run_id: int, max_steps: int) -> None:
         assert sorted(samples) == sorted(set(samples))  # one sample per step
         assert set(range(0, max_steps, 10)) <= set(samples)
         run = store.get_run(run_id)
-    assert run["status"] == "completed" and run["step"] == max_steps
+    assert run.status == "completed" and run.step == max_steps
 
 
 def _kill_after_checkpoint_then_resume(tmp_path: Path, corpus: Path, kill_at: float) -> None:
@@ -138,10 +138,10 @@ def test_a_run_killed_after_its_final_checkpoint_is_finished_by_resume(tmp_path,
     assert checkpoint.read_bytes() == saved
     with RunStore(store_path) as store:
         run = store.get_run(1)
-        assert (run["status"], run["step"], run["error"]) == ("completed", 25, None)
+        assert (run.status, run.step, run.error) == ("completed", 25, None)
         assert store.samples(1)["step"].tolist().count(25) == 1
         assert 25 in store.attention_steps(1)
-    final, before = run["final"], done["final"]
+    final, before = run.final, done.final
     for key in ("val_loss", "val_ppl", "val_bpc", "train_loss"):
         assert final[key] == pytest.approx(before[key], rel=1e-5), key
     assert final["steps"] == 25 and final["time_s"] > 0 and final["tokens_per_sec"] > 0
@@ -221,7 +221,7 @@ def test_an_upgraded_version_1_store_finds_its_old_run_folders(tmp_path):
         conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     (tmp_path / str(old) / "checkpoints").mkdir(parents=True)
     with RunStore(store_path, readonly=True) as reader:  # read as it is, not upgraded
-        assert reader.get_run(old)["pid_started"] is None
+        assert reader.get_run(old).pid_started is None
     with RunStore(store_path) as store:
         assert store.run_dir(old) == tmp_path / str(old)
         new = store.create_run("new", "{}")
@@ -251,7 +251,7 @@ def test_a_reused_pid_is_never_signalled_and_its_run_is_failed(tmp_path):
         assert sorted(store.reap_dead()) == [legacy]  # no blockviz in its command line
         time.sleep(0.3)
         assert bystander.poll() is None  # before: SIGTERM killed it (exit 143)
-        assert {store.get_run(r)["status"] for r in (reused, legacy)} == {"failed"}
+        assert {store.get_run(r).status for r in (reused, legacy)} == {"failed"}
         assert not procs.signal_own(real.pid, real.started - 50)
     finally:
         bystander.kill()
@@ -376,8 +376,8 @@ def test_a_full_disk_fails_the_run_in_one_line_with_a_consistent_step(tmp_path, 
         with RunStore(store_path) as store:
             store.reap_dead(stale_after=0)
             run = store.get_run(1)
-            assert run["status"] == "failed"
-            assert run["step"] == store.max_step(1) > 0
+            assert run.status == "failed"
+            assert run.step == store.max_step(1) > 0
         # A new store on the full disk leaves no empty file behind.
         subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'pad'}", "bs=4k"], capture_output=True)
         with pytest.raises(StoreError):
@@ -409,7 +409,7 @@ STUDY_SWEEP = [
 def _study_state(store_path: Path, study_id: int) -> tuple[str, list[str]]:
     with RunStore(store_path) as store:
         runs = store.study_runs(study_id)
-        return store.get_study(study_id)["status"], runs["status"].tolist()
+        return store.get_study(study_id).status, runs["status"].tolist()
 
 
 def _end_workers(store_path: Path) -> None:
@@ -417,7 +417,7 @@ def _end_workers(store_path: Path) -> None:
     if not store_path.exists():
         return
     with RunStore(store_path) as store:
-        workers = [w for i in store.studies_frame()["id"] for w in store.get_study(i)["workers"]]
+        workers = [w for i in store.studies_frame()["id"] for w in store.get_study(i).workers]
     for pid, began in workers:
         procs.signal_own(pid, began, signal.SIGKILL)
 
@@ -429,7 +429,7 @@ def _assert_each_row_once(store_path: Path, run_id: int, max_steps: int) -> None
     assert _logged_steps(store_path, run_id, "val/loss") == list(range(10, max_steps + 1, 10))
     with RunStore(store_path) as store:
         run = store.get_run(run_id)
-        assert (run["status"], run["step"]) == ("completed", max_steps), run["error"]
+        assert (run.status, run.step) == ("completed", max_steps), run.error
         stats = store.layer_stats(run_id)
         keys = ["kind", "stat", "step", "layer", "component"]
         assert not stats.empty and not stats.duplicated(keys).any()
@@ -448,7 +448,7 @@ def test_a_study_worker_killed_mid_run_is_resumed_with_each_run_trained_once(tmp
         # Kill -9 while the first run trains with some of its rows already in the store.
         _wait(lambda: len(_logged_steps(store_path, 1, "train/loss")) > 0)
         with RunStore(store_path) as store:
-            ((pid, began),) = store.get_study(1)["workers"]
+            ((pid, began),) = store.get_study(1).workers
         assert procs.signal_own(pid, began, signal.SIGKILL)
         _wait(lambda: not procs.is_alive(pid, began), timeout=10)
         status, statuses = _study_state(store_path, 1)
@@ -481,13 +481,13 @@ def test_two_studies_sharing_one_store_at_once_keep_their_own_runs_and_rows(tmp_
             assert len(store.runs_frame()) == 4
             spans = []
             for study_id, (name, lrs) in enumerate(rates.items(), start=1):
-                assert store.get_study(study_id)["name"] == name
+                assert store.get_study(study_id).name == name
                 runs = store.study_runs(study_id)
                 assert runs["status"].tolist() == ["completed"] * 2
                 assert (runs["study_id"] == study_id).all()
                 configs = [store.get_run(int(i)) for i in runs["id"]]
-                assert [run["config"]["train"]["lr"] for run in configs] == lrs
-                spans.append((min(r["started"] for r in configs), max(r["ended"] for r in configs)))
+                assert [run.config["train"]["lr"] for run in configs] == lrs
+                spans.append((min(r.started for r in configs), max(r.ended for r in configs)))
             ids = [set(store.study_runs(s)["id"]) for s in (1, 2)]
         assert not ids[0] & ids[1]
         (first_began, first_ended), (second_began, second_ended) = spans

@@ -150,12 +150,13 @@ def panel_page() -> None:
     """Live's findings panel alone, on a constructed run probed at steps 0 and 299 only."""
     from blockviz.core import findings as fd
     from blockviz.dashboard.findings_panel import findings_panel
+    from blockviz.store import RunRecord
     from blockviz.views.run_findings import RunFindings
     from tests.test_findings import probed_at
 
     run = probed_at((0, 299))
     found = fd.evaluate(run)
-    row = {"id": 1, "name": "sparse", "config": run.config.to_dict()}
+    row = RunRecord(id=1, name="sparse", config=run.config.to_dict())
     findings_panel(row, RunFindings(fd.headline(run, found), found), lambda finding: None)
 
 

@@ -102,7 +102,7 @@ def test_every_suggestion_the_real_runs_get_gives_a_config_that_validates(found,
 
     with RunStore(finding_runs.path, readonly=True) as store:
         configs = {
-            label: cfg.RunConfig.from_dict(store.get_run(run_id)["config"])
+            label: cfg.RunConfig.from_dict(store.get_run(run_id).config)
             for label, run_id in finding_runs.ids.items()
         }
     tried = 0

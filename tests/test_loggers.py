@@ -290,7 +290,7 @@ def test_tensorboard_run_reads_back_with_tensorboards_reader(tmp_path, corpus):
     with RunStore(store_path) as store:
         folder = store.run_dir(1) / "tensorboard"
         stored = store.scalars(1, names="train/loss").set_index("step").value.to_dict()
-        n_layer = store.get_run(1)["config"]["model"]["n_layer"]
+        n_layer = store.get_run(1).config["model"]["n_layer"]
     events = EventAccumulator(str(folder), size_guidance={"histograms": 0, "tensors": 0})
     events.Reload()
     loss = {event.step: event.value for event in events.Scalars("train/loss")}

@@ -135,7 +135,7 @@ def test_a_real_ops_run_records_the_baseline_in_scalars_and_final_metrics(tmp_pa
         accuracy = store.scalars(1, names="val/answer_acc")
         assert list(baseline["step"]) == list(accuracy["step"]) == [3, 6]
         assert 0.3 < baseline["value"].iloc[-1] < 0.8  # copying and guessing get some right
-        final = store.get_run(1)["final"]
+        final = store.get_run(1).final
         assert final["answer_baseline"] == pytest.approx(baseline["value"].iloc[-1])
         row = store.final_metrics([1]).iloc[0]
         assert row["answer_baseline"] == pytest.approx(final["answer_baseline"])

@@ -126,7 +126,7 @@ def _fake_study(store: RunStore, key: str = "activation", scored: dict | None = 
 def test_a_finished_study_shows_its_computed_verdicts_and_table() -> None:
     with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
         study_id = _fake_study(store)
-        plan = studies.plan_from_spec(store.get_study(study_id)["spec"])
+        plan = studies.plan_from_spec(store.get_study(study_id).spec)
         expected = judge(plan.claims[0], results_frame(store.study_runs(study_id), plan), plan)
     at = _page().run()
     assert not at.exception
@@ -187,9 +187,9 @@ def test_a_tiny_sweep_from_the_form_runs_to_its_results() -> None:
         (study_id,) = store.studies_frame()["id"].tolist()
         assert len(store.study_runs(study_id)) == 4
         deadline = time.monotonic() + 180
-        while store.get_study(study_id)["status"] == "running" and time.monotonic() < deadline:
+        while store.get_study(study_id).status == "running" and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert store.get_study(study_id)["status"] == "completed"
+        assert store.get_study(study_id).status == "completed"
         assert set(store.study_runs(study_id)["status"]) <= {"completed", "diverged"}
     at.run()
     assert not at.exception

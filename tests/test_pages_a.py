@@ -168,7 +168,7 @@ def test_runs_page_lists_every_run(populated: list[int]) -> None:
 
 def test_runs_page_rename(populated: list[int], store: RunStore) -> None:
     first, second = populated[0], populated[1]
-    taken = store.get_run(second)["name"]
+    taken = store.get_run(second).name
     at = open_page("pages/runs.py")
     select_row(at, first)
     at.text_input(key=f"runs.name.{first}").set_value(taken).run()
@@ -177,7 +177,7 @@ def test_runs_page_rename(populated: list[int], store: RunStore) -> None:
     at.text_input(key=f"runs.name.{first}").set_value("pre-ln baseline").run()
     at.button(key="runs.rename").click().run()
     assert not at.exception
-    assert store.get_run(first)["name"] == "pre-ln baseline"
+    assert store.get_run(first).name == "pre-ln baseline"
     assert "pre-ln baseline" in texts(at, "success")
 
 
@@ -192,7 +192,7 @@ def test_runs_page_delete_needs_confirmation_and_a_stopped_run(
     confirm, delete = at.checkbox(key=f"runs.confirm.{running}"), at.button(key="runs.delete")
     assert confirm.disabled and delete.disabled
     assert "stop it first" in confirm.help and "stop it first" in delete.help
-    assert store.get_run(running)["status"] == "running"
+    assert store.get_run(running).status == "running"
 
     select_row(at, completed)
     assert at.button(key="runs.delete").disabled  # not confirmed yet
@@ -284,12 +284,12 @@ def test_launch_from_the_train_page_reaches_completed(store: RunStore) -> None:
     (run_id,) = store.runs_frame()["id"].tolist()
     assert at.session_state[ui.RUN_KEY] == run_id
     deadline = time.monotonic() + 120
-    while store.get_run(run_id)["status"] in ("queued", "running"):
+    while store.get_run(run_id).status in ("queued", "running"):
         assert time.monotonic() < deadline, "the launched run did not finish in 120 s"
         time.sleep(0.3)
     run = store.get_run(run_id)
-    assert run["status"] == "completed", run["error"]
-    assert run["name"] == at.text_input(key="run_name").value and run["step"] == 10
+    assert run.status == "completed", run.error
+    assert run.name == at.text_input(key="run_name").value and run.step == 10
 
 
 def test_launch_failure_shows_the_error_and_the_log_tail(
@@ -306,7 +306,7 @@ def test_launch_failure_shows_the_error_and_the_log_tail(
     assert "Launch failed" in texts(at, "error") and "boom" in texts(at, "error")
     assert any("Traceback: boom" in code.value for code in at.code)
     (run_id,) = store.runs_frame()["id"].tolist()
-    assert store.get_run(run_id)["status"] == "failed"
+    assert store.get_run(run_id).status == "failed"
 
 
 # ---------------------------------------------------------------------------- read-only store
@@ -370,7 +370,7 @@ def test_a_write_that_reaches_a_read_only_store_is_a_message_not_a_traceback(
     # read-only): what the click then does must still be a clear message.
     monkeypatch.setattr(store_access, "writable", lambda run_store: True)
     completed = populated[STATUSES.index("completed")]
-    name = store.get_run(completed)["name"]
+    name = store.get_run(completed).name
     store.close()
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.session_state[ui.RUN_KEY] = completed
@@ -384,7 +384,7 @@ def test_a_write_that_reaches_a_read_only_store_is_a_message_not_a_traceback(
     assert not at.exception
     assert "read-only" in texts(at, "error")
     with RunStore(default_store_path(), readonly=True) as reread:
-        assert reread.get_run(completed)["name"] == name
+        assert reread.get_run(completed).name == name
 
 
 @pytest.mark.parametrize(

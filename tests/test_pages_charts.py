@@ -137,7 +137,7 @@ def test_compare_x_axis_and_note_name_the_run_without_a_clock(
     assert _x_fields(_chart_specs(at)["Loss"]) == {("tokens", charts.X_AXES["tokens"].title)}
     at = _page("compare", compare_ids=[timed, untimed], **{"compare.x_axis": "time"}).run()
     assert not at.exception
-    untimed_name = store.get_run(untimed)["name"]
+    untimed_name = store.get_run(untimed).name
     notes = [c.value for c in at.caption if "not recorded" in c.value]
     assert len(notes) == 1 and untimed_name in _shown(notes[0])
     assert {field for field, _ in _x_fields(_chart_specs(at)["Loss"])} == {"step"}

@@ -79,7 +79,7 @@ def runs(store: RunStore, real_runs: RealRuns) -> dict[str, int]:
         store, n_runs=3, n_steps=60, n_layer=2, probe_every=10, n_head=2, statuses=statuses
     )
     ids.append(copy_run(store, real_runs.path, real_runs.ids["pre"]))
-    return {store.get_run(run_id)["status"]: run_id for run_id in ids}
+    return {store.get_run(run_id).status: run_id for run_id in ids}
 
 
 # ---------------------------------------------------------------------------- empty store
@@ -136,7 +136,7 @@ def test_live_update_ratios_default_to_the_weight_matrices(
 
 def test_live_diverged_run_says_where_and_how(store: RunStore, runs: dict[str, int]) -> None:
     run_id = runs["diverged"]
-    diverged_step = store.get_run(run_id)["diverged_step"]
+    diverged_step = store.get_run(run_id).diverged_step
     at = _live(run_id).run()
     assert not at.exception
     # told once, as the findings panel's headline
@@ -159,7 +159,7 @@ def test_live_failed_run_shows_its_error_and_log_tail(
     at = _live(run_id).run()
     assert not at.exception
     (message,) = [shown(e.value) for e in at.error]
-    assert store.get_run(run_id)["error"] in message
+    assert store.get_run(run_id).error in message
     assert any("RuntimeError: boom" in code.value for code in at.code)
 
 
@@ -267,12 +267,10 @@ def test_compare_final_metrics_has_one_row_per_chosen_run(
     assert not at.exception
     assert not at.error
     (final,) = [d.value for d in at.dataframe if "steps" in d.value.columns]
-    assert sorted(final["run"]) == sorted(store.get_run(i)["name"] for i in chosen)
-    diverged_row = final[final["run"] == store.get_run(runs["diverged"])["name"]]
-    assert diverged_row["diverged_at"].iloc[0] == str(
-        store.get_run(runs["diverged"])["diverged_step"]
-    )
-    completed_row = final[final["run"] == store.get_run(runs["completed"])["name"]]
+    assert sorted(final["run"]) == sorted(store.get_run(i).name for i in chosen)
+    diverged_row = final[final["run"] == store.get_run(runs["diverged"]).name]
+    assert diverged_row["diverged_at"].iloc[0] == str(store.get_run(runs["diverged"]).diverged_step)
+    completed_row = final[final["run"] == store.get_run(runs["completed"]).name]
     assert completed_row["diverged_at"].iloc[0] == ""  # blank, not "None"
 
 
@@ -430,7 +428,7 @@ def test_compare_gradient_by_layer_says_only_what_the_runs_show(
     store: RunStore, real_runs: RealRuns
 ) -> None:
     chosen = _pre_and_post(store, real_runs)
-    pre, post = (store.get_run(i)["name"] for i in chosen)
+    pre, post = (store.get_run(i).name for i in chosen)
     at = _page("compare")
     at.session_state["compare_ids"] = chosen
     at.run()
@@ -581,7 +579,7 @@ def test_live_picker_and_header_show_the_status_of_the_same_fresh_read(
     store: RunStore, runs: dict[str, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_id = runs["running"]
-    name = store.get_run(run_id)["name"]
+    name = store.get_run(run_id).name
     store.update_run(run_id, status="queued")
     at = _live(run_id).run()
     picker = at.selectbox(key="live.run")
@@ -614,14 +612,14 @@ def test_a_killed_run_reads_failed_after_one_render_of_any_page(
 ) -> None:
     monkeypatch.setattr(store_access, "_last_reap", {}, raising=False)
     run_id = runs["running"]
-    name = store.get_run(run_id)["name"]
+    name = store.get_run(run_id).name
     _kill(store, run_id)
     at = AppTest.from_file(APP, default_timeout=60)
     at.session_state["run_id"] = run_id
     at.session_state["compare_ids"] = [run_id]
     at.switch_page(f"pages/{page}.py").run()  # the first page this session opens
     assert not at.exception, [e.value for e in at.exception]
-    assert store.get_run(run_id)["status"] == "failed"
+    assert store.get_run(run_id).status == "failed"
     if page == "train":
         assert not [b for b in at.get("progress") if f"#{run_id}" in b.proto.text]
     elif page == "live":
@@ -645,12 +643,12 @@ def test_a_run_killed_while_a_page_refreshes_reads_failed_on_the_next_refresh(
     at.session_state["run_id"] = run_id
     at.session_state["compare_ids"] = [run_id]
     at.switch_page(f"pages/{page}.py").run()
-    assert store.get_run(run_id)["status"] == "running"
+    assert store.get_run(run_id).status == "running"
     _kill(store, run_id)
     monkeypatch.setattr(store_access, "REAP_EVERY_S", 0.0, raising=False)  # the 5 s have passed
     rerun_fragments(at, monkeypatch)
     assert not at.exception, [e.value for e in at.exception]
-    assert store.get_run(run_id)["status"] == "failed"
+    assert store.get_run(run_id).status == "failed"
     if page == "live":
         assert _badges(at) == [":red-badge[failed]"]
     elif page == "train":

@@ -179,7 +179,7 @@ def test_after_a_rename_the_box_shows_the_stored_name(
     at.text_input(key=f"runs.name.{run_id}").set_value(typed).run()
     at.button(key="runs.rename").click().run()
     assert not at.exception
-    stored = store.get_run(run_id)["name"]
+    stored = store.get_run(run_id).name
     assert stored != typed  # the store sanitises; the box must say what it kept
     assert at.text_input(key=f"runs.name.{run_id}").value == stored
     assert stored in texts(at, "success")
@@ -208,7 +208,7 @@ def test_tags_and_notes_are_saved_shown_cleaned_and_refused_with_the_reason(
     at.button(key="runs.save_labels").click().run()
     assert not at.exception and not at.error
     run = store.get_run(run_id)
-    assert run["tags"] == ["post-ln", "sweep"] and run["notes"].endswith("line 2")
+    assert run.tags == ("post-ln", "sweep") and run.notes.endswith("line 2")
     # The box shows what was stored; the table has a tags column.
     assert at.text_input(key=f"runs.tags.{run_id}").value == "post-ln, sweep"
     assert at.dataframe[0].value.set_index("id").loc[run_id, "tags"] == "post-ln, sweep"
@@ -217,7 +217,7 @@ def test_tags_and_notes_are_saved_shown_cleaned_and_refused_with_the_reason(
     at.button(key="runs.save_labels").click().run()
     assert not at.exception
     assert "a space" in texts(at, "error")
-    assert store.get_run(run_id)["tags"] == ["post-ln", "sweep"]
+    assert store.get_run(run_id).tags == ("post-ln", "sweep")
 
 
 def test_tag_filter_and_hidden_auto_runs_on_runs_and_compare(
@@ -245,11 +245,11 @@ def test_tag_filter_and_hidden_auto_runs_on_runs_and_compare(
 
     at = open_page("pages/compare.py")
     picker = at.multiselect(key="compare.runs")
-    assert ui.run_label(store.get_run(auto)) not in picker.options
+    assert ui.run_label(store.get_run(auto).to_dict()) not in picker.options
     assert auto not in at.session_state[ui.COMPARE_KEY]  # not preselected either
     at.multiselect(key="compare.filter.tags").set_value(["post-ln"]).run()
     assert at.multiselect(key="compare.runs").options == [
-        ui.run_label(store.get_run(runs["completed"]))
+        ui.run_label(store.get_run(runs["completed"]).to_dict())
     ]
 
 
@@ -363,11 +363,11 @@ def test_resume_from_the_page_continues_to_max_steps_without_repeating_steps(
     assert not at.exception and not at.error, texts(at, "error")
     assert "Resuming run" in texts(at, "success")
     deadline = time.monotonic() + 120
-    while store.get_run(run_id)["status"] not in ("completed", "failed", "diverged"):
+    while store.get_run(run_id).status not in ("completed", "failed", "diverged"):
         assert time.monotonic() < deadline, runner.log_tail(store, run_id)
         time.sleep(0.2)
     run = store.get_run(run_id)
-    assert run["status"] == "completed" and run["step"] == 34, runner.log_tail(store, run_id)
+    assert run.status == "completed" and run.step == 34, runner.log_tail(store, run_id)
     loss = store.scalars(run_id, names="train/loss")
     assert loss["step"].is_unique, loss["step"].tolist()
     assert (loss["step"] < 30).any() and (loss["step"] >= 30).any()

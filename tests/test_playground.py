@@ -288,12 +288,12 @@ def test_auto_run_trains_a_real_run_and_draws_its_loss(store: RunStore) -> None:
         at.run()
     (run_id,) = store.runs_frame()["id"].tolist()
     deadline = time.monotonic() + 120
-    while store.get_run(run_id)["status"] in ("queued", "running"):
+    while store.get_run(run_id).status in ("queued", "running"):
         assert time.monotonic() < deadline, "the auto-run did not finish in 120 s"
         time.sleep(0.5)
     run = store.get_run(run_id)
-    assert run["status"] == "completed", run["error"]
-    assert run["step"] == pg.MIN_STEPS and AUTO_TAG in run["tags"]
+    assert run.status == "completed", run.error
+    assert run.step == pg.MIN_STEPS and AUTO_TAG in run.tags
     at.run()
     assert not at.exception and not _texts(at, "error")
     assert "completed" in _texts(at, "markdown")

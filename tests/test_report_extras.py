@@ -42,7 +42,7 @@ def test_the_report_draws_every_layer_of_the_latest_attention_step(
     names = archive.namelist()
     pre = store.get_run(1)
     step = store.attention_steps(1)[-1]
-    n_layer = pre["config"]["model"]["n_layer"]
+    n_layer = pre.config["model"]["n_layer"]
     expected = min(n_layer, ATTENTION_LAYERS)
     maps = [n for n in names if n.startswith("charts/attention-weights")]
     pngs = sorted(n for n in maps if n.endswith(".png"))
@@ -56,7 +56,7 @@ def test_the_report_draws_every_layer_of_the_latest_attention_step(
         assert root.tag.endswith("svg")
         assert f"layer {layer}, step {step}" in " ".join(root.itertext())
     # The attention-free run has no maps, and says nothing wrong about it.
-    assert not any(safe_filename(store.get_run(2)["name"], "") in n for n in maps)
+    assert not any(safe_filename(store.get_run(2).name, "") in n for n in maps)
     html = archive.read("report.html").decode()
     assert f"Attention weights \\u2014 layer 0, step {step}" in html  # in the specs (JSON)
 
@@ -67,7 +67,7 @@ def test_the_report_holds_every_sample_as_text_and_escapes_it_in_html(
     store, archive = report
     pre = store.get_run(1)
     samples = store.samples(1)
-    text_file = f"samples/{safe_filename(pre['name'], 'txt')}"
+    text_file = f"samples/{safe_filename(pre.name, 'txt')}"
     assert text_file in archive.namelist()
     text = archive.read(text_file).decode("utf-8")
     for row in samples.itertuples():

@@ -13,7 +13,7 @@ from blockviz.core.config import replace
 from blockviz.core.tags import AUTO_TAG
 from blockviz.dashboard.tag_filter import all_tags, select_runs
 from blockviz.launch import runner
-from blockviz.store import RunStore
+from blockviz.store import RunRecord, RunStore
 from blockviz.views.export.report import config_diff_table, report_html
 from tests.helpers import tiny_config
 
@@ -106,7 +106,7 @@ def test_select_runs_needs_every_chosen_tag_and_hides_auto_runs_unless_asked() -
 def test_resume_is_offered_where_train_resume_can_continue(
     status: str, step: int, checkpoint: bool, reason: str | None
 ) -> None:
-    run = {"status": status, "step": step, "max_steps": 12}
+    run = RunRecord(id=1, name="r", status=status, step=step, max_steps=12)
     blocker = runner.resume_blocker(run, checkpoint)
     assert blocker is None if reason is None else reason in blocker
 
@@ -117,4 +117,4 @@ def test_resume_of_a_run_that_cannot_continue_is_refused_before_any_process(
     run_id = store.create_run("done", tiny_config().to_json(), status="stopped", max_steps=6)
     with pytest.raises(runner.LaunchError, match="no checkpoint"):
         runner.resume(store, run_id)
-    assert store.get_run(run_id)["pid"] is None and store.get_run(run_id)["status"] == "stopped"
+    assert store.get_run(run_id).pid is None and store.get_run(run_id).status == "stopped"

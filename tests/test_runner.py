@@ -15,7 +15,7 @@ import pytest
 from blockviz.core import hardware, procs
 from blockviz.core.config import preset, replace
 from blockviz.launch import runner
-from blockviz.store import RunStore
+from blockviz.store import RunRecord, RunStore
 
 TERMINAL = ("completed", "diverged", "failed", "stopped")
 RUN_TIMEOUT_S = 120.0
@@ -49,10 +49,10 @@ def store(tmp_path: Path) -> Iterator[RunStore]:
 def wait_for(
     store: RunStore,
     run_id: int,
-    done: Callable[[dict], bool],
+    done: Callable[[RunRecord], bool],
     timeout: float = RUN_TIMEOUT_S,
-    seen: list[dict] | None = None,
-) -> dict:
+    seen: list[RunRecord] | None = None,
+) -> RunRecord:
     """Poll the store until done(run) holds; returns the run (fails with its log on timeout)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -62,11 +62,11 @@ def wait_for(
         if done(run):
             return run
         time.sleep(0.2)
-    pytest.fail(f"run {run_id} stuck at {run['status']}; log:\n{runner.log_tail(store, run_id)}")
+    pytest.fail(f"run {run_id} stuck at {run.status}; log:\n{runner.log_tail(store, run_id)}")
 
 
-def finished(run: dict) -> bool:
-    return run["status"] in TERMINAL
+def finished(run: RunRecord) -> bool:
+    return run.status in TERMINAL
 
 
 # Launch, then do what Ctrl-C in Streamlit's terminal does: SIGINT to the whole process
@@ -94,9 +94,9 @@ def test_launched_run_outlives_its_launcher_and_completes(store: RunStore) -> No
     assert launcher.returncode != 0, "the launcher should have died of its SIGINT"
     run_id = int(launcher.stdout.split()[0])
     run = wait_for(store, run_id, finished)
-    assert run["status"] == "completed", runner.log_tail(store, run_id)
-    assert run["name"] == "smoke"
-    assert run["step"] == run["max_steps"] == 12
+    assert run.status == "completed", runner.log_tail(store, run_id)
+    assert run.name == "smoke"
+    assert run.step == run.max_steps == 12
     run_dir = store.run_dir(run_id)
     assert (run_dir / "config.json").is_file() and (run_dir / "train.log").is_file()
     assert runner.active(store) == []
@@ -108,7 +108,7 @@ def test_queue_waits_for_a_free_slot_and_stop_ends_running_and_queued_runs(
 ) -> None:
     long = tiny(max_steps=100_000, eval_interval=1000, probe_interval=1000, sample_interval=1000)
     first = runner.launch(long, "first", store, max_running=1)
-    wait_for(store, first, lambda run: run["status"] == "running")
+    wait_for(store, first, lambda run: run.status == "running")
     second = runner.launch(tiny(), "second", store, max_running=1)
     third = runner.launch(long, "third", store, max_running=1)
     # Both found the slot taken: they say so in their logs and wait as 'queued'.
@@ -118,14 +118,14 @@ def test_queue_waits_for_a_free_slot_and_stop_ends_running_and_queued_runs(
     assert statuses == {first: "running", second: "queued", third: "queued"}
 
     assert runner.stop(store, third) in ("stop requested", "stopped")
-    assert wait_for(store, third, finished, timeout=60)["status"] == "stopped"
+    assert wait_for(store, third, finished, timeout=60).status == "stopped"
     assert runner.stop(store, first) == "stop requested"  # it checkpoints, then records
     ended_first = wait_for(store, first, finished, timeout=60)
-    assert ended_first["status"] == "stopped", runner.log_tail(store, first)
+    assert ended_first.status == "stopped", runner.log_tail(store, first)
     # The freed slot goes to the queued run, which then trains to the end.
     done = wait_for(store, second, finished)
-    assert done["status"] == "completed", runner.log_tail(store, second)
-    assert done["started"] >= ended_first["ended"] - 1.0
+    assert done.status == "completed", runner.log_tail(store, second)
+    assert done.started >= ended_first.ended - 1.0
     assert runner.stop(store, first) == "already stopped"
     assert runner.active(store) == []
 
@@ -147,8 +147,8 @@ def test_data_error_fails_the_run_with_the_message(store: RunStore, tmp_path: Pa
         assert exc.run_id is not None and "short" in (str(exc) + exc.log_tail)
         run_id = exc.run_id
     run = wait_for(store, run_id, finished)
-    assert run["status"] == "failed"
-    assert "too short" in (run["error"] or "") + runner.log_tail(store, run_id)
+    assert run.status == "failed"
+    assert "too short" in (run.error or "") + runner.log_tail(store, run_id)
 
 
 def test_immediate_crash_raises_with_the_log_tail(
@@ -163,7 +163,7 @@ def test_immediate_crash_raises_with_the_log_tail(
         runner.launch(tiny(), "crash", store)
     assert "boom: cannot import blockviz" in caught.value.log_tail
     run = store.get_run(caught.value.run_id)
-    assert run["status"] == "failed" and "boom" in run["error"]
+    assert run.status == "failed" and "boom" in run.error
 
 
 def test_stop_of_a_run_whose_process_is_gone_marks_it_failed(store: RunStore) -> None:
@@ -171,10 +171,10 @@ def test_stop_of_a_run_whose_process_is_gone_marks_it_failed(store: RunStore) ->
     gone.wait()
     run_id = store.create_run("orphan", tiny().to_json(), status="running", pid=gone.pid)
     assert runner.stop(store, run_id) == f"its process {gone.pid} is gone; marked failed"
-    assert store.get_run(run_id)["status"] == "failed"
+    assert store.get_run(run_id).status == "failed"
     queued = store.create_run("waiting", tiny().to_json(), status="queued", pid=gone.pid)
     assert runner.stop(store, queued) == "was queued; marked stopped"
-    assert store.get_run(queued)["status"] == "stopped"
+    assert store.get_run(queued).status == "stopped"
 
 
 def test_active_reports_progress_and_eta_from_step_times(store: RunStore) -> None:

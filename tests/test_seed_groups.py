@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -12,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from blockviz.core import config as cfg
 from blockviz.core.study_stats import t_quantile
-from blockviz.store import RunStore
+from blockviz.store import RunRecord, RunStore
 from blockviz.views import seed_groups
 from blockviz.views.charts import chart_data
 
@@ -23,14 +24,21 @@ def _config(seed: int, **overrides) -> str:
     return cfg.replace(cfg.preset("tiny"), seed=seed, **overrides).to_json()
 
 
+def _run(run_id: int, seed: int | None, **overrides) -> RunRecord:
+    """A stored run whose config is the tiny preset with `seed` and `overrides` (None: the
+    run has no readable config)."""
+    config = None if seed is None else json.loads(_config(seed, **overrides))
+    return RunRecord(id=run_id, name=f"r{run_id}", config=config)
+
+
 def test_only_seed_differences_group() -> None:
     runs = [
-        {"id": 1, "config": _config(1)},
-        {"id": 2, "config": _config(2)},
-        {"id": 3, "config": _config(3, lr=2e-3)},
-        {"id": 4, "config": _config(4)},
-        {"id": 5, "config": "{not json"},
-        {"id": 6, "config": cfg.RunConfig.from_json(_config(5, lr=2e-3)).to_dict()},
+        _run(1, 1),
+        _run(2, 2),
+        _run(3, 3, lr=2e-3),
+        _run(4, 4),
+        _run(5, None),
+        _run(6, 5, lr=2e-3),
     ]
     assert seed_groups.seed_groups(runs) == [[1, 2, 4], [3, 6], [5]]
     names = seed_groups.group_names([[1, 2, 4], [3, 6], [5]], {1: "a", 3: "b", 5: "c"})

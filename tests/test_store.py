@@ -63,7 +63,7 @@ def test_reopening_keeps_runs(tmp_path):
     with RunStore(path) as first:
         run_id = new_run(first, "kept")
     with RunStore(path, readonly=True) as again:
-        assert again.get_run(run_id)["name"] == "kept"
+        assert again.get_run(run_id).name == "kept"
 
 
 def _newer_schema(path: Path) -> None:
@@ -130,13 +130,13 @@ def test_run_round_trip_parses_json_columns(store):
     )
     store.update_run(run_id, final={"val_loss": 1.5}, status="completed", step=2000)
     run = store.get_run(run_id)
-    assert run["config"] == json.loads(CONFIG_JSON)
-    assert run["dataset"] == {"name": "pydocs", "sha": "abc"}
-    assert run["final"] == {"val_loss": 1.5}
-    assert run["max_steps"] == cfg.RunConfig().train.max_steps  # taken from the config
-    assert (run["status"], run["step"], run["n_params"]) == ("completed", 2000, 1234)
-    assert run["created"] == pytest.approx(time.time(), abs=60)
-    assert store.get_run("pre-ln")["id"] == run_id
+    assert run.config == json.loads(CONFIG_JSON)
+    assert run.dataset == {"name": "pydocs", "sha": "abc"}
+    assert run.final == {"val_loss": 1.5}
+    assert run.max_steps == cfg.RunConfig().train.max_steps  # taken from the config
+    assert (run.status, run.step, run.n_params) == ("completed", 2000, 1234)
+    assert run.created == pytest.approx(time.time(), abs=60)
+    assert store.get_run("pre-ln").id == run_id
 
 
 @pytest.mark.parametrize(
@@ -154,15 +154,15 @@ def test_run_round_trip_parses_json_columns(store):
 )
 def test_names_are_sanitized(store, given, expected):
     run_id = new_run(store, given)
-    assert store.get_run(run_id)["name"] == expected
+    assert store.get_run(run_id).name == expected
     assert store.run_dir(run_id) == store.runs_root / str(run_id)
 
 
 def test_taken_names_get_a_numeric_suffix(store):
     ids = [new_run(store, "same") for _ in range(3)]
-    assert [store.get_run(i)["name"] for i in ids] == ["same", "same-2", "same-3"]
+    assert [store.get_run(i).name for i in ids] == ["same", "same-2", "same-3"]
     long_ids = [new_run(store, "y" * 90) for _ in range(2)]
-    second = store.get_run(long_ids[1])["name"]
+    second = store.get_run(long_ids[1]).name
     assert second.endswith("-2") and len(second) == 80
 
 
@@ -391,7 +391,7 @@ def test_one_transaction_per_flush(store, monkeypatch):
     assert sum(s.startswith("BEGIN") for s in statements) == 1
     assert sum(s.startswith("COMMIT") for s in statements) == 1
     assert sum(s.startswith("INSERT") for s in statements) == len(LOG_CALLS)
-    assert store.get_run(run_id)["step"] == 1
+    assert store.get_run(run_id).step == 1
 
 
 def test_auto_flush_by_row_count_and_by_age(tmp_path):
@@ -412,11 +412,11 @@ def test_heartbeat_is_written_at_once_then_throttled(store, monkeypatch):
     run_id = new_run(store)
     store.heartbeat(run_id, 7)
     run = store.get_run(run_id)
-    assert run["step"] == 7 and run["heartbeat"] == pytest.approx(time.time(), abs=5)
+    assert run.step == 7 and run.heartbeat == pytest.approx(time.time(), abs=5)
     store.heartbeat(run_id, 8)  # within a second of the last write: held
-    assert store.get_run(run_id)["step"] == 7
+    assert store.get_run(run_id).step == 7
     store.flush()
-    assert store.get_run(run_id)["step"] == 8
+    assert store.get_run(run_id).step == 8
 
 
 def test_non_finite_values_survive(store):
@@ -745,8 +745,8 @@ def test_reap_dead_fails_only_gone_and_stale_runs(store):
     assert statuses[alive] == "running" and statuses[fresh] == "running"
     assert statuses[finished] == "completed"
     run = store.get_run(gone)
-    assert f"process {dead_pid} exited without reporting" in run["error"]
-    assert run["ended"] == pytest.approx(time.time(), abs=60)
+    assert f"process {dead_pid} exited without reporting" in run.error
+    assert run.ended == pytest.approx(time.time(), abs=60)
     assert store.reap_dead(stale_after=30) == []
 
 

@@ -1,4 +1,5 @@
-"""How the store package hangs together: its parts, its error wording, its imports."""
+"""How the store package hangs together: RunStore composed of parts, its error wording, its
+imports."""
 
 from __future__ import annotations
 
@@ -8,32 +9,131 @@ import pytest
 
 import blockviz.store as store_package
 from blockviz.store import RunStore, StoreError, StoreLocked
-from blockviz.store.connection import _Connection
+from blockviz.store.connection import Connection, Part
 from blockviz.store.errors import has_sqlite_header, is_busy, store_error
-from blockviz.store.liveness import _Liveness
-from blockviz.store.queue import _Queue
-from blockviz.store.reads import _Reads
-from blockviz.store.runs import _Runs
-from blockviz.store.writes import _Writes
+from blockviz.store.liveness import Liveness
+from blockviz.store.queue import Queue
+from blockviz.store.reads import Reads
+from blockviz.store.runs import RunLookup, Runs
+from blockviz.store.runstore import Delegated
+from blockviz.store.studies import Studies
+from blockviz.store.writes import Writes
 
-PARTS = (_Connection, _Runs, _Queue, _Liveness, _Writes, _Reads)
+PARTS = {
+    "lookup": RunLookup,
+    "runs": Runs,
+    "studies": Studies,
+    "queue": Queue,
+    "liveness": Liveness,
+    "writes": Writes,
+    "reads": Reads,
+}
+# Public methods a part offers the other parts only (called with the store's lock held).
+FOR_PARTS = {"id_of", "ids", "names", "unique_name", "drop_buffered", "max_logged_step"}
+# RunStore's public names before it was composed of parts (seven mixins): all still there.
+PUBLIC_BEFORE = (
+    "attention",
+    "attention_steps",
+    "buffered_rows",
+    "bulk_load",
+    "check_integrity",
+    "claim_slot",
+    "claim_study_run",
+    "close",
+    "conn",
+    "create_run",
+    "create_study",
+    "delete_run",
+    "file_changed",
+    "final_metrics",
+    "flush",
+    "get_run",
+    "get_study",
+    "heartbeat",
+    "histograms",
+    "layer_stats",
+    "layer_steps",
+    "log_attention",
+    "log_histogram",
+    "log_layer_stats",
+    "log_metrics",
+    "log_sample",
+    "log_scalars",
+    "max_step",
+    "open_readable",
+    "path",
+    "queued_still",
+    "readonly",
+    "reap_dead",
+    "rename_run",
+    "requeue_runs",
+    "resolve",
+    "restore_rows",
+    "run_dir",
+    "run_statuses",
+    "runs_frame",
+    "runs_root",
+    "samples",
+    "scalar_names",
+    "scalars",
+    "set_notes",
+    "set_tags",
+    "settle_step",
+    "stop_unclaimed",
+    "studies_frame",
+    "study_active_runs",
+    "study_dir",
+    "study_runs",
+    "take_over",
+    "truncate_after",
+    "update_run",
+    "update_study",
+    "workspace",
+)
 
 
-@pytest.mark.parametrize("part", PARTS, ids=lambda part: part.__name__)
-def test_what_a_part_takes_from_the_others_exists_on_a_run_store(part, tmp_path):
-    """Each part declares the names it uses from the rest; a rename elsewhere fails here."""
+def _public_methods(part: type) -> set[str]:
+    return {
+        name
+        for name, value in vars(part).items()
+        if not name.startswith("_") and callable(value) and name not in vars(Part)
+    }
+
+
+def test_run_store_is_composed_of_parts_sharing_one_connection(tmp_path):
+    assert RunStore.__mro__ == (RunStore, object)  # no mixins
     with RunStore(tmp_path / "s.db") as opened:
-        missing = [name for name in part.__annotations__ if not hasattr(opened, name)]
+        assert isinstance(opened.db, Connection)
+        for attribute, part in PARTS.items():
+            assert type(getattr(opened, attribute)) is part
+            assert getattr(opened, attribute).db is opened.db
+
+
+def test_each_run_store_method_is_its_parts_method(tmp_path):
+    delegated = {n: d for n, d in vars(RunStore).items() if isinstance(d, Delegated)}
+    with RunStore(tmp_path / "s.db") as opened:
+        for name, delegate in delegated.items():
+            assert getattr(opened, name) == getattr(getattr(opened, delegate.part), name)
+            assert RunStore.__dict__[name].__doc__, name
+    for attribute, part in PARTS.items():
+        offered = _public_methods(part) - FOR_PARTS
+        missing = sorted(offered - set(delegated))
+        assert missing == [], f"{part.__name__} methods RunStore does not offer: {missing}"
+        assert all(delegated[name].part == attribute for name in offered)
+
+
+def test_the_public_names_from_before_the_parts_still_work(tmp_path):
+    with RunStore(tmp_path / "s.db") as opened:
+        missing = [name for name in PUBLIC_BEFORE if not hasattr(opened, name)]
     assert missing == []
 
 
 def test_no_two_parts_define_the_same_method():
     defined: dict[str, str] = {}
-    for part in PARTS:
-        for name, value in vars(part).items():
-            if callable(value) or isinstance(value, property | staticmethod):
-                assert name not in defined or name.startswith("__"), (name, defined.get(name))
-                defined[name] = part.__name__
+    for part in (Connection, *PARTS.values()):
+        for name in _public_methods(part):
+            assert name not in defined, (name, defined.get(name))
+            defined[name] = part.__name__
 
 
 def test_every_exported_name_is_importable():

@@ -23,7 +23,7 @@ def test_a_study_is_created_with_its_runs_in_order(tmp_path) -> None:
     with RunStore(tmp_path / "s.db") as store:
         study_id, run_ids = store.create_study("lr sweep", "sweep", "quick", {"k": 1}, _runs(4))
         study = store.get_study(study_id)
-        assert (study["name"], study["key"], study["status"], study["spec"]) == (
+        assert (study.name, study.key, study.status, study.spec) == (
             "lr sweep", "sweep", "running", {"k": 1},
         )  # fmt: skip
         runs = store.study_runs(study_id)
@@ -42,7 +42,7 @@ def test_workers_claim_each_run_once(tmp_path) -> None:
         study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(3))
         claimed = [store.claim_study_run(study_id, 100 + i, None) for i in range(4)]
         assert claimed == [*run_ids, None]
-        assert store.get_run(run_ids[1])["pid"] == 101
+        assert store.get_run(run_ids[1]).pid == 101
 
 
 def test_unclaimed_study_runs_are_not_reaped_but_claimed_dead_ones_are(tmp_path) -> None:
@@ -52,7 +52,7 @@ def test_unclaimed_study_runs_are_not_reaped_but_claimed_dead_ones_are(tmp_path)
         with sqlite3.connect(store.path) as conn:
             conn.execute("UPDATE runs SET created = 0")
         assert store.reap_dead() == [run_ids[0]]
-        assert store.get_run(run_ids[1])["status"] == "queued"
+        assert store.get_run(run_ids[1]).status == "queued"
 
 
 def test_stop_unclaimed_and_requeue(tmp_path) -> None:
@@ -65,9 +65,9 @@ def test_stop_unclaimed_and_requeue(tmp_path) -> None:
         assert store.stop_unclaimed(study_id) == 2
         assert store.study_active_runs(study_id) == []
         assert store.requeue_runs(run_ids) == 2  # the completed run stays as it is
-        assert store.get_run(first)["status"] == "completed"
+        assert store.get_run(first).status == "completed"
         again = store.get_run(run_ids[1])
-        assert (again["status"], again["pid"], again["step"]) == ("queued", None, 0)
+        assert (again.status, again.pid, again.step) == ("queued", None, 0)
         assert store.scalars(run_ids[1]).empty
         assert store.study_active_runs(study_id) == run_ids[1:]
 
@@ -76,7 +76,7 @@ def test_study_fields_and_ids_are_checked(tmp_path) -> None:
     with RunStore(tmp_path / "s.db") as store:
         study_id, _ = store.create_study("s", "sweep", "quick", {}, [])
         store.update_study(study_id, status="stopped", workers=[[1, 2.0]])
-        assert store.get_study(study_id)["workers"] == [[1, 2.0]]
+        assert store.get_study(study_id).workers == ((1, 2.0),)
         with pytest.raises(StoreError, match="status"):
             store.update_study(study_id, status="exploded")
         with pytest.raises(StoreError, match="cannot be set"):
@@ -103,7 +103,7 @@ def test_a_version_3_store_gains_studies(tmp_path) -> None:
         assert reader.runs_frame()["study_id"].isna().all()
     with RunStore(path) as store:
         study_id, _ = store.create_study("s", "sweep", "quick", {}, _runs(1))
-        assert store.get_run(old)["name"] == "old"
+        assert store.get_run(old).name == "old"
         assert len(store.study_runs(study_id)) == 1
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()

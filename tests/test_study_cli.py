@@ -44,17 +44,17 @@ def test_a_two_by_two_sweep_runs_to_the_end(tmp_path: Path, corpus: Path) -> Non
     assert "assumes 1 worker(s) at once, 1 thread each" in done.stdout
     with RunStore(store_path) as store:
         (study_id,) = store.studies_frame()["id"].tolist()
-        assert store.get_study(study_id)["status"] == "completed"
+        assert store.get_study(study_id).status == "completed"
         runs = store.study_runs(study_id)
         assert runs["status"].tolist() == ["completed"] * 4
         assert runs["variant"].tolist() == ["lr 0.001"] * 2 + ["lr 0.003"] * 2
         assert runs["seed"].tolist() == [1, 2, 1, 2]
-        configs = [store.get_run(int(i))["config"] for i in runs["id"]]
+        configs = [store.get_run(int(i)).config for i in runs["id"]]
         assert [c["train"]["lr"] for c in configs] == [1e-3, 1e-3, 3e-3, 3e-3]
         assert [c["train"]["seed"] for c in configs] == [1, 2, 1, 2]
         # One worker trained them all: one process id for every run, one thread each.
         assert runs["pid"].nunique() == 1
-        assert {store.get_run(int(i))["device"] for i in runs["id"]} == {"cpu, 1 thread"}
+        assert {store.get_run(int(i)).device for i in runs["id"]} == {"cpu, 1 thread"}
     listing = study(store_path, "list")
     assert listing.returncode == 0 and "completed" in listing.stdout and "4/4" in listing.stdout
     shown = study(store_path, "show", str(study_id))
@@ -73,7 +73,7 @@ def test_a_stopped_study_resumes_and_finishes(tmp_path: Path, corpus: Path) -> N
         deadline = time.monotonic() + 60
         while store.study_active_runs(1) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert store.get_study(1)["status"] == "stopped"
+        assert store.get_study(1).status == "stopped"
         statuses = store.study_runs(1)["status"].tolist()
         assert "queued" not in statuses and "running" not in statuses
         assert "stopped" in statuses  # at least the runs no worker had claimed
@@ -81,14 +81,14 @@ def test_a_stopped_study_resumes_and_finishes(tmp_path: Path, corpus: Path) -> N
     assert again.returncode == 0 and "queued again" in again.stdout
     with RunStore(store_path) as store:
         deadline = time.monotonic() + 120
-        while store.get_study(1)["status"] == "running" and time.monotonic() < deadline:
+        while store.get_study(1).status == "running" and time.monotonic() < deadline:
             time.sleep(0.3)
-        assert store.get_study(1)["status"] == "completed"
+        assert store.get_study(1).status == "completed"
         assert store.study_runs(1)["status"].tolist() == ["completed"] * 3
         assert study_runner.progress(store, 1).finished == 3
         # By default each run takes its share of the cores: cores ÷ run slots.
         share = hardware.threads_text(hardware.share_of_cores(hardware.default_slots()))
-        devices = {store.get_run(int(i))["device"] for i in store.study_runs(1)["id"]}
+        devices = {store.get_run(int(i)).device for i in store.study_runs(1)["id"]}
         assert devices == {f"cpu, {share}"}
     assert "nothing to resume" in study(store_path, "resume", "1").stdout
 

@@ -41,7 +41,7 @@ def test_a_running_study_without_live_workers_is_interrupted_and_resumes(store, 
     assert started == [study_id]
     again = store.study_runs(study_id).set_index("id")["status"]
     assert again[run_ids[0]] == "queued" and again[run_ids[1]] == "completed"
-    assert store.get_run(run_ids[0])["pid"] is None
+    assert store.get_run(run_ids[0]).pid is None
 
 
 def test_stop_skips_the_queued_runs_and_resume_refuses_a_running_study(store, monkeypatch):
@@ -50,7 +50,7 @@ def test_stop_skips_the_queued_runs_and_resume_refuses_a_running_study(store, mo
     with pytest.raises(study_runner.StudyError, match="still running"):
         study_runner.resume(store, study_id)
     assert "2 queued run(s) skipped" in study_runner.stop(store, study_id)
-    assert store.get_study(study_id)["status"] == "stopped"
+    assert store.get_study(study_id).status == "stopped"
     assert study_runner.stop(store, study_id) == "already stopped"
     monkeypatch.setattr(study_runner, "start_workers", lambda *a, **k: [])
     assert study_runner.resume(store, study_id) == 2
@@ -61,7 +61,7 @@ def test_a_finished_study_has_nothing_to_resume(store):
     store.update_run(run_ids[0], status="completed")
     store.update_study(study_id, status="stopped")
     assert study_runner.resume(store, study_id) == 0
-    assert store.get_study(study_id)["status"] == "completed"
+    assert store.get_study(study_id).status == "completed"
 
 
 def test_estimates_grow_with_the_work() -> None:
@@ -101,7 +101,7 @@ def test_study_show_and_list_reap_a_dead_run_as_runs_does(store, monkeypatch, ca
     assert cli.main(["study", "show", str(study_id), *where]) == 0
     shown = capsys.readouterr().out
     assert "0 running, 1 queued, 1 stopped or failed" in shown
-    assert store.get_run(run_id)["status"] == "failed"  # what `runs` would say
+    assert store.get_run(run_id).status == "failed"  # what `runs` would say
 
     store.update_run(run_id, status="running", heartbeat=time.time() - 3600)
     assert cli.main(["study", "list", "--json", *where]) == 0

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from blockviz.core import config as cfg
-from blockviz.store import RunStore
+from blockviz.store import RunRecord, RunStore
 from blockviz.views import summary
 
 
@@ -27,8 +27,7 @@ DIVERGED = frame(
 
 
 def test_the_facts_of_a_divergence() -> None:
-    run = {"diverged_step": 10, "error": "loss is inf at step 10"}
-    facts = summary.summarize_divergence(run, DIVERGED)
+    facts = summary.summarize_divergence(DIVERGED, diverged_step=10, error="loss is inf at step 10")
     assert facts.step == 10
     assert facts.last_finite_loss == pytest.approx(1.1) and facts.last_finite_step == 9
     assert facts.nonfinite_step == 10
@@ -40,20 +39,20 @@ def test_the_facts_of_a_divergence() -> None:
 
 
 def test_without_a_stored_step_the_first_non_finite_step_is_where() -> None:
-    facts = summary.summarize_divergence({"diverged_step": None}, DIVERGED)
+    facts = summary.summarize_divergence(DIVERGED, diverged_step=None)
     assert facts.step == 10 and facts.error is None
 
 
 def test_a_divergence_with_nothing_read_still_has_a_headline() -> None:
-    facts = summary.summarize_divergence({}, frame([]))
+    facts = summary.summarize_divergence(frame([]))
     assert facts == summary.Divergence(None, None, None, None, (), None)
     assert summary.render_divergence(facts) == "This run diverged."
 
 
 def test_the_plain_sentences() -> None:
-    run = {"diverged_step": 1234, "error": "loss is inf"}
     scalars = frame([(1200, "train/loss", 2.3125), (1234, "train/loss", -math.inf)])
-    assert summary.render_divergence(summary.summarize_divergence(run, scalars)) == (
+    facts = summary.summarize_divergence(scalars, diverged_step=1234, error="loss is inf")
+    assert summary.render_divergence(facts) == (
         "This run diverged at step 1,234. The last finite training loss was 2.312 at step "
         "1,200. At step 1,234: train/loss = -inf. loss is inf"
     )
@@ -62,17 +61,17 @@ def test_the_plain_sentences() -> None:
 def test_markup_wraps_the_headline_names_and_the_users_text_only() -> None:
     from blockviz.dashboard import ui
 
-    run = {"diverged_step": 10, "error": "![t](http://127.0.0.1:9/p.png) **boom**"}
+    error = "![t](http://127.0.0.1:9/p.png) **boom**"
     scalars = frame([(9, "train/loss", 1.5), (10, "odd`name", math.nan)])
     text = summary.render_divergence(
-        summary.summarize_divergence(run, scalars),
+        summary.summarize_divergence(scalars, diverged_step=10, error=error),
         bold=lambda s: f"**{s}**",
         code=ui.literal,
         text=ui.plain,
     )
     assert text.startswith("**This run diverged at step 10.** ")
     assert f"{ui.literal('odd`name')} = NaN." in text
-    assert text.endswith(ui.plain(run["error"]))
+    assert text.endswith(ui.plain(error))
     assert "![t]" not in text and "**boom**" not in text
 
 
@@ -104,7 +103,7 @@ def test_read_divergence_reads_the_last_steps_whole(tmp_path) -> None:
 def test_stored_model_config_is_none_when_missing_or_damaged(
     stored: Any, n_layer: int | None
 ) -> None:
-    model = summary.stored_model_config({"config": stored})
+    model = summary.stored_model_config(RunRecord(id=1, name="r", config=stored))
     assert (model.n_layer if model else None) == n_layer
     if model is not None:
         assert model.attention is False

@@ -53,9 +53,9 @@ def test_store_keeps_tags_and_notes_and_lists_them(tmp_path):
     with RunStore(tmp_path / "runs.db") as store:
         tagged = store.create_run("a", "{}", tags="x, y", notes="why I ran it")
         plain = store.create_run("b", "{}")
-        assert store.get_run(tagged)["tags"] == ["x", "y"]
-        assert store.get_run(tagged)["notes"] == "why I ran it"
-        assert store.get_run(plain)["tags"] is None
+        assert store.get_run(tagged).tags == ("x", "y")
+        assert store.get_run(tagged).notes == "why I ran it"
+        assert store.get_run(plain).tags is None
         assert store.set_tags(plain, ["z", "z"]) == ("z",)
         assert store.set_notes(tagged, " new\x07 ") == "new"
         frame = store.runs_frame()
@@ -72,7 +72,7 @@ def test_store_refuses_bad_tags_as_a_store_error_and_keeps_the_old_ones(tmp_path
             store.set_tags(run, "bad tag")
         with pytest.raises(StoreError, match="a space"):
             store.create_run("b", "{}", tags="bad tag")
-        assert store.get_run(run)["tags"] == ["keep"]
+        assert store.get_run(run).tags == ("keep",)
         assert list(store.runs_frame()["name"]) == ["a"]
 
 
@@ -88,11 +88,11 @@ def test_a_version_2_store_gains_tags_and_notes_when_opened_for_writing(tmp_path
         conn.execute("DROP TABLE studies")
         conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     with RunStore(path, readonly=True) as reader:  # read as it is
-        assert reader.get_run(old)["tags"] is None
+        assert reader.get_run(old).tags is None
         assert reader.runs_frame()["tags"].tolist() == [""]
     with RunStore(path) as store:
         assert store.set_tags(old, "kept") == ("kept",)
-        assert store.get_run(old)["name"] == "old"
+        assert store.get_run(old).name == "old"
     with sqlite3.connect(path) as conn:
         version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     assert int(version[0]) == SCHEMA_VERSION == 4

@@ -106,12 +106,12 @@ def test_both_runs_complete_with_their_precision(two_runs):
     store, ids, results = two_runs
     for name, run_id in ids.items():
         run = store.get_run(run_id)
-        assert run["status"] == "completed" and run["step"] == 30
-        assert run["precision"] == {"fp32": "32-true", "bf16": "bf16-mixed"}[name]
+        assert run.status == "completed" and run.step == 30
+        assert run.precision == {"fp32": "32-true", "bf16": "bf16-mixed"}[name]
         # fp32 asked for one thread; bf16 took its share of the cores (cores ÷ slots).
         threads = 1 if name == "fp32" else hardware.default_threads()
-        assert run["device"] == f"cpu, {hardware.threads_text(threads)}"
-        assert run["final"]["steps"] == 30 and run["final"]["val_loss"] > 0
+        assert run.device == f"cpu, {hardware.threads_text(threads)}"
+        assert run.final["steps"] == 30 and run.final["val_loss"] > 0
         assert f"run {run_id} " in results[name][1].splitlines()[-1]  # id printed at the end
 
 
@@ -130,7 +130,7 @@ def test_concurrent_runs_lose_no_rows(two_runs):
 def test_probes_recorded_every_layer_component_and_tap(two_runs):
     store, ids, _ = two_runs
     run_id = ids["fp32"]
-    config = store.get_run(run_id)["config"]
+    config = store.get_run(run_id).config
     n_layer = config["model"]["n_layer"]
     grads = store.layer_stats(run_id, kind="component", stat="grad_norm")
     at_zero = grads[grads.step == 0]
@@ -216,9 +216,9 @@ def test_a_run_with_every_instability_fix_trains_and_says_so(tmp_path, corpus, c
     assert code == 0, err
     with RunStore(store_path) as store:
         run = store.get_run(1)
-        assert run["status"] == "completed" and run["step"] == 5
-        assert {"qknorm", "softcap30", "zloss0.0001"} <= set(run["name"].split("-"))
-        model, train = run["config"]["model"], run["config"]["train"]
+        assert run.status == "completed" and run.step == 5
+        assert {"qknorm", "softcap30", "zloss0.0001"} <= set(run.name.split("-"))
+        model, train = run.config["model"], run.config["train"]
         assert (model["qk_norm"], model["logit_softcap"], train["z_loss"]) == (True, 30.0, 1e-4)
         loss = store.scalars(1, names="train/loss")
         assert len(loss) == 5 and loss.value.between(0, 10).all()  # cross-entropies
@@ -241,7 +241,7 @@ def test_divergence_is_a_result_not_a_crash(tmp_path, corpus, capsys):
     assert "diverged at step 1" in out
     with RunStore(store_path) as store:
         run = store.get_run(1)
-        assert run["status"] == "diverged" and run["diverged_step"] == 1
+        assert run.status == "diverged" and run.diverged_step == 1
         loss = store.scalars(1, names="train/loss").set_index("step").value
         assert list(loss.index) == [0, 1]
         assert not torch.isfinite(torch.tensor(loss[1]))  # the bad value is recorded
@@ -263,7 +263,7 @@ def test_a_divergence_on_a_sample_step_is_still_diverged(tmp_path, corpus):
     assert code == 0, err
     with RunStore(store_path) as store:
         run = store.get_run(1)
-        assert (run["status"], run["diverged_step"], run["error"]) == ("diverged", 1, None)
+        assert (run.status, run.diverged_step, run.error) == ("diverged", 1, None)
         assert store.samples(1)["step"].tolist() == [0]  # nothing sampled from non-finite logits
 
 
@@ -276,15 +276,15 @@ def test_sigterm_stops_with_a_checkpoint_and_resume_continues_from_it(tmp_path, 
     assert code == 0, err
     with RunStore(store_path) as store:
         run = store.get_run(1)
-        stopped_at = run["step"]
-        assert run["status"] == "stopped" and stopped_at >= 5
-        assert run["final"]["time_s"] > 0
+        stopped_at = run.step
+        assert run.status == "stopped" and stopped_at >= 5
+        assert run.final["time_s"] > 0
         # Pretend the first session trained for 1000 s: the resumed run must count it.
-        store.update_run(1, final={**run["final"], "time_s": 1000.0})
+        store.update_run(1, final={**run.final, "time_s": 1000.0})
         # ... and that it was recorded before the evaluation set (no record of its windows):
         # resumed, it must keep scoring on the windows its training seed draws.
-        assert run["dataset"]["evaluation"]["scheme"] == "eval-seed"
-        store.update_run(1, dataset={k: v for k, v in run["dataset"].items() if k != "evaluation"})
+        assert run.dataset["evaluation"]["scheme"] == "eval-seed"
+        store.update_run(1, dataset={k: v for k, v in run.dataset.items() if k != "evaluation"})
         assert f"stopped at step {stopped_at}" in out
         checkpoint = store.run_dir(1) / "checkpoints" / "last.ckpt"
         assert torch.load(checkpoint, weights_only=True)["global_step"] == stopped_at
@@ -301,14 +301,14 @@ def test_sigterm_stops_with_a_checkpoint_and_resume_continues_from_it(tmp_path, 
     assert f"resuming from step {stopped_at}" in out
     with RunStore(store_path) as store:
         run = store.get_run(1)
-        assert run["status"] == "completed" and run["step"] == target
+        assert run.status == "completed" and run.step == target
         steps = sorted(store.scalars(1, names="train/loss").step)
         assert steps == list(range(target))  # continued, not restarted or duplicated
         # Time adds up over both sessions; started..ended spans them (the pause left out).
-        assert 1000.0 < run["final"]["time_s"] < 1000.0 + 300
-        assert run["ended"] - run["started"] >= 1000.0
-        assert run["dataset"]["evaluation"]["scheme"] == "training-seed"
-        assert run["dataset"]["evaluation"]["seed"] == 1337 + 1_000_003
+        assert 1000.0 < run.final["time_s"] < 1000.0 + 300
+        assert run.ended - run.started >= 1000.0
+        assert run.dataset["evaluation"]["scheme"] == "training-seed"
+        assert run.dataset["evaluation"]["seed"] == 1337 + 1_000_003
 
 
 def test_kill_9_is_seen_as_failed(tmp_path, corpus):
@@ -319,10 +319,10 @@ def test_kill_9_is_seen_as_failed(tmp_path, corpus):
     proc.wait(timeout=30)
     time.sleep(1.0)
     with RunStore(store_path) as store:
-        assert store.get_run(1)["status"] == "running"  # nobody told the store
+        assert store.get_run(1).status == "running"  # nobody told the store
         assert store.reap_dead(stale_after=0.5) == [1]
         run = store.get_run(1)
-        assert run["status"] == "failed" and str(proc.pid) in run["error"]
+        assert run.status == "failed" and str(proc.pid) in run.error
 
 
 def test_a_queued_run_waits_for_a_slot_and_ctrl_c_stops_it_cleanly(tmp_path, corpus):
@@ -338,12 +338,12 @@ def test_a_queued_run_waits_for_a_slot_and_ctrl_c_stops_it_cleanly(tmp_path, cor
                 break
             time.sleep(0.2)
         time.sleep(1.5)  # a few polls of the slot later, still waiting
-        assert store.get_run(2)["status"] == "queued"
+        assert store.get_run(2).status == "queued"
     proc.send_signal(signal.SIGINT)  # Ctrl-C takes the same path as SIGTERM
     code, _, err = finish(proc)
     assert code == 0, err
     with RunStore(store_path) as store:
-        assert store.get_run(2)["status"] == "stopped"
+        assert store.get_run(2).status == "stopped"
         assert store.scalars(2).empty
 
 
@@ -354,7 +354,7 @@ def test_stop_marks_a_queued_run_without_a_process_stopped(tmp_path, capsys):
     assert cli.main(["stop", "waiting", "--store", str(store_path)]) == 0
     assert "marked stopped" in capsys.readouterr().out
     with RunStore(store_path) as store:
-        assert store.get_run(1)["status"] == "stopped"
+        assert store.get_run(1).status == "stopped"
 
 
 # ------------------------------------------------------------------ bad input
@@ -413,7 +413,7 @@ def test_a_precreated_run_with_bad_data_is_marked_failed(tmp_path, capsys):
     assert "/no/such/file.txt" in capsys.readouterr().err
     with RunStore(store_path) as store:
         run = store.get_run(run_id)
-        assert run["status"] == "failed" and "/no/such/file.txt" in run["error"]
+        assert run.status == "failed" and "/no/such/file.txt" in run.error
 
 
 # ------------------------------------------------------------------ DDP on CPU
@@ -469,7 +469,7 @@ def test_a_run_stopped_before_its_process_registered_stays_stopped(
     assert cli.main([*argv, "--preset", "tiny", "--max_steps", "5", "--no_progress"]) == 0
     assert "stopped before it started" in capsys.readouterr().out
     with RunStore(store_path) as store:
-        assert store.get_run(run_id)["status"] == "stopped"
+        assert store.get_run(run_id).status == "stopped"
         assert store.scalars(run_id).empty
 
 
@@ -489,4 +489,4 @@ def test_a_run_stopped_while_it_waits_for_a_slot_is_never_claimed(tmp_path):
         started = time.monotonic()
         assert _wait_for_slot(store, waiting, 1, StopRequest()) is False
         assert time.monotonic() - started < 5
-        assert store.get_run(waiting)["status"] == "stopped"
+        assert store.get_run(waiting).status == "stopped"

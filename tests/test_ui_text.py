@@ -91,17 +91,17 @@ def evil(store: RunStore, real_runs: RealRuns) -> dict[str, int]:
     by_status = {}
     for index, run_id in enumerate(ids):
         run = store.get_run(run_id)
-        config = run["config"]
+        config = run.config
         config["data"]["dataset"] = PIXEL
         fields: dict[str, Any] = {"config": config, "dataset": {"name": PIXEL}}
-        if run["status"] in ("failed", "diverged"):
+        if run.status in ("failed", "diverged"):
             fields["error"] = f"RuntimeError: {EVIL}"
         store.update_run(run_id, **fields)
         store.rename_run(run_id, f"{EVIL} {index}")
         log = store.run_dir(run_id) / "train.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(f"step 1\n{EVIL}\n")
-        by_status[run["status"]] = run_id
+        by_status[run.status] = run_id
     store.flush()
     return by_status
 
@@ -167,7 +167,7 @@ def test_pages_show_user_text_as_plain_text(evil: dict[str, int], page: str) -> 
 def test_train_progress_shows_the_name_as_typed(store: RunStore, evil: dict[str, int]) -> None:
     at = open_page("pages/train.py")
     (bar,) = at.get("progress")
-    name = store.get_run(evil["running"])["name"]
+    name = store.get_run(evil["running"]).name
     assert name in shown(bar.proto.text)
     assert_no_active_markdown(at)
 
@@ -180,7 +180,7 @@ def test_live_and_runs_show_names_and_errors_as_plain_text(
     run_id = evil[status]
     at = open_page(page, run_id=run_id)
     assert_no_active_markdown(at)
-    name = store.get_run(run_id)["name"]
+    name = store.get_run(run_id).name
     if page == "pages/live.py":
         assert [shown(h.value) for h in at.subheader][:1] == [f"#{run_id} {name}"]
     else:  # the selected row of the table, whose cells are plain text
@@ -210,7 +210,7 @@ def test_runs_page_flash_after_add_to_compare_is_plain_text(
     at = open_page("pages/runs.py", run_id=evil["completed"])
     at.button(key="runs.compare").click().run()
     assert_no_active_markdown(at)
-    name = store.get_run(evil["completed"])["name"]
+    name = store.get_run(evil["completed"]).name
     assert any(name in shown(s.value) for s in at.success)
 
 

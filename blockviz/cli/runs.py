@@ -116,9 +116,9 @@ def cli_show(args: argparse.Namespace) -> int:
     with _open_store(args) as store:
         store.reap_dead()
         run = store.get_run(args.run)
-        samples = store.samples(run["id"], limit=1)
-        final = store.final_metrics([run["id"]])
-        divergence = read_divergence(store, run) if run["status"] == "diverged" else None
+        samples = store.samples(run.id, limit=1)
+        final = store.final_metrics([run.id])
+        divergence = read_divergence(store, run) if run.status == "diverged" else None
         found = read_findings(store, run)
     last_sample = (
         None
@@ -134,7 +134,7 @@ def cli_show(args: argparse.Namespace) -> int:
         print(
             json.dumps(
                 {
-                    **run,
+                    **run.to_dict(),
                     "final_metrics": metrics,
                     "last_sample": last_sample,
                     "divergence": None if divergence is None else asdict(divergence),
@@ -147,26 +147,26 @@ def cli_show(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     lines: list[tuple[str, str]] = [
-        ("run", f"{run['id']} ({run['name']})"),
+        ("run", f"{run.id} ({run.name})"),
         (
             "status",
-            str(run["status"])
-            + (f" at step {run['diverged_step']}" if run["diverged_step"] is not None else ""),
+            str(run.status)
+            + (f" at step {run.diverged_step}" if run.diverged_step is not None else ""),
         ),
-        ("step", f"{_fmt(run['step'])}/{_fmt(run['max_steps'])}"),
-        ("created", _when(run["created"])),
-        ("started", _when(run["started"])),
-        ("ended", _when(run["ended"])),
-        ("device", f"{run['device'] or '-'}, precision {run['precision'] or '-'}"),
-        ("params", _fmt(run["n_params"], ",")),
+        ("step", f"{_fmt(run.step)}/{_fmt(run.max_steps)}"),
+        ("created", _when(run.created)),
+        ("started", _when(run.started)),
+        ("ended", _when(run.ended)),
+        ("device", f"{run.device or '-'}, precision {run.precision or '-'}"),
+        ("params", _fmt(run.n_params, ",")),
     ]
-    dataset = run.get("dataset") or {}
+    dataset = run.dataset or {}
     if dataset:
         size = f"{dataset.get('n_chars', 0):,} chars, vocab {dataset.get('vocab_size')}"
         lines.append(("dataset", f"{dataset.get('name')}: {size}"))
         lines.append(("val loss on", evaluation.scored_on(dataset)))
-    lines.append(("tags", tags_text(run.get("tags")) or "-"))
-    lines += _config_summary(run.get("config"))
+    lines.append(("tags", tags_text(run.tags) or "-"))
+    lines += _config_summary(run.config)
     shown = (
         "train_loss",
         "val_loss",
@@ -186,9 +186,9 @@ def cli_show(args: argparse.Namespace) -> int:
     ]
     if values:
         lines.append(("metrics", ", ".join(values)))
-    if run.get("error"):
-        lines.append(("error", str(run["error"])))
-    notes = run.get("notes") or ""
+    if run.error:
+        lines.append(("error", str(run.error)))
+    notes = run.notes or ""
     if notes:
         lines.append(("notes", notes))
     width = max(len(label) for label, _ in lines)
@@ -210,7 +210,7 @@ def cli_stop(args: argparse.Namespace) -> int:
     # Writable, not `_open_store`: a stop records `stopped` / `failed` when the run cannot.
     with RunStore(args.store or None) as store:
         run = store.get_run(args.run)  # RUN may be a name; stop_run takes the id
-        outcome = runner.stop_run(store, int(run["id"]))
-    label = f"run {run['id']} ({run['name']})"
+        outcome = runner.stop_run(store, int(run.id))
+    label = f"run {run.id} ({run.name})"
     print(f"{label}: {outcome.message}", file=sys.stdout if outcome.ok else sys.stderr)
     return EXIT_OK if outcome.ok else EXIT_FAILED

@@ -288,24 +288,24 @@ def _show(args: argparse.Namespace) -> int:
         if args.json:
             from blockviz.views.studies import text as study_text
 
-            print(json.dumps(study_text.summary_json(store, int(study["id"])), indent=2))
+            print(json.dumps(study_text.summary_json(store, int(study.id)), indent=2))
             return EXIT_OK
-        now = study_runner.progress(store, int(study["id"]))
-        plan = studies.plan_from_spec(study["spec"])
-        print(f"study {study['id']}: {study['name']} ({plan.key}, {plan.size}) — {now.label}")
+        now = study_runner.progress(store, int(study.id))
+        plan = studies.plan_from_spec(study.spec)
+        print(f"study {study.id}: {study.name} ({plan.key}, {plan.size}) — {now.label}")
         print(f"question: {plan.question}")
         print(
             f"runs: {now.finished}/{now.total} done, {now.running} running, "
             f"{now.queued} queued, {now.unfinished} stopped or failed"
         )
-        print(_verdict_lines(store, int(study["id"])))
+        print(_verdict_lines(store, int(study.id)))
     return EXIT_OK
 
 
 def _stop(args: argparse.Namespace) -> int:
     with RunStore(args.store or None) as store:
         study = store.get_study(args.id)
-        print(f"blockviz: study {study['id']} {study_runner.stop(store, int(study['id']))}")
+        print(f"blockviz: study {study.id} {study_runner.stop(store, int(study.id))}")
     return EXIT_OK
 
 
@@ -315,12 +315,12 @@ def _resume(args: argparse.Namespace) -> int:
     with RunStore(args.store or None) as store:
         study = store.get_study(args.id)
         queued = study_runner.resume(
-            store, int(study["id"]), workers=args.workers, threads=args.threads
+            store, int(study.id), workers=args.workers, threads=args.threads
         )
         if queued:
-            print(f"blockviz: study {study['id']}: {queued} run(s) queued again")
+            print(f"blockviz: study {study.id}: {queued} run(s) queued again")
         else:
-            print(f"blockviz: study {study['id']}: every run has finished; nothing to resume")
+            print(f"blockviz: study {study.id}: every run has finished; nothing to resume")
     return EXIT_OK
 
 
@@ -333,7 +333,7 @@ def _export(args: argparse.Namespace) -> int:
     out = Path(args.out).expanduser()
     with _store(args) as store:
         study = store.get_study(args.id)
-        data = study_report.build_study_zip(store, int(study["id"]))
+        data = study_report.build_study_zip(store, int(study.id))
         name = study_report.zip_name(study)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / name, data)

@@ -8,9 +8,8 @@ Facts first (a dataclass), words second (`render_divergence`), so the findings (
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,11 +29,14 @@ class Divergence:
     error: str | None  # what the run recorded when it stopped
 
 
-def summarize_divergence(run: Mapping[str, Any], scalars: pd.DataFrame) -> Divergence:
-    """The facts of a divergence from the run's row and its scalars around the step."""
+def summarize_divergence(
+    scalars: pd.DataFrame, *, diverged_step: int | None = None, error: str | None = None
+) -> Divergence:
+    """The facts of a divergence from the run's scalars around the step and what its row
+    recorded (the step it diverged at, its error)."""
     values = scalars["value"].to_numpy(dtype=float)
     bad = scalars[~np.isfinite(values)]
-    step = run.get("diverged_step")
+    step = diverged_step
     if step is None and not bad.empty:
         step = int(bad["step"].min())
     loss = scalars[scalars["name"] == spec.TRAIN_LOSS]
@@ -51,7 +53,7 @@ def summarize_divergence(run: Mapping[str, Any], scalars: pd.DataFrame) -> Diver
             (str(name), float(value))
             for name, value in zip(first["name"], first["value"], strict=True)
         ),
-        error=str(run["error"]) if run.get("error") else None,
+        error=str(error) if error else None,
     )
 
 

@@ -3,7 +3,7 @@ what the x axis of every time-series chart shows (step, wall-clock time, tokens 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from blockviz.core.spec import FINISHED_STATUSES
+from blockviz.store import RunRecord
 from blockviz.views import charts
 
 SMOOTHING_DEFAULT = 0.6  # TensorBoard's default weight: noise damped, trends still sharp
@@ -89,7 +90,7 @@ def x_axis_widget(key_prefix: str) -> None:
     )
 
 
-def x_axis_choice(key_prefix: str, runs: Sequence[Mapping[str, Any]], scalars: Any) -> XChoice:
+def x_axis_choice(key_prefix: str, runs: Sequence[RunRecord], scalars: Any) -> XChoice:
     """The x axis chosen under `key_prefix`, for these runs.
 
     `runs` are the runs drawn (rows with id, name and config) and `scalars` hold their
@@ -100,10 +101,10 @@ def x_axis_choice(key_prefix: str, runs: Sequence[Mapping[str, Any]], scalars: A
     kind = st.session_state.get(f"{key_prefix}.x_axis", "step")
     kind = kind if kind in charts.X_AXES else "step"
     clocks = charts.run_clocks(runs, scalars)
-    missing = clocks.missing(kind, [int(r["id"]) for r in runs])
+    missing = clocks.missing(kind, [int(r.id) for r in runs])
     note = None
     if missing:
-        names = {int(r["id"]): str(r["name"]) for r in runs}
+        names = {int(r.id): str(r.name) for r in runs}
         whose = "this run" if len(runs) == 1 else "run " + ", ".join(names[i] for i in missing)
         if kind == "time":
             what = charts.NO_TIME_NOTE.replace("this run", whose)
@@ -114,7 +115,7 @@ def x_axis_choice(key_prefix: str, runs: Sequence[Mapping[str, Any]], scalars: A
     return XChoice(kind, charts.X_AXES[kind], clocks, note)
 
 
-def x_axis_control(key_prefix: str, runs: Sequence[Mapping[str, Any]], scalars: Any) -> XChoice:
+def x_axis_control(key_prefix: str, runs: Sequence[RunRecord], scalars: Any) -> XChoice:
     """One segmented control for the whole page (`x_axis_widget`) and what it chose for
     these runs (`x_axis_choice`)."""
     x_axis_widget(key_prefix)

@@ -18,6 +18,7 @@ import streamlit as st
 from blockviz.core.findings import Finding
 from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.dashboard import relaunch, ui
+from blockviz.store import RunRecord
 from blockviz.views.run_findings import ACTIVE_EVERY_S, RunFindings, suggestion_text, unsure
 
 MARK_KEY = "live.mark"  # {"run": id, "step": step, "label": text}: the marked step
@@ -58,10 +59,8 @@ def _value(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value).lower()
 
 
-def _buttons(
-    run: dict[str, Any], finding: Finding, index: int, show: Callable[[Finding], None]
-) -> None:
-    run_id = int(run["id"])
+def _buttons(run: RunRecord, finding: Finding, index: int, show: Callable[[Finding], None]) -> None:
+    run_id = int(run.id)
     where = f"the {finding.tab} tab" + (
         f", step {finding.step:,} marked" if finding.step is not None else ""
     )
@@ -88,7 +87,7 @@ def _buttons(
 
 
 def findings_panel(
-    run: dict[str, Any],
+    run: RunRecord,
     found: RunFindings,
     show: Callable[[Finding], None],
     as_of: int | None = None,
@@ -116,7 +115,7 @@ def findings_panel(
     unmade = any(unsure(f) for f in rest)
     icon = ICONS["warning" if serious else "info" if unmade else "ok"]
     label = f"Findings ({len(rest)}, newest first)"
-    training = str(run.get("status")) in ACTIVE_STATUSES
+    training = str(run.status) in ACTIVE_STATUSES
     if unmade and training:
         label += ": some checks cannot be made yet"
     with st.expander(label, expanded=serious > 0 or (unmade and not training), icon=icon):
@@ -128,5 +127,5 @@ def findings_panel(
                 text += f" *Try:* {ui.plain(suggestion_text(finding.suggestion))}"
             st.caption(text)
             _buttons(run, finding, index, show)
-    if current_mark(int(run["id"])) is not None:
+    if current_mark(int(run.id)) is not None:
         st.button("Clear the marked step", key="live.finding.clear", on_click=_clear_mark)

@@ -22,7 +22,7 @@ from blockviz.dashboard import sidebar, store_access, ui
 from blockviz.dashboard.config_fields import ALL_FIELDS, DATASET_CHOICES, UPLOAD_CHOICE
 from blockviz.dashboard.uploads import UPLOAD_INFO_KEY, accept_upload
 from blockviz.launch import runner
-from blockviz.store import RunStore
+from blockviz.store import RunRecord, RunStore
 
 TRAIN_PAGE = "pages/train.py"
 _GO_KEY = "relaunch.go"  # the callback's messages: the page then switches to Train
@@ -44,9 +44,7 @@ def closest_preset(run_config: RunConfig) -> str:
     return min(PRESETS, key=lambda name: len(config.diff(config.preset(name), run_config)))
 
 
-def load_run_config(
-    run: dict[str, Any], changes: dict[str, Any] | None = None
-) -> tuple[str, list[str]]:
+def load_run_config(run: RunRecord, changes: dict[str, Any] | None = None) -> tuple[str, list[str]]:
     """Put the run's config, with `changes` (field: value) on top, into the sidebar's
     widgets; ('error' | 'ok', messages).
 
@@ -55,9 +53,9 @@ def load_run_config(
     between fields) is loaded, and the sidebar shows the field to fix. A dataset file
     that still exists becomes the upload; a missing one keeps the current dataset.
     """
-    refused = f"Run #{run['id']}'s config cannot be loaded"
+    refused = f"Run #{run.id}'s config cannot be loaded"
     try:
-        run_config = RunConfig.from_dict(run.get("config") or {})
+        run_config = RunConfig.from_dict(run.config or {})
         if changes:
             run_config = config.replace(run_config, **changes)
     except ConfigError as exc:
@@ -71,12 +69,11 @@ def load_run_config(
     st.session_state[sidebar.PRESET_KEY] = closest_preset(run_config)
     sidebar.apply_run_config(run_config)
     st.session_state.pop(sidebar.NAME_KEY, None)  # the name follows the suggestion again
-    messages = [f"Loaded run #{run['id']} {run['name']}'s config; change a field and Launch."]
+    messages = [f"Loaded run #{run.id} {run.name}'s config; change a field and Launch."]
     if changes:
         changed = ", ".join(f"{name} {value!r}" for name, value in changes.items())
         messages = [
-            f"Loaded run #{run['id']} {run['name']}'s config with {changed}; press Launch "
-            "to try it."
+            f"Loaded run #{run.id} {run.name}'s config with {changed}; press Launch to try it."
         ]
     dataset = run_config.data.dataset
     if dataset not in DATASET_CHOICES:
@@ -112,7 +109,7 @@ def _dataset_file(dataset: str, previous: str | None) -> str | None:
     return None
 
 
-def _on_relaunch(run: dict[str, Any], changes: dict[str, Any] | None = None) -> None:
+def _on_relaunch(run: RunRecord, changes: dict[str, Any] | None = None) -> None:
     outcome, messages = load_run_config(run, changes)
     if outcome == "error":
         for message in messages:
@@ -121,7 +118,7 @@ def _on_relaunch(run: dict[str, Any], changes: dict[str, Any] | None = None) -> 
         st.session_state[_GO_KEY] = messages  # for Train, which the page switches to
 
 
-def relaunch_button(run: dict[str, Any], key: str, container: Any = st) -> None:
+def relaunch_button(run: RunRecord, key: str, container: Any = st) -> None:
     """'Edit & relaunch': the run's config into the sidebar, then the Train page."""
     container.button(
         "Edit & relaunch",
@@ -135,7 +132,7 @@ def relaunch_button(run: dict[str, Any], key: str, container: Any = st) -> None:
 
 
 def try_button(
-    run: dict[str, Any], changes: dict[str, Any], key: str, label: str, help_text: str
+    run: RunRecord, changes: dict[str, Any], key: str, label: str, help_text: str
 ) -> None:
     """A button that loads the run's config with `changes` into the sidebar, then Train.
 
@@ -158,13 +155,13 @@ def go_to_train() -> None:
 
 
 def resume_button(
-    store: RunStore, run: dict[str, Any], key: str, writable: bool, container: Any = st
+    store: RunStore, run: RunRecord, key: str, writable: bool, container: Any = st
 ) -> bool:
     """'Resume' where `train --resume` can continue the run, else disabled with the reason.
 
     True when a resume was started (the caller reruns to show it).
     """
-    run_id = int(run["id"])
+    run_id = int(run.id)
     blocker = runner.resume_blocker(run, runner.checkpoint_path(store, run_id).is_file())
     if not writable:
         help_text = store_access.READONLY_NOTICE
@@ -188,7 +185,7 @@ def resume_button(
             st.code(exc.log_tail, language=None)
         return False
     st.session_state[_RESUMED_KEY] = time.monotonic()
-    ui.flash("success", f"Resuming run #{run_id} {run['name']} from its last checkpoint.")
+    ui.flash("success", f"Resuming run #{run_id} {run.name} from its last checkpoint.")
     return True
 
 

@@ -7,13 +7,11 @@ what was typed. A refusal is kept for the page to show under the boxes.
 
 from __future__ import annotations
 
-from typing import Any
-
 import streamlit as st
 
 from blockviz.core.tags import tags_text
 from blockviz.dashboard import ui
-from blockviz.store import RunStore, StoreError
+from blockviz.store import RunRecord, RunStore, StoreError
 
 _ERROR_KEY = "run_actions.error"  # {which edit: message} of the last refused save
 
@@ -64,10 +62,10 @@ def _show_refusal(which: str) -> None:
         st.error(ui.plain(message))
 
 
-def rename_box(store: RunStore, run: dict[str, Any], writable: bool, help_text: str | None) -> None:
+def rename_box(store: RunStore, run: RunRecord, writable: bool, help_text: str | None) -> None:
     """'New name' and Rename; the box shows the stored name after a rename."""
-    run_id = int(run["id"])
-    st.session_state.setdefault(name_key(run_id), run["name"])
+    run_id = int(run.id)
+    st.session_state.setdefault(name_key(run_id), run.name)
     st.text_input("New name", key=name_key(run_id))
     st.button(
         "Rename",
@@ -81,11 +79,11 @@ def rename_box(store: RunStore, run: dict[str, Any], writable: bool, help_text: 
     _show_refusal("rename")
 
 
-def labels_box(store: RunStore, run: dict[str, Any], writable: bool, help_text: str | None) -> None:
+def labels_box(store: RunStore, run: RunRecord, writable: bool, help_text: str | None) -> None:
     """Tags (comma-separated) and notes, with Save."""
-    run_id = int(run["id"])
-    st.session_state.setdefault(tags_key(run_id), tags_text(run.get("tags")))
-    st.session_state.setdefault(notes_key(run_id), run.get("notes") or "")
+    run_id = int(run.id)
+    st.session_state.setdefault(tags_key(run_id), tags_text(run.tags))
+    st.session_state.setdefault(notes_key(run_id), run.notes or "")
     st.text_input(
         "Tags",
         key=tags_key(run_id),

@@ -26,7 +26,7 @@ from blockviz.core.config import RunConfig
 from blockviz.core.corpora import BUILTIN
 from blockviz.core.files import atomic_write
 from blockviz.core.spec import ACTIVE_STATUSES
-from blockviz.store import RunStore
+from blockviz.store import RunRecord, RunStore
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 LOG_NAME = "train.log"
@@ -214,7 +214,7 @@ def _watch_startup(
     tail = log_tail(store, run_id)
     last_line = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
     run = store.get_run(run_id)
-    if run["status"] in ACTIVE_STATUSES:
+    if run.status in ACTIVE_STATUSES:
         store.update_run(
             run_id,
             status="failed",
@@ -222,7 +222,7 @@ def _watch_startup(
             error=last_line or f"the training process exited with status {code}",
         )
     elif not resumed:
-        last_line = run.get("error") or last_line
+        last_line = run.error or last_line
     reason = last_line or f"exit status {code}"
     raise LaunchError(f"run {run_id} failed to start: {reason}", run_id, tail)
 
@@ -247,7 +247,7 @@ def stop_run(store: RunStore, run_id: int) -> StopOutcome:
     """
     _reap_children()
     run = store.get_run(run_id)
-    status, pid, began = run["status"], run["pid"], run.get("pid_started")
+    status, pid, began = run.status, run.pid, run.pid_started
     if status not in ACTIVE_STATUSES:
         return StopOutcome(f"already {status}")
     if pid == os.getpid():
@@ -257,7 +257,7 @@ def stop_run(store: RunStore, run_id: int) -> StopOutcome:
     if procs.signal_own(pid, began):
         deadline = time.monotonic() + STOP_WATCH_S
         while time.monotonic() < deadline:
-            if store.get_run(run_id)["status"] not in ACTIVE_STATUSES:
+            if store.get_run(run_id).status not in ACTIVE_STATUSES:
                 return StopOutcome("stop requested")  # it recorded the stop itself
             _reap_children()
             if not procs.is_alive(pid, began):
@@ -265,7 +265,7 @@ def stop_run(store: RunStore, run_id: int) -> StopOutcome:
             time.sleep(0.05)
         else:
             return StopOutcome("stop requested")
-        if store.get_run(run_id)["status"] in ACTIVE_STATUSES:
+        if store.get_run(run_id).status in ACTIVE_STATUSES:
             store.update_run(run_id, status="stopped", ended=time.time())
             return StopOutcome("stopped")
         return StopOutcome("stop requested")
@@ -357,7 +357,7 @@ def eta_s(store: RunStore, run_id: int, step: int, max_steps: int) -> float | No
         done = max(step, int(recent["step"].max()) + 1)
         return float(recent["value"].median()) * max(max_steps - done, 0)
     run = store.get_run(run_id)
-    started, beat = run.get("started"), run.get("heartbeat")
+    started, beat = run.started, run.heartbeat
     if step > 0 and started and beat and beat > started:
         return (beat - started) / step * max(max_steps - step, 0)
     return None
@@ -382,7 +382,7 @@ def log_tail(store: RunStore, run_id: int, lines: int = 40) -> str:
 # ---------------------------------------------------------------------------- resume
 
 
-def resume_blocker(run: dict, checkpoint_exists: bool) -> str | None:
+def resume_blocker(run: RunRecord, checkpoint_exists: bool) -> str | None:
     """Why `train --resume` cannot continue this run (plain text), or None when it can.
 
     What `plan_resume` refuses, read without torch: an active run, no last.ckpt, a completed
@@ -390,13 +390,13 @@ def resume_blocker(run: dict, checkpoint_exists: bool) -> str | None:
     checkpoint, the resume finishes it without training. A diverged run is not offered: its
     last checkpoint may already hold the non-finite weights.
     """
-    status = run["status"]
+    status = run.status
     if status in ACTIVE_STATUSES:
         return f"it is {status}"
     if status == "diverged":
         return "it diverged; its last checkpoint may hold non-finite weights (Edit & relaunch)"
     if status == "completed":
-        max_steps = run.get("max_steps")
+        max_steps = run.max_steps
         return "it completed" + (f": it reached max_steps ({max_steps:,})" if max_steps else "")
     if not checkpoint_exists:
         return "it has no checkpoint to continue from"

@@ -160,7 +160,7 @@ def start_workers(
 def workers_alive(store: RunStore, study_id: int) -> int:
     """How many of the study's recorded workers are still alive."""
     runner._reap_children()
-    workers = store.get_study(study_id).get("workers") or []
+    workers = store.get_study(study_id).workers
     return sum(1 for pid, began in workers if pid and procs.is_alive(int(pid), began))
 
 
@@ -183,15 +183,15 @@ def progress(store: RunStore, study_id: int) -> Progress:
         queued=int((status == "queued").sum()),
         unfinished=int(status.isin(("stopped", "failed")).sum()),
         workers_alive=workers_alive(store, study_id),
-        status=str(store.get_study(study_id)["status"]),
+        status=str(store.get_study(study_id).status),
     )
 
 
 def stop(store: RunStore, study_id: int) -> str:
     """Stop a study: no further run starts, the running ones stop (checkpointed)."""
     study = store.get_study(study_id)
-    if study["status"] != "running":
-        return f"already {study['status']}"
+    if study.status != "running":
+        return f"already {study.status}"
     store.update_study(study_id, status="stopped", ended=time.time())
     skipped = store.stop_unclaimed(study_id)
     stopped = 0
@@ -250,7 +250,7 @@ def measured_speed(store: RunStore | None) -> tuple[float, int]:
     for run in store.runs_frame().tail(50).itertuples():
         if run.status != "completed" or pd.isna(run.n_params):
             continue
-        final = store.get_run(int(run.id)).get("final") or {}
+        final = store.get_run(int(run.id)).final or {}
         tokens_per_s = final.get("tokens_per_sec")
         if isinstance(tokens_per_s, int | float) and math.isfinite(tokens_per_s):
             rates.append(6.0 * float(run.n_params) * float(tokens_per_s))

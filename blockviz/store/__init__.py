@@ -9,20 +9,23 @@ runs share the file). Reads return tidy DataFrames with fixed columns and dtypes
 when empty, and can downsample to about N points per series while keeping each bucket's
 minimum and maximum, so spikes and divergence are never smoothed away.
 
-One concern per module; import from here, not from them:
+A run's row comes back as a RunRecord and a study's as a StudyRecord (frozen dataclasses),
+never as a dict. One concern per module; import from here, not from them:
 
-    runstore.py    RunStore, built from the parts below, and `checked`
-    connection.py  opening (read-only and immutable fallbacks), pragmas, integrity
-                   check, run folders, close, transactions, the `guarded` lock
+    runstore.py    RunStore, composed of the parts below around one Connection, and `checked`
+    records.py     RunRecord and StudyRecord: typed rows, each built from a row in one place
+    connection.py  Connection: opening (read-only and immutable fallbacks), pragmas,
+                   integrity check, run folders, close, `transaction()`; the `guarded` lock
     schema.py      the tables and their version (upgrades to v4 in place), the frames' dtypes
-    runs.py        the runs table: create, update, take_over, tags, notes, rename, delete,
-                   resolve, runs_frame, run_statuses
-    studies.py     the studies table; a study's runs created at once, claimed by workers
-    liveness.py    heartbeats, reap_dead, settle_step
-    queue.py       claim_slot: at most N runs running; queued_still
-    writes.py      buffered log_* writes, flush, rows kept while the store is locked,
+    runs.py        RunLookup (resolve) and Runs, the runs table: create, update, take_over,
+                   tags, notes, rename, delete, get_run, runs_frame, run_statuses
+    studies.py     Studies: the studies table; a study's runs created at once, claimed by
+                   workers
+    liveness.py    Liveness: heartbeats, reap_dead, settle_step
+    queue.py       Queue: claim_slot: at most N runs running; queued_still
+    writes.py      Writes: buffered log_* writes, flush, rows kept while the store is locked,
                    restore and truncate for resumed runs
-    reads.py       scalars, layer_stats, histograms, samples, attention, final_metrics
+    reads.py       Reads: scalars, layer_stats, histograms, samples, attention, final_metrics
     downsample.py  min/max bucket downsampling in numpy
     naming.py      check_name: a bare number is no run name (syntax: core.naming)
     values.py      floats, JSON columns and `?` lists on their way into SQLite
@@ -47,6 +50,7 @@ from blockviz.store.errors import (
 )
 from blockviz.store.liveness import HEARTBEAT_WRITE_S, STALE_AFTER_S
 from blockviz.store.naming import RunRef, check_name
+from blockviz.store.records import RunRecord, StudyRecord
 from blockviz.store.runstore import RunStore, checked
 from blockviz.store.schema import (
     ATTENTION_FRAME,
@@ -81,10 +85,12 @@ __all__ = [
     "SCHEMA_VERSION",
     "SQLITE_HEADER",
     "STALE_AFTER_S",
+    "RunRecord",
     "RunRef",
     "RunStore",
     "StoreError",
     "StoreLocked",
+    "StudyRecord",
     "check_name",
     "checked",
     "default_store_path",

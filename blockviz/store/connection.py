@@ -1,7 +1,9 @@
-"""Opening a store file: the connection, its pragmas, its lock, its run folders.
+"""Opening a store file: the connection, its pragmas, its lock, transactions, run folders.
 
-Every public method of RunStore runs under `guarded`: one lock per store object (Streamlit
-reads from several threads) and sqlite3 errors turned into StoreError naming the file.
+`Connection` is the part of RunStore every other part shares (`Part.db`). Every public
+method of a part runs under `guarded`: the store's one lock (Streamlit reads from several
+threads) and sqlite3 errors turned into StoreError naming the file. A part writes inside
+`db.transaction()`.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ import os
 import shutil
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Concatenate, ParamSpec, Self, TypeVar
+from typing import Concatenate, ParamSpec, TypeVar
 
 from blockviz.store.errors import CORRUPT_ADVICE, StoreError, store_error
-from blockviz.store.schema import check_schema
+from blockviz.store.schema import RUN_COLUMNS, check_schema
 
 DEFAULT_STORE = Path("runs") / "blockviz.db"
 BUSY_TIMEOUT_S = 30.0
@@ -34,45 +36,63 @@ def default_store_path() -> Path:
     return Path(configured).expanduser() if configured else DEFAULT_STORE
 
 
-Store = TypeVar("Store", bound="_Connection")
+AnyPart = TypeVar("AnyPart", bound="Part")
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
 def guarded(
-    method: Callable[Concatenate[Store, P], R],
-) -> Callable[Concatenate[Store, P], R]:
+    method: Callable[Concatenate[AnyPart, P], R],
+) -> Callable[Concatenate[AnyPart, P], R]:
     """Hold the store's lock and turn sqlite3 errors into StoreError naming the file."""
 
     @functools.wraps(method)
-    def wrapper(self: Store, *args: P.args, **kwargs: P.kwargs) -> R:
-        with self._lock:
-            if self._conn is None:
-                raise StoreError(f"the run store {self.path} is closed")
+    def wrapper(self: AnyPart, *args: P.args, **kwargs: P.kwargs) -> R:
+        db = self.db
+        with db.lock:
+            if db.closed:
+                raise StoreError(f"the run store {db.path} is closed")
             try:
                 return method(self, *args, **kwargs)
             except sqlite3.Error as exc:
-                raise self._error_from(exc) from exc
+                raise db.error_from(exc) from exc
 
     return wrapper
 
 
-class _Connection:
-    """The part of RunStore that owns the file: open, check, close, transactions, folders."""
+class Connection:
+    """The part of RunStore that owns the file: open, check, close, transactions, folders.
 
-    # Set by RunStore.__init__.
-    path: Path
-    readonly: bool
-    create: bool
-    busy_timeout_s: float
-    defer_when_busy: bool
-    _lock: threading.RLock
-    _conn: sqlite3.Connection | None
-    _identity: tuple[int, int] | None  # (st_dev, st_ino) of the file opened
-    _legacy_upto: int  # runs up to this id may keep <workspace>/<id> folders
-    _run_columns: tuple[str, ...]  # those the file has (a read-only v1 file: fewer)
-    # From writes.py.
-    flush: Callable[[], bool]
+    The other parts share one (`Part.db`): its connection, its lock, its path.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        readonly: bool,
+        create: bool,
+        busy_timeout_s: float,
+        defer_when_busy: bool,
+    ) -> None:
+        self.path = path
+        self.readonly = readonly
+        # False: the file must exist already (a run or study it holds is being worked on);
+        # a missing one is a StoreError, never a new empty store.
+        self.create = create
+        # How long a statement waits for another process's lock before giving up: long for
+        # training writers, short for a page that should say so rather than hang.
+        self.busy_timeout_s = busy_timeout_s
+        # A training writer: a flush that finds the store locked keeps its rows and
+        # returns, so a long lock held by another process never stops training.
+        self.defer_when_busy = defer_when_busy
+        self.lock = threading.RLock()
+        self._legacy_upto = 0  # runs up to this id may keep <workspace>/<id> folders
+        self.run_columns = RUN_COLUMNS  # those the file has (a read-only v1 file: fewer)
+        self._in_transaction = False
+        self._conn: sqlite3.Connection | None = None
+        self._conn = self._open()
+        self._identity = self._file_identity()  # (st_dev, st_ino) of the file opened
 
     # -- opening ------------------------------------------------------------------------
 
@@ -157,13 +177,13 @@ class _Connection:
                 uri=uri,
                 timeout=self._busy_s(),
                 isolation_level=None,  # we issue BEGIN/COMMIT ourselves
-                check_same_thread=False,  # Streamlit reads from several threads; _lock serialises
+                check_same_thread=False,  # Streamlit reads from several threads; `lock` serialises
             )
         except sqlite3.Error as exc:
-            raise self._error_from(exc, opening=True) from None
+            raise self.error_from(exc, opening=True) from None
         try:
             self._configure(conn)
-            self._legacy_upto, self._run_columns = check_schema(
+            self._legacy_upto, self.run_columns = check_schema(
                 conn, self.path, readonly=self.readonly
             )
         except StoreError:
@@ -171,7 +191,7 @@ class _Connection:
             raise
         except sqlite3.Error as exc:
             conn.close()
-            raise self._error_from(exc, opening=True) from None
+            raise self.error_from(exc, opening=True) from None
         return conn
 
     def _busy_s(self) -> float:
@@ -192,7 +212,7 @@ class _Connection:
         conn.execute("PRAGMA cache_size = -32768")  # 32 MiB per connection
         conn.execute("PRAGMA temp_store = MEMORY")  # ORDER BY sorts stay off the disk
 
-    def _error_from(self, exc: sqlite3.Error, *, opening: bool = False) -> StoreError:
+    def error_from(self, exc: sqlite3.Error, *, opening: bool = False) -> StoreError:
         """A StoreError that says what went wrong with which file."""
         return store_error(exc, self.path, self.busy_timeout_s, opening=opening)
 
@@ -204,10 +224,10 @@ class _Connection:
         100 MiB store of 20 runs x 5,000 steps x 12 layers).
         """
         try:
-            with self._lock:
+            with self.lock:
                 rows = self.conn.execute("PRAGMA quick_check(3)").fetchall()
         except sqlite3.Error as exc:
-            raise self._error_from(exc) from None
+            raise self.error_from(exc) from None
         problems = [" ".join(str(row[0]).split()) for row in rows if row and row[0] != "ok"]
         if problems:
             raise StoreError(
@@ -248,7 +268,7 @@ class _Connection:
                 return legacy
         return folder
 
-    def _remove_run_dir(self, run_id: int) -> None:
+    def remove_run_dir(self, run_id: int) -> None:
         """rmtree <workspace>/<id>, but only a real folder that lies inside the workspace."""
         folder = self.run_dir(run_id)
         if folder.is_symlink():
@@ -266,22 +286,16 @@ class _Connection:
     # -- lifetime and transactions ------------------------------------------------------
 
     def close(self) -> None:
-        """Flush what is buffered and close the connection (idempotent)."""
-        with self._lock:
-            if self._conn is None:
-                return
-            try:
-                if not self.readonly:
-                    self.flush()
-            finally:
+        """Close the connection (idempotent); RunStore.close flushes the buffers first."""
+        with self.lock:
+            if self._conn is not None:
                 self._conn.close()
                 self._conn = None
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    @property
+    def closed(self) -> bool:
+        """Whether the connection is closed."""
+        return self._conn is None
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -290,14 +304,42 @@ class _Connection:
             raise StoreError(f"the run store {self.path} is closed")
         return self._conn
 
-    def _begin(self) -> None:
-        # IMMEDIATE takes the write lock up front, so a busy store waits (busy_timeout)
-        # instead of failing halfway through a read-then-write transaction.
-        self.conn.execute("BEGIN IMMEDIATE")
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: BEGIN IMMEDIATE, COMMIT when the block ends, ROLLBACK when
+        it raises (the exception goes on). Yields the connection.
 
-    def _commit(self) -> None:
-        self.conn.execute("COMMIT")
+        IMMEDIATE takes the write lock up front, so a busy store waits (busy_timeout)
+        instead of failing halfway through a read-then-write transaction; a BEGIN that
+        times out raises sqlite3.OperationalError with nothing to roll back (a deferring
+        writer's flush catches it and retries). A COMMIT that fails is rolled back too.
+        Transactions do not nest: a second one opened inside the first is a RuntimeError
+        (a bug in the store), never a silent join.
+        """
+        with self.lock:
+            if self._in_transaction:
+                raise RuntimeError(f"a transaction on {self.path} is already open here")
+            conn = self.conn
+            conn.execute("BEGIN IMMEDIATE")
+            self._in_transaction = True
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            finally:
+                self._in_transaction = False
 
-    def _rollback(self) -> None:
-        if self.conn.in_transaction:
-            self.conn.execute("ROLLBACK")
+
+class Part:
+    """A part of RunStore: its methods read and write through the shared Connection."""
+
+    def __init__(self, db: Connection) -> None:
+        self.db = db
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """The store's open connection (StoreError when closed)."""
+        return self.db.conn

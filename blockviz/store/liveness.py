@@ -8,37 +8,41 @@ it failed, so a killed run never stays 'running'.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from blockviz.core import procs
 from blockviz.core.spec import ACTIVE_STATUSES
-from blockviz.store.connection import _Connection, guarded
+from blockviz.store.connection import Connection, Part, guarded
 from blockviz.store.naming import RunRef
 from blockviz.store.values import placeholders
+
+if TYPE_CHECKING:
+    from blockviz.store.reads import Reads
+    from blockviz.store.runs import RunLookup
+    from blockviz.store.writes import Writes
 
 HEARTBEAT_WRITE_S = 1.0  # a run's heartbeat reaches the file at most this often
 STALE_AFTER_S = 30.0  # a run whose process is gone is failed once its beat is this old
 
 
-class _Liveness(_Connection):
+class Liveness(Part):
     """The part of RunStore that knows which runs are alive."""
 
-    # From writes.py: beats not yet written, and when each run's beat was last written.
-    _heartbeats: dict[int, tuple[float, int]]
-    _beats_written: dict[int, float]
-    # From runs.py and reads.py.
-    _resolve: Callable[[RunRef], int]
-    _max_logged_step: Callable[[int], int | None]
+    def __init__(self, db: Connection, lookup: RunLookup, writes: Writes, reads: Reads) -> None:
+        super().__init__(db)
+        self.lookup = lookup
+        self.writes = writes  # beats wait there for a flush
+        self.reads = reads  # the last step a run logged
 
     @guarded
     def heartbeat(self, run_id: int, step: int) -> None:
         """Record that the run is alive at `step`; written now, or with the next flush."""
         run_id = int(run_id)
-        self._heartbeats[run_id] = (time.time(), int(step))
+        self.writes.pending_beats[run_id] = (time.time(), int(step))
         # At most one write a second per run; a held beat rides along with the next flush.
-        written = self._beats_written.get(run_id)
+        written = self.writes.beats_written.get(run_id)
         if written is None or time.monotonic() - written >= HEARTBEAT_WRITE_S:
-            self.flush()
+            self.writes.flush()
 
     @guarded
     def reap_dead(self, stale_after: float = STALE_AFTER_S) -> list[int]:
@@ -48,14 +52,14 @@ class _Liveness(_Connection):
         (`procs.is_alive`): a pid now used by another process does not keep a run alive.
         A read-only store is left as it is.
         """
-        if self.readonly:
+        if self.db.readonly:
             return []
         now = time.time()
         cutoff = now - stale_after
         # A plain read first: the dashboard calls this on every refresh and must not
         # queue for the write lock when nothing has died.
-        started_column = "pid_started" if "pid_started" in self._run_columns else "NULL"
-        study_column = "study_id" if "study_id" in self._run_columns else "NULL"
+        started_column = "pid_started" if "pid_started" in self.db.run_columns else "NULL"
+        study_column = "study_id" if "study_id" in self.db.run_columns else "NULL"
         candidates = self.conn.execute(
             f"SELECT id, pid, {started_column} FROM runs "
             f"WHERE status IN ({placeholders(ACTIVE_STATUSES)}) "
@@ -70,11 +74,10 @@ class _Liveness(_Connection):
         if not dead:
             return []
         reaped: list[int] = []
-        self._begin()
-        try:
+        with self.db.transaction() as conn:
             for run_id, pid in dead:
                 who = f"process {pid}" if pid else "the run's process"
-                cursor = self.conn.execute(
+                cursor = conn.execute(
                     f"UPDATE runs SET status = 'failed', ended = ?, error = ? "
                     f"WHERE id = ? AND pid IS ? AND status IN ({placeholders(ACTIVE_STATUSES)}) "
                     "AND COALESCE(heartbeat, started, created, 0) < ?",
@@ -90,15 +93,11 @@ class _Liveness(_Connection):
                 if cursor.rowcount:
                     reaped.append(run_id)
                     self._settle_step(run_id)
-            self._commit()
-        except BaseException:
-            self._rollback()
-            raise
         return reaped
 
     def _settle_step(self, run_id: int) -> None:
         """Set the run's step to the last step it logged, when its rows got further."""
-        logged = self._max_logged_step(run_id)
+        logged = self.reads.max_logged_step(run_id)
         if logged is not None:
             self.conn.execute(
                 "UPDATE runs SET step = MAX(COALESCE(step, 0), ?) WHERE id = ?", (logged, run_id)
@@ -107,11 +106,6 @@ class _Liveness(_Connection):
     @guarded
     def settle_step(self, run_id: RunRef) -> None:
         """The run's step made consistent with its rows (for a run that ended abruptly)."""
-        run_id = self._resolve(run_id)
-        self._begin()
-        try:
+        run_id = self.lookup.id_of(run_id)
+        with self.db.transaction():
             self._settle_step(run_id)
-            self._commit()
-        except BaseException:
-            self._rollback()
-            raise

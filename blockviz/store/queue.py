@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from blockviz.store.connection import _Connection, guarded
+from blockviz.store.connection import Connection, Part, guarded
 from blockviz.store.naming import RunRef
 
+if TYPE_CHECKING:
+    from blockviz.store.liveness import Liveness
+    from blockviz.store.runs import RunLookup
 
-class _Queue(_Connection):
+
+class Queue(Part):
     """The part of RunStore that hands out running slots."""
 
-    # From runs.py and liveness.py.
-    _resolve: Callable[[RunRef], int]
-    reap_dead: Callable[..., list[int]]
+    def __init__(self, db: Connection, lookup: RunLookup, liveness: Liveness) -> None:
+        super().__init__(db)
+        self.lookup = lookup
+        self.liveness = liveness  # the dead hold no slot
 
     @guarded
     def claim_slot(
@@ -32,33 +37,27 @@ class _Queue(_Connection):
         when its process cannot be signalled) stays stopped, and False comes back
         (`queued_still` tells the two Falses apart).
         """
-        run_id = self._resolve(run_id)
-        self.reap_dead()
-        self._begin()
-        try:
+        run_id = self.lookup.id_of(run_id)
+        self.liveness.reap_dead()
+        with self.db.transaction() as conn:
             if max_running > 0:
-                (running,) = self.conn.execute(
+                (running,) = conn.execute(
                     "SELECT COUNT(*) FROM runs WHERE status = 'running' AND id != ?", (run_id,)
                 ).fetchone()
                 if running >= max_running:
-                    self._commit()
-                    return False
+                    return False  # committed: the count was a read
             now = time.time()
-            cursor = self.conn.execute(
+            cursor = conn.execute(
                 "UPDATE runs SET status = 'running', started = ?, heartbeat = ?, "
                 "pid = COALESCE(?, pid), pid_started = COALESCE(?, pid_started) "
                 "WHERE id = ? AND status IN ('queued', 'running')",
                 (now, now, pid, pid_started if pid is not None else None, run_id),
             )
-            self._commit()
-        except BaseException:
-            self._rollback()
-            raise
         return cursor.rowcount == 1
 
     @guarded
     def queued_still(self, run_id: RunRef) -> bool:
         """Whether the run is still 'queued' (not stopped while it waited for a slot)."""
-        run_id = self._resolve(run_id)
+        run_id = self.lookup.id_of(run_id)
         row = self.conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
         return row is not None and row[0] == "queued"

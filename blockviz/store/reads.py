@@ -8,14 +8,14 @@ window-function sort (see benchmarks/bench_store.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from blockviz.core import spec
-from blockviz.store.connection import _Connection, guarded
+from blockviz.store.connection import Connection, Part, guarded
 from blockviz.store.downsample import downsample_mask, series_starts
 from blockviz.store.naming import RunRef
 from blockviz.store.schema import (
@@ -35,6 +35,8 @@ from blockviz.store.values import decode_json, placeholders
 if TYPE_CHECKING:
     import pandas as pd
 
+    from blockviz.store.runs import RunLookup
+
 
 def _transpose(rows: Sequence[tuple[Any, ...]], columns: Mapping[str, Any]) -> dict[str, Any]:
     """Query rows as one numpy array per column, in the given dtypes (NULL -> NaN).
@@ -49,12 +51,12 @@ def _transpose(rows: Sequence[tuple[Any, ...]], columns: Mapping[str, Any]) -> d
     }
 
 
-class _Reads(_Connection):
+class Reads(Part):
     """The part of RunStore that reads metric series, histograms, samples and maps."""
 
-    # From runs.py.
-    _ids: Callable[[RunRef | Iterable[RunRef] | None], list[int]]
-    _names: Callable[[Sequence[int]], dict[int, str]]
+    def __init__(self, db: Connection, lookup: RunLookup) -> None:
+        super().__init__(db)
+        self.lookup = lookup
 
     @guarded
     def scalars(
@@ -65,7 +67,7 @@ class _Reads(_Connection):
         max_points: int | None = None,
     ) -> pd.DataFrame:
         """Scalar series, ordered by run, name and step; downsampled when max_points is set."""
-        ids = self._ids(run_ids)
+        ids = self.lookup.ids(run_ids)
         wanted = (
             None if names is None else sorted({names} if isinstance(names, str) else set(names))
         )
@@ -93,7 +95,7 @@ class _Reads(_Connection):
             return typed_frame([], SCALARS_FRAME)
         lengths = [len(chunk) for chunk in chunks]
         data = np.concatenate(chunks)
-        run_of = {run_id: run for run_id, run in self._names(ids).items()}
+        run_of = {run_id: run for run_id, run in self.lookup.names(ids).items()}
         import pandas as pd
 
         frame = pd.DataFrame(
@@ -111,7 +113,7 @@ class _Reads(_Connection):
     def scalar_names(self, run_ids: RunRef | Iterable[RunRef] | None) -> list[str]:
         """The distinct scalar names the runs have logged, sorted."""
         found: set[str] = set()
-        for run_id in self._ids(run_ids):
+        for run_id in self.lookup.ids(run_ids):
             found.update(self._names_of_run(run_id))
         return sorted(found)
 
@@ -132,9 +134,10 @@ class _Reads(_Connection):
     @guarded
     def max_step(self, run_id: RunRef) -> int | None:
         """The largest step with any scalar recorded for the run, or None."""
-        return self._max_logged_step(self._ids(run_id)[0])
+        return self.max_logged_step(self.lookup.ids(run_id)[0])
 
-    def _max_logged_step(self, run_id: int) -> int | None:
+    def max_logged_step(self, run_id: int) -> int | None:
+        """`max_step` of a run id, for a part that holds the lock already."""
         steps = [
             self.conn.execute(
                 "SELECT MAX(step) FROM scalars WHERE run_id = ? AND name = ?", (run_id, name)
@@ -157,7 +160,7 @@ class _Reads(_Connection):
         layer: int | Iterable[int] | None = None,
     ) -> pd.DataFrame:
         """Per-layer statistics, filtered; downsampled per series when max_points is set."""
-        ids = self._ids(run_ids)
+        ids = self.lookup.ids(run_ids)
         filters: dict[str, list[Any]] = {"run_id": ids}
         for column, wanted in (
             ("kind", kind),
@@ -202,7 +205,7 @@ class _Reads(_Connection):
         self, run_id: RunRef, kind: str | None = None, stat: str | None = None
     ) -> list[int]:
         """The steps at which the run recorded layer statistics (of `kind`, `stat`), ascending."""
-        where, params = ["run_id = ?"], [self._ids(run_id)[0]]
+        where, params = ["run_id = ?"], [self.lookup.ids(run_id)[0]]
         for column, wanted in (("kind", kind), ("stat", stat)):
             if wanted is not None:
                 where.append(f"{column} = ?")
@@ -212,7 +215,7 @@ class _Reads(_Connection):
 
     def _with_run_names(self, frame: pd.DataFrame, schema: Mapping[str, str]) -> pd.DataFrame:
         """The frame plus a `run` (name) column, in the schema's column order and dtypes."""
-        names = self._names(sorted({int(i) for i in frame["run_id"].unique()}))
+        names = self.lookup.names(sorted({int(i) for i in frame["run_id"].unique()}))
         frame["run"] = frame["run_id"].map(names)
         return frame[list(schema)].astype(dict(schema))
 
@@ -226,7 +229,7 @@ class _Reads(_Connection):
         after_step: int | None = None,
     ) -> pd.DataFrame:
         """One row per histogram bin, with that bin's edges, ordered by layer, tap, step."""
-        run_id = self._ids(run_id)[0]
+        run_id = self.lookup.ids(run_id)[0]
         where, params = ["run_id = ?"], [run_id]
         if layer is not None:
             where.append("layer = ?")
@@ -255,7 +258,7 @@ class _Reads(_Connection):
     @guarded
     def samples(self, run_id: RunRef, limit: int | None = None) -> pd.DataFrame:
         """Generated text samples of a run, newest first."""
-        run_id = self._ids(run_id)[0]
+        run_id = self.lookup.ids(run_id)[0]
         sql = "SELECT run_id, step, prompt, text FROM samples WHERE run_id = ? "
         sql += "ORDER BY step DESC, rowid DESC"
         params: list[Any] = [run_id]
@@ -267,7 +270,7 @@ class _Reads(_Connection):
     @guarded
     def attention_steps(self, run_id: RunRef) -> list[int]:
         """The steps at which the run recorded attention maps, ascending."""
-        run_id = self._ids(run_id)[0]
+        run_id = self.lookup.ids(run_id)[0]
         rows = self.conn.execute(
             "SELECT DISTINCT step FROM attention WHERE run_id = ? ORDER BY step", (run_id,)
         ).fetchall()
@@ -283,7 +286,7 @@ class _Reads(_Connection):
         head: int | None = None,
     ) -> pd.DataFrame:
         """Attention maps at `step` (default: the latest), one row per (query, key)."""
-        run_id = self._ids(run_id)[0]
+        run_id = self.lookup.ids(run_id)[0]
         if step is None:
             step = self.conn.execute(
                 "SELECT MAX(step) FROM attention WHERE run_id = ?", (run_id,)
@@ -335,7 +338,7 @@ class _Reads(_Connection):
     @guarded
     def final_metrics(self, run_ids: RunRef | Iterable[RunRef] | None) -> pd.DataFrame:
         """One summary row per run: its final JSON where present, else its latest scalars."""
-        ids = self._ids(run_ids)
+        ids = self.lookup.ids(run_ids)
         rows = []
         now = time.time()
         latest_of = {

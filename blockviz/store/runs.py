@@ -1,4 +1,8 @@
-"""Run records: create, rename, update and delete runs; find them by id or by name."""
+"""The runs table: create, rename, update and delete runs; find them by id or by name.
+
+`RunLookup` turns a run given by id or name into its id (every part that takes a run uses
+it); `Runs` keeps the rows and reads one back as a `RunRecord`.
+"""
 
 from __future__ import annotations
 
@@ -11,21 +15,91 @@ from blockviz.core import procs
 from blockviz.core.naming import NAME_MAX, run_id_from_text
 from blockviz.core.spec import ACTIVE_STATUSES, STATUSES, TRAIN_LOSS, VAL_LOSS
 from blockviz.core.tags import TagError, clean_notes, parse_tags, tags_text
-from blockviz.store.connection import _Connection, guarded
+from blockviz.store.connection import Connection, Part, guarded
 from blockviz.store.errors import StoreError
 from blockviz.store.naming import RunRef, check_name
+from blockviz.store.records import RunRecord
 from blockviz.store.schema import JSON_COLUMNS, METRIC_TABLES, RUN_COLUMNS, RUNS_FRAME, typed_frame
 from blockviz.store.values import decode_json, encode_json, placeholders
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from blockviz.store.writes import Writes
 
-class _Runs(_Connection):
+
+class RunLookup(Part):
+    """The part of RunStore that finds runs: a run given by id or name -> its id, its name.
+
+    `id_of`, `ids` and `names` are for the other parts, inside their guarded methods.
+    """
+
+    @guarded
+    def resolve(self, run_id_or_name: RunRef) -> int:
+        """The id of a run given its id (int or digits) or its exact name."""
+        return self.id_of(run_id_or_name)
+
+    def id_of(self, ref: RunRef) -> int:
+        """`resolve` for a part that holds the lock already."""
+        conn = self.conn
+        if isinstance(ref, str):
+            text = ref.strip()
+            number = run_id_from_text(text)
+            if number is not None:
+                row = conn.execute("SELECT id FROM runs WHERE id = ?", (number,)).fetchone()
+                if row:
+                    return int(row[0])
+            row = conn.execute("SELECT id FROM runs WHERE name = ?", (text,)).fetchone()
+            if row:
+                return int(row[0])
+            raise StoreError(f"no run named {ref!r} in {self.db.path}; `blockviz runs` lists them")
+        if isinstance(ref, bool):
+            raise StoreError(f"run {ref!r} is neither a run id nor a run name")
+        try:
+            number = operator.index(ref)
+        except TypeError:
+            raise StoreError(f"run {ref!r} is neither a run id nor a run name") from None
+        if conn.execute("SELECT 1 FROM runs WHERE id = ?", (number,)).fetchone() is None:
+            raise StoreError(
+                f"no run with id {number} in {self.db.path}; `blockviz runs` lists them"
+            )
+        return int(number)
+
+    def ids(self, run_ids: RunRef | Iterable[RunRef] | None) -> list[int]:
+        """Run ids from an id, a name or an iterable of them; None means every run."""
+        if run_ids is None:
+            return [row[0] for row in self.conn.execute("SELECT id FROM runs ORDER BY id")]
+        if isinstance(run_ids, str) or not isinstance(run_ids, Iterable):
+            run_ids = [run_ids]
+        ids: list[int] = []
+        for ref in run_ids:
+            if isinstance(ref, str):
+                ids.append(self.id_of(ref))
+                continue
+            try:
+                ids.append(operator.index(ref))
+            except TypeError:
+                raise StoreError(f"run {ref!r} is neither a run id nor a run name") from None
+        return list(dict.fromkeys(ids))
+
+    def names(self, ids: Sequence[int]) -> dict[int, str]:
+        """{id: name} of the runs that exist among `ids`."""
+        if not ids:
+            return {}
+        return dict(
+            self.conn.execute(
+                f"SELECT id, name FROM runs WHERE id IN ({placeholders(ids)})", list(ids)
+            ).fetchall()
+        )
+
+
+class Runs(Part):
     """The part of RunStore that keeps the runs table: one row per run."""
 
-    # From writes.py.
-    _drop_buffered: Callable[[int], None]
+    def __init__(self, db: Connection, lookup: RunLookup, writes: Writes) -> None:
+        super().__init__(db)
+        self.lookup = lookup
+        self.writes = writes  # a deleted run's buffered rows are dropped
 
     # -- writing ------------------------------------------------------------------------
 
@@ -43,12 +117,12 @@ class _Runs(_Connection):
         `tags` (an iterable or comma-separated text) and `notes` are checked like
         `set_tags` / `set_notes` do.
         """
-        self._check_fields(fields)
+        _check_fields(fields)
         if "tags" in fields:
             fields["tags"] = list(_checked(parse_tags, fields["tags"]))
         if "notes" in fields:
             fields["notes"] = _checked(clean_notes, fields["notes"])
-        self._check_status(status)
+        _check_status(status)
         config_text = encode_json(config_json)
         config = decode_json(config_text) if config_text is not None else None
         if config_text is not None and config is None:
@@ -59,21 +133,16 @@ class _Runs(_Connection):
         values.update(status=status, config=config_text, max_steps=max_steps)
         for column in JSON_COLUMNS:
             values[column] = encode_json(values.get(column))
-        self._begin()
-        try:
-            values["name"] = self._unique_name(check_name(name))
+        with self.db.transaction() as conn:
+            values["name"] = self.unique_name(check_name(name))
             columns = list(values)
-            cursor = self.conn.execute(
+            cursor = conn.execute(
                 f"INSERT INTO runs ({', '.join(columns)}) VALUES ({placeholders(columns)})",
                 [values[c] for c in columns],
             )
-            self._commit()
-        except BaseException:
-            self._rollback()
-            raise
         return int(cursor.lastrowid or 0)
 
-    def _unique_name(self, base: str) -> str:
+    def unique_name(self, base: str) -> str:
         """base, or base-2, base-3, ... whichever is free (inside a write transaction)."""
         taken = {
             row[0]
@@ -96,26 +165,11 @@ class _Runs(_Connection):
             self.conn.execute("SELECT 1 FROM runs WHERE name = ?", (name,)).fetchone() is not None
         )
 
-    @staticmethod
-    def _check_fields(fields: Mapping[str, Any]) -> None:
-        unknown = sorted(set(fields) - set(RUN_COLUMNS) - {"name"})
-        if unknown or "id" in fields:
-            bad = unknown[0] if unknown else "id"
-            allowed = ", ".join(c for c in RUN_COLUMNS if c != "id")
-            raise StoreError(f"run field {bad!r} cannot be set; known fields: {allowed}")
-        if "status" in fields:
-            _Runs._check_status(fields["status"])
-
-    @staticmethod
-    def _check_status(status: str) -> None:
-        if status not in STATUSES:
-            raise StoreError(f"run status {status!r} is not one of {', '.join(STATUSES)}")
-
     @guarded
     def update_run(self, run_id: RunRef, **fields: Any) -> None:
         """Set run columns by name; dicts for config/dataset/final are stored as JSON."""
-        self._check_fields(fields)
-        run_id = self._resolve(run_id)
+        _check_fields(fields)
+        run_id = self.lookup.id_of(run_id)
         if "name" in fields:
             self.rename_run(run_id, fields.pop("name"))
         if fields:
@@ -129,8 +183,8 @@ class _Runs(_Connection):
         cannot be overwritten: `train` takes over a run the runner created with
         unless=('stopped',), and a run stopped before its process registered stays stopped.
         """
-        self._check_fields(fields)
-        return self._set_fields(self._resolve(run_id), fields, unless)
+        _check_fields(fields)
+        return self._set_fields(self.lookup.id_of(run_id), fields, unless)
 
     def _set_fields(
         self, run_id: int, fields: Mapping[str, Any], unless: Sequence[str] = ()
@@ -140,16 +194,11 @@ class _Runs(_Connection):
         values = {k: (encode_json(v) if k in JSON_COLUMNS else v) for k, v in fields.items()}
         assignments = ", ".join(f"{column} = ?" for column in values)
         condition = f" AND COALESCE(status, '') NOT IN ({placeholders(unless)})" if unless else ""
-        self._begin()
-        try:
-            cursor = self.conn.execute(
+        with self.db.transaction() as conn:
+            cursor = conn.execute(
                 f"UPDATE runs SET {assignments} WHERE id = ?{condition}",
                 [*values.values(), run_id, *unless],
             )
-            self._commit()
-        except BaseException:
-            self._rollback()
-            raise
         return cursor.rowcount == 1
 
     @guarded
@@ -169,29 +218,24 @@ class _Runs(_Connection):
     @guarded
     def rename_run(self, run_id: RunRef, new_name: str) -> str:
         """Give a run a new (sanitized) name; StoreError if another run has it."""
-        run_id = self._resolve(run_id)
+        run_id = self.lookup.id_of(run_id)
         name = check_name(new_name)
-        self._begin()
-        try:
-            row = self.conn.execute("SELECT id FROM runs WHERE name = ?", (name,)).fetchone()
+        with self.db.transaction() as conn:
+            row = conn.execute("SELECT id FROM runs WHERE name = ?", (name,)).fetchone()
             if row is not None and row[0] != run_id:
                 raise StoreError(
                     f"run name {name!r} is already taken by run {row[0]}; choose another name"
                 )
-            self.conn.execute("UPDATE runs SET name = ? WHERE id = ?", (name, run_id))
-            self._commit()
-        except BaseException:
-            self._rollback()
-            raise
+            conn.execute("UPDATE runs SET name = ? WHERE id = ?", (name, run_id))
         return name
 
     @guarded
     def delete_run(self, run_id: RunRef) -> None:
         """Delete a run's rows and its folder; refuses a run whose process is alive."""
-        run_id = self._resolve(run_id)
-        self._begin()  # the liveness check and the delete see the same state
-        try:
-            status, pid, began, name = self.conn.execute(
+        run_id = self.lookup.id_of(run_id)
+        # One transaction: the liveness check and the delete see the same state.
+        with self.db.transaction() as conn:
+            status, pid, began, name = conn.execute(
                 "SELECT status, pid, pid_started, name FROM runs WHERE id = ?", (run_id,)
             ).fetchone()
             if status in ACTIVE_STATUSES and procs.is_alive(pid, began):
@@ -199,83 +243,22 @@ class _Runs(_Connection):
                     f"run {run_id} ({name}) is {status} in process {pid}; stop it before deleting"
                 )
             for table in METRIC_TABLES:
-                self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
-            self.conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
-            self._commit()
-        except BaseException:
-            self._rollback()
-            raise
-        self._drop_buffered(run_id)
-        self._remove_run_dir(run_id)
+                conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+        self.writes.drop_buffered(run_id)
+        self.db.remove_run_dir(run_id)
 
-    # -- finding and reading ------------------------------------------------------------
+    # -- reading ------------------------------------------------------------------------
 
     @guarded
-    def resolve(self, run_id_or_name: RunRef) -> int:
-        """The id of a run given its id (int or digits) or its exact name."""
-        return self._resolve(run_id_or_name)
-
-    def _resolve(self, ref: RunRef) -> int:
-        conn = self.conn
-        if isinstance(ref, str):
-            text = ref.strip()
-            number = run_id_from_text(text)
-            if number is not None:
-                row = conn.execute("SELECT id FROM runs WHERE id = ?", (number,)).fetchone()
-                if row:
-                    return int(row[0])
-            row = conn.execute("SELECT id FROM runs WHERE name = ?", (text,)).fetchone()
-            if row:
-                return int(row[0])
-            raise StoreError(f"no run named {ref!r} in {self.path}; `blockviz runs` lists them")
-        if isinstance(ref, bool):
-            raise StoreError(f"run {ref!r} is neither a run id nor a run name")
-        try:
-            number = operator.index(ref)
-        except TypeError:
-            raise StoreError(f"run {ref!r} is neither a run id nor a run name") from None
-        if conn.execute("SELECT 1 FROM runs WHERE id = ?", (number,)).fetchone() is None:
-            raise StoreError(f"no run with id {number} in {self.path}; `blockviz runs` lists them")
-        return int(number)
-
-    def _ids(self, run_ids: RunRef | Iterable[RunRef] | None) -> list[int]:
-        """Run ids from an id, a name or an iterable of them; None means every run."""
-        if run_ids is None:
-            return [row[0] for row in self.conn.execute("SELECT id FROM runs ORDER BY id")]
-        if isinstance(run_ids, str) or not isinstance(run_ids, Iterable):
-            run_ids = [run_ids]
-        ids: list[int] = []
-        for ref in run_ids:
-            if isinstance(ref, str):
-                ids.append(self._resolve(ref))
-                continue
-            try:
-                ids.append(operator.index(ref))
-            except TypeError:
-                raise StoreError(f"run {ref!r} is neither a run id nor a run name") from None
-        return list(dict.fromkeys(ids))
-
-    def _names(self, ids: Sequence[int]) -> dict[int, str]:
-        if not ids:
-            return {}
-        return dict(
-            self.conn.execute(
-                f"SELECT id, name FROM runs WHERE id IN ({placeholders(ids)})", list(ids)
-            ).fetchall()
-        )
-
-    @guarded
-    def get_run(self, run_id_or_name: RunRef) -> dict[str, Any]:
-        """Every column of one run; config, dataset and final parsed from JSON."""
-        run_id = self._resolve(run_id_or_name)
+    def get_run(self, run_id_or_name: RunRef) -> RunRecord:
+        """One run's row as a RunRecord (config, dataset, final and tags decoded)."""
+        run_id = self.lookup.id_of(run_id_or_name)
+        columns = self.db.run_columns
         row = self.conn.execute(
-            f"SELECT {', '.join(self._run_columns)} FROM runs WHERE id = ?", (run_id,)
+            f"SELECT {', '.join(columns)} FROM runs WHERE id = ?", (run_id,)
         ).fetchone()
-        run = dict.fromkeys(RUN_COLUMNS)
-        run.update(zip(self._run_columns, row, strict=True))
-        for column in JSON_COLUMNS:
-            run[column] = decode_json(run[column])
-        return run
+        return RunRecord.from_row(columns, row)
 
     @guarded
     def runs_frame(self) -> pd.DataFrame:
@@ -311,7 +294,24 @@ class _Runs(_Connection):
 
     def _column_or_null(self, column: str) -> str:
         """`r.<column>`, or NULL for a column an old file opened read-only does not have."""
-        return f"r.{column}" if column in self._run_columns else "NULL"
+        return f"r.{column}" if column in self.db.run_columns else "NULL"
+
+
+def _check_fields(fields: Mapping[str, Any]) -> None:
+    """StoreError unless every field is a runs column that may be set (id may not)."""
+    unknown = sorted(set(fields) - set(RUN_COLUMNS) - {"name"})
+    if unknown or "id" in fields:
+        bad = unknown[0] if unknown else "id"
+        allowed = ", ".join(c for c in RUN_COLUMNS if c != "id")
+        raise StoreError(f"run field {bad!r} cannot be set; known fields: {allowed}")
+    if "status" in fields:
+        _check_status(fields["status"])
+
+
+def _check_status(status: str) -> None:
+    """StoreError unless `status` is one of core.spec.STATUSES."""
+    if status not in STATUSES:
+        raise StoreError(f"run status {status!r} is not one of {', '.join(STATUSES)}")
 
 
 def _checked(clean: Callable[[Any], Any], value: Any) -> Any:

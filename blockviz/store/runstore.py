@@ -1,31 +1,68 @@
-"""RunStore: the store's parts (one concern per module) combined into one object."""
+"""RunStore: the store's parts (one concern per module), composed around one connection.
+
+A RunStore holds one part per concern, each an object sharing the store's `Connection`
+(its file, its lock, its transactions) and holding the other parts it calls:
+
+    store.db        Connection   the file: open, integrity, close, transaction(), run folders
+    store.lookup    RunLookup    a run given by id or name -> its id (resolve)
+    store.writes    Writes       buffered log_* rows and heartbeats, flush, restore, truncate
+    store.reads     Reads        scalars, layer_stats, histograms, samples, attention, finals
+    store.runs      Runs         the runs table: create, update, rename, delete, get_run
+    store.liveness  Liveness     heartbeat, reap_dead, settle_step
+    store.queue     Queue        claim_slot, queued_still
+    store.studies   Studies      the studies table and their runs
+
+Every public method of a part is also a method of RunStore by the same name (`store.get_run`
+is `store.runs.get_run`), so callers keep one object to hold; the table below says which
+part owns which method.
+"""
 
 from __future__ import annotations
 
 import sqlite3
-import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
 
-from blockviz.store.connection import BUSY_TIMEOUT_S, _Connection, default_store_path
+from blockviz.store.connection import BUSY_TIMEOUT_S, Connection, default_store_path
 from blockviz.store.errors import StoreError, StoreLocked, is_readonly_error
-from blockviz.store.liveness import _Liveness
-from blockviz.store.queue import _Queue
-from blockviz.store.reads import _Reads
-from blockviz.store.runs import _Runs
-from blockviz.store.schema import METRIC_TABLES, RUN_COLUMNS
-from blockviz.store.studies import _Studies
-from blockviz.store.writes import _Writes
+from blockviz.store.liveness import Liveness
+from blockviz.store.queue import Queue
+from blockviz.store.reads import Reads
+from blockviz.store.runs import RunLookup, Runs
+from blockviz.store.studies import Studies
+from blockviz.store.writes import Writes
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-class RunStore(_Runs, _Studies, _Queue, _Liveness, _Writes, _Reads, _Connection):
+class Delegated(Generic[P, R]):
+    """A RunStore method that is the same method of one of its parts (`store.<part>`)."""
+
+    def __init__(self, part: str, method: Callable[Concatenate[Any, P], R]) -> None:
+        self.part = part
+        self.name = method.__name__
+        self.__doc__ = method.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        if name != self.name:
+            raise TypeError(f"RunStore.{name} delegates to {self.part}.{self.name}: one name")
+
+    @overload
+    def __get__(self, store: None, owner: type | None = None) -> Self: ...
+    @overload
+    def __get__(self, store: RunStore, owner: type | None = None) -> Callable[P, R]: ...
+    def __get__(self, store: RunStore | None, owner: type | None = None) -> Any:
+        if store is None:
+            return self
+        return getattr(getattr(store, self.part), self.name)
+
+
+class RunStore:
     """One SQLite run store: buffered metric writes, run lifecycle, DataFrame reads.
 
-    connection.py opens and closes the file, runs.py keeps the runs table, studies.py the
-    studies and their runs, queue.py hands
-    out running slots, liveness.py tracks which runs are alive, writes.py buffers metric
-    rows, reads.py returns frames.
+    Built from parts (see the module docstring); its methods are theirs.
     """
 
     def __init__(
@@ -39,34 +76,26 @@ class RunStore(_Runs, _Studies, _Queue, _Liveness, _Writes, _Reads, _Connection)
         defer_when_busy: bool = False,
         create: bool = True,
     ) -> None:
-        self.path = Path(path).expanduser() if path is not None else default_store_path()
-        self.path = self.path.absolute()
-        # False: the file must exist already (a run or study it holds is being worked on);
-        # a missing one is a StoreError, never a new empty store.
-        self.create = create
-        # A training writer: a flush that finds the store locked keeps its rows and
-        # returns, so a long lock held by another process never stops training.
-        self.defer_when_busy = defer_when_busy
-        self._deferred_since: float | None = None  # monotonic start of a lock episode
-        self._legacy_upto = 0  # runs up to this id may keep <workspace>/<id> folders
-        self._run_columns = RUN_COLUMNS  # those the file has (a read-only v1 file: fewer)
-        # How long a statement waits for another process's lock before giving up: long for
-        # training writers, short for a page that should say so rather than hang.
-        self.busy_timeout_s = busy_timeout_s
-        self.readonly = readonly
-        self.flush_rows = flush_rows
-        # Also flush when the oldest buffered row is this old, so a live page sees a
-        # run that logs a few rows per step within seconds, not every 5,000 rows.
-        self.flush_seconds = flush_seconds
-        self._lock = threading.RLock()
-        self._buffers: dict[str, list[tuple[Any, ...]]] = {t: [] for t in METRIC_TABLES}
-        self._buffered = 0
-        self._heartbeats: dict[int, tuple[float, int]] = {}  # run -> (time, step) not yet written
-        self._beats_written: dict[int, float] = {}  # run -> monotonic time of its last write
-        self._last_flush = time.monotonic()
-        self._conn: sqlite3.Connection | None = None
-        self._conn = self._open()
-        self._identity = self._file_identity()  # which file this store opened
+        target = Path(path).expanduser() if path is not None else default_store_path()
+        # create=False: the file must exist already (a run or study it holds is being
+        # worked on). defer_when_busy: a training writer, whose flush keeps its rows when
+        # another process holds the lock (writes.py).
+        self.db = Connection(
+            target.absolute(),
+            readonly=readonly,
+            create=create,
+            busy_timeout_s=busy_timeout_s,
+            defer_when_busy=defer_when_busy,
+        )
+        self.lookup = RunLookup(self.db)
+        self.writes = Writes(
+            self.db, self.lookup, flush_rows=flush_rows, flush_seconds=flush_seconds
+        )
+        self.reads = Reads(self.db, self.lookup)
+        self.runs = Runs(self.db, self.lookup, self.writes)
+        self.liveness = Liveness(self.db, self.lookup, self.writes, self.reads)
+        self.queue = Queue(self.db, self.lookup, self.liveness)
+        self.studies = Studies(self.db, self.runs, self.writes)
 
     @classmethod
     def open_readable(cls, path: str | Path | None = None, **options: Any) -> RunStore:
@@ -90,8 +119,112 @@ class RunStore(_Runs, _Studies, _Queue, _Liveness, _Writes, _Reads, _Connection)
             except StoreError:
                 raise exc from None
 
+    # -- the file -----------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        """The store file (absolute)."""
+        return self.db.path
+
+    @property
+    def readonly(self) -> bool:
+        """Whether the store was opened read-only."""
+        return self.db.readonly
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """The open connection (raises StoreError when closed)."""
+        return self.db.conn
+
+    @property
+    def workspace(self) -> Path:
+        """The folder holding the store file (and uploads)."""
+        return self.db.workspace
+
+    @property
+    def runs_root(self) -> Path:
+        """<workspace>/<store file name>.runs: the run folders of this store and no other."""
+        return self.db.runs_root
+
+    def close(self) -> None:
+        """Flush what is buffered and close the connection (idempotent)."""
+        with self.db.lock:
+            if self.db.closed:
+                return
+            try:
+                if not self.readonly:
+                    self.writes.flush()
+            finally:
+                self.db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def __repr__(self) -> str:
         return f"RunStore({str(self.path)!r})"
+
+    check_integrity = Delegated("db", Connection.check_integrity)
+    file_changed = Delegated("db", Connection.file_changed)
+    run_dir = Delegated("db", Connection.run_dir)
+
+    # -- the parts' methods -------------------------------------------------------------
+
+    resolve = Delegated("lookup", RunLookup.resolve)
+
+    create_run = Delegated("runs", Runs.create_run)
+    update_run = Delegated("runs", Runs.update_run)
+    take_over = Delegated("runs", Runs.take_over)
+    set_tags = Delegated("runs", Runs.set_tags)
+    set_notes = Delegated("runs", Runs.set_notes)
+    rename_run = Delegated("runs", Runs.rename_run)
+    delete_run = Delegated("runs", Runs.delete_run)
+    get_run = Delegated("runs", Runs.get_run)
+    runs_frame = Delegated("runs", Runs.runs_frame)
+    run_statuses = Delegated("runs", Runs.run_statuses)
+
+    create_study = Delegated("studies", Studies.create_study)
+    study_dir = Delegated("studies", Studies.study_dir)
+    get_study = Delegated("studies", Studies.get_study)
+    update_study = Delegated("studies", Studies.update_study)
+    studies_frame = Delegated("studies", Studies.studies_frame)
+    study_runs = Delegated("studies", Studies.study_runs)
+    claim_study_run = Delegated("studies", Studies.claim_study_run)
+    stop_unclaimed = Delegated("studies", Studies.stop_unclaimed)
+    requeue_runs = Delegated("studies", Studies.requeue_runs)
+    study_active_runs = Delegated("studies", Studies.study_active_runs)
+
+    claim_slot = Delegated("queue", Queue.claim_slot)
+    queued_still = Delegated("queue", Queue.queued_still)
+
+    heartbeat = Delegated("liveness", Liveness.heartbeat)
+    reap_dead = Delegated("liveness", Liveness.reap_dead)
+    settle_step = Delegated("liveness", Liveness.settle_step)
+
+    log_scalars = Delegated("writes", Writes.log_scalars)
+    log_metrics = Delegated("writes", Writes.log_metrics)
+    log_layer_stats = Delegated("writes", Writes.log_layer_stats)
+    log_histogram = Delegated("writes", Writes.log_histogram)
+    log_sample = Delegated("writes", Writes.log_sample)
+    log_attention = Delegated("writes", Writes.log_attention)
+    flush = Delegated("writes", Writes.flush)
+    buffered_rows = Delegated("writes", Writes.buffered_rows)
+    restore_rows = Delegated("writes", Writes.restore_rows)
+    truncate_after = Delegated("writes", Writes.truncate_after)
+    bulk_load = Delegated("writes", Writes.bulk_load)
+
+    scalars = Delegated("reads", Reads.scalars)
+    scalar_names = Delegated("reads", Reads.scalar_names)
+    max_step = Delegated("reads", Reads.max_step)
+    layer_stats = Delegated("reads", Reads.layer_stats)
+    layer_steps = Delegated("reads", Reads.layer_steps)
+    histograms = Delegated("reads", Reads.histograms)
+    samples = Delegated("reads", Reads.samples)
+    attention_steps = Delegated("reads", Reads.attention_steps)
+    attention = Delegated("reads", Reads.attention)
+    final_metrics = Delegated("reads", Reads.final_metrics)
 
 
 def checked(store: RunStore) -> RunStore:

@@ -9,20 +9,23 @@ a study is the study runner's question (it knows the workers), not the reaper's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blockviz.core.naming import is_id_text, run_id_from_text, sanitize_name, shortened_id
 from blockviz.core.spec import ACTIVE_STATUSES
-from blockviz.store.connection import _Connection, guarded
+from blockviz.store.connection import Connection, Part, guarded
 from blockviz.store.errors import StoreError
-from blockviz.store.naming import RunRef
+from blockviz.store.records import StudyRecord
 from blockviz.store.schema import METRIC_TABLES, STUDIES_FRAME, typed_frame
 from blockviz.store.values import decode_json, encode_json, placeholders
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built, never by a training process
     import pandas as pd
+
+    from blockviz.store.runs import Runs
+    from blockviz.store.writes import Writes
 
 STUDY_STATUSES = ("running", "stopped", "completed")
 STUDY_FIELDS = ("name", "status", "ended", "error", "workers")
@@ -30,15 +33,28 @@ STUDY_DIRS_SUFFIX = ".studies"  # <workspace>/<store file name>.studies/<id>
 INIT_GRADS_FILE = "init_grads.json"  # what the init-gradients study writes into its folder
 
 
-class _Studies(_Connection):
+# The studies table's columns, in StudyRecord's field order.
+STUDY_COLUMNS = (
+    "id",
+    "name",
+    "key",
+    "size",
+    "status",
+    "created",
+    "ended",
+    "spec",
+    "error",
+    "workers",
+)
+
+
+class Studies(Part):
     """The part of RunStore that keeps studies and hands their runs to workers."""
 
-    # From runs.py.
-    create_run: Callable[..., int]
-    runs_frame: Callable[[], pd.DataFrame]
-    _resolve: Callable[[RunRef], int]
-    _unique_name: Callable[[str], str]
-    _drop_buffered: Callable[[int], None]
+    def __init__(self, db: Connection, runs: Runs, writes: Writes) -> None:
+        super().__init__(db)
+        self.runs = runs  # unique run names, the runs frame
+        self.writes = writes  # a requeued run's buffered rows are dropped
 
     @guarded
     def create_study(
@@ -55,9 +71,8 @@ class _Studies(_Connection):
         are `<study name> <variant> seed <n>`, made safe and unique.
         """
         now = time.time()
-        self._begin()
-        try:
-            cursor = self.conn.execute(
+        with self.db.transaction() as conn:
+            cursor = conn.execute(
                 "INSERT INTO studies (name, key, size, status, created, spec) "
                 "VALUES (?, ?, ?, 'running', ?, ?)",
                 (sanitize_name(name), key, size, now, encode_json(dict(spec))),
@@ -67,7 +82,7 @@ class _Studies(_Connection):
             for run in runs:
                 base = sanitize_name(f"{name} {run['variant']} seed {run['seed']}")
                 row = {
-                    "name": self._unique_name(base),
+                    "name": self.runs.unique_name(base),
                     "created": now,
                     "status": "queued",
                     "config": run["config"],
@@ -76,36 +91,28 @@ class _Studies(_Connection):
                     "variant": str(run["variant"]),
                     "seed": int(run["seed"]),
                 }
-                cursor = self.conn.execute(
+                cursor = conn.execute(
                     f"INSERT INTO runs ({', '.join(row)}) VALUES ({placeholders(row)})",
                     list(row.values()),
                 )
                 run_ids.append(int(cursor.lastrowid or 0))
-            self._commit()
-        except BaseException:
-            self._rollback()
-            raise
         return study_id, run_ids
 
     def study_dir(self, study_id: int | str) -> Path:
         """<store>.studies/<id>: a study's own files (worker log, init-gradient results)."""
-        return self.path.with_name(self.path.name + STUDY_DIRS_SUFFIX) / str(_study_id(study_id))
+        path = self.db.path
+        return path.with_name(path.name + STUDY_DIRS_SUFFIX) / str(_study_id(study_id))
 
     @guarded
-    def get_study(self, study_id: int | str) -> dict[str, Any]:
-        """The study's row as a dict (`spec` and `workers` decoded); StoreError if unknown."""
+    def get_study(self, study_id: int | str) -> StudyRecord:
+        """The study's row as a StudyRecord (`spec` and `workers` decoded); StoreError if
+        unknown."""
         row = self.conn.execute(
-            "SELECT id, name, key, size, status, created, ended, spec, error, workers "
-            "FROM studies WHERE id = ?",
-            (_study_id(study_id),),
+            f"SELECT {', '.join(STUDY_COLUMNS)} FROM studies WHERE id = ?", (_study_id(study_id),)
         ).fetchone()
         if row is None:
-            raise StoreError(f"no study {study_id} in {self.path}; `study list` shows them")
-        keys = ("id", "name", "key", "size", "status", "created", "ended", "spec", "error")
-        study = dict(zip(keys, row[:-1], strict=True))
-        study["spec"] = decode_json(study["spec"]) or {}
-        study["workers"] = decode_json(row[-1]) or []
-        return study
+            raise StoreError(f"no study {study_id} in {self.db.path}; `study list` shows them")
+        return StudyRecord.from_row(STUDY_COLUMNS, row)
 
     @guarded
     def update_study(self, study_id: int | str, **fields: Any) -> None:
@@ -120,15 +127,10 @@ class _Studies(_Connection):
         if not fields:
             return
         sets = ", ".join(f"{column} = ?" for column in fields)
-        self._begin()
-        try:
-            self.conn.execute(
+        with self.db.transaction() as conn:
+            conn.execute(
                 f"UPDATE studies SET {sets} WHERE id = ?", [*fields.values(), _study_id(study_id)]
             )
-            self._commit()
-        except BaseException:
-            self._rollback()
-            raise
 
     @guarded
     def studies_frame(self) -> pd.DataFrame:
@@ -155,7 +157,7 @@ class _Studies(_Connection):
             "WHERE study_id = ? ORDER BY id",
             (sid,),
         ).fetchall()
-        frame = self.runs_frame()
+        frame = self.runs.runs_frame()
         frame = frame[frame["id"].isin([r[0] for r in rows])].reset_index(drop=True)
         extra = {
             r[0]: {
@@ -181,40 +183,29 @@ class _Studies(_Connection):
         None when every run is claimed or done. Atomic: two workers never get one run.
         """
         sid = _study_id(study_id)
-        self._begin()
-        try:
-            row = self.conn.execute(
+        with self.db.transaction() as conn:
+            row = conn.execute(
                 "SELECT id FROM runs WHERE study_id = ? AND status = 'queued' AND pid IS NULL "
                 "ORDER BY id LIMIT 1",
                 (sid,),
             ).fetchone()
             if row is None:
-                self._commit()
                 return None
-            self.conn.execute(
+            conn.execute(
                 "UPDATE runs SET pid = ?, pid_started = ? WHERE id = ?",
                 (int(pid), pid_started, int(row[0])),
             )
-            self._commit()
-        except BaseException:
-            self._rollback()
-            raise
         return int(row[0])
 
     @guarded
     def stop_unclaimed(self, study_id: int | str) -> int:
         """Mark the study's queued runs that no worker claimed 'stopped'; how many."""
-        self._begin()
-        try:
-            cursor = self.conn.execute(
+        with self.db.transaction() as conn:
+            cursor = conn.execute(
                 "UPDATE runs SET status = 'stopped', ended = ? "
                 "WHERE study_id = ? AND status = 'queued' AND pid IS NULL",
                 (time.time(), _study_id(study_id)),
             )
-            self._commit()
-        except BaseException:
-            self._rollback()
-            raise
         return max(cursor.rowcount, 0)
 
     @guarded
@@ -228,12 +219,11 @@ class _Studies(_Connection):
         if not ids:
             return 0
         for run_id in ids:
-            self._drop_buffered(run_id)
-        self._begin()
-        try:
+            self.writes.drop_buffered(run_id)
+        with self.db.transaction() as conn:
             eligible = [
                 row[0]
-                for row in self.conn.execute(
+                for row in conn.execute(
                     f"SELECT id FROM runs WHERE id IN ({placeholders(ids)}) "
                     "AND status IN ('stopped', 'failed')",
                     ids,
@@ -241,17 +231,13 @@ class _Studies(_Connection):
             ]
             for run_id in eligible:
                 for table in METRIC_TABLES:
-                    self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
-                self.conn.execute(
+                    conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+                conn.execute(
                     "UPDATE runs SET status = 'queued', pid = NULL, pid_started = NULL, "
                     "started = NULL, ended = NULL, heartbeat = NULL, step = 0, final = NULL, "
                     "error = NULL, diverged_step = NULL WHERE id = ?",
                     (run_id,),
                 )
-            self._commit()
-        except BaseException:
-            self._rollback()
-            raise
         return len(eligible)
 
     @guarded

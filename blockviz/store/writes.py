@@ -16,13 +16,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import repeat
 from operator import itemgetter
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
 
-from blockviz.store.connection import _Connection, guarded
+from blockviz.store.connection import Connection, Part, guarded
 from blockviz.store.errors import StoreError, is_busy
 from blockviz.store.naming import RunRef
 from blockviz.store.schema import METRIC_TABLES, TABLE_WIDTHS
 from blockviz.store.values import convert_column, placeholders, real
+
+if TYPE_CHECKING:
+    from blockviz.store.runs import RunLookup
 
 # A writer that finds the store locked keeps up to this many rows in memory (about 40 MB
 # of scalar and layer rows); past it the writer waits for the lock, pausing training,
@@ -32,20 +35,31 @@ MAX_DEFERRED_ROWS = 200_000
 log = logging.getLogger("blockviz.store")  # training copies this logger into train.log
 
 
-class _Writes(_Connection):
+class Writes(Part):
     """The part of RunStore that buffers metric rows and heartbeats and flushes them."""
 
-    # Set by RunStore.__init__.
-    flush_rows: int
-    flush_seconds: float | None
-    _buffers: dict[str, list[tuple[Any, ...]]]
-    _buffered: int
-    _heartbeats: dict[int, tuple[float, int]]  # run -> (time, step) not yet written
-    _beats_written: dict[int, float]  # run -> monotonic time of its last write
-    _last_flush: float
-    _deferred_since: float | None  # monotonic start of a lock episode
-    # From runs.py.
-    _resolve: Callable[[RunRef], int]
+    def __init__(
+        self,
+        db: Connection,
+        lookup: RunLookup,
+        *,
+        flush_rows: int,
+        flush_seconds: float | None,
+    ) -> None:
+        super().__init__(db)
+        self.lookup = lookup
+        self.flush_rows = flush_rows
+        # Also flush when the oldest buffered row is this old, so a live page sees a
+        # run that logs a few rows per step within seconds, not every 5,000 rows.
+        self.flush_seconds = flush_seconds
+        self._buffers: dict[str, list[tuple[Any, ...]]] = {t: [] for t in METRIC_TABLES}
+        self._buffered = 0
+        # Heartbeats (liveness.py): run -> (time, step) not yet written, and run ->
+        # monotonic time of its last write.
+        self.pending_beats: dict[int, tuple[float, int]] = {}
+        self.beats_written: dict[int, float] = {}
+        self._last_flush = time.monotonic()
+        self._deferred_since: float | None = None  # monotonic start of a lock episode
 
     @guarded
     def log_scalars(self, run_id: int, rows: Iterable[tuple[int, str, float]]) -> None:
@@ -156,20 +170,20 @@ class _Writes(_Connection):
         instead, so memory stays bounded and no row is ever dropped.
         """
         self._last_flush = time.monotonic()
-        if not self._buffered and not self._heartbeats:
+        if not self._buffered and not self.pending_beats:
             return True
         while True:
             try:
                 self._flush_once()
             except sqlite3.OperationalError as exc:
-                if not (self.defer_when_busy and is_busy(exc)):
+                if not (self.db.defer_when_busy and is_busy(exc)):
                     raise
                 if self._deferred_since is None:
                     self._deferred_since = time.monotonic()
                     log.warning(
                         "the run store %s is locked by another process; keeping rows in "
                         "memory (up to %d) and retrying",
-                        self.path,
+                        self.db.path,
                         MAX_DEFERRED_ROWS,
                     )
                 if self._buffered < MAX_DEFERRED_ROWS:
@@ -188,12 +202,11 @@ class _Writes(_Connection):
             return True
 
     def _flush_once(self) -> None:
-        self._begin()
         try:
-            self._write_buffers()
-            self._commit()
+            # Rolled back when it raises: the buffers are kept and the next flush retries.
+            with self.db.transaction():
+                self._write_buffers()
         except sqlite3.IntegrityError:
-            self._rollback()
             missing = self._drop_missing_runs()
             if not missing:
                 raise
@@ -201,16 +214,13 @@ class _Writes(_Connection):
                 f"cannot record metrics for run(s) {', '.join(map(str, missing))}: no such run "
                 "(deleted?); their buffered rows were dropped"
             ) from None
-        except BaseException:
-            self._rollback()  # keep the buffers: the next flush retries them
-            raise
         for rows in self._buffers.values():
             rows.clear()
         self._buffered = 0
         written_at = time.monotonic()
-        for run_id in self._heartbeats:
-            self._beats_written[run_id] = written_at
-        self._heartbeats.clear()
+        for run_id in self.pending_beats:
+            self.beats_written[run_id] = written_at
+        self.pending_beats.clear()
 
     @guarded
     def buffered_rows(self, run_id: int) -> dict[str, list[list[Any]]]:
@@ -249,29 +259,25 @@ class _Writes(_Connection):
         resumed run does again; without this, series would hold both. Returns the rows
         deleted.
         """
-        run_id = self._resolve(run_id)
+        run_id = self.lookup.id_of(run_id)
         self._drop_buffered_after(run_id, int(step))
         deleted = 0
-        self._begin()
-        try:
+        with self.db.transaction() as conn:
             for table in METRIC_TABLES:
-                cursor = self.conn.execute(
+                cursor = conn.execute(
                     f"DELETE FROM {table} WHERE run_id = ? AND step > ?", (run_id, int(step))
                 )
                 deleted += max(cursor.rowcount, 0)
-            self.conn.execute("UPDATE runs SET step = ? WHERE id = ?", (int(step), run_id))
-            self._commit()
-        except BaseException:
-            self._rollback()
-            raise
+            conn.execute("UPDATE runs SET step = ? WHERE id = ?", (int(step), run_id))
         return deleted
 
-    def _drop_buffered(self, run_id: int) -> None:
+    def drop_buffered(self, run_id: int) -> None:
+        """Forget the run's rows and beat not yet written (a deleted or requeued run)."""
         for table, rows in self._buffers.items():
             kept = [row for row in rows if row[0] != run_id]
             self._buffered -= len(rows) - len(kept)
             self._buffers[table] = kept
-        self._heartbeats.pop(run_id, None)
+        self.pending_beats.pop(run_id, None)
 
     def _drop_buffered_after(self, run_id: int, step: int) -> None:
         for table, rows in self._buffers.items():
@@ -310,10 +316,10 @@ class _Writes(_Connection):
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 buffers["attention"],
             )
-        if self._heartbeats:
+        if self.pending_beats:
             conn.executemany(
                 "UPDATE runs SET heartbeat = ?, step = ? WHERE id = ?",
-                [(beat, step, run_id) for run_id, (beat, step) in self._heartbeats.items()],
+                [(beat, step, run_id) for run_id, (beat, step) in self.pending_beats.items()],
             )
 
     def _drop_missing_runs(self) -> list[int]:
@@ -328,18 +334,18 @@ class _Writes(_Connection):
         }
         missing = sorted(buffered_ids - existing)
         for run_id in missing:
-            self._drop_buffered(run_id)
+            self.drop_buffered(run_id)
         return missing
 
     @contextmanager
-    def bulk_load(self) -> Iterator[Self]:
+    def bulk_load(self) -> Iterator[None]:
         """Load many rows fast (test fakes, benchmarks): no per-row foreign-key checks inside."""
-        with self._lock:
+        with self.db.lock:
             self.flush()
             self.conn.execute("PRAGMA foreign_keys = OFF")
             try:
-                yield self
+                yield
                 self.flush()
             finally:
-                if self._conn is not None:
-                    self._conn.execute("PRAGMA foreign_keys = ON")
+                if not self.db.closed:
+                    self.conn.execute("PRAGMA foreign_keys = ON")

@@ -74,22 +74,20 @@ def plan_new(args: argparse.Namespace, store: RunStore | None) -> RunPlan:
     name = args.name or run_name(config, getattr(args, "preset", None))
     if store is not None and args.run_id is not None:
         run = store.get_run(args.run_id)
-        if run["status"] != "queued":
+        if run.status != "queued":
             raise UsageError(
-                f"--run_id {args.run_id}: run {run['name']!r} is {run['status']}, not queued"
+                f"--run_id {args.run_id}: run {run.name!r} is {run.status}, not queued"
             )
-        name = args.name or run["name"]
+        name = args.name or run.name
     return RunPlan(config=config, name=name, run_id=args.run_id)
 
 
 def plan_resume(args: argparse.Namespace, store: RunStore) -> RunPlan:
     """Run `--resume` continued from its last checkpoint; UsageError when it cannot be."""
     run = store.get_run(args.resume)
-    run_id = int(run["id"])
-    if run["status"] in ACTIVE_STATUSES and procs.is_alive(run["pid"], run.get("pid_started")):
-        raise UsageError(
-            f"--resume: run {run_id} ({run['name']}) is {run['status']}; stop it first"
-        )
+    run_id = int(run.id)
+    if run.status in ACTIVE_STATUSES and procs.is_alive(run.pid, run.pid_started):
+        raise UsageError(f"--resume: run {run_id} ({run.name}) is {run.status}; stop it first")
     run_dir = store.run_dir(run_id)
     try:
         config = cfg.RunConfig.from_json((run_dir / "config.json").read_text(encoding="utf-8"))
@@ -110,7 +108,7 @@ def plan_resume(args: argparse.Namespace, store: RunStore) -> RunPlan:
     state = read_checkpoint(checkpoint, f"--resume: run {run_id}'s checkpoint")
     start_step = state["global_step"]
     # At max_steps, a run that died before it recorded its end is finished (RunPlan.finishing).
-    finished = run["status"] in ("completed", "diverged")
+    finished = run.status in ("completed", "diverged")
     if start_step > config.train.max_steps or (start_step == config.train.max_steps and finished):
         raise UsageError(
             f"--resume: run {run_id} is already at step {start_step} of max_steps="
@@ -119,10 +117,10 @@ def plan_resume(args: argparse.Namespace, store: RunStore) -> RunPlan:
     hparams = state["hyper_parameters"]
     first_max_steps = ((hparams.get("run_config") or {}).get("train") or {}).get("max_steps")
     horizon = hparams.get("schedule_steps") or first_max_steps or config.train.max_steps
-    recorded = run.get("dataset")
+    recorded = run.dataset
     return RunPlan(
         config=config,
-        name=run["name"],
+        name=run.name,
         run_id=run_id,
         checkpoint=checkpoint,
         start_step=start_step,

@@ -84,7 +84,7 @@ def train_one(store: RunStore, run_id: int, max_running: int, threads: int | Non
         print(f"blockviz: run {run_id} failed to start: {message}", file=sys.stderr, flush=True)
         try:
             run = store.get_run(run_id)
-            if run["status"] in ("queued", "running"):
+            if run.status in ("queued", "running"):
                 store.update_run(run_id, status="failed", ended=time.time(), error=message)
         except StoreError:
             pass
@@ -124,7 +124,7 @@ def work(store_path: str, study_id: int, max_running: int, threads: int | None =
     trained = 0
     try:
         with RunStore(store_path, create=False) as store:
-            plan = plan_from_spec(store.get_study(study_id)["spec"])
+            plan = plan_from_spec(store.get_study(study_id).spec)
             if not plan.trains:
                 return measure_at_init(store, study_id, plan)
             while not quit_request.requested:
@@ -140,7 +140,7 @@ def work(store_path: str, study_id: int, max_running: int, threads: int | None =
                         flush=True,
                     )
                     return 1
-                if patiently(store.get_study, study_id)["status"] != "running":
+                if patiently(store.get_study, study_id).status != "running":
                     break
                 run_id = patiently(
                     store.claim_study_run, study_id, os.getpid(), me.started if me else None
@@ -184,7 +184,7 @@ def measure_at_init(store: RunStore, study_id: int, plan: StudyDef) -> int:
 def _finish(store: RunStore, study_id: int) -> None:
     """Mark the study completed once no run of it is left to train."""
     study = store.get_study(study_id)
-    if study["status"] == "running" and not store.study_active_runs(study_id):
+    if study.status == "running" and not store.study_active_runs(study_id):
         store.update_study(study_id, status="completed", ended=time.time())
 
 

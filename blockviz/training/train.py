@@ -406,7 +406,7 @@ def _register_and_fit(
     else:
         run_id = plan.run_id
         if plan.checkpoint is not None:  # a resumed run's time so far counts on
-            earlier = store.get_run(run_id).get("final") or {}
+            earlier = store.get_run(run_id).final or {}
             if plan.finishing and not earlier:  # killed before it wrote them: from its rows
                 earlier = _recorded_training(store, run_id)
             earlier_s = float(earlier.get("time_s") or 0.0)
@@ -428,7 +428,7 @@ def _register_and_fit(
             return EXIT_OK
         if args.name and not args.resume:
             patiently(store.rename_run, run_id, args.name)
-    name = store.get_run(run_id)["name"]
+    name = store.get_run(run_id).name
     run_dir = store.run_dir(run_id)
     try:
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)

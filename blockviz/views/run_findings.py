@@ -29,7 +29,7 @@ from blockviz.core.findings import (
 )
 
 if TYPE_CHECKING:
-    from blockviz.store import RunStore
+    from blockviz.store import RunRecord, RunStore
 
 # What the rules read: scalars by name, and per-layer statistics by kind, component, stat.
 # (train/grad_norm too: a divergence's story names every scalar that went non-finite.)
@@ -78,7 +78,7 @@ def read_layers(store: RunStore, run_id: int) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else store.layer_stats(run_id, kind=())
 
 
-def findings_of(run: Mapping[str, Any], scalars: pd.DataFrame, layers: pd.DataFrame) -> RunFindings:
+def findings_of(run: RunRecord, scalars: pd.DataFrame, layers: pd.DataFrame) -> RunFindings:
     """The findings of a run from its row and the frames the rules read."""
     series: RunSeries = run_series(run, scalars, layers)
     found = evaluate(series)
@@ -86,9 +86,9 @@ def findings_of(run: Mapping[str, Any], scalars: pd.DataFrame, layers: pd.DataFr
     return RunFindings(headline(series, found), found, newest)
 
 
-def read_findings(store: RunStore, run: Mapping[str, Any]) -> RunFindings:
+def read_findings(store: RunStore, run: RunRecord) -> RunFindings:
     """The findings of a stored run, read from the store."""
-    run_id = int(run["id"])
+    run_id = int(run.id)
     scalars = store.scalars(run_id, names=SCALARS)
     return findings_of(run, scalars, read_layers(store, run_id))
 
@@ -102,18 +102,16 @@ _CACHE_LOCK = threading.Lock()  # the dashboard's sessions are threads of one pr
 ACTIVE_EVERY_S = 5.0
 
 
-def cached_findings(
-    store: RunStore, run: Mapping[str, Any], logged: bool | None = None
-) -> RunFindings:
+def cached_findings(store: RunStore, run: RunRecord, logged: bool | None = None) -> RunFindings:
     """`read_findings`, kept while the run's status and step stay the same; a run still
     training is read again at most every ACTIVE_EVERY_S seconds (its step moves at every
     log, and a long run's whole series take a while to read). `logged`, when the caller
     knows it, says whether the run has logged anything yet: the first logged step is read
     at once, so a page never says "no loss yet" beside a chart with points."""
-    step: Any = run.get("step")
-    if str(run.get("status")) in spec.ACTIVE_STATUSES:
+    step: Any = run.step
+    if str(run.status) in spec.ACTIVE_STATUSES:
         step = ("active", int(time.monotonic() // ACTIVE_EVERY_S), logged)
-    key = (str(store.path), int(run["id"]), str(run.get("status")), step)
+    key = (str(store.path), int(run.id), str(run.status), step)
     with _CACHE_LOCK:
         found = _CACHE.get(key)
     if found is None:

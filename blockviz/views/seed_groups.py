@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import altair as alt
 import pandas as pd
@@ -19,32 +19,29 @@ from blockviz.core.config import ConfigError, RunConfig
 from blockviz.core.study_stats import mean_interval
 from blockviz.views.charts.base import HEIGHT, WIDTH, ema, is_smoothed, no_data, x_axis_encoding
 
+if TYPE_CHECKING:
+    from blockviz.store import RunRecord
+
 BAND_NOTE = "line: mean over seeds; band: 95% t interval of that mean"
 BAND_COLUMNS = ["group", "name", "step", "mean", "low", "high", "n"]
 MANY_GROUPS = 6  # more lines than this: fainter bands, the legend under the chart
 
 
-def seed_groups(runs: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+def seed_groups(runs: Sequence[RunRecord]) -> list[list[int]]:
     """Run ids grouped by config with the seed left out, in the order first seen.
 
-    Each of `runs` has `id` and `config` (a dict or JSON text). A run whose config cannot be
-    read is a group of its own; so is a run with no partner.
+    A run whose config cannot be read is a group of its own; so is a run with no partner.
     """
     groups: dict[str, list[int]] = {}
     for run in runs:
-        config = run.get("config")
         try:
-            parsed = (
-                RunConfig.from_json(config)
-                if isinstance(config, str)
-                else RunConfig.from_dict(config)  # type: ignore[arg-type]
-            )
+            parsed = RunConfig.from_dict(run.config)  # type: ignore[arg-type]  # None: refused
         except (ConfigError, TypeError, ValueError):
-            groups[f"unreadable {run['id']}"] = [int(run["id"])]
+            groups[f"unreadable {run.id}"] = [int(run.id)]
             continue
         parsed.train.seed = 0
         parsed.model.vocab_size = 0  # set from the data when the run starts
-        groups.setdefault(parsed.to_json(), []).append(int(run["id"]))
+        groups.setdefault(parsed.to_json(), []).append(int(run.id))
     return list(groups.values())
 
 

@@ -4,8 +4,7 @@ from the store; the facts and their sentences are `core.divergence`), its recent
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -20,7 +19,7 @@ from blockviz.core.divergence import (
 )
 
 if TYPE_CHECKING:
-    from blockviz.store import RunStore
+    from blockviz.store import RunRecord, RunStore
 
 __all__ = [
     "DIVERGENCE_WINDOW",
@@ -36,13 +35,13 @@ __all__ = [
 DIVERGENCE_WINDOW = 200  # steps before the divergence read whole for its summary
 
 
-def stored_model_config(run: Mapping[str, Any]) -> ModelConfig | None:
+def stored_model_config(run: RunRecord) -> ModelConfig | None:
     """The run's model config as stored with it; None when missing or damaged.
 
     Every run's config was validated before it was launched, so one that no longer
     validates was damaged since; callers fall back to what every run has (one layer).
     """
-    stored = run.get("config")
+    stored = run.config
     if not isinstance(stored, dict) or not isinstance(stored.get("model"), dict):
         return None
     try:
@@ -51,15 +50,15 @@ def stored_model_config(run: Mapping[str, Any]) -> ModelConfig | None:
         return None
 
 
-def read_divergence(store: RunStore, run: Mapping[str, Any]) -> Divergence:
+def read_divergence(store: RunStore, run: RunRecord) -> Divergence:
     """Summarize a diverged run from the store, reading its last steps whole.
 
     A chart's series may be downsampled; these steps are not, so the last finite loss
     and the first non-finite values are exact.
     """
-    end = run.get("diverged_step") or run.get("step") or 0
-    recent = store.scalars(int(run["id"]), after_step=max(int(end) - DIVERGENCE_WINDOW, -1))
-    return summarize_divergence(run, recent)
+    end = run.diverged_step or run.step or 0
+    recent = store.scalars(int(run.id), after_step=max(int(end) - DIVERGENCE_WINDOW, -1))
+    return summarize_divergence(recent, diverged_step=run.diverged_step, error=run.error)
 
 
 def recent_tokens_per_sec(scalars: pd.DataFrame, window: int = 50) -> float | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -152,24 +152,39 @@ def _grid(rows: pd.DataFrame, head: bool) -> pd.DataFrame:
     return pd.DataFrame(grid, index=pd.Index(steps, name="step"), columns=columns)
 
 
-def run_series(run: Mapping[str, Any], scalars: pd.DataFrame, layers: pd.DataFrame) -> RunSeries:
+class StoredRun(Protocol):
+    """What `run_series` reads of a stored run (a `store.RunRecord` has these fields)."""
+
+    @property
+    def status(self) -> str | None: ...
+    @property
+    def config(self) -> dict[str, Any] | None: ...
+    @property
+    def dataset(self) -> dict[str, Any] | None: ...
+    @property
+    def diverged_step(self) -> int | None: ...
+    @property
+    def error(self) -> str | None: ...
+
+
+def run_series(run: StoredRun, scalars: pd.DataFrame, layers: pd.DataFrame) -> RunSeries:
     """A RunSeries from a run's stored row (as `RunStore.get_run` gives it) and frames."""
     try:
-        config = RunConfig.from_dict(run["config"]) if run.get("config") else None
+        config = RunConfig.from_dict(run.config) if run.config else None
     except (ValueError, TypeError, KeyError):
         config = None
-    dataset = run.get("dataset") if isinstance(run.get("dataset"), Mapping) else {}
+    dataset = run.dataset if isinstance(run.dataset, Mapping) else {}
     unigram, init_loss = dataset.get("unigram_nats"), dataset.get("init_loss")
-    diverged = run.get("diverged_step")
+    diverged = run.diverged_step
     return RunSeries(
-        status=str(run.get("status") or ""),
+        status=str(run.status or ""),
         diverged_step=None if diverged is None else int(diverged),
         config=config,
         unigram=float(unigram) if isinstance(unigram, int | float) else None,
         init_loss=float(init_loss) if isinstance(init_loss, int | float) else None,
         scalars=scalars,
         layers=layers,
-        error=str(run["error"]) if run.get("error") else None,
+        error=str(run.error) if run.error else None,
     )
 
 

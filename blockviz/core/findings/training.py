@@ -56,7 +56,7 @@ def diverged(series: RunSeries) -> Finding | None:
     if series.status != "diverged" and nonfinite.empty:
         return None
     facts = summarize_divergence(
-        {"diverged_step": series.diverged_step, "error": series.error}, series.scalars
+        series.scalars, diverged_step=series.diverged_step, error=series.error
     )
     step = facts.step
     words = [render_divergence(facts)]

@@ -215,9 +215,9 @@ def _results(store: RunStore, study_id: int, plan: studies.StudyDef) -> None:
 def study_panel(store: RunStore, study_id: int, writable: bool) -> None:
     """One study: header, progress, actions and results; refreshes itself while it runs."""
     study = store.get_study(study_id)
-    plan = studies.plan_from_spec(study["spec"])
+    plan = studies.plan_from_spec(study.spec)
     now = study_runner.progress(store, study_id)
-    st.subheader(f"#{study_id} {ui.plain(study['name'])} — {now.label}", anchor=False)
+    st.subheader(f"#{study_id} {ui.plain(study.name)} — {now.label}", anchor=False)
     st.markdown(f"**Question.** {ui.plain(plan.question)}")
     _progress(now)
     _actions(store, study_id, now, writable)

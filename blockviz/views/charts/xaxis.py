@@ -18,12 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from blockviz.core import spec
 from blockviz.views.charts.base import STEP_AXIS, XAxis
+
+if TYPE_CHECKING:
+    from blockviz.store import RunRecord
 
 ELAPSED_SCALAR = spec.TRAIN_ELAPSED_S
 TIME_AXIS = XAxis("time_s", "wall-clock time since training started (s)", ",.3~r", integer=False)
@@ -81,13 +85,13 @@ class RunClocks:
         return [] if have is None else [int(i) for i in run_ids if int(i) not in have]
 
 
-def run_clocks(runs: Sequence[Mapping[str, object]], scalars: pd.DataFrame) -> RunClocks:
-    """Clocks of runs (rows with `id` and `config`) from scalars holding train/elapsed_s."""
+def run_clocks(runs: Sequence[RunRecord], scalars: pd.DataFrame) -> RunClocks:
+    """Clocks of runs (their stored configs) from scalars holding train/elapsed_s."""
     per_step = {}
     for run in runs:
-        tokens = tokens_per_step(run.get("config"))  # type: ignore[arg-type]
+        tokens = tokens_per_step(run.config)
         if tokens is not None:
-            per_step[int(run["id"])] = tokens  # type: ignore[call-overload]
+            per_step[int(run.id)] = tokens
     elapsed = {}
     timed = scalars[scalars["name"] == ELAPSED_SCALAR] if len(scalars) else scalars
     for run_id, rows in timed.groupby("run_id"):

@@ -25,7 +25,7 @@ from blockviz.core.bounds import BOUNDS
 from blockviz.core.config import RunConfig
 from blockviz.core.corpora import BUILTIN
 from blockviz.core.naming import sanitize_name
-from blockviz.store import RunStore
+from blockviz.store import RunRecord, RunStore
 from blockviz.views.export.codegen_template import SCRIPT_BODY
 from blockviz.views.export.outfolder import ExportError, OutFolder, safe_filename
 from blockviz.views.export.report import selected_runs
@@ -265,12 +265,12 @@ def script_text(config: RunConfig, name: str) -> str:
     return "\n".join([_header(config, shown, filename), _IMPORTS, _constants(config) + SCRIPT_BODY])
 
 
-def run_script(run: dict[str, Any]) -> tuple[str, str]:
+def run_script(run: RunRecord) -> tuple[str, str]:
     """(file name, script text) of a stored run (a `RunStore.get_run` row)."""
-    if not run.get("config"):
-        raise ExportError(f"run {run['id']} has no stored config to export as code")
-    config = RunConfig.from_dict(run["config"])
-    return script_filename(run["name"]), script_text(config, run["name"])
+    if not run.config:
+        raise ExportError(f"run {run.id} has no stored config to export as code")
+    config = RunConfig.from_dict(run.config)
+    return script_filename(run.name), script_text(config, run.name)
 
 
 def export_code_to_folder(
@@ -282,7 +282,7 @@ def export_code_to_folder(
     scripts = []
     for run in selected_runs(store, run_ids):
         filename, text = run_script(run)
-        scripts.append((run["id"], filename, text))
+        scripts.append((run.id, filename, text))
     written: list[Path] = []
     taken: set[str] = set()
     with OutFolder(out_dir) as out:

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import altair as alt
 
-from blockviz.store import RunStore
+from blockviz.store import RunRecord, RunStore
 from blockviz.views.export.ablation import final_metrics_table
 from blockviz.views.export.outfolder import (
     ExportError,
@@ -61,22 +60,20 @@ def export_to_folder(
         # The folders first: a symlink in the way is refused before seconds of rendering.
         if fmt != "zip":
             out.folder("charts")
-        if fmt == "all" and any(r["config"] is not None for r in runs):
+        if fmt == "all" and any(r.config is not None for r in runs):
             out.folder("configs")
         return _export(store, runs, out, fmt)
 
 
-def _export(
-    store: RunStore, runs: Sequence[dict[str, Any]], out: OutFolder, fmt: str
-) -> list[Path]:
+def _export(store: RunStore, runs: Sequence[RunRecord], out: OutFolder, fmt: str) -> list[Path]:
     """The writes of export_to_folder, into an opened (and checked) output folder."""
-    ids = [r["id"] for r in runs]
+    ids = [r.id for r in runs]
     entries = report_charts(store, ids)
     stems = chart_stems(entries)
     written: list[Path] = []
     if fmt in ("zip", "all"):
         files = report_files(store, ids, entries=entries)
-        written.append(out.write(report_name(runs), zip_bytes(files)))
+        written.append(out.write(report_name([r.name for r in runs]), zip_bytes(files)))
         if fmt == "zip":
             return written
         for member, payload in files.items():

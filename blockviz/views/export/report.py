@@ -20,7 +20,7 @@ import vl_convert as vlc
 from blockviz.core import config as cfg
 from blockviz.core import spec
 from blockviz.core.tags import tags_text
-from blockviz.store import RunStore
+from blockviz.store import RunRecord, RunStore
 from blockviz.views import charts, summary
 from blockviz.views.export.ablation import (
     final_metrics_table,
@@ -46,7 +46,7 @@ ChartEntry = tuple[str, alt.TopLevelMixin, pd.DataFrame]
 REPORT_MAX_POINTS = 2000  # per series in report charts; the CSVs are never downsampled
 
 
-def selected_runs(store: RunStore, run_ids: Sequence[int | str]) -> list[dict[str, Any]]:
+def selected_runs(store: RunStore, run_ids: Sequence[int | str]) -> list[RunRecord]:
     """The selected runs' rows (config parsed), in the order given, without repeats."""
     ids = list(dict.fromkeys(store.resolve(r) for r in run_ids))
     if not ids:
@@ -60,10 +60,10 @@ def report_charts(
     """The charts of a report as (title, chart, data): comparisons first, then per run,
     then each run's attention maps at its latest recorded step (report_extras)."""
     runs = selected_runs(store, run_ids)
-    ids = [r["id"] for r in runs]
-    depths = {r["id"]: m.n_layer for r in runs if (m := summary.stored_model_config(r))}
-    colors = charts.run_color_scale({r["id"]: r["name"] for r in runs})
-    diverged = {r["name"]: r["diverged_step"] for r in runs if r["diverged_step"] is not None}
+    ids = [r.id for r in runs]
+    depths = {r.id: m.n_layer for r in runs if (m := summary.stored_model_config(r))}
+    colors = charts.run_color_scale({r.id: r.name for r in runs})
+    diverged = {r.name: r.diverged_step for r in runs if r.diverged_step is not None}
     scalars = store.scalars(ids, max_points=max_points)
     built: list[alt.TopLevelMixin] = [
         # A diverged run's spike would flatten every other curve on a linear axis.
@@ -109,15 +109,15 @@ def report_charts(
         )
     )
     for run in runs:
-        components = store.layer_stats(run["id"], kind="component", max_points=max_points)
-        taps = store.layer_stats(run["id"], kind="tap", stat=spec.RMS, max_points=max_points)
-        n_layer = depths.get(run["id"])
+        components = store.layer_stats(run.id, kind="component", max_points=max_points)
+        taps = store.layer_stats(run.id, kind="tap", stat=spec.RMS, max_points=max_points)
+        n_layer = depths.get(run.id)
         built += [
             charts.layer_heatmap(components, spec.GRAD_NORM, "block", n_layers=n_layer),
             charts.update_ratio_chart(components, n_layers=n_layer),
             charts.tap_stats_chart(taps, spec.RMS, n_layers=n_layer),
         ]
-        _name_placeholders(built[-3:], run["name"])
+        _name_placeholders(built[-3:], run.name)
     built += attention_charts(store, runs)
     return [(chart_title(c), c, charts.chart_data(c)) for c in built]
 
@@ -130,37 +130,37 @@ def _name_placeholders(built: list[alt.TopLevelMixin], run_name: str) -> None:
             chart.title = f"{title} — {run_name}"
 
 
-def _running_notes(runs: Sequence[dict[str, Any]]) -> list[str]:
+def _running_notes(runs: Sequence[RunRecord]) -> list[str]:
     """One sentence per run that had not finished when exported."""
     notes = []
     for run in runs:
-        if run["status"] == "running":
+        if run.status == "running":
             notes.append(
-                f"run {run['name']} was still running at step {run['step'] or 0} when "
+                f"run {run.name} was still running at step {run.step or 0} when "
                 "exported; this report holds what it had logged so far"
             )
-        elif run["status"] == "queued":
-            notes.append(f"run {run['name']} was queued and had not started when exported")
+        elif run.status == "queued":
+            notes.append(f"run {run.name} was queued and had not started when exported")
     return notes
 
 
-def _configs(runs: Sequence[dict[str, Any]]) -> dict[str, cfg.RunConfig]:
+def _configs(runs: Sequence[RunRecord]) -> dict[str, cfg.RunConfig]:
     """Parsed configs by run name; a run whose config no longer parses is left out."""
     parsed: dict[str, cfg.RunConfig] = {}
     for run in runs:
         try:
-            parsed[run["name"]] = cfg.RunConfig.from_dict(run["config"] or {})
+            parsed[run.name] = cfg.RunConfig.from_dict(run.config or {})
         except cfg.ConfigError:
             continue
     return parsed
 
 
-def config_diff_table(runs: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def config_diff_table(runs: Sequence[RunRecord]) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of the fields whose values differ between the runs' configs, then
     the runs' tags and notes where those differ (LABEL_ROWS)."""
     configs = _configs(runs)
     names = list(configs)
-    by_name = {r["name"]: r for r in runs}
+    by_name = {r.name: r for r in runs}
     if len(names) < 2:
         return ["field", *names], []
     first = configs[names[0]]
@@ -178,11 +178,11 @@ def config_diff_table(runs: Sequence[dict[str, Any]]) -> tuple[list[str], list[l
 LABEL_ROWS = ("tags", "notes")  # rows of config_diff_table that are not config fields
 
 
-def label_rows(runs: Sequence[dict[str, Any]]) -> list[list[str]]:
+def label_rows(runs: Sequence[RunRecord]) -> list[list[str]]:
     """A 'tags' and a 'notes' row, each only when the runs' values differ."""
     values = {
-        "tags": [tags_text(r.get("tags")) for r in runs],
-        "notes": [r.get("notes") or "" for r in runs],
+        "tags": [tags_text(r.tags) for r in runs],
+        "notes": [r.notes or "" for r in runs],
     }
     return [[label, *shown] for label, shown in values.items() if len(set(shown)) > 1]
 
@@ -224,30 +224,28 @@ def _findings_html(findings: pd.DataFrame | None) -> str:
 
 
 def report_html(
-    runs: Sequence[dict[str, Any]],
+    runs: Sequence[RunRecord],
     entries: Sequence[ChartEntry],
     metrics: pd.DataFrame,
     samples: dict[str, pd.DataFrame],
     findings: pd.DataFrame | None = None,
 ) -> str:
     """A self-contained HTML report: one inlined JS bundle, every chart interactive offline."""
-    names = ", ".join(r["name"] for r in runs)
+    names = ", ".join(r.name for r in runs)
     notes = "".join(f'<p class="note">{html.escape(n)}</p>' for n in _running_notes(runs))
     run_rows = [
         [
-            r["name"],
-            r["status"] or "",
-            f"{r['step'] or 0} / {r['max_steps'] or '?'}",
-            r["device"] or "",
-            format_cell("n_params", r["n_params"]),
-            tags_text(r.get("tags")),
+            r.name,
+            r.status or "",
+            f"{r.step or 0} / {r.max_steps or '?'}",
+            r.device or "",
+            format_cell("n_params", r.n_params),
+            tags_text(r.tags),
         ]
         for r in runs
     ]
     run_notes = "".join(
-        f"<h3>{html.escape(r['name'])}</h3><pre>{html.escape(r['notes'])}</pre>"
-        for r in runs
-        if r.get("notes")
+        f"<h3>{html.escape(r.name)}</h3><pre>{html.escape(r.notes)}</pre>" for r in runs if r.notes
     )
     columns = shown_columns(metrics)
     metric_rows = [[format_cell(c, row[c]) for c in columns] for _, row in metrics.iterrows()]
@@ -327,7 +325,7 @@ def report_files(
     report = progress or (lambda fraction, message: None)
     report(0.0, "reading runs")
     runs = selected_runs(store, run_ids)
-    ids = [r["id"] for r in runs]
+    ids = [r.id for r in runs]
     entries = report_charts(store, ids) if entries is None else entries
     files: dict[str, bytes] = {}
     stems = chart_stems(entries)
@@ -340,10 +338,10 @@ def report_files(
     report(0.85, "writing data")
     config_names: set[str] = set()
     for run in runs:
-        if run["config"] is None:
+        if run.config is None:
             continue  # a run created without a config has nothing to write
-        name = unique_name(safe_filename(run["name"], "json"), config_names)
-        files[f"configs/{name}"] = json.dumps(run["config"], indent=2, sort_keys=True).encode()
+        name = unique_name(safe_filename(run.name, "json"), config_names)
+        files[f"configs/{name}"] = json.dumps(run.config, indent=2, sort_keys=True).encode()
     scalars = store.scalars(ids)
     files["scalars.csv"] = chart_csv(tidy_scalars(scalars)).encode()
     for family in sorted(set(scalars["name"].str.split("/").str[0])):
@@ -354,7 +352,7 @@ def report_files(
     metrics = store.final_metrics(ids)
     for ext, text in zip(("csv", "md", "tex"), final_metrics_table(metrics), strict=True):
         files[f"final_metrics.{ext}"] = text.encode("utf-8")
-    findings = findings_table([(r["name"], read_findings(store, r)) for r in runs])
+    findings = findings_table([(r.name, read_findings(store, r)) for r in runs])
     files["findings.csv"] = findings.to_csv(index=False).encode("utf-8")
     files["findings.md"] = table_markdown(findings).encode("utf-8")
     report(0.9, "writing report.html")
@@ -381,11 +379,11 @@ _DESCRIPTIONS = {
 }
 
 
-def _readme(runs: Sequence[dict[str, Any]], files: dict[str, bytes]) -> str:
+def _readme(runs: Sequence[RunRecord], files: dict[str, bytes]) -> str:
     """What the zip holds, grouped by kind, with the running-run notes up front."""
     lines = [
         "blockviz report",
-        "runs: " + ", ".join(r["name"] for r in runs),
+        "runs: " + ", ".join(r.name for r in runs),
         f"exported: {time.strftime('%Y-%m-%d %H:%M:%S')}",
         *_running_notes(runs),
     ]
@@ -423,6 +421,6 @@ def build_report(
     return zip_bytes(report_files(store, run_ids, progress))
 
 
-def report_name(runs: Sequence[dict[str, Any]]) -> str:
+def report_name(names: Sequence[str]) -> str:
     """The report zip's file name, made from the run names."""
-    return safe_filename("blockviz-report-" + "_".join(r["name"] for r in runs), "zip")
+    return safe_filename("blockviz-report-" + "_".join(names), "zip")

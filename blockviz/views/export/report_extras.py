@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from typing import Any
 
 import altair as alt
 import pandas as pd
 
-from blockviz.store import RunStore
+from blockviz.store import RunRecord, RunStore
 from blockviz.views import charts
 from blockviz.views.export.outfolder import safe_filename, unique_name
 
@@ -24,17 +23,17 @@ ATTENTION_LAYERS = 12  # layers per run whose attention maps a report draws (the
 REPORT_SAMPLES = 10  # newest samples per run shown in report.html (the .txt has all)
 
 
-def attention_charts(store: RunStore, runs: Sequence[dict[str, Any]]) -> list[alt.TopLevelMixin]:
+def attention_charts(store: RunStore, runs: Sequence[RunRecord]) -> list[alt.TopLevelMixin]:
     """Per run, its latest attention step: one heat map per layer (all heads), titled with
     the run, the layer and the step."""
     built: list[alt.TopLevelMixin] = []
     for run in runs:
-        steps = store.attention_steps(run["id"])
+        steps = store.attention_steps(run.id)
         if not steps:
             continue
-        maps = store.attention(run["id"], steps[-1])
+        maps = store.attention(run.id, steps[-1])
         for layer in sorted(int(n) for n in set(maps["layer"]))[:ATTENTION_LAYERS]:
-            title = f"Attention weights — layer {layer}, step {steps[-1]} — {run['name']}"
+            title = f"Attention weights — layer {layer}, step {steps[-1]} — {run.name}"
             built.append(charts.attention_heatmap(maps, layer, title=title))
     return built
 
@@ -52,7 +51,7 @@ def _sample_lines(frame: pd.DataFrame) -> list[str]:
 
 
 def sample_files(
-    store: RunStore, runs: Sequence[dict[str, Any]]
+    store: RunStore, runs: Sequence[RunRecord]
 ) -> tuple[dict[str, bytes], dict[str, pd.DataFrame]]:
     """samples/<run>.txt for each run with samples (every one, oldest first), and each
     run's samples newest first (for the HTML)."""
@@ -60,12 +59,12 @@ def sample_files(
     taken: set[str] = set()
     by_run: dict[str, pd.DataFrame] = {}
     for run in runs:
-        frame = store.samples(run["id"])
-        by_run[run["name"]] = frame
+        frame = store.samples(run.id)
+        by_run[run.name] = frame
         if frame.empty:
             continue
-        name = unique_name(safe_filename(run["name"], "txt"), taken)
-        text = "\n".join([f"generated samples of run {run['name']}", "", *_sample_lines(frame)])
+        name = unique_name(safe_filename(run.name, "txt"), taken)
+        text = "\n".join([f"generated samples of run {run.name}", "", *_sample_lines(frame)])
         files[f"samples/{name}"] = text.encode("utf-8")
     return files, by_run
 

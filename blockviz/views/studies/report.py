@@ -29,7 +29,7 @@ from blockviz.core.studies import StudyDef, plan_from_spec
 from blockviz.core.study_summary import summarize
 from blockviz.core.verdict_base import Verdict
 from blockviz.core.verdicts import verdicts
-from blockviz.store import RunStore
+from blockviz.store import RunStore, StudyRecord
 from blockviz.store.studies import INIT_GRADS_FILE
 from blockviz.views import charts
 from blockviz.views.export.outfolder import safe_filename
@@ -45,9 +45,9 @@ LOG_FIELDS = ("lr", "min_lr", "weight_decay", "dropout")  # swept on a log axis
 MAX_RESULT_BYTES = 20 * 1024 * 1024
 
 
-def zip_name(study: dict[str, Any]) -> str:
+def zip_name(study: StudyRecord) -> str:
     """`blockviz-study-<id>-<name>.zip`, safe on every file system."""
-    return safe_filename(f"blockviz-study-{study['id']}-{study['name']}", "zip")
+    return safe_filename(f"blockviz-study-{study.id}-{study.name}", "zip")
 
 
 def swept_charts(results: pd.DataFrame, plan: StudyDef) -> list[tuple[str, alt.TopLevelMixin]]:
@@ -118,7 +118,7 @@ def study_files(
     """Every file of the study's zip, by name."""
     say = progress or (lambda fraction, message: None)
     study = store.get_study(study_id)
-    plan = plan_from_spec(study["spec"])
+    plan = plan_from_spec(study.spec)
     files: dict[str, bytes] = {}
     built: list[tuple[str, alt.TopLevelMixin]] = []
     judged: list[Verdict] = []
@@ -174,7 +174,7 @@ def build_study_zip(store: RunStore, study_id: int, progress: Progress | None = 
 
 
 def _html(
-    study: dict[str, Any],
+    study: StudyRecord,
     plan: StudyDef,
     judged: list[Verdict],
     table: pd.DataFrame,
@@ -190,7 +190,7 @@ def _html(
     )
     body = [
         f"<h1>{esc(plan.title)}</h1>",
-        f"<p>Study #{int(study['id'])} “{esc(str(study['name']))}”, size {esc(plan.size)}, "
+        f"<p>Study #{int(study.id)} “{esc(str(study.name))}”, size {esc(plan.size)}, "
         f"seeds {esc(', '.join(map(str, plan.seeds)))}.</p>",
         f"<p><b>Question.</b> {esc(plan.question)}</p>",
         f"<h2>Claims and verdicts</h2><ul>{claims}</ul>" if judged else "",
@@ -209,9 +209,9 @@ def _html(
     )
 
 
-def _readme(study: dict[str, Any], files: dict[str, bytes]) -> str:
+def _readme(study: StudyRecord, files: dict[str, bytes]) -> str:
     lines = [
-        f"blockviz study #{study['id']}: {study['name']} ({study['key']}, {study['size']})",
+        f"blockviz study #{study.id}: {study.name} ({study.key}, {study.size})",
         f"exported: {time.strftime('%Y-%m-%d %H:%M:%S')}",
         "",
         *(f"  {name}" for name in sorted([*files, "README.txt"])),

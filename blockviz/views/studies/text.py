@@ -30,15 +30,15 @@ def json_safe(value: Any) -> Any:
 def summary_json(store: RunStore, study_id: int) -> dict[str, Any]:
     """What `study show --json` prints: the study, its per-variant table and its verdicts."""
     study = store.get_study(study_id)
-    plan = plan_from_spec(study["spec"])
+    plan = plan_from_spec(study.spec)
     results = results_frame(store.study_runs(study_id), plan)
     summary = summarize(results)
     return {
-        "id": int(study["id"]),
-        "name": study["name"],
+        "id": int(study.id),
+        "name": study.name,
         "key": plan.key,
         "size": plan.size,
-        "status": study["status"],
+        "status": study.status,
         "question": plan.question,
         "seeds": list(plan.seeds),
         "scoring_note": study_table.scoring_note(results),
@@ -68,7 +68,7 @@ def summary_json(store: RunStore, study_id: int) -> dict[str, Any]:
 def summary_text(store: RunStore, study_id: int) -> str:
     """The results table (Markdown) and, per claim, its verdict, reason and intervals."""
     study = store.get_study(study_id)
-    plan = plan_from_spec(study["spec"])
+    plan = plan_from_spec(study.spec)
     if not plan.trains:
         folder = store.study_dir(study_id)
         return f"gradients at initialisation: {folder / 'init_grads.json'}"

@@ -1,0 +1,106 @@
+"""Typed rows: a run (RunRecord) and a study (StudyRecord), each built in one place.
+
+`RunStore.get_run` and `get_study` return these instead of dicts: a field per column, the
+JSON columns decoded, and nothing to mutate (a page that shows a run differently builds a
+new record with `dataclasses.replace`). `to_dict` gives the mapping the store returned
+before, for JSON output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from blockviz.store.values import decode_json
+
+
+def _object(text: str | None) -> dict[str, Any] | None:
+    """A JSON column that holds an object: the dict, or None (NULL, not JSON, not an object)."""
+    value = decode_json(text)
+    return value if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One row of the runs table, in its column order (schema.RUN_COLUMNS).
+
+    A column the file does not have (a version 1 store opened read-only) reads as None.
+    Times are unix seconds.
+    """
+
+    id: int
+    name: str
+    created: float | None = None
+    started: float | None = None
+    ended: float | None = None
+    status: str | None = None  # core.spec.STATUSES
+    config: dict[str, Any] | None = None  # RunConfig.to_dict()
+    dataset: dict[str, Any] | None = None  # the dataset's fingerprint
+    device: str | None = None
+    precision: str | None = None
+    n_params: int | None = None
+    pid: int | None = None  # the training process, and when it started (pid reuse)
+    heartbeat: float | None = None
+    step: int | None = None
+    max_steps: int | None = None
+    diverged_step: int | None = None
+    final: dict[str, Any] | None = None  # final metrics
+    error: str | None = None
+    pid_started: float | None = None
+    tags: tuple[str, ...] | None = None  # None: never tagged
+    notes: str | None = None
+    study_id: int | None = None  # the study the run belongs to, its variant and seed
+    variant: str | None = None
+    seed: int | None = None
+
+    @classmethod
+    def from_row(cls, columns: Sequence[str], row: Sequence[Any]) -> RunRecord:
+        """The record of a runs row read as `SELECT <columns>`; JSON columns decoded."""
+        values = dict(zip(columns, row, strict=True))
+        for column in ("config", "dataset", "final"):
+            values[column] = _object(values.get(column))
+        tags = decode_json(values.get("tags"))
+        values["tags"] = tuple(str(t) for t in tags) if isinstance(tags, list) else None
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every column by name, JSON columns decoded (tags a list): `show --json`'s run."""
+        data = {column.name: getattr(self, column.name) for column in fields(self)}
+        data["tags"] = None if self.tags is None else list(self.tags)
+        return data
+
+
+@dataclass(frozen=True)
+class StudyRecord:
+    """One row of the studies table; `spec` and `workers` decoded."""
+
+    id: int
+    name: str
+    key: str  # the built-in study it runs (core.studies)
+    size: str | None = None
+    status: str | None = None  # running | stopped | completed
+    created: float | None = None
+    ended: float | None = None
+    spec: dict[str, Any] = field(default_factory=dict)  # StudyDef.to_spec(); {} when missing
+    error: str | None = None
+    workers: tuple[tuple[int, float | None], ...] = ()  # (pid, process start time)
+
+    @classmethod
+    def from_row(cls, columns: Sequence[str], row: Sequence[Any]) -> StudyRecord:
+        """The record of a studies row read as `SELECT <columns>`."""
+        values = dict(zip(columns, row, strict=True))
+        values["spec"] = _object(values.get("spec")) or {}
+        workers = decode_json(values.get("workers"))
+        values["workers"] = tuple(
+            (int(worker[0]), worker[1])
+            for worker in (workers if isinstance(workers, list) else [])
+            if isinstance(worker, list) and len(worker) == 2 and isinstance(worker[0], int)
+        )
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every column by name, `workers` as [pid, start] lists."""
+        data = {column.name: getattr(self, column.name) for column in fields(self)}
+        data["workers"] = [list(worker) for worker in self.workers]
+        return data
