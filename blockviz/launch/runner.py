@@ -84,7 +84,13 @@ class ActiveRun:
         return min(max(self.step / self.max_steps, 0.0), 1.0)
 
 
-def _reap_children() -> None:
+def adopt_child(proc: subprocess.Popen[bytes]) -> None:
+    """Keep a child this process started (a run or a study worker), to be reaped later."""
+    adopt_child(proc)
+
+
+def reap_children() -> None:
+    """Poll the children this process started; forget (and so reap) the finished ones."""
     for pid, proc in list(_children.items()):
         if proc.poll() is not None:
             del _children[pid]
@@ -97,7 +103,7 @@ def reap(store: RunStore) -> list[int]:
     run killed with kill -9 reads `failed` everywhere within 35 s (a 30 s stale heartbeat
     plus the refresh).
     """
-    _reap_children()
+    reap_children()
     return store.reap_dead()
 
 
@@ -106,7 +112,7 @@ def default_max_running() -> int:
     return hardware.default_slots()
 
 
-def _with_absolute_dataset(run_config: RunConfig) -> RunConfig:
+def with_absolute_dataset(run_config: RunConfig) -> RunConfig:
     """The config with a file dataset made absolute: the run's working directory differs."""
     dataset = run_config.data.dataset
     if dataset in BUILTIN:
@@ -133,7 +139,7 @@ def launch(
 
     `tags` label the run (the Playground tags its auto-runs `core.tags.AUTO_TAG`).
     """
-    run_config = _with_absolute_dataset(run_config.validate())
+    run_config = with_absolute_dataset(run_config.validate())
     slots = default_max_running() if max_running is None else max_running
     run_id = store.create_run(
         name or "run",
@@ -174,7 +180,7 @@ def launch(
 def _spawn(command: list[str], store: RunStore, run_id: int) -> subprocess.Popen[bytes]:
     """Start `command` in its own session, output appended to the run's log; records its pid."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    _reap_children()
+    reap_children()
     with open(store.run_dir(run_id) / LOG_NAME, "ab") as log:
         proc = subprocess.Popen(
             command,
@@ -187,7 +193,7 @@ def _spawn(command: list[str], store: RunStore, run_id: int) -> subprocess.Popen
             # terminal's process group) leaves the run going.
             start_new_session=True,
         )
-    _children[proc.pid] = proc
+    adopt_child(proc)
     child = procs.identity_of(proc.pid)
     store.update_run(run_id, pid=proc.pid, pid_started=child.started if child else None)
     return proc
@@ -245,7 +251,7 @@ def stop_run(store: RunStore, run_id: int) -> StopOutcome:
     yet) dies, and the stop is recorded here. Without a live process of its own, a queued
     run is marked `stopped` and a running one `failed` (it died without reporting).
     """
-    _reap_children()
+    reap_children()
     run = store.get_run(run_id)
     status, pid, began = run.status, run.pid, run.pid_started
     if status not in ACTIVE_STATUSES:
@@ -259,7 +265,7 @@ def stop_run(store: RunStore, run_id: int) -> StopOutcome:
         while time.monotonic() < deadline:
             if store.get_run(run_id).status not in ACTIVE_STATUSES:
                 return StopOutcome("stop requested")  # it recorded the stop itself
-            _reap_children()
+            reap_children()
             if not procs.is_alive(pid, began):
                 break
             time.sleep(0.05)

@@ -86,7 +86,7 @@ def launch(
     runs = []
     configs: list[RunConfig] = []
     for variant, seed, config in grid:
-        config = runner._with_absolute_dataset(config)
+        config = runner.with_absolute_dataset(config)
         configs.append(config)
         runs.append(
             {
@@ -147,7 +147,7 @@ def start_workers(
                     env=env,
                     start_new_session=True,
                 )
-            runner._children[proc.pid] = proc
+            runner.adopt_child(proc)
             me = procs.identity_of(proc.pid)
             started.append([proc.pid, me.started if me else None])
     except OSError as exc:
@@ -159,7 +159,7 @@ def start_workers(
 
 def workers_alive(store: RunStore, study_id: int) -> int:
     """How many of the study's recorded workers are still alive."""
-    runner._reap_children()
+    runner.reap_children()
     workers = store.get_study(study_id).workers
     return sum(1 for pid, began in workers if pid and procs.is_alive(int(pid), began))
 
