@@ -129,7 +129,7 @@ def test_the_component_is_named_and_the_paper_claim_states_its_conditions() -> N
     assert "the attention gradient is rising towards the output (first / last = 0.33;" in sentence
     claim = ft.PAPER_CLAIM
     assert claim.startswith("The paper's claim") and "Xavier" in claim and "Theorem 1" in claim
-    assert "README" in claim
+    assert "docs/config-guide.md" in claim
 
 
 def test_a_tiny_first_block_is_shown_with_significant_digits_not_as_zero() -> None:

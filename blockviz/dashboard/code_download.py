@@ -13,7 +13,7 @@ LABEL = "Export as code"
 HELP = (
     "Download train_<name>.py: PyTorch only, no blockviz. It builds this model, reads a text "
     "file into the same characters and split, and trains with the same optimizer, schedule, "
-    "clipping and seed (see the README's 'Export as code')."
+    "clipping and seed (see docs/export.md, 'Export as code')."
 )
 
 

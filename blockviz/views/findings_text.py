@@ -159,13 +159,13 @@ def grad_by_layer_sentences(
     return sentences
 
 
-# The paper's claim, stated as a claim with its conditions; README ("Model") has what the
-# runs of this code show under each init.
+# The paper's claim, stated as a claim with its conditions; docs/config-guide.md ("Model")
+# has what the runs of this code show under each init.
 PAPER_CLAIM = (
     "The paper's claim, not a measurement of the runs above: Xiong et al. 2020 (On Layer "
     "Normalization in the Transformer Architecture, Theorem 1), for Xavier init in their "
     "Transformer, bound the gradient of the last layer's FFN output weight at "
     "initialization by O(d·√(ln d)) in Post-LN, whatever the depth L, and by "
     "O(d·√(ln d / L)) in Pre-LN, shrinking as √(1/L); they argue that this is why Post-LN "
-    "needs a learning-rate warm-up. See README (Model) for what this model shows."
+    "needs a learning-rate warm-up. See docs/config-guide.md (Model) for what this model shows."
 )

@@ -1,4 +1,4 @@
-"""Take the README screenshots from the real app, the way a user gets there.
+"""Take the screenshots of README and docs/ from the real app, the way a user gets there.
 
     .venv/bin/python docs/screenshots/take.py [--steps 2000] [--out docs/screenshots]
                                               [--size 1440x1000] [--all-tabs]

@@ -16,8 +16,8 @@ Three kinds of rule:
   a finding; its "since" is the step from which it has held for everything it names.
 
 When no warning or error fires, the `healthy` finding says so explicitly, with what could
-not be checked. Every threshold is a row of README's findings table; the calibration
-numbers quoted beside them were measured on runs of this code (README and BENCHMARKS.md
+not be checked. Every threshold is a row of the findings table (docs/findings.md); the calibration
+numbers quoted beside them were measured on runs of this code (docs/findings.md and BENCHMARKS.md
 name each config). Pure and torch-free: frames in, dataclasses out.
 """
 
@@ -129,7 +129,7 @@ def _state(
     return Rule(label, find, steps, state=True)
 
 
-# Every rule, in the order README's table lists them (healthy comes last, from the others).
+# Every rule, in the order docs/findings.md lists them (healthy comes last, from the others).
 RULES: dict[str, Rule] = {
     "diverged": Rule("divergence", training.diverged, _scalar(spec.TRAIN_LOSS)),
     "stalled": Rule(

@@ -1,4 +1,4 @@
-"""Every threshold of the findings rules, each a named constant README's table quotes.
+"""Every threshold of the findings rules, each a named constant docs/findings.md's table quotes.
 
 The calibration numbers beside them were measured on runs of this code (README's findings
 table and BENCHMARKS.md, "Findings", name the configs). Torch-free.

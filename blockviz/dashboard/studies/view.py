@@ -172,7 +172,7 @@ def _results(store: RunStore, study_id: int, plan: studies.StudyDef) -> None:
                 + "".join(f"  \n{ui.plain(line)}" for line in study_table.interval_lines(verdict))
             )
         st.caption(
-            "A verdict is computed from the runs by the rule the README's Studies section "
+            "A verdict is computed from the runs by the rule docs/studies.md "
             "documents (95% intervals over seeds, paired by seed where two or more seeds "
             "pair up, with the unpaired interval beside it; diverged, blown-up and stalled "
             "runs counted); nothing here is written by hand."
@@ -184,8 +184,8 @@ def _results(store: RunStore, study_id: int, plan: studies.StudyDef) -> None:
     with st.expander(f"Runs ({len(results)}) and their findings"), ui.guard("Runs"):
         st.dataframe(_runs_with_findings(store, results), hide_index=True, width="stretch")
         st.caption(
-            "Each run's findings (headline, then its warnings) by the rules of README's "
-            "Findings table; open a run on Live for the numbers behind them."
+            "Each run's findings (headline, then its warnings) by the rules of the findings "
+            "table (docs/findings.md); open a run on Live for the numbers behind them."
         )
     sensitivity = study_table.sensitivity_display(results, plan.swept)
     if sensitivity is not None:

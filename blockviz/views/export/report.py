@@ -283,7 +283,7 @@ def report_html(
 {html_table([spec.final_header(c) for c in columns], metric_rows)}
 <h2>Findings</h2>
 <p>What each run's stored series show, by the documented rules of blockviz's findings
-(README, "Findings"); a suggestion names its source, a paper or "a rule of thumb", and none
+(docs/findings.md); a suggestion names its source, a paper or "a rule of thumb", and none
 was measured here.</p>
 {_findings_html(findings)}
 <h2>Configuration differences</h2>
