@@ -521,7 +521,7 @@ def add_run(
 
 
 def _final(scalars: list[tuple[int, str, float]], step: int, elapsed: float) -> dict[str, Any]:
-    """The final metrics a run records when it ends on its own (train._final_metrics)."""
+    """The final metrics a run records when it ends on its own (final_metrics.final_metrics)."""
     losses = [v for _, name, v in scalars if name == TRAIN_LOSS and math.isfinite(v)]
     last_val = {name: v for _, name, v in sorted(scalars) if name.startswith("val/")}
     rates = [v for _, name, v in scalars if name == TRAIN_TOKENS_PER_SEC]

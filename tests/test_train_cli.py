@@ -475,7 +475,7 @@ def test_a_run_stopped_before_its_process_registered_stays_stopped(
 
 def test_a_run_stopped_while_it_waits_for_a_slot_is_never_claimed(tmp_path):
     from blockviz.training.lifecycle import StopRequest
-    from blockviz.training.train import _wait_for_slot
+    from blockviz.training.registration import wait_for_slot
 
     with RunStore(tmp_path / "blockviz.db") as store:
         busy = store.create_run("busy", "{}", status="queued")
@@ -487,6 +487,6 @@ def test_a_run_stopped_while_it_waits_for_a_slot_is_never_claimed(tmp_path):
         assert not store.claim_slot(waiting, 1)
         assert not store.queued_still(waiting)
         started = time.monotonic()
-        assert _wait_for_slot(store, waiting, 1, StopRequest()) is False
+        assert wait_for_slot(store, waiting, 1, StopRequest()) is False
         assert time.monotonic() - started < 5
         assert store.get_run(waiting).status == "stopped"

@@ -11,9 +11,11 @@ Three kinds of rule:
 - events: `diverged`, `loss_spike`;
 - the loss over time: `stalled` (a streak still going at the newest step) and
   `overfitting` (the val loss since its lowest evaluation);
-- states, read at the newest probe steps (`internals.py`): a state rule fires only when its
-  condition holds at each of the last PERSIST probe steps, so one noisy probe does not make
-  a finding; its "since" is the step from which it has held for everything it names.
+- states, read at the newest probe steps (`gradients.py`: gradients and updates;
+  `activations.py`: FFN units, attention, the residual stream, output logits): a state rule
+  fires only when its condition holds at each of the last PERSIST probe steps, so one noisy
+  probe does not make a finding; its "since" is the step from which it has held for
+  everything it names.
 
 When no warning or error fires, the `healthy` finding says so explicitly, with what could
 not be checked. Every threshold is a row of the findings table (docs/findings.md); the calibration
@@ -28,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from blockviz.core import spec
-from blockviz.core.findings import internals, training
+from blockviz.core.findings import activations, gradients, training
 from blockviz.core.findings.base import (
     NO_DATA,
     ONE_BLOCK,
@@ -147,49 +149,49 @@ RULES: dict[str, Rule] = {
     ),
     "gradient_depth": Rule(
         "gradients across depth",
-        internals.gradient_depth,
+        gradients.gradient_depth,
         _table("component", spec.GRAD_NORM, "block"),
         state=True,
         needs=_one_block,
     ),
     "slow_updates": _state(
         "slow updates",
-        internals.slow_updates,
+        gradients.slow_updates,
         _table("component", spec.UPDATE_RATIO, spec.WEIGHTS_COMPONENT),
     ),
     "large_updates": _state(
         "large updates",
-        internals.large_updates,
+        gradients.large_updates,
         _table("component", spec.UPDATE_RATIO, spec.WEIGHTS_COMPONENT),
     ),
     "dead_units": _state(
-        "dead FFN units", internals.dead_units, _table("tap", spec.DEAD_FRAC, spec.FFN_TAP)
+        "dead FFN units", activations.dead_units, _table("tap", spec.DEAD_FRAC, spec.FFN_TAP)
     ),
     "attention_collapse": _state(
         "attention entropy collapse",
-        internals.attention_collapse,
+        activations.attention_collapse,
         _table("head", spec.ATTN_ENTROPY),
     ),
     "attention_logit_growth": _state(
         "attention-logit growth",
-        internals.attention_logits,
-        lambda series: internals.logit_table(series)[0].index.tolist(),
+        activations.attention_logits,
+        lambda series: activations.logit_table(series)[0].index.tolist(),
     ),
     "rank_collapse": _state(
-        "rank collapse", internals.rank_collapse, _table("tap", spec.TOKEN_COS, spec.STREAM_TAP)
+        "rank collapse", activations.rank_collapse, _table("tap", spec.TOKEN_COS, spec.STREAM_TAP)
     ),
     "residual_growth": _state(
         "residual-stream growth",
-        internals.residual_growth,
+        activations.residual_growth,
         _table("tap", spec.RMS, spec.STREAM_TAP),
     ),
     "massive_activations": _state(
         "massive activations",
-        internals.massive_activations,
+        activations.massive_activations,
         _table("tap", spec.MAX_OVER_MEDIAN, spec.STREAM_TAP),
     ),
     "output_logit_growth": _state(
-        "output-logit growth", internals.output_logits, _scalar(spec.PROBE_LOG_Z)
+        "output-logit growth", activations.output_logits, _scalar(spec.PROBE_LOG_Z)
     ),
     "overfitting": Rule(
         "overfitting",

@@ -268,3 +268,23 @@ def finite_rows(table: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return table
     return table[np.isfinite(table.to_numpy(dtype=float)).all(axis=1)]
+
+
+def per_layer(
+    rule: str,
+    title: str,
+    text: str,
+    series_name: str,
+    layers: list[int],
+    since: int,
+    newest: int,
+    values: pd.DataFrame | None = None,
+    suggestion: Suggestion | None = None,
+    severity: str = "warning",
+) -> Finding:
+    """A state finding about some blocks: the evidence names them, the step since which it
+    has held for all of them, the newest probe step and each one's newest value."""
+    evidence: dict[str, object] = {"layers": layers, "since": since, "step": newest}
+    if values is not None:
+        evidence["values"] = {c: float(values[c].iloc[-1]) for c in layers}
+    return Finding(rule, severity, title, text, since, series_name, evidence, suggestion)

@@ -93,7 +93,7 @@ def stability(series: RunSeries) -> Suggestion | None:
 
 def unstall(series: RunSeries, updates: str | None = None) -> Suggestion | None:
     """What to try against a stall, given what the run had and how its blocks' weights
-    moved at the newest probe (`updates`, internals.update_sizes). The literature's remedy
+    moved at the newest probe (`updates`, gradients.update_sizes). The literature's remedy
     for the architecture comes first (residuals, Post-LN's warm-up); then, steps
     normal-sized for the lr mean the lr itself is small, so a higher one (a rule of thumb
     no run here has tested on Post-LN without a warm-up, so it does not overrule that)."""

@@ -12,7 +12,6 @@ import pandas as pd
 
 from blockviz.core import spec
 from blockviz.core.divergence import render_divergence, summarize_divergence
-from blockviz.core.findings import internals
 from blockviz.core.findings.base import (
     NO_DATA,
     ONE_BLOCK,
@@ -26,6 +25,7 @@ from blockviz.core.findings.base import (
     num,
     step_text,
 )
+from blockviz.core.findings.gradients import update_sizes
 from blockviz.core.findings.suggestions import (
     RULE_OF_THUMB,
     clip,
@@ -184,7 +184,7 @@ def stalled(series: RunSeries) -> Finding | None:
     if len(val):
         evaluated, value = int(val["step"].iloc[-1]), float(val["value"].iloc[-1])
         text += f" Val loss at {step_text(evaluated)}: {num(value)}."
-    sizes = internals.update_sizes(series)
+    sizes = update_sizes(series)
     if sizes is not None and sizes.size == "normal":
         text += (
             f" At {step_text(sizes.step)} every block's weight matrices move by "

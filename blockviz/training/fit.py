@@ -1,0 +1,131 @@
+"""One fit of a run, as every rank runs it: the model, the callbacks (lifecycle, probes,
+progress), the loggers and the Trainer, then `Trainer.fit`, read back as an `Outcome`
+(completed, diverged or stopped, at which step). Rank 0 passes the store; the other ranks
+fit the same way without it. Also the exit codes of the `train` command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from blockviz.core import hardware
+from blockviz.store import RunStore
+from blockviz.training.callbacks import ConsoleProgress, TrainingDiverged
+from blockviz.training.lifecycle import Heartbeat, StopRequest
+from blockviz.training.lit import LitCharModel
+from blockviz.training.logger import RunLifecycle, StoreLogger
+from blockviz.training.plan import RunPlan
+from blockviz.training.probes import BlockProbe
+from blockviz.training.sinks import LoggerSink, StoreSink
+from blockviz.training.trainer import make_trainer, run_loggers
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+@dataclass
+class Outcome:
+    """How a fit ended."""
+
+    status: str
+    step: int
+    error: str | None = None
+    exit_code: int = EXIT_OK
+
+
+def fit(
+    plan: RunPlan,
+    datamodule: Any,
+    run_dir: Path,
+    stop: StopRequest,
+    store: RunStore | None,
+    run_id: int | None,
+    progress: bool,
+    on_ready: Any = None,
+) -> tuple[Outcome, Any, Any]:
+    """Build model, callbacks and Trainer and fit; every rank runs this the same way."""
+    config = plan.config
+    train = config.train
+    # Rank 0 also writes TensorBoard / CSV files into run_dir when --logger asks.
+    resume_step = plan.start_step if plan.checkpoint is not None else None
+    extra_loggers = run_loggers(train, run_dir, resume_step) if store is not None else []
+    L.seed_everything(train.seed, workers=False, verbose=False)
+    lit = LitCharModel(
+        config.to_dict(), datamodule.vocab.to_json(), schedule_steps=plan.schedule_steps
+    )
+    heartbeat = Heartbeat(store, run_id) if store is not None else None
+    lifecycle = RunLifecycle(stop, heartbeat, store, run_id)
+    callbacks: list[Any] = [lifecycle]
+    probe: BlockProbe | None = None
+    if store is not None:
+        sinks: list[Any] = [StoreSink(store, run_id)]
+        if extra_loggers:
+            sinks.append(LoggerSink(extra_loggers))
+        probe = BlockProbe(
+            sinks,
+            probe_interval=train.probe_interval,
+            sample_interval=train.sample_interval,
+            prompt=_sample_prompt(datamodule),
+        )
+        callbacks.append(probe)
+    if progress:
+        callbacks.append(ConsoleProgress())
+    loggers = [StoreLogger(store, run_id), *extra_loggers] if store is not None else None
+    trainer = make_trainer(config, callbacks, loggers, run_dir)
+    if on_ready is not None:
+        on_ready(trainer, lit)
+    if heartbeat is not None:
+        heartbeat.step = plan.start_step
+        heartbeat.start()
+    try:
+        if stop.requested:
+            return Outcome("stopped", plan.start_step), trainer, lit
+        trainer.fit(lit, datamodule=datamodule, ckpt_path=plan.checkpoint, weights_only=True)
+        step = trainer.global_step
+        if plan.finishing and probe is not None:
+            # Lightning skips the whole loop of a fit restored at max_steps, on_train_end
+            # with it: the end's text sample and attention map are written here instead.
+            probe.on_train_end(trainer, lit)
+        if step < train.max_steps:  # ended early without an exception (on_train_end saved)
+            return Outcome("stopped", step), trainer, lit
+        if lit.last_val.get("step") != step:
+            trainer.validate(lit, datamodule=datamodule, verbose=False, weights_only=True)
+        return Outcome("completed", step), trainer, lit
+    except TrainingDiverged as exc:
+        return Outcome("diverged", exc.step), trainer, lit
+    except SIGTERMException:
+        step = lifecycle.stopped_at or trainer.global_step
+        if step and step % train.eval_interval == 0 and lit.last_val.get("step") != step:
+            # The stop interrupted this step's evaluation: finish it, so the resumed run
+            # (which starts after the evaluation) does not miss the point for good.
+            with contextlib.suppress(SIGTERMException):
+                trainer.validate(lit, datamodule=datamodule, verbose=False, weights_only=True)
+        return Outcome("stopped", step), trainer, lit
+    finally:
+        if heartbeat is not None:
+            heartbeat.stop()
+
+
+def _sample_prompt(datamodule: Any) -> str:
+    """The fixed prompt of text samples: a newline, or the text's first character."""
+    return "\n" if "\n" in datamodule.vocab else datamodule.corpus.text[0]
+
+
+def describe_device(trainer: Any) -> str:
+    """`cpu, 1 thread`, `cuda (NVIDIA H100 80GB HBM3), 16 threads`, `2x cpu (ddp), 1 thread`..."""
+    root = trainer.strategy.root_device
+    text = root.type
+    if root.type == "cuda":
+        text = f"cuda ({torch.cuda.get_device_name(root)})"
+    world = trainer.world_size
+    if world > 1:
+        text = (
+            f"{world}x {text} ({type(trainer.strategy).__name__.removesuffix('Strategy').lower()})"
+        )
+    return f"{text}, {hardware.threads_text(torch.get_num_threads())}"
