@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from blockviz.core import findings
+    from blockviz.core.findings.base import run_series
+    from blockviz.core.findings.training import headline
     from blockviz.store import RunStore
     from blockviz.views import run_findings
     from tests import fakes
@@ -58,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         layers = run_findings.read_layers(store, run_id)
 
         def rules_only() -> None:
-            series = findings.run_series(run, scalars, layers)
-            findings.headline(series, findings.evaluate(series))
+            series = run_series(run, scalars, layers)
+            headline(series, findings.evaluate(series))
 
         rules_ms = _median_ms(rules_only, args.repeats)
         read_ms = _median_ms(lambda: run_findings.read_findings(store, run), args.repeats)

@@ -14,7 +14,27 @@ import pytest
 
 from blockviz.core import config as cfg
 from blockviz.core import findings as fd
-from blockviz.core.findings import RunSeries
+from blockviz.core.findings.base import Finding, RunSeries
+from blockviz.core.findings.thresholds import (
+    ATTN_LOGIT_MAX,
+    DEAD_FRAC,
+    ENTROPY_FLOOR,
+    GRAD_DEPTH_RATIO,
+    LOG_Z_MAX,
+    MASSIVE_RATIO,
+    OUTPUT_LOGIT_MAX,
+    OVERFIT_RISE,
+    RANK_COS,
+    RESID_GROWTH,
+    RESID_RMS,
+    SPIKE_FACTOR,
+    SPIKE_WINDOW,
+    STALL_MIN_STEPS,
+    UPDATE_HIGH,
+    UPDATE_LOW,
+    UPDATE_NORMAL,
+)
+from blockviz.core.findings.training import headline
 from blockviz.views import run_findings
 
 N_LAYER = 3
@@ -78,11 +98,11 @@ def series(
     )
 
 
-def rules(found: list[fd.Finding]) -> set[str]:
+def rules(found: list[Finding]) -> set[str]:
     return {f.rule for f in found}
 
 
-def only(rule: str, run: RunSeries) -> fd.Finding:
+def only(rule: str, run: RunSeries) -> Finding:
     found = [f for f in fd.evaluate(run) if f.rule == rule]
     assert len(found) == 1, [f.rule for f in fd.evaluate(run)]
     return found[0]
@@ -159,7 +179,7 @@ def test_a_run_probed_once_after_step_0_names_the_checks_it_could_not_make():
     assert "None of the 14 checks" not in finding.text and finding.title != "Healthy"
     assert finding.suggestion.changes == {"probe_interval": 30}
     # Listed where runs are tabled (Compare, a study's runs): not just "Trains".
-    titles = run_findings.RunFindings(fd.headline(probed_at((0, 299)), found), found).titles
+    titles = run_findings.RunFindings(headline(probed_at((0, 299)), found), found).titles
     assert titles == ["Trains", finding.title]
 
 
@@ -293,9 +313,9 @@ def stall_loss(in_band_steps: int, level: float) -> pd.DataFrame:
 
 def test_stalled_needs_the_minimum_number_of_steps_at_the_unigram_entropy():
     level = UNIGRAM - fd.STALL_MARGIN  # exactly at the band's floor counts as in it
-    short = series(stall_loss(fd.STALL_MIN_STEPS - 1, level))
+    short = series(stall_loss(STALL_MIN_STEPS - 1, level))
     assert "stalled" not in rules(fd.evaluate(short))
-    finding = only("stalled", series(stall_loss(fd.STALL_MIN_STEPS + 20, level)))
+    finding = only("stalled", series(stall_loss(STALL_MIN_STEPS + 20, level)))
     # the running median of 20 values crosses into the band 10 values after the jump
     assert finding.title == "Stalled at the unigram entropy since step 50"
     assert finding.evidence["since"] == 50 and finding.severity == "warning"
@@ -339,9 +359,9 @@ def stall_with_updates(per_lr: list[float], lr: float = 1e-3, **config: object) 
 @pytest.mark.parametrize(
     ("per_lr", "changes"),
     [
-        ([fd.UPDATE_NORMAL] * 3, {"lr": 3e-3}),  # normal-sized for the lr: a higher lr
-        ([fd.UPDATE_NORMAL * 0.99, 5.0, 5.0], {"lr": 3.3e-4}),  # one block small: as before
-        ([fd.UPDATE_HIGH / 1e-3 * 1.01, 5.0, 5.0], {"lr": 3.3e-4}),  # large updates: lower
+        ([UPDATE_NORMAL] * 3, {"lr": 3e-3}),  # normal-sized for the lr: a higher lr
+        ([UPDATE_NORMAL * 0.99, 5.0, 5.0], {"lr": 3.3e-4}),  # one block small: as before
+        ([UPDATE_HIGH / 1e-3 * 1.01, 5.0, 5.0], {"lr": 3.3e-4}),  # large updates: lower
     ],
 )
 def test_a_stall_with_normal_sized_updates_suggests_a_higher_lr(per_lr, changes):
@@ -380,16 +400,16 @@ def test_a_stall_behind_post_ln_without_warm_up_suggests_the_warm_up():
 
 def test_a_spike_is_a_loss_above_the_factor_times_the_median_before_it():
     values = {step: 2.0 for step in range(120)}
-    values[80] = 2.0 * fd.SPIKE_FACTOR + 0.01
-    values[100] = 2.0 * fd.SPIKE_FACTOR  # exactly the factor: not above it
+    values[80] = 2.0 * SPIKE_FACTOR + 0.01
+    values[100] = 2.0 * SPIKE_FACTOR  # exactly the factor: not above it
     finding = only("loss_spike", series(scalars(**{"train/loss": values})))
     assert finding.step == 80 and finding.evidence["count"] == 1
     assert finding.title == "A loss spike, the largest at step 80"
 
 
 def test_no_spike_before_a_full_window():
-    values = {step: 2.0 for step in range(fd.SPIKE_WINDOW + 5)}
-    values[fd.SPIKE_WINDOW - 1] = 100.0
+    values = {step: 2.0 for step in range(SPIKE_WINDOW + 5)}
+    values[SPIKE_WINDOW - 1] = 100.0
     assert "loss_spike" not in rules(fd.evaluate(series(scalars(**{"train/loss": values}))))
 
 
@@ -399,8 +419,8 @@ def test_no_spike_before_a_full_window():
 @pytest.mark.parametrize(
     ("first", "title"),
     [
-        (1 / (fd.GRAD_DEPTH_RATIO * 1.01), "Gradients vanish towards the input"),
-        (fd.GRAD_DEPTH_RATIO * 1.01, "Gradients grow towards the input"),
+        (1 / (GRAD_DEPTH_RATIO * 1.01), "Gradients vanish towards the input"),
+        (GRAD_DEPTH_RATIO * 1.01, "Gradients grow towards the input"),
     ],
 )
 def test_gradient_depth_fires_past_its_bound_at_the_last_two_probes(first, title):
@@ -411,7 +431,7 @@ def test_gradient_depth_fires_past_its_bound_at_the_last_two_probes(first, title
 
 
 def test_gradient_depth_at_the_bound_or_at_one_probe_only_is_silent():
-    at_bound = {10: [fd.GRAD_DEPTH_RATIO, 1, 1], 20: [fd.GRAD_DEPTH_RATIO, 1, 1]}
+    at_bound = {10: [GRAD_DEPTH_RATIO, 1, 1], 20: [GRAD_DEPTH_RATIO, 1, 1]}
     once = {10: [1.0, 1, 1], 20: [1e6, 1, 1]}
     for table in (at_bound, once):
         grads = layers_frame(layer_rows("component", "block", "grad_norm", table))
@@ -429,14 +449,14 @@ def updates(values: list[float], lr: float = 1e-2) -> RunSeries:
 
 
 def test_slow_updates_below_the_lr_multiple():
-    low = fd.UPDATE_LOW * 1e-2
+    low = UPDATE_LOW * 1e-2
     finding = only("slow_updates", updates([low * 0.99, low, 1e-2]))
     assert finding.evidence["layers"] == [0] and finding.evidence["since"] == 10
     assert "Weight decay alone moves them by 0.1 × lr" in finding.text
 
 
 def test_large_updates_above_the_bound_and_step_0_never_counts():
-    finding = only("large_updates", updates([1e-3, fd.UPDATE_HIGH * 1.01, fd.UPDATE_HIGH]))
+    finding = only("large_updates", updates([1e-3, UPDATE_HIGH * 1.01, UPDATE_HIGH]))
     assert finding.evidence["layers"] == [1] and finding.evidence["since"] == 10
     frame = layers_frame(
         layer_rows("component", "weights", "update_ratio", {0: [1.0] * 3, 10: [1.0] * 3})
@@ -448,7 +468,7 @@ def test_large_updates_above_the_bound_and_step_0_never_counts():
 
 
 def test_dead_units_past_the_fraction():
-    table = {10: [fd.DEAD_FRAC, 0.3, 0.0], 20: [fd.DEAD_FRAC, 0.3, 0.0]}
+    table = {10: [DEAD_FRAC, 0.3, 0.0], 20: [DEAD_FRAC, 0.3, 0.0]}
     frame = layers_frame(layer_rows("tap", "ffn_hidden", "dead_frac", table))
     finding = only("dead_units", series(layer_frame=frame, activation="relu"))
     assert finding.evidence["layers"] == [1]
@@ -456,8 +476,8 @@ def test_dead_units_past_the_fraction():
 
 
 def test_attention_collapse_needs_every_head_of_a_layer_below_the_floor():
-    low = fd.ENTROPY_FLOOR * 0.5
-    table = {step: [[low, low], [low, fd.ENTROPY_FLOOR], [2.0, 2.0]] for step in (10, 20)}
+    low = ENTROPY_FLOOR * 0.5
+    table = {step: [[low, low], [low, ENTROPY_FLOOR], [2.0, 2.0]] for step in (10, 20)}
     frame = layers_frame(head_rows("attn_entropy", table))
     finding = only("attention_collapse", series(layer_frame=frame))
     assert finding.evidence["layers"] == [0]
@@ -465,7 +485,7 @@ def test_attention_collapse_needs_every_head_of_a_layer_below_the_floor():
 
 
 def test_attention_logit_growth_needs_the_bound_and_the_growth():
-    bound = fd.ATTN_LOGIT_MAX
+    bound = ATTN_LOGIT_MAX
     table = {
         0: [[1.0, 10.0], [1.0, 1.0], [1.0, 1.0]],
         10: [[bound * 1.1, bound * 1.1], [bound, 1.0], [1.0, 1.0]],
@@ -502,7 +522,7 @@ def test_attention_logit_growth_reads_the_largest_magnitude_so_negative_logits_c
 
 
 def test_rank_collapse_at_the_cosine_bound():
-    table = {10: [0.5, fd.RANK_COS, 0.98], 20: [0.5, fd.RANK_COS, 0.98]}
+    table = {10: [0.5, RANK_COS, 0.98], 20: [0.5, RANK_COS, 0.98]}
     frame = layers_frame(layer_rows("tap", "resid_post", "token_cos", table))
     finding = only("rank_collapse", series(layer_frame=frame, residual=False))
     assert finding.evidence["layers"] == [1]
@@ -515,7 +535,7 @@ def resid_rms(start: list[float], later: list[float]) -> RunSeries:
 
 
 def test_residual_growth_needs_both_the_growth_and_the_size():
-    bound, size = fd.RESID_GROWTH, fd.RESID_RMS
+    bound, size = RESID_GROWTH, RESID_RMS
     # block 0 at exactly both bounds; block 1 just short of the growth; block 2 grew 100×
     # but stays under the size (a GPT-2-init stream starts small)
     run = resid_rms([size / bound, size / bound * 1.01, 0.1], [size, size, size * 0.5])
@@ -532,7 +552,7 @@ def test_residual_growth_needs_both_the_growth_and_the_size():
 
 
 def test_massive_activations_need_both_the_ratio_and_the_size():
-    ratio = {10: [fd.MASSIVE_RATIO] * 3, 20: [fd.MASSIVE_RATIO, fd.MASSIVE_RATIO, 999.0]}
+    ratio = {10: [MASSIVE_RATIO] * 3, 20: [MASSIVE_RATIO, MASSIVE_RATIO, 999.0]}
     size = {10: [100.0, 99.0, 100.0], 20: [100.0, 99.0, 100.0]}
     frame = layers_frame(
         layer_rows("tap", "resid_post", "max_over_median", ratio),
@@ -547,7 +567,7 @@ def test_output_logit_growth_by_either_bound():
     big_logit = scalars(
         **{
             "train/loss": flat_loss(21),
-            "probe/logit_max_abs": dict.fromkeys(steps, fd.OUTPUT_LOGIT_MAX + 1),
+            "probe/logit_max_abs": dict.fromkeys(steps, OUTPUT_LOGIT_MAX + 1),
             "probe/log_z": dict.fromkeys(steps, 5.0),
         }
     )
@@ -557,7 +577,7 @@ def test_output_logit_growth_by_either_bound():
         **{
             "train/loss": flat_loss(21),
             "probe/logit_max_abs": dict.fromkeys(steps, 10.0),
-            "probe/log_z": dict.fromkeys(steps, -fd.LOG_Z_MAX - 1),
+            "probe/log_z": dict.fromkeys(steps, -LOG_Z_MAX - 1),
         }
     )
     capped = only("output_logit_growth", series(negative_z, z_loss=1e-4))
@@ -565,8 +585,8 @@ def test_output_logit_growth_by_either_bound():
     at_bounds = scalars(
         **{
             "train/loss": flat_loss(21),
-            "probe/logit_max_abs": dict.fromkeys(steps, fd.OUTPUT_LOGIT_MAX),
-            "probe/log_z": dict.fromkeys(steps, fd.LOG_Z_MAX),
+            "probe/logit_max_abs": dict.fromkeys(steps, OUTPUT_LOGIT_MAX),
+            "probe/log_z": dict.fromkeys(steps, LOG_Z_MAX),
         }
     )
     assert "output_logit_growth" not in rules(fd.evaluate(series(at_bounds)))
@@ -585,7 +605,7 @@ def overfit(val_last: float, train_last: float) -> RunSeries:
 
 
 def test_overfitting_when_val_rises_and_the_gap_widens():
-    finding = only("overfitting", overfit(1.8 + fd.OVERFIT_RISE + 0.01, 1.6))
+    finding = only("overfitting", overfit(1.8 + OVERFIT_RISE + 0.01, 1.6))
     assert finding.title == "Overfitting since step 200"
     assert "best.ckpt holds the weights of step 200" in finding.text
     assert finding.suggestion.changes == {"dropout": 0.1}
@@ -594,7 +614,7 @@ def test_overfitting_when_val_rises_and_the_gap_widens():
 @pytest.mark.parametrize(
     ("val_last", "train_last"),
     [
-        (1.8 + fd.OVERFIT_RISE - 0.01, 1.5),  # val rose less than the margin
+        (1.8 + OVERFIT_RISE - 0.01, 1.5),  # val rose less than the margin
         (2.0, 1.95),  # val rose, but so did train: a worse run, not overfitting
     ],
 )
@@ -607,11 +627,11 @@ def test_no_overfitting_without_a_rise_or_with_train_rising_too(val_last, train_
 
 def test_the_headline_says_trains_below_the_unigram_entropy_else_learning():
     trains = series(scalars(**{"train/loss": {0: 4.0, **flat_loss(30, 1.0)}}))
-    assert fd.headline(trains, fd.evaluate(trains)).title == "Trains"
+    assert headline(trains, fd.evaluate(trains)).title == "Trains"
     learning = series(scalars(**{"train/loss": flat_loss(30, UNIGRAM)}))
-    assert fd.headline(learning, fd.evaluate(learning)).title == "Learning"
+    assert headline(learning, fd.evaluate(learning)).title == "Learning"
     empty = series(scalars())
-    assert fd.headline(empty, fd.evaluate(empty)).title == "No loss yet"
+    assert headline(empty, fd.evaluate(empty)).title == "No loss yet"
 
 
 def test_findings_come_newest_first_and_the_headline_is_a_divergence_or_stall():
@@ -623,7 +643,7 @@ def test_findings_come_newest_first_and_the_headline_is_a_divergence_or_stall():
     run = series(scalars(**{"train/loss": loss}), grads)
     found = fd.evaluate(run)
     assert [f.rule for f in found] == ["rank_collapse", "stalled"]  # since 60, since 50
-    assert fd.headline(run, found).rule == "stalled"
+    assert headline(run, found).rule == "stalled"
 
 
 def test_nan_gradient_norms_are_reported_not_dropped():
@@ -678,7 +698,7 @@ def test_no_healthy_beside_a_loss_worse_than_a_uniform_guess():
     run = series(scalars(**{"train/loss": flat_loss(60, 25.0)}))
     found = fd.evaluate(run)
     assert "healthy" not in rules(found)
-    assert fd.headline(run, found).title == "Worse than a uniform guess"
+    assert headline(run, found).title == "Worse than a uniform guess"
 
 
 def test_without_a_readable_config_the_depth_comes_from_the_probes():
@@ -688,7 +708,7 @@ def test_without_a_readable_config_the_depth_comes_from_the_probes():
         [frame, layers_frame(layer_rows("component", "head", "grad_norm", {10: [0, 0, 0, 1.0]}))]
     )
     run = series(layer_frame=frame)
-    unreadable = fd.RunSeries(run.status, None, None, UNIGRAM, 4.0, run.scalars, frame)
+    unreadable = RunSeries(run.status, None, None, UNIGRAM, 4.0, run.scalars, frame)
     assert unreadable.n_layer == 3
     assert only("dead_units", unreadable).evidence["layers"] == [1, 2]
 

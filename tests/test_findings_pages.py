@@ -149,6 +149,7 @@ def test_the_report_and_show_carry_the_findings(copies, capsys):
 def panel_page() -> None:
     """Live's findings panel alone, on a constructed run probed at steps 0 and 299 only."""
     from blockviz.core import findings as fd
+    from blockviz.core.findings.training import headline
     from blockviz.dashboard.findings_panel import findings_panel
     from blockviz.store import RunRecord
     from blockviz.views.run_findings import RunFindings
@@ -157,7 +158,7 @@ def panel_page() -> None:
     run = probed_at((0, 299))
     found = fd.evaluate(run)
     row = RunRecord(id=1, name="sparse", config=run.config.to_dict())
-    findings_panel(row, RunFindings(fd.headline(run, found), found), lambda finding: None)
+    findings_panel(row, RunFindings(headline(run, found), found), lambda finding: None)
 
 
 def test_the_panel_opens_its_findings_when_checks_could_not_be_made():

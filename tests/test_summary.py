@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from blockviz.core import config as cfg
+from blockviz.core.divergence import Divergence, render_divergence, summarize_divergence
 from blockviz.store import RunRecord, RunStore
 from blockviz.views import summary
 
@@ -27,7 +28,7 @@ DIVERGED = frame(
 
 
 def test_the_facts_of_a_divergence() -> None:
-    facts = summary.summarize_divergence(DIVERGED, diverged_step=10, error="loss is inf at step 10")
+    facts = summarize_divergence(DIVERGED, diverged_step=10, error="loss is inf at step 10")
     assert facts.step == 10
     assert facts.last_finite_loss == pytest.approx(1.1) and facts.last_finite_step == 9
     assert facts.nonfinite_step == 10
@@ -39,20 +40,20 @@ def test_the_facts_of_a_divergence() -> None:
 
 
 def test_without_a_stored_step_the_first_non_finite_step_is_where() -> None:
-    facts = summary.summarize_divergence(DIVERGED, diverged_step=None)
+    facts = summarize_divergence(DIVERGED, diverged_step=None)
     assert facts.step == 10 and facts.error is None
 
 
 def test_a_divergence_with_nothing_read_still_has_a_headline() -> None:
-    facts = summary.summarize_divergence(frame([]))
-    assert facts == summary.Divergence(None, None, None, None, (), None)
-    assert summary.render_divergence(facts) == "This run diverged."
+    facts = summarize_divergence(frame([]))
+    assert facts == Divergence(None, None, None, None, (), None)
+    assert render_divergence(facts) == "This run diverged."
 
 
 def test_the_plain_sentences() -> None:
     scalars = frame([(1200, "train/loss", 2.3125), (1234, "train/loss", -math.inf)])
-    facts = summary.summarize_divergence(scalars, diverged_step=1234, error="loss is inf")
-    assert summary.render_divergence(facts) == (
+    facts = summarize_divergence(scalars, diverged_step=1234, error="loss is inf")
+    assert render_divergence(facts) == (
         "This run diverged at step 1,234. The last finite training loss was 2.312 at step "
         "1,200. At step 1,234: train/loss = -inf. loss is inf"
     )
@@ -63,8 +64,8 @@ def test_markup_wraps_the_headline_names_and_the_users_text_only() -> None:
 
     error = "![t](http://127.0.0.1:9/p.png) **boom**"
     scalars = frame([(9, "train/loss", 1.5), (10, "odd`name", math.nan)])
-    text = summary.render_divergence(
-        summary.summarize_divergence(scalars, diverged_step=10, error=error),
+    text = render_divergence(
+        summarize_divergence(scalars, diverged_step=10, error=error),
         bold=lambda s: f"**{s}**",
         code=ui.literal,
         text=ui.plain,

@@ -15,7 +15,7 @@ from typing import Any
 
 import streamlit as st
 
-from blockviz.core.findings import Finding
+from blockviz.core.findings.base import Finding
 from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.dashboard import relaunch, ui
 from blockviz.store import RunRecord

@@ -19,14 +19,9 @@ import pandas as pd
 
 from blockviz.core import spec
 from blockviz.core.divergence import format_nonfinite
-from blockviz.core.findings import (
-    Finding,
-    RunSeries,
-    Suggestion,
-    evaluate,
-    headline,
-    run_series,
-)
+from blockviz.core.findings import evaluate
+from blockviz.core.findings.base import Finding, RunSeries, Suggestion, run_series
+from blockviz.core.findings.training import headline
 
 if TYPE_CHECKING:
     from blockviz.store import RunRecord, RunStore

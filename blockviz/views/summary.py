@@ -13,24 +13,11 @@ from blockviz.core import spec
 from blockviz.core.config import ConfigError, ModelConfig, RunConfig
 from blockviz.core.divergence import (
     Divergence,
-    format_nonfinite,
-    render_divergence,
     summarize_divergence,
 )
 
 if TYPE_CHECKING:
     from blockviz.store import RunRecord, RunStore
-
-__all__ = [
-    "DIVERGENCE_WINDOW",
-    "Divergence",
-    "format_nonfinite",
-    "read_divergence",
-    "recent_tokens_per_sec",
-    "render_divergence",
-    "stored_model_config",
-    "summarize_divergence",
-]
 
 DIVERGENCE_WINDOW = 200  # steps before the divergence read whole for its summary
 

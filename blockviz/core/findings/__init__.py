@@ -36,18 +36,13 @@ from blockviz.core.findings.base import (
     ONE_BLOCK,
     Finding,
     RunSeries,
-    Suggestion,
-    run_series,
-    series_tab,
 )
-from blockviz.core.findings.thresholds import *  # noqa: F403 (the thresholds, by name)
 from blockviz.core.findings.thresholds import (
     OVERFIT_EVALS,
     PERSIST,
     SPIKE_WINDOW,
     STALL_MIN_STEPS,
 )
-from blockviz.core.findings.training import headline
 
 LOG = logging.getLogger(__name__)
 
@@ -238,18 +233,3 @@ def evaluate(series: RunSeries) -> list[Finding]:
     if not serious and not training.worse_than_initial(series):
         found.append(training.healthy(series, len(RULES), gaps(series)))
     return sorted(found, key=lambda f: -1 if f.step is None else f.step, reverse=True)
-
-
-__all__ = [
-    "NO_DATA",
-    "RULES",
-    "Finding",
-    "Rule",
-    "RunSeries",
-    "Suggestion",
-    "evaluate",
-    "gaps",
-    "headline",
-    "run_series",
-    "series_tab",
-]

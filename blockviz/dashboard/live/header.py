@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from blockviz.core import spec
-from blockviz.core.findings import Finding
+from blockviz.core.findings.base import Finding
 from blockviz.core.spec import (
     ACTIVATION_STATS,
     ACTIVE_STATUSES,
