@@ -8,7 +8,7 @@ import math
 from blockviz.core.study_summary import summarize
 from blockviz.core.verdicts import judge
 from blockviz.views import study_charts, study_table
-from tests.test_verdicts import NEUTRAL, claim, frame
+from tests.helpers import NEUTRAL, claim, frame
 
 ROWS = [
     ("a", 1, "converged", 2.0, {"ffn_mult": 2}),
