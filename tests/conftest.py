@@ -33,15 +33,27 @@ def real_runs(tmp_path_factory) -> RealRuns:
     return train_real_runs(tmp_path_factory.mktemp("real-runs"))
 
 
-# The findings runs train in a subprocess from collection on (tests/finding_runs.py).
+# The findings runs train in a subprocess from the start of the test run on
+# (tests/finding_runs.py); never while collecting, so `pytest --collect-only` starts nothing.
 _FINDINGS = pytest.StashKey[tuple[Path, subprocess.Popen, float]]()
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start training the findings runs when a collected test needs them."""
+def _start_findings(config: pytest.Config) -> tuple[Path, subprocess.Popen, float]:
+    folder = Path(tempfile.mkdtemp(prefix="blockviz-findings-"))
+    started = (folder, findings.start(folder), time.perf_counter())
+    config.stash[_FINDINGS] = started
+    return started
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """As the tests start to run, start training the findings runs if a selected test
+    needs them, so they train beside the tests before it; not for --collect-only or
+    --setup-plan, which run no test."""
+    if session.config.option.collectonly or session.config.option.setupplan:
+        return
     if any("finding_runs" in getattr(item, "fixturenames", ()) for item in session.items):
-        folder = Path(tempfile.mkdtemp(prefix="blockviz-findings-"))
-        session.config.stash[_FINDINGS] = (folder, findings.start(folder), time.perf_counter())
+        _start_findings(session.config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -58,11 +70,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def finding_runs(pytestconfig: pytest.Config) -> findings.FindingRuns:
     """Real tiny runs that show what each findings rule looks for (tests/finding_runs.py),
-    started at collection; read their store, never write it."""
+    started as the test run began; read their store, never write it."""
     started = pytestconfig.stash.get(_FINDINGS, None)
-    if started is None:  # collected some other way: start now
-        folder = Path(tempfile.mkdtemp(prefix="blockviz-findings-"))
-        started = (folder, findings.start(folder), time.perf_counter())
-        pytestconfig.stash[_FINDINGS] = started
+    if started is None:  # run some other way: start now
+        started = _start_findings(pytestconfig)
     folder, process, begun = started
     return findings.finish(process, folder, begun)

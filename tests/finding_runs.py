@@ -5,9 +5,9 @@ subprocess with one CPU thread, into a store of their own. Each config was chose
 training it and reading what it did (BENCHMARKS.md, "Findings"), not by what the
 literature says it should do; the tests assert what these runs of this code show.
 
-They take about 30 s of one core, so conftest starts the subprocess as soon as the tests
-that use them are collected (`start`), and the first such test waits for it (`finish`):
-on two cores it trains beside the rest of the suite.
+They take about 30 s of one core, so conftest starts the subprocess as the test run
+begins, when a selected test uses them (`start`; collecting alone starts nothing), and the
+first such test waits for it (`finish`): on two cores it trains beside the rest of the suite.
 """
 
 from __future__ import annotations

@@ -13,47 +13,7 @@ import pandas as pd
 import pytest
 
 from blockviz.views import charts
-
-# Hand-made frames for the pure builders: names and values carry no claim about any
-# configuration (values differ per run and layer only so that marks can be told apart).
-RUNS = {1: "run-a", 2: "run-b"}
-TAPS = ("resid_pre", "attn_out", "resid_post")
-
-
-def scalars_frame(steps: int = 30, runs: dict[int, str] = RUNS) -> pd.DataFrame:
-    """train/loss and lr every step, val/loss every 10, for each run."""
-    rows = []
-    for run_id, name in runs.items():
-        for step in range(steps):
-            loss = 3.0 * math.exp(-step / 10) + 0.1 * run_id  # distinct curves, no ranking
-            rows += [
-                (run_id, name, step, "train/loss", loss),
-                (run_id, name, step, "train/lr", 1e-3 * min(1.0, (step + 1) / 5)),
-            ]
-            if step % 10 == 0:
-                rows.append((run_id, name, step, "val/loss", loss + 0.05))
-    return pd.DataFrame(rows, columns=["run_id", "run", "step", "name", "value"])
-
-
-def layer_frame(runs: dict[int, str] = RUNS, steps=(0, 10, 20, 30), n_layer: int = 3):
-    """Component, tap and head statistics for every run, layer and step."""
-    rows = []
-    for run_id, name in runs.items():
-        for step in steps:
-            for layer in range(n_layer):
-                for component in ("attn", "ffn", "block"):
-                    # the same hump for every run (middle layer highest): no depth trend
-                    grad = (0.1 * (1 + (layer == 1)) + 0.05 * run_id) * (1 + step / 100)
-                    rows += [
-                        (run_id, name, step, layer, "component", component, "grad_norm", grad),
-                        (run_id, name, step, layer, "component", component, "update_ratio", 1e-3),
-                    ]
-                for tap in TAPS:
-                    rows.append((run_id, name, step, layer, "tap", tap, "rms", 1.0 + (layer % 2)))
-                for head in ("0", "1"):
-                    rows.append((run_id, name, step, layer, "head", head, "attn_entropy", 2.0))
-    columns = ["run_id", "run", "step", "layer", "kind", "component", "stat", "value"]
-    return pd.DataFrame(rows, columns=columns)
+from tests.helpers import FRAME_RUNS, layer_frame, scalars_frame
 
 
 def hist_frame() -> pd.DataFrame:
@@ -366,14 +326,16 @@ def test_charts_default_to_the_stable_run_colours() -> None:
     only_second = scalars_frame(runs={2: "run-b"})
     spec = charts.loss_chart(only_second).to_dict()
     ranges = [enc["color"]["scale"]["range"] for enc in walk(spec, "encoding") if "color" in enc]
-    assert ranges and all(r == [colour_of(charts.run_color_scale(RUNS), "run-b")] for r in ranges)
+    assert ranges and all(
+        r == [colour_of(charts.run_color_scale(FRAME_RUNS), "run-b")] for r in ranges
+    )
 
 
 @pytest.mark.parametrize(("step", "shown"), [(0, 0), (25, 20), (12, 10), (1000, 30)])
 def test_grad_by_layer_shows_each_runs_nearest_probe_step(step: int, shown: int) -> None:
     data = charts.chart_data(charts.grad_by_layer_chart(layer_frame(), step=step))
     assert set(data["step"]) == {shown}
-    assert set(data["run"]) == set(RUNS.values())
+    assert set(data["run"]) == set(FRAME_RUNS.values())
     assert set(data["component"]) == {"block"}
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from blockviz.views import charts
 from blockviz.views.export.render import chart_svg
-from tests.test_charts import layer_frame, scalars_frame
+from tests.helpers import layer_frame, scalars_frame
 
 BLOWN_UP = 7.6e6  # the train loss a blown-up run reached in the Compare
 

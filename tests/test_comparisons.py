@@ -12,7 +12,7 @@ from blockviz.core.studies import StudyDef, Variant
 from blockviz.core.study_stats import difference_interval
 from blockviz.core.verdicts import judge
 from blockviz.views.studies.table import interval_lines
-from tests.test_verdicts import NEUTRAL, claim, frame
+from tests.helpers import NEUTRAL, claim, frame
 
 # Seed-to-seed spread of 0.7 nats that both variants share; "a" is 0.01 below "b" in each.
 SHARED = {1: 2.0, 2: 2.7, 3: 2.2}

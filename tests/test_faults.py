@@ -26,8 +26,8 @@ import torch
 from blockviz.core import procs
 from blockviz.launch import runner
 from blockviz.store import RunStore, StoreError
-from tests.test_study_cli import study
-from tests.test_train_cli import CORPUS, finish, start, train_command
+from tests.fakes import CORPUS
+from tests.helpers import finish, start, study, train_command
 
 pytestmark = pytest.mark.slow
 

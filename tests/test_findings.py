@@ -36,66 +36,17 @@ from blockviz.core.findings.thresholds import (
 )
 from blockviz.core.findings.training import headline
 from blockviz.views import run_findings
-
-N_LAYER = 3
-UNIGRAM = 3.0
-
-
-def scalars(**series: dict[int, float]) -> pd.DataFrame:
-    """name -> {step: value} as a scalars frame."""
-    rows = [
-        (step, name, value) for name, values in series.items() for step, value in values.items()
-    ]
-    return pd.DataFrame(rows, columns=["step", "name", "value"])
-
-
-def layer_rows(kind: str, component: str, stat: str, table: dict[int, list[float]]) -> list[tuple]:
-    """step -> one value per layer (0, 1, ...) as layer_stats rows."""
-    return [
-        (step, layer, kind, component, stat, value)
-        for step, values in table.items()
-        for layer, value in enumerate(values)
-    ]
-
-
-def head_rows(stat: str, table: dict[int, list[list[float]]]) -> list[tuple]:
-    """step -> [layer][head] values as head rows."""
-    return [
-        (step, layer, "head", str(head), stat, value)
-        for step, layers in table.items()
-        for layer, heads in enumerate(layers)
-        for head, value in enumerate(heads)
-    ]
-
-
-def layers_frame(*groups: list[tuple]) -> pd.DataFrame:
-    rows = [row for group in groups for row in group]
-    return pd.DataFrame(rows, columns=["step", "layer", "kind", "component", "stat", "value"])
-
-
-def flat_loss(steps: int, value: float = 2.0) -> dict[int, float]:
-    return dict.fromkeys(range(steps), value)
-
-
-def series(
-    scalar_frame: pd.DataFrame | None = None,
-    layer_frame: pd.DataFrame | None = None,
-    status: str = "completed",
-    diverged_step: int | None = None,
-    **config: object,
-) -> RunSeries:
-    run_config = cfg.replace(cfg.RunConfig(), n_layer=N_LAYER, **config)
-    return RunSeries(
-        status=status,
-        diverged_step=diverged_step,
-        config=run_config,
-        unigram=UNIGRAM,
-        init_loss=4.0,
-        scalars=scalar_frame
-        if scalar_frame is not None
-        else scalars(**{"train/loss": flat_loss(10)}),
-        layers=layer_frame if layer_frame is not None else layers_frame(),
-    )
+from tests.helpers import (
+    N_LAYER,
+    UNIGRAM,
+    flat_loss,
+    head_rows,
+    layer_rows,
+    layers_frame,
+    probed_at,
+    scalars,
+    series,
+)
 
 
 def rules(found: list[Finding]) -> set[str]:
@@ -120,41 +71,6 @@ def test_nothing_wrong_is_said_explicitly():
         found[0].text
     )
     assert "Not checked, no data recorded: gradients across depth, slow updates" in found[0].text
-
-
-def probed_at(steps: tuple[int, ...]) -> RunSeries:
-    """A 300-step run probed at `steps` whose values after step 0 would alarm every state
-    rule: dead units 0 → 82%, attention logits 1.4 → 3,110, entropy 2 → 0.014, ..."""
-
-    def per_layer(start: float, later: float) -> dict[int, list[float]]:
-        return {step: [start if step == 0 else later] * N_LAYER for step in steps}
-
-    def per_head(start: float, later: float) -> dict[int, list[list[float]]]:
-        return {step: [[start if step == 0 else later] * 2] * N_LAYER for step in steps}
-
-    grads = {step: [1.0, 1.0, 1.0] if step == 0 else [1e-6, 1.0, 1.0] for step in steps}
-    frame = layers_frame(
-        layer_rows("component", "block", "grad_norm", grads),
-        layer_rows("component", "weights", "update_ratio", per_layer(3e-3, 0.5)),
-        layer_rows("tap", "ffn_hidden", "dead_frac", per_layer(0.0, 0.82)),
-        layer_rows("tap", "resid_post", "token_cos", per_layer(0.3, 0.999)),
-        layer_rows("tap", "resid_post", "max_over_median", per_layer(5.0, 5e3)),
-        layer_rows("tap", "resid_post", "max_abs", per_layer(3.0, 500.0)),
-        layer_rows("tap", "resid_post", "rms", per_layer(1.4, 500.0)),
-        head_rows("attn_entropy", per_head(2.0, 0.014)),
-        head_rows("attn_logit_max_abs", per_head(1.4, 3110.0)),
-    )
-    loss = {step: 4.0 - 2.0 * step / 299 for step in range(300)}  # down to 2, well below H₁
-    scalar_frame = scalars(
-        **{
-            "train/loss": loss,
-            "val/loss": {100: 2.5, 200: 2.3, 300: 2.1},
-            "train/lr": dict.fromkeys(range(300), 1e-3),
-            "probe/logit_max_abs": {step: 10.0 if step == 0 else 500.0 for step in steps},
-            "probe/log_z": dict.fromkeys(steps, 3.0),
-        }
-    )
-    return series(scalar_frame, frame, lr=1e-3, max_steps=300, probe_interval=299)
 
 
 STATE_CHECKS = (

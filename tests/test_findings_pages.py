@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import zipfile
 from pathlib import Path
 
@@ -19,14 +18,10 @@ from blockviz import cli
 from blockviz.store import RunStore
 from blockviz.views import charts
 from blockviz.views.export.report import build_report
+from tests.helpers import shown
 from tests.real_runs import copy_run
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
-
-
-def shown(markdown: str) -> str:
-    """Markdown source as the reader sees it: backslash escapes removed."""
-    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
 
 
 @pytest.fixture
@@ -153,7 +148,7 @@ def panel_page() -> None:
     from blockviz.dashboard.findings_panel import findings_panel
     from blockviz.store import RunRecord
     from blockviz.views.run_findings import RunFindings
-    from tests.test_findings import probed_at
+    from tests.helpers import probed_at
 
     run = probed_at((0, 299))
     found = fd.evaluate(run)

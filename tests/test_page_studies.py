@@ -16,6 +16,7 @@ from blockviz.dashboard.studies.launch import duration
 from blockviz.launch import study_runner
 from blockviz.store import RunStore
 from blockviz.views.studies import table as study_table
+from tests.helpers import fake_study
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "pages" / "studies.py"
@@ -94,39 +95,10 @@ def test_the_time_estimate_is_the_captions_only_time_and_says_what_it_assumes(
     )
 
 
-def _fake_study(store: RunStore, key: str = "activation", scored: dict | None = None) -> int:
-    """A finished study whose runs carry constructed, neutral numbers (no worker ran);
-    `scored`: the runs' evaluation record (None: recorded before the evaluation set)."""
-    plan = study_builtins.builtin(key, "quick")
-    runs = [
-        {"variant": v.label, "seed": s, "config": c.to_json(), "max_steps": 300}
-        for v, s, c in plan.grid()
-    ]
-    study_id, run_ids = store.create_study("fake", key, "quick", plan.to_spec(), runs)
-    for index, run_id in enumerate(run_ids):
-        loss = 2.0 + 0.01 * (index % 3)  # the same for every variant up to seed noise
-        store.update_run(
-            run_id,
-            status="completed",
-            ended=time.time(),
-            step=300,
-            n_params=1000,
-            final={"val_loss": loss, "train_loss": loss, "time_s": 5.0},
-            dataset={
-                "unigram_nats": 3.0,
-                "init_loss": 4.17,
-                "vocab_size": 65,
-                **({"evaluation": scored} if scored else {}),
-            },
-        )
-    store.update_study(study_id, status="completed", ended=time.time())
-    return study_id
-
-
 def test_a_finished_study_shows_its_computed_verdicts_and_table() -> None:
     with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
-        study_id = _fake_study(store)
-        plan = studies.plan_from_spec(store.get_study(study_id).spec)
+        study_id = fake_study(store)
+        plan = studies.plan_from_spec(store.get_study(study_id)["spec"])
         expected = judge(plan.claims[0], results_frame(store.study_runs(study_id), plan), plan)
     at = _page().run()
     assert not at.exception
@@ -146,7 +118,7 @@ def test_a_finished_study_shows_its_computed_verdicts_and_table() -> None:
 
 def test_a_study_scored_on_one_evaluation_set_gives_no_scoring_warning() -> None:
     with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
-        _fake_study(store, scored=evaluation.record(160, 64))
+        fake_study(store, scored=evaluation.record(160, 64))
     at = _page().run()
     assert not at.exception
     assert not [w.value for w in at.warning if "evaluation" in str(w.value)]

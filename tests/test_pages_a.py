@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import sys
 import time
@@ -15,8 +14,8 @@ from streamlit.testing.v1 import AppTest
 from blockviz.dashboard import sidebar, store_access, streamlit_compat, ui
 from blockviz.store import RunStore, StoreError, StoreLocked, default_store_path
 from tests import fakes
+from tests.helpers import select_row, texts
 from tests.real_runs import RealRuns, copy_run
-from tests.test_pages_runs import select_row
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
@@ -53,15 +52,6 @@ def open_page(page: str) -> AppTest:
     if page != "pages/train.py":
         at.switch_page(page).run()
     return at
-
-
-def shown(markdown: str) -> str:
-    """Markdown source as the reader sees it: backslash escapes (ui.plain's) removed."""
-    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
-
-
-def texts(at: AppTest, kind: str) -> str:
-    return "\n".join(shown(str(e.value)) for e in getattr(at, kind))
 
 
 def opened_by(open_store: Callable[..., RunStore]) -> type[RunStore]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from blockviz.dashboard.ui import DOWNLOAD_MENU
 from blockviz.store import RunStore
 from blockviz.views import charts
 from tests import fakes
+from tests.helpers import chart_specs, shown
 from tests.real_runs import RealRuns, copy_run
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
@@ -35,21 +35,6 @@ def _page(name: str, **state: Any) -> AppTest:
     for key, value in state.items():
         at.session_state[key] = value
     return at
-
-
-def _shown(markdown: str) -> str:
-    """Markdown as the reader sees it (ui.plain's backslash escapes removed)."""
-    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
-
-
-def _chart_specs(at: AppTest) -> dict[str, dict]:
-    """Chart title -> its Vega-Lite spec as the page sent it."""
-    found = {}
-    for element in at.get("vega_lite_chart"):
-        spec = json.loads(element.proto.spec)
-        title = spec.get("title")
-        found[str(title.get("text") if isinstance(title, dict) else title)] = spec
-    return found
 
 
 def _x_fields(spec: dict) -> set[tuple[str, str]]:
@@ -109,9 +94,9 @@ def test_live_x_axis_control_switches_every_time_series_chart(
     at.segmented_control(key="live.x_axis").set_value(kind).run()
     assert not at.exception and not at.error
     axis = charts.X_AXES[kind]
-    series = {t: s for t, s in _chart_specs(at).items() if "layer" not in t.lower()}
+    series = {t: s for t, s in chart_specs(at).items() if "layer" not in t.lower()}
     assert series
-    for title, spec in _chart_specs(at).items():
+    for title, spec in chart_specs(at).items():
         assert _x_fields(spec) == {(axis.field, axis.title)}, title
     assert not [c for c in at.caption if "not recorded" in c.value]
 
@@ -122,8 +107,8 @@ def test_live_falls_back_to_steps_with_a_note_when_time_was_not_recorded(
     run_id = _run_without_clock(store)
     at = _page("live", run_id=run_id, **{"live.x_axis": "time"}).run()
     assert not at.exception
-    assert any(charts.NO_TIME_NOTE in _shown(c.value).lower() for c in at.caption)
-    loss = _chart_specs(at)["Loss"]
+    assert any(charts.NO_TIME_NOTE in shown(c.value).lower() for c in at.caption)
+    loss = chart_specs(at)["Loss"]
     assert {field for field, _ in _x_fields(loss)} == {"step"}
 
 
@@ -134,13 +119,13 @@ def test_compare_x_axis_and_note_name_the_run_without_a_clock(
     untimed = _run_without_clock(store)
     at = _page("compare", compare_ids=[timed], **{"compare.x_axis": "tokens"}).run()
     assert not at.exception
-    assert _x_fields(_chart_specs(at)["Loss"]) == {("tokens", charts.X_AXES["tokens"].title)}
+    assert _x_fields(chart_specs(at)["Loss"]) == {("tokens", charts.X_AXES["tokens"].title)}
     at = _page("compare", compare_ids=[timed, untimed], **{"compare.x_axis": "time"}).run()
     assert not at.exception
     untimed_name = store.get_run(untimed).name
     notes = [c.value for c in at.caption if "not recorded" in c.value]
-    assert len(notes) == 1 and untimed_name in _shown(notes[0])
-    assert {field for field, _ in _x_fields(_chart_specs(at)["Loss"])} == {"step"}
+    assert len(notes) == 1 and untimed_name in shown(notes[0])
+    assert {field for field, _ in _x_fields(chart_specs(at)["Loss"])} == {"step"}
 
 
 # ---------------------------------------------------------------------------- downloads
@@ -152,7 +137,7 @@ def test_one_download_menu_per_chart_and_none_for_empty_charts(
     run_id = copy_run(store, real_runs.path, real_runs.ids["pre"])
     at = _page("live", run_id=run_id).run()
     assert not at.exception
-    drawn = [s for s in _chart_specs(at).values() if charts.NO_DATA not in json.dumps(s)]
+    drawn = [s for s in chart_specs(at).values() if charts.NO_DATA not in json.dumps(s)]
     assert _menus(at) == [FORMATS] * len(drawn)
     chart_downloads = [b.label for b in at.download_button if b.label in FORMATS]
     assert sorted(chart_downloads) == sorted(FORMATS * len(drawn))
@@ -161,7 +146,7 @@ def test_one_download_menu_per_chart_and_none_for_empty_charts(
     store.truncate_after(queued, -1)
     at = _page("live", run_id=queued).run()
     assert not at.exception
-    assert _chart_specs(at), "the placeholders are still drawn"
+    assert chart_specs(at), "the placeholders are still drawn"
     assert _menus(at) == []
     assert not [b for b in at.download_button if b.label in FORMATS]  # the code export stays
 

@@ -20,8 +20,8 @@ from blockviz.dashboard import store_access
 from blockviz.dashboard.code_download import LABEL as CODE_LABEL
 from blockviz.store import RunStore
 from tests import fakes
+from tests.helpers import chart_specs, shown
 from tests.real_runs import RealRuns, copy_run
-from tests.test_pages_charts import _chart_specs
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
 LIVE_TABS = ("Loss", "Gradients", "Activations", "Updates", "Attention", "Samples")
@@ -52,11 +52,6 @@ def _charts(at: AppTest) -> dict[str, list[pd.DataFrame]]:
         ]
         found[str(title)] = frames
     return found
-
-
-def shown(markdown: str) -> str:
-    """Markdown source as the reader sees it: backslash escapes (ui.plain's) removed."""
-    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
 
 
 def _labels(at: AppTest) -> list[str]:
@@ -373,7 +368,7 @@ def test_compare_gradient_at_a_step_a_run_lacks_names_each_runs_real_step(
         "every-10": [30],
         "every-25": [25],
     }
-    spec = _chart_specs(at)[title]
+    spec = chart_specs(at)[title]
     legend = [
         entry for layer in spec["layer"] for entry in layer["encoding"]["color"]["scale"]["domain"]
     ]
@@ -400,7 +395,7 @@ def test_compare_loss_axis_stops_short_of_a_blown_up_run_and_says_so(store: RunS
     at.run()
     assert not at.exception
     assert not at.error
-    spec = _chart_specs(at)["Loss"]
+    spec = chart_specs(at)["Loss"]
     note = _subtitle(spec)
     assert "blown-up goes above it" in note and "healthy" not in note
     scales = [

@@ -9,7 +9,6 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from unittest import mock
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -21,7 +20,7 @@ from blockviz.dashboard.uploads import UPLOAD_INFO_KEY
 from blockviz.launch import runner
 from blockviz.store import RunStore, default_store_path
 from tests import fakes
-from tests.helpers import FOX_TEXT, tiny_config
+from tests.helpers import FOX_TEXT, rerun_only, select_row, selected_rows, tiny_config
 from tests.real_runs import RealRuns, copy_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,51 +65,6 @@ def shown_ids(at: AppTest) -> set[int]:
 
 def title(at: AppTest) -> str:
     return at.title[0].value
-
-
-def rerun_only(
-    at: AppTest, fragment_ids: list[str], states: object = None, **flags: bool
-) -> AppTest:
-    """Rerun only these fragments, with these widget states, as a browser asks the server
-    to (AppTest has no call for it). The tree then holds only what the fragments drew,
-    unless they asked for a full rerun."""
-    from streamlit.testing.v1 import local_script_runner
-
-    plain_rerun = local_script_runner.RerunData
-    with mock.patch.object(
-        local_script_runner,
-        "RerunData",
-        lambda **kwargs: plain_rerun(**kwargs, fragment_id_queue=fragment_ids, **flags),
-    ):
-        at._run(widget_state=states)
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def select_row(at: AppTest, run_id: int | None) -> AppTest:
-    """Click run_id's row of the Runs table (None: click the selected row off) as a browser
-    does: the selection goes to the server with the widget states and only the fragments
-    rerun, so redrawing the actions below the table is the page's own job."""
-    if run_id is not None and selected_rows(at) == [run_id]:
-        return at  # already selected (a click on it would clear the selection)
-    table = at.dataframe(key=TABLE_KEY)
-    rows = [] if run_id is None else [[int(i) for i in table.value["id"]].index(run_id)]
-    states = at._tree.get_widget_states()
-    selection = {"selection": {"rows": rows, "columns": [], "cells": []}}
-    states.widgets.add(id=table.proto.id, string_value=json.dumps(selection))
-    return rerun_only(at, list(at._fragment_storage._fragments), states)
-
-
-def selected_rows(at: AppTest) -> list[int]:
-    """The ids of the rows the table shows selected: the one the user clicked, or the one
-    the page selected itself (which it sends to the browser)."""
-    table = at.dataframe(key=TABLE_KEY)
-    ids = [int(i) for i in table.value["id"]]
-    if table.proto.selection_state:
-        rows = json.loads(table.proto.selection_state)["selection"]["rows"]
-    else:
-        rows = at.session_state[TABLE_KEY]["selection"]["rows"]
-    return [ids[row] for row in rows]
 
 
 @pytest.fixture

@@ -18,7 +18,10 @@ from blockviz.dashboard import tables, ui
 from blockviz.launch import runner
 from blockviz.store import RunStore, default_store_path
 from tests import fakes
-from tests.test_pages_a import APP, TIMEOUT, texts
+from tests.helpers import ROOT, texts
+
+APP = str(ROOT / "app.py")
+TIMEOUT = 30
 
 
 @pytest.fixture

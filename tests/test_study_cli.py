@@ -15,9 +15,10 @@ from blockviz.core import config as cfg
 from blockviz.core import hardware, sweeps
 from blockviz.launch import study_runner
 from blockviz.store import RunStore
+from tests.fakes import CORPUS
+from tests.helpers import study
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ("the quick brown fox jumps over the lazy dog. " * 3 + "\n") * 80
 TINY = ["--preset", "tiny", "--max_steps", "20", "--warmup_steps", "2", "--eval_interval", "10"]
 
 pytestmark = pytest.mark.slow
@@ -28,11 +29,6 @@ def corpus(tmp_path: Path) -> Path:
     path = tmp_path / "fox.txt"
     path.write_text(CORPUS, encoding="utf-8")
     return path
-
-
-def study(store: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "blockviz", "study", *args, "--store", str(store)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
 def test_a_two_by_two_sweep_runs_to_the_end(tmp_path: Path, corpus: Path) -> None:

@@ -21,14 +21,15 @@ from blockviz.store import RunStore
 from blockviz.views.studies import report as study_report
 from blockviz.views.studies import table as study_table
 from blockviz.views.studies import text as study_text
-from tests.test_page_studies import PAGE, _fake_study
+from tests.helpers import fake_study
 
 ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "pages" / "studies.py"
 
 
 def test_the_zip_holds_table_claims_charts_configs_and_a_safe_page() -> None:
     with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
-        study_id = _fake_study(store)
+        study_id = fake_study(store)
         store.update_study(study_id, name="<b>mine</b>")
         data = study_report.build_study_zip(store, study_id)
         plan = studies.plan_from_spec(store.get_study(study_id).spec)
@@ -61,7 +62,7 @@ def test_the_zip_holds_table_claims_charts_configs_and_a_safe_page() -> None:
 
 def test_the_zip_entries_unpack_as_files_everyone_may_read() -> None:
     with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
-        data = study_report.build_study_zip(store, _fake_study(store))
+        data = study_report.build_study_zip(store, fake_study(store))
     archive = zipfile.ZipFile(io.BytesIO(data))
     modes = {info.filename: oct(info.external_attr >> 16) for info in archive.infolist()}
     assert set(modes.values()) == {oct(stat.S_IFREG | 0o644)}, modes  # -rw-r--r--, not 0600
@@ -70,7 +71,7 @@ def test_the_zip_entries_unpack_as_files_everyone_may_read() -> None:
 def test_show_json_and_export_from_the_command_line(tmp_path: Path) -> None:
     store_path = os.environ["BLOCKVIZ_STORE"]
     with RunStore(store_path) as store:
-        study_id = _fake_study(store)
+        study_id = fake_study(store)
         expected = study_text.summary_json(store, study_id)
     command = [sys.executable, "-m", "blockviz", "study"]
     shown = subprocess.run(
@@ -102,7 +103,7 @@ def test_show_json_and_export_from_the_command_line(tmp_path: Path) -> None:
 
 def test_show_prints_each_claim_with_both_intervals() -> None:
     with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
-        study_id = _fake_study(store)
+        study_id = fake_study(store)
         text = study_text.summary_text(store, study_id)
     lines = text.splitlines()
     verdict_line = next(i for i, line in enumerate(lines) if "GELU does at least as well" in line)
@@ -115,7 +116,7 @@ def test_the_page_and_the_zip_draw_each_variant_in_the_same_colour() -> None:
     """The page's chart pins each variant's colour in its spec (Streamlit's theme recoloured
     an unpinned one), and the zip's chart draws those colours."""
     with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
-        study_id = _fake_study(store)
+        study_id = fake_study(store)
         for run_id in store.study_runs(study_id)["id"]:
             store.log_scalars(int(run_id), [(0, "val/loss", 4.2), (300, "val/loss", 2.0)])
         store.flush()

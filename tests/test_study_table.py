@@ -9,7 +9,7 @@ from blockviz.core.study_summary import summarize
 from blockviz.core.verdicts import judge
 from blockviz.views.studies import charts as study_charts
 from blockviz.views.studies import table as study_table
-from tests.test_verdicts import NEUTRAL, claim, frame
+from tests.helpers import NEUTRAL, claim, frame
 
 ROWS = [
     ("a", 1, "converged", 2.0, {"ffn_mult": 2}),

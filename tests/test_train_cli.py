@@ -3,7 +3,6 @@
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,10 +16,10 @@ from blockviz.core.spec import FFN_UNIT_STATS, STREAM_STATS, TAP_STATS
 from blockviz.store import RunStore
 from blockviz.training.model import block_tap_names
 from tests import fakes
+from tests.fakes import CORPUS  # repetitive enough that 30 steps visibly overfit it
+from tests.helpers import finish, start, train_command
 
 ROOT = Path(__file__).resolve().parent.parent
-# Repetitive enough that 30 steps visibly overfit it.
-CORPUS = ("the quick brown fox jumps over the lazy dog. " * 3 + "\n") * 80
 DIVERGING = [  # lr 10 without warm-up, clipping or norms: non-finite at step 1
     *("--lr", "10", "--warmup_steps", "0", "--grad_clip", "0", "--norm_position", "none"),
     *("--n_layer", "6", "--activation", "relu"),
@@ -34,31 +33,6 @@ def corpus(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("data") / "fox.txt"
     path.write_text(CORPUS, encoding="utf-8")
     return path
-
-
-def train_command(store: Path, corpus: Path, *flags: str) -> list[str]:
-    """The tiny preset on the small corpus; flags after it override."""
-    return [
-        sys.executable,
-        "-m",
-        "blockviz",
-        "train",
-        *("--preset", "tiny", "--dataset", str(corpus), "--store", str(store)),
-        "--no_progress",
-        *flags,
-    ]
-
-
-def start(command: list[str]) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-
-
-def finish(proc: subprocess.Popen, timeout: float = 180) -> tuple[int, str, str]:
-    out, err = proc.communicate(timeout=timeout)
-    return proc.returncode, out, err
 
 
 def wait_for_rows(store_path: Path, count: int, timeout: float = 90) -> None:

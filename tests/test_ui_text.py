@@ -13,11 +13,11 @@ from streamlit.testing.v1 import AppTest
 
 from blockviz.core.naming import sanitize_name
 from blockviz.dashboard import ui
+from blockviz.dashboard.runs_panel import TABLE_KEY
 from blockviz.store import RunStore, default_store_path
 from tests import fakes
-from tests.helpers import autolinks, shown
+from tests.helpers import autolinks, selected_rows, shown
 from tests.real_runs import RealRuns, copy_run
-from tests.test_pages_runs import TABLE_KEY, selected_rows
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 TIMEOUT = 60

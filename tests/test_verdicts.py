@@ -14,50 +14,12 @@ import pytest
 from blockviz.core import outcomes
 from blockviz.core.rules_counts import max_stable
 from blockviz.core.rules_sweep import sensitivity_table
-from blockviz.core.studies import Claim, StudyDef, Variant
+from blockviz.core.studies import StudyDef
 from blockviz.core.study_stats import difference_interval
 from blockviz.core.study_summary import summarize
 from blockviz.core.verdict_base import select
 from blockviz.core.verdicts import RULES, judge
-
-NEUTRAL = StudyDef(
-    key="t",
-    title="t",
-    question="q",
-    claims=(),
-    variants=(Variant("a", {}), Variant("b", {"ffn_mult": 2})),
-    swept=(),
-    baseline="a",
-)
-
-
-def frame(rows: list[tuple]) -> pd.DataFrame:
-    """(variant, seed, outcome, val_loss, extra columns...) -> a results frame."""
-    records = []
-    for i, row in enumerate(rows):
-        variant, seed, outcome, loss, *extra = row
-        record = {
-            "run_id": i + 1,
-            "variant": variant,
-            "seed": seed,
-            "status": {"diverged": "diverged", "": "running"}.get(outcome, "completed"),
-            "outcome": outcome,
-            "diverged_step": math.nan,
-            "val_loss": loss,
-            "train_loss": loss,
-            "n_params": 100.0,
-            "time_s": 2.0,
-            "unigram_nats": 3.0,
-            "init_loss": 4.0,
-        }
-        record.update(extra[0] if extra else {})
-        records.append(record)
-    return pd.DataFrame(records)
-
-
-def claim(rule: str, **args) -> Claim:
-    return Claim("a claim", "a source", rule, args)
-
+from tests.helpers import NEUTRAL, claim, frame
 
 # ---------------------------------------------------------------- outcomes
 
