@@ -89,7 +89,11 @@ print(json.dumps({"code": int(code), "started": during, "recorded": len(started)
 def test_collecting_the_tests_that_use_real_runs_starts_no_process() -> None:
     """`pytest --collect-only` on the modules whose tests use the real and findings runs
     trains nothing: no subprocess, multiprocessing process or fork while collecting."""
-    files = ["tests/test_findings_runs.py", "tests/test_findings_pages.py", "tests/test_store.py"]
+    files = [
+        "tests/test_findings_runs.py",
+        "tests/pages/test_findings_pages.py",
+        "tests/store/test_store.py",
+    ]
     result = subprocess.run(
         [sys.executable, "-c", COLLECT_ONLY, *files],
         capture_output=True,
@@ -103,5 +107,27 @@ def test_collecting_the_tests_that_use_real_runs_starts_no_process() -> None:
     assert report["recorded"], "the recording missed a subprocess it started itself"
     # The collected tests include ones that use both kinds of run.
     assert "tests/test_findings_runs.py::" in result.stdout
-    assert "tests/test_findings_pages.py::" in result.stdout
+    assert "tests/pages/test_findings_pages.py::" in result.stdout
     assert report["started"] == []
+
+
+# Folders of tests/ that are no package of blockviz: the pages (the Streamlit scripts).
+NOT_PACKAGES = {"pages"}
+
+
+def test_the_test_folders_mirror_the_package() -> None:
+    """tests/<package>/test_<module>.py: every folder of tests/ is a blockviz package (or
+    pages/), and a test file's name is unique across folders (pytest imports by it)."""
+    folders = {
+        path.parent.relative_to(TESTS).as_posix()
+        for path in TESTS.rglob("test_*.py")
+        if path.parent != TESTS
+    }
+    for folder in sorted(folders):
+        if folder in NOT_PACKAGES:
+            assert (ROOT / folder).is_dir(), folder
+            continue
+        package = ROOT / "blockviz" / folder
+        assert (package / "__init__.py").is_file(), f"tests/{folder} mirrors no package"
+    names = [path.name for path in TESTS.rglob("test_*.py")]
+    assert len(names) == len(set(names)), "two test files share a name"

@@ -4,7 +4,7 @@ Both pages are generated, never written by hand: cli.md from the parser `python 
 blockviz` builds (every command and subcommand, its usage, description and arguments with
 their help and defaults), configuration.md from the config dataclasses, `BOUNDS`, the
 choice lists and the presets in `blockviz.core.config`. `--check` writes nothing and exits 1
-naming each file that differs from what the code gives now (tests/test_docs.py does the
+naming each file that differs from what the code gives now (tests/cli/test_docs.py does the
 same). Torch-free: it reads the parser and the config, it never runs a command.
 """
 

@@ -178,7 +178,7 @@ class ModelConfig:
 
 
 # Which tensors weight_decay reaches, as training.lit.param_groups builds AdamW's groups
-# (tests/test_lit.py checks that function tensor by tensor): the sidebar, the CLI's --help,
+# (tests/training/test_lit.py checks that function tensor by tensor): the sidebar, the CLI's --help,
 # the generated script and README say this.
 WEIGHT_DECAY_HELP = (
     "AdamW decay on the Linear weight matrices only: attention qkv and output, FFN in and "

@@ -5,7 +5,7 @@ builds no norm at all. The sidebar greys such a widget out (saying why) and the 
 run name leaves it out, so `no-norm-rmsnorm` never names a model without an RMSNorm.
 Read off the code that uses each field: training/model.py (which modules exist),
 training/lit.py's `lr_at` (the schedule) and core/corpora.py (the ops generator);
-tests/test_inert.py checks each claim against that code.
+tests/core/test_inert.py checks each claim against that code.
 """
 
 from __future__ import annotations

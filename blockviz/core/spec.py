@@ -129,7 +129,7 @@ PARAM_GROUPS = {
 # Every series a run records is a metric of METRICS below: its name as the store files it
 # (the `scalars` table's `name`, the `layer_stats` table's `stat`), its axis title, its
 # unit and its family. Code names a metric by the constant beside it (spec.TRAIN_LOSS,
-# spec.GRAD_NORM, ...), never by a literal; tests/test_vocabulary.py holds that.
+# spec.GRAD_NORM, ...), never by a literal; tests/core/test_vocabulary.py holds that.
 
 # What a metric measures.
 FAMILIES = (

@@ -11,7 +11,7 @@ old mode off, and Streamlit's own advice (a folder not named `pages/`) is not op
 the project keeps `pages/` as its pages folder. So a page that finds itself run alone
 clears the flag and reruns, which sends the run through app.py.
 
-tests/test_streamlit_compat.py fails, saying what to do, when a Streamlit upgrade drops
+tests/dashboard/test_streamlit_compat.py fails, saying what to do, when a Streamlit upgrade drops
 the flag, changes what it means, or no longer needs this.
 """
 

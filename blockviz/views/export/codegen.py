@@ -3,7 +3,7 @@
 `script_text(config, name)` writes the run's config as constants at the top of a script
 that reads a text file into blockviz's character dataset and split, builds the same
 model, and trains it with the same optimizer, schedule, clipping, batches and seeding, so
-that on a CPU in float32 its training losses equal blockviz's (tests/test_codegen.py
+that on a CPU in float32 its training losses equal blockviz's (tests/views/export/test_codegen.py
 trains both). Its flags (--data, --max_steps, --lr, --seed, --device) default to the
 run's values and change the run as those fields change blockviz's. The body is
 `codegen_template.SCRIPT_BODY`; this module only fills in the header, which says how to

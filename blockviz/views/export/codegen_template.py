@@ -3,7 +3,7 @@
 `blockviz.views.export.codegen` puts a header, the imports and the run's constants in front of
 it. It is kept as text (this module never runs it), mirrors blockviz.training (model.py,
 data.py, lit.py, trainer.py) step for step, and must stay in sync with them: the test in
-tests/test_codegen.py trains both and compares the losses.
+tests/views/export/test_codegen.py trains both and compares the losses.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from blockviz.core import startup_trace
 from blockviz.store import RunStore
 from blockviz.training.logger import StoreLogger
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_training_process_does_not_import_pandas() -> None:

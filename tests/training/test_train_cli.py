@@ -19,7 +19,7 @@ from tests import fakes
 from tests.fakes import CORPUS  # repetitive enough that 30 steps visibly overfit it
 from tests.helpers import finish, start, train_command
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DIVERGING = [  # lr 10 without warm-up, clipping or norms: non-finite at step 1
     *("--lr", "10", "--warmup_steps", "0", "--grad_clip", "0", "--norm_position", "none"),
     *("--n_layer", "6", "--activation", "relu"),

@@ -18,7 +18,7 @@ WHAT_TO_DO = (
     f"Streamlit {streamlit.__version__} changed the old multipage mode that "
     "blockviz.dashboard.streamlit_compat.run_via_app works around (see its docstring): "
     "find how this Streamlit decides that a main script next to a pages/ folder runs a "
-    "page file alone, and update run_via_app; tests/test_pages_a.py::"
+    "page file alone, and update run_via_app; tests/pages/test_pages_a.py::"
     "test_a_page_link_opened_first_still_goes_through_app_py checks the result."
 )
 

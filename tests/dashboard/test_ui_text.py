@@ -19,7 +19,7 @@ from tests import fakes
 from tests.helpers import autolinks, selected_rows, shown
 from tests.real_runs import RealRuns, copy_run
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 TIMEOUT = 60
 PIXEL = "![t](http://127.0.0.1:9/p.png)"
 EVIL = f"**bold** __under__ :red[x] {PIXEL}"

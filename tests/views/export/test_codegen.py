@@ -34,7 +34,7 @@ from blockviz.views.export import codegen
 from tests import fakes
 from tests.real_runs import TRAIN_ALL
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 RUFF = Path(sys.executable).with_name("ruff")
 
 # Tiny runs with evaluations inside and at the end; each config below flips toggles on it.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from blockviz.core import spec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("blockviz", "pages")
 REGISTRY = Path(spec.__file__).resolve()  # where each name is spelled, once
 

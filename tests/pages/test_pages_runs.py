@@ -23,7 +23,7 @@ from tests import fakes
 from tests.helpers import FOX_TEXT, rerun_only, select_row, selected_rows, tiny_config
 from tests.real_runs import RealRuns, copy_run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
 TIMEOUT = 30
 STATUSES = ("completed", "running", "stopped")

@@ -18,7 +18,7 @@ from blockviz.store import RunStore
 from tests.fakes import CORPUS
 from tests.helpers import study
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--preset", "tiny", "--max_steps", "20", "--warmup_steps", "2", "--eval_interval", "10"]
 
 pytestmark = pytest.mark.slow

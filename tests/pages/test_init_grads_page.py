@@ -19,7 +19,7 @@ from blockviz.dashboard import init_grads
 from blockviz.views import charts
 from blockviz.views.charts.init_grads import ROW_COLUMNS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
 
 

@@ -18,7 +18,7 @@ from blockviz.store import RunStore
 from blockviz.views.studies import table as study_table
 from tests.helpers import fake_study
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "pages" / "studies.py"
 
 

@@ -21,7 +21,7 @@ from blockviz.views.export.report import build_report
 from tests.helpers import shown
 from tests.real_runs import copy_run
 
-PAGES = Path(__file__).resolve().parent.parent / "pages"
+PAGES = Path(__file__).resolve().parents[2] / "pages"
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from tests import fakes
 from tests.helpers import chart_specs, shown
 from tests.real_runs import RealRuns, copy_run
 
-PAGES = Path(__file__).resolve().parent.parent / "pages"
+PAGES = Path(__file__).resolve().parents[2] / "pages"
 LIVE_TABS = ("Loss", "Gradients", "Activations", "Updates", "Attention", "Samples")
 EXPORT_LABELS = {"PNG", "SVG", "HTML", "CSV"}
 

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 from blockviz.store import RunStore
 from tests import fakes
 
-LIVE = Path(__file__).resolve().parent.parent / "pages" / "live.py"
+LIVE = Path(__file__).resolve().parents[2] / "pages" / "live.py"
 
 
 def _live_captions(run_id: int) -> list[str]:

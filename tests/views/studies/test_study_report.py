@@ -23,7 +23,7 @@ from blockviz.views.studies import table as study_table
 from blockviz.views.studies import text as study_text
 from tests.helpers import fake_study
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 PAGE = ROOT / "pages" / "studies.py"
 
 

@@ -28,7 +28,7 @@ from blockviz.training.model import CharTransformer
 
 torch.set_num_threads(1)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def gpt2_block(**overrides: object) -> ModelConfig:

@@ -17,7 +17,7 @@ from tests import fakes
 from tests.helpers import select_row, texts
 from tests.real_runs import RealRuns, copy_run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
 PAGES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "pages").glob("*.py"))
 MY_PAGES = ("pages/train.py", "pages/parameters.py", "pages/runs.py")
@@ -117,7 +117,7 @@ def test_download_buttons_build_the_promised_files(monkeypatch: pytest.MonkeyPat
 
     def spy(label: str, data: object, file_name: str | None = None, **kwargs: object) -> bool:
         assert callable(data), "downloads must be built on click, not on every refresh"
-        if label != CODE_LABEL:  # the config as code: tests/test_codegen.py
+        if label != CODE_LABEL:  # the config as code: tests/views/export/test_codegen.py
             built[str(file_name)] = data
         return original(label, data, file_name=file_name, **kwargs)
 

@@ -25,7 +25,7 @@ from blockviz.views import playground as pg
 from blockviz.views.export.render import chart_svg
 from tests import fakes
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
 TIMEOUT = 30
 PLAYGROUND = "pages/playground.py"

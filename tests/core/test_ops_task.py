@@ -16,7 +16,7 @@ from blockviz.core.vocab import CharVocab, DataError
 from blockviz.store import RunStore
 from blockviz.training.data import CharDataModule, answer_accuracy, baseline_predictions, batch_from
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _splits(dm: CharDataModule) -> tuple[list[str], list[str]]:

@@ -19,7 +19,7 @@ from tests import fakes
 from tests.helpers import chart_specs, shown
 from tests.real_runs import RealRuns, copy_run
 
-PAGES = Path(__file__).resolve().parent.parent / "pages"
+PAGES = Path(__file__).resolve().parents[2] / "pages"
 FORMATS = sorted(["PNG", "SVG", "HTML", "CSV"])
 
 

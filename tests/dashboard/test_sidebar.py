@@ -26,7 +26,7 @@ from blockviz.store import default_store_path
 from tests.helpers import autolinks, shown
 
 TIMEOUT = 30
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from blockviz.store import RunRecord, RunStore
 from blockviz.views import seed_groups
 from blockviz.views.charts import chart_data
 
-PAGES = Path(__file__).resolve().parent.parent / "pages"
+PAGES = Path(__file__).resolve().parents[2] / "pages"
 
 
 def _config(seed: int, **overrides) -> str:

@@ -24,7 +24,7 @@ from tests.helpers import FOX_TEXT, tiny_config, tiny_datamodule
 
 torch.set_num_threads(1)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class RecordingLogger(Logger):
