@@ -85,7 +85,8 @@ def test_help_numbers_are_the_bounds_validation_enforces(monkeypatch):
 
 
 def test_weight_decay_help_says_which_tensors_decay_in_the_sidebar_and_the_cli(monkeypatch):
-    # As training.lit.param_groups builds the groups (tests/training/test_lit.py checks each tensor):
+    # As training.lit.param_groups builds the groups (tests/training/test_lit.py checks each
+    # tensor):
     # embeddings are matrices too, yet only a tied one (the LM head's matrix) decays.
     from blockviz.dashboard.config_fields import SPECS
 
