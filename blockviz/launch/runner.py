@@ -86,7 +86,7 @@ class ActiveRun:
 
 def adopt_child(proc: subprocess.Popen[bytes]) -> None:
     """Keep a child this process started (a run or a study worker), to be reaped later."""
-    adopt_child(proc)
+    _children[proc.pid] = proc
 
 
 def reap_children() -> None:
