@@ -70,6 +70,15 @@ def _start_findings(config: pytest.Config) -> tuple[Path, subprocess.Popen, floa
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses the findings runs is slow: they train for about 30 s of a core
+    (before `-m "not slow"` deselects, hence first)."""
+    for item in items:
+        if "finding_runs" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> None:
     """As the tests start to run, start training the findings runs if a selected test
     needs them, so they train beside the tests before it; not for --collect-only or
