@@ -2,6 +2,8 @@
 #   make run   set up .venv (once, again only when the dependencies change) and start the app
 #   make test  the same setup plus the dev tools (pytest, ruff, playwright, import-linter),
 #              then the whole test suite
+#   make test-fast  the inner loop: the same, without the tests marked slow (real training
+#              in subprocesses) or browser (chromium); under 2 minutes on 2 cores
 # The package is installed editable with its runtime dependencies from pyproject.toml;
 # requirements.txt pins torch to the build this project is tested with.
 PYTHON ?= python3
@@ -11,7 +13,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 RUNTIME := $(VENV)/.runtime-installed
 DEV := $(VENV)/.dev-installed
 
-.PHONY: run test lint format clean
+.PHONY: run test test-fast lint format clean
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "blockviz needs Python 3.11 or newer; set PYTHON=python3.11 (or newer) and retry")'
@@ -30,6 +32,9 @@ run: $(RUNTIME)
 
 test: $(DEV)
 	$(PY) -m pytest
+
+test-fast: $(DEV)
+	$(PY) -m pytest -m "not slow and not browser"
 
 lint: $(DEV)
 	$(VENV)/bin/ruff check .

@@ -1,10 +1,13 @@
 """Shared test setup: keep every test offline, on one thread, inside tmp dirs."""
 
+import functools
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,27 @@ def _isolated_env(tmp_path, monkeypatch):
     """Each test gets its own cache and store so nothing leaks between tests or to $HOME."""
     monkeypatch.setenv("BLOCKVIZ_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("BLOCKVIZ_STORE", str(tmp_path / "runs" / "blockviz.db"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _components_scanned_once() -> Iterator[None]:
+    """Each new AppTest scans every installed package's metadata for Streamlit components
+    (a third of a page test's time); the packages do not change during a session, so
+    scan once, as the app's own runtime does. A session without AppTest is left alone."""
+    if "streamlit.testing.v1" not in sys.modules:
+        yield
+        return
+    try:
+        from streamlit.components.v2 import manifest_scanner
+    except ImportError:  # another Streamlit: AppTest scans as it does
+        yield
+        return
+    scan = functools.cache(manifest_scanner.scan_component_manifests)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            manifest_scanner, "scan_component_manifests", lambda *a, **k: list(scan(*a, **k))
+        )
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +67,15 @@ def _start_findings(config: pytest.Config) -> tuple[Path, subprocess.Popen, floa
     started = (folder, findings.start(folder), time.perf_counter())
     config.stash[_FINDINGS] = started
     return started
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses the findings runs is slow: they train for about 30 s of a core
+    (before `-m "not slow"` deselects, hence first)."""
+    for item in items:
+        if "finding_runs" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -77,6 +77,7 @@ print(json.dumps({{"heavy": heavy, "problems": problems}}))
 """
 
 
+@pytest.mark.slow
 def test_the_running_dashboard_imports_no_torch() -> None:
     script = NO_TORCH_SCRIPT.format(statuses=STATUSES, app=APP, pages=PAGES)
     result = subprocess.run(

@@ -659,6 +659,7 @@ def test_two_processes_write_concurrently_without_losing_rows(store):
     assert counts.to_dict() == {ids[0]: 5000, ids[1]: 5000}
 
 
+@pytest.mark.slow
 def test_claim_slot_admits_exactly_max_running_under_a_race(store):
     ids = [new_run(store, f"q{i}") for i in range(4)]
     context = multiprocessing.get_context("spawn")

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from blockviz.core import startup_trace
 from blockviz.store import RunStore
 from blockviz.training.logger import StoreLogger
@@ -17,6 +19,7 @@ from blockviz.training.logger import StoreLogger
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_the_training_process_does_not_import_pandas() -> None:
     # pandas (and pyarrow under it) took about a second of a run's start-up; a run writes
     # through the store but never reads a frame.

@@ -147,6 +147,7 @@ def store_lrs(store: RunStore, name: str) -> dict[int, float]:
     return {int(row.step): float(row.value) for row in frame.itertuples()}
 
 
+@pytest.mark.slow
 def test_exported_scripts_train_to_blockviz_losses(tmp_path: Path) -> None:
     text = tmp_path / fakes.CORPUS_NAME
     text.write_text(fakes.CORPUS, encoding="utf-8")
@@ -355,6 +356,7 @@ def test_a_bad_flag_is_one_line_and_exit_status_2(
     assert words in err, err
 
 
+@pytest.mark.slow
 def test_a_bad_flag_from_the_shell_exits_2_without_a_traceback(tmp_path: Path) -> None:
     script = tmp_path / "train_x.py"
     script.write_text(codegen.script_text(tiny(), "x"), encoding="utf-8")

@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from blockviz.core import studies
@@ -68,6 +69,7 @@ def test_the_zip_entries_unpack_as_files_everyone_may_read() -> None:
     assert set(modes.values()) == {oct(stat.S_IFREG | 0o644)}, modes  # -rw-r--r--, not 0600
 
 
+@pytest.mark.slow
 def test_show_json_and_export_from_the_command_line(tmp_path: Path) -> None:
     store_path = os.environ["BLOCKVIZ_STORE"]
     with RunStore(store_path) as store:
