@@ -29,6 +29,7 @@ from blockviz.core.findings.thresholds import (
     RESID_RMS,
     SPIKE_FACTOR,
     SPIKE_WINDOW,
+    STALL_MARGIN,
     STALL_MIN_STEPS,
     UPDATE_HIGH,
     UPDATE_LOW,
@@ -228,7 +229,7 @@ def stall_loss(in_band_steps: int, level: float) -> pd.DataFrame:
 
 
 def test_stalled_needs_the_minimum_number_of_steps_at_the_unigram_entropy():
-    level = UNIGRAM - fd.STALL_MARGIN  # exactly at the band's floor counts as in it
+    level = UNIGRAM - STALL_MARGIN  # exactly at the band's floor counts as in it
     short = series(stall_loss(STALL_MIN_STEPS - 1, level))
     assert "stalled" not in rules(fd.evaluate(short))
     finding = only("stalled", series(stall_loss(STALL_MIN_STEPS + 20, level)))
@@ -238,7 +239,7 @@ def test_stalled_needs_the_minimum_number_of_steps_at_the_unigram_entropy():
 
 
 def test_a_loss_just_below_the_band_is_not_a_stall():
-    level = UNIGRAM - fd.STALL_MARGIN - 0.01
+    level = UNIGRAM - STALL_MARGIN - 0.01
     assert "stalled" not in rules(fd.evaluate(series(stall_loss(300, level))))
 
 
@@ -250,10 +251,10 @@ def test_a_loss_above_the_initial_loss_is_said_to_be_worse_than_a_uniform_guess(
 
 
 def test_a_stall_is_at_the_unigram_entropy_within_the_margin_and_above_it_beyond():
-    at = only("stalled", series(stall_loss(200, UNIGRAM + fd.STALL_MARGIN)))
+    at = only("stalled", series(stall_loss(200, UNIGRAM + STALL_MARGIN)))
     assert at.title == "Stalled at the unigram entropy since step 50"
     assert "It has learned the characters' frequencies and nothing more." in at.text
-    above = only("stalled", series(stall_loss(200, UNIGRAM + fd.STALL_MARGIN + 0.01)))
+    above = only("stalled", series(stall_loss(200, UNIGRAM + STALL_MARGIN + 0.01)))
     assert above.title == "Stalled above the unigram entropy since step 50"
     assert "against 3 for predicting each character by its frequency alone (0.11 nats above" in (
         above.text

@@ -98,7 +98,7 @@ def test_the_time_estimate_is_the_captions_only_time_and_says_what_it_assumes(
 def test_a_finished_study_shows_its_computed_verdicts_and_table() -> None:
     with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
         study_id = fake_study(store)
-        plan = studies.plan_from_spec(store.get_study(study_id)["spec"])
+        plan = studies.plan_from_spec(store.get_study(study_id).spec)
         expected = judge(plan.claims[0], results_frame(store.study_runs(study_id), plan), plan)
     at = _page().run()
     assert not at.exception
