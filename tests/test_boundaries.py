@@ -88,3 +88,58 @@ def test_the_running_dashboard_imports_no_torch() -> None:
     assert report["problems"] == []
     assert report["heavy"] == [], f"the UI imported {report['heavy']}"
     assert {"pages/live.py", "pages/compare.py"} <= set(PAGES)
+
+
+# ---------------------------------------------------------------------------- module shape
+
+MAX_MODULE_LINES = 500
+# The packages that gather their public API in __init__ (documented in docs/architecture.md).
+API_PACKAGES = {"blockviz/views/charts/__init__.py", "blockviz/store/__init__.py"}
+
+
+def _sources() -> list[Path]:
+    return sorted([*(ROOT / "blockviz").rglob("*.py"), *(ROOT / "pages").glob("*.py")])
+
+
+def test_no_module_is_over_500_lines() -> None:
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in _sources()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, "split these by concern"
+
+
+def test_no_private_name_crosses_a_module_boundary() -> None:
+    import ast
+
+    crossing = []
+    for path in _sources():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("blockviz"):
+                crossing += [
+                    f"{path.relative_to(ROOT)}: {node.module}.{alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("_") and not alias.name.startswith("__")
+                ]
+    assert crossing == [], "give a name two modules share a public name"
+
+
+def test_no_module_re_exports_what_another_defines() -> None:
+    """A name has one import path: no `# noqa: F401` re-export and no `x as x`, outside the
+    two packages that gather their API."""
+    offenders = []
+    for path in _sources():
+        where = path.relative_to(ROOT).as_posix()
+        if where in API_PACKAGES:
+            continue
+        text = path.read_text(encoding="utf-8")
+        if "noqa: F401" in text or "noqa: F403" in text:
+            offenders.append(where)
+        for line in text.splitlines():
+            words = line.replace(",", " ").split()
+            if "as" in words and words.index("as") > 0:
+                i = words.index("as")
+                if i + 1 < len(words) and words[i - 1] == words[i + 1]:
+                    offenders.append(f"{where}: {line.strip()}")
+    assert offenders == []
