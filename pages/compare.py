@@ -137,7 +137,7 @@ def _grouped(
         scalars = store.scalars(run_ids, names=LOSS_NAMES)
         bands = seed_groups.band_frame(scalars, label_of, LOSS_NAMES, smoothing)
         title = seed_groups.series_title(LOSS_NAMES)
-        chart = seed_groups.band_chart(bands, "loss by seed group", title, log_scale)
+        chart = seed_groups.band_chart(bands, "loss by seed group", title, log_scale, loss=True)
         ui.chart_with_downloads(chart, bands, f"compare loss groups {tag}", "cmp.gloss")
     if metric is not None:
         with metric_col, ui.guard("Grouped metric chart"):

@@ -18,6 +18,7 @@ from blockviz.core import spec
 from blockviz.core.config import ConfigError, RunConfig
 from blockviz.core.study_stats import mean_interval
 from blockviz.views.charts.base import HEIGHT, WIDTH, ema, is_smoothed, no_data, x_axis_encoding
+from blockviz.views.charts.series import ceiling_note, clamped_scale, loss_ceiling
 
 if TYPE_CHECKING:
     from blockviz.store import RunRecord
@@ -96,13 +97,20 @@ def band_frame(
 
 
 def band_chart(
-    bands: pd.DataFrame, title: str, y_title: str, log_scale: bool = False
+    bands: pd.DataFrame, title: str, y_title: str, log_scale: bool = False, loss: bool = False
 ) -> alt.TopLevelMixin:
-    """One line per group (dashed for a second series name), a band where n >= 2."""
+    """One line per group (dashed for a second series name), a band where n >= 2. For a
+    `loss` chart on a linear axis, the axis stops short of a group that blew up (as the
+    loss chart does for a run) and the subtitle says so; the frame (the CSV) stays raw."""
     if bands.empty:
         return no_data(bands, title)
     groups = list(dict.fromkeys(bands["group"]))
     y_scale = alt.Scale(type="log") if log_scale else alt.Scale(zero=False)
+    cut = None if log_scale or not loss else loss_ceiling(bands, "group", ("mean", "high"))
+    subtitle = [BAND_NOTE]
+    if cut is not None:
+        y_scale = clamped_scale(cut)
+        subtitle += ceiling_note(cut, "groups")
     x = x_axis_encoding(frame=bands)
     base = alt.Chart(bands)
     series = sorted(bands["name"].unique())
@@ -144,7 +152,7 @@ def band_chart(
     )
     points = line.mark_point(filled=True, size=25)
     return alt.layer(band, line, points, data=bands).properties(
-        title=alt.Title(title, subtitle=BAND_NOTE), width=WIDTH, height=HEIGHT
+        title=alt.Title(title, subtitle=subtitle), width=WIDTH, height=HEIGHT
     )
 
 

@@ -94,3 +94,25 @@ def test_compare_groups_seeds_when_asked() -> None:
     assert "1 line(s) from 2 runs (2 seeds)" in captions
     titles = [str(e.proto.spec) for e in at.get("vega_lite_chart")]
     assert any("loss by seed group" in t for t in titles)
+
+
+def test_a_blown_up_group_does_not_flatten_the_grouped_loss_chart() -> None:
+    blown = {1: [4.8, 3.0, 2.5], 2: [4.7, 3.1, 2.4], 3: [4.9, 7.6e6, 5e6], 4: [4.8, 3.0, 2.6]}
+    groups = {1: "steady", 2: "steady", 3: "blown", 4: "blown"}
+    bands = seed_groups.band_frame(_scalars(blown), groups, ["val/loss"])
+    spec = seed_groups.band_chart(bands, "t", "loss", loss=True).to_dict()
+    scales = [layer["encoding"]["y"].get("scale", {}) for layer in spec["layer"]]
+    tops = [scale.get("domainMax") for scale in scales]
+    assert tops == [pytest.approx(2 * 4.8)] * len(scales)  # twice the median starting mean
+    assert all(scale.get("clamp") for scale in scales)
+    subtitle = " ".join(spec["title"]["subtitle"])
+    assert "blown" in subtitle and "steady" not in subtitle and "CSV" in subtitle
+    assert chart_data(seed_groups.band_chart(bands, "t", "loss", loss=True))["mean"].max() > 1e6
+    # A metric, or a log scale, keeps every value on the axis.
+    for chart in (
+        seed_groups.band_chart(bands, "t", "loss"),
+        seed_groups.band_chart(bands, "t", "loss", log_scale=True, loss=True),
+    ):
+        assert all(
+            "domainMax" not in str(layer["encoding"]["y"]) for layer in chart.to_dict()["layer"]
+        )

@@ -51,30 +51,42 @@ class Ceiling:
     runs: list[str]
 
 
-def _loss_ceiling(plotted: pd.DataFrame) -> Ceiling | None:
-    """LOSS_CEILING_FACTOR x the median of the runs' starting losses (each run's largest
-    value at its first drawn step), when some drawn value lies above it; else None."""
-    values = pd.to_numeric(plotted["value"], errors="coerce").astype(float)
-    first = plotted["step"] == plotted.groupby("run")["step"].transform("min")
-    starts = values[first].groupby(plotted.loc[first, "run"]).max()
+def loss_ceiling(
+    plotted: pd.DataFrame, key: str = "run", values: Sequence[str] = ("value",)
+) -> Ceiling | None:
+    """LOSS_CEILING_FACTOR x the median of the `key`s' starting losses (each one's largest
+    first `values` column at its first drawn step), when some drawn value (in any of the
+    `values` columns) lies above it; else None. `key` is "run" on a loss chart, "group" on
+    a seed-group band chart (its columns mean and high)."""
+    first_values = pd.to_numeric(plotted[values[0]], errors="coerce").astype(float)
+    first = plotted["step"] == plotted.groupby(key)["step"].transform("min")
+    starts = first_values[first].groupby(plotted.loc[first, key]).max()
     top = LOSS_CEILING_FACTOR * float(starts.median())
-    if not np.isfinite(top) or top <= 0 or not (values > top).any():
+    drawn = pd.concat(
+        [pd.to_numeric(plotted[c], errors="coerce").astype(float) for c in values], axis=1
+    ).max(axis=1)
+    if not np.isfinite(top) or top <= 0 or not (drawn > top).any():
         return None
-    above = plotted.loc[values > top, "run"].astype(str)
+    above = plotted.loc[drawn > top, key].astype(str)
     return Ceiling(top, list(dict.fromkeys(above)))
 
 
-def _ceiling_note(ceiling: Ceiling) -> list[str]:
+def ceiling_note(ceiling: Ceiling, whose: str = "runs") -> list[str]:
     """The chart's subtitle: where the axis stops, who is above it, where to see them."""
     shown = ceiling.runs[:CLIP_NAMES_SHOWN]
     more = len(ceiling.runs) - len(shown)
     names = ", ".join(shown) + (f" and {more} more" if more else "")
     verb = "goes" if len(ceiling.runs) == 1 else "go"
     return [
-        f"y axis stops at {ceiling.top:.3g}, twice the runs' starting loss: {names} {verb} "
+        f"y axis stops at {ceiling.top:.3g}, twice the {whose}' starting loss: {names} {verb} "
         "above it, drawn on the top edge.",
         "A log scale shows every value; the CSV download has them raw.",
     ]
+
+
+def clamped_scale(ceiling: Ceiling) -> alt.Scale:
+    """A linear y scale that ends at the ceiling; values above it sit on the top edge."""
+    return alt.Scale(zero=False, domainMax=ceiling.top, nice=False, clamp=True)
 
 
 def _diverged_frame(
@@ -131,7 +143,7 @@ def _series_chart(
     ceiling: bool = False,
 ) -> alt.LayerChart:
     """A line per run x series (EMA-smoothed where is_smoothed, else raw), raw values faint
-    behind, divergence marked; with `ceiling`, a linear y axis stops at _loss_ceiling."""
+    behind, divergence marked; with `ceiling`, a linear y axis stops at loss_ceiling."""
     raw = scalars[scalars["name"].isin(list(names))].sort_values(["run_id", "name", "step"])
     plotted = finite_values(raw, "value", positive=log_scale).reset_index(drop=True)
     if plotted.empty:
@@ -163,10 +175,10 @@ def _series_chart(
     # clipped: a value above the top is drawn on the top edge by every layer that shares
     # the axis (one a caller adds too), and no mark is placed millions of pixels away,
     # which the PNG renderer dropped whole.
-    cut = _loss_ceiling(plotted) if ceiling and not log_scale else None
+    cut = loss_ceiling(plotted) if ceiling and not log_scale else None
     y_scale = y_scale_for(log_scale)
     if cut is not None:
-        y_scale = alt.Scale(zero=False, domainMax=cut.top, nice=False, clamp=True)
+        y_scale = clamped_scale(cut)
     base = alt.Chart().encode(
         x=x,
         # The faint raw layer draws first; without this its opacity would fade the legend.
@@ -201,7 +213,7 @@ def _series_chart(
         layers += _divergence_layers(marks, x)
     heading: str | alt.TitleParams = title
     if cut is not None:
-        heading = alt.TitleParams(title, subtitle=_ceiling_note(cut))
+        heading = alt.TitleParams(title, subtitle=ceiling_note(cut))
     return alt.LayerChart(data=plotted, layer=layers).properties(
         title=heading, width=WIDTH, height=HEIGHT
     )
