@@ -10,7 +10,8 @@ process (blockviz.launch.runner).
 
 import streamlit as st
 
-from blockviz.dashboard import playground, sidebar
+from blockviz.dashboard import sidebar
+from blockviz.dashboard.config_fields import QUICK_FIELDS
 
 st.set_page_config(page_title="blockviz", layout="wide")
 
@@ -33,7 +34,7 @@ navigation = st.navigation(
     ]
 )
 if navigation is playground_page:  # the quick fields are beside its chart instead
-    st.session_state[sidebar.STATE_KEY] = sidebar.render_sidebar(playground.QUICK_FIELDS)
+    st.session_state[sidebar.STATE_KEY] = sidebar.render_sidebar(QUICK_FIELDS)
 elif navigation in (train, parameters, init_grads):  # the pages the config drives
     st.session_state[sidebar.STATE_KEY] = sidebar.render_sidebar()
 else:

@@ -21,6 +21,7 @@ from blockviz.core.spec import (
     COMPONENTS,
     GRAD_NORM,
     LOSS_NAMES,
+    TRAIN_ELAPSED_S,
     TRAIN_GRAD_NORM,
     VAL_BPC,
 )
@@ -73,10 +74,10 @@ def _draw_curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> N
 
     st.subheader("Loss and metrics", anchor=False)
     names = store.scalar_names(run_ids)
-    others = [n for n in names if n not in (*LOSS_NAMES, charts.ELAPSED_SCALAR)] or list(names)
+    others = [n for n in names if n not in (*LOSS_NAMES, TRAIN_ELAPSED_S)] or list(names)
     chosen = chart_controls("compare", others, preferred=(VAL_BPC, TRAIN_GRAD_NORM))
     smoothing, log_scale, metric = chosen.smoothing, chosen.log_scale, chosen.metric
-    elapsed = store.scalars(run_ids, names=charts.ELAPSED_SCALAR)
+    elapsed = store.scalars(run_ids, names=TRAIN_ELAPSED_S)
     stored = [store.get_run(i) for i in run_ids]
     x = x_axis_control("compare", stored, elapsed)
     if x.note:

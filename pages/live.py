@@ -148,8 +148,8 @@ def _sidebar(store: RunStore, run_id: int) -> None:
     x_axis_widget("live")
     # Edit & relaunch / Resume (as on Runs); a just-resumed run refreshes until it starts.
     with ui.guard("Run actions"):
-        relaunch.action_row(store, run_id, "live", store_access.writable(store))
         run = store.get_run(run_id)
+        relaunch.action_row(store, run, "live", store_access.writable(store))
         code_download_button(run.config, str(run.name), key="live.code")
         facts_sidebar(run)
 

@@ -5,8 +5,9 @@ Auto-run on, each settled change launches a short run and its loss joins the cha
 """
 
 from blockviz.dashboard import playground, sidebar, store_access, ui
+from blockviz.dashboard.config_fields import QUICK_FIELDS
 
-state = sidebar.state(elsewhere=playground.QUICK_FIELDS)
+state = sidebar.state(elsewhere=QUICK_FIELDS)
 store = store_access.store_or_stop()
 ui.show_flashes()
 store_access.store_notice(store)

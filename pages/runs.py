@@ -80,7 +80,7 @@ with ui.guard("Run actions"):
     if run.error:
         st.error(f"Run #{run_id} ended with: {ui.plain(run.error)}")
 
-    relaunch.action_row(store, run_id, "runs", writable)
+    relaunch.action_row(store, run, "runs", writable)
 
     rename_col, delete_col = st.columns(2)
     with rename_col:

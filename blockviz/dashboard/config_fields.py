@@ -182,6 +182,18 @@ VAL_FRACTION = Field(
 )
 ALL_FIELDS = (*ARCHITECTURE, *TRAINING, *TRAINING_ADVANCED, *OPS_FIELDS, VAL_FRACTION)
 SPECS = {spec.name: spec for spec in ALL_FIELDS}
+# The Playground's fields, beside its chart (the sidebar leaves them out there): the block's
+# wiring, its depth and the learning rate. Each flips a curve within a few hundred steps.
+QUICK_FIELDS = (
+    "norm_position",
+    "norm_type",
+    "residual",
+    "attention",
+    "ffn",
+    "activation",
+    "n_layer",
+    "lr",
+)
 # Fields a run fills in itself: vocab_size comes from the dataset, dataset from its widget.
 NOT_WIDGETS = ("vocab_size", "dataset")
 

@@ -22,7 +22,7 @@ from blockviz.core.config import RunConfig
 from blockviz.core.spec import ACTIVE_STATUSES, LOSS_NAMES
 from blockviz.core.tags import AUTO_TAG
 from blockviz.dashboard import sidebar_widgets, store_access, ui
-from blockviz.dashboard.config_fields import SPECS
+from blockviz.dashboard.config_fields import QUICK_FIELDS, SPECS
 from blockviz.dashboard.sidebar import SidebarState
 from blockviz.launch import runner
 from blockviz.store import RunStore
@@ -42,18 +42,6 @@ WIDGETS = {TOGGLE_KEY: False, STEPS_KEY: pg.DEFAULT_STEPS, TRAIL_LENGTH_KEY: pg.
 LAUNCH_EVERY_S = 1.0  # how often the launcher looks for a settled change
 CHART_EVERY_S = 2.0  # how often the trail chart redraws while one of its runs is active
 MAX_POINTS = 400  # per series on the trail chart
-# Beside the chart: the block's wiring, its depth and the learning rate. Each flips a
-# curve within a few hundred steps (README's starter runs); the rest stay in the sidebar.
-QUICK_FIELDS = (
-    "norm_position",
-    "norm_type",
-    "residual",
-    "attention",
-    "ffn",
-    "activation",
-    "n_layer",
-    "lr",
-)
 
 
 def _switched() -> None:

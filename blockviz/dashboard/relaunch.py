@@ -195,9 +195,8 @@ def recently_resumed() -> bool:
     return started is not None and time.monotonic() - started < RESUME_WATCH_S
 
 
-def action_row(store: RunStore, run_id: int, prefix: str, writable: bool) -> None:
+def action_row(store: RunStore, run: RunRecord, prefix: str, writable: bool) -> None:
     """Edit & relaunch and Resume side by side (Runs and Live); reruns after a resume."""
-    run = store.get_run(run_id)
     with st.container(horizontal=True, gap="small"):
         relaunch_button(run, f"{prefix}.relaunch")
         resumed = resume_button(store, run, f"{prefix}.resume", writable)

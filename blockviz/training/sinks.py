@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
     from blockviz.store import RunStore
 
-GRAD_NORM_SCALAR = TRAIN_GRAD_NORM
 # Layer-stat kinds LoggerSink sends by default: per-tensor ("param") rows would add three
 # tags per parameter tensor, hundreds on a deep model; the dashboard has them.
 LOGGED_KINDS = ("component", "tap", "head")
@@ -120,7 +119,7 @@ class StoreSink:
         run_id, step = self.run_id, records.step
         scalars = [(step, name, value) for name, value in records.scalars.items()]
         if records.grad_norm is not None:
-            scalars.append((step, GRAD_NORM_SCALAR, records.grad_norm))
+            scalars.append((step, TRAIN_GRAD_NORM, records.grad_norm))
         if scalars:
             self.store.log_scalars(run_id, scalars)
         for hist in records.histograms:
@@ -168,7 +167,7 @@ class LoggerSink:
         """One `log_metrics` call per logger; histograms and samples where supported."""
         metrics: dict[str, float] = dict(records.scalars)
         if records.grad_norm is not None:
-            metrics[GRAD_NORM_SCALAR] = records.grad_norm
+            metrics[TRAIN_GRAD_NORM] = records.grad_norm
         for row in records.layer_stats:
             if row.kind in self.kinds:
                 metrics[stat_tag(row, records.n_layer)] = row.value

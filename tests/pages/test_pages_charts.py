@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from blockviz.core.spec import TRAIN_ELAPSED_S
 from blockviz.dashboard.ui import DOWNLOAD_MENU
 from blockviz.store import RunStore
 from blockviz.views import charts
@@ -77,9 +78,9 @@ def _run_without_clock(store: RunStore) -> int:
     store.flush()
     with store.conn:
         store.conn.execute(
-            "DELETE FROM scalars WHERE run_id = ? AND name = ?", (run_id, charts.ELAPSED_SCALAR)
+            "DELETE FROM scalars WHERE run_id = ? AND name = ?", (run_id, TRAIN_ELAPSED_S)
         )
-    assert charts.ELAPSED_SCALAR not in set(store.scalars(run_id)["name"])
+    assert TRAIN_ELAPSED_S not in set(store.scalars(run_id)["name"])
     return run_id
 
 

@@ -18,6 +18,7 @@ from blockviz.core.config import RunConfig
 from blockviz.core.presets import PRESETS
 from blockviz.core.tags import AUTO_TAG
 from blockviz.dashboard import playground as page_part
+from blockviz.dashboard.config_fields import QUICK_FIELDS
 from blockviz.launch import runner
 from blockviz.store import RunStore, StoreLocked, default_store_path
 from blockviz.views import charts
@@ -424,7 +425,7 @@ def test_the_quick_fields_sit_beside_the_chart_and_hold_the_sidebars_values(
 ) -> None:
     at = _playground()
     assert not at.exception
-    for name in page_part.QUICK_FIELDS:
+    for name in QUICK_FIELDS:
         key = f"cfg.{name}"
         assert key not in {w.key for w in at.sidebar.get(_kind(name))}, name
         assert key in {w.key for w in at.main.get(_kind(name))}, name

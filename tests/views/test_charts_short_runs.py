@@ -215,7 +215,7 @@ def _elapsed_rows(run_id: int, steps: list[int], seconds: list[float]) -> pd.Dat
             "run_id": run_id,
             "run": f"r{run_id}",
             "step": steps,
-            "name": charts.ELAPSED_SCALAR,
+            "name": spec.TRAIN_ELAPSED_S,
             "value": seconds,
         }
     )
@@ -271,11 +271,11 @@ def test_training_records_its_wall_clock_at_every_logged_step(
     real: RealRuns, real_runs: RealRuns
 ) -> None:
     scalars = real.scalars(real_runs.ids["pre"])
-    elapsed = scalars[scalars["name"] == charts.ELAPSED_SCALAR].sort_values("step")
+    elapsed = scalars[scalars["name"] == spec.TRAIN_ELAPSED_S].sort_values("step")
     logged = scalars[scalars["name"] == "train/step_time"]
     assert list(elapsed["step"]) == sorted(logged["step"])
     assert (elapsed["value"] > 0).all() and elapsed["value"].is_monotonic_increasing
-    assert spec.scalar_label(charts.ELAPSED_SCALAR) != charts.ELAPSED_SCALAR
+    assert spec.scalar_label(spec.TRAIN_ELAPSED_S) != spec.TRAIN_ELAPSED_S
 
 
 # ------------------------------------------------------------------- Compare preselection

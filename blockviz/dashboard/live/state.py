@@ -36,7 +36,7 @@ PREFERENCES: dict[str, Any] = {
     "live.upd.component": WEIGHTS_COMPONENT,  # norm gains would dilute a whole layer's
 }
 # Scalars that are no chart of their own (train/elapsed_s places steps in time).
-NOT_PLOTTED = (spec.TRAIN_LOSS, spec.TRAIN_LR, charts.ELAPSED_SCALAR)
+NOT_PLOTTED = (spec.TRAIN_LOSS, spec.TRAIN_LR, spec.TRAIN_ELAPSED_S)
 
 
 def reader() -> IncrementalReader:

@@ -54,7 +54,6 @@ from blockviz.views.charts.params import param_breakdown_chart, param_layer_char
 from blockviz.views.charts.profile import grad_by_layer_chart, nearest_probe_steps
 from blockviz.views.charts.series import loss_chart, metric_chart
 from blockviz.views.charts.xaxis import (
-    ELAPSED_SCALAR,
     NO_TIME_NOTE,
     X_AXES,
     X_AXIS_LABELS,
@@ -66,7 +65,6 @@ from blockviz.views.charts.xaxis import (
 
 __all__ = [
     "DIVERGED_COLOR",
-    "ELAPSED_SCALAR",
     "LAYER_AXIS_TITLE",
     "LAYER_SCHEME",
     "MARK_COLOR",

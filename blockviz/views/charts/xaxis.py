@@ -29,7 +29,6 @@ from blockviz.views.charts.base import STEP_AXIS, XAxis
 if TYPE_CHECKING:
     from blockviz.store import RunRecord
 
-ELAPSED_SCALAR = spec.TRAIN_ELAPSED_S
 TIME_AXIS = XAxis("time_s", "wall-clock time since training started (s)", ",.3~r", integer=False)
 TOKENS_AXIS = XAxis("tokens", "tokens seen", ".3~s", integer=False)
 X_AXES = {"step": STEP_AXIS, "time": TIME_AXIS, "tokens": TOKENS_AXIS}
@@ -59,7 +58,7 @@ def tokens_per_step(config: Mapping[str, object] | None) -> int | None:
 
 def elapsed_clock(scalars: pd.DataFrame) -> pd.DataFrame:
     """One run's (step, time_s) from its train/elapsed_s records, continued across resumes."""
-    rows = scalars[scalars["name"] == ELAPSED_SCALAR].sort_values("step")
+    rows = scalars[scalars["name"] == spec.TRAIN_ELAPSED_S].sort_values("step")
     values = pd.to_numeric(rows["value"], errors="coerce").to_numpy(dtype=float)
     keep = np.isfinite(values)
     steps, values = rows["step"].to_numpy()[keep], values[keep]
@@ -93,7 +92,7 @@ def run_clocks(runs: Sequence[RunRecord], scalars: pd.DataFrame) -> RunClocks:
         if tokens is not None:
             per_step[int(run.id)] = tokens
     elapsed = {}
-    timed = scalars[scalars["name"] == ELAPSED_SCALAR] if len(scalars) else scalars
+    timed = scalars[scalars["name"] == spec.TRAIN_ELAPSED_S] if len(scalars) else scalars
     for run_id, rows in timed.groupby("run_id"):
         clock = elapsed_clock(rows)
         if len(clock):
