@@ -1,0 +1,184 @@
+"""Which runs can train as replicas of one batched model, and how they are grouped.
+
+Replicas (`blockviz.training.replicas`) stack K models of the same shapes and train them
+as one vmapped model in one process. Each keeps its own parameters, optimizer state,
+hyperparameters and data order, so two runs can share a batch when their configs differ
+only in the fields below: what each replica's optimizer, schedule, loss or initialisation
+reads per replica. Every other field (the architecture, the batch and block size, the
+steps and the cadence, the data, the hardware) is shared by the batch and must be equal.
+
+Some configs never batch, for a stated reason (`why_solo`): they train alone, as today.
+This module is torch-free; the study runner and the CLI group runs with it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from blockviz.core.config import RunConfig
+
+# Fields a replica holds on its own (section, field); any other field is shared.
+PER_REPLICA_FIELDS: tuple[tuple[str, str], ...] = (
+    ("train", "seed"),
+    ("train", "lr"),
+    ("train", "min_lr"),
+    ("train", "warmup_steps"),
+    ("train", "lr_schedule"),
+    ("train", "weight_decay"),
+    ("train", "beta1"),
+    ("train", "beta2"),
+    ("train", "grad_clip"),
+    ("train", "z_loss"),
+    ("model", "init"),
+)
+
+# In each member's run folder: the batch it trained in (its members' run ids, its index).
+BATCH_FILE = "replicas.json"
+
+# The most replicas one batch holds unless asked otherwise (`--replicas K`).
+DEFAULT_REPLICAS = 8
+MAX_REPLICAS = 64  # what one process may stack; each replica is a whole model in memory
+MAX_SEEDS_FLAG = MAX_REPLICAS  # `train --seeds` takes at most this many
+
+T = TypeVar("T", bound=Hashable)
+
+
+def why_solo(config: RunConfig) -> str | None:
+    """Why this config cannot train as a replica (None: it can).
+
+    - dropout > 0: vmap draws one random stream for the whole batch, so a replica's
+      dropout masks would not be its solo run's; replicas promise the solo run's losses.
+    - batchnorm: its running statistics are buffers updated in place during the forward
+      pass, which vmap cannot batch.
+    - torch.compile, several devices or nodes, a strategy: the batched step is a plain
+      eager vmap on one device.
+    """
+    model, train = config.model, config.train
+    if model.dropout > 0:
+        return "dropout > 0 draws its masks from one random stream for the whole batch"
+    if model.norm_type == "batchnorm" and model.norm_position != "none":
+        return "batchnorm updates running statistics in place, which vmap cannot batch"
+    if train.compile:
+        return "compile: replicas train as one eager vmapped model"
+    if train.devices != 1 or train.num_nodes != 1 or train.strategy not in ("auto",):
+        return "several devices, nodes or a DDP strategy: replicas train on one device"
+    return None
+
+
+def batch_key(config: RunConfig) -> str:
+    """A text equal for two configs exactly when they may share a batch (shared fields)."""
+    data = config.to_dict()
+    for section, name in PER_REPLICA_FIELDS:
+        data[section].pop(name, None)
+    return json.dumps(data, sort_keys=True)
+
+
+def even_batch(count: int, limit: int) -> int:
+    """The size of the first of the fewest batches of at most `limit` that hold `count`
+    items, as even as they can be (14 at most 8 at once: 7, then 7; 9: 5, then 4), so
+    the workers of a study get batches of about one size."""
+    if count <= 0:
+        return 0
+    batches = -(-count // max(1, limit))
+    return -(-count // batches)
+
+
+def group(items: Sequence[tuple[T, RunConfig]], limit: int) -> list[list[T]]:
+    """The items grouped into even batches of at most `limit` that share a batch key.
+
+    An item whose config cannot batch (`why_solo`), or a limit of 1, gives a batch of one.
+    Batches come in the order of their first item, so the order of the runs is kept as
+    far as the grouping allows.
+    """
+    if limit < 1:
+        raise ValueError(f"limit {limit} must be >= 1")
+    placed: list[tuple[int, list[T]]] = []
+    keyed: dict[str, list[tuple[int, T]]] = {}
+    for position, (item, config) in enumerate(items):
+        if limit == 1 or why_solo(config) is not None:
+            placed.append((position, [item]))
+        else:
+            keyed.setdefault(batch_key(config), []).append((position, item))
+    for members in keyed.values():
+        while members:
+            size = even_batch(len(members), limit)
+            chunk, members = members[:size], members[size:]
+            placed.append((chunk[0][0], [item for _, item in chunk]))
+    return [batch for _, batch in sorted(placed, key=lambda entry: entry[0])]
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`0,1,2` or `0-3` (or both, `0,5-7`) as a list of distinct seeds; ValueError says why."""
+    seeds: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            raise ValueError(f"{text!r} has an empty item; write seeds as 0,1,2 or 0-3")
+        low, dash, high = part.partition("-")
+        try:
+            if dash and low:
+                first, last = int(low), int(high)
+                if last < first:
+                    raise ValueError(f"the range {part!r} runs backwards")
+                seeds.extend(range(first, last + 1))
+            else:
+                seeds.append(int(part))
+        except ValueError as exc:
+            if "backwards" in str(exc):
+                raise ValueError(f"{text!r}: {exc}") from None
+            raise ValueError(f"{part!r} is not a seed; write seeds as 0,1,2 or 0-3") from None
+        if len(seeds) > MAX_SEEDS_FLAG:
+            raise ValueError(f"{text!r} names more than {MAX_SEEDS_FLAG} seeds")
+    if any(seed < 0 for seed in seeds):
+        raise ValueError(f"{text!r}: a seed must be >= 0")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"{text!r} names a seed twice")
+    return seeds
+
+
+def parse_replicas(text: str) -> int:
+    """`--replicas K|off`: the most replicas per batch (off: 1, every run alone)."""
+    if str(text).strip().lower() == "off":
+        return 1
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not a number of replicas; give K (1-{MAX_REPLICAS}) or off"
+        ) from None
+    if not 1 <= value <= MAX_REPLICAS:
+        raise ValueError(f"{value} replicas is not allowed; give 1 to {MAX_REPLICAS}, or off")
+    return value
+
+
+def write_batch_file(run_dir: Path, run_ids: Sequence[int], index: int) -> None:
+    """Record in a member's folder the batch it trains in (the first member's folder holds
+    the batch's checkpoint)."""
+    from blockviz.core.files import atomic_write
+
+    data = {"runs": [int(i) for i in run_ids], "index": int(index)}
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    atomic_write(Path(run_dir) / BATCH_FILE, json.dumps(data))
+
+
+def read_batch_file(run_dir: Path) -> dict[str, Any] | None:
+    """A member's batch file (None: the run trained alone, or the file is unreadable)."""
+    try:
+        data = json.loads((Path(run_dir) / BATCH_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    runs = data.get("runs") if isinstance(data, dict) else None
+    if not isinstance(runs, list) or not runs or not all(isinstance(r, int) for r in runs):
+        return None
+    return data
+
+
+def checkpoint_path(run_dir: Path, run_dirs_of: Any) -> Path:
+    """Where a run's resumable checkpoint is: its own last.ckpt, or its batch's (in the
+    first member's folder, `run_dirs_of(id)` giving a member's folder)."""
+    batch = read_batch_file(run_dir)
+    folder = Path(run_dir) if batch is None else Path(run_dirs_of(batch["runs"][0]))
+    return folder / "checkpoints" / "last.ckpt"
