@@ -20,6 +20,7 @@ from blockviz.core.flags import (
     UsageError,
     add_config_flags,
     flag_metavar_and_help,
+    replicas_arg,
     threads_arg,
 )
 from blockviz.core.presets import PRESETS
@@ -90,6 +91,12 @@ def _train_args(p: argparse.ArgumentParser) -> None:
         help="wait as 'queued' while this many runs are running (0: no limit; default: 0)",
     )
     p.add_argument("--no_progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--seeds",
+        metavar="LIST",
+        help="one run per seed (0,1,2 or 0-3), trained as replicas of one batched model",
+    )
+    replicas_arg(p)
     threads_arg(p)
     add_config_flags(p, list(cfg.SECTIONS))
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn, get_args, get_origin
 
 from blockviz.core import config as cfg
-from blockviz.core import hardware
+from blockviz.core import hardware, replicas
 from blockviz.core.bounds import BOUNDS
 from blockviz.core.corpora import read_regular_file
 from blockviz.core.vocab import DataError
@@ -146,6 +146,41 @@ def threads_arg(p: argparse.ArgumentParser) -> None:
         help="CPU threads each run takes (default: the cores ÷ the runs allowed at once, "
         f"at least 1; at most {hardware.MAX_THREADS})",
     )
+
+
+def replicas_arg(p: argparse.ArgumentParser) -> None:
+    """`--replicas K|off`: the most runs one batched model trains at once."""
+    p.add_argument(
+        "--replicas",
+        default=str(replicas.DEFAULT_REPLICAS),
+        metavar="K|off",
+        help="the most runs that share every shape train as replicas of one batched model "
+        f"(default {replicas.DEFAULT_REPLICAS}; off: each run alone)",
+    )
+
+
+def replicas_from_args(args: argparse.Namespace) -> int:
+    """`--replicas` as a number (off: 1); UsageError naming a bad value."""
+    try:
+        return replicas.parse_replicas(getattr(args, "replicas", None) or "off")
+    except ValueError as exc:
+        raise UsageError(f"--replicas: {exc}") from None
+
+
+def seeds_from_args(args: argparse.Namespace) -> list[int] | None:
+    """`--seeds` as a list (None when not given); UsageError naming a bad value."""
+    text = getattr(args, "seeds", None)
+    if text is None:
+        return None
+    if getattr(args, "cfg_seed", None) is not None:
+        raise UsageError("--seeds and --seed: give one of them")
+    for flag, value in (("--resume", args.resume), ("--run_id", args.run_id)):
+        if value is not None:
+            raise UsageError(f"--seeds cannot be combined with {flag}")
+    try:
+        return replicas.parse_seeds(text)
+    except ValueError as exc:
+        raise UsageError(f"--seeds: {exc}") from None
 
 
 def check_threads(threads: int | None) -> None:

@@ -91,6 +91,19 @@ class _RandomWindows(IterableDataset):
             yield batch_from(self.ids, starts, self.block_size)
 
 
+class _ReplicaWindows(IterableDataset):
+    """K replicas' training batches stacked, (K, B, T): replica i's are exactly the
+    batches `_RandomWindows` draws from its own seed, so a replica sees its solo run's data."""
+
+    def __init__(self, ids: torch.Tensor, block_size: int, batch_size: int, seeds: list[int]):
+        self.streams = [_RandomWindows(ids, block_size, batch_size, seed) for seed in seeds]
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for batches in zip(*(iter(stream) for stream in self.streams), strict=True):
+            xs, ys = zip(*batches, strict=True)
+            yield torch.stack(xs), torch.stack(ys)  # (K, B, T) each
+
+
 class _FixedWindows(IterableDataset):
     """The same validation batches every time; every DDP rank evaluates all of them."""
 
@@ -115,6 +128,7 @@ class CharDataModule(L.LightningDataModule):
         corpus: Corpus | None = None,
         progress: Progress | None = None,
         legacy_eval: bool = False,
+        replica_seeds: list[int] | None = None,
     ) -> None:
         super().__init__()
         for name, value in (("block_size", block_size), ("batch_size", batch_size)):
@@ -132,6 +146,8 @@ class CharDataModule(L.LightningDataModule):
         # A run recorded before the evaluation set, resumed: it keeps its own ruler, the
         # windows its training seed drew, so its val curve stays one measurement.
         self.legacy_eval = legacy_eval
+        # Replicas (blockviz.training.replicas): one training stream per seed, stacked.
+        self.replica_seeds = list(replica_seeds) if replica_seeds is not None else None
         self.corpus: Corpus | None = None
         self.vocab: CharVocab | None = None
         self.train_ids: torch.Tensor | None = None
@@ -179,8 +195,14 @@ class CharDataModule(L.LightningDataModule):
         return int(trainer.global_rank) if trainer is not None else 0
 
     def train_dataloader(self) -> DataLoader:
-        """Endless random training batches (x, y), each (batch_size, block_size) int64."""
+        """Endless random training batches (x, y), each (batch_size, block_size) int64 (with
+        replica seeds: (replicas, batch_size, block_size), one stream per seed)."""
         self.setup()
+        if self.replica_seeds is not None:
+            stacked = _ReplicaWindows(
+                self.train_ids, self.block_size, self.batch_size, self.replica_seeds
+            )
+            return DataLoader(stacked, batch_size=None, num_workers=0)
         # Each DDP rank draws its own windows; a run restarted with the same seed repeats.
         windows = _RandomWindows(
             self.train_ids, self.block_size, self.batch_size, self.seed + self._rank()
@@ -249,6 +271,13 @@ def answer_accuracy(
     ends = newline & in_answer & question_whole  # (B, T): one True per scored answer
     correct = ends & (mistakes.gather(1, start) == 0)  # (B, T)
     return int(correct.sum()), int(ends.sum())
+
+
+def baseline_score(
+    x: torch.Tensor, y: torch.Tensor, vocab: CharVocab, table: dict[str, str]
+) -> tuple[int, int]:
+    """(correct, total) of the trivial baseline on the ops answers a batch scores."""
+    return answer_accuracy(x, y, baseline_predictions(x, vocab, table), vocab)
 
 
 def baseline_predictions(x: torch.Tensor, vocab: CharVocab, table: dict[str, str]) -> torch.Tensor:

@@ -25,7 +25,7 @@ from torch import nn
 from blockviz.core import spec
 from blockviz.core.config import RunConfig, TrainConfig
 from blockviz.core.vocab import CharVocab
-from blockviz.training.data import answer_accuracy, baseline_predictions
+from blockviz.training.data import answer_accuracy, baseline_score
 from blockviz.training.model import CharTransformer, ModelInputError
 
 LN2 = math.log(2.0)
@@ -69,6 +69,25 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
+
+
+def val_metrics(
+    mean_loss: float, answers: list[int] | None = None, baseline: list[int] | None = None
+) -> dict[str, float]:
+    """An evaluation's val/loss, val/bpc (= loss / ln 2) and val/ppl; with the ops task's
+    (correct, total) answers val/answer_acc, and the trivial baseline's val/answer_baseline."""
+    metrics = {
+        spec.VAL_LOSS: mean_loss,
+        spec.VAL_BPC: mean_loss / LN2,
+        spec.VAL_PPL: math.exp(mean_loss) if mean_loss < 700 else math.inf,
+    }
+    if answers is not None:
+        correct, total = answers
+        metrics[spec.VAL_ANSWER_ACC] = correct / total if total else math.nan
+    if baseline is not None:
+        right, scored = baseline
+        metrics[spec.VAL_ANSWER_BASELINE] = right / scored if scored else math.nan
+    return metrics
 
 
 @dataclass(frozen=True)
@@ -168,10 +187,9 @@ class LitCharModel(L.LightningModule):
             self._answers[0] += correct
             self._answers[1] += total
             if self._answer_table is not None:
-                guesses = baseline_predictions(x, self.vocab, self._answer_table)
-                correct, total = answer_accuracy(x, y, guesses, self.vocab)
-                self._baseline[0] += correct
-                self._baseline[1] += total
+                right, scored = baseline_score(x, y, self.vocab, self._answer_table)
+                self._baseline[0] += right
+                self._baseline[1] += scored
 
     def on_validation_epoch_end(self) -> None:
         """val/loss, val/bpc (= loss / ln 2), val/ppl; for ops val/answer_acc and baseline."""
@@ -179,17 +197,9 @@ class LitCharModel(L.LightningModule):
             return
         # Every rank evaluates the same fixed batches, so no cross-rank reduction is needed.
         mean_loss = float(self._val_loss_sum) / self._val_batches
-        metrics = {
-            spec.VAL_LOSS: mean_loss,
-            spec.VAL_BPC: mean_loss / LN2,
-            spec.VAL_PPL: math.exp(mean_loss) if mean_loss < 700 else math.inf,
-        }
-        if self.is_ops:
-            correct, total = self._answers
-            metrics[spec.VAL_ANSWER_ACC] = correct / total if total else math.nan
-            if self._answer_table is not None:
-                right, scored = self._baseline
-                metrics[spec.VAL_ANSWER_BASELINE] = right / scored if scored else math.nan
+        answers = self._answers if self.is_ops else None
+        baseline = self._baseline if self.is_ops and self._answer_table is not None else None
+        metrics = val_metrics(mean_loss, answers, baseline)
         # callback_metrics only (ModelCheckpoint monitors val/loss); the store gets the
         # values once, with our step, below.
         self.log(spec.VAL_LOSS, mean_loss, logger=False, prog_bar=False)

@@ -93,13 +93,7 @@ def plan_resume(args: argparse.Namespace, store: RunStore) -> RunPlan:
         config = cfg.RunConfig.from_json((run_dir / "config.json").read_text(encoding="utf-8"))
     except OSError:
         raise UsageError(f"--resume: run {run_id} has no {run_dir / 'config.json'}") from None
-    overrides = config_overrides(args, list(cfg.SECTIONS))
-    changed = sorted(set(overrides) - set(RESUMABLE_FIELDS))
-    if changed:
-        raise UsageError(
-            f"--{changed[0]} cannot change on --resume (the run's maths is fixed); "
-            f"allowed: {', '.join('--' + f for f in RESUMABLE_FIELDS)}"
-        )
+    overrides = resume_overrides(args)
     if overrides:
         config = cfg.replace(config, **overrides).validate()
     checkpoint = run_dir / "checkpoints" / "last.ckpt"
@@ -128,6 +122,18 @@ def plan_resume(args: argparse.Namespace, store: RunStore) -> RunPlan:
         pending_rows=state["pending_rows"],
         legacy_eval=bool(recorded) and not evaluation.same_text(recorded),
     )
+
+
+def resume_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The config fields `--resume` was given; UsageError when one may not change."""
+    overrides = config_overrides(args, list(cfg.SECTIONS))
+    changed = sorted(set(overrides) - set(RESUMABLE_FIELDS))
+    if changed:
+        raise UsageError(
+            f"--{changed[0]} cannot change on --resume (the run's maths is fixed); "
+            f"allowed: {', '.join('--' + f for f in RESUMABLE_FIELDS)}"
+        )
+    return overrides
 
 
 def read_checkpoint(path: Path, what: str) -> dict[str, Any]:
@@ -161,7 +167,7 @@ def read_checkpoint(path: Path, what: str) -> dict[str, Any]:
     }
 
 
-def check_memory(config: cfg.RunConfig) -> None:
+def check_memory(config: cfg.RunConfig, copies: int = 1) -> None:
     """Refuse (ConfigError, exit 2) a model whose training would not fit in memory.
 
     Compared with the memory the device has: the GPU's total memory for a CUDA run, the
@@ -181,7 +187,8 @@ def check_memory(config: cfg.RunConfig) -> None:
         if available is not None:
             available //= max(1, train.devices)
     if available is not None:
-        estimate = params.check_fits(config, available)
+        # Replicas of one batch hold `copies` models, optimizers and activations at once.
+        estimate = params.check_fits(config, available // max(1, copies))
         log.info("memory estimate %s of %s available", estimate.total, available)
 
 

@@ -110,6 +110,23 @@ def tap_hooks(
             handle.remove()
 
 
+def to_host(pendings: Sequence[_PendingProbe]) -> list[dict[str, list[float]]]:
+    """Every statistic of the pending probe steps on the host, in one device->host copy
+    (replicas of a batch send all of theirs together); one {name: values} per pending."""
+    flat = [
+        (index, name, tensor.reshape(-1).float())
+        for index, pending in enumerate(pendings)
+        for name, tensor in pending.parts.items()
+    ]
+    values = torch.cat([tensor for _, _, tensor in flat]).tolist() if flat else []
+    hosts: list[dict[str, list[float]]] = [{} for _ in pendings]
+    offset = 0
+    for index, name, tensor in flat:
+        hosts[index][name] = values[offset : offset + tensor.numel()]
+        offset += tensor.numel()
+    return hosts
+
+
 @dataclass
 class _PendingProbe:
     """Device tensors of one probe step, waiting for the post-step half."""
@@ -345,9 +362,16 @@ class BlockProbe(Callback):
         batch_idx: int,
     ) -> None:
         """Finish a pending probe step: update ratios, then one transfer and the writes."""
+        pending = self.take_pending()
+        if pending is not None:
+            self._write(pending)
+
+    def take_pending(self) -> _PendingProbe | None:
+        """The probe step measured before this update, its update ratios added (None when
+        this step was not one); `write_host` writes it once its values are on the host."""
         pending, self._pending = self._pending, None
         if pending is None:
-            return
+            return None
         if pending.before is not None:
             with torch.no_grad():
                 deltas = torch._foreach_sub(self._index.params, pending.before)
@@ -355,7 +379,13 @@ class BlockProbe(Callback):
             pending.before = None
         if GRAD_NORM in pending.parts:
             self.probe_steps.append(pending.step)
-        self._write(pending)
+        return pending
+
+    def write_host(self, pending: _PendingProbe, host: dict[str, list[float]]) -> None:
+        """Hand the records of `pending`, its values already on the host, to every sink."""
+        records = self._records_from_host(pending, host)
+        for sink in self.sinks:
+            sink.write(records)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """A last attention map and text sample of the trained model."""
@@ -373,20 +403,12 @@ class BlockProbe(Callback):
 
     def _write(self, pending: _PendingProbe) -> None:
         """Move every statistic to the host in one transfer, then hand the records on."""
-        records = self._records(pending)
-        for sink in self.sinks:
-            sink.write(records)
+        self.write_host(pending, to_host([pending])[0])
 
-    def _records(self, pending: _PendingProbe) -> ProbeRecords:
-        """The host-side records of one probe step (the one device->host copy is here)."""
-        names = list(pending.parts)
-        flat = [pending.parts[name].reshape(-1).float() for name in names]
-        values = torch.cat(flat).tolist() if flat else []  # the one device->host copy
-        host: dict[str, list[float]] = {}
-        offset = 0
-        for name, tensor in zip(names, flat, strict=True):
-            host[name] = values[offset : offset + tensor.numel()]
-            offset += tensor.numel()
+    def _records_from_host(
+        self, pending: _PendingProbe, host: dict[str, list[float]]
+    ) -> ProbeRecords:
+        """The host-side records of one probe step from its values on the host."""
         step = pending.step
         records = ProbeRecords(step=step, n_layer=self._n_layer)
         rows = records.layer_stats

@@ -228,11 +228,14 @@ def _record_failure(store: RunStore, run_id: int, name: str, exc: BaseException)
         store.settle_step(run_id)
     except StoreError as store_exc:
         log.error("could not record the failure: %s", store_exc)
+    return failure_exit(exc, f"run {run_id} ({name})", message)
+
+
+def failure_exit(exc: BaseException, what: str, message: str) -> int:
+    """Print the one line a failed run ends with; its exit status (2 for a bad config or
+    dataset, 1 otherwise)."""
     if isinstance(exc, (DataError, cfg.ConfigError)):
         print(f"blockviz train: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(
-        f"blockviz: run {run_id} ({name}) failed: {message} (traceback in train.log)",
-        file=sys.stderr,
-    )
+    print(f"blockviz: {what} failed: {message} (traceback in train.log)", file=sys.stderr)
     return EXIT_FAILED

@@ -42,7 +42,13 @@ import torch
 from blockviz.core import config as cfg
 from blockviz.core import hardware, startup_trace
 from blockviz.core.extras import check_logger_available
-from blockviz.core.flags import UsageError, check_threads, run_config_from_args
+from blockviz.core.flags import (
+    UsageError,
+    check_threads,
+    replicas_from_args,
+    run_config_from_args,
+    seeds_from_args,
+)
 from blockviz.store import RunStore, StoreError
 from blockviz.training.fit import fit
 from blockviz.training.lifecycle import StopRequest, global_rank_from_env
@@ -74,6 +80,19 @@ def cli_main(args: argparse.Namespace) -> int:
     set_threads(args)
     if global_rank_from_env() != 0:
         return _follower_main(args)
+    seeds = seeds_from_args(args)
+    if seeds is not None:
+        from blockviz.training import replica_run
+
+        return replica_run.cli_seeds(args, seeds, replicas_from_args(args))
+    if args.resume is not None and _resumes_a_batch(args):
+        from blockviz.training import replica_run
+
+        store = _writer_store(args)
+        try:
+            return replica_run.resume(args, store, store.get_run(args.resume).id)
+        finally:
+            _close_quietly(store)
     if args.resume is None and args.run_id is None:
         # A new run: a bad flag, config or dataset must not even create the store file.
         plan = plan_new(args, None)
@@ -93,6 +112,14 @@ def cli_main(args: argparse.Namespace) -> int:
         return run_in_store(args, store, plan, datamodule)
     finally:
         _close_quietly(store)
+
+
+def _resumes_a_batch(args: argparse.Namespace) -> bool:
+    """Whether `--resume RUN` names a run that trained as a replica of a batch."""
+    from blockviz.core.replicas import read_batch_file
+
+    with RunStore(args.store or None, create=False) as store:
+        return read_batch_file(store.run_dir(store.get_run(args.resume).id)) is not None
 
 
 def _preflight(plan: RunPlan) -> Any:

@@ -47,6 +47,8 @@ _QUIET_WARNINGS = (
     r".*`isinstance\(treespec, LeafSpec\)` is deprecated.*",
     r".*Checkpoint directory .* exists and is not empty.*",
     r".*`training_step` returned `None`.*",
+    # Replicas: vmap runs CPU attention per replica (BENCHMARKS.md measures what it costs).
+    r".*batching rule for aten::_scaled_dot_product.*",
 )
 _LIGHTNING_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric")
 
@@ -124,6 +126,8 @@ def make_trainer(
     callbacks: Sequence[Callback] = (),
     logger: Logger | Iterable[Logger] | None = None,
     run_dir: str | Path = ".",
+    *,
+    replicas: bool = False,
 ) -> L.Trainer:
     """A Trainer for the run: device, precision, DDP, clipping, cadence, checkpoints.
 
@@ -132,7 +136,13 @@ def make_trainer(
     probe's last sample, and a diverged step still has its probe records written.
     """
     train = run_cfg.train
-    monitor = TrainingMonitor(train.log_interval)
+    # A batch of replicas (blockviz.training.replica_fit) brings a monitor per replica in
+    # `callbacks`, clips each replica's gradient itself and keeps only last.ckpt: "best"
+    # has no meaning for K runs at once.
+    monitor = [] if replicas else [TrainingMonitor(train.log_interval)]
+    checkpoints = [LastCheckpoint(Path(run_dir) / "checkpoints")]
+    if not replicas:
+        checkpoints = checkpoint_callbacks(run_dir)
     return L.Trainer(
         accelerator=train.accelerator,
         devices=train.devices,
@@ -141,12 +151,12 @@ def make_trainer(
         precision=resolve_precision(train.precision, train.accelerator),
         max_steps=train.max_steps,
         max_epochs=-1,  # the training loader never ends; max_steps does
-        gradient_clip_val=train.grad_clip or None,
+        gradient_clip_val=None if replicas else (train.grad_clip or None),
         val_check_interval=train.eval_interval,
         check_val_every_n_epoch=None,  # count val_check_interval in steps across "epochs"
         limit_val_batches=train.eval_iters,
         num_sanity_val_steps=0,
-        callbacks=[*checkpoint_callbacks(run_dir), *callbacks, monitor],
+        callbacks=[*checkpoints, *callbacks, *monitor],
         logger=list(logger) if isinstance(logger, Iterable) else (logger or False),
         log_every_n_steps=train.log_interval,
         enable_model_summary=False,

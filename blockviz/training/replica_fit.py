@@ -1,0 +1,319 @@
+"""One fit of a batch of replicas: the Trainer around `LitReplicas`, and each replica's
+monitoring done by the very callbacks a solo run uses.
+
+Each replica gets its own `TrainingMonitor` (train/* scalars, divergence) and `BlockProbe`
+(per-layer statistics, attention, samples), called by `ReplicaCallbacks` with a view of the
+Trainer (`ReplicaTrainer`: that replica's loggers, lr and monitor) and the replica's own
+`LitCharModel` (whose parameters are views into the stack). So a replica's rows are the rows
+its solo run writes. The probe steps of all replicas reach the host in one transfer.
+
+A replica that diverges is recorded at once (status, step, final metrics) by `on_diverged`
+and masked out; the others go on. When none is left the fit ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from blockviz.core import config as cfg
+from blockviz.store import RunStore, StoreError
+from blockviz.training.callbacks import TrainingDiverged, TrainingMonitor
+from blockviz.training.fit import Outcome
+from blockviz.training.lifecycle import Heartbeat, StopRequest
+from blockviz.training.logger import PENDING_ROWS_KEY, RunLifecycle, StoreLogger
+from blockviz.training.probes import BlockProbe, to_host
+from blockviz.training.replicas import LitReplicas
+from blockviz.training.sinks import LoggerSink, StoreSink
+from blockviz.training.trainer import make_trainer, run_loggers
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Replica:
+    """One replica of a batch: its run, its config and what watches it."""
+
+    index: int
+    run_id: int
+    config: cfg.RunConfig
+    loggers: list[Any] = field(default_factory=list)
+    monitor: TrainingMonitor | None = None
+    probe: BlockProbe | None = None
+    heartbeat: Heartbeat | None = None
+    outcome: Outcome | None = None  # set when it diverges (the others when the fit ends)
+
+
+class _LrView:
+    """`optimizers[0].param_groups[0]["lr"]` as a replica's monitor reads it."""
+
+    def __init__(self, lr: float) -> None:
+        self.param_groups = [{"lr": lr}]
+
+
+class ReplicaTrainer:
+    """The Trainer as one replica's callbacks see it: its loggers, lr and monitor; the
+    rest (step, device, precision, data, strategy) is the batch's."""
+
+    def __init__(self, trainer: L.Trainer, lit: LitReplicas, replica: Replica) -> None:
+        self._trainer = trainer
+        self._lit = lit
+        self._replica = replica
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._trainer, name)
+
+    @property
+    def loggers(self) -> list[Any]:
+        """This replica's loggers (its store rows, its TensorBoard / CSV files)."""
+        return self._replica.loggers
+
+    @property
+    def optimizers(self) -> list[_LrView]:
+        """The lr this replica's next update uses."""
+        return [_LrView(self._lit.lr_of(self._trainer.global_step)[self._replica.index])]
+
+    @property
+    def callbacks(self) -> list[Any]:
+        """Its monitor (what `final_metrics` looks for)."""
+        return [self._replica.monitor]
+
+
+class ReplicaCallbacks(Callback):
+    """Drives each live replica's TrainingMonitor and BlockProbe; masks out the diverged.
+
+    `on_diverged(replica, step)` records a replica that diverged; a fit with no live
+    replica left ends (TrainingDiverged of the last one).
+    """
+
+    def __init__(
+        self,
+        replicas: list[Replica],
+        on_diverged: Callable[[Replica, int], None],
+        progress: bool = False,
+    ) -> None:
+        self.replicas = replicas
+        self.on_diverged = on_diverged
+        self.progress = progress
+        self._views: list[ReplicaTrainer] = []
+
+    def _live(self, lit: LitReplicas) -> list[Replica]:
+        alive = lit.alive.tolist()
+        return [r for r in self.replicas if alive[r.index]]
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: LitReplicas) -> None:
+        """Make the views; start each replica's probe as a solo fit would."""
+        views = pl_module.make_views()
+        for replica in self.replicas:
+            if replica.outcome is not None:  # finished before this session: masked out
+                pl_module.mask(replica.index)
+        self._views = [ReplicaTrainer(trainer, pl_module, r) for r in self.replicas]
+        for replica in self._live(pl_module):
+            if replica.probe is not None:
+                replica.probe.on_fit_start(self._views[replica.index], views[replica.index])
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: LitReplicas) -> None:
+        """Start each monitor's clocks."""
+        for replica in self.replicas:
+            replica.monitor.on_train_start(self._views[replica.index], pl_module)
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: LitReplicas, batch: Any, batch_idx: int
+    ) -> None:
+        """Each live monitor notes the step and its replica's lr."""
+        for replica in self._live(pl_module):
+            replica.monitor.on_train_batch_start(
+                self._views[replica.index], pl_module, batch, batch_idx
+            )
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: LitReplicas, optimizer: Any
+    ) -> None:
+        """Each live replica's probe measures its slice (gradients shared as views)."""
+        for replica in self._live(pl_module):
+            if replica.probe is None:
+                continue
+            pl_module.share_grads(replica.index)
+            replica.probe.on_before_optimizer_step(
+                self._views[replica.index], pl_module.views[replica.index], optimizer
+            )
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: LitReplicas, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        """The probes' records in one transfer, then each monitor's loss (and divergence)."""
+        live = self._live(pl_module)
+        pending = [(r, r.probe.take_pending()) for r in live if r.probe is not None]
+        pending = [(r, p) for r, p in pending if p is not None]
+        for (replica, item), host in zip(pending, to_host([p for _, p in pending]), strict=True):
+            replica.probe.write_host(item, host)
+        losses = outputs["ce"]  # (K,) on the device
+        x = batch[0]
+        diverged: list[tuple[Replica, int]] = []
+        for replica in live:
+            one = {"loss": losses[replica.index]}
+            try:
+                replica.monitor.on_train_batch_end(
+                    self._views[replica.index], pl_module, one, (x[replica.index],), batch_idx
+                )
+            except TrainingDiverged as exc:
+                diverged.append((replica, exc.step))
+        for replica, step in diverged:
+            pl_module.mark_diverged(replica.index, step)
+            self.on_diverged(replica, step)
+        if self.progress:
+            self._print(trainer, pl_module)
+        if diverged and not bool(pl_module.alive.any()):
+            replica, step = diverged[-1]
+            raise TrainingDiverged(step, float("nan"))
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: LitReplicas) -> None:
+        """Pause the monitors' throughput clocks."""
+        for replica in self.replicas:
+            replica.monitor.on_validation_start(self._views[replica.index], pl_module)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: LitReplicas) -> None:
+        """Stop the clocks; the last sample and attention map of each live replica."""
+        for replica in self.replicas:
+            replica.monitor.on_train_end(self._views[replica.index], pl_module)
+        for replica in self._live(pl_module):
+            if replica.probe is not None:
+                replica.probe.on_train_end(
+                    self._views[replica.index], pl_module.views[replica.index]
+                )
+
+    def _print(self, trainer: L.Trainer, pl_module: LitReplicas) -> None:
+        step, total = trainer.global_step, trainer.max_steps
+        if step % max(10, total // 20) and step < total:
+            return
+        losses = []
+        for replica in self.replicas:
+            last = replica.monitor.last_train.get("loss")
+            losses.append("—" if last is None or replica.outcome else f"{last:.4f}")
+        print(f"step {step}/{total} | losses {' '.join(losses)}", file=sys.stderr, flush=True)
+
+
+class BatchLifecycle(RunLifecycle):
+    """RunLifecycle for a batch: every replica's heartbeat, and each one's rows made safe
+    before the batch's checkpoint exists."""
+
+    def __init__(self, stop: StopRequest, replicas: list[Replica], store: RunStore) -> None:
+        super().__init__(stop, None, store, None)
+        self.replicas = replicas
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        """Flush; the rows a locked store refused ride in the checkpoint, per run."""
+        try:
+            self.store.flush()
+        except StoreError as exc:
+            log.warning("flush before checkpoint failed: %s", exc)
+        checkpoint[PENDING_ROWS_KEY] = {
+            str(r.run_id): self.store.buffered_rows(r.run_id) for r in self.replicas
+        }
+
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        """Beat each live replica's heartbeat at this step; honour a stop request."""
+        for replica in self.replicas:
+            if replica.heartbeat is not None and replica.outcome is None:
+                replica.heartbeat.step = trainer.global_step
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+
+def build_replicas(
+    configs: list[cfg.RunConfig],
+    run_ids: list[int],
+    store: RunStore,
+    run_dirs: list[Path],
+    prompt: str,
+    resume_step: int | None,
+) -> list[Replica]:
+    """A Replica per run: its store logger (and --logger files), monitor and probe."""
+    replicas = []
+    for index, (config, run_id, run_dir) in enumerate(zip(configs, run_ids, run_dirs, strict=True)):
+        train = config.train
+        extra = run_loggers(train, run_dir, resume_step)
+        sinks: list[Any] = [StoreSink(store, run_id)]
+        if extra:
+            sinks.append(LoggerSink(extra))
+        replicas.append(
+            Replica(
+                index=index,
+                run_id=run_id,
+                config=config,
+                loggers=[StoreLogger(store, run_id), *extra],
+                monitor=TrainingMonitor(train.log_interval),
+                probe=BlockProbe(
+                    sinks,
+                    probe_interval=train.probe_interval,
+                    sample_interval=train.sample_interval,
+                    prompt=prompt,
+                ),
+                heartbeat=Heartbeat(store, run_id),
+            )
+        )
+    return replicas
+
+
+def fit_batch(
+    lit: LitReplicas,
+    replicas: list[Replica],
+    datamodule: Any,
+    batch_dir: Path,
+    stop: StopRequest,
+    store: RunStore,
+    checkpoint: Path | None,
+    start_step: int,
+    on_diverged: Callable[[Replica, int], None],
+    progress: bool = False,
+    on_ready: Callable[[Any], None] | None = None,
+) -> tuple[Outcome, Any]:
+    """Fit the batch; the batch's Outcome (each diverged replica has its own already)."""
+    shared = cfg.replace(lit.configs[0], grad_clip=0.0)  # clipping is per replica (lit)
+    lifecycle = BatchLifecycle(stop, replicas, store)
+    fan = ReplicaCallbacks(replicas, on_diverged, progress)
+    trainer = make_trainer(shared, [lifecycle, fan], None, batch_dir, replicas=True)
+    for replica in replicas:
+        lit.replica_loggers[replica.index] = replica.loggers
+    if on_ready is not None:
+        on_ready(trainer)
+    training = [r for r in replicas if r.outcome is None]  # not the finished members
+    for replica in training:
+        replica.heartbeat.step = start_step
+        replica.heartbeat.start()
+    try:
+        if stop.requested:
+            return Outcome("stopped", start_step), trainer
+        trainer.fit(lit, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True)
+        step = trainer.global_step
+        if step < shared.train.max_steps:
+            return Outcome("stopped", step), trainer
+        live = [r for r in replicas if bool(lit.alive[r.index])]
+        if live and any(lit.views[r.index].last_val.get("step") != step for r in live):
+            trainer.validate(lit, datamodule=datamodule, verbose=False, weights_only=True)
+        return Outcome("completed", step), trainer
+    except TrainingDiverged as exc:
+        return Outcome("diverged", exc.step), trainer
+    except SIGTERMException:
+        step = lifecycle.stopped_at or trainer.global_step
+        evaluation = shared.train.eval_interval
+        live = [r for r in replicas if bool(lit.alive[r.index])]
+        unscored = any(lit.views[r.index].last_val.get("step") != step for r in live)
+        if step and step % evaluation == 0 and unscored:
+            # The stop interrupted this step's evaluation: finish it (as a solo run does).
+            with contextlib.suppress(SIGTERMException):
+                trainer.validate(lit, datamodule=datamodule, verbose=False, weights_only=True)
+        return Outcome("stopped", step), trainer
+    finally:
+        for replica in training:
+            replica.heartbeat.stop()

@@ -1,0 +1,219 @@
+"""Replicas end to end: `train --seeds`, batches of runs that differ in their optimiser,
+divergence inside a batch, and the one-line errors. Each replica must equal its solo run.
+
+Training is in-process (the tiny preset on a small corpus, a dozen steps): the batch and
+the solo runs share one store, and their rows are compared step by step.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from blockviz import cli
+from blockviz.core import config as cfg
+from blockviz.core import replicas
+from blockviz.store import RunStore
+from blockviz.training import replica_run
+from tests.fakes import CORPUS
+
+pytestmark = pytest.mark.slow
+
+# The vmapped step against a solo run: float32 reduction order only (measured: at most
+# ~1e-6 over these runs). The loop a CPU uses is its solo run bit for bit.
+LOSS_TOL = 2e-5
+CADENCE = [
+    *("--max_steps", "12", "--warmup_steps", "3", "--eval_interval", "4", "--eval_iters", "2"),
+    *("--sample_interval", "6", "--accelerator", "cpu", "--no_progress"),
+]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("replicas") / "fox.txt"
+    path.write_text(CORPUS, encoding="utf-8")
+    return path
+
+
+def _train(store: Path, corpus: Path, *flags: str) -> int:
+    base = ["train", "--preset", "tiny", "--dataset", str(corpus), "--store", str(store)]
+    return cli.main([*base, *CADENCE, *flags])
+
+
+def _series(store: RunStore, run_id: int, name: str) -> dict[int, float]:
+    frame = store.scalars(run_id, names=name)
+    return dict(zip(frame["step"], frame["value"], strict=True))
+
+
+def _assert_equal_runs(store: RunStore, replica: int, solo: int, exact: bool = True) -> None:
+    """Same steps and statuses; every loss, probe statistic and sample equal (on a CPU a
+    replica is its solo run bit for bit), or losses within LOSS_TOL (`exact=False`: vmap)."""
+    for name in ("train/loss", "val/loss", "train/lr", "train/grad_norm", "probe/log_z"):
+        ours, theirs = _series(store, replica, name), _series(store, solo, name)
+        assert ours.keys() == theirs.keys() and ours, name
+        if exact:
+            assert ours == theirs, name
+        elif name in ("train/loss", "val/loss"):
+            worst = max(abs(ours[s] - theirs[s]) for s in ours)
+            assert worst < LOSS_TOL, (name, worst)
+    keys = ["step", "layer", "kind", "component", "stat"]
+    stats = [store.layer_stats(i).sort_values(keys).reset_index(drop=True) for i in (replica, solo)]
+    assert stats[0][keys].equals(stats[1][keys])
+    if exact:
+        values = [frame["value"].to_numpy() for frame in stats]
+        assert ((values[0] == values[1]) | (values[0] != values[0])).all()  # NaN where NaN
+    else:
+        grads = [frame[frame["stat"] == "grad_norm"]["value"].to_numpy() for frame in stats]
+        assert (abs(grads[0] - grads[1]) / (abs(grads[1]) + 1e-6)).max() < 1e-3
+    a, b = store.get_run(replica), store.get_run(solo)
+    assert (a.status, a.step) == (b.status, b.step)
+    samples = [store.samples(i) for i in (replica, solo)]
+    assert samples[0]["step"].tolist() == samples[1]["step"].tolist()
+    if exact:
+        assert samples[0]["text"].tolist() == samples[1]["text"].tolist()
+
+
+# Probes every 2 steps ("on") or only at step 0 and the last step ("off"); architectures
+# that exercise every code path the vmapped step takes.
+CONFIGS = {
+    "pre-ln, probes on": ["--probe_interval", "2"],
+    "post-ln rmsnorm swiglu tied qk-norm softcap, probes off": [
+        *("--norm_position", "post", "--norm_type", "rmsnorm", "--activation", "swiglu"),
+        *("--tie_weights", "true", "--qk_norm", "true", "--logit_softcap", "30"),
+        *("--probe_interval", "1000"),
+    ],
+    "no residual, attention only, z-loss": [
+        *("--residual", "false", "--ffn", "false", "--z_loss", "1e-3", "--probe_interval", "3"),
+    ],
+}
+
+
+@pytest.mark.parametrize("flags", list(CONFIGS.values()), ids=list(CONFIGS))
+def test_train_seeds_equals_one_solo_run_per_seed(tmp_path, corpus, flags, capsys):
+    store_path = tmp_path / "s.db"
+    assert _train(store_path, corpus, *flags, "--seeds", "0,1,2", "--name", "batch") == 0
+    out = capsys.readouterr().out
+    assert "3 replicas of one batch" in out
+    for seed in (0, 1, 2):
+        assert _train(store_path, corpus, *flags, "--seed", str(seed)) == 0
+    with RunStore(store_path) as store:
+        names = [store.get_run(i).name for i in (1, 2, 3)]
+        assert names == ["batch-s0", "batch-s1", "batch-s2"]
+        for replica, solo in ((1, 4), (2, 5), (3, 6)):
+            _assert_equal_runs(store, replica, solo)
+        # Seeds are different runs: different data, different weights.
+        assert _series(store, 1, "train/loss") != _series(store, 2, "train/loss")
+
+
+def _args(store: Path) -> argparse.Namespace:
+    return argparse.Namespace(store=str(store), no_progress=True, max_running=0)
+
+
+def _tiny(corpus: Path, **overrides) -> cfg.RunConfig:
+    base = cfg.replace(cfg.preset("tiny"), dataset=str(corpus), accelerator="cpu")
+    cadence = {"max_steps": 12, "eval_interval": 4, "eval_iters": 2, "sample_interval": 6}
+    return cfg.replace(base, **{**cadence, "probe_interval": 3, **overrides}).validate()
+
+
+def _solo(store: Path, config: cfg.RunConfig, folder: Path) -> None:
+    path = folder / f"config-{config.train.seed}-{config.train.lr}.json"
+    path.write_text(config.to_json(), encoding="utf-8")
+    assert cli.main(["train", "--config", str(path), "--store", str(store), "--no_progress"]) == 0
+
+
+def test_replicas_that_differ_in_their_optimiser_equal_their_solo_runs(tmp_path, corpus):
+    configs = [
+        _tiny(corpus, seed=3, lr=3e-3, weight_decay=0.0, grad_clip=0.05),  # clipping bites
+        _tiny(corpus, seed=3, lr=1e-3, beta1=0.8, beta2=0.95, warmup_steps=0, grad_clip=0.0),
+        _tiny(corpus, seed=4, lr=2e-3, lr_schedule="linear", min_lr=1e-5, init="gpt2"),
+        _tiny(corpus, seed=5, z_loss=1e-2, weight_decay=0.3, init="xavier"),
+    ]
+    assert len({replicas.batch_key(c) for c in configs}) == 1
+    store = tmp_path / "s.db"
+    names = [f"r{i}" for i in range(len(configs))]
+    batch = replica_run.Batch(configs, names, [None] * len(configs))
+    assert replica_run.train_batch(_args(store), batch) == 0
+    for config in configs:
+        _solo(store, config, tmp_path)
+    with RunStore(store) as db:
+        for index in range(len(configs)):
+            _assert_equal_runs(db, index + 1, index + 1 + len(configs))
+        # Each replica ran its own schedule: the logged lr is its solo run's.
+        assert _series(db, 2, "train/lr") == pytest.approx(_series(db, 6, "train/lr"))
+        assert _series(db, 1, "train/lr") != _series(db, 2, "train/lr")
+
+
+def test_a_replica_that_diverges_is_marked_and_the_others_go_on_as_solo(tmp_path, corpus):
+    shape = {"norm_position": "none", "n_layer": 6, "activation": "relu", "warmup_steps": 0}
+    wild = _tiny(corpus, lr=10.0, grad_clip=0.0, **shape)
+    calm = [_tiny(corpus, seed=seed, **shape) for seed in (1, 2)]
+    store = tmp_path / "s.db"
+    batch = replica_run.Batch([calm[0], wild, calm[1]], ["a", "wild", "b"], [None] * 3)
+    assert replica_run.train_batch(_args(store), batch) == 0
+    _solo(store, wild, tmp_path)
+    for config in calm:
+        _solo(store, config, tmp_path)
+    with RunStore(store) as db:
+        diverged, alone = db.get_run(2), db.get_run(4)
+        assert diverged.status == alone.status == "diverged"
+        assert diverged.diverged_step == alone.diverged_step
+        assert max(_series(db, 2, "train/loss")) == max(_series(db, 4, "train/loss"))
+        # Nothing after the divergence was recorded for it; the other two finished.
+        assert max(_series(db, 2, "train/loss")) == diverged.diverged_step
+        _assert_equal_runs(db, 1, 5)
+        _assert_equal_runs(db, 3, 6)
+
+
+@pytest.mark.parametrize(
+    "flags, words",
+    [
+        (["--seeds", "0,x"], "--seeds: 'x' is not a seed"),
+        (["--seeds", "0,1", "--seed", "3"], "--seeds and --seed"),
+        (["--seeds", "0,1", "--resume", "1"], "--seeds cannot be combined with --resume"),
+        (["--seeds", "0,1", "--replicas", "0"], "--replicas: 0 replicas is not allowed"),
+    ],
+)
+def test_bad_seed_and_replica_flags_are_one_line(tmp_path, corpus, capsys, flags, words):
+    assert _train(tmp_path / "s.db", corpus, *flags) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_seeds_of_a_config_that_cannot_batch_train_one_after_another(tmp_path, corpus, capsys):
+    store = tmp_path / "s.db"
+    assert _train(store, corpus, "--dropout", "0.1", "--seeds", "0,1", "--max_steps", "4") == 0
+    assert "train one after another: dropout > 0" in capsys.readouterr().out
+    with RunStore(store) as db:
+        assert [db.get_run(i).status for i in (1, 2)] == ["completed", "completed"]
+        assert replicas.read_batch_file(db.run_dir(1)) is None
+
+
+def test_the_vmapped_step_also_equals_the_solo_runs(tmp_path, corpus, monkeypatch):
+    # On a CPU the batch loops over its replicas; a GPU vmaps them. Both paths, on the CPU.
+    monkeypatch.setenv(replica_run.ENV_VMAP, "1")
+    store_path = tmp_path / "s.db"
+    flags = ["--probe_interval", "2", "--z_loss", "1e-3", "--tie_weights", "true"]
+    assert _train(store_path, corpus, *flags, "--seeds", "0,1") == 0
+    monkeypatch.delenv(replica_run.ENV_VMAP)
+    for seed in (0, 1):
+        assert _train(store_path, corpus, *flags, "--seed", str(seed)) == 0
+    with RunStore(store_path) as store:
+        for replica, solo in ((1, 3), (2, 4)):
+            _assert_equal_runs(store, replica, solo, exact=False)
+
+
+def test_replicas_on_the_ops_task_score_answers_as_their_solo_runs(tmp_path, corpus):
+    store_path = tmp_path / "s.db"
+    flags = ["--dataset", "ops", "--ops_examples", "400", "--probe_interval", "6"]
+    assert _train(store_path, corpus, *flags, "--seeds", "0,1") == 0
+    for seed in (0, 1):
+        assert _train(store_path, corpus, *flags, "--seed", str(seed)) == 0
+    with RunStore(store_path) as store:
+        for replica, solo in ((1, 3), (2, 4)):
+            _assert_equal_runs(store, replica, solo)
+            for name in ("val/answer_acc", "val/answer_baseline"):
+                ours = _series(store, replica, name)
+                assert ours and ours == _series(store, solo, name), name
