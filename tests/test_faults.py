@@ -110,6 +110,44 @@ def test_kill_9_at_a_random_moment_then_resume_leaves_no_gap(tmp_path, corpus, t
     _kill_after_checkpoint_then_resume(tmp_path, corpus, kill_at=random.uniform(0.0, 0.8))
 
 
+def test_kill_9_of_a_batch_of_replicas_then_resume_leaves_no_gap_in_any(tmp_path, corpus):
+    # The batch's checkpoint is in its first member's folder; resuming any member resumes all.
+    store_path = tmp_path / "blockviz.db"
+    proc = _train(store_path, corpus, "--max_steps", "60", "--seeds", "0,1,2")
+    ckpt = tmp_path / "blockviz.db.runs" / "1" / "checkpoints" / "last.ckpt"
+    _wait(lambda: ckpt.exists() and ckpt.stat().st_mtime > 0)
+    time.sleep(random.uniform(0.0, 0.8))
+    proc.kill()
+    proc.wait()
+    command = [sys.executable, "-m", "blockviz", "train", "--store", str(store_path)]
+    code, out, err = finish(start([*command, "--no_progress", "--resume", "2"]))
+    assert code == 0, err
+    assert "3 replicas of one batch) resuming from step" in out
+    for run_id in (1, 2, 3):
+        _assert_continuous(store_path, run_id, 60)
+
+
+def test_a_stopped_batch_stops_every_replica_and_resumes_them_all(tmp_path, corpus):
+    store_path = tmp_path / "blockviz.db"
+    proc = _train(store_path, corpus, "--max_steps", "60", "--seeds", "4,5")
+    _wait(lambda: len(_logged_steps(store_path, 2, "train/loss")) > 12)
+    proc.send_signal(signal.SIGTERM)
+    code, _, err = finish(proc)
+    assert code == 0, err
+    with RunStore(store_path) as store:
+        stopped = [store.get_run(i) for i in (1, 2)]
+    assert [r.status for r in stopped] == ["stopped", "stopped"]
+    assert (
+        stopped[0].step
+        == stopped[1].step
+        == _checkpoint_step(tmp_path / "blockviz.db.runs" / "1" / "checkpoints" / "last.ckpt")
+    )
+    code, _, err = finish(_resume(store_path))
+    assert code == 0, err
+    for run_id in (1, 2):
+        _assert_continuous(store_path, run_id, 60)
+
+
 def test_a_run_killed_after_its_final_checkpoint_is_finished_by_resume(tmp_path, corpus):
     """It stayed failed for good: `--resume` refused ("already at step 25 of max_steps=25")
     and the page's Resume was off. 1 of 4 random kills landed in this window."""
@@ -439,10 +477,15 @@ def _assert_each_row_once(store_path: Path, run_id: int, max_steps: int) -> None
         assert sorted(samples) == sorted(set(samples)) and 0 in samples
 
 
-def test_a_study_worker_killed_mid_run_is_resumed_with_each_run_trained_once(tmp_path, corpus):
+@pytest.mark.parametrize("replicas", ["off", "8"])
+def test_a_study_worker_killed_mid_run_is_resumed_with_each_run_trained_once(
+    tmp_path, corpus, replicas
+):
+    # The two runs share every shape: with replicas they train as one batch and die together.
     store_path = tmp_path / "runs.db"
     try:
         sweep = [*STUDY_SWEEP, "--lr", "1e-3,2e-3", "--dataset", str(corpus), "--detach"]
+        sweep += ["--replicas", replicas]
         started = study(store_path, "sweep", *sweep)
         assert started.returncode == 0, started.stderr[-2000:]
         # Kill -9 while the first run trains with some of its rows already in the store.
@@ -452,7 +495,8 @@ def test_a_study_worker_killed_mid_run_is_resumed_with_each_run_trained_once(tmp
         assert procs.signal_own(pid, began, signal.SIGKILL)
         _wait(lambda: not procs.is_alive(pid, began), timeout=10)
         status, statuses = _study_state(store_path, 1)
-        assert status == "running" and statuses == ["running", "queued"]  # killed mid-run
+        together = ["running", "running"] if replicas == "8" else ["running", "queued"]
+        assert status == "running" and statuses == together  # killed mid-run
         half = len(_logged_steps(store_path, 1, "train/loss"))
         assert 0 < half < 40
 

@@ -22,6 +22,8 @@ from blockviz.core.flags import (
     check_threads,
     config_overrides,
     read_config_file,
+    replicas_arg,
+    replicas_from_args,
     threads_arg,
 )
 from blockviz.core.presets import PRESETS
@@ -76,6 +78,7 @@ def build(p: argparse.ArgumentParser) -> None:
         if name == "resume":
             one.add_argument("--workers", type=int, help="worker processes (default: slots)")
             threads_arg(one)
+            replicas_arg(one)
         if name == "export":
             one.add_argument("--out", required=True, help="output directory")
 
@@ -84,6 +87,7 @@ def build(p: argparse.ArgumentParser) -> None:
     work.add_argument("--store", required=True)
     work.add_argument("--max_running", type=int, default=0)
     threads_arg(work)
+    replicas_arg(work)
 
 
 def _launch_args(p: argparse.ArgumentParser, store_help: str) -> None:
@@ -100,6 +104,7 @@ def _launch_args(p: argparse.ArgumentParser, store_help: str) -> None:
     p.add_argument("--store", help=store_help)
     p.add_argument("--workers", type=int, help="worker processes (default: the run slots)")
     threads_arg(p)
+    replicas_arg(p)
     p.add_argument("--detach", action="store_true", help="start it and return at once")
 
 
@@ -175,13 +180,19 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _launch_and_watch(args: argparse.Namespace, study: studies.StudyDef) -> int:
     check_threads(args.threads)
+    replica_limit = replicas_from_args(args)
     with RunStore(args.store or None) as store:
         workers = args.workers or study_runner.default_workers()
         speed = study_runner.measured_speed(store)
         estimate = study_runner.estimate_s(study, speed[0], workers)
         assumes = study_runner.estimate_assumes(workers, threads=args.threads, speed=speed)
         study_id = study_runner.launch(
-            store, study, args.name, workers=args.workers, threads=args.threads
+            store,
+            study,
+            args.name,
+            workers=args.workers,
+            threads=args.threads,
+            replicas=replica_limit,
         )
         what = (
             f"{study.n_runs} runs ({len(study.variants)} variants × {len(study.seeds)} seeds) "
@@ -312,10 +323,15 @@ def _stop(args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace) -> int:
     _positive("workers", args.workers)
     check_threads(args.threads)
+    replica_limit = replicas_from_args(args)
     with RunStore(args.store or None) as store:
         study = store.get_study(args.id)
         queued = study_runner.resume(
-            store, int(study.id), workers=args.workers, threads=args.threads
+            store,
+            int(study.id),
+            workers=args.workers,
+            threads=args.threads,
+            replicas=replica_limit,
         )
         if queued:
             print(f"blockviz: study {study.id}: {queued} run(s) queued again")

@@ -75,6 +75,7 @@ def launch(
     workers: int | None = None,
     max_running: int | None = None,
     threads: int | None = None,
+    replicas: int | None = None,
 ) -> int:
     """Store the study and its runs, start its workers; the study id.
 
@@ -105,7 +106,8 @@ def launch(
         atomic_write(run_dir / runner.CONFIG_NAME, config.to_json())
     # A study that only measures at initialisation is one job: a second worker would
     # measure it all again, beside the first.
-    start_workers(store, study_id, workers if study.trains else 1, max_running, threads)
+    count = workers if study.trains else 1
+    start_workers(store, study_id, count, max_running, threads, replicas)
     return study_id
 
 
@@ -120,10 +122,13 @@ def start_workers(
     workers: int | None = None,
     max_running: int | None = None,
     threads: int | None = None,
+    replicas: int | None = None,
 ) -> list[int]:
     """Start the study's worker processes; their pids (recorded in the study row).
 
-    Each run a worker trains takes `threads` CPU threads, by default cores ÷ slots.
+    Each run a worker trains takes `threads` CPU threads, by default cores ÷ slots; runs
+    that share every shape train as replicas, at most `replicas` at once (default: the
+    worker's, `core.replicas.DEFAULT_REPLICAS`; 1: each run alone).
     """
     slots = runner.default_max_running() if max_running is None else max_running
     count = default_workers(slots) if workers is None else max(1, int(workers))
@@ -133,6 +138,8 @@ def start_workers(
     command += ["--store", str(store.path), "--max_running", str(slots)]
     if threads is not None:
         command += ["--threads", str(int(threads))]
+    if replicas is not None:
+        command += ["--replicas", str(int(replicas))]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     started: list[list[float | int | None]] = []
     try:
@@ -207,6 +214,7 @@ def resume(
     workers: int | None = None,
     max_running: int | None = None,
     threads: int | None = None,
+    replicas: int | None = None,
 ) -> int:
     """Train a stopped or interrupted study's unfinished runs again; how many are queued.
 
@@ -231,7 +239,7 @@ def resume(
     if queued == 0:
         store.update_study(study_id, status="completed", ended=time.time())
         return 0
-    start_workers(store, study_id, workers, max_running, threads)
+    start_workers(store, study_id, workers, max_running, threads, replicas)
     return queued
 
 

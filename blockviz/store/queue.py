@@ -36,13 +36,19 @@ class Queue(Part):
         claimed: one stopped while it waited (Stop marks a queued run 'stopped' itself
         when its process cannot be signalled) stays stopped, and False comes back
         (`queued_still` tells the two Falses apart).
+
+        A slot is a process: the replicas of one batch (running runs with one pid) hold one
+        slot together, and the claiming process's own runs hold none against it.
         """
         run_id = self.lookup.id_of(run_id)
         self.liveness.reap_dead()
         with self.db.transaction() as conn:
             if max_running > 0:
                 (running,) = conn.execute(
-                    "SELECT COUNT(*) FROM runs WHERE status = 'running' AND id != ?", (run_id,)
+                    "SELECT COUNT(DISTINCT COALESCE(pid, -id)) FROM runs "
+                    "WHERE status = 'running' AND id != ? AND (? IS NULL OR pid IS NULL "
+                    "OR pid != ?)",
+                    (run_id, pid, pid),
                 ).fetchone()
                 if running >= max_running:
                     return False  # committed: the count was a read

@@ -192,6 +192,7 @@ class RunStore:
     studies_frame = Delegated("studies", Studies.studies_frame)
     study_runs = Delegated("studies", Studies.study_runs)
     claim_study_run = Delegated("studies", Studies.claim_study_run)
+    claim_study_runs = Delegated("studies", Studies.claim_study_runs)
     stop_unclaimed = Delegated("studies", Studies.stop_unclaimed)
     requeue_runs = Delegated("studies", Studies.requeue_runs)
     study_active_runs = Delegated("studies", Studies.study_active_runs)

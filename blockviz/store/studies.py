@@ -1,7 +1,8 @@
 """Studies in the store: a studies table, and runs that link to their study and variant.
 
 A study's runs are created with it, all at once, as 'queued' rows without a process
-(`pid` NULL); a study worker claims them one at a time (`claim_study_run`). Such unclaimed
+(`pid` NULL); a study worker claims them one at a time (`claim_study_run`), or a batch of
+replicas at once (`claim_study_runs`). Such unclaimed
 rows are not reaped as dead: no process was ever theirs. Whether anything still works on
 a study is the study runner's question (it knows the workers), not the reaper's.
 """
@@ -9,11 +10,12 @@ a study is the study runner's question (it knows the workers), not the reaper's.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blockviz.core.naming import is_id_text, run_id_from_text, sanitize_name, shortened_id
+from blockviz.core.replicas import even_batch
 from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.store.connection import Connection, Part, guarded
 from blockviz.store.errors import StoreError
@@ -182,20 +184,46 @@ class Studies(Part):
 
         None when every run is claimed or done. Atomic: two workers never get one run.
         """
+        claimed = self.claim_study_runs(study_id, pid, pid_started, 1, lambda config: None)
+        return claimed[0] if claimed else None
+
+    @guarded
+    def claim_study_runs(
+        self,
+        study_id: int | str,
+        pid: int,
+        pid_started: float | None,
+        limit: int,
+        key_of: Callable[[str | None], str | None],
+    ) -> list[int]:
+        """Give the oldest unclaimed queued run of the study, and up to `limit` - 1 more
+        whose `key_of(config)` is the same (not None), to process `pid`; their ids.
+
+        A batch of replicas is claimed at once, as large as splitting the runs of its key
+        into even batches of at most `limit` makes it (`even_batch`). Empty when every run
+        is claimed or done.
+        Atomic: two workers never get one run.
+        """
         sid = _study_id(study_id)
         with self.db.transaction() as conn:
-            row = conn.execute(
-                "SELECT id FROM runs WHERE study_id = ? AND status = 'queued' AND pid IS NULL "
-                "ORDER BY id LIMIT 1",
+            rows = conn.execute(
+                "SELECT id, config FROM runs WHERE study_id = ? AND status = 'queued' "
+                "AND pid IS NULL ORDER BY id",
                 (sid,),
-            ).fetchone()
-            if row is None:
-                return None
-            conn.execute(
+            ).fetchall()
+            if not rows:
+                return []
+            key = key_of(rows[0][1]) if limit > 1 else None
+            same = [int(rows[0][0])]
+            if key is not None:
+                same += [int(run_id) for run_id, config in rows[1:] if key_of(config) == key]
+            # Even batches: 14 runs of one shape at most 8 at once are 7 + 7, not 8 + 6.
+            chosen = same[: even_batch(len(same), limit)]
+            conn.executemany(
                 "UPDATE runs SET pid = ?, pid_started = ? WHERE id = ?",
-                (int(pid), pid_started, int(row[0])),
+                [(int(pid), pid_started, run_id) for run_id in chosen],
             )
-        return int(row[0])
+        return chosen
 
     @guarded
     def stop_unclaimed(self, study_id: int | str) -> int:

@@ -28,9 +28,9 @@ import time
 from types import FrameType
 
 from blockviz.core import config as cfg
-from blockviz.core import procs
+from blockviz.core import procs, replicas
 from blockviz.core.files import atomic_write
-from blockviz.core.flags import check_threads
+from blockviz.core.flags import check_threads, replicas_from_args
 from blockviz.core.studies import StudyDef, plan_from_spec
 from blockviz.store import RunStore, StoreError
 from blockviz.store.studies import INIT_GRADS_FILE
@@ -65,6 +65,8 @@ def _train_args(
         max_running=int(max_running),
         no_progress=True,
         threads=threads,
+        seeds=None,
+        replicas="off",
     )
     for section in cfg.SECTIONS.values():
         for name in cfg.field_types(section):
@@ -109,10 +111,49 @@ def release_freed_memory() -> bool:
     return True
 
 
-def work(store_path: str, study_id: int, max_running: int, threads: int | None = None) -> int:
+def batch_key_of(config_text: str | None) -> str | None:
+    """The replica batch key of a stored config (None: it trains alone)."""
+    try:
+        config = cfg.RunConfig.from_json(config_text or "")
+    except (ValueError, TypeError, cfg.ConfigError):
+        return None
+    return None if replicas.why_solo(config) is not None else replicas.batch_key(config)
+
+
+def train_batch(
+    store: RunStore, run_ids: list[int], max_running: int, threads: int | None = None
+) -> int:
+    """Train claimed runs that share every shape as replicas of one batched model."""
+    from blockviz.training import replica_run
+
+    args = _train_args(store, run_ids[0], max_running, threads)
+    try:
+        return replica_run.train_claimed(args, run_ids)
+    except Exception as exc:  # a bad config or dataset: these runs fail, the study goes on
+        message = f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)
+        log.error("study runs %s could not start: %s", run_ids, message)
+        print(f"blockviz: runs {run_ids} failed to start: {message}", file=sys.stderr, flush=True)
+        for run_id in run_ids:
+            try:
+                if store.get_run(run_id).status in ("queued", "running"):
+                    store.update_run(run_id, status="failed", ended=time.time(), error=message)
+            except StoreError:
+                pass
+        return 1
+
+
+def work(
+    store_path: str,
+    study_id: int,
+    max_running: int,
+    threads: int | None = None,
+    replica_limit: int = replicas.DEFAULT_REPLICAS,
+) -> int:
     """Claim and train the study's runs until none is left or the study is stopped.
 
     Each run takes `threads` CPU threads, by default its share of the cores (cores ÷ slots).
+    Runs that share every shape are claimed together, up to `replica_limit`, and train as
+    replicas of one batched model (`blockviz.training.replica_run`); 1 trains each alone.
     """
     from blockviz.training.train import apply_threads
 
@@ -142,13 +183,21 @@ def work(store_path: str, study_id: int, max_running: int, threads: int | None =
                     return 1
                 if patiently(store.get_study, study_id).status != "running":
                     break
-                run_id = patiently(
-                    store.claim_study_run, study_id, os.getpid(), me.started if me else None
+                run_ids = patiently(
+                    store.claim_study_runs,
+                    study_id,
+                    os.getpid(),
+                    me.started if me else None,
+                    replica_limit,
+                    batch_key_of,
                 )
-                if run_id is None:
+                if not run_ids:
                     break
-                train_one(store, run_id, max_running, threads)
-                trained += 1
+                if len(run_ids) == 1:
+                    train_one(store, run_ids[0], max_running, threads)
+                else:
+                    train_batch(store, run_ids, max_running, threads)
+                trained += len(run_ids)
                 release_freed_memory()
             _finish(store, study_id)
     finally:
@@ -194,4 +243,5 @@ def cli_main(args: argparse.Namespace) -> int:
 
     quiet_lightning()
     check_threads(args.threads)
-    return work(args.store, int(args.study), int(args.max_running), args.threads)
+    limit = replicas_from_args(args)
+    return work(args.store, int(args.study), int(args.max_running), args.threads, limit)

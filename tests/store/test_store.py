@@ -683,6 +683,19 @@ def test_claim_slot_without_a_limit_and_for_a_rerun(store):
     assert store.claim_slot(running, 2)  # a run never waits for itself
 
 
+def test_a_batch_of_replicas_holds_one_slot_and_none_against_itself(store):
+    # Three running replicas of one live process: one slot, so one more process fits in 2.
+    me, now = os.getpid(), time.time()
+    batch = [new_run(store, f"r{i}", status="running", pid=me, heartbeat=now) for i in range(3)]
+    other = new_run(store, "other")
+    assert store.claim_slot(other, 2, pid=me + 1)
+    assert not store.claim_slot(new_run(store, "third"), 2, pid=me + 2)
+    # The batch's own queued member is not kept waiting by its own running replicas.
+    store.update_run(other, status="stopped")
+    store.update_run(batch[2], status="queued")
+    assert store.claim_slot(batch[2], 1, pid=me)
+
+
 def test_reader_is_not_blocked_by_an_open_write_transaction(store):
     run_id = new_run(store)
     store.log_scalars(run_id, [(0, "train/loss", 1.0)])

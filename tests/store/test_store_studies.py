@@ -45,6 +45,34 @@ def test_workers_claim_each_run_once(tmp_path) -> None:
         assert store.get_run(run_ids[1]).pid == 101
 
 
+def test_workers_claim_replica_batches_of_one_key_in_order_each_run_once(tmp_path) -> None:
+    # Keys by config: runs of shape "a" batch together (at most 2), "b" alone, None alone.
+    runs = [
+        {"variant": f"v{i}", "seed": 1, "config": f'{{"k": "{k}"}}', "max_steps": 10}
+        for i, k in enumerate("aabab")
+    ]
+
+    def key_of(config: str | None) -> str | None:
+        return None if '"b"' in (config or "") else config
+
+    with RunStore(tmp_path / "s.db") as store:
+        study_id, ids = store.create_study("s", "sweep", "quick", {}, runs)
+        claims = [store.claim_study_runs(study_id, 200 + i, None, 2, key_of) for i in range(5)]
+        assert claims == [[ids[0], ids[1]], [ids[2]], [ids[3]], [ids[4]], []]
+        assert [store.get_run(i).pid for i in ids] == [200, 200, 201, 202, 203]
+        # A limit of 1 claims one run at a time, whatever the keys.
+        study_id, ids = store.create_study("t", "sweep", "quick", {}, runs)
+        assert store.claim_study_runs(study_id, 300, None, 1, key_of) == [ids[0]]
+        assert store.claim_study_runs(study_id, 301, None, 1, key_of) == [ids[1]]
+        # Ten runs of one key, at most 8 at once: two even batches (5 + 5, not 8 + 2).
+        ten = [
+            {"variant": "v", "seed": i, "config": '{"k": "a"}', "max_steps": 1} for i in range(10)
+        ]
+        study_id, ids = store.create_study("u", "sweep", "quick", {}, ten)
+        sizes = [len(store.claim_study_runs(study_id, 400 + i, None, 8, key_of)) for i in range(3)]
+        assert sizes == [5, 5, 0]
+
+
 def test_unclaimed_study_runs_are_not_reaped_but_claimed_dead_ones_are(tmp_path) -> None:
     with RunStore(tmp_path / "s.db") as store:
         study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(2))
