@@ -151,7 +151,7 @@ def _sidebar(store: RunStore, run_id: int) -> None:
         run = store.get_run(run_id)
         relaunch.action_row(store, run, "live", store_access.writable(store))
         code_download_button(run.config, str(run.name), key="live.code")
-        facts_sidebar(run)
+        facts_sidebar(run, store)
 
 
 store = store_access.store_or_stop()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from blockviz.core import hardware, procs, spec
+from blockviz.core import hardware, procs, replicas, spec
 from blockviz.core.config import RunConfig
 from blockviz.core.corpora import BUILTIN
 from blockviz.core.files import atomic_write
@@ -410,8 +410,9 @@ def resume_blocker(run: RunRecord, checkpoint_exists: bool) -> str | None:
 
 
 def checkpoint_path(store: RunStore, run_id: int) -> Path:
-    """The checkpoint `train --resume` continues from."""
-    return store.run_dir(run_id) / "checkpoints" / "last.ckpt"
+    """The checkpoint `train --resume` continues from: the run's own, or for a replica its
+    batch's (in the batch's first member's folder)."""
+    return replicas.checkpoint_path(store.run_dir(run_id), store.run_dir)
 
 
 def resume(store: RunStore, run_id: int, max_running: int | None = None) -> None:

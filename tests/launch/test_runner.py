@@ -221,3 +221,24 @@ def test_log_tail_returns_the_last_lines(store: RunStore) -> None:
     store.run_dir(run_id).mkdir(parents=True)
     (store.run_dir(run_id) / "train.log").write_text("".join(f"line {i}\n" for i in range(100)))
     assert runner.log_tail(store, run_id, lines=3).splitlines() == ["line 97", "line 98", "line 99"]
+
+
+def test_a_replica_resumes_from_its_batch_checkpoint_in_the_first_members_folder(tmp_path):
+    from blockviz.core import replicas
+
+    with RunStore(tmp_path / "s.db") as store:
+        ids = [store.create_run(f"r{i}", "{}", status="stopped", max_steps=10) for i in range(3)]
+        alone = store.create_run("alone", "{}", status="stopped", max_steps=10)
+        for index, run_id in enumerate(ids):
+            replicas.write_batch_file(store.run_dir(run_id), ids, index)
+        leader = store.run_dir(ids[0]) / "checkpoints" / "last.ckpt"
+        assert runner.checkpoint_path(store, ids[2]) == leader
+        assert (
+            runner.checkpoint_path(store, alone)
+            == store.run_dir(alone) / "checkpoints" / "last.ckpt"
+        )
+        run = store.get_run(ids[2])
+        assert runner.resume_blocker(run, runner.checkpoint_path(store, ids[2]).is_file())
+        leader.parent.mkdir(parents=True)
+        leader.write_bytes(b"x")
+        assert runner.resume_blocker(run, runner.checkpoint_path(store, ids[2]).is_file()) is None

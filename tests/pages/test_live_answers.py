@@ -7,8 +7,10 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from blockviz.core import replicas
 from blockviz.store import RunStore
 from tests import fakes
+from tests.helpers import shown
 
 LIVE = Path(__file__).resolve().parents[2] / "pages" / "live.py"
 
@@ -48,3 +50,19 @@ def test_live_shows_no_answer_line_outside_the_ops_task() -> None:
             store, n_runs=1, n_steps=40, n_layer=2, n_head=2, statuses=("completed",)
         )
     assert not any(c.startswith("Answer accuracy") for c in _live_captions(run_id))
+
+
+def test_live_names_a_replicas_batch_and_says_stop_and_resume_act_on_all_of_it() -> None:
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        ids = fakes.populate(
+            store, n_runs=3, n_steps=20, n_layer=2, n_head=2, statuses=("completed",) * 3
+        )
+        for index, run_id in enumerate(ids):
+            replicas.write_batch_file(store.run_dir(run_id), ids, index)
+        alone = fakes.populate(store, n_runs=1, n_steps=20, statuses=("completed",))[0]
+    batch = [shown(c) for c in _live_captions(ids[1]) if "Batch:" in c]
+    assert len(batch) == 1
+    runs = ", ".join(f"#{i}" for i in ids)
+    assert f"replica 2 of 3 (runs {runs})" in batch[0]
+    assert "Stop and Resume act on the whole batch" in batch[0]
+    assert not any("Batch:" in c for c in _live_captions(alone))

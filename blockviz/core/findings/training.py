@@ -295,7 +295,8 @@ def overfitting(series: RunSeries) -> Finding | None:
         f"The val loss has risen from its lowest, {num(best_loss)} at {step_text(since)}, to "
         f"{num(last_loss)} at {step_text(newest)}, while the val − train gap widened from "
         f"{num(gap[best])} to {num(gap[last])}: the model is learning its training text "
-        f"rather than the language. best.ckpt holds the weights of {step_text(since)}."
+        f"rather than the language. best.ckpt holds the weights of {step_text(since)} "
+        "(of a run trained alone: a batch of replicas keeps only its last.ckpt)."
     )
     suggestion = None
     if series.config is not None and series.config.model.dropout == 0:

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from blockviz.core import spec
+from blockviz.core import replicas, spec
 from blockviz.core.findings.base import Finding
 from blockviz.core.spec import (
     ACTIVATION_STATS,
@@ -80,7 +80,7 @@ def header(store: RunStore, run: RunRecord, scalars: pd.DataFrame, shown: str) -
             "Stop",
             key="live.stop",
             icon=":material/stop_circle:",
-            help="Checkpoint and stop" if writable else store_access.READONLY_NOTICE,
+            help=_stop_help(store, run) if writable else store_access.READONLY_NOTICE,
             disabled=not writable,
         ):
             st.toast(ui.plain(f"Run #{run_id}: {runner.stop(store, run_id)}"))
@@ -88,13 +88,38 @@ def header(store: RunStore, run: RunRecord, scalars: pd.DataFrame, shown: str) -
         st.progress(min(max(step / int(max_steps), 0.0), 1.0))
 
 
-def facts_sidebar(run: RunRecord) -> None:
+def _stop_help(store: RunStore, run: RunRecord) -> str:
+    batch = replicas.read_batch_file(store.run_dir(int(run.id)))
+    if batch is None:
+        return "Checkpoint and stop"
+    runs = ", ".join(f"#{i}" for i in batch["runs"])
+    return f"Checkpoint and stop its whole batch of replicas (runs {runs}: one process)"
+
+
+def batch_text(store: RunStore, run: RunRecord) -> str | None:
+    """For a run that trains as a replica: which batch, and that Stop and Resume act on all
+    of it (one process); None for a run trained alone."""
+    batch = replicas.read_batch_file(store.run_dir(int(run.id)))
+    if batch is None:
+        return None
+    runs = ", ".join(f"#{i}" for i in batch["runs"])
+    index = int(batch.get("index", 0))
+    return (
+        f"replica {index + 1} of {len(batch['runs'])} (runs {runs}), one process: "
+        "Stop and Resume act on the whole batch"
+    )
+
+
+def facts_sidebar(run: RunRecord, store: RunStore | None = None) -> None:
     """The run's fixed facts, in the sidebar under its actions."""
     rows = {
         "Parameters": _format_params(run.n_params),
         "Device": run.device or "—",
         "Precision": run.precision or "—",
     }
+    batch = batch_text(store, run) if store is not None else None
+    if batch is not None:
+        rows["Batch"] = batch
     st.caption("  \n".join(f"{label}: **{ui.plain(value)}**" for label, value in rows.items()))
 
 
