@@ -107,8 +107,7 @@ class ReplicaCallbacks(Callback):
         self._views: list[ReplicaTrainer] = []
 
     def _live(self, lit: LitReplicas) -> list[Replica]:
-        alive = lit.alive.tolist()
-        return [r for r in self.replicas if alive[r.index]]
+        return [r for r in self.replicas if lit.live[r.index]]
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: LitReplicas) -> None:
         """Make the views; start each replica's probe as a solo fit would."""
@@ -172,7 +171,7 @@ class ReplicaCallbacks(Callback):
             self.on_diverged(replica, step)
         if self.progress:
             self._print(trainer, pl_module)
-        if diverged and not bool(pl_module.alive.any()):
+        if diverged and not any(pl_module.live):
             replica, step = diverged[-1]
             raise TrainingDiverged(step, float("nan"))
 
@@ -298,7 +297,7 @@ def fit_batch(
         step = trainer.global_step
         if step < shared.train.max_steps:
             return Outcome("stopped", step), trainer
-        live = [r for r in replicas if bool(lit.alive[r.index])]
+        live = [r for r in replicas if lit.live[r.index]]
         if live and any(lit.views[r.index].last_val.get("step") != step for r in live):
             trainer.validate(lit, datamodule=datamodule, verbose=False, weights_only=True)
         return Outcome("completed", step), trainer
@@ -307,7 +306,7 @@ def fit_batch(
     except SIGTERMException:
         step = lifecycle.stopped_at or trainer.global_step
         evaluation = shared.train.eval_interval
-        live = [r for r in replicas if bool(lit.alive[r.index])]
+        live = [r for r in replicas if lit.live[r.index]]
         unscored = any(lit.views[r.index].last_val.get("step") != step for r in live)
         if step and step % evaluation == 0 and unscored:
             # The stop interrupted this step's evaluation: finish it (as a solo run does).

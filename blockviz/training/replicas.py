@@ -60,7 +60,8 @@ class ReplicaAdamW(torch.optim.Optimizer):
     in the order `lit.param_groups` gives a solo run (matrices decay, the rest do not). So
     the arithmetic is the solo run's, operation for operation. `lr_of(update)` gives the K
     learning rates of update `update` (0-based), as each solo run's LambdaLR sets them;
-    `alive` masks replicas out (not updated; weights, gradients and moments zeroed).
+    `live()` says which replicas are still training (the others are not updated; their
+    weights, gradients and moments are zeroed).
     """
 
     def __init__(
@@ -70,14 +71,14 @@ class ReplicaAdamW(torch.optim.Optimizer):
         weight_decay: Sequence[float],
         betas: Sequence[tuple[float, float]],
         lr_of: Callable[[int], list[float]],
-        alive: torch.Tensor,
+        live: Callable[[], list[bool]],
     ) -> None:
         super().__init__(list(params), {"lr": 0.0})
         self.decays = list(decays)
         self.weight_decay = [float(w) for w in weight_decay]
         self.betas = [(float(b1), float(b2)) for b1, b2 in betas]
         self.lr_of = lr_of
-        self.alive = alive
+        self.live = live
         self.updates = 0  # optimizer steps taken (restored with the state)
 
     def state_dict(self) -> dict[str, Any]:
@@ -109,7 +110,7 @@ class ReplicaAdamW(torch.optim.Optimizer):
                 state["exp_avg_sq"] = torch.zeros_like(param)
                 # torch keeps a float32 step per parameter on the CPU; one per replica here
                 state["step"] = torch.zeros(param.shape[0], dtype=torch.float32)
-        alive = self.alive.tolist()
+        alive = self.live()
         dead = torch.tensor([i for i, a in enumerate(alive) if not a], dtype=torch.long)
         if dead.numel():
             for param in params:
@@ -194,6 +195,9 @@ class LitReplicas(L.LightningModule):
         self.aliases = [aliases[id(by_name[n])] for n in self.names]
         self.template = CompiledModel(copy.deepcopy(models[0]).to("meta"))
         self.register_buffer("alive", torch.ones(self.k, dtype=torch.bool))
+        # `alive` on the host: read every step without a device sync (the buffer is what a
+        # checkpoint keeps; `on_load_checkpoint` reads it back)
+        self.live = [True] * self.k
         self.register_buffer("diverged_at", torch.full((self.k,), -1, dtype=torch.long))
         self.vocab = self.views[0].vocab
         self.is_ops = self.views[0].is_ops
@@ -263,7 +267,7 @@ class LitReplicas(L.LightningModule):
         # and one stacking copy of the gradients in the backward pass). A replica masked
         # out costs nothing: zeros stand in for its outputs.
         views = {name: tensor.unbind(0) for name, tensor in params.items()}
-        alive = self.alive.tolist()
+        alive = self.live
         wanted = [i for i in range(self.k) if alive[i]] or [0]  # shapes even with none live
         outputs = {
             i: one(
@@ -287,7 +291,7 @@ class LitReplicas(L.LightningModule):
         # Each live replica's objective as its solo run computes it: the cross-entropy, plus
         # PaLM's z-loss where its coefficient is not 0.
         objectives = []
-        for i, (coefficient, live) in enumerate(zip(self.z_loss, self.alive.tolist(), strict=True)):
+        for i, (coefficient, live) in enumerate(zip(self.z_loss, self.live, strict=True)):
             if not live:
                 continue
             if coefficient == 0:
@@ -309,7 +313,7 @@ class LitReplicas(L.LightningModule):
         order = [p for p in order if p.grad is not None]
         if not order:
             return
-        for i, (limit, live) in enumerate(zip(self.clip, self.alive.tolist(), strict=True)):
+        for i, (limit, live) in enumerate(zip(self.clip, self.live, strict=True)):
             if not limit or not live:
                 continue
             grads = [p.grad[i] for p in order]
@@ -335,7 +339,7 @@ class LitReplicas(L.LightningModule):
             [c.train.weight_decay for c in self.configs],
             [(c.train.beta1, c.train.beta2) for c in self.configs],
             self.lr_of,
-            self.alive,
+            lambda: self.live,
         )
 
     def mark_diverged(self, index: int, step: int) -> None:
@@ -347,11 +351,18 @@ class LitReplicas(L.LightningModule):
         """Replica `index` trains no more: not in the objective, its weights, gradients
         (and, in ReplicaAdamW, moments) zeroed, so it computes finite zeros."""
         self.alive[index] = False
+        self.live[index] = False
         with torch.no_grad():
             for param in self.stacked_params():
                 param[index].zero_()
                 if param.grad is not None:
                     param.grad[index].zero_()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A resumed batch: which replicas were still training when it was saved."""
+        saved = checkpoint.get("state_dict", {}).get("alive")
+        if saved is not None:
+            self.live = [bool(a) for a in saved.tolist()]
 
     # -- validation ----------------------------------------------------------------------
 
@@ -388,9 +399,8 @@ class LitReplicas(L.LightningModule):
             return
         # One transfer; the mean in Python, as a solo run takes it.
         means = [total / self._val_batches for total in self._val_sum.tolist()]
-        alive = self.alive.tolist()
         for i, mean_loss in enumerate(means):
-            if not alive[i]:
+            if not self.live[i]:
                 continue
             answers = self._answers[i] if self.is_ops else None
             table = self.is_ops and self._answer_table is not None

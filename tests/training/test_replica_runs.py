@@ -73,6 +73,9 @@ def _assert_equal_runs(store: RunStore, replica: int, solo: int, exact: bool = T
     assert samples[0]["step"].tolist() == samples[1]["step"].tolist()
     if exact:
         assert samples[0]["text"].tolist() == samples[1]["text"].tolist()
+        for step in samples[0]["step"]:  # the attention maps drawn with each sample
+            maps = [store.attention(i, int(step)).drop(columns="run_id") for i in (replica, solo)]
+            assert maps[0].equals(maps[1]), step
 
 
 # Probes every 2 steps ("on") or only at step 0 and the last step ("off"); architectures
@@ -217,3 +220,16 @@ def test_replicas_on_the_ops_task_score_answers_as_their_solo_runs(tmp_path, cor
             for name in ("val/answer_acc", "val/answer_baseline"):
                 ours = _series(store, replica, name)
                 assert ours and ours == _series(store, solo, name), name
+
+
+def test_each_replica_writes_its_own_logger_files(tmp_path, corpus):
+    store_path = tmp_path / "s.db"
+    assert _train(store_path, corpus, "--logger", "csv", "--seeds", "3,4") == 0
+    with RunStore(store_path) as store:
+        for run_id in (1, 2):
+            (metrics,) = (store.run_dir(run_id) / "csv").glob("version_*/metrics.csv")
+            header, *rows = metrics.read_text(encoding="utf-8").splitlines()
+            assert "train/loss" in header and "val/loss" in header and rows
+            column = header.split(",").index("train/loss")
+            logged = [float(r.split(",")[column]) for r in rows if r.split(",")[column]]
+            assert logged == list(_series(store, run_id, "train/loss").values())

@@ -41,7 +41,7 @@ def test_replica_adamw_equals_one_torch_adamw_per_replica():
         [h[2] for h in HYPER],
         [h[1] for h in HYPER],
         lambda update: [h[0] for h in HYPER],
-        torch.ones(k, dtype=torch.bool),
+        lambda: [True] * k,
     )
     for _ in range(5):
         grads = [torch.randn(k, *s) for s in shapes]
@@ -111,7 +111,8 @@ def test_a_masked_replica_is_inert_and_the_others_are_untouched():
     with torch.no_grad():
         lit.stacked_params()[0][1].fill_(float("nan"))  # replica 1 blew up
     lit.mark_diverged(1, step=0)
-    assert lit.alive.tolist() == [True, False, True] and lit.diverged_at.tolist()[1] == 0
+    assert lit.alive.tolist() == lit.live == [True, False, True]  # the checkpoint's and the host's
+    assert lit.diverged_at.tolist()[1] == 0
     out = lit.training_step(batch, 0)
     assert torch.isfinite(out["loss"]) and torch.isfinite(out["ce"]).all()
     out["loss"].backward()
