@@ -195,13 +195,15 @@ class Studies(Part):
         pid_started: float | None,
         limit: int,
         key_of: Callable[[str | None], str | None],
+        workers: int = 1,
     ) -> list[int]:
         """Give the oldest unclaimed queued run of the study, and up to `limit` - 1 more
         whose `key_of(config)` is the same (not None), to process `pid`; their ids.
 
         A batch of replicas is claimed at once, as large as splitting the runs of its key
-        into even batches of at most `limit` makes it (`even_batch`). Empty when every run
-        is claimed or done.
+        into even batches of at most `limit` makes it (`even_batch`), and at most its share
+        of the unclaimed runs among the study's `workers`. Empty when every run is claimed
+        or done.
         Atomic: two workers never get one run.
         """
         sid = _study_id(study_id)
@@ -217,8 +219,11 @@ class Studies(Part):
             same = [int(rows[0][0])]
             if key is not None:
                 same += [int(run_id) for run_id, config in rows[1:] if key_of(config) == key]
-            # Even batches: 14 runs of one shape at most 8 at once are 7 + 7, not 8 + 6.
-            chosen = same[: even_batch(len(same), limit)]
+            # Even batches: 14 runs of one shape at most 8 at once are 7 + 7, not 8 + 6; and
+            # no more than this worker's share of what is left, so no worker sits idle
+            # while another trains a large batch (9 runs, 2 workers: 3, 3, 2, 1).
+            share = -(-len(rows) // max(1, workers))
+            chosen = same[: min(even_batch(len(same), limit), share)]
             conn.executemany(
                 "UPDATE runs SET pid = ?, pid_started = ? WHERE id = ?",
                 [(int(pid), pid_started, run_id) for run_id in chosen],

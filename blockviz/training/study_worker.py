@@ -183,6 +183,7 @@ def work(
                     return 1
                 if patiently(store.get_study, study_id).status != "running":
                     break
+                workers = len(patiently(store.get_study, study_id).workers or ()) or 1
                 run_ids = patiently(
                     store.claim_study_runs,
                     study_id,
@@ -190,6 +191,7 @@ def work(
                     me.started if me else None,
                     replica_limit,
                     batch_key_of,
+                    workers,
                 )
                 if not run_ids:
                     break

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -48,9 +49,11 @@ def test_a_two_by_two_sweep_runs_to_the_end(tmp_path: Path, corpus: Path) -> Non
         configs = [store.get_run(int(i)).config for i in runs["id"]]
         assert [c["train"]["lr"] for c in configs] == [1e-3, 1e-3, 3e-3, 3e-3]
         assert [c["train"]["seed"] for c in configs] == [1, 2, 1, 2]
-        # One worker trained them all: one process id for every run, one thread each.
+        # One worker trained them all: one process id for every run, one thread each, the
+        # four (one shape) as one batch of replicas.
         assert runs["pid"].nunique() == 1
-        assert {store.get_run(int(i)).device for i in runs["id"]} == {"cpu, 1 thread"}
+        devices = {store.get_run(int(i)).device for i in runs["id"]}
+        assert devices == {"cpu, 1 thread, 4 replicas"}
     listing = study(store_path, "list")
     assert listing.returncode == 0 and "completed" in listing.stdout and "4/4" in listing.stdout
     shown = study(store_path, "show", str(study_id))
@@ -85,7 +88,8 @@ def test_a_stopped_study_resumes_and_finishes(tmp_path: Path, corpus: Path) -> N
         # By default each run takes its share of the cores: cores ÷ run slots.
         share = hardware.threads_text(hardware.share_of_cores(hardware.default_slots()))
         devices = {store.get_run(int(i)).device for i in store.study_runs(1)["id"]}
-        assert devices == {f"cpu, {share}"}
+        # (a batch of replicas adds ", K replicas")
+        assert {re.sub(r", \d+ replicas$", "", d) for d in devices} == {f"cpu, {share}"}
     assert "nothing to resume" in study(store_path, "resume", "1").stdout
 
 
@@ -171,7 +175,8 @@ def test_a_worker_whose_store_is_replaced_stops_and_leaves_the_new_file_alone(
         return 0
 
     monkeypatch.setattr(study_worker, "train_one", train_one)
-    assert study_worker.work(str(store_path), study_id, 0, 1) == 1
+    # One run at a time (--replicas off), so that there is a next claim to refuse.
+    assert study_worker.work(str(store_path), study_id, 0, 1, 1) == 1
     err = capsys.readouterr().err
     assert f"study {study_id}: the run store {store_path} was replaced" in err
     assert len(trained) == 1 and store_path.read_bytes() == replacement
@@ -195,7 +200,20 @@ def test_a_worker_hands_freed_memory_back_after_every_run(
 
     monkeypatch.setattr(study_worker, "train_one", train_one)
     monkeypatch.setattr(study_worker, "release_freed_memory", lambda: events.append("trim"))
-    assert study_worker.work(str(store_path), study_id, 0, 1) == 0
+    assert study_worker.work(str(store_path), study_id, 0, 1, 1) == 0  # one run at a time
     assert events == ["run", "trim"] * 3
+
+    # A batch of replicas: one trim after the batch.
+    def train_batch(store: RunStore, run_ids: list[int], *args: object) -> int:
+        for run_id in run_ids:
+            store.update_run(run_id, status="completed")
+        events.append(f"batch of {len(run_ids)}")
+        return 0
+
+    events.clear()
+    study_id = _three_run_study(tmp_path / "again.db", corpus, monkeypatch)
+    monkeypatch.setattr(study_worker, "train_batch", train_batch)
+    assert study_worker.work(str(tmp_path / "again.db"), study_id, 0, 1) == 0
+    assert events == ["batch of 3", "trim"]
     # The real release: True with glibc, False elsewhere; it never raises.
     assert isinstance(real_release(), bool)

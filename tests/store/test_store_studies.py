@@ -71,6 +71,25 @@ def test_workers_claim_replica_batches_of_one_key_in_order_each_run_once(tmp_pat
         study_id, ids = store.create_study("u", "sweep", "quick", {}, ten)
         sizes = [len(store.claim_study_runs(study_id, 400 + i, None, 8, key_of)) for i in range(3)]
         assert sizes == [5, 5, 0]
+        # Three shapes of three runs and two workers: each claim takes at most its worker's
+        # share of what is left, so the last runs split between the workers (3, 3, 2, 1).
+        nine = [
+            {
+                "variant": f"v{i // 3}",
+                "seed": i % 3,
+                "config": f'{{"k": "{i // 3}"}}',
+                "max_steps": 1,
+            }
+            for i in range(9)
+        ]
+        study_id, ids = store.create_study("w", "sweep", "quick", {}, nine)
+
+        def any_key(config: str | None) -> str | None:
+            return config
+
+        claims = [store.claim_study_runs(study_id, 500 + i, None, 8, any_key, 2) for i in range(5)]
+        assert [len(c) for c in claims] == [3, 3, 2, 1, 0]
+        assert claims[2] + claims[3] == ids[6:]
 
 
 def test_unclaimed_study_runs_are_not_reaped_but_claimed_dead_ones_are(tmp_path) -> None:
