@@ -477,6 +477,36 @@ def _assert_each_row_once(store_path: Path, run_id: int, max_steps: int) -> None
         assert sorted(samples) == sorted(set(samples)) and 0 in samples
 
 
+def test_a_batch_resumed_with_more_steps_keeps_its_lr_schedule_horizon(tmp_path, corpus):
+    # Resumed with a larger --max_steps, the cosine decay still ends at step 60 (it had
+    # restarted towards the new max_steps: the lr jumped back up).
+    store_path = tmp_path / "blockviz.db"
+    proc = _train(store_path, corpus, "--max_steps", "60", "--seeds", "0,1")
+    _wait(lambda: len(_logged_steps(store_path, 2, "train/loss")) > 12)
+    proc.send_signal(signal.SIGTERM)
+    assert finish(proc)[0] == 0
+    code, _, err = finish(_resume(store_path, "--max_steps", "80"))
+    assert code == 0, err
+    with RunStore(store_path) as store:
+        for run_id in (1, 2):
+            lr = store.scalars(run_id, names="train/lr").set_index("step")["value"]
+            assert store.get_run(run_id).status == "completed"
+            assert lr[lr.index >= 60].eq(1e-4).all()  # min_lr from the old horizon on
+            assert (lr[lr.index < 59] > 1e-4).all()
+
+
+def test_a_stop_during_train_seeds_ends_the_command_not_just_its_batch(tmp_path, corpus):
+    store_path = tmp_path / "blockviz.db"
+    proc = _train(store_path, corpus, "--max_steps", "400", "--seeds", "0-3", "--replicas", "2")
+    _wait(lambda: len(_logged_steps(store_path, 1, "train/loss")) > 5)
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc)
+    assert code == 0, err
+    assert "seeds [2, 3] not started" in out
+    with RunStore(store_path) as store:
+        assert store.runs_frame()["status"].tolist() == ["stopped", "stopped"]
+
+
 @pytest.mark.parametrize("replicas", ["off", "8"])
 def test_a_study_worker_killed_mid_run_is_resumed_with_each_run_trained_once(
     tmp_path, corpus, replicas

@@ -62,7 +62,10 @@ def why_solo(config: RunConfig) -> str | None:
     if model.norm_type == "batchnorm" and model.norm_position != "none":
         return "batchnorm updates running statistics in place, which vmap cannot batch"
     if train.compile:
-        return "compile: replicas train as one eager vmapped model"
+        return "compile: replicas train as one eager model"
+    if train.precision in ("16-mixed", "16", "16-true"):
+        # One GradScaler for the batch: one replica's overflow would skip every replica's step.
+        return "16-bit precision scales every replica's gradients with one loss scale"
     if train.devices != 1 or train.num_nodes != 1 or train.strategy not in ("auto",):
         return "several devices, nodes or a DDP strategy: replicas train on one device"
     return None
@@ -123,11 +126,13 @@ def parse_seeds(text: str) -> list[int]:
                 first, last = int(low), int(high)
                 if last < first:
                     raise ValueError(f"the range {part!r} runs backwards")
+                if len(seeds) + last - first + 1 > MAX_SEEDS_FLAG:
+                    raise ValueError(f"{text!r} names more than {MAX_SEEDS_FLAG} seeds")
                 seeds.extend(range(first, last + 1))
             else:
                 seeds.append(int(part))
         except ValueError as exc:
-            if "backwards" in str(exc):
+            if "backwards" in str(exc) or "more than" in str(exc):
                 raise ValueError(f"{text!r}: {exc}") from None
             raise ValueError(f"{part!r} is not a seed; write seeds as 0,1,2 or 0-3") from None
         if len(seeds) > MAX_SEEDS_FLAG:
@@ -154,12 +159,15 @@ def parse_replicas(text: str) -> int:
     return value
 
 
-def write_batch_file(run_dir: Path, run_ids: Sequence[int], index: int) -> None:
-    """Record in a member's folder the batch it trains in (the first member's folder holds
-    the batch's checkpoint)."""
+def write_batch_file(
+    run_dir: Path, run_ids: Sequence[int], index: int, leader: int | None = None
+) -> None:
+    """Record in a member's folder the batch it trains in: its members, its own index, and
+    the member whose folder holds the batch's checkpoint (`leader`, default the first)."""
     from blockviz.core.files import atomic_write
 
     data = {"runs": [int(i) for i in run_ids], "index": int(index)}
+    data["leader"] = int(run_ids[0] if leader is None else leader)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     atomic_write(Path(run_dir) / BATCH_FILE, json.dumps(data))
 
@@ -171,14 +179,19 @@ def read_batch_file(run_dir: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     runs = data.get("runs") if isinstance(data, dict) else None
-    if not isinstance(runs, list) or not runs or not all(isinstance(r, int) for r in runs):
+    if not isinstance(runs, list) or not runs or not all(type(r) is int for r in runs):
         return None
-    return data
+    index, leader = data.get("index"), data.get("leader", runs[0])
+    if type(index) is not int or not 0 <= index < len(runs) or len(set(runs)) != len(runs):
+        return None
+    if type(leader) is not int or leader not in runs:
+        return None
+    return {**data, "leader": leader}
 
 
 def checkpoint_path(run_dir: Path, run_dirs_of: Any) -> Path:
     """Where a run's resumable checkpoint is: its own last.ckpt, or its batch's (in the
     first member's folder, `run_dirs_of(id)` giving a member's folder)."""
     batch = read_batch_file(run_dir)
-    folder = Path(run_dir) if batch is None else Path(run_dirs_of(batch["runs"][0]))
+    folder = Path(run_dir) if batch is None else Path(run_dirs_of(batch["leader"]))
     return folder / "checkpoints" / "last.ckpt"

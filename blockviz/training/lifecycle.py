@@ -57,6 +57,11 @@ class StopRequest:
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True
+        # A stop request installed around this one (`train --seeds` around each batch) is
+        # told too, so the command stops rather than going on to its next batch.
+        outer = self._previous.get(signal.SIGTERM)
+        if isinstance(getattr(outer, "__self__", None), StopRequest):
+            outer(signum, frame)
 
     def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
         # Whatever handles SIGTERM right now (ours, or Lightning's chain during fit).

@@ -18,7 +18,7 @@ import traceback
 from typing import Any
 
 from blockviz.core import config as cfg
-from blockviz.core import procs, startup_trace
+from blockviz.core import procs, replicas, startup_trace
 from blockviz.core.files import atomic_write
 from blockviz.core.vocab import DataError
 from blockviz.store import RunStore, StoreError
@@ -98,6 +98,8 @@ def _register_and_fit(
     run_dir = store.run_dir(run_id)
     try:
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        if plan.checkpoint is None:  # trained alone from the start: no longer a replica
+            (run_dir / replicas.BATCH_FILE).unlink(missing_ok=True)
         atomic_write(run_dir / "config.json", config.to_json())
         atomic_write(run_dir / "vocab.json", vocab.to_json())
     except OSError as exc:

@@ -316,3 +316,11 @@ def fit_batch(
     finally:
         for replica in training:
             replica.heartbeat.stop()
+        # Each replica's --logger files: not the Trainer's loggers, so closed here (a csv
+        # writer keeps rows until it saves; a TensorBoard writer holds a file and a thread).
+        for replica in replicas:
+            for logger in replica.loggers[1:]:
+                try:
+                    logger.finalize("success")
+                except Exception as exc:  # a logger that cannot write never fails the run
+                    log.warning("closing a logger of run %s: %s", replica.run_id, exc)

@@ -86,13 +86,22 @@ def cli_seeds(args: argparse.Namespace, seeds: list[int], limit: int) -> int:
         print(f"blockviz: these seeds train one after another: {reason}", flush=True)
     groups = replicas.group(list(zip(range(len(configs)), configs, strict=True)), limit)
     worst = EXIT_OK
-    for indices in groups:
-        if len(indices) == 1:  # alone: exactly the solo `train` of that seed
-            worst = max(worst, _train_alone(args, seeds[indices[0]], names[indices[0]]))
-            continue
-        chosen = [configs[i] for i in indices]
-        batch = Batch(chosen, [names[i] for i in indices], [None] * len(indices))
-        worst = max(worst, train_batch(args, batch))
+    stop = StopRequest()  # a stop during one batch (or seed) ends the command there
+    stop.install()
+    try:
+        for number, indices in enumerate(groups):
+            if stop.requested:
+                left = [seeds[i] for group in groups[number:] for i in group]
+                print(f"blockviz: stopped; seeds {left} not started", flush=True)
+                break
+            if len(indices) == 1:  # alone: exactly the solo `train` of that seed
+                worst = max(worst, _train_alone(args, seeds[indices[0]], names[indices[0]]))
+                continue
+            chosen = [configs[i] for i in indices]
+            batch = Batch(chosen, [names[i] for i in indices], [None] * len(indices))
+            worst = max(worst, train_batch(args, batch))
+    finally:
+        stop.uninstall()
     return worst
 
 
@@ -132,24 +141,53 @@ def plan_resume(args: argparse.Namespace, store: RunStore, run_id: int) -> Batch
     """The members of RUN's batch that were still training, from its checkpoint."""
     info = batch_of(store, run_id) or {}
     members = [int(m) for m in info.get("runs", [])]
-    leader_dir = store.run_dir(members[0]) if members else store.run_dir(run_id)
-    checkpoint = leader_dir / "checkpoints" / "last.ckpt"
+    if run_id not in members:
+        raise UsageError(f"--resume: run {run_id}'s replicas.json does not name it")
+    leader = int(info.get("leader", members[0]))
+    checkpoint = store.run_dir(leader) / "checkpoints" / "last.ckpt"
     if not checkpoint.is_file():
         raise UsageError(f"--resume: run {run_id}'s batch has no checkpoint at {checkpoint}")
     state = read_checkpoint(checkpoint, f"--resume: run {run_id}'s batch checkpoint")
+    hparams = state["hyper_parameters"]
+    saved = hparams.get("run_configs")
     import torch
 
     raw = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    alive = raw["state_dict"]["alive"].tolist()
+    alive = raw.get("state_dict", {}).get("alive")
+    seeds = [((c or {}).get("train") or {}).get("seed") for c in saved or []]
+    if alive is None or not isinstance(saved, list) or len(saved) != len(members):
+        raise UsageError(
+            f"--resume: {checkpoint} is no longer run {run_id}'s batch checkpoint (run "
+            f"{leader}, whose folder holds it, trained again since); it cannot resume"
+        )
+    alive = alive.tolist()
     overrides = resume_overrides(args)
     configs, names, skip = [], [], set()
     for index, (member, live) in enumerate(zip(members, alive, strict=True)):
-        run = store.get_run(member)
+        try:
+            run = store.get_run(member)
+        except StoreError:
+            raise UsageError(
+                f"--resume: run {member} of run {run_id}'s batch is gone; the batch cannot resume"
+            ) from None
         if run.status in ACTIVE_STATUSES and procs.is_alive(run.pid, run.pid_started):
             raise UsageError(f"--resume: run {member} ({run.name}) is {run.status}; stop it first")
+        if (batch_of(store, member) or {}).get("runs") != members:
+            raise UsageError(
+                f"--resume: run {member} has trained in another batch (or alone) since this "
+                f"batch's checkpoint; run {run_id}'s batch cannot resume"
+            )
         config = _read_config(store, member)
+        if config.train.seed != seeds[index]:
+            raise UsageError(
+                f"--resume: run {member}'s config does not match its place in the batch "
+                f"checkpoint {checkpoint}; the batch cannot resume"
+            )
         if overrides:
             config = cfg.replace(config, **overrides).validate()
+            reason = replicas.why_solo(config)
+            if reason is not None:
+                raise UsageError(f"--resume: a batch of replicas cannot change to this: {reason}")
         configs.append(config)
         names.append(run.name)
         if not live or run.status in ("completed", "diverged"):
@@ -162,7 +200,10 @@ def plan_resume(args: argparse.Namespace, store: RunStore, run_id: int) -> Batch
             f"--resume: run {run_id}'s batch is already at step {start} of max_steps="
             f"{configs[0].train.max_steps}; pass a larger --max_steps"
         )
-    hparams = state["hyper_parameters"]
+    # The schedule keeps the horizon the batch started with (a larger --max_steps does not
+    # stretch it), as a solo resume does.
+    first_max_steps = ((saved[0] or {}).get("train") or {}).get("max_steps")
+    horizon = hparams.get("schedule_steps") or first_max_steps or configs[0].train.max_steps
     recorded = store.get_run(run_id).dataset
     return Batch(
         configs,
@@ -170,7 +211,7 @@ def plan_resume(args: argparse.Namespace, store: RunStore, run_id: int) -> Batch
         list(members),
         checkpoint=checkpoint,
         start_step=start,
-        schedule_steps=hparams.get("schedule_steps"),
+        schedule_steps=int(horizon),
         pending_rows=state["pending_rows"] or {},
         legacy_eval=bool(recorded) and not evaluation.same_text(recorded),
         skip=skip,
@@ -248,27 +289,66 @@ def _register_and_fit(
     if len(skip) == len(ids):
         print("blockviz: every run of this batch was stopped before it started", flush=True)
         return EXIT_OK
-    leader = store.run_dir(ids[0])  # the batch's folder: its checkpoint lives there
+    try:
+        return _prepare_and_fit(args, store, batch, configs, datamodule, stop, ids, skip)
+    except Exception as exc:  # before the fit (files, rows, the model): every member fails
+        training = [run_id for index, run_id in enumerate(ids) if index not in skip]
+        return _fail_unstarted(store, training, exc)
+
+
+def _fail_unstarted(store: RunStore, run_ids: list[int], exc: Exception) -> int:
+    """Members a batch took over but could not start training: failed, with the error."""
+    import traceback
+
+    message = f"{type(exc).__name__}: {exc}".strip()
+    log.error("batch could not start:\n%s", "".join(traceback.format_exception(exc)))
+    for run_id in run_ids:
+        try:
+            run = store.get_run(run_id)
+            if run.status in ACTIVE_STATUSES:
+                patiently(
+                    store.update_run, run_id, status="failed", ended=time.time(), error=message
+                )
+        except StoreError as store_exc:
+            log.error("could not record the failure: %s", store_exc)
+    return failure_exit(exc, f"runs {', '.join(map(str, run_ids))}", message)
+
+
+def _prepare_and_fit(
+    args: argparse.Namespace,
+    store: RunStore,
+    batch: Batch,
+    configs: list[cfg.RunConfig],
+    datamodule: Any,
+    stop: StopRequest,
+    ids: list[int],
+    skip: set[int],
+) -> int:
+    """Write the members' files, continue their series, wait for a slot, fit."""
+    training = [i for n, i in enumerate(ids) if n not in skip]
+    # The batch's folder, where its checkpoint lives: a resume keeps the one it had; a new
+    # batch takes its first member that trains (one stopped before it started never does).
+    owner = batch.checkpoint.parent.parent if batch.checkpoint is not None else None
+    leader_id = next((i for i in ids if owner == store.run_dir(i)), training[0])
+    leader = store.run_dir(leader_id)
     run_dirs = [store.run_dir(i) for i in ids]
     handlers = []
-    for index, (run_dir, config) in enumerate(zip(run_dirs, configs, strict=True)):
-        if index in skip:
-            continue
-        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-        atomic_write(run_dir / "config.json", config.to_json())
-        atomic_write(run_dir / "vocab.json", datamodule.vocab.to_json())
-        replicas.write_batch_file(run_dir, ids, index)
-        handlers.append(open_log(run_dir))
-    names = [store.get_run(i).name for i in ids]
-    training = [i for n, i in enumerate(ids) if n not in skip]
-    verb = f"resuming from step {batch.start_step}" if batch.checkpoint else "started"
-    print(
-        f"blockviz: runs {', '.join(map(str, training))} ({len(training)} replicas of one "
-        f"batch) {verb}; "
-        f"store {store.path}",
-        flush=True,
-    )
     try:
+        for index, (run_dir, config) in enumerate(zip(run_dirs, configs, strict=True)):
+            if index in skip:
+                continue
+            (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+            atomic_write(run_dir / "config.json", config.to_json())
+            atomic_write(run_dir / "vocab.json", datamodule.vocab.to_json())
+            replicas.write_batch_file(run_dir, ids, index, leader_id)
+            handlers.append(open_log(run_dir))
+        names = [store.get_run(i).name for i in ids]
+        verb = f"resuming from step {batch.start_step}" if batch.checkpoint else "started"
+        print(
+            f"blockviz: runs {', '.join(map(str, training))} ({len(training)} replicas of one "
+            f"batch) {verb}; store {store.path}",
+            flush=True,
+        )
         if batch.checkpoint is not None:
             for run_id in training:
                 patiently(store.truncate_after, run_id, batch.start_step)

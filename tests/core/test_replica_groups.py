@@ -116,7 +116,13 @@ def test_replica_limits():
 
 def test_batch_file_round_trip_and_damage(tmp_path):
     replicas.write_batch_file(tmp_path, [4, 5, 6], 1)
-    assert replicas.read_batch_file(tmp_path) == {"runs": [4, 5, 6], "index": 1}
+    assert replicas.read_batch_file(tmp_path) == {"runs": [4, 5, 6], "index": 1, "leader": 4}
+    replicas.write_batch_file(tmp_path, [4, 5, 6], 1, leader=5)
+    assert replicas.read_batch_file(tmp_path)["leader"] == 5
+    assert replicas.checkpoint_path(tmp_path, {5: tmp_path / "five"}.get) == (
+        tmp_path / "five" / "checkpoints" / "last.ckpt"
+    )
+    replicas.write_batch_file(tmp_path, [4, 5, 6], 1)
     folders = {4: tmp_path / "four"}
     assert (
         replicas.checkpoint_path(tmp_path, folders.get) == folders[4] / "checkpoints" / "last.ckpt"
@@ -124,3 +130,26 @@ def test_batch_file_round_trip_and_damage(tmp_path):
     (tmp_path / replicas.BATCH_FILE).write_text("{not json", encoding="utf-8")
     assert replicas.read_batch_file(tmp_path) is None
     assert replicas.checkpoint_path(tmp_path, folders.get) == tmp_path / "checkpoints" / "last.ckpt"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"runs": [1, 2], "index": 5},
+        {"runs": [1, 1], "index": 0},
+        {"runs": [1, 2], "index": "0"},
+        {"runs": [1, 2], "index": 0, "leader": 9},
+        {"runs": [True, 2], "index": 0},
+        {"runs": [], "index": 0},
+    ],
+)
+def test_a_batch_file_that_does_not_hold_together_is_not_read(tmp_path, data):
+    import json
+
+    (tmp_path / replicas.BATCH_FILE).write_text(json.dumps(data), encoding="utf-8")
+    assert replicas.read_batch_file(tmp_path) is None
+
+
+def test_seed_ranges_are_bounded_before_they_are_expanded():
+    with pytest.raises(ValueError, match="more than 64"):
+        replicas.parse_seeds("0-1000000000")  # refused without building the list

@@ -233,3 +233,24 @@ def test_each_replica_writes_its_own_logger_files(tmp_path, corpus):
             column = header.split(",").index("train/loss")
             logged = [float(r.split(",")[column]) for r in rows if r.split(",")[column]]
             assert logged == list(_series(store, run_id, "train/loss").values())
+
+
+def test_a_member_trained_again_alone_leaves_its_batch_and_the_batch_cannot_resume(
+    tmp_path, corpus, capsys
+):
+    # The batch file stayed behind: a later Resume sent the run back to the old batch's
+    # checkpoint and took over its other member.
+    store_path = tmp_path / "s.db"
+    assert _train(store_path, corpus, "--seeds", "0,1", "--max_steps", "4") == 0
+    with RunStore(store_path) as store:
+        store.update_run(2, status="queued", pid=None)
+        config = store.run_dir(2) / "config.json"
+    assert cli.main(["train", "--config", str(config), "--run_id", "2", "--store",
+                     str(store_path), "--no_progress"]) == 0  # fmt: skip
+    with RunStore(store_path) as store:
+        assert replicas.read_batch_file(store.run_dir(2)) is None
+        store.update_run(1, status="stopped")
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", "1", "--store", str(store_path)]) == 2
+    err = capsys.readouterr().err
+    assert "run 2 has trained in another batch (or alone) since" in err and "Traceback" not in err
