@@ -127,27 +127,6 @@ def test_kill_9_of_a_batch_of_replicas_then_resume_leaves_no_gap_in_any(tmp_path
         _assert_continuous(store_path, run_id, 60)
 
 
-def test_a_stopped_batch_stops_every_replica_and_resumes_them_all(tmp_path, corpus):
-    store_path = tmp_path / "blockviz.db"
-    proc = _train(store_path, corpus, "--max_steps", "60", "--seeds", "4,5")
-    _wait(lambda: len(_logged_steps(store_path, 2, "train/loss")) > 12)
-    proc.send_signal(signal.SIGTERM)
-    code, _, err = finish(proc)
-    assert code == 0, err
-    with RunStore(store_path) as store:
-        stopped = [store.get_run(i) for i in (1, 2)]
-    assert [r.status for r in stopped] == ["stopped", "stopped"]
-    assert (
-        stopped[0].step
-        == stopped[1].step
-        == _checkpoint_step(tmp_path / "blockviz.db.runs" / "1" / "checkpoints" / "last.ckpt")
-    )
-    code, _, err = finish(_resume(store_path))
-    assert code == 0, err
-    for run_id in (1, 2):
-        _assert_continuous(store_path, run_id, 60)
-
-
 def test_a_run_killed_after_its_final_checkpoint_is_finished_by_resume(tmp_path, corpus):
     """It stayed failed for good: `--resume` refused ("already at step 25 of max_steps=25")
     and the page's Resume was off. 1 of 4 random kills landed in this window."""
@@ -477,20 +456,32 @@ def _assert_each_row_once(store_path: Path, run_id: int, max_steps: int) -> None
         assert sorted(samples) == sorted(set(samples)) and 0 in samples
 
 
-def test_a_batch_resumed_with_more_steps_keeps_its_lr_schedule_horizon(tmp_path, corpus):
-    # Resumed with a larger --max_steps, the cosine decay still ends at step 60 (it had
-    # restarted towards the new max_steps: the lr jumped back up).
+def test_a_stopped_batch_stops_every_replica_and_resumes_them_all_on_its_lr_horizon(
+    tmp_path, corpus
+):
+    # SIGTERM stops every member at the checkpoint's step; resumed with a larger
+    # --max_steps, each series continues with each step once and the cosine decay still
+    # ends at step 60 (it had restarted towards the new max_steps: the lr jumped back up).
     store_path = tmp_path / "blockviz.db"
-    proc = _train(store_path, corpus, "--max_steps", "60", "--seeds", "0,1")
+    proc = _train(store_path, corpus, "--max_steps", "60", "--seeds", "4,5")
     _wait(lambda: len(_logged_steps(store_path, 2, "train/loss")) > 12)
     proc.send_signal(signal.SIGTERM)
-    assert finish(proc)[0] == 0
+    code, _, err = finish(proc)
+    assert code == 0, err
+    with RunStore(store_path) as store:
+        stopped = [store.get_run(i) for i in (1, 2)]
+    assert [r.status for r in stopped] == ["stopped", "stopped"]
+    assert (
+        stopped[0].step
+        == stopped[1].step
+        == _checkpoint_step(tmp_path / "blockviz.db.runs" / "1" / "checkpoints" / "last.ckpt")
+    )
     code, _, err = finish(_resume(store_path, "--max_steps", "80"))
     assert code == 0, err
     with RunStore(store_path) as store:
         for run_id in (1, 2):
+            _assert_continuous(store_path, run_id, 80)
             lr = store.scalars(run_id, names="train/lr").set_index("step")["value"]
-            assert store.get_run(run_id).status == "completed"
             assert lr[lr.index >= 60].eq(1e-4).all()  # min_lr from the old horizon on
             assert (lr[lr.index < 59] > 1e-4).all()
 

@@ -96,15 +96,15 @@ CONFIGS = {
 @pytest.mark.parametrize("flags", list(CONFIGS.values()), ids=list(CONFIGS))
 def test_train_seeds_equals_one_solo_run_per_seed(tmp_path, corpus, flags, capsys):
     store_path = tmp_path / "s.db"
-    assert _train(store_path, corpus, *flags, "--seeds", "0,1,2", "--name", "batch") == 0
+    assert _train(store_path, corpus, *flags, "--seeds", "0,1", "--name", "batch") == 0
     out = capsys.readouterr().out
-    assert "3 replicas of one batch" in out
-    for seed in (0, 1, 2):
+    assert "2 replicas of one batch" in out
+    for seed in (0, 1):
         assert _train(store_path, corpus, *flags, "--seed", str(seed)) == 0
     with RunStore(store_path) as store:
-        names = [store.get_run(i).name for i in (1, 2, 3)]
-        assert names == ["batch-s0", "batch-s1", "batch-s2"]
-        for replica, solo in ((1, 4), (2, 5), (3, 6)):
+        names = [store.get_run(i).name for i in (1, 2)]
+        assert names == ["batch-s0", "batch-s1"]
+        for replica, solo in ((1, 3), (2, 4)):
             _assert_equal_runs(store, replica, solo)
         # Seeds are different runs: different data, different weights.
         assert _series(store, 1, "train/loss") != _series(store, 2, "train/loss")
