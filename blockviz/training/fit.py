@@ -71,7 +71,7 @@ def fit(
             sinks,
             probe_interval=train.probe_interval,
             sample_interval=train.sample_interval,
-            prompt=_sample_prompt(datamodule),
+            prompt=sample_prompt(datamodule),
         )
         callbacks.append(probe)
     if progress:
@@ -112,7 +112,7 @@ def fit(
             heartbeat.stop()
 
 
-def _sample_prompt(datamodule: Any) -> str:
+def sample_prompt(datamodule: Any) -> str:
     """The fixed prompt of text samples: a newline, or the text's first character."""
     return "\n" if "\n" in datamodule.vocab else datamodule.corpus.text[0]
 

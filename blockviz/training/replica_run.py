@@ -34,8 +34,9 @@ from blockviz.core.naming import run_name
 from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.store import RunStore, StoreError
 from blockviz.training.final_metrics import final_metrics, summary_text
-from blockviz.training.fit import EXIT_OK, Outcome, describe_device
+from blockviz.training.fit import EXIT_OK, Outcome, describe_device, sample_prompt
 from blockviz.training.lifecycle import StopRequest, patiently
+from blockviz.training.logger import FLUSH_EVERY_S
 from blockviz.training.plan import (
     check_memory,
     load_datamodule,
@@ -240,7 +241,9 @@ def train_batch(args: argparse.Namespace, batch: Batch) -> int:
     # Only a batch that creates its runs may create the store (a worker's or a resume's
     # runs are in it already: a missing file is an error, not a new empty store).
     create = all(run_id is None for run_id in batch.run_ids)
-    store = RunStore(args.store or None, flush_seconds=1.0, defer_when_busy=True, create=create)
+    store = RunStore(
+        args.store or None, flush_seconds=FLUSH_EVERY_S, defer_when_busy=True, create=create
+    )
     stop = StopRequest()
     stop.install()
     try:
@@ -298,20 +301,30 @@ def _register_and_fit(
 
 def _fail_unstarted(store: RunStore, run_ids: list[int], exc: Exception) -> int:
     """Members a batch took over but could not start training: failed, with the error."""
+    return _fail(store, run_ids, f"runs {', '.join(map(str, run_ids))}", exc, "could not start")
+
+
+def _fail(store: RunStore, run_ids: list[int], what: str, exc: BaseException, how: str) -> int:
+    """The runs still active end failed with the one-line error (traceback in train.log);
+    the exit status."""
     import traceback
 
     message = f"{type(exc).__name__}: {exc}".strip()
-    log.error("batch could not start:\n%s", "".join(traceback.format_exception(exc)))
+    log.error("batch %s:\n%s", how, "".join(traceback.format_exception(exc)))
+    try:
+        store.flush()  # what can still be written, so the step below matches the rows
+    except StoreError as flush_exc:
+        log.error("flushing the store: %s", flush_exc)
     for run_id in run_ids:
         try:
-            run = store.get_run(run_id)
-            if run.status in ACTIVE_STATUSES:
+            if store.get_run(run_id).status in ACTIVE_STATUSES:
                 patiently(
                     store.update_run, run_id, status="failed", ended=time.time(), error=message
                 )
+                store.settle_step(run_id)
         except StoreError as store_exc:
             log.error("could not record the failure: %s", store_exc)
-    return failure_exit(exc, f"runs {', '.join(map(str, run_ids))}", message)
+    return failure_exit(exc, what, message)
 
 
 def _prepare_and_fit(
@@ -384,7 +397,7 @@ def _fit_and_record(
     vocab_json = datamodule.vocab.to_json()
     forced = {"1": True, "0": False}.get(os.environ.get(ENV_VMAP, ""))
     lit = LitReplicas([c.to_dict() for c in configs], vocab_json, batch.schedule_steps, forced)
-    prompt = "\n" if "\n" in datamodule.vocab else datamodule.corpus.text[0]
+    prompt = sample_prompt(datamodule)
     resume_step = batch.start_step if batch.checkpoint is not None else None
     members = build_replicas(configs, ids, store, run_dirs, prompt, resume_step)
     for index in batch.skip:
@@ -470,22 +483,5 @@ def _record_failure(
     store: RunStore, members: list[Replica], names: list[str], exc: BaseException
 ) -> int:
     """Every member still training fails with the one-line error (traceback in train.log)."""
-    import traceback
-
-    message = f"{type(exc).__name__}: {exc}".strip()
-    log.error("batch failed:\n%s", "".join(traceback.format_exception(exc)))
-    try:
-        store.flush()  # what can still be written, so the step below matches the rows
-    except StoreError as flush_exc:
-        log.error("flushing the store: %s", flush_exc)
-    for replica in members:
-        if replica.outcome is not None:
-            continue
-        try:
-            patiently(
-                store.update_run, replica.run_id, status="failed", ended=time.time(), error=message
-            )
-            store.settle_step(replica.run_id)
-        except StoreError as store_exc:
-            log.error("could not record the failure: %s", store_exc)
-    return failure_exit(exc, f"runs {', '.join(names)}", message)
+    training = [r.run_id for r in members if r.outcome is None]
+    return _fail(store, training, f"runs {', '.join(names)}", exc, "failed")
