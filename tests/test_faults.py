@@ -538,8 +538,11 @@ def test_two_studies_sharing_one_store_at_once_keep_their_own_runs_and_rows(tmp_
     rates = {"first": [1e-3, 2e-3], "second": [3e-3, 4e-3]}
     try:
         for name, lrs in rates.items():
+            # One run at a time, so each study trains long enough to overlap the other (as
+            # one batch, the first study could end before the second began).
             started = study(store_path, "sweep", *STUDY_SWEEP, "--name", name, "--dataset",
-                            str(corpus), "--lr", ",".join(map(str, lrs)), "--detach")  # fmt: skip
+                            str(corpus), "--lr", ",".join(map(str, lrs)), "--detach",
+                            "--replicas", "off")  # fmt: skip
             assert started.returncode == 0, started.stderr[-2000:]
         _wait(lambda: {_study_state(store_path, s)[0] for s in (1, 2)} == {"completed"}, 120)
         with RunStore(store_path) as store:
