@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests import finding_runs as findings
+from tests import pgserver
 from tests.real_runs import RealRuns, train_real_runs
 
 # Two CPU cores in CI: one intra-op thread per process keeps parallel subprocess runs sane.
@@ -109,3 +110,47 @@ def finding_runs(pytestconfig: pytest.Config) -> findings.FindingRuns:
         started = _start_findings(pytestconfig)
     folder, process, begun = started
     return findings.finish(process, folder, begun)
+
+
+# PostgreSQL: throwaway servers of the tests' own (tests/pgserver.py). Without the server
+# binaries the tests that ask for one skip; with CI=true they fail instead.
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[pgserver.PgServer]:
+    """One PostgreSQL server for the whole session, started the first time a test asks
+    (about a second); share it through `pg_url`, never stop it."""
+    pgserver.require_binaries()
+    with pgserver.PgServer() as server:
+        yield server
+
+
+@pytest.fixture
+def pg_url(pg_server: pgserver.PgServer) -> Iterator[str]:
+    """A fresh empty database on the session's server, dropped after the test:
+    postgresql://blockviz@127.0.0.1:PORT/test_..."""
+    url = pg_server.create_database()
+    yield url
+    pg_server.drop_database(url)
+
+
+@pytest.fixture
+def own_pg_server() -> Iterator[pgserver.PgServer]:
+    """A PostgreSQL server for this test alone, to stop() and start() again (an outage);
+    closed and removed after the test. Its databases come from its create_database()."""
+    pgserver.require_binaries()
+    with pgserver.PgServer() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgresql"], ids=["sqlite", "pg"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a store test keeps its store, once per backend: the SQLite file
+    `tmp_path/runs/blockviz.db` (not created yet), or the URL of a fresh empty PostgreSQL
+    database (`pg_url`; that variant skips without PostgreSQL, fails under CI=true) whose
+    run folders are under `tmp_path/runs`."""
+    if request.param == "sqlite":
+        return str(tmp_path / "runs" / "blockviz.db")
+    # Its run folders go under tmp_path too (the URL's `runs` parameter), never into the
+    # working directory.
+    return f"{request.getfixturevalue('pg_url')}?runs={tmp_path / 'runs'}"

@@ -8,13 +8,16 @@ Nothing here imports torch or streamlit at import time, so torch-free tests stay
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from unittest import mock
@@ -423,3 +426,44 @@ def study(store: Path, *args: str, timeout: float = 240) -> subprocess.Completed
     """`python -m blockviz study ...` on the store file `store`, to its end."""
     command = [sys.executable, "-m", "blockviz", "study", *args, "--store", str(store)]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+@contextlib.contextmanager
+def other_connection(store: Any) -> Iterator[Callable[..., Any]]:
+    """A second connection to a store, as another process would have: yields an
+    `execute(sql, params)` that takes the store's own `?` placeholders (SQLite or
+    PostgreSQL) and commits each statement."""
+    if store.is_server:
+        import psycopg
+
+        from blockviz.store.server import to_driver_sql
+
+        with psycopg.connect(store.location.url, autocommit=True) as conn:
+            yield lambda sql, params=(): conn.execute(to_driver_sql(sql), tuple(params))
+        return
+    conn = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        yield conn.execute
+    finally:
+        conn.close()
+
+
+def spawn(target: Callable[..., Any], args_list: list[tuple[Any, ...]]) -> list[Any]:
+    """Start one spawned process per args tuple running `target` (a function of an
+    importable test module); the started processes."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    children = [context.Process(target=target, args=args) for args in args_list]
+    # An AppTest.from_function run earlier in this process leaves __main__ pointing at a
+    # generated script; spawn would re-run it in each child. The targets live in
+    # importable modules, so the children need no __main__ at all.
+    main = sys.modules["__main__"]
+    main_file = main.__dict__.pop("__file__", None)
+    try:
+        for child in children:
+            child.start()
+    finally:
+        if main_file is not None:
+            main.__file__ = main_file
+    return children

@@ -96,7 +96,7 @@ def _panel(
             # A run started, ended or was reaped (or a resume stopped being awaited):
             # redraw the page, so the actions and the refresh timer follow.
             st.rerun(scope="app")
-        st.caption(summary_line(everything, len(shown), store.path))
+        st.caption(summary_line(everything, len(shown), store.where))
         table = tables.runs_table(shown.iloc[::-1], time.time(), store_runs=everything)
         if _table(table, shown):
             st.rerun(scope="app")  # a click reruns this fragment alone: redraw the actions

@@ -15,7 +15,16 @@ import streamlit as st
 from blockviz.dashboard.streamlit_compat import run_via_app
 from blockviz.dashboard.ui import literal, plain
 from blockviz.launch import runner
-from blockviz.store import RunStore, StoreError, StoreLocked, checked, default_store_path
+from blockviz.store import (
+    Location,
+    RunStore,
+    StoreError,
+    StoreLocked,
+    checked,
+    default_store_path,
+    default_store_text,
+    parse_location,
+)
 
 PAGE_BUSY_TIMEOUT_S = 5.0  # a locked store: the page says so after this, never hangs
 REAP_EVERY_S = 5.0  # pages mark dead runs failed at most this often (fragments refresh faster)
@@ -31,32 +40,46 @@ def _open_store(path: str) -> RunStore:
     return checked(RunStore.open_readable(path, busy_timeout_s=PAGE_BUSY_TIMEOUT_S))
 
 
-def store_path() -> Path:
-    """The store file the dashboard uses ($BLOCKVIZ_STORE or runs/blockviz.db), absolute."""
-    return default_store_path().expanduser().absolute()
+def store_location() -> Location:
+    """The store the dashboard uses: $BLOCKVIZ_STORE (a file path or a postgresql:// URL)
+    or runs/blockviz.db. StoreError for a URL scheme blockviz does not support."""
+    return parse_location(default_store_text())
+
+
+def store_workspace() -> Path:
+    """The folder of the store file (a server store: its workspace): uploads go there."""
+    try:
+        return store_location().workspace
+    except StoreError:
+        return default_store_path().expanduser().absolute().parent
 
 
 def get_store() -> RunStore | None:
     """The cached RunStore, or None (showing nothing) when it cannot be opened."""
     run_via_app()
     try:
-        return _open_store(str(store_path()))
+        return _open_store(store_location().text)
     except (StoreError, OSError):
         return None
 
 
 def store_or_stop() -> RunStore:
-    """The cached RunStore; otherwise a clear error naming the path, and the page stops."""
+    """The cached RunStore; otherwise a clear error naming the store, and the page stops."""
     run_via_app()
-    path = store_path()
+    where = default_store_text()
     try:
-        return _open_store(str(path))
+        location = store_location()
+        where = location.where
+        return _open_store(location.text)
     except (StoreError, OSError) as exc:
         if isinstance(exc, StoreLocked):
             advice = "Reload the page to try again."
         else:
-            advice = "Set `BLOCKVIZ_STORE` to a writable file path and restart the app."
-        st.error(f"Cannot open the run store at {literal(path)}: {plain(exc)}. {advice}")
+            advice = (
+                "Set `BLOCKVIZ_STORE` to a writable file path or a postgresql:// URL and "
+                "restart the app."
+            )
+        st.error(f"Cannot open the run store at {literal(where)}: {plain(exc)}. {advice}")
         st.stop()
         raise  # unreachable: st.stop() raises; keeps type checkers honest
 
@@ -86,7 +109,7 @@ def reap_dead(store: RunStore) -> None:
     if store.readonly:
         return
     now = time.monotonic()
-    key = str(store.path)
+    key = store.where
     last = _last_reap.get(key)
     if last is not None and now - last < REAP_EVERY_S:
         return

@@ -12,7 +12,7 @@ from blockviz.core import corpora
 from blockviz.core.files import atomic_write
 from blockviz.core.vocab import CharVocab, DataError
 from blockviz.dashboard.config_fields import DATASET_NOTES, UPLOAD_CHOICE
-from blockviz.dashboard.store_access import store_path
+from blockviz.dashboard.store_access import store_workspace
 
 UPLOAD_KEY = "cfg.upload"  # the file_uploader widget (its value cannot be set by code)
 UPLOAD_INFO_KEY = "upload_info"  # the accepted upload (survives the uploader's reset)
@@ -32,7 +32,7 @@ class UploadInfo:
 
 def uploads_dir() -> Path:
     """<workspace>/uploads: accepted uploads, named by content hash."""
-    return store_path().parent / "uploads"
+    return store_workspace() / "uploads"
 
 
 def accept_upload(data: bytes, display_name: str) -> UploadInfo:

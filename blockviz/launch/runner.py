@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from blockviz.core import hardware, procs, replicas, spec
+from blockviz.core import hardware, hosts, procs, replicas, spec
 from blockviz.core.config import RunConfig
 from blockviz.core.corpora import BUILTIN
 from blockviz.core.files import atomic_write
@@ -160,7 +160,7 @@ def launch(
         "--config",
         str(config_path),
         "--store",
-        str(store.path),
+        store.location.text,
         "--run_id",
         str(run_id),
         "--max_running",
@@ -256,6 +256,11 @@ def stop_run(store: RunStore, run_id: int) -> StopOutcome:
     status, pid, began = run.status, run.pid, run.pid_started
     if status not in ACTIVE_STATUSES:
         return StopOutcome(f"already {status}")
+    if pid is not None and not hosts.is_this_machine(run.host, run.boot_id):
+        # Another machine's process: no signal reaches it, the store does (its heartbeat
+        # reads the request within a few seconds and it stops as if signalled).
+        store.request_stop(run_id)
+        return StopOutcome(f"stop requested; the run on host {run.host} stops at its next beat")
     if pid == os.getpid():
         # Only a run recorded by this very process (test fakes) lands here; never signal
         # ourselves, it would take the dashboard down.
@@ -435,7 +440,7 @@ def resume(store: RunStore, run_id: int, max_running: int | None = None) -> None
         "--resume",
         str(run_id),
         "--store",
-        str(store.path),
+        store.location.text,
         "--no_progress",
         "--max_running",
         str(slots),

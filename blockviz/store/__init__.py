@@ -1,4 +1,5 @@
-"""The run store: every run of a workspace in one SQLite file (WAL mode).
+"""The run store: every run of a workspace in one SQLite file (WAL mode), or in one
+PostgreSQL database that workers on many machines share (`--store postgresql://...`).
 
 Training processes write into it while the dashboard and the CLI read from it. Times are
 unix seconds; NaN is stored as NULL and read back as NaN, infinities are stored as they are,
@@ -14,9 +15,12 @@ never as a dict. One concern per module; import from here, not from them:
 
     runstore.py    RunStore, composed of the parts below around one Connection, and `checked`
     records.py     RunRecord and StudyRecord: typed rows, each built from a row in one place
+    location.py    Location: a file path or a postgresql:// URL; unknown schemes refused
     connection.py  Connection: opening (read-only and immutable fallbacks), pragmas,
                    integrity check, run folders, close, `transaction()`; the `guarded` lock
-    schema.py      the tables and their version (upgrades to v4 in place), the frames' dtypes
+                   (a lost server is waited for)
+    server.py      the PostgreSQL driver behind sqlite3's calls; the server's DDL
+    schema.py      the tables and their version (upgrades to v5 in place), the frames' dtypes
     runs.py        RunLookup (resolve) and Runs, the runs table: create, update, take_over,
                    tags, notes, rename, delete, get_run, runs_frame, run_statuses
     studies.py     Studies: the studies table; a study's runs created at once, claimed by
@@ -32,13 +36,7 @@ never as a dict. One concern per module; import from here, not from them:
     errors.py      StoreError, StoreLocked and the wording of what went wrong
 """
 
-from blockviz.store.connection import (
-    BUSY_TIMEOUT_S,
-    DEFAULT_STORE,
-    DEFER_BUSY_TIMEOUT_S,
-    RUN_DIRS_SUFFIX,
-    default_store_path,
-)
+from blockviz.store.connection import BUSY_TIMEOUT_S, DEFER_BUSY_TIMEOUT_S, RUN_DIRS_SUFFIX
 from blockviz.store.downsample import downsample_mask
 from blockviz.store.errors import (
     CORRUPT_ADVICE,
@@ -46,9 +44,17 @@ from blockviz.store.errors import (
     SQLITE_HEADER,
     StoreError,
     StoreLocked,
+    StoreUnreachable,
     is_readonly_error,
 )
 from blockviz.store.liveness import HEARTBEAT_WRITE_S, STALE_AFTER_S
+from blockviz.store.location import (
+    DEFAULT_STORE,
+    Location,
+    default_store_path,
+    default_store_text,
+    parse_location,
+)
 from blockviz.store.naming import RunRef, check_name
 from blockviz.store.records import RunRecord, StudyRecord
 from blockviz.store.runstore import RunStore, checked
@@ -85,15 +91,19 @@ __all__ = [
     "SCHEMA_VERSION",
     "SQLITE_HEADER",
     "STALE_AFTER_S",
+    "Location",
     "RunRecord",
     "RunRef",
     "RunStore",
     "StoreError",
     "StoreLocked",
+    "StoreUnreachable",
     "StudyRecord",
     "check_name",
     "checked",
     "default_store_path",
+    "default_store_text",
     "downsample_mask",
     "is_readonly_error",
+    "parse_location",
 ]

@@ -1,9 +1,14 @@
-"""Opening a store file: the connection, its pragmas, its lock, transactions, run folders.
+"""Opening a store: the connection, its pragmas, its lock, transactions, run folders.
 
 `Connection` is the part of RunStore every other part shares (`Part.db`). Every public
 method of a part runs under `guarded`: the store's one lock (Streamlit reads from several
-threads) and sqlite3 errors turned into StoreError naming the file. A part writes inside
-`db.transaction()`.
+threads) and database errors turned into StoreError naming the store. A part writes
+inside `db.transaction()`.
+
+A store is an SQLite file or a PostgreSQL server (`location.py`); the server's driver
+sits behind the same calls (`server.py`). A server that goes away is waited for, as a
+locked file is: `guarded` reconnects and runs the call again for up to the busy timeout
+(a training writer: one second, then its rows wait in memory, see writes.py).
 """
 
 from __future__ import annotations
@@ -15,25 +20,28 @@ import os
 import shutil
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from blockviz.store.errors import CORRUPT_ADVICE, StoreError, store_error
+from blockviz.store import server
+from blockviz.store.errors import (
+    CORRUPT_ADVICE,
+    StoreError,
+    StoreUnreachable,
+    is_busy,
+    store_error,
+)
+from blockviz.store.location import Location
 from blockviz.store.schema import RUN_COLUMNS, check_schema
 
-DEFAULT_STORE = Path("runs") / "blockviz.db"
 BUSY_TIMEOUT_S = 30.0
 RUN_DIRS_SUFFIX = ".runs"  # <workspace>/<store file name>.runs/<id>: each store its own
+STUDY_DIRS_SUFFIX = ".studies"  # <workspace>/<store file name>.studies/<id>
 # A training writer (defer_when_busy) that finds the store locked keeps its rows in memory
 # and retries, waiting this long per try so training goes on meanwhile (see writes.py).
 DEFER_BUSY_TIMEOUT_S = 1.0
-
-
-def default_store_path() -> Path:
-    """$BLOCKVIZ_STORE if set, else runs/blockviz.db relative to the working directory."""
-    configured = os.environ.get("BLOCKVIZ_STORE", "").strip()
-    return Path(configured).expanduser() if configured else DEFAULT_STORE
 
 
 AnyPart = TypeVar("AnyPart", bound="Part")
@@ -44,38 +52,61 @@ R = TypeVar("R")
 def guarded(
     method: Callable[Concatenate[AnyPart, P], R],
 ) -> Callable[Concatenate[AnyPart, P], R]:
-    """Hold the store's lock and turn sqlite3 errors into StoreError naming the file."""
+    """Hold the store's lock and turn database errors into StoreError naming the store.
+
+    The outermost guarded call of a server store whose connection was lost reconnects and
+    runs again, for up to the busy timeout; an inner call lets the error through to it.
+    """
 
     @functools.wraps(method)
     def wrapper(self: AnyPart, *args: P.args, **kwargs: P.kwargs) -> R:
         db = self.db
         with db.lock:
             if db.closed:
-                raise StoreError(f"the run store {db.path} is closed")
-            try:
+                raise StoreError(f"the run store {db.where} is closed")
+            if db.depth:
                 return method(self, *args, **kwargs)
-            except sqlite3.Error as exc:
-                raise db.error_from(exc) from exc
+            deadline: float | None = None
+            db.depth += 1
+            try:
+                while True:
+                    try:
+                        return method(self, *args, **kwargs)
+                    except db.errors as exc:
+                        if deadline is None:
+                            deadline = time.monotonic() + db.wait_s()
+                        if not db.waited_for_server(exc, deadline):
+                            raise db.error_from(exc) from exc
+            finally:
+                db.depth -= 1
 
     return wrapper
 
 
 class Connection:
-    """The part of RunStore that owns the file: open, check, close, transactions, folders.
+    """The part of RunStore that owns the file or the server connection: open, check,
+    close, transactions, folders.
 
-    The other parts share one (`Part.db`): its connection, its lock, its path.
+    The other parts share one (`Part.db`): its connection, its lock, its location.
     """
 
     def __init__(
         self,
-        path: Path,
+        location: Location,
         *,
         readonly: bool,
         create: bool,
         busy_timeout_s: float,
         defer_when_busy: bool,
     ) -> None:
-        self.path = path
+        self.location = location
+        # The file; a server store's workspace folder (uploads, run and study folders).
+        self.path = location.workspace_or_file()
+        self.where = location.where  # how messages name the store (no password)
+        self.is_server = location.is_server
+        self.errors: tuple[type[BaseException], ...] = (sqlite3.Error, *server.driver_errors())
+        self.integrity_errors = (sqlite3.IntegrityError, *server.integrity_errors())
+        self.depth = 0  # guarded calls in progress (the outermost one waits for a server)
         self.readonly = readonly
         # False: the file must exist already (a run or study it holds is being worked on);
         # a missing one is a StoreError, never a new empty store.
@@ -90,11 +121,61 @@ class Connection:
         self._legacy_upto = 0  # runs up to this id may keep <workspace>/<id> folders
         self.run_columns = RUN_COLUMNS  # those the file has (a read-only v1 file: fewer)
         self._in_transaction = False
-        self._conn: sqlite3.Connection | None = None
-        self._conn = self._open()
+        self._conn: Any = None
+        self._conn = self._open_server() if self.is_server else self._open()
         self._identity = self._file_identity()  # (st_dev, st_ino) of the file opened
 
     # -- opening ------------------------------------------------------------------------
+
+    def _open_server(self) -> server.ServerConnection:
+        """Connect to the server, create, upgrade or check the schema.
+
+        A store that must exist already (create=False: a run or a study being worked on)
+        waits up to the busy timeout for a server that does not answer, as a call on an
+        open store does; a command opening a store says at once that it cannot reach it.
+        """
+        deadline = time.monotonic() + (0.0 if self.create else self.busy_timeout_s)
+        try:
+            conn = server.retrying(
+                lambda: server.ServerConnection(
+                    self.location, readonly=self.readonly, connect_timeout_s=self._busy_s()
+                ),
+                deadline,
+            )
+        except self.errors as exc:
+            raise self.error_from(exc, opening=True) from None
+        return self._with_schema(conn)
+
+    def _with_schema(self, conn: Any) -> Any:
+        """The connection once its schema is created, upgraded or checked; closed when
+        that fails."""
+        try:
+            if not self.is_server:
+                self._configure(conn)
+            self._legacy_upto, self.run_columns = check_schema(conn, self.where, self.readonly)
+        except StoreError:
+            conn.close()
+            raise
+        except self.errors as exc:
+            conn.close()
+            raise self.error_from(exc, opening=True) from None
+        return conn
+
+    def wait_s(self) -> float:
+        """How long a call waits for a lost server before it fails (the busy timeout)."""
+        return self._busy_s()
+
+    def waited_for_server(self, exc: BaseException, deadline: float) -> bool:
+        """Whether `exc` lost the server connection and it came back before `deadline`."""
+        if not self.is_server or not server.connection_lost(exc) or self._conn is None:
+            return False
+        return server.wait_for_server(self._conn, deadline)
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """A locked file or an unreachable server: a writer keeps its rows and tries later."""
+        if isinstance(exc, sqlite3.OperationalError):
+            return is_busy(exc)
+        return self.is_server and server.connection_lost(exc)
 
     def _open(self) -> sqlite3.Connection:
         """Connect, set the pragmas, create, upgrade or check the schema."""
@@ -138,6 +219,8 @@ class Connection:
 
     def _file_identity(self) -> tuple[int, int] | None:
         """(st_dev, st_ino) of the file at the store's path; None when there is none."""
+        if self.is_server:
+            return None
         try:
             stat = os.stat(self.path)
         except OSError:
@@ -146,7 +229,10 @@ class Connection:
 
     def file_changed(self) -> str | None:
         """'removed' or 'replaced' when the file at the store's path is no longer the one
-        this store opened (its connection still writes to that one); None while it is."""
+        this store opened (its connection still writes to that one); None while it is
+        (always for a server store)."""
+        if self.is_server:
+            return None
         now = self._file_identity()
         if now == self._identity:
             return None
@@ -181,18 +267,7 @@ class Connection:
             )
         except sqlite3.Error as exc:
             raise self.error_from(exc, opening=True) from None
-        try:
-            self._configure(conn)
-            self._legacy_upto, self.run_columns = check_schema(
-                conn, self.path, readonly=self.readonly
-            )
-        except StoreError:
-            conn.close()
-            raise
-        except sqlite3.Error as exc:
-            conn.close()
-            raise self.error_from(exc, opening=True) from None
-        return conn
+        return self._with_schema(conn)
 
     def _busy_s(self) -> float:
         """How long a statement waits for another process's lock."""
@@ -212,17 +287,23 @@ class Connection:
         conn.execute("PRAGMA cache_size = -32768")  # 32 MiB per connection
         conn.execute("PRAGMA temp_store = MEMORY")  # ORDER BY sorts stay off the disk
 
-    def error_from(self, exc: sqlite3.Error, *, opening: bool = False) -> StoreError:
-        """A StoreError that says what went wrong with which file."""
-        return store_error(exc, self.path, self.busy_timeout_s, opening=opening)
+    def error_from(self, exc: BaseException, *, opening: bool = False) -> StoreError:
+        """A StoreError that says what went wrong with which store."""
+        if isinstance(exc, sqlite3.Error):
+            return store_error(exc, self.path, self.busy_timeout_s, opening=opening)
+        if server.connection_lost(exc) and not opening:
+            return StoreUnreachable(str(server.server_error(exc, self.where)))
+        return server.server_error(exc, self.where, opening=opening)
 
     def check_integrity(self) -> None:
         """StoreError when the file is damaged (`PRAGMA quick_check`); readers call it once.
 
         quick_check reads every page but skips the index-content comparison of a full
         integrity_check; benchmarks/bench_quick_check.py measures what it costs (0.31 s for a
-        100 MiB store of 20 runs x 5,000 steps x 12 layers).
+        100 MiB store of 20 runs x 5,000 steps x 12 layers). A server checks its own pages.
         """
+        if self.is_server:
+            return
         try:
             with self.lock:
                 rows = self.conn.execute("PRAGMA quick_check(3)").fetchall()
@@ -239,13 +320,23 @@ class Connection:
 
     @property
     def workspace(self) -> Path:
-        """The folder holding the store file (and uploads)."""
-        return self.path.parent
+        """The folder holding the store file (and uploads); a server store's own folder."""
+        return self.location.workspace
 
     @property
     def runs_root(self) -> Path:
-        """<workspace>/<store file name>.runs: the run folders of this store and no other."""
+        """<workspace>/<store file name>.runs: the run folders of this store and no other
+        (a server store: <workspace>/runs)."""
+        if self.is_server:
+            return self.workspace / "runs"
         return self.workspace / (self.path.name + RUN_DIRS_SUFFIX)
+
+    @property
+    def studies_root(self) -> Path:
+        """<workspace>/<store file name>.studies (a server store: <workspace>/studies)."""
+        if self.is_server:
+            return self.workspace / "studies"
+        return self.workspace / (self.path.name + STUDY_DIRS_SUFFIX)
 
     def run_dir(self, run_id: int) -> Path:
         """<store>.runs/<run_id>: built from the integer id only, never from a name.
@@ -289,7 +380,8 @@ class Connection:
         """Close the connection (idempotent); RunStore.close flushes the buffers first."""
         with self.lock:
             if self._conn is not None:
-                self._conn.close()
+                with contextlib.suppress(*self.errors):
+                    self._conn.close()
                 self._conn = None
 
     @property
@@ -298,16 +390,24 @@ class Connection:
         return self._conn is None
 
     @property
-    def conn(self) -> sqlite3.Connection:
-        """The open connection (raises StoreError when closed)."""
+    def conn(self) -> Any:
+        """The open connection (raises StoreError when closed): an sqlite3.Connection, or a
+        server.ServerConnection that answers the same calls. A server connection lost
+        earlier is opened again first (the driver's error when the server still is away).
+        """
         if self._conn is None:
-            raise StoreError(f"the run store {self.path} is closed")
+            raise StoreError(f"the run store {self.where} is closed")
+        if self.is_server and self._conn.broken:
+            self._conn.reconnect()
         return self._conn
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self, *, serial: bool = True) -> Iterator[Any]:
         """One write transaction: BEGIN IMMEDIATE, COMMIT when the block ends, ROLLBACK when
         it raises (the exception goes on). Yields the connection.
+
+        On a server, a `serial` transaction (every one but a metric flush) first takes one
+        advisory lock, so read-then-write transactions run one at a time as on SQLite.
 
         IMMEDIATE takes the write lock up front, so a busy store waits (busy_timeout)
         instead of failing halfway through a read-then-write transaction; a BEGIN that
@@ -320,14 +420,17 @@ class Connection:
             if self._in_transaction:
                 raise RuntimeError(f"a transaction on {self.path} is already open here")
             conn = self.conn
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("BEGIN" if self.is_server else "BEGIN IMMEDIATE")
             self._in_transaction = True
             try:
+                if self.is_server and serial:
+                    conn.execute(f"SELECT pg_advisory_xact_lock({server.SERIAL_LOCK_KEY})")
                 yield conn
                 conn.execute("COMMIT")
             except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                with contextlib.suppress(*self.errors):
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
                 raise
             finally:
                 self._in_transaction = False
@@ -340,6 +443,6 @@ class Part:
         self.db = db
 
     @property
-    def conn(self) -> sqlite3.Connection:
+    def conn(self) -> Any:
         """The store's open connection (StoreError when closed)."""
         return self.db.conn

@@ -23,6 +23,14 @@ class StoreLocked(StoreError):
     """Another process held the store's lock for longer than the busy timeout."""
 
 
+class StoreUnreachable(StoreLocked):
+    """A server store did not answer within the busy timeout (stopped, restarting, network).
+
+    A StoreLocked: whatever waits out a locked file (a run's lifecycle writes) waits for
+    the server the same way, and a training writer keeps its rows in memory meanwhile.
+    """
+
+
 def is_readonly_error(exc: StoreError) -> bool:
     """Whether opening failed because the file or its folder cannot be written here."""
     return any(hint in str(exc) for hint in READONLY_HINTS)

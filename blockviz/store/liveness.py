@@ -1,16 +1,24 @@
-"""Liveness: heartbeats, and reaping the dead.
+"""Liveness: heartbeats, reaping the dead, and stops asked through the store.
 
-A training process beats while it trains. A reader that finds a queued or running run
-whose process is gone (`procs.is_alive`: pid and start time) and whose beat is stale marks
-it failed, so a killed run never stays 'running'.
+A training process beats while it trains (every couple of seconds, lifecycle.Heartbeat).
+A reader that finds a queued or running run whose beat is stale and whose process is gone
+marks it failed, so a killed run never stays 'running'. Each run records its host and boot
+(core.hosts): a run of this machine's boot is judged by its process (`procs.is_alive`: pid
+and start time) once its beat is STALE_AFTER_S old; a run of another host, or of this host
+before it restarted, cannot be looked up and is failed only when its beat is
+REMOTE_STALE_AFTER_S old ($BLOCKVIZ_REMOTE_STALE_S sets another timeout).
+
+A Stop can be asked through the store (`request_stop`): the run's process reads it with
+the heartbeat it writes and stops as if signalled, on whatever host it runs.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING
 
-from blockviz.core import procs
+from blockviz.core import hosts, procs
 from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.store.connection import Connection, Part, guarded
 from blockviz.store.naming import RunRef
@@ -23,6 +31,17 @@ if TYPE_CHECKING:
 
 HEARTBEAT_WRITE_S = 1.0  # a run's heartbeat reaches the file at most this often
 STALE_AFTER_S = 30.0  # a run whose process is gone is failed once its beat is this old
+# Another host's run: no pid to check, so only a long silence fails it (many heartbeats).
+REMOTE_STALE_AFTER_S = 120.0
+
+
+def remote_stale_after_s() -> float:
+    """$BLOCKVIZ_REMOTE_STALE_S when it is a positive number, else REMOTE_STALE_AFTER_S."""
+    try:
+        value = float(os.environ.get("BLOCKVIZ_REMOTE_STALE_S", ""))
+    except ValueError:
+        return REMOTE_STALE_AFTER_S
+    return value if value > 0 else REMOTE_STALE_AFTER_S
 
 
 class Liveness(Part):
@@ -45,49 +64,83 @@ class Liveness(Part):
             self.writes.flush()
 
     @guarded
-    def reap_dead(self, stale_after: float = STALE_AFTER_S) -> list[int]:
+    def request_stop(self, run_id: RunRef) -> bool:
+        """Ask a queued or running run to stop, through the store; whether it was active.
+
+        Its process sees the request with its next heartbeat (a few seconds), on any host.
+        """
+        run_id = self.lookup.id_of(run_id)
+        with self.db.transaction() as conn:
+            cursor = conn.execute(
+                "UPDATE runs SET stop_requested = ? WHERE id = ? "
+                f"AND status IN ({placeholders(ACTIVE_STATUSES)})",
+                (time.time(), run_id, *ACTIVE_STATUSES),
+            )
+        return cursor.rowcount == 1
+
+    def stop_requested(self, run_id: int) -> bool:
+        """Whether a Stop for the run was read back with one of this store's heartbeats."""
+        return int(run_id) in self.writes.stops_requested
+
+    @guarded
+    def reap_dead(
+        self, stale_after: float = STALE_AFTER_S, remote_stale_after: float | None = None
+    ) -> list[int]:
         """Mark queued/running runs whose process is gone and beat is stale as failed.
 
-        "Gone" means no live, non-zombie process with the run's pid and start time
-        (`procs.is_alive`): a pid now used by another process does not keep a run alive.
-        A read-only store is left as it is.
+        On this machine "gone" means no live, non-zombie process with the run's pid and
+        start time (`procs.is_alive`): a pid now used by another process does not keep a
+        run alive. Another host's run (or one from before this machine restarted) is gone
+        when its beat is `remote_stale_after` old. A read-only store is left as it is.
         """
         if self.db.readonly:
             return []
         now = time.time()
         cutoff = now - stale_after
+        remote = remote_stale_after_s() if remote_stale_after is None else remote_stale_after
+        remote_cutoff = now - max(remote, stale_after)
         # A plain read first: the dashboard calls this on every refresh and must not
         # queue for the write lock when nothing has died.
-        started_column = "pid_started" if "pid_started" in self.db.run_columns else "NULL"
-        study_column = "study_id" if "study_id" in self.db.run_columns else "NULL"
+        columns = self.db.run_columns
+        started_column = "pid_started" if "pid_started" in columns else "NULL"
+        study_column = "study_id" if "study_id" in columns else "NULL"
+        host_columns = "host, boot_id" if "host" in columns else "NULL, NULL"
         candidates = self.conn.execute(
-            f"SELECT id, pid, {started_column} FROM runs "
+            f"SELECT id, pid, {started_column}, {host_columns}, "
+            "COALESCE(heartbeat, started, created, 0) FROM runs "
             f"WHERE status IN ({placeholders(ACTIVE_STATUSES)}) "
             "AND COALESCE(heartbeat, started, created, 0) < ? "
             # A study's run no worker has claimed yet never had a process to lose.
             f"AND NOT (status = 'queued' AND pid IS NULL AND {study_column} IS NOT NULL)",
             (*ACTIVE_STATUSES, cutoff),
         ).fetchall()
-        dead = [
-            (run_id, pid) for run_id, pid, began in candidates if not procs.is_alive(pid, began)
-        ]
+        dead: list[tuple[int, int | None, float, str]] = []
+        for run_id, pid, began, host, boot, beat in candidates:
+            if hosts.is_this_machine(host, boot):
+                if not procs.is_alive(pid, began):
+                    who = f"process {pid}" if pid else "the run's process"
+                    dead.append((run_id, pid, cutoff, f"{who} exited without reporting"))
+            elif beat < remote_cutoff:
+                silent = f"no heartbeat from host {host} for {now - beat:.0f} s"
+                dead.append((run_id, pid, remote_cutoff, silent))
         if not dead:
             return []
         reaped: list[int] = []
         with self.db.transaction() as conn:
-            for run_id, pid in dead:
-                who = f"process {pid}" if pid else "the run's process"
+            for run_id, pid, before, why in dead:
                 cursor = conn.execute(
-                    f"UPDATE runs SET status = 'failed', ended = ?, error = ? "
-                    f"WHERE id = ? AND pid IS ? AND status IN ({placeholders(ACTIVE_STATUSES)}) "
+                    "UPDATE runs SET status = 'failed', ended = ?, error = ? "
+                    "WHERE id = ? AND (pid = ? OR (pid IS NULL AND ? IS NULL)) "
+                    f"AND status IN ({placeholders(ACTIVE_STATUSES)}) "
                     "AND COALESCE(heartbeat, started, created, 0) < ?",
                     (
                         now,
-                        f"{who} exited without reporting (killed or out of memory?)",
+                        f"{why} (killed or out of memory?)",
                         run_id,
                         pid,
+                        pid,
                         *ACTIVE_STATUSES,
-                        cutoff,
+                        before,
                     ),
                 )
                 if cursor.rowcount:
@@ -100,7 +153,8 @@ class Liveness(Part):
         logged = self.reads.max_logged_step(run_id)
         if logged is not None:
             self.conn.execute(
-                "UPDATE runs SET step = MAX(COALESCE(step, 0), ?) WHERE id = ?", (logged, run_id)
+                "UPDATE runs SET step = ? WHERE id = ? AND COALESCE(step, 0) < ?",
+                (logged, run_id, logged),
             )
 
     @guarded

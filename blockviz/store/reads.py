@@ -122,12 +122,12 @@ class Reads(Part):
         # reading every row of the run.
         rows = self.conn.execute(
             "WITH RECURSIVE names(name) AS ("
-            " SELECT MIN(name) FROM scalars WHERE run_id = ?1"
+            " SELECT MIN(name) FROM scalars WHERE run_id = ?"
             " UNION ALL"
-            " SELECT (SELECT MIN(name) FROM scalars WHERE run_id = ?1 AND name > names.name)"
+            " SELECT (SELECT MIN(name) FROM scalars WHERE run_id = ? AND name > names.name)"
             " FROM names WHERE names.name IS NOT NULL"
             ") SELECT name FROM names WHERE name IS NOT NULL",
-            (run_id,),
+            (run_id, run_id),
         ).fetchall()
         return [row[0] for row in rows]
 
@@ -260,7 +260,7 @@ class Reads(Part):
         """Generated text samples of a run, newest first."""
         run_id = self.lookup.ids(run_id)[0]
         sql = "SELECT run_id, step, prompt, text FROM samples WHERE run_id = ? "
-        sql += "ORDER BY step DESC, rowid DESC"
+        sql += "ORDER BY step DESC"  # one sample per step (samples_series)
         params: list[Any] = [run_id]
         if limit is not None:
             sql += " LIMIT ?"

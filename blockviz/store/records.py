@@ -53,6 +53,9 @@ class RunRecord:
     study_id: int | None = None  # the study the run belongs to, its variant and seed
     variant: str | None = None
     seed: int | None = None
+    host: str | None = None  # where the process runs: host name and boot id (core.hosts)
+    boot_id: str | None = None
+    stop_requested: float | None = None  # when a Stop was asked through the store
 
     @classmethod
     def from_row(cls, columns: Sequence[str], row: Sequence[Any]) -> RunRecord:

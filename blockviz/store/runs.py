@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from blockviz.core import procs
+from blockviz.core import hosts, procs
 from blockviz.core.naming import NAME_MAX, run_id_from_text
 from blockviz.core.spec import ACTIVE_STATUSES, STATUSES, TRAIN_LOSS, VAL_LOSS
 from blockviz.core.tags import TagError, clean_notes, parse_tags, tags_text
@@ -52,7 +52,7 @@ class RunLookup(Part):
             row = conn.execute("SELECT id FROM runs WHERE name = ?", (text,)).fetchone()
             if row:
                 return int(row[0])
-            raise StoreError(f"no run named {ref!r} in {self.db.path}; `blockviz runs` lists them")
+            raise StoreError(f"no run named {ref!r} in {self.db.where}; `blockviz runs` lists them")
         if isinstance(ref, bool):
             raise StoreError(f"run {ref!r} is neither a run id nor a run name")
         try:
@@ -61,7 +61,7 @@ class RunLookup(Part):
             raise StoreError(f"run {ref!r} is neither a run id nor a run name") from None
         if conn.execute("SELECT 1 FROM runs WHERE id = ?", (number,)).fetchone() is None:
             raise StoreError(
-                f"no run with id {number} in {self.db.path}; `blockviz runs` lists them"
+                f"no run with id {number} in {self.db.where}; `blockviz runs` lists them"
             )
         return int(number)
 
@@ -133,14 +133,18 @@ class Runs(Part):
         values.update(status=status, config=config_text, max_steps=max_steps)
         for column in JSON_COLUMNS:
             values[column] = encode_json(values.get(column))
+        if values.get("pid") is not None:
+            values.setdefault("host", hosts.this_host())
+            values.setdefault("boot_id", hosts.boot_id())
         with self.db.transaction() as conn:
             values["name"] = self.unique_name(check_name(name))
             columns = list(values)
-            cursor = conn.execute(
-                f"INSERT INTO runs ({', '.join(columns)}) VALUES ({placeholders(columns)})",
+            (run_id,) = conn.execute(
+                f"INSERT INTO runs ({', '.join(columns)}) VALUES ({placeholders(columns)}) "
+                "RETURNING id",
                 [values[c] for c in columns],
-            )
-        return int(cursor.lastrowid or 0)
+            ).fetchone()
+        return int(run_id)
 
     def unique_name(self, base: str) -> str:
         """base, or base-2, base-3, ... whichever is free (inside a write transaction)."""
@@ -192,6 +196,11 @@ class Runs(Part):
         """One UPDATE of checked columns (JSON ones encoded), skipped for a status in
         `unless`; whether the row was written."""
         values = {k: (encode_json(v) if k in JSON_COLUMNS else v) for k, v in fields.items()}
+        if values.get("pid") is not None and "host" not in values:
+            # The process that takes the run over records where it lives (liveness.py).
+            values.update(host=hosts.this_host(), boot_id=hosts.boot_id())
+        if values.get("status") == "queued" and "stop_requested" in self.db.run_columns:
+            values["stop_requested"] = None  # queued again (a resume): an old Stop is spent
         assignments = ", ".join(f"{column} = ?" for column in values)
         condition = f" AND COALESCE(status, '') NOT IN ({placeholders(unless)})" if unless else ""
         with self.db.transaction() as conn:

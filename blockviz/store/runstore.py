@@ -19,14 +19,14 @@ part owns which method.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
 
-from blockviz.store.connection import BUSY_TIMEOUT_S, Connection, default_store_path
+from blockviz.store.connection import BUSY_TIMEOUT_S, Connection
 from blockviz.store.errors import StoreError, StoreLocked, is_readonly_error
 from blockviz.store.liveness import Liveness
+from blockviz.store.location import Location, parse_location
 from blockviz.store.queue import Queue
 from blockviz.store.reads import Reads
 from blockviz.store.runs import RunLookup, Runs
@@ -60,9 +60,11 @@ class Delegated(Generic[P, R]):
 
 
 class RunStore:
-    """One SQLite run store: buffered metric writes, run lifecycle, DataFrame reads.
+    """One run store: buffered metric writes, run lifecycle, DataFrame reads.
 
-    Built from parts (see the module docstring); its methods are theirs.
+    `path` is an SQLite file path or a postgresql:// URL (location.py); None: the
+    $BLOCKVIZ_STORE default. Built from parts (see the module docstring); its methods are
+    theirs.
     """
 
     def __init__(
@@ -76,12 +78,12 @@ class RunStore:
         defer_when_busy: bool = False,
         create: bool = True,
     ) -> None:
-        target = Path(path).expanduser() if path is not None else default_store_path()
+        location = parse_location(path)
         # create=False: the file must exist already (a run or study it holds is being
         # worked on). defer_when_busy: a training writer, whose flush keeps its rows when
         # another process holds the lock (writes.py).
         self.db = Connection(
-            target.absolute(),
+            location,
             readonly=readonly,
             create=create,
             busy_timeout_s=busy_timeout_s,
@@ -111,8 +113,10 @@ class RunStore:
         except StoreLocked:
             raise
         except StoreError as exc:
-            target = Path(path).expanduser() if path is not None else default_store_path()
-            if not target.is_file() or not is_readonly_error(exc):
+            location = parse_location(path)
+            if location.path is None or not location.path.is_file():
+                raise
+            if not is_readonly_error(exc):
                 raise
             try:
                 return cls(path, readonly=True, **options)
@@ -123,8 +127,23 @@ class RunStore:
 
     @property
     def path(self) -> Path:
-        """The store file (absolute)."""
+        """The store file (absolute); a server store's workspace folder."""
         return self.db.path
+
+    @property
+    def location(self) -> Location:
+        """Where the store lives: `location.text` opens it from another process."""
+        return self.db.location
+
+    @property
+    def where(self) -> str:
+        """How messages name the store: its file, or its server URL without a password."""
+        return self.db.where
+
+    @property
+    def is_server(self) -> bool:
+        """Whether the store is a PostgreSQL server, not an SQLite file."""
+        return self.db.is_server
 
     @property
     def readonly(self) -> bool:
@@ -132,7 +151,7 @@ class RunStore:
         return self.db.readonly
 
     @property
-    def conn(self) -> sqlite3.Connection:
+    def conn(self) -> Any:
         """The open connection (raises StoreError when closed)."""
         return self.db.conn
 
@@ -164,7 +183,7 @@ class RunStore:
         self.close()
 
     def __repr__(self) -> str:
-        return f"RunStore({str(self.path)!r})"
+        return f"RunStore({self.where!r})"
 
     check_integrity = Delegated("db", Connection.check_integrity)
     file_changed = Delegated("db", Connection.file_changed)
@@ -202,6 +221,8 @@ class RunStore:
 
     heartbeat = Delegated("liveness", Liveness.heartbeat)
     reap_dead = Delegated("liveness", Liveness.reap_dead)
+    request_stop = Delegated("liveness", Liveness.request_stop)
+    stop_requested = Delegated("liveness", Liveness.stop_requested)
     settle_step = Delegated("liveness", Liveness.settle_step)
 
     log_scalars = Delegated("writes", Writes.log_scalars)

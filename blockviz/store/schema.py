@@ -1,6 +1,8 @@
 """The store's tables, their version, and the frames the read API returns.
 
-Schema (version 3; `meta.schema_version` says which one a file holds):
+Schema (version 5; `meta.schema_version` says which one a store holds). SQLite's DDL is
+below; a PostgreSQL store has the same tables and columns (server.py: identity ids,
+DOUBLE PRECISION for REAL, BIGINT for INTEGER):
 
     meta(key TEXT PRIMARY KEY, value TEXT)            schema_version; legacy_run_dirs_upto
     runs(id INTEGER PRIMARY KEY AUTOINCREMENT,        ids are never reused, so
@@ -14,7 +16,10 @@ Schema (version 3; `meta.schema_version` says which one a file holds):
          pid INTEGER, heartbeat REAL, step INTEGER,   liveness: the writer's pid and last beat
          max_steps INTEGER, diverged_step INTEGER, error TEXT,
          pid_started REAL,                            the writer's start time (pid reuse)
-         tags TEXT, notes TEXT)                       JSON list of tags; plain-text notes
+         tags TEXT, notes TEXT,                       JSON list of tags; plain-text notes
+         study_id, variant, seed,                     the study a run belongs to
+         host TEXT, boot_id TEXT,                     where its process runs (liveness)
+         stop_requested REAL)                         a Stop asked through the store
     scalars(run_id, step, name, value)                PRIMARY KEY (run_id, name, step)
     layer_stats(run_id, step, layer, kind,            PRIMARY KEY (run_id, kind, stat, step,
                 component, stat, value)                            layer, component)
@@ -34,14 +39,14 @@ and LM head.
 Older files are upgraded in place when opened for writing. Version 1 (before run folders
 moved under `<store>.runs/` and before process start times) gains the column and the
 unique index, and the runs it already holds keep their old `<workspace>/<id>` folders;
-version 2 gains the tags and notes columns (empty for its runs).
+version 2 gains the tags and notes columns (empty for its runs); version 3 the studies
+table; version 4 host, boot_id and stop_requested.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -53,7 +58,10 @@ from blockviz.store.errors import StoreError
 if TYPE_CHECKING:
     import pandas as pd
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
+SCHEMA_LOCK_KEY = 0x626C6B73  # "blks": the advisory lock a server's schema changes take
+# Version 5: where a run's process lives (host, boot id) and a stop asked through the store.
+HOST_COLUMNS = (("host", "TEXT"), ("boot_id", "TEXT"), ("stop_requested", "REAL"))
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -75,7 +83,8 @@ CREATE TABLE IF NOT EXISTS runs (
     final TEXT, error TEXT,
     pid_started REAL,
     tags TEXT, notes TEXT,
-    study_id INTEGER REFERENCES studies(id) ON DELETE SET NULL, variant TEXT, seed INTEGER
+    study_id INTEGER REFERENCES studies(id) ON DELETE SET NULL, variant TEXT, seed INTEGER,
+    host TEXT, boot_id TEXT, stop_requested REAL
 );
 CREATE TABLE IF NOT EXISTS scalars (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -146,6 +155,9 @@ RUN_COLUMNS = (
     "study_id",
     "variant",
     "seed",
+    "host",
+    "boot_id",
+    "stop_requested",
 )
 JSON_COLUMNS = ("config", "dataset", "final", "tags")
 METRIC_TABLES = ("scalars", "layer_stats", "histograms", "samples", "attention")
@@ -271,27 +283,62 @@ class SchemaState(NamedTuple):
     run_columns: tuple[str, ...]  # the runs columns the file has (a read-only v1 file: fewer)
 
 
-def check_schema(conn: sqlite3.Connection, path: Path, *, readonly: bool) -> SchemaState:
-    """Create the schema in an empty file, upgrade an old one; refuse foreign or newer files."""
-    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+def _tables(conn: Any) -> set[str]:
+    """The database's table names (an SQLite file's own sqlite_* ones left out)."""
+    if isinstance(conn, sqlite3.Connection):
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        return {row[0] for row in rows if not row[0].startswith("sqlite_")}
+    return set(conn.tables())
+
+
+def _columns(conn: Any, table: str) -> set[str]:
+    if isinstance(conn, sqlite3.Connection):
+        return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+    return set(conn.columns(table))
+
+
+def _begin(conn: Any) -> None:
+    """BEGIN IMMEDIATE on SQLite; on a server BEGIN and the schema's advisory lock."""
+    if isinstance(conn, sqlite3.Connection):
+        conn.execute("BEGIN IMMEDIATE")
+    else:
+        conn.execute("BEGIN")
+        conn.execute(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
+
+
+def _create(conn: Any) -> None:
+    """The whole schema and its version row, in one transaction; IF NOT EXISTS and
+    ON CONFLICT make a concurrent first open harmless."""
+    version_row = (
+        "INSERT INTO meta (key, value) "
+        f"VALUES ('schema_version', '{SCHEMA_VERSION}') ON CONFLICT (key) DO NOTHING"
+    )
+    if isinstance(conn, sqlite3.Connection):
+        conn.executescript("BEGIN IMMEDIATE;" + SCHEMA_SQL + version_row + ";COMMIT;")
+        return
+    from blockviz.store.server import server_ddl
+
+    _begin(conn)
+    for statement in [*server_ddl(SCHEMA_SQL).split(";"), version_row]:
+        if statement.strip():
+            conn.execute(statement)
+    conn.execute("COMMIT")
+
+
+def check_schema(conn: Any, where: str, readonly: bool) -> SchemaState:
+    """Create the schema in an empty database, upgrade an old one; refuse foreign or newer
+    ones. `conn` is an sqlite3.Connection or a server.ServerConnection."""
+    tables = _tables(conn)
+    kind = "an SQLite database" if isinstance(conn, sqlite3.Connection) else "a database"
     if "meta" not in tables:
-        if {t for t in tables if not t.startswith("sqlite_")}:
+        if tables:
             raise StoreError(
-                f"{path} is an SQLite database but not a blockviz run store; "
-                "give another --store path"
+                f"{where} is {kind} but not a blockviz run store; give another --store"
             )
         if readonly:
-            raise StoreError(f"no store at {path} (the file holds no blockviz schema)")
-        # One transaction, so a crash never leaves tables without their version row;
-        # IF NOT EXISTS / OR IGNORE make a concurrent first open harmless.
+            raise StoreError(f"no store at {where} (it holds no blockviz schema)")
         try:
-            conn.executescript(
-                "BEGIN IMMEDIATE;"
-                + SCHEMA_SQL
-                + "INSERT OR IGNORE INTO meta (key, value) "
-                + f"VALUES ('schema_version', '{SCHEMA_VERSION}');"
-                + "COMMIT;"
-            )
+            _create(conn)
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -303,25 +350,28 @@ def check_schema(conn: sqlite3.Connection, path: Path, *, readonly: bool) -> Sch
         version = None
     if version is None:
         raise StoreError(
-            f"{path} is not a blockviz run store (no schema version in its meta table)"
+            f"{where} is not a blockviz run store (no schema version in its meta table)"
         )
     if version > SCHEMA_VERSION:
         raise StoreError(
-            f"{path} was written by a newer blockviz (schema version {version}; "
+            f"{where} was written by a newer blockviz (schema version {version}; "
             f"this version reads up to {SCHEMA_VERSION}); upgrade blockviz to open it"
         )
     if version < SCHEMA_VERSION and not readonly:
         upgrade(conn)
     row = conn.execute("SELECT value FROM meta WHERE key = 'legacy_run_dirs_upto'").fetchone()
     legacy_upto = int(row[0]) if row and str(row[0]).isdigit() else 0
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+    columns = _columns(conn, "runs")
     # A version 1 file opened read-only keeps its columns: read what is there.
     return SchemaState(legacy_upto, tuple(c for c in RUN_COLUMNS if c in columns))
 
 
-def upgrade(conn: sqlite3.Connection) -> None:
-    """Version 1, 2 or 3 -> 4, in one transaction (a concurrent opener finds it done)."""
-    conn.execute("BEGIN IMMEDIATE")
+def upgrade(conn: Any) -> None:
+    """Version 1, 2, 3 or 4 -> 5, in one transaction (a concurrent opener finds it done).
+
+    A server store began at version 5; its upgrades start from there (the steps below 5
+    are SQLite's alone)."""
+    _begin(conn)
     try:
         (version,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         if int(version) < 2:
@@ -354,9 +404,16 @@ def upgrade(conn: sqlite3.Connection) -> None:
                 "name TEXT NOT NULL, key TEXT NOT NULL, size TEXT, status TEXT, created REAL, "
                 "ended REAL, spec TEXT, error TEXT, workers TEXT)"
             )
-            have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+            have = _columns(conn, "runs")
             for column, kind in (("study_id", "INTEGER"), ("variant", "TEXT"), ("seed", "INTEGER")):
                 if column not in have:
+                    conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
+        if int(version) < 5:
+            have = _columns(conn, "runs")
+            real = "REAL" if isinstance(conn, sqlite3.Connection) else "DOUBLE PRECISION"
+            for column, kind in HOST_COLUMNS:
+                if column not in have:
+                    kind = real if kind == "REAL" else kind
                     conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
         if int(version) < SCHEMA_VERSION:
             conn.execute(

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from blockviz.core import hosts
 from blockviz.core.naming import is_id_text, run_id_from_text, sanitize_name, shortened_id
 from blockviz.core.replicas import even_batch
 from blockviz.core.spec import ACTIVE_STATUSES
@@ -30,8 +31,11 @@ if TYPE_CHECKING:  # pandas is imported where a frame is built, never by a train
     from blockviz.store.writes import Writes
 
 STUDY_STATUSES = ("running", "stopped", "completed")
+# A server claim that found every run it chose held by another worker reads again, up to
+# this many times (a few seconds in all), before it says there is nothing to claim.
+CLAIM_TRIES = 200
+CLAIM_RETRY_S = 0.02
 STUDY_FIELDS = ("name", "status", "ended", "error", "workers")
-STUDY_DIRS_SUFFIX = ".studies"  # <workspace>/<store file name>.studies/<id>
 INIT_GRADS_FILE = "init_grads.json"  # what the init-gradients study writes into its folder
 
 
@@ -74,12 +78,11 @@ class Studies(Part):
         """
         now = time.time()
         with self.db.transaction() as conn:
-            cursor = conn.execute(
+            (study_id,) = conn.execute(
                 "INSERT INTO studies (name, key, size, status, created, spec) "
-                "VALUES (?, ?, ?, 'running', ?, ?)",
+                "VALUES (?, ?, ?, 'running', ?, ?) RETURNING id",
                 (sanitize_name(name), key, size, now, encode_json(dict(spec))),
-            )
-            study_id = int(cursor.lastrowid or 0)
+            ).fetchone()
             run_ids = []
             for run in runs:
                 base = sanitize_name(f"{name} {run['variant']} seed {run['seed']}")
@@ -93,17 +96,17 @@ class Studies(Part):
                     "variant": str(run["variant"]),
                     "seed": int(run["seed"]),
                 }
-                cursor = conn.execute(
-                    f"INSERT INTO runs ({', '.join(row)}) VALUES ({placeholders(row)})",
+                (run_id,) = conn.execute(
+                    f"INSERT INTO runs ({', '.join(row)}) VALUES ({placeholders(row)}) "
+                    "RETURNING id",
                     list(row.values()),
-                )
-                run_ids.append(int(cursor.lastrowid or 0))
-        return study_id, run_ids
+                ).fetchone()
+                run_ids.append(int(run_id))
+        return int(study_id), run_ids
 
     def study_dir(self, study_id: int | str) -> Path:
         """<store>.studies/<id>: a study's own files (worker log, init-gradient results)."""
-        path = self.db.path
-        return path.with_name(path.name + STUDY_DIRS_SUFFIX) / str(_study_id(study_id))
+        return self.db.studies_root / str(_study_id(study_id))
 
     @guarded
     def get_study(self, study_id: int | str) -> StudyRecord:
@@ -113,7 +116,7 @@ class Studies(Part):
             f"SELECT {', '.join(STUDY_COLUMNS)} FROM studies WHERE id = ?", (_study_id(study_id),)
         ).fetchone()
         if row is None:
-            raise StoreError(f"no study {study_id} in {self.db.path}; `study list` shows them")
+            raise StoreError(f"no study {study_id} in {self.db.where}; `study list` shows them")
         return StudyRecord.from_row(STUDY_COLUMNS, row)
 
     @guarded
@@ -140,9 +143,8 @@ class Studies(Part):
         rows = self.conn.execute(
             "SELECT s.id, s.name, s.key, s.size, s.status, s.created, s.ended, "
             "COUNT(r.id), "
-            "SUM(r.status IN ('completed', 'diverged')), "
-            "SUM(r.status = 'running'), SUM(r.status = 'queued'), "
-            "SUM(r.status IN ('failed', 'stopped')) "
+            f"{_count_of('completed', 'diverged')}, {_count_of('running')}, "
+            f"{_count_of('queued')}, {_count_of('failed', 'stopped')} "
             "FROM studies AS s LEFT JOIN runs AS r ON r.study_id = s.id "
             "GROUP BY s.id ORDER BY s.id"
         ).fetchall()
@@ -207,26 +209,39 @@ class Studies(Part):
         Atomic: two workers never get one run.
         """
         sid = _study_id(study_id)
-        with self.db.transaction() as conn:
-            rows = conn.execute(
-                "SELECT id, config FROM runs WHERE study_id = ? AND status = 'queued' "
-                "AND pid IS NULL ORDER BY id",
-                (sid,),
-            ).fetchall()
-            if not rows:
+        # SQLite lets one writer in at a time (BEGIN IMMEDIATE). A server lets workers
+        # claim at once: each locks the rows it chose with FOR UPDATE SKIP LOCKED, keeps
+        # those no other worker holds, and chooses again when another took them all.
+        server = self.db.is_server
+        with self.db.transaction(serial=not server) as conn:
+            for _ in range(CLAIM_TRIES):
+                rows = conn.execute(
+                    "SELECT id, config FROM runs WHERE study_id = ? AND status = 'queued' "
+                    "AND pid IS NULL ORDER BY id",
+                    (sid,),
+                ).fetchall()
+                if not rows:
+                    return []
+                chosen = _batch_of(rows, limit, key_of, workers)
+                if server:
+                    held = {
+                        int(row[0])
+                        for row in conn.execute(
+                            f"SELECT id FROM runs WHERE id IN ({placeholders(chosen)}) "
+                            "AND status = 'queued' AND pid IS NULL FOR UPDATE SKIP LOCKED",
+                            chosen,
+                        )
+                    }
+                    chosen = [run_id for run_id in chosen if run_id in held]
+                if chosen:
+                    break
+                time.sleep(CLAIM_RETRY_S)  # a fresh read sees the other worker's claim
+            else:
                 return []
-            key = key_of(rows[0][1]) if limit > 1 else None
-            same = [int(rows[0][0])]
-            if key is not None:
-                same += [int(run_id) for run_id, config in rows[1:] if key_of(config) == key]
-            # Even batches: 14 runs of one shape at most 8 at once are 7 + 7, not 8 + 6; and
-            # no more than this worker's share of what is left, so no worker sits idle
-            # while another trains a large batch (9 runs, 2 workers: 3, 3, 2, 1).
-            share = -(-len(rows) // max(1, workers))
-            chosen = same[: min(even_batch(len(same), limit), share)]
+            host, boot = hosts.this_host(), hosts.boot_id()
             conn.executemany(
-                "UPDATE runs SET pid = ?, pid_started = ? WHERE id = ?",
-                [(int(pid), pid_started, run_id) for run_id in chosen],
+                "UPDATE runs SET pid = ?, pid_started = ?, host = ?, boot_id = ? WHERE id = ?",
+                [(int(pid), pid_started, host, boot, run_id) for run_id in chosen],
             )
         return chosen
 
@@ -268,7 +283,8 @@ class Studies(Part):
                 conn.execute(
                     "UPDATE runs SET status = 'queued', pid = NULL, pid_started = NULL, "
                     "started = NULL, ended = NULL, heartbeat = NULL, step = 0, final = NULL, "
-                    "error = NULL, diverged_step = NULL WHERE id = ?",
+                    "error = NULL, diverged_step = NULL, host = NULL, boot_id = NULL, "
+                    "stop_requested = NULL WHERE id = ?",
                     (run_id,),
                 )
         return len(eligible)
@@ -282,6 +298,31 @@ class Studies(Part):
             (_study_id(study_id), *ACTIVE_STATUSES),
         ).fetchall()
         return [int(r[0]) for r in rows]
+
+
+def _batch_of(
+    rows: list[tuple[int, str | None]],
+    limit: int,
+    key_of: Callable[[str | None], str | None],
+    workers: int,
+) -> list[int]:
+    """The runs to claim from the unclaimed (id, config) rows, oldest first: the oldest and
+    up to `limit` - 1 more of its key, in an even batch, within this worker's share."""
+    key = key_of(rows[0][1]) if limit > 1 else None
+    same = [int(rows[0][0])]
+    if key is not None:
+        same += [int(run_id) for run_id, config in rows[1:] if key_of(config) == key]
+    # Even batches: 14 runs of one shape at most 8 at once are 7 + 7, not 8 + 6; and no
+    # more than this worker's share of what is left, so no worker sits idle while another
+    # trains a large batch (9 runs, 2 workers: 3, 3, 2, 1).
+    share = -(-len(rows) // max(1, workers))
+    return same[: min(even_batch(len(same), limit), share)]
+
+
+def _count_of(*statuses: str) -> str:
+    """SQL counting a study's runs in these statuses (SQLite and PostgreSQL alike)."""
+    listed = ", ".join(f"'{status}'" for status in statuses)
+    return f"SUM(CASE WHEN r.status IN ({listed}) THEN 1 ELSE 0 END)"
 
 
 def _study_id(study_id: int | str) -> int:

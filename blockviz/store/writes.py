@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -18,14 +17,38 @@ from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from blockviz.store.connection import Connection, Part, guarded
-from blockviz.store.errors import StoreError, is_busy
+from blockviz.store.connection import DEFER_BUSY_TIMEOUT_S, Connection, Part, guarded
+from blockviz.store.errors import StoreError
 from blockviz.store.naming import RunRef
 from blockviz.store.schema import METRIC_TABLES, TABLE_WIDTHS
 from blockviz.store.values import convert_column, placeholders, real
 
 if TYPE_CHECKING:
     from blockviz.store.runs import RunLookup
+
+# Rows of one key in a flush: the columns that make a row unique (the first ones after the
+# run id). A server's multi-row upsert may not touch one key twice, so the last one wins,
+# as SQLite's INSERT OR REPLACE lets it.
+UNIQUE_PREFIX = {"scalars": 3, "layer_stats": 6, "histograms": 4, "samples": 2, "attention": 4}
+UPSERTS = {
+    "scalars": ("run_id, step, name, value", "run_id, name, step", "value"),
+    "layer_stats": (
+        "run_id, step, layer, kind, component, stat, value",
+        "run_id, kind, stat, step, layer, component",
+        "value",
+    ),
+    "histograms": (
+        "run_id, step, layer, tap, lo, hi, counts",
+        "run_id, layer, tap, step",
+        "lo, hi, counts",
+    ),
+    "samples": ("run_id, step, prompt, text", "run_id, step", "prompt, text"),
+    "attention": (
+        "run_id, step, layer, head, tokens, weights",
+        "run_id, step, layer, head",
+        "tokens, weights",
+    ),
+}
 
 # A writer that finds the store locked keeps up to this many rows in memory (about 40 MB
 # of scalar and layer rows); past it the writer waits for the lock, pausing training,
@@ -60,6 +83,8 @@ class Writes(Part):
         self.beats_written: dict[int, float] = {}
         self._last_flush = time.monotonic()
         self._deferred_since: float | None = None  # monotonic start of a lock episode
+        # Runs whose Stop was asked through the store (read with each heartbeat written).
+        self.stops_requested: set[int] = set()
 
     @guarded
     def log_scalars(self, run_id: int, rows: Iterable[tuple[int, str, float]]) -> None:
@@ -175,15 +200,16 @@ class Writes(Part):
         while True:
             try:
                 self._flush_once()
-            except sqlite3.OperationalError as exc:
-                if not (self.db.defer_when_busy and is_busy(exc)):
+            except self.db.errors as exc:
+                if not (self.db.defer_when_busy and self.db.is_transient(exc)):
                     raise
                 if self._deferred_since is None:
                     self._deferred_since = time.monotonic()
+                    why = "is unreachable" if self.db.is_server else "is locked by another process"
                     log.warning(
-                        "the run store %s is locked by another process; keeping rows in "
-                        "memory (up to %d) and retrying",
-                        self.db.path,
+                        "the run store %s %s; keeping rows in memory (up to %d) and retrying",
+                        self.db.where,
+                        why,
                         MAX_DEFERRED_ROWS,
                     )
                 if self._buffered < MAX_DEFERRED_ROWS:
@@ -191,6 +217,8 @@ class Writes(Part):
                 log.warning(
                     "%d rows held while the store is locked; waiting for the lock", self._buffered
                 )
+                if self.db.is_server:
+                    time.sleep(DEFER_BUSY_TIMEOUT_S)  # a server away answers at once
                 continue  # each try waits DEFER_BUSY_TIMEOUT_S inside SQLite
             if self._deferred_since is not None:
                 log.warning(
@@ -204,9 +232,10 @@ class Writes(Part):
     def _flush_once(self) -> None:
         try:
             # Rolled back when it raises: the buffers are kept and the next flush retries.
-            with self.db.transaction():
+            # Not serial: flushes of different runs touch different rows.
+            with self.db.transaction(serial=False):
                 self._write_buffers()
-        except sqlite3.IntegrityError:
+        except self.db.integrity_errors:
             missing = self._drop_missing_runs()
             if not missing:
                 raise
@@ -286,41 +315,36 @@ class Writes(Part):
             self._buffers[table] = kept
 
     def _write_buffers(self) -> None:
+        """Upsert every buffered row; write the beats and read back which runs were asked
+        to stop (so a Stop reaches a run on any host within a heartbeat)."""
         conn = self.conn
-        buffers = self._buffers
-        if buffers["scalars"]:
+        for table, rows in self._buffers.items():
+            if not rows:
+                continue
+            if self.db.is_server:
+                prefix = UNIQUE_PREFIX[table]
+                rows = list({row[:prefix]: row for row in rows}.values())
+            columns, key, values = UPSERTS[table]
+            updates = ", ".join(f"{c} = excluded.{c}" for c in values.split(", "))
             conn.executemany(
-                "INSERT OR REPLACE INTO scalars (run_id, step, name, value) VALUES (?, ?, ?, ?)",
-                buffers["scalars"],
-            )
-        if buffers["layer_stats"]:
-            conn.executemany(
-                "INSERT OR REPLACE INTO layer_stats "
-                "(run_id, step, layer, kind, component, stat, value) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                buffers["layer_stats"],
-            )
-        if buffers["histograms"]:
-            conn.executemany(
-                "INSERT OR REPLACE INTO histograms (run_id, step, layer, tap, lo, hi, counts) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                buffers["histograms"],
-            )
-        if buffers["samples"]:
-            conn.executemany(
-                "INSERT OR REPLACE INTO samples (run_id, step, prompt, text) VALUES (?, ?, ?, ?)",
-                buffers["samples"],
-            )
-        if buffers["attention"]:
-            conn.executemany(
-                "INSERT OR REPLACE INTO attention (run_id, step, layer, head, tokens, weights) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                buffers["attention"],
+                f"INSERT INTO {table} ({columns}) VALUES ({placeholders(columns.split(', '))}) "
+                f"ON CONFLICT ({key}) DO UPDATE SET {updates}",
+                rows,
             )
         if self.pending_beats:
+            beats = sorted(self.pending_beats.items())  # one row order for every writer
             conn.executemany(
                 "UPDATE runs SET heartbeat = ?, step = ? WHERE id = ?",
-                [(beat, step, run_id) for run_id, (beat, step) in self.pending_beats.items()],
+                [(beat, step, run_id) for run_id, (beat, step) in beats],
             )
+            if "stop_requested" in self.db.run_columns:
+                ids = [run_id for run_id, _ in beats]
+                asked = conn.execute(
+                    f"SELECT id FROM runs WHERE id IN ({placeholders(ids)}) "
+                    "AND stop_requested IS NOT NULL",
+                    ids,
+                ).fetchall()
+                self.stops_requested.update(int(row[0]) for row in asked)
 
     def _drop_missing_runs(self) -> list[int]:
         """After a foreign-key failure: drop buffered rows of runs that no longer exist."""
@@ -339,9 +363,14 @@ class Writes(Part):
 
     @contextmanager
     def bulk_load(self) -> Iterator[None]:
-        """Load many rows fast (test fakes, benchmarks): no per-row foreign-key checks inside."""
+        """Load many rows fast (test fakes, benchmarks): no per-row foreign-key checks inside
+        (SQLite; a server checks them as always)."""
         with self.db.lock:
             self.flush()
+            if self.db.is_server:
+                yield
+                self.flush()
+                return
             self.conn.execute("PRAGMA foreign_keys = OFF")
             try:
                 yield

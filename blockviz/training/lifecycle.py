@@ -73,7 +73,13 @@ class StopRequest:
 
 
 class Heartbeat:
-    """A daemon thread that beats the run's heartbeat (and so flushes the store) every few s."""
+    """A daemon thread that beats the run's heartbeat (and so flushes the store) every few s.
+
+    A Stop asked through the store (`RunStore.request_stop`: from a machine that cannot
+    signal this process) comes back with a beat; the thread then sends this process the
+    SIGTERM a local Stop sends, so the run stops the same way: after its step, with a
+    checkpoint.
+    """
 
     def __init__(self, store: RunStore, run_id: int, interval_s: float = HEARTBEAT_S) -> None:
         self.store = store
@@ -81,6 +87,7 @@ class Heartbeat:
         self.interval_s = interval_s
         self.step = 0
         self._stop = threading.Event()
+        self._signalled = False
         self._thread = threading.Thread(target=self._loop, name="blockviz-heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -100,6 +107,10 @@ class Heartbeat:
                 self.store.heartbeat(self.run_id, self.step)
             except StoreError as exc:  # a busy store must not kill training; try again
                 log.warning("heartbeat failed: %s", exc)
+            if self.store.stop_requested(self.run_id) and not self._signalled:
+                self._signalled = True
+                log.warning("a stop was requested through the store; stopping after this step")
+                os.kill(os.getpid(), signal.SIGTERM)
 
 
 def patiently(action: Any, *args: Any, **kwargs: Any) -> Any:

@@ -112,7 +112,7 @@ def _register_and_fit(
         verb = (
             f"finishing: its last checkpoint is at max_steps ({plan.start_step}), no step to train"
         )
-    print(f"blockviz: run {run_id} ({name}) {verb}; store {store.path}", flush=True)
+    print(f"blockviz: run {run_id} ({name}) {verb}; store {store.where}", flush=True)
     log.info("run %s (%s) %s with config %s", run_id, name, verb, config.to_json(indent=None))
     if plan.checkpoint is not None:
         _continue_series(store, run_id, plan)

@@ -359,7 +359,7 @@ def _prepare_and_fit(
         verb = f"resuming from step {batch.start_step}" if batch.checkpoint else "started"
         print(
             f"blockviz: runs {', '.join(map(str, training))} ({len(training)} replicas of one "
-            f"batch) {verb}; store {store.path}",
+            f"batch) {verb}; store {store.where}",
             flush=True,
         )
         if batch.checkpoint is not None:

@@ -59,7 +59,7 @@ def _train_args(
         config=str(store.run_dir(run_id) / CONFIG_NAME),
         preset=None,
         name=None,
-        store=str(store.path),
+        store=store.location.text,
         resume=None,
         run_id=int(run_id),
         max_running=int(max_running),
@@ -174,7 +174,7 @@ def work(
                     # Training on would write into the old file, or into a store that is
                     # not this study's: stop, and create nothing at the path.
                     print(
-                        f"blockviz: study {study_id}: the run store {store.path} was {changed} "
+                        f"blockviz: study {study_id}: the run store {store.where} was {changed} "
                         f"while this worker ran; it stops after {trained} run(s) and creates "
                         "no new store there",
                         file=sys.stderr,

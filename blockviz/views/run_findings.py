@@ -106,7 +106,7 @@ def cached_findings(store: RunStore, run: RunRecord, logged: bool | None = None)
     step: Any = run.step
     if str(run.status) in spec.ACTIVE_STATUSES:
         step = ("active", int(time.monotonic() // ACTIVE_EVERY_S), logged)
-    key = (str(store.path), int(run.id), str(run.status), step)
+    key = (store.where, int(run.id), str(run.status), step)
     with _CACHE_LOCK:
         found = _CACHE.get(key)
     if found is None:

@@ -22,14 +22,23 @@ from blockviz.core import config as cfg
 from blockviz.core import procs
 from blockviz.store import RunStore, StoreError, liveness
 from tests import fakes
+from tests.helpers import other_connection, spawn
 from tests.real_runs import RealRuns, copy_run
 
 CONFIG_JSON = cfg.RunConfig().to_json()
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> RunStore:
-    """A fresh store that flushes only when told to (so tests control visibility)."""
+def store(store_url: str) -> RunStore:
+    """A fresh store that flushes only when told to (so tests control visibility); once
+    an SQLite file, once a PostgreSQL database."""
+    with RunStore(store_url, flush_seconds=None) as opened:
+        yield opened
+
+
+@pytest.fixture
+def file_store(tmp_path: Path) -> RunStore:
+    """`store` as an SQLite file only: for what only a file has (pragmas, WAL, locks)."""
     with RunStore(tmp_path / "ws" / "blockviz.db", flush_seconds=None) as opened:
         yield opened
 
@@ -51,7 +60,8 @@ def test_default_path_follows_env(monkeypatch, tmp_path):
     assert st.default_store_path() == Path("runs") / "blockviz.db"
 
 
-def test_new_store_uses_wal_and_records_schema_version(store):
+def test_new_store_uses_wal_and_records_schema_version(file_store):
+    store = file_store
     assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     version = store.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -224,7 +234,7 @@ def test_delete_does_not_follow_a_symlinked_run_dir(store, tmp_path):
     target = tmp_path / "precious"
     target.mkdir()
     (target / "data.txt").write_text("keep me")
-    store.runs_root.mkdir()
+    store.runs_root.mkdir(parents=True)
     store.run_dir(run_id).symlink_to(target)
     store.delete_run(run_id)
     assert (target / "data.txt").read_text() == "keep me"
@@ -235,8 +245,8 @@ def test_logging_to_a_deleted_run_is_a_store_error(store):
     keep, gone = new_run(store, "keep", status="completed"), new_run(store, "gone")
     store.log_scalars(keep, [(0, "train/loss", 1.0)])
     store.log_scalars(gone, [(0, "train/loss", 1.0)])
-    with sqlite3.connect(store.path) as other:  # deleted behind this store's back
-        other.execute("DELETE FROM runs WHERE id = ?", (gone,))
+    with other_connection(store) as execute:  # deleted behind this store's back
+        execute("DELETE FROM runs WHERE id = ?", (gone,))
     with pytest.raises(StoreError, match=f"run\\(s\\) {gone}"):
         store.flush()
     store.flush()  # the other run's rows were kept and now land
@@ -369,14 +379,15 @@ LOG_CALLS = {
 def test_buffered_rows_are_invisible_until_flush(store, table):
     run_id = new_run(store)
     LOG_CALLS[table](store, run_id)
-    with sqlite3.connect(store.path) as reader:
+    with other_connection(store) as execute:
         count = f"SELECT COUNT(*) FROM {table}"
-        assert reader.execute(count).fetchone()[0] == 0
+        assert execute(count).fetchone()[0] == 0
         store.flush()
-        assert reader.execute(count).fetchone()[0] == 1
+        assert execute(count).fetchone()[0] == 1
 
 
-def test_one_transaction_per_flush(store, monkeypatch):
+def test_one_transaction_per_flush(file_store, monkeypatch):
+    store = file_store
     monkeypatch.setattr(liveness, "HEARTBEAT_WRITE_S", 3600.0)
     run_id = new_run(store)
     store.heartbeat(run_id, 0)  # a run's first beat is written at once
@@ -630,27 +641,10 @@ def _claim(path: str, run_id: int, start: multiprocessing.Event, results) -> Non
         results.put((run_id, claimer.claim_slot(run_id, 2, pid=os.getpid())))
 
 
-def _spawn(target, args_list) -> list:
-    context = multiprocessing.get_context("spawn")
-    children = [context.Process(target=target, args=args) for args in args_list]
-    # An AppTest.from_function run earlier in this process leaves __main__ pointing at a
-    # generated script; spawn would re-run it in each child. The targets live in this
-    # importable module, so the children need no __main__ at all.
-    main = sys.modules["__main__"]
-    main_file = main.__dict__.pop("__file__", None)
-    try:
-        for child in children:
-            child.start()
-    finally:
-        if main_file is not None:
-            main.__file__ = main_file
-    return children
-
-
 def test_two_processes_write_concurrently_without_losing_rows(store):
     ids = [new_run(store, "w1"), new_run(store, "w2")]
     start = multiprocessing.get_context("spawn").Event()
-    procs = _spawn(_write_rows, [(str(store.path), run_id, 5000, start) for run_id in ids])
+    procs = spawn(_write_rows, [(store.location.text, run_id, 5000, start) for run_id in ids])
     start.set()
     for proc in procs:
         proc.join(120)
@@ -664,7 +658,7 @@ def test_claim_slot_admits_exactly_max_running_under_a_race(store):
     ids = [new_run(store, f"q{i}") for i in range(4)]
     context = multiprocessing.get_context("spawn")
     start, results = context.Event(), context.Queue()
-    procs = _spawn(_claim, [(str(store.path), run_id, start, results) for run_id in ids])
+    procs = spawn(_claim, [(store.location.text, run_id, start, results) for run_id in ids])
     start.set()
     outcomes = dict(results.get(timeout=120) for _ in ids)
     for proc in procs:
@@ -696,7 +690,8 @@ def test_a_batch_of_replicas_holds_one_slot_and_none_against_itself(store):
     assert store.claim_slot(batch[2], 1, pid=me)
 
 
-def test_reader_is_not_blocked_by_an_open_write_transaction(store):
+def test_reader_is_not_blocked_by_an_open_write_transaction(file_store):
+    store = file_store
     run_id = new_run(store)
     store.log_scalars(run_id, [(0, "train/loss", 1.0)])
     store.flush()

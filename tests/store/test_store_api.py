@@ -47,6 +47,9 @@ FULL_RUN: dict[str, Any] = {
     "study_id": 3,
     "variant": "post",
     "seed": 2,
+    "host": "node-7",
+    "boot_id": "0b5e-boot",
+    "stop_requested": 1700000050.0,
 }
 STUDY_ROW: dict[str, Any] = {
     "id": 3,

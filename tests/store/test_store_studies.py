@@ -10,6 +10,7 @@ import pytest
 
 from blockviz.store import RunStore, StoreError
 from blockviz.store.schema import SCHEMA_VERSION
+from tests.helpers import other_connection
 
 
 def _runs(n: int) -> list[dict]:
@@ -19,8 +20,8 @@ def _runs(n: int) -> list[dict]:
     ]
 
 
-def test_a_study_is_created_with_its_runs_in_order(tmp_path) -> None:
-    with RunStore(tmp_path / "s.db") as store:
+def test_a_study_is_created_with_its_runs_in_order(store_url) -> None:
+    with RunStore(store_url) as store:
         study_id, run_ids = store.create_study("lr sweep", "sweep", "quick", {"k": 1}, _runs(4))
         study = store.get_study(study_id)
         assert (study.name, study.key, study.status, study.spec) == (
@@ -37,15 +38,15 @@ def test_a_study_is_created_with_its_runs_in_order(tmp_path) -> None:
         assert frame[["runs", "queued", "finished"]].values.tolist() == [[4, 4, 0]]
 
 
-def test_workers_claim_each_run_once(tmp_path) -> None:
-    with RunStore(tmp_path / "s.db") as store:
+def test_workers_claim_each_run_once(store_url) -> None:
+    with RunStore(store_url) as store:
         study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(3))
         claimed = [store.claim_study_run(study_id, 100 + i, None) for i in range(4)]
         assert claimed == [*run_ids, None]
         assert store.get_run(run_ids[1]).pid == 101
 
 
-def test_workers_claim_replica_batches_of_one_key_in_order_each_run_once(tmp_path) -> None:
+def test_workers_claim_replica_batches_of_one_key_in_order_each_run_once(store_url) -> None:
     # Keys by config: runs of shape "a" batch together (at most 2), "b" alone, None alone.
     runs = [
         {"variant": f"v{i}", "seed": 1, "config": f'{{"k": "{k}"}}', "max_steps": 10}
@@ -55,7 +56,7 @@ def test_workers_claim_replica_batches_of_one_key_in_order_each_run_once(tmp_pat
     def key_of(config: str | None) -> str | None:
         return None if '"b"' in (config or "") else config
 
-    with RunStore(tmp_path / "s.db") as store:
+    with RunStore(store_url) as store:
         study_id, ids = store.create_study("s", "sweep", "quick", {}, runs)
         claims = [store.claim_study_runs(study_id, 200 + i, None, 2, key_of) for i in range(5)]
         assert claims == [[ids[0], ids[1]], [ids[2]], [ids[3]], [ids[4]], []]
@@ -92,18 +93,18 @@ def test_workers_claim_replica_batches_of_one_key_in_order_each_run_once(tmp_pat
         assert claims[2] + claims[3] == ids[6:]
 
 
-def test_unclaimed_study_runs_are_not_reaped_but_claimed_dead_ones_are(tmp_path) -> None:
-    with RunStore(tmp_path / "s.db") as store:
+def test_unclaimed_study_runs_are_not_reaped_but_claimed_dead_ones_are(store_url) -> None:
+    with RunStore(store_url) as store:
         study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(2))
         store.claim_study_run(study_id, 2**22 + 12345, time.time())  # no such process
-        with sqlite3.connect(store.path) as conn:
-            conn.execute("UPDATE runs SET created = 0")
+        with other_connection(store) as execute:
+            execute("UPDATE runs SET created = 0")
         assert store.reap_dead() == [run_ids[0]]
         assert store.get_run(run_ids[1]).status == "queued"
 
 
-def test_stop_unclaimed_and_requeue(tmp_path) -> None:
-    with RunStore(tmp_path / "s.db") as store:
+def test_stop_unclaimed_and_requeue(store_url) -> None:
+    with RunStore(store_url) as store:
         study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(3))
         first = store.claim_study_run(study_id, os.getpid(), None)
         store.update_run(first, status="completed", final={"val_loss": 1.0})
@@ -119,8 +120,8 @@ def test_stop_unclaimed_and_requeue(tmp_path) -> None:
         assert store.study_active_runs(study_id) == run_ids[1:]
 
 
-def test_study_fields_and_ids_are_checked(tmp_path) -> None:
-    with RunStore(tmp_path / "s.db") as store:
+def test_study_fields_and_ids_are_checked(store_url) -> None:
+    with RunStore(store_url) as store:
         study_id, _ = store.create_study("s", "sweep", "quick", {}, [])
         store.update_study(study_id, status="stopped", workers=[[1, 2.0]])
         assert store.get_study(study_id).workers == ((1, 2.0),)
@@ -154,7 +155,7 @@ def test_a_version_3_store_gains_studies(tmp_path) -> None:
         assert len(store.study_runs(study_id)) == 1
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    assert int(version) == SCHEMA_VERSION == 4
+    assert int(version) == SCHEMA_VERSION == 5
 
 
 def test_unclaimed_study_runs_wait_for_their_study_not_for_a_slot(tmp_path) -> None:

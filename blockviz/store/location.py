@@ -1,0 +1,138 @@
+"""Where a store lives: an SQLite file path, or a PostgreSQL server named by a URL.
+
+`--store` and `$BLOCKVIZ_STORE` take either. Text that starts like a URL (`scheme://`) is
+a URL: `postgresql://` (or `postgres://`) is a server store, `sqlite:///path` a file, and
+any other scheme is refused with one line (it never becomes a folder named `scheme:`).
+Anything else is a file path.
+
+A server store keeps its run folders (checkpoints, logs) on disk like a file store does;
+the URL's `runs` query parameter names that folder, and on a cluster it must be a path
+every worker sees (a shared file system):
+
+    postgresql://me@db.example:5432/blockviz?runs=/shared/blockviz
+
+Without it the folder is `runs/<database>` under the working directory. The parameter is
+blockviz's own and is taken off the URL before it reaches the driver; a password in the
+URL is never printed (`where`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from blockviz.store.errors import StoreError
+
+DEFAULT_STORE = Path("runs") / "blockviz.db"
+SERVER_SCHEMES = ("postgresql", "postgres")
+RUNS_PARAM = "runs"
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
+
+
+@dataclass(frozen=True)
+class Location:
+    """A store's place: `path` for a file store; `url` (the driver's) for a server store.
+
+    `text` is what another process is given as `--store` to open the same store; `where`
+    is how messages name it (no password); `workspace` holds the run folders, the study
+    folders and uploads.
+    """
+
+    text: str
+    path: Path | None = None
+    url: str | None = None
+    where: str = ""
+    workspace: Path = Path()
+
+    @property
+    def is_server(self) -> bool:
+        """Whether the store is a database server (PostgreSQL), not a file."""
+        return self.url is not None
+
+    def workspace_or_file(self) -> Path:
+        """The store file, or a server store's workspace folder."""
+        return self.path if self.path is not None else self.workspace
+
+
+def default_store_text() -> str:
+    """$BLOCKVIZ_STORE if set, else runs/blockviz.db relative to the working directory."""
+    return os.environ.get("BLOCKVIZ_STORE", "").strip() or str(DEFAULT_STORE)
+
+
+def default_store_path() -> Path:
+    """$BLOCKVIZ_STORE as a path when it names a file (default: runs/blockviz.db, relative);
+    for a server URL, that store's workspace folder."""
+    text = default_store_text()
+    if _URL.match(text) is None:
+        return Path(text).expanduser()
+    return parse_location(text).workspace_or_file()
+
+
+def parse_location(target: str | Path | None) -> Location:
+    """The Location of a store given as a path, a URL, or None ($BLOCKVIZ_STORE / default).
+
+    StoreError for a URL scheme blockviz does not support or a server URL it cannot use.
+    """
+    if target is None:
+        target = default_store_text()
+    if isinstance(target, Path):
+        return _file(target)
+    text = str(target).strip()
+    if not text:
+        raise StoreError("the run store is empty text; give a file path or a postgresql:// URL")
+    match = _URL.match(text)
+    if match is None:
+        return _file(Path(text))
+    scheme = match.group(1).lower()
+    if scheme == "sqlite":
+        return _file(Path(unquote(urlsplit(text).path)))
+    if scheme not in SERVER_SCHEMES:
+        raise StoreError(
+            f"unsupported run store URL scheme {scheme!r} in {redact(text)!r}; give a file "
+            "path (SQLite) or a postgresql://user@host:port/database URL"
+        )
+    return _server(text)
+
+
+def _file(path: Path) -> Location:
+    path = path.expanduser().absolute()
+    return Location(text=str(path), path=path, where=str(path), workspace=path.parent)
+
+
+def _server(text: str) -> Location:
+    parts = urlsplit(text)
+    try:
+        port = parts.port
+    except ValueError:
+        raise StoreError(f"the run store URL {redact(text)!r} has a bad port number") from None
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    runs = [value for key, value in query if key == RUNS_PARAM]
+    rest = [(key, value) for key, value in query if key != RUNS_PARAM]
+    url = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(rest), ""))
+    database = unquote(parts.path.lstrip("/")) or unquote(parts.username or "") or "postgres"
+    if runs and runs[-1].strip():
+        workspace = Path(runs[-1]).expanduser().absolute()
+    else:
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", database) or "postgres"
+        workspace = (DEFAULT_STORE.parent / safe).absolute()
+    # A worker started elsewhere gets the folder spelled out, so it agrees with this one.
+    child = urlunsplit(
+        (
+            "postgresql",
+            parts.netloc,
+            parts.path,
+            urlencode([*rest, (RUNS_PARAM, str(workspace))], safe="/"),
+            "",
+        )
+    )
+    host = parts.hostname or "localhost"
+    where = f"postgresql://{host}{f':{port}' if port else ''}/{database}"
+    return Location(text=child, url=url, where=where, workspace=workspace)
+
+
+def redact(text: str) -> str:
+    """The URL with any password replaced by ***."""
+    return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", text)
