@@ -1,9 +1,12 @@
-"""`python -m blockviz study run|sweep|list|show|stop|resume|export`: studies from a terminal.
+"""`python -m blockviz study run|sweep|launch|list|show|stop|resume|export`: studies from a
+terminal.
 
 `run` and `sweep` store the study, start its workers and, unless `--detach`, print its
-progress until it ends (Ctrl-C stops the study, as it stops a `train` run); `show`
-prints the results table and the claims with their verdicts. Torch-free except `work`,
-the worker process the others start.
+progress until it ends (Ctrl-C stops the study, as it stops a `train` run); with
+`--workers 0` they store it and start none, and `launch` starts its workers through
+submitit (a SLURM job array, or N local processes). `show` prints the results table and
+the claims with their verdicts. Torch-free except `work`, the worker process the others
+start.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import sys
 import time
 from typing import Any
 
+from blockviz.cli import study_launch
 from blockviz.core import config as cfg
 from blockviz.core import studies, study_builtins, sweeps
 from blockviz.core.flags import (
@@ -29,6 +33,7 @@ from blockviz.core.flags import (
 from blockviz.core.presets import PRESETS
 from blockviz.launch import study_runner
 from blockviz.store import RunStore, checked
+from blockviz.store.location import redact
 
 EXIT_OK = 0
 POLL_S = 1.0
@@ -64,6 +69,8 @@ def build(p: argparse.ArgumentParser) -> None:
     listing.add_argument("--store", help=store_help)
     listing.add_argument("--json", action="store_true", help="print JSON")
 
+    study_launch.build(sub, store_help)
+
     for name, text in (
         ("show", "progress, results and verdicts of a study"),
         ("stop", "stop a study (running runs checkpoint, queued ones are skipped)"),
@@ -76,7 +83,11 @@ def build(p: argparse.ArgumentParser) -> None:
         if name == "show":
             one.add_argument("--json", action="store_true", help="print JSON")
         if name == "resume":
-            one.add_argument("--workers", type=int, help="worker processes (default: slots)")
+            one.add_argument(
+                "--workers",
+                type=int,
+                help="worker processes (default: slots; 0: queue the runs, start none)",
+            )
             threads_arg(one)
             replicas_arg(one)
         if name == "export":
@@ -102,7 +113,12 @@ def _launch_args(p: argparse.ArgumentParser, store_help: str) -> None:
     )
     p.add_argument("--name", help="study name (default: the study and its size)")
     p.add_argument("--store", help=store_help)
-    p.add_argument("--workers", type=int, help="worker processes (default: the run slots)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes (default: the run slots; 0: store the study and start none, "
+        "for `study launch` or `study work`)",
+    )
     threads_arg(p)
     replicas_arg(p)
     p.add_argument("--detach", action="store_true", help="start it and return at once")
@@ -118,6 +134,7 @@ def cli_main(args: argparse.Namespace) -> int:
     handlers = {
         "run": _run,
         "sweep": _sweep,
+        "launch": study_launch.cli_main,
         "list": _list,
         "show": _show,
         "stop": _stop,
@@ -138,19 +155,19 @@ def _store(args: argparse.Namespace) -> RunStore:
     return store
 
 
-def _positive(name: str, value: int | None) -> None:
-    if value is not None and value < 1:
-        raise UsageError(f"--{name}: {value} is not allowed; must be at least 1")
+def _positive(name: str, value: int | None, least: int = 1) -> None:
+    if value is not None and value < least:
+        raise UsageError(f"--{name}: {value} is not allowed; must be at least {least}")
 
 
 def _run(args: argparse.Namespace) -> int:
-    _positive("workers", args.workers)
+    _positive("workers", args.workers, least=0)
     study = study_builtins.builtin(args.study, args.size or "quick", args.seeds)
     return _launch_and_watch(args, study)
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    _positive("workers", args.workers)
+    _positive("workers", args.workers, least=0)
     base = cfg.RunConfig()
     if args.config:
         base = cfg.RunConfig.from_json(read_config_file(args.config))
@@ -182,6 +199,14 @@ def _launch_and_watch(args: argparse.Namespace, study: studies.StudyDef) -> int:
     check_threads(args.threads)
     replica_limit = replicas_from_args(args)
     with RunStore(args.store or None) as store:
+        if args.workers == 0:
+            study_id = study_runner.launch(store, study, args.name, workers=0)
+            print(
+                f"blockviz: study {study_id} ({study.key}, {study.size}): {study.n_runs} runs "
+                f"stored, no worker started; store {store.location.where}"
+            )
+            print(_no_worker_hint(store, study_id))
+            return EXIT_OK
         workers = args.workers or study_runner.default_workers()
         speed = study_runner.measured_speed(store)
         estimate = study_runner.estimate_s(study, speed[0], workers)
@@ -203,7 +228,7 @@ def _launch_and_watch(args: argparse.Namespace, study: studies.StudyDef) -> int:
         print(
             f"blockviz: study {study_id} ({study.key}, {study.size}): {what}; about "
             f"{_duration(estimate)} here ({assumes if study.trains else 'one process'}); "
-            f"store {store.path}",
+            f"store {store.where}",
             flush=True,
         )
         if args.detach:
@@ -217,6 +242,15 @@ def _launch_and_watch(args: argparse.Namespace, study: studies.StudyDef) -> int:
             return EXIT_OK
         print(_verdict_lines(store, study_id), flush=True)
     return EXIT_OK
+
+
+def _no_worker_hint(store: RunStore, study_id: int) -> str:
+    work = redact(" ".join(["python", *study_runner.worker_args(store, study_id)]))
+    return (
+        f"blockviz: start its workers with `python -m blockviz study launch {study_id} "
+        f"--slurm --workers N` (or `--local N`), or run `{work}` on any machine that "
+        "reaches the store"
+    )
 
 
 def _duration(seconds: float) -> str:
@@ -240,11 +274,11 @@ def _watch(store: RunStore, study_id: int) -> None:
                 f"blockviz: study {study_id}: {line} ({time.monotonic() - began:.0f} s)", flush=True
             )
             last = line
-        if now.status != "running" or now.interrupted:
+        if now.status != "running" or now.unattended:
             break
         time.sleep(POLL_S)
     store.reap_dead()
-    if study_runner.progress(store, study_id).interrupted:
+    if study_runner.progress(store, study_id).unattended:
         print(
             f"blockviz: study {study_id} lost its workers; `study resume {study_id}` "
             "trains what is left",
@@ -321,7 +355,7 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    _positive("workers", args.workers)
+    _positive("workers", args.workers, least=0)
     check_threads(args.threads)
     replica_limit = replicas_from_args(args)
     with RunStore(args.store or None) as store:
@@ -335,6 +369,8 @@ def _resume(args: argparse.Namespace) -> int:
         )
         if queued:
             print(f"blockviz: study {study.id}: {queued} run(s) queued again")
+            if args.workers == 0:
+                print(_no_worker_hint(store, int(study.id)))
         else:
             print(f"blockviz: study {study.id}: every run has finished; nothing to resume")
     return EXIT_OK

@@ -3,7 +3,9 @@
 A study is stored with all its runs at once (queued, unclaimed); then a few worker
 processes (`python -m blockviz study work ID`, in their own sessions so a study keeps going
 with the tab closed) claim and train them one by one. Workers take the same slots as any
-other run (`--max_running`), so a study and hand-launched runs share the machine.
+other run (`--max_running`), so a study and hand-launched runs share the machine. A study
+stored with `workers=0` gets its workers elsewhere (`blockviz.launch.cluster`, or any
+scheduler running the same command); `progress` then sees them by their runs' heartbeats.
 """
 
 from __future__ import annotations
@@ -24,8 +26,13 @@ from blockviz.core.params import param_count
 from blockviz.core.studies import StudyDef
 from blockviz.launch import runner
 from blockviz.store import RunStore
+from blockviz.store.liveness import STALE_AFTER_S
 
 WORKER_LOG = "worker.log"
+# A study's `workers` entry for a worker started through a scheduler (`study launch
+# --slurm`): its process runs on another machine, so it has no pid here. It counts towards
+# each worker's share of the runs it claims, and tells `progress` that workers exist.
+ELSEWHERE_PID = 0
 # Fallback speed for estimates when the store has no finished run to learn from: model
 # FLOPs per second (6 · parameters · tokens / s) of one run, the median of the quick
 # lr-sensitivity runs on the 2-core development box, two at once with one thread each
@@ -49,22 +56,41 @@ class Progress:
     running: int
     queued: int
     unfinished: int  # stopped or failed
-    workers_alive: int
+    workers_alive: int  # workers this machine started that are alive
     status: str  # the stored status: running, stopped, completed
+    beating: int = 0  # running runs with a fresh heartbeat: trained here or on any machine
+    workers_here: int = 0  # workers this machine started (alive or not)
+    workers_elsewhere: int = 0  # workers started through a scheduler, unseen from here
 
     @property
-    def interrupted(self) -> bool:
-        """Runs are left but no worker is alive to train them (killed, machine restarted)."""
+    def unattended(self) -> bool:
+        """Runs are left and nothing is seen working on them: no worker this machine
+        started is alive and no run of the study beats (a worker anywhere would)."""
         return (
             self.status == "running"
             and self.workers_alive == 0
+            and self.beating == 0
             and (self.queued + self.running) > 0
         )
+
+    @property
+    def waiting(self) -> bool:
+        """Unattended, but no worker was lost here: the workers were started through a
+        scheduler (still queued there, perhaps), or none was started yet (`--workers 0`)."""
+        return self.unattended and (self.workers_elsewhere > 0 or self.workers_here == 0)
+
+    @property
+    def interrupted(self) -> bool:
+        """Runs are left but the workers this machine started are gone (killed, machine
+        restarted) and no run beats."""
+        return self.unattended and not self.waiting
 
     @property
     def label(self) -> str:
         if self.interrupted:
             return "interrupted"
+        if self.waiting:
+            return "waiting for workers"
         return self.status
 
 
@@ -79,6 +105,7 @@ def launch(
 ) -> int:
     """Store the study and its runs, start its workers; the study id.
 
+    `workers=0` stores it and starts none: `study launch` or `study work` start them.
     StudyError when the study has nothing to train or its workers cannot start.
     """
     grid = study.grid() if study.trains else []
@@ -106,6 +133,8 @@ def launch(
         atomic_write(run_dir / runner.CONFIG_NAME, config.to_json())
     # A study that only measures at initialisation is one job: a second worker would
     # measure it all again, beside the first.
+    if workers == 0:
+        return study_id
     count = workers if study.trains else 1
     start_workers(store, study_id, count, max_running, threads, replicas)
     return study_id
@@ -134,12 +163,7 @@ def start_workers(
     count = default_workers(slots) if workers is None else max(1, int(workers))
     folder = store.study_dir(study_id)
     folder.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "blockviz", "study", "work", str(int(study_id))]
-    command += ["--store", str(store.path), "--max_running", str(slots)]
-    if threads is not None:
-        command += ["--threads", str(int(threads))]
-    if replicas is not None:
-        command += ["--replicas", str(int(replicas))]
+    command = [sys.executable, *worker_args(store, study_id, threads, replicas, slots)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     started: list[list[float | int | None]] = []
     try:
@@ -164,6 +188,39 @@ def start_workers(
     return [int(p[0]) for p in started if p[0] is not None]
 
 
+def worker_args(
+    store: RunStore,
+    study_id: int,
+    threads: int | None = None,
+    replicas: int | None = None,
+    max_running: int | None = None,
+) -> list[str]:
+    """What a study worker runs after the Python interpreter: `-m blockviz study work ID
+    --store STORE [--max_running N] [--threads T] [--replicas K]`."""
+    args = ["-m", "blockviz", "study", "work", str(int(study_id))]
+    args += ["--store", store.location.text]
+    if max_running is not None:
+        args += ["--max_running", str(int(max_running))]
+    if threads is not None:
+        args += ["--threads", str(int(threads))]
+    if replicas is not None:
+        args += ["--replicas", str(int(replicas))]
+    return args
+
+
+def add_workers(store: RunStore, study_id: int, workers: list[list[float | int | None]]) -> None:
+    """Record workers started for the study (`[pid, start time]`, or `[ELSEWHERE_PID,
+    None]` for one started through a scheduler) beside its workers still alive here; the
+    dead and earlier scheduler entries (whether those still run is unknown here) go."""
+    runner.reap_children()
+    alive = [
+        [int(pid), began]
+        for pid, began in store.get_study(study_id).workers
+        if pid and procs.is_alive(int(pid), began)
+    ]
+    store.update_study(study_id, workers=[*alive, *workers])
+
+
 def workers_alive(store: RunStore, study_id: int) -> int:
     """How many of the study's recorded workers are still alive."""
     runner.reap_children()
@@ -172,10 +229,12 @@ def workers_alive(store: RunStore, study_id: int) -> int:
 
 
 def status_label(store: RunStore, study_id: int, status: str) -> str:
-    """A study's status as the lists show it: `interrupted` when it is 'running' with no
-    worker alive, else the stored status (cheap: no run is read)."""
+    """A study's status as the lists show it: `interrupted` when it is 'running' but its
+    workers are gone and no run beats, `waiting for workers` when none was started here
+    (or they were started through a scheduler) and no run beats, else the stored status.
+    Its runs are read only when no worker of this machine is alive."""
     if status == "running" and workers_alive(store, study_id) == 0:
-        return "interrupted"
+        return progress(store, study_id).label
     return status
 
 
@@ -183,14 +242,25 @@ def progress(store: RunStore, study_id: int) -> Progress:
     """The study's runs counted, and whether anything still works on them."""
     runs = store.study_runs(study_id)
     status = runs["status"] if not runs.empty else pd.Series(dtype=str)
+    running = status == "running"
+    if runs.empty:
+        beating = 0
+    else:
+        beat = runs["heartbeat"].fillna(runs["started"])
+        beating = int((running & (beat >= time.time() - STALE_AFTER_S)).sum())
+    study = store.get_study(study_id)
+    pids = [int(pid) for pid, _ in study.workers]
     return Progress(
         total=len(runs),
         finished=int(status.isin(("completed", "diverged")).sum()),
-        running=int((status == "running").sum()),
+        running=int(running.sum()),
         queued=int((status == "queued").sum()),
         unfinished=int(status.isin(("stopped", "failed")).sum()),
         workers_alive=workers_alive(store, study_id),
-        status=str(store.get_study(study_id).status),
+        status=str(study.status),
+        beating=beating,
+        workers_here=sum(1 for pid in pids if pid != ELSEWHERE_PID),
+        workers_elsewhere=sum(1 for pid in pids if pid == ELSEWHERE_PID),
     )
 
 
@@ -216,15 +286,16 @@ def resume(
     threads: int | None = None,
     replicas: int | None = None,
 ) -> int:
-    """Train a stopped or interrupted study's unfinished runs again; how many are queued.
+    """Train a stopped or unattended study's unfinished runs again; how many are queued.
 
     Finished runs (completed or diverged) are kept; stopped and failed runs start over.
+    `workers=0` queues them and starts no worker (`study launch` or `study work` do).
     """
     now = progress(store, study_id)
-    if now.status == "running" and not now.interrupted:
+    if now.status == "running" and not now.unattended:
         raise StudyError(f"study {study_id} is still running")
     runs = store.study_runs(study_id)
-    if now.interrupted:
+    if now.unattended:
         # Runs its dead workers held: failed (or about to be reaped); start them over.
         for run_id in runs.loc[runs["status"].isin(("queued", "running")), "id"]:
             store.update_run(
@@ -239,6 +310,9 @@ def resume(
     if queued == 0:
         store.update_study(study_id, status="completed", ended=time.time())
         return 0
+    if workers == 0:
+        store.update_study(study_id, status="running", workers=[], ended=None, error=None)
+        return queued
     start_workers(store, study_id, workers, max_running, threads, replicas)
     return queued
 

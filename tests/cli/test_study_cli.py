@@ -99,7 +99,10 @@ def test_a_stopped_study_resumes_and_finishes(tmp_path: Path, corpus: Path) -> N
         (["sweep", "--lr", "1e-3,x"], "lr: 'x' is not allowed"),
         (["sweep", "--n_layer", "2"], "name at least one field with two or more values"),
         (["run", "activation", "--seeds", "0"], "seeds: 0"),
-        (["run", "activation", "--workers", "0"], "--workers: 0"),
+        (
+            ["run", "activation", "--workers", "-1"],
+            "--workers: -1 is not allowed; must be at least 0",
+        ),
         (["show", "9"], "no study 9"),
         (["stop", "x/../y"], "by its number"),
     ],

@@ -107,3 +107,48 @@ def test_study_show_and_list_reap_a_dead_run_as_runs_does(store, monkeypatch, ca
     assert cli.main(["study", "list", "--json", *where]) == 0
     (listed,) = json.loads(capsys.readouterr().out)
     assert (listed["running"], listed["unfinished"]) == (0, 1)
+
+
+def test_a_study_whose_runs_beat_is_running_with_no_worker_started_here(store, monkeypatch):
+    """Workers another machine started (`study launch --slurm`, `study work` over ssh) are
+    not in the study's workers; while a run of it beats, the study is being trained."""
+    monkeypatch.setattr(study_runner, "start_workers", lambda *a, **k: pytest.fail("started"))
+    study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(3))
+    store.claim_study_run(study_id, GONE, time.time())  # a process of another machine
+    store.update_run(run_ids[0], status="running", started=time.time(), heartbeat=time.time())
+    now = study_runner.progress(store, study_id)
+    assert (now.workers_alive, now.beating, now.running, now.queued) == (0, 1, 1, 2)
+    assert not now.unattended and not now.interrupted and now.label == "running"
+    assert study_runner.status_label(store, study_id, "running") == "running"
+    with pytest.raises(study_runner.StudyError, match="still running"):
+        study_runner.resume(store, study_id)
+
+    # Its beat goes stale: no worker is seen; none was started here, so it waits for one.
+    store.update_run(run_ids[0], heartbeat=time.time() - 3600)
+    now = study_runner.progress(store, study_id)
+    assert now.unattended and now.waiting and not now.interrupted
+    assert study_runner.status_label(store, study_id, "running") == "waiting for workers"
+
+    # Workers submitted to a scheduler (their pids unknown here): waiting, never interrupted.
+    store.update_study(study_id, workers=[[GONE, time.time()], [study_runner.ELSEWHERE_PID, None]])
+    assert study_runner.progress(store, study_id).label == "waiting for workers"
+    store.update_study(study_id, workers=[[GONE, time.time()]])  # only its own, dead
+    assert study_runner.progress(store, study_id).label == "interrupted"
+
+
+def test_a_study_stored_with_no_workers_waits_and_resumes_with_none(store, monkeypatch):
+    monkeypatch.setattr(study_runner, "start_workers", lambda *a, **k: pytest.fail("started"))
+    plan = sweeps.sweep({"lr": [1e-3, 2e-3]}, size="quick")
+    study_id = study_runner.launch(store, plan, workers=0)
+    now = study_runner.progress(store, study_id)
+    assert (now.queued, now.workers_here, now.label) == (2, 0, "waiting for workers")
+    assert study_runner.worker_args(store, study_id, threads=2, replicas=1) == [
+        "-m", "blockviz", "study", "work", str(study_id), "--store", str(store.path),
+        "--threads", "2", "--replicas", "1",
+    ]  # fmt: skip
+
+    study_runner.stop(store, study_id)
+    assert study_runner.resume(store, study_id, workers=0) == 2
+    study = store.get_study(study_id)
+    assert (study.status, study.workers) == ("running", ())
+    assert study_runner.progress(store, study_id).label == "waiting for workers"
