@@ -108,9 +108,6 @@ def plan_resume(args: argparse.Namespace, store: RunStore) -> RunPlan:
             f"--resume: run {run_id} is already at step {start_step} of max_steps="
             f"{config.train.max_steps}; pass a larger --max_steps"
         )
-    hparams = state["hyper_parameters"]
-    first_max_steps = ((hparams.get("run_config") or {}).get("train") or {}).get("max_steps")
-    horizon = hparams.get("schedule_steps") or first_max_steps or config.train.max_steps
     recorded = run.dataset
     return RunPlan(
         config=config,
@@ -118,10 +115,22 @@ def plan_resume(args: argparse.Namespace, store: RunStore) -> RunPlan:
         run_id=run_id,
         checkpoint=checkpoint,
         start_step=start_step,
-        schedule_steps=int(horizon),
+        schedule_steps=schedule_horizon(state, config),
         pending_rows=state["pending_rows"],
         legacy_eval=bool(recorded) and not evaluation.same_text(recorded),
     )
+
+
+def schedule_horizon(state: dict[str, Any], config: cfg.RunConfig) -> int:
+    """Where the lr decay of a resumed run ends: the horizon `read_checkpoint`'s `state`
+    carries (the run's first max_steps), not a larger --max_steps given to the resume.
+
+    Every rank of a DDP run must use it: DDP averages the gradients, not the updates, so
+    ranks on different schedules would drift apart.
+    """
+    hparams = state["hyper_parameters"]
+    first_max_steps = ((hparams.get("run_config") or {}).get("train") or {}).get("max_steps")
+    return int(hparams.get("schedule_steps") or first_max_steps or config.train.max_steps)
 
 
 def resume_overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -53,7 +53,15 @@ from blockviz.store import RunStore, StoreError
 from blockviz.training.fit import fit
 from blockviz.training.lifecycle import StopRequest, global_rank_from_env
 from blockviz.training.logger import FLUSH_EVERY_S
-from blockviz.training.plan import RunPlan, check_memory, load_datamodule, plan_new, plan_resume
+from blockviz.training.plan import (
+    RunPlan,
+    check_memory,
+    load_datamodule,
+    plan_new,
+    plan_resume,
+    read_checkpoint,
+    schedule_horizon,
+)
 from blockviz.training.registration import ENV_LEGACY_EVAL, ENV_RUN_DIR, run_in_store
 from blockviz.training.trainer import quiet_lightning
 
@@ -171,6 +179,11 @@ def _follower_main(args: argparse.Namespace) -> int:
         config = run_config_from_args(args)
     checkpoint = run_dir / "checkpoints" / "last.ckpt" if args.resume else None
     plan = RunPlan(config=config, name="", checkpoint=checkpoint)
+    if checkpoint is not None:
+        # The lr schedule rank 0 keeps (plan_resume): a larger --max_steps must not
+        # stretch this rank's decay alone.
+        state = read_checkpoint(checkpoint, f"--resume: run {args.resume}'s checkpoint")
+        plan.schedule_steps = schedule_horizon(state, config)
     datamodule = load_datamodule(config, os.environ.get(ENV_LEGACY_EVAL) == "1")
     plan.config = cfg.replace(config, vocab_size=datamodule.vocab.size).validate()
     stop = StopRequest()
