@@ -80,7 +80,11 @@ def _data_args(p: argparse.ArgumentParser) -> None:
 def _train_args(p: argparse.ArgumentParser) -> None:
     _config_source_args(p)
     p.add_argument("--name", help="run name (default: derived from the config)")
-    p.add_argument("--store", help="run store path (default $BLOCKVIZ_STORE or runs/blockviz.db)")
+    p.add_argument(
+        "--store",
+        help="run store: a file path or a postgresql:// URL "
+        "(default $BLOCKVIZ_STORE or runs/blockviz.db)",
+    )
     p.add_argument("--resume", metavar="RUN", help="continue RUN from its last checkpoint")
     p.add_argument("--run_id", type=int, help=argparse.SUPPRESS)  # pre-created by the runner
     p.add_argument(
@@ -129,21 +133,21 @@ def _init_grads_args(p: argparse.ArgumentParser) -> None:
 
 @command("runs", "list the runs in a store", "blockviz.cli.runs:cli_runs")
 def _runs_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", help="run store path")
+    p.add_argument("--store", help="run store: a file path or a postgresql:// URL")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
 @command("show", "summarise one run", "blockviz.cli.runs:cli_show")
 def _show_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run id or name")
-    p.add_argument("--store", help="run store path")
+    p.add_argument("--store", help="run store: a file path or a postgresql:// URL")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
 @command("stop", "stop a running run (checkpoint, status 'stopped')", "blockviz.cli.runs:cli_stop")
 def _stop_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run id or name")
-    p.add_argument("--store", help="run store path")
+    p.add_argument("--store", help="run store: a file path or a postgresql:// URL")
 
 
 @command(
@@ -160,7 +164,7 @@ def _export_args(p: argparse.ArgumentParser) -> None:
         default="all",
         help="what to write; code: a self-contained PyTorch train_<name>.py per run (default: all)",
     )
-    p.add_argument("--store", help="run store path")
+    p.add_argument("--store", help="run store: a file path or a postgresql:// URL")
 
 
 @command(

@@ -43,7 +43,10 @@ def build(p: argparse.ArgumentParser) -> None:
     """The `study` command's own subcommands."""
     sub = p.add_subparsers(dest="study_command", metavar="SUBCOMMAND", parser_class=type(p))
     sub.required = True
-    store_help = "run store path (default $BLOCKVIZ_STORE or runs/blockviz.db)"
+    store_help = (
+        "run store: a file path or a postgresql:// URL (default $BLOCKVIZ_STORE or "
+        "runs/blockviz.db)"
+    )
 
     run = sub.add_parser("run", help="run a built-in study", description="run a built-in study")
     run.add_argument("study", choices=study_builtins.STUDY_KEYS, help="which study")

@@ -166,6 +166,24 @@ def test_immediate_crash_raises_with_the_log_tail(
     assert run.status == "failed" and "boom" in run.error
 
 
+@pytest.mark.slow
+def test_a_run_on_another_host_stops_through_the_store(store: RunStore, monkeypatch) -> None:
+    # The run's process says it lives on host B; this process is host A, which cannot
+    # signal it, so Stop asks through the store and the run's heartbeat reads the request.
+    monkeypatch.setenv("BLOCKVIZ_HOST", "host-b")
+    long = tiny(max_steps=100_000, eval_interval=1000, probe_interval=1000, sample_interval=1000)
+    run_id = runner.launch(long, "elsewhere", store, max_running=1)
+    wait_for(store, run_id, lambda run: run.status == "running" and (run.step or 0) > 0)
+    monkeypatch.setenv("BLOCKVIZ_HOST", "host-a")
+    assert store.get_run(run_id).host == "host-b"
+    outcome = runner.stop_run(store, run_id)
+    assert outcome.ok and "host host-b" in outcome.message
+    run = wait_for(store, run_id, finished, timeout=30)
+    assert run.status == "stopped" and run.stop_requested is not None
+    assert (store.run_dir(run_id) / "checkpoints" / "last.ckpt").is_file()
+    assert "a stop was requested through the store" in runner.log_tail(store, run_id)
+
+
 def test_stop_of_a_run_whose_process_is_gone_marks_it_failed(store: RunStore) -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
