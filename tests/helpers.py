@@ -422,8 +422,8 @@ def finish(proc: subprocess.Popen, timeout: float = 180) -> tuple[int, str, str]
     return proc.returncode, out, err
 
 
-def study(store: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    """`python -m blockviz study ...` on the store file `store`, to its end."""
+def study(store: Path | str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """`python -m blockviz study ...` on the store `store` (a file or a URL), to its end."""
     command = [sys.executable, "-m", "blockviz", "study", *args, "--store", str(store)]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 

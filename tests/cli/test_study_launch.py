@@ -26,10 +26,9 @@ TINY = ["--preset", "tiny", "--max_steps", "40", "--warmup_steps", "2", "--eval_
 FINISH_S = 180
 
 
-def _stored_study(tmp_path: Path) -> Path:
+def _stored_study(tmp_path: Path, store: str) -> str:
     corpus = tmp_path / "fox.txt"
     corpus.write_text(CORPUS, encoding="utf-8")
-    store = tmp_path / "runs.db"
     stored = study(store, "sweep", *TINY, "--dataset", str(corpus), "--lr", "1e-3,2e-3",
                    "--seeds", "2", "--workers", "0", timeout=60)  # fmt: skip
     assert stored.returncode == 0, stored.stderr[-2000:]
@@ -37,7 +36,7 @@ def _stored_study(tmp_path: Path) -> Path:
     return store
 
 
-def _trained_once_by_two_workers(store: Path, folder: Path, pattern: str) -> None:
+def _trained_once_by_two_workers(store: str, folder: Path, pattern: str) -> None:
     """Wait for study 1 to end; every run completed, each started once, by one of the two
     workers (their logs: `pattern` in `folder`), and each worker trained some."""
     with RunStore(store) as opened:
@@ -68,16 +67,20 @@ def _trained_once_by_two_workers(store: Path, folder: Path, pattern: str) -> Non
         assert "exited with status 0" in log.read_text()
 
 
-def test_launch_local_trains_every_run_once_on_two_workers(tmp_path: Path) -> None:
-    store = _stored_study(tmp_path)
+def test_launch_local_trains_every_run_once_on_two_workers(tmp_path: Path, pg_url: str) -> None:
+    # On a PostgreSQL store, as on a cluster (the SLURM test below uses an SQLite file).
+    store = _stored_study(tmp_path, f"{pg_url}?runs={tmp_path / 'shared'}")
     began = time.monotonic()
     launched = study(store, "launch", "1", "--local", "2", "--replicas", "off", "--threads",
                      "1", timeout=60)  # fmt: skip
     assert launched.returncode == 0, launched.stderr[-2000:]
     assert "started 2 worker(s) on this machine" in launched.stdout
-    folder = Path(f"{store}.studies") / "1" / cluster.JOBS_DIR
+    with RunStore(store) as opened:
+        folder = opened.study_dir(1) / cluster.JOBS_DIR
+        text = opened.location.text
+    assert folder == tmp_path / "shared" / "studies" / "1" / cluster.JOBS_DIR
     assert f"the jobs' logs: {folder}" in launched.stdout
-    assert f"python -m blockviz study work 1 --store {store} --threads 1 --replicas 1" in (
+    assert f"python -m blockviz study work 1 --store {text} --threads 1 --replicas 1" in (
         launched.stdout
     )
     shown = study(store, "show", "1", timeout=60)
@@ -110,7 +113,7 @@ def test_launch_slurm_runs_the_workers_as_one_job_array(tmp_path: Path) -> None:
     why = _slurm_answers()
     if why is not None:
         pytest.skip(why)
-    store = _stored_study(tmp_path)
+    store = _stored_study(tmp_path, str(tmp_path / "runs.db"))
     began = time.monotonic()
     launched = study(store, "launch", "1", "--slurm", "--workers", "2", "--array_parallelism",
                      "2", "--time_min", "10", "--replicas", "off", "--threads", "1",
