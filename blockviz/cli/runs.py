@@ -160,6 +160,8 @@ def cli_show(args: argparse.Namespace) -> int:
         ("device", f"{run.device or '-'}, precision {run.precision or '-'}"),
         ("params", _fmt(run.n_params, ",")),
     ]
+    if run.host:
+        lines.append(("host", f"{run.host}, process {_fmt(run.pid)}"))
     dataset = run.dataset or {}
     if dataset:
         size = f"{dataset.get('n_chars', 0):,} chars, vocab {dataset.get('vocab_size')}"

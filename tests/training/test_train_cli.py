@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from blockviz import cli
-from blockviz.core import hardware
+from blockviz.core import hardware, hosts
 from blockviz.core.spec import FFN_UNIT_STATS, STREAM_STATS, TAP_STATS
 from blockviz.store import RunStore
 from blockviz.training.model import block_tap_names
@@ -165,6 +165,8 @@ def test_runs_and_show_commands(two_runs, capsys):
     text = capsys.readouterr().out
     assert "completed" in text and "last sample (step 30" in text
     assert "cpu, 1 thread, precision 32-true" in text
+    host = store.get_run(ids["fp32"])
+    assert f"host         {hosts.this_host()}, process {host.pid}" in text
     assert "from the evaluation seed" in next(ln for ln in text.splitlines() if "val loss on" in ln)
     assert cli.main(["stop", str(ids["fp32"]), "--store", str(store.path)]) == 0
     assert "already completed" in capsys.readouterr().out
