@@ -24,6 +24,7 @@ from blockviz.store import (
     default_store_path,
     default_store_text,
     parse_location,
+    redact,
 )
 
 PAGE_BUSY_TIMEOUT_S = 5.0  # a locked store: the page says so after this, never hangs
@@ -66,7 +67,7 @@ def get_store() -> RunStore | None:
 def store_or_stop() -> RunStore:
     """The cached RunStore; otherwise a clear error naming the store, and the page stops."""
     run_via_app()
-    where = default_store_text()
+    where = redact(default_store_text())
     try:
         location = store_location()
         where = location.where

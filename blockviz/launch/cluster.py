@@ -34,7 +34,7 @@ from submitit.core.utils import FailedJobError, FailedSubmissionError
 from blockviz.core import procs
 from blockviz.core.studies import plan_from_spec
 from blockviz.launch import runner, study_runner
-from blockviz.store import RunStore
+from blockviz.store import RunStore, redact
 
 JOBS_DIR = "jobs"  # under the study's folder: submitit's pickles and each job's log
 DEFAULT_TIME_MIN = 24 * 60
@@ -98,7 +98,7 @@ class StudyWorkerJob:
             else:
                 env[name] = value
         cwd = self.cwd if self.cwd and Path(self.cwd).is_dir() else None
-        print(f"blockviz: worker {index}: {' '.join(self.command())}", flush=True)
+        print(f"blockviz: worker {index}: {redact(' '.join(self.command()))}", flush=True)
         stop = StopForwarder()
         previous = {s: signal.signal(s, stop) for s in stop.SIGNALS}
         try:

@@ -258,8 +258,12 @@ def stop_run(store: RunStore, run_id: int) -> StopOutcome:
         return StopOutcome(f"already {status}")
     if pid is not None and not hosts.is_this_machine(run.host, run.boot_id):
         # Another machine's process: no signal reaches it, the store does (its heartbeat
-        # reads the request within a few seconds and it stops as if signalled).
+        # reads the request within a few seconds and it stops as if signalled). A queued
+        # run is marked stopped at once: its process finds it so and never starts.
         store.request_stop(run_id)
+        if status == "queued":
+            store.update_run(run_id, status="stopped", ended=time.time())
+            return StopOutcome(f"was queued on host {run.host}; marked stopped")
         return StopOutcome(f"stop requested; the run on host {run.host} stops at its next beat")
     if pid == os.getpid():
         # Only a run recorded by this very process (test fakes) lands here; never signal

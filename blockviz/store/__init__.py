@@ -47,13 +47,14 @@ from blockviz.store.errors import (
     StoreUnreachable,
     is_readonly_error,
 )
-from blockviz.store.liveness import HEARTBEAT_WRITE_S, STALE_AFTER_S
+from blockviz.store.liveness import HEARTBEAT_WRITE_S, STALE_AFTER_S, run_alive
 from blockviz.store.location import (
     DEFAULT_STORE,
     Location,
     default_store_path,
     default_store_text,
     parse_location,
+    redact,
 )
 from blockviz.store.naming import RunRef, check_name
 from blockviz.store.records import RunRecord, StudyRecord
@@ -106,4 +107,6 @@ __all__ = [
     "downsample_mask",
     "is_readonly_error",
     "parse_location",
+    "redact",
+    "run_alive",
 ]

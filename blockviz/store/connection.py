@@ -37,6 +37,7 @@ from blockviz.store.location import Location
 from blockviz.store.schema import RUN_COLUMNS, check_schema
 
 BUSY_TIMEOUT_S = 30.0
+MIN_SQLITE = (3, 35)  # RETURNING (3.35) and INSERT ... ON CONFLICT DO UPDATE (3.24)
 RUN_DIRS_SUFFIX = ".runs"  # <workspace>/<store file name>.runs/<id>: each store its own
 STUDY_DIRS_SUFFIX = ".studies"  # <workspace>/<store file name>.studies/<id>
 # A training writer (defer_when_busy) that finds the store locked keeps its rows in memory
@@ -68,6 +69,7 @@ def guarded(
                 return method(self, *args, **kwargs)
             deadline: float | None = None
             db.depth += 1
+            db.committed = False
             try:
                 while True:
                     try:
@@ -107,6 +109,7 @@ class Connection:
         self.errors: tuple[type[BaseException], ...] = (sqlite3.Error, *server.driver_errors())
         self.integrity_errors = (sqlite3.IntegrityError, *server.integrity_errors())
         self.depth = 0  # guarded calls in progress (the outermost one waits for a server)
+        self.committed = False  # whether the outermost guarded call has sent a COMMIT
         self.readonly = readonly
         # False: the file must exist already (a run or study it holds is being worked on);
         # a missing one is a StoreError, never a new empty store.
@@ -169,16 +172,27 @@ class Connection:
         """Whether `exc` lost the server connection and it came back before `deadline`."""
         if not self.is_server or not server.connection_lost(exc) or self._conn is None:
             return False
+        if self.committed or time.monotonic() > deadline:
+            # A COMMIT was sent in this call: it may have landed before the connection
+            # went, so the call is not run again (a second create_run would be a second run).
+            return False
         return server.wait_for_server(self._conn, deadline)
 
     def is_transient(self, exc: BaseException) -> bool:
         """A locked file or an unreachable server: a writer keeps its rows and tries later."""
         if isinstance(exc, sqlite3.OperationalError):
             return is_busy(exc)
-        return self.is_server and server.connection_lost(exc)
+        return self.is_server and server.transient(exc)
 
     def _open(self) -> sqlite3.Connection:
         """Connect, set the pragmas, create, upgrade or check the schema."""
+        if sqlite3.sqlite_version_info < MIN_SQLITE:
+            wanted = ".".join(map(str, MIN_SQLITE))
+            raise StoreError(
+                f"blockviz needs SQLite {wanted} or newer (RETURNING, upserts); this Python "
+                f"has SQLite {sqlite3.sqlite_version}: use a newer Python, or a "
+                "postgresql:// store"
+            )
         if self.path.is_dir():
             raise StoreError(f"the run store path {self.path} is a directory; give a file path")
         if self.readonly:
@@ -426,6 +440,7 @@ class Connection:
                 if self.is_server and serial:
                     conn.execute(f"SELECT pg_advisory_xact_lock({server.SERIAL_LOCK_KEY})")
                 yield conn
+                self.committed = True
                 conn.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(*self.errors):

@@ -26,6 +26,7 @@ from blockviz.store.values import placeholders
 
 if TYPE_CHECKING:
     from blockviz.store.reads import Reads
+    from blockviz.store.records import RunRecord
     from blockviz.store.runs import RunLookup
     from blockviz.store.writes import Writes
 
@@ -42,6 +43,26 @@ def remote_stale_after_s() -> float:
     except ValueError:
         return REMOTE_STALE_AFTER_S
     return value if value > 0 else REMOTE_STALE_AFTER_S
+
+
+def process_alive(
+    host: str | None,
+    boot: str | None,
+    pid: int | None,
+    began: float | None,
+    beat: float | None,
+) -> bool:
+    """Whether a run's process is alive, as well as this machine can tell: one of this
+    machine (this boot) by its pid and start time; another host's by a beat younger than
+    the remote timeout."""
+    if hosts.is_this_machine(host, boot):
+        return procs.is_alive(pid, began)
+    return beat is not None and time.time() - beat < remote_stale_after_s()
+
+
+def run_alive(run: RunRecord) -> bool:
+    """`process_alive` of a run's record (a queued or running run's process)."""
+    return process_alive(run.host, run.boot_id, run.pid, run.pid_started, run.heartbeat)
 
 
 class Liveness(Part):
@@ -127,7 +148,7 @@ class Liveness(Part):
             return []
         reaped: list[int] = []
         with self.db.transaction() as conn:
-            for run_id, pid, before, why in dead:
+            for run_id, pid, before, why in sorted(dead):  # the row order a flush keeps
                 cursor = conn.execute(
                     "UPDATE runs SET status = 'failed', ended = ?, error = ? "
                     "WHERE id = ? AND (pid = ? OR (pid IS NULL AND ? IS NULL)) "

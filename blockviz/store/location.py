@@ -134,5 +134,6 @@ def _server(text: str) -> Location:
 
 
 def redact(text: str) -> str:
-    """The URL with any password replaced by ***."""
-    return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", text)
+    """Text with the password of any URL in it replaced by ***: `user:secret@host` up to
+    the last @ before the host (a password may hold a raw @)."""
+    return re.sub(r"(://[^/:@\s]*:)[^/\s]*@", r"\1***@", text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from blockviz.core import hosts
 from blockviz.store.connection import Connection, Part, guarded
 from blockviz.store.naming import RunRef
 
@@ -37,18 +38,21 @@ class Queue(Part):
         when its process cannot be signalled) stays stopped, and False comes back
         (`queued_still` tells the two Falses apart).
 
-        A slot is a process: the replicas of one batch (running runs with one pid) hold one
-        slot together, and the claiming process's own runs hold none against it.
+        A slot is a process of this machine: the replicas of one batch (running runs with
+        one pid) hold one slot together, the claiming process's own runs hold none against
+        it, and runs of other hosts hold none at all.
         """
         run_id = self.lookup.id_of(run_id)
         self.liveness.reap_dead()
+        host = hosts.this_host()
         with self.db.transaction() as conn:
             if max_running > 0:
+                # The slots are this machine's: another host's runs take none of them.
                 (running,) = conn.execute(
                     "SELECT COUNT(DISTINCT COALESCE(pid, -id)) FROM runs "
-                    "WHERE status = 'running' AND id != ? AND (? IS NULL OR pid IS NULL "
-                    "OR pid != ?)",
-                    (run_id, pid, pid),
+                    "WHERE status = 'running' AND id != ? AND COALESCE(host, ?) = ? "
+                    "AND (? IS NULL OR pid IS NULL OR pid != ?)",
+                    (run_id, host, host, pid, pid),
                 ).fetchone()
                 if running >= max_running:
                     return False  # committed: the count was a read

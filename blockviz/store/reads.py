@@ -80,7 +80,7 @@ class Reads(Part):
         keys: list[tuple[int, str]] = []
         chunks: list[np.ndarray] = []
         for run_id in sorted(ids):
-            for name in wanted if wanted is not None else self._names_of_run(run_id):
+            for name in wanted if wanted is not None else sorted(self._names_of_run(run_id)):
                 rows = self.conn.execute(sql, (run_id, name)).fetchall()
                 if not rows:
                     continue

@@ -11,12 +11,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from blockviz.core import hosts, procs
+from blockviz.core import hosts
 from blockviz.core.naming import NAME_MAX, run_id_from_text
 from blockviz.core.spec import ACTIVE_STATUSES, STATUSES, TRAIN_LOSS, VAL_LOSS
 from blockviz.core.tags import TagError, clean_notes, parse_tags, tags_text
 from blockviz.store.connection import Connection, Part, guarded
 from blockviz.store.errors import StoreError
+from blockviz.store.liveness import process_alive
 from blockviz.store.naming import RunRef, check_name
 from blockviz.store.records import RunRecord
 from blockviz.store.schema import JSON_COLUMNS, METRIC_TABLES, RUN_COLUMNS, RUNS_FRAME, typed_frame
@@ -133,9 +134,10 @@ class Runs(Part):
         values.update(status=status, config=config_text, max_steps=max_steps)
         for column in JSON_COLUMNS:
             values[column] = encode_json(values.get(column))
-        if values.get("pid") is not None:
+        if values.get("pid") is not None:  # its process records where it lives, and beats
             values.setdefault("host", hosts.this_host())
             values.setdefault("boot_id", hosts.boot_id())
+            values.setdefault("heartbeat", values["created"])
         with self.db.transaction() as conn:
             values["name"] = self.unique_name(check_name(name))
             columns = list(values)
@@ -197,10 +199,10 @@ class Runs(Part):
         `unless`; whether the row was written."""
         values = {k: (encode_json(v) if k in JSON_COLUMNS else v) for k, v in fields.items()}
         if values.get("pid") is not None and "host" not in values:
-            # The process that takes the run over records where it lives (liveness.py).
+            # The process that takes the run over records where it lives (liveness.py),
+            # and beats once: its silence counts from now.
             values.update(host=hosts.this_host(), boot_id=hosts.boot_id())
-        if values.get("status") == "queued" and "stop_requested" in self.db.run_columns:
-            values["stop_requested"] = None  # queued again (a resume): an old Stop is spent
+            values.setdefault("heartbeat", time.time())
         assignments = ", ".join(f"{column} = ?" for column in values)
         condition = f" AND COALESCE(status, '') NOT IN ({placeholders(unless)})" if unless else ""
         with self.db.transaction() as conn:
@@ -244,12 +246,16 @@ class Runs(Part):
         run_id = self.lookup.id_of(run_id)
         # One transaction: the liveness check and the delete see the same state.
         with self.db.transaction() as conn:
-            status, pid, began, name = conn.execute(
-                "SELECT status, pid, pid_started, name FROM runs WHERE id = ?", (run_id,)
+            status, pid, began, name, host, boot, beat = conn.execute(
+                "SELECT status, pid, pid_started, name, host, boot_id, heartbeat FROM runs "
+                "WHERE id = ?",
+                (run_id,),
             ).fetchone()
-            if status in ACTIVE_STATUSES and procs.is_alive(pid, began):
+            if status in ACTIVE_STATUSES and process_alive(host, boot, pid, began, beat):
+                where = f" on host {host}" if not hosts.is_this_machine(host, boot) else ""
                 raise StoreError(
-                    f"run {run_id} ({name}) is {status} in process {pid}; stop it before deleting"
+                    f"run {run_id} ({name}) is {status} in process {pid}{where}; stop it "
+                    "before deleting"
                 )
             for table in METRIC_TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))

@@ -103,7 +103,8 @@ class ServerConnection:
             connect_timeout=max(1, round(self.connect_timeout_s)),
             application_name="blockviz",
         )
-        conn.adapters.register_dumper(float, _nan_as_null_dumper(psycopg))
+        conn.adapters.register_dumper(float, _nan_as_null_dumper())
+        conn.adapters.register_dumper(str, _nul_free_dumper())
         if self.readonly:
             conn.execute("SET default_transaction_read_only = on")
         return conn
@@ -165,7 +166,22 @@ class ServerConnection:
         return {row[0] for row in rows}
 
 
-def _nan_as_null_dumper(psycopg: Any) -> type:
+def _nul_free_dumper() -> type:
+    """A text dumper that binds NUL characters as U+FFFD: PostgreSQL's text cannot hold
+    NUL (SQLite's can), and one such sample would fail every later flush of its run."""
+    from psycopg.types.string import StrDumper
+
+    class NulFree(StrDumper):
+        def quote(self, obj: str) -> bytes:
+            return super().quote(obj.replace("\x00", "\ufffd") if "\x00" in obj else obj)
+
+        def dump(self, obj: str) -> bytes | None:
+            return super().dump(obj.replace("\x00", "\ufffd") if "\x00" in obj else obj)
+
+    return NulFree
+
+
+def _nan_as_null_dumper() -> type:
     """A float dumper that binds NaN as NULL, as SQLite stores it (read back as NaN)."""
     from psycopg.types.numeric import FloatDumper
 
@@ -179,14 +195,34 @@ def _nan_as_null_dumper(psycopg: Any) -> type:
     return NanAsNull
 
 
-def connection_lost(exc: BaseException) -> bool:
-    """Whether a driver error means the server is unreachable (worth waiting for)."""
-    for error in driver_errors():
-        if isinstance(exc, error):
-            import psycopg
+# A connection that fails for one of these reasons will fail the same way again.
+PERMANENT = ("does not exist", "authentication", "password", "pg_hba", "permission denied")
+# SQLSTATEs of a connection the server ended: class 08 (connection exception), and the
+# server shutting down or crashing (admin_shutdown, crash_shutdown, cannot_connect_now).
+SERVER_GONE = ("57P01", "57P02", "57P03")
 
-            return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
-    return False
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether a driver error means the server is unreachable (worth waiting for): no
+    connection could be made, or the server ended it. A statement that failed (a timeout,
+    a deadlock, a full disk) is not."""
+    if not driver_errors():
+        return False
+    import psycopg
+
+    if not isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        return False
+    state = getattr(exc, "sqlstate", None)
+    if state is None:  # libpq's own: refused, reset, closed; or a refusal at the door
+        return not any(word in str(exc).lower() for word in PERMANENT)
+    return state.startswith("08") or state in SERVER_GONE
+
+
+def transient(exc: BaseException) -> bool:
+    """A lost server, or a transaction the server rolled back to let another through
+    (a deadlock, a serialization failure: SQLSTATE class 40): worth trying again."""
+    state = getattr(exc, "sqlstate", None) or ""
+    return connection_lost(exc) or (bool(driver_errors()) and state.startswith("40"))
 
 
 def server_error(exc: BaseException, where: str, *, opening: bool = False) -> StoreError:

@@ -31,9 +31,8 @@ if TYPE_CHECKING:  # pandas is imported where a frame is built, never by a train
     from blockviz.store.writes import Writes
 
 STUDY_STATUSES = ("running", "stopped", "completed")
-# A server claim that found every run it chose held by another worker reads again, up to
-# this many times (a few seconds in all), before it says there is nothing to claim.
-CLAIM_TRIES = 200
+# A server claim that finds every unclaimed run held by another worker's claim reads again
+# this often, for up to the store's busy timeout, before it says there is nothing to claim.
 CLAIM_RETRY_S = 0.02
 STUDY_FIELDS = ("name", "status", "ended", "error", "workers")
 INIT_GRADS_FILE = "init_grads.json"  # what the init-gradients study writes into its folder
@@ -210,38 +209,34 @@ class Studies(Part):
         """
         sid = _study_id(study_id)
         # SQLite lets one writer in at a time (BEGIN IMMEDIATE). A server lets workers
-        # claim at once: each locks the rows it chose with FOR UPDATE SKIP LOCKED, keeps
-        # those no other worker holds, and chooses again when another took them all.
+        # claim at once: each locks the unclaimed runs it reads (FOR UPDATE SKIP LOCKED)
+        # and chooses among them; runs another worker is claiming right now are skipped,
+        # and when all of them are, it reads again rather than report nothing to claim.
         server = self.db.is_server
+        unclaimed = "FROM runs WHERE study_id = ? AND status = 'queued' AND pid IS NULL"
+        deadline = time.monotonic() + self.db.wait_s()
         with self.db.transaction(serial=not server) as conn:
-            for _ in range(CLAIM_TRIES):
+            while True:
                 rows = conn.execute(
-                    "SELECT id, config FROM runs WHERE study_id = ? AND status = 'queued' "
-                    "AND pid IS NULL ORDER BY id",
+                    f"SELECT id, config {unclaimed} ORDER BY id"
+                    + (" FOR UPDATE SKIP LOCKED" if server else ""),
                     (sid,),
                 ).fetchall()
-                if not rows:
-                    return []
-                chosen = _batch_of(rows, limit, key_of, workers)
-                if server:
-                    held = {
-                        int(row[0])
-                        for row in conn.execute(
-                            f"SELECT id FROM runs WHERE id IN ({placeholders(chosen)}) "
-                            "AND status = 'queued' AND pid IS NULL FOR UPDATE SKIP LOCKED",
-                            chosen,
-                        )
-                    }
-                    chosen = [run_id for run_id in chosen if run_id in held]
-                if chosen:
+                if rows or not server or time.monotonic() > deadline:
+                    break
+                if conn.execute(f"SELECT COUNT(*) {unclaimed}", (sid,)).fetchone()[0] == 0:
                     break
                 time.sleep(CLAIM_RETRY_S)  # a fresh read sees the other worker's claim
-            else:
+            if not rows:
                 return []
-            host, boot = hosts.this_host(), hosts.boot_id()
+            chosen = _batch_of(rows, limit, key_of, workers)
+            host, boot, now = hosts.this_host(), hosts.boot_id(), time.time()
+            # A beat at the claim: the run's silence is counted from now, not from when
+            # the study was stored (another host's reaper would fail it at once).
             conn.executemany(
-                "UPDATE runs SET pid = ?, pid_started = ?, host = ?, boot_id = ? WHERE id = ?",
-                [(int(pid), pid_started, host, boot, run_id) for run_id in chosen],
+                "UPDATE runs SET pid = ?, pid_started = ?, host = ?, boot_id = ?, heartbeat = ? "
+                "WHERE id = ?",
+                [(int(pid), pid_started, host, boot, now, run_id) for run_id in chosen],
             )
         return chosen
 

@@ -19,12 +19,12 @@ from typing import Any
 import torch
 
 from blockviz.core import config as cfg
-from blockviz.core import evaluation, params, procs
+from blockviz.core import evaluation, params
 from blockviz.core.download import DownloadProgress
 from blockviz.core.flags import UsageError, config_overrides, run_config_from_args
 from blockviz.core.naming import run_name
 from blockviz.core.spec import ACTIVE_STATUSES
-from blockviz.store import RunStore
+from blockviz.store import RunStore, run_alive
 from blockviz.training.data import CharDataModule
 from blockviz.training.logger import PENDING_ROWS_KEY
 
@@ -86,7 +86,7 @@ def plan_resume(args: argparse.Namespace, store: RunStore) -> RunPlan:
     """Run `--resume` continued from its last checkpoint; UsageError when it cannot be."""
     run = store.get_run(args.resume)
     run_id = int(run.id)
-    if run.status in ACTIVE_STATUSES and procs.is_alive(run.pid, run.pid_started):
+    if run.status in ACTIVE_STATUSES and run_alive(run):
         raise UsageError(f"--resume: run {run_id} ({run.name}) is {run.status}; stop it first")
     run_dir = store.run_dir(run_id)
     try:

@@ -77,8 +77,11 @@ def _register_and_fit(
                 earlier = recorded_training(store, run_id)
             earlier_s = float(earlier.get("time_s") or 0.0)
         # A run the runner created and someone stopped before this process registered
-        # stays stopped (a resume takes over its stopped run on purpose).
+        # stays stopped (a resume takes over its stopped run on purpose, and a Stop asked
+        # through the store before the resume is spent).
         unless = () if plan.checkpoint is not None else ("stopped",)
+        if plan.checkpoint is not None:
+            lifecycle_fields["stop_requested"] = None
         taken = patiently(
             store.take_over,
             run_id,

@@ -32,7 +32,7 @@ from blockviz.core.files import atomic_write
 from blockviz.core.flags import UsageError, run_config_from_args
 from blockviz.core.naming import run_name
 from blockviz.core.spec import ACTIVE_STATUSES
-from blockviz.store import RunStore, StoreError
+from blockviz.store import RunStore, StoreError, run_alive
 from blockviz.training.final_metrics import final_metrics, summary_text
 from blockviz.training.fit import EXIT_OK, Outcome, describe_device, sample_prompt
 from blockviz.training.lifecycle import StopRequest, patiently
@@ -171,7 +171,7 @@ def plan_resume(args: argparse.Namespace, store: RunStore, run_id: int) -> Batch
             raise UsageError(
                 f"--resume: run {member} of run {run_id}'s batch is gone; the batch cannot resume"
             ) from None
-        if run.status in ACTIVE_STATUSES and procs.is_alive(run.pid, run.pid_started):
+        if run.status in ACTIVE_STATUSES and run_alive(run):
             raise UsageError(f"--resume: run {member} ({run.name}) is {run.status}; stop it first")
         if (batch_of(store, member) or {}).get("runs") != members:
             raise UsageError(

@@ -184,6 +184,18 @@ def test_a_run_on_another_host_stops_through_the_store(store: RunStore, monkeypa
     assert "a stop was requested through the store" in runner.log_tail(store, run_id)
 
 
+def test_a_queued_run_on_another_host_is_stopped_before_it_starts(store, monkeypatch) -> None:
+    monkeypatch.setenv("BLOCKVIZ_HOST", "host-b")
+    run_id = store.create_run("waiting", tiny().to_json(), pid=2**22 + 77)  # registered there
+    monkeypatch.setenv("BLOCKVIZ_HOST", "host-a")
+    outcome = runner.stop_run(store, run_id)
+    assert outcome.message == "was queued on host host-b; marked stopped"
+    run = store.get_run(run_id)
+    assert run.status == "stopped" and run.stop_requested is not None
+    # Its process, starting there now, finds it stopped and never trains it.
+    assert not store.take_over(run_id, ("stopped",), status="queued", pid=2**22 + 77)
+
+
 def test_stop_of_a_run_whose_process_is_gone_marks_it_failed(store: RunStore) -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()

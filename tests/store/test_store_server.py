@@ -211,7 +211,12 @@ def test_a_stop_asked_through_the_store_reaches_the_runs_heartbeat(store_url):
         assert training.stop_requested(run_id)
         asking.update_run(run_id, status="stopped")
         assert not asking.request_stop(run_id)  # nothing to stop any more
-        asking.update_run(run_id, status="queued")  # resumed: the old stop is spent
+        # Only a resume (train --resume takes it over with stop_requested None) or a
+        # requeue spends a stop: a new process taking over a queued run keeps it.
+        asking.update_run(run_id, status="queued")
+        assert asking.get_run(run_id).stop_requested is not None
+        asking.update_run(run_id, status="failed")
+        assert asking.requeue_runs([run_id]) == 1
         assert asking.get_run(run_id).stop_requested is None
 
 
@@ -234,3 +239,89 @@ def test_a_writer_keeps_its_rows_while_the_server_is_away(own_pg_server, tmp_pat
         assert writer.flush() is True
         steps = writer.scalars(run_id)["step"].tolist()
     assert steps == list(range(300))
+
+
+# -- what an audit of the server store found (each failed before its fix) ---------------
+
+
+def test_a_claimed_run_of_an_old_study_is_not_failed_by_another_host(store_url, monkeypatch):
+    with RunStore(store_url) as store:
+        study_id, run_ids = store.create_study("old", "sweep", "quick", {}, [
+            {"variant": "v", "seed": 1, "config": CONFIG, "max_steps": 10}
+        ])  # fmt: skip
+        with other_connection(store) as execute:
+            execute("UPDATE runs SET created = ?", (time.time() - 600,))  # stored long ago
+        monkeypatch.setenv("BLOCKVIZ_HOST", "node-b")
+        assert store.claim_study_run(study_id, os.getpid(), None) == run_ids[0]
+        monkeypatch.setenv("BLOCKVIZ_HOST", "node-a")
+        assert store.reap_dead() == []  # the claim beat: node B's silence starts now
+        store.update_run(run_ids[0], pid=os.getpid(), status="queued")  # train takes over
+        assert time.time() - store.get_run(run_ids[0]).heartbeat < 5
+
+
+def test_a_run_being_claimed_elsewhere_does_not_end_a_workers_claims(pg_url, tmp_path):
+    import psycopg
+
+    with RunStore(f"{pg_url}?runs={tmp_path}") as store:
+        runs = [{"variant": "v", "seed": i, "config": CONFIG, "max_steps": 10} for i in range(3)]
+        study_id, run_ids = store.create_study("s", "sweep", "quick", {}, runs)
+        with psycopg.connect(pg_url) as frozen:  # another worker, stuck mid-claim
+            frozen.execute("SELECT id FROM runs WHERE id = %s FOR UPDATE", (run_ids[0],))
+            assert store.claim_study_run(study_id, 101, None) == run_ids[1]
+            assert store.claim_study_run(study_id, 102, None) == run_ids[2]
+
+
+def test_a_failing_statement_is_not_taken_for_a_lost_server(pg_url, tmp_path):
+    import psycopg
+
+    from blockviz.store.server import SERIAL_LOCK_KEY
+
+    with RunStore(f"{pg_url}?runs={tmp_path}", busy_timeout_s=5.0) as store:
+        run_id = store.create_run("r", CONFIG)
+        store.conn.execute("SET lock_timeout = '200ms'")
+        with psycopg.connect(pg_url, autocommit=True) as other:
+            other.execute("SELECT pg_advisory_lock(%s)", (SERIAL_LOCK_KEY,))
+            began = time.monotonic()
+            with pytest.raises(StoreError, match="cannot use the run store"):
+                store.update_run(run_id, notes="x")  # the lock wait fails: not a lost server
+            assert time.monotonic() - began < 2.0
+
+
+def test_another_hosts_live_run_is_neither_deleted_nor_counted_in_this_hosts_slots(
+    store_url, monkeypatch
+):
+    monkeypatch.setenv("BLOCKVIZ_HOST", "node-7")
+    with RunStore(store_url) as store:
+        remote = store.create_run("remote", CONFIG, status="running", pid=2**22 + 9)
+        monkeypatch.setenv("BLOCKVIZ_HOST", "node-1")
+        with pytest.raises(StoreError, match="on host node-7; stop it before deleting"):
+            store.delete_run(remote)
+        mine = store.create_run("mine", CONFIG)
+        assert store.claim_slot(mine, 1, pid=2**22 + 9)  # node-7's run holds no slot here
+
+
+def test_text_with_nul_characters_does_not_stop_a_runs_rows(store_url):
+    with RunStore(store_url, flush_seconds=None) as store:
+        run_id = store.create_run("r", CONFIG)
+        store.log_sample(run_id, 1, "p", "a\x00b")
+        store.log_scalars(run_id, [(1, "train/loss", 2.0)])
+        store.flush()
+        assert len(store.scalars(run_id)) == 1
+        assert store.samples(run_id)["text"].item() in ("a\x00b", "a\ufffdb")
+
+
+def test_a_password_is_never_printed(tmp_path):
+    from blockviz.store import redact
+
+    assert redact("postgresql://me:p@ss@db:5/x") == "postgresql://me:***@db:5/x"
+    text = "study work 1 --store postgresql://u:pw@h/d?runs=/a@b --threads 1"
+    assert redact(text) == "study work 1 --store postgresql://u:***@h/d?runs=/a@b --threads 1"
+
+
+def test_an_sqlite_too_old_for_the_store_is_one_line(tmp_path, monkeypatch):
+    import sqlite3
+
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 31, 1))
+    with pytest.raises(StoreError, match=r"needs SQLite 3\.35 or newer"):
+        RunStore(tmp_path / "s.db")
+    assert not (tmp_path / "s.db").exists()

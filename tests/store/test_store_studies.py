@@ -98,7 +98,7 @@ def test_unclaimed_study_runs_are_not_reaped_but_claimed_dead_ones_are(store_url
         study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(2))
         store.claim_study_run(study_id, 2**22 + 12345, time.time())  # no such process
         with other_connection(store) as execute:
-            execute("UPDATE runs SET created = 0")
+            execute("UPDATE runs SET created = 0, heartbeat = NULL")  # claimed long ago
         assert store.reap_dead() == [run_ids[0]]
         assert store.get_run(run_ids[1]).status == "queued"
 
