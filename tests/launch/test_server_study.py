@@ -19,7 +19,7 @@ from tests.helpers import study
 
 pytestmark = pytest.mark.slow
 
-STEPS = 200
+STEPS = 120
 TINY = ["--preset", "tiny", "--max_steps", str(STEPS), "--warmup_steps", "2"]
 
 

@@ -146,8 +146,10 @@ def _claim_all(location: str, worker: int, study_id: int, start, results) -> Non
 
 
 @pytest.mark.slow
-def test_four_workers_claim_forty_runs_each_exactly_once(store_url):
-    with RunStore(store_url) as store:
+def test_four_workers_claim_forty_runs_each_exactly_once(pg_url, tmp_path):
+    # On a server, where workers claim at once (SQLite lets one writer in at a time:
+    # tests/store/test_store.py races its slots).
+    with RunStore(f"{pg_url}?runs={tmp_path}") as store:
         runs = [{"variant": "v", "seed": i, "config": CONFIG, "max_steps": 10} for i in range(40)]
         study_id, run_ids = store.create_study("many", "sweep", "quick", {}, runs)
         context = multiprocessing.get_context("spawn")
