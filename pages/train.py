@@ -29,8 +29,9 @@ def _launch() -> None:
     slots = runner.default_max_running()
     if store is None:
         st.error(
-            f"Cannot open the run store at {ui.literal(store_access.store_path())}; set "
-            "`BLOCKVIZ_STORE` to a writable file path and restart the app."
+            f"Cannot open the run store at {ui.literal(store_access.store_where())}; set "
+            "`BLOCKVIZ_STORE` to a writable file path or a postgresql:// URL and restart the "
+            "app."
         )
         return
     name_col, button_col = st.columns([3, 1], vertical_alignment="center")

@@ -47,6 +47,15 @@ def store_location() -> Location:
     return parse_location(default_store_text())
 
 
+def store_where() -> str:
+    """How the pages name the store the dashboard uses: its file, or its URL without a
+    password (the text of $BLOCKVIZ_STORE, redacted, when that is no store at all)."""
+    try:
+        return store_location().where
+    except StoreError:
+        return redact(default_store_text())
+
+
 def store_workspace() -> Path:
     """The folder of the store file (a server store: its workspace): uploads go there."""
     try:
@@ -67,11 +76,9 @@ def get_store() -> RunStore | None:
 def store_or_stop() -> RunStore:
     """The cached RunStore; otherwise a clear error naming the store, and the page stops."""
     run_via_app()
-    where = redact(default_store_text())
+    where = store_where()
     try:
-        location = store_location()
-        where = location.where
-        return _open_store(location.text)
+        return _open_store(store_location().text)
     except (StoreError, OSError) as exc:
         if isinstance(exc, StoreLocked):
             advice = "Reload the page to try again."

@@ -25,8 +25,7 @@ from blockviz.core.files import atomic_write
 from blockviz.core.params import param_count
 from blockviz.core.studies import StudyDef
 from blockviz.launch import runner
-from blockviz.store import RunStore
-from blockviz.store.liveness import STALE_AFTER_S
+from blockviz.store import RunStore, run_alive
 
 WORKER_LOG = "worker.log"
 # A study's `workers` entry for a worker started through a scheduler (`study launch
@@ -58,7 +57,7 @@ class Progress:
     unfinished: int  # stopped or failed
     workers_alive: int  # workers this machine started that are alive
     status: str  # the stored status: running, stopped, completed
-    beating: int = 0  # running runs with a fresh heartbeat: trained here or on any machine
+    beating: int = 0  # running runs whose process lives (here: its pid; elsewhere: its beat)
     workers_here: int = 0  # workers this machine started (alive or not)
     workers_elsewhere: int = 0  # workers started through a scheduler, unseen from here
 
@@ -243,11 +242,10 @@ def progress(store: RunStore, study_id: int) -> Progress:
     runs = store.study_runs(study_id)
     status = runs["status"] if not runs.empty else pd.Series(dtype=str)
     running = status == "running"
-    if runs.empty:
-        beating = 0
-    else:
-        beat = runs["heartbeat"].fillna(runs["started"])
-        beating = int((running & (beat >= time.time() - STALE_AFTER_S)).sum())
+    # A running run is worked on while its process lives, as far as this machine can
+    # tell: one of this machine by its pid, another host's by its heartbeat (run_alive).
+    running_ids = runs.loc[running, "id"].tolist() if not runs.empty else []
+    beating = sum(1 for run_id in running_ids if run_alive(store.get_run(int(run_id))))
     study = store.get_study(study_id)
     pids = [int(pid) for pid, _ in study.workers]
     return Progress(

@@ -114,7 +114,9 @@ def test_a_study_whose_runs_beat_is_running_with_no_worker_started_here(store, m
     not in the study's workers; while a run of it beats, the study is being trained."""
     monkeypatch.setattr(study_runner, "start_workers", lambda *a, **k: pytest.fail("started"))
     study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(3))
+    monkeypatch.setenv("BLOCKVIZ_HOST", "node-b")
     store.claim_study_run(study_id, GONE, time.time())  # a process of another machine
+    monkeypatch.setenv("BLOCKVIZ_HOST", "node-a")
     store.update_run(run_ids[0], status="running", started=time.time(), heartbeat=time.time())
     now = study_runner.progress(store, study_id)
     assert (now.workers_alive, now.beating, now.running, now.queued) == (0, 1, 1, 2)

@@ -658,6 +658,7 @@ def test_reaping_is_throttled_and_never_writes_a_read_only_store(
     class Store:
         def __init__(self, path: str, readonly: bool) -> None:
             self.path, self.readonly = Path(path), readonly
+            self.where = str(self.path)
 
         def reap_dead(self) -> list[int]:
             calls.append(str(self.path))
