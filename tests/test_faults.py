@@ -536,14 +536,24 @@ def test_a_study_worker_killed_mid_run_is_resumed_with_each_run_trained_once(
 def test_two_studies_sharing_one_store_at_once_keep_their_own_runs_and_rows(tmp_path, corpus):
     store_path = tmp_path / "runs.db"
     rates = {"first": [1e-3, 2e-3], "second": [3e-3, 4e-3]}
+    workers: list[subprocess.Popen] = []
     try:
         for name, lrs in rates.items():
-            # One run at a time, so each study trains long enough to overlap the other (as
-            # one batch, the first study could end before the second began).
-            started = study(store_path, "sweep", *STUDY_SWEEP, "--name", name, "--dataset",
-                            str(corpus), "--lr", ",".join(map(str, lrs)), "--detach",
-                            "--replicas", "off")  # fmt: skip
-            assert started.returncode == 0, started.stderr[-2000:]
+            stored = study(store_path, "sweep", *STUDY_SWEEP, "--name", name, "--dataset",
+                           str(corpus), "--lr", ",".join(map(str, lrs)), "--workers", "0",
+                           "--replicas", "off")  # fmt: skip
+            assert stored.returncode == 0, stored.stderr[-2000:]
+        # Both studies' workers start together, one run at a time each, so the studies
+        # train at once (a second study launched after the first could start after the
+        # first had ended: its runs take a second or two).
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        for study_id in (1, 2):
+            command = [sys.executable, "-m", "blockviz", "study", "work", str(study_id),
+                       "--store", str(store_path), "--replicas", "off",
+                       "--threads", "1"]  # fmt: skip
+            workers.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL))
+        for worker in workers:
+            assert worker.wait(120) == 0
         _wait(lambda: {_study_state(store_path, s)[0] for s in (1, 2)} == {"completed"}, 120)
         with RunStore(store_path) as store:
             assert len(store.runs_frame()) == 4
@@ -563,6 +573,9 @@ def test_two_studies_sharing_one_store_at_once_keep_their_own_runs_and_rows(tmp_
         for run_id in range(1, 5):
             _assert_each_row_once(store_path, run_id, 40)
     finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
         _end_workers(store_path)
 
 
