@@ -141,7 +141,7 @@ class Connection:
         try:
             conn = server.retrying(
                 lambda: server.ServerConnection(
-                    self.location, readonly=self.readonly, connect_timeout_s=self._busy_s()
+                    self.location, readonly=self.readonly, connect_timeout_s=self.wait_s()
                 ),
                 deadline,
             )
@@ -163,10 +163,6 @@ class Connection:
             conn.close()
             raise self.error_from(exc, opening=True) from None
         return conn
-
-    def wait_s(self) -> float:
-        """How long a call waits for a lost server before it fails (the busy timeout)."""
-        return self._busy_s()
 
     def waited_for_server(self, exc: BaseException, deadline: float) -> bool:
         """Whether `exc` lost the server connection and it came back before `deadline`."""
@@ -275,7 +271,7 @@ class Connection:
             conn = sqlite3.connect(
                 target,
                 uri=uri,
-                timeout=self._busy_s(),
+                timeout=self.wait_s(),
                 isolation_level=None,  # we issue BEGIN/COMMIT ourselves
                 check_same_thread=False,  # Streamlit reads from several threads; `lock` serialises
             )
@@ -283,15 +279,16 @@ class Connection:
             raise self.error_from(exc, opening=True) from None
         return self._with_schema(conn)
 
-    def _busy_s(self) -> float:
-        """How long a statement waits for another process's lock."""
+    def wait_s(self) -> float:
+        """How long a statement waits for another process's lock, and a call for a lost
+        server, before it fails: the busy timeout (a training writer: one second)."""
         if self.defer_when_busy:
             return min(self.busy_timeout_s, DEFER_BUSY_TIMEOUT_S)
         return self.busy_timeout_s
 
     def _configure(self, conn: sqlite3.Connection) -> None:
         """Pragmas: WAL so readers never block the writer, a busy timeout, FKs."""
-        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_s() * 1000)}")
+        conn.execute(f"PRAGMA busy_timeout = {int(self.wait_s() * 1000)}")
         if not self.readonly:
             conn.execute("PRAGMA journal_mode = WAL")
             # NORMAL is durable across application crashes in WAL mode; only a power cut

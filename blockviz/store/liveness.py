@@ -51,13 +51,15 @@ def process_alive(
     pid: int | None,
     began: float | None,
     beat: float | None,
+    remote_after: float | None = None,
 ) -> bool:
     """Whether a run's process is alive, as well as this machine can tell: one of this
     machine (this boot) by its pid and start time; another host's by a beat younger than
-    the remote timeout."""
+    `remote_after` (default: the remote timeout)."""
     if hosts.is_this_machine(host, boot):
         return procs.is_alive(pid, began)
-    return beat is not None and time.time() - beat < remote_stale_after_s()
+    window = remote_stale_after_s() if remote_after is None else remote_after
+    return beat is not None and time.time() - beat < window
 
 
 def run_alive(run: RunRecord) -> bool:
@@ -137,11 +139,13 @@ class Liveness(Part):
         ).fetchall()
         dead: list[tuple[int, int | None, float, str]] = []
         for run_id, pid, began, host, boot, beat in candidates:
+            # Every candidate's beat is older than stale_after already.
+            if process_alive(host, boot, pid, began, beat, max(remote, stale_after)):
+                continue
             if hosts.is_this_machine(host, boot):
-                if not procs.is_alive(pid, began):
-                    who = f"process {pid}" if pid else "the run's process"
-                    dead.append((run_id, pid, cutoff, f"{who} exited without reporting"))
-            elif beat < remote_cutoff:
+                who = f"process {pid}" if pid else "the run's process"
+                dead.append((run_id, pid, cutoff, f"{who} exited without reporting"))
+            else:
                 silent = f"no heartbeat from host {host} for {now - beat:.0f} s"
                 dead.append((run_id, pid, remote_cutoff, silent))
         if not dead:

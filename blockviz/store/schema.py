@@ -306,6 +306,15 @@ def _begin(conn: Any) -> None:
         conn.execute(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
 
 
+def _ddl(conn: Any, sqlite_ddl: str) -> str:
+    """SQLite's DDL as it is, or in a server's words (server.server_ddl)."""
+    if isinstance(conn, sqlite3.Connection):
+        return sqlite_ddl
+    from blockviz.store.server import server_ddl
+
+    return server_ddl(sqlite_ddl)
+
+
 def _create(conn: Any) -> None:
     """The whole schema and its version row, in one transaction; IF NOT EXISTS and
     ON CONFLICT make a concurrent first open harmless."""
@@ -316,10 +325,8 @@ def _create(conn: Any) -> None:
     if isinstance(conn, sqlite3.Connection):
         conn.executescript("BEGIN IMMEDIATE;" + SCHEMA_SQL + version_row + ";COMMIT;")
         return
-    from blockviz.store.server import server_ddl
-
     _begin(conn)
-    for statement in [*server_ddl(SCHEMA_SQL).split(";"), version_row]:
+    for statement in [*_ddl(conn, SCHEMA_SQL).split(";"), version_row]:
         if statement.strip():
             conn.execute(statement)
     conn.execute("COMMIT")
@@ -410,11 +417,9 @@ def upgrade(conn: Any) -> None:
                     conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
         if int(version) < 5:
             have = _columns(conn, "runs")
-            real = "REAL" if isinstance(conn, sqlite3.Connection) else "DOUBLE PRECISION"
             for column, kind in HOST_COLUMNS:
                 if column not in have:
-                    kind = real if kind == "REAL" else kind
-                    conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
+                    conn.execute(_ddl(conn, f"ALTER TABLE runs ADD COLUMN {column} {kind}"))
         if int(version) < SCHEMA_VERSION:
             conn.execute(
                 "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)

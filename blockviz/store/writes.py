@@ -26,10 +26,8 @@ from blockviz.store.values import convert_column, placeholders, real
 if TYPE_CHECKING:
     from blockviz.store.runs import RunLookup
 
-# Rows of one key in a flush: the columns that make a row unique (the first ones after the
-# run id). A server's multi-row upsert may not touch one key twice, so the last one wins,
-# as SQLite's INSERT OR REPLACE lets it.
-UNIQUE_PREFIX = {"scalars": 3, "layer_stats": 6, "histograms": 4, "samples": 2, "attention": 4}
+# Each table's upsert: its columns in a buffered row's order, the unique key (the first
+# columns of a row, in another order), and the columns a repeated key overwrites.
 UPSERTS = {
     "scalars": ("run_id, step, name, value", "run_id, name, step", "value"),
     "layer_stats": (
@@ -321,10 +319,12 @@ class Writes(Part):
         for table, rows in self._buffers.items():
             if not rows:
                 continue
-            if self.db.is_server:
-                prefix = UNIQUE_PREFIX[table]
-                rows = list({row[:prefix]: row for row in rows}.values())
             columns, key, values = UPSERTS[table]
+            if self.db.is_server:
+                # A server's upsert may not touch one key twice: the last row wins, as
+                # SQLite's lets it. The key is the row's first len(key) columns.
+                prefix = len(key.split(", "))
+                rows = list({row[:prefix]: row for row in rows}.values())
             updates = ", ".join(f"{c} = excluded.{c}" for c in values.split(", "))
             conn.executemany(
                 f"INSERT INTO {table} ({columns}) VALUES ({placeholders(columns.split(', '))}) "
