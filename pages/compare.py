@@ -25,7 +25,7 @@ from blockviz.core.spec import (
     TRAIN_GRAD_NORM,
     VAL_BPC,
 )
-from blockviz.dashboard import store_access, tables, tag_filter, ui
+from blockviz.dashboard import store_access, tables, tag_filter, twins, ui
 from blockviz.dashboard.controls import chart_controls, preselected_runs, x_axis_control
 from blockviz.store import RunStore, StoreError
 from blockviz.views import charts, findings_text, run_findings, seed_groups, summary
@@ -150,6 +150,8 @@ def _grouped(
 
 
 def _after_curves(store: RunStore, run_ids: list[int], colors: Any, tag: str) -> None:
+    with ui.guard("Twins"):
+        twins.twins_section(store, run_ids)
     st.subheader("Final metrics", anchor=False)
     with ui.guard("Final metrics"):
         final = tables.final_table(store, run_ids)

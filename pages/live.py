@@ -27,6 +27,7 @@ from blockviz.dashboard import relaunch, store_access, ui
 from blockviz.dashboard.code_download import code_download_button
 from blockviz.dashboard.controls import x_axis_choice, x_axis_widget
 from blockviz.dashboard.findings_panel import take_scroll
+from blockviz.dashboard.fork_panel import fork_panel
 from blockviz.dashboard.live.header import (
     facts_sidebar,
     findings_block,
@@ -143,14 +144,17 @@ def _pick_run(store: RunStore) -> tuple[int, dict[int, str]] | None:
 
 
 def _sidebar(store: RunStore, run_id: int) -> None:
-    """Under the picker: Edit & relaunch, Resume, Export as code, the run's fixed facts and
-    the x axis, so the page itself opens on the run's charts."""
+    """Under the picker: Edit & relaunch, Resume, Export as code, Fork or replay, the run's
+    fixed facts and the x axis, so the page itself opens on the run's charts."""
     x_axis_widget("live")
     # Edit & relaunch / Resume (as on Runs); a just-resumed run refreshes until it starts.
     with ui.guard("Run actions"):
         run = store.get_run(run_id)
         relaunch.action_row(store, run, "live", store_access.writable(store))
         code_download_button(run.config, str(run.name), key="live.code")
+    with ui.guard("Fork or replay"):
+        fork_panel(store, run, store_access.writable(store))
+    with ui.guard("Run facts"):
         facts_sidebar(run, store)
 
 

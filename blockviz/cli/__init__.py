@@ -79,14 +79,71 @@ def _data_args(p: argparse.ArgumentParser) -> None:
 )
 def _train_args(p: argparse.ArgumentParser) -> None:
     _config_source_args(p)
-    p.add_argument("--name", help="run name (default: derived from the config)")
+    p.add_argument("--resume", metavar="RUN", help="continue RUN from its last checkpoint")
+    p.add_argument("--run_id", type=int, help=argparse.SUPPRESS)  # pre-created by the runner
+    _run_args(p, "run name (default: derived from the config)")
+    p.add_argument(
+        "--seeds",
+        metavar="LIST",
+        help="one run per seed (0,1,2 or 0-3), trained as replicas of one batched model",
+    )
+    replicas_arg(p)
+    add_config_flags(p, list(cfg.SECTIONS))
+
+
+@command(
+    "fork",
+    "a twin of a run from one of its kept checkpoints, changed only in the fields given",
+    "blockviz.training.fork:cli_main",
+)
+def _fork_args(p: argparse.ArgumentParser) -> None:
+    _parent_args(p, "the run to fork", "--step", "N", "one of the run's kept checkpoint steps")
+    _run_args(p)
+    add_config_flags(p, list(cfg.SECTIONS))
+
+
+@command(
+    "replay",
+    "re-run the steps before a loss spike or divergence with probes every step, and name "
+    "the first statistic that left its healthy range",
+    "blockviz.training.replay:cli_main",
+)
+def _replay_args(p: argparse.ArgumentParser) -> None:
+    _parent_args(
+        p,
+        "the run that spiked or diverged",
+        "--around",
+        "STEP",
+        "the event's step (default: the run's divergence, else its largest loss spike)",
+    )
+    p.add_argument(
+        "--after",
+        type=int,
+        default=10,
+        metavar="INT",
+        help="steps to replay past the event (default: 10)",
+    )
+    _run_args(p)
+
+
+def _parent_args(
+    p: argparse.ArgumentParser, what: str, flag: str, metavar: str, step_help: str
+) -> None:
+    """RUN and the step flag of a command that starts from a run's checkpoint."""
+    p.add_argument("run", metavar="RUN", help=f"{what} (id or name)")
+    p.add_argument(flag, type=int, required=flag == "--step", metavar=metavar, help=step_help)
+
+
+def _run_args(
+    p: argparse.ArgumentParser, name_help: str = "the new run's name (default: from its parent)"
+) -> None:
+    """The flags of a command that trains a run into a store (train, fork, replay)."""
+    p.add_argument("--name", help=name_help)
     p.add_argument(
         "--store",
         help="run store: a file path or a postgresql:// URL "
         "(default $BLOCKVIZ_STORE or runs/blockviz.db)",
     )
-    p.add_argument("--resume", metavar="RUN", help="continue RUN from its last checkpoint")
-    p.add_argument("--run_id", type=int, help=argparse.SUPPRESS)  # pre-created by the runner
     p.add_argument(
         "--max_running",
         type=int,
@@ -95,14 +152,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
         help="wait as 'queued' while this many runs are running (0: no limit; default: 0)",
     )
     p.add_argument("--no_progress", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--seeds",
-        metavar="LIST",
-        help="one run per seed (0,1,2 or 0-3), trained as replicas of one batched model",
-    )
-    replicas_arg(p)
     threads_arg(p)
-    add_config_flags(p, list(cfg.SECTIONS))
 
 
 @command(

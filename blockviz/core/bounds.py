@@ -77,6 +77,8 @@ BOUNDS: dict[str, Bound] = {
     "eval_iters": Bound(1, 100_000),
     "probe_interval": Bound(1, MAX_STEPS),
     "sample_interval": Bound(1, MAX_STEPS),
+    "ckpt_interval": Bound(0, MAX_STEPS),
+    "ckpt_keep": Bound(2, 64),
     # DataConfig
     "val_fraction": Bound(0.0, 0.5, low_open=True),
     "ops_examples": Bound(10, 1_000_000),

@@ -218,6 +218,11 @@ class TrainConfig:
     sample_interval: int = 500  # steps between generated samples and attention maps
     compile: bool = False  # torch.compile the model (worth it on a GPU, not on a laptop CPU)
     logger: str = "none"  # tensorboard | csv: also write metrics and layer stats in run_dir
+    # Steps between kept checkpoints, the steps a fork or a replay can start from
+    # (`training.keep`); 0 keeps none. At most ckpt_keep are kept: one more doubles the
+    # spacing and drops the checkpoints off it (the first one stays).
+    ckpt_interval: int = 100
+    ckpt_keep: int = 8
 
     def validate(self) -> TrainConfig:
         """Raise ConfigError on the first bad field; return self when all are fine."""
@@ -246,6 +251,8 @@ class TrainConfig:
         check_int("sample_interval", self.sample_interval)
         _bool("compile", self.compile)
         _choice("logger", self.logger, LOGGERS)
+        check_int("ckpt_interval", self.ckpt_interval)
+        check_int("ckpt_keep", self.ckpt_keep)
         return self
 
 

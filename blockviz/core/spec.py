@@ -323,6 +323,8 @@ NORM_STATS = (GRAD_NORM, PARAM_NORM)  # Live's Gradients tab
 # Scalars a probe step records besides the global gradient norm.
 PROBE_SCALARS = metric_names("scalar", "logits")  # probe/logit_max_abs, probe/log_z
 LOSS_NAMES = (TRAIN_LOSS, VAL_LOSS)  # the loss chart's two series
+# What an evaluation records (lit.val_metrics), at the step after whose updates it ran.
+EVAL_SCALARS = (VAL_LOSS, VAL_BPC, VAL_PPL, VAL_ANSWER_ACC, VAL_ANSWER_BASELINE)
 # Scalar series names and their axis titles; per-layer statistics and theirs.
 SCALARS = {m.name: m.label for m in METRICS.values() if m.scope == "scalar"}
 STAT_LABELS = {m.name: m.label for m in METRICS.values() if m.scope != "scalar"}

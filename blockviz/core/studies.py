@@ -34,7 +34,9 @@ FIRST_SEED = 1  # seeds are FIRST_SEED, FIRST_SEED + 1, ...
 # val-loss curve. Probes come often enough for the findings: step 0, then at least three
 # more (every quarter or third of the run, and the last step), since a rule about a state
 # needs two probes in a row; samples come once, at the end.
-_SPARSE = {"log_interval": 10, "eval_iters": 10}
+# A study's runs keep no interval checkpoints (a fork point per run, times every run of a
+# study, is disk nobody asked for); last.ckpt still lets each resume.
+_SPARSE = {"log_interval": 10, "eval_iters": 10, "ckpt_interval": 0}
 SIZE_PRESETS: dict[str, dict[str, Any]] = {
     "quick": {
         **_SPARSE,

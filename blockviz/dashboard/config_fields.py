@@ -159,6 +159,14 @@ TRAINING_ADVANCED = (
     Field("probe_interval", "Probe every (steps)", "int", "gradient / activation stats", step=10),
     Field("sample_interval", "Sample every (steps)", "int", "text samples, attention", step=10),
     Field(
+        "ckpt_interval",
+        "Checkpoint every (steps)",
+        "int",
+        "fork and replay points; 0: none",
+        step=50,
+    ),
+    Field("ckpt_keep", "Checkpoints kept", "int", "more thin out (the spacing doubles)", step=1),
+    Field(
         "logger",
         "Also log to",
         "select",

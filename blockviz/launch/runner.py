@@ -177,11 +177,11 @@ def launch(
     return run_id
 
 
-def _spawn(command: list[str], store: RunStore, run_id: int) -> subprocess.Popen[bytes]:
-    """Start `command` in its own session, output appended to the run's log; records its pid."""
+def spawn_logged(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start `command` in its own session, its output appended to `log_path`."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     reap_children()
-    with open(store.run_dir(run_id) / LOG_NAME, "ab") as log:
+    with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             command,
             cwd=PROJECT_DIR,
@@ -194,6 +194,12 @@ def _spawn(command: list[str], store: RunStore, run_id: int) -> subprocess.Popen
             start_new_session=True,
         )
     adopt_child(proc)
+    return proc
+
+
+def _spawn(command: list[str], store: RunStore, run_id: int) -> subprocess.Popen[bytes]:
+    """Start `command` in its own session, output appended to the run's log; records its pid."""
+    proc = spawn_logged(command, store.run_dir(run_id) / LOG_NAME)
     child = procs.identity_of(proc.pid)
     store.update_run(run_id, pid=proc.pid, pid_started=child.started if child else None)
     return proc

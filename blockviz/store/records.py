@@ -56,12 +56,16 @@ class RunRecord:
     host: str | None = None  # where the process runs: host name and boot id (core.hosts)
     boot_id: str | None = None
     stop_requested: float | None = None  # when a Stop was asked through the store
+    parent_id: int | None = None  # a fork or replay: the run it started from, at which step
+    fork_step: int | None = None
+    fork_kind: str | None = None  # fork | replay
+    fork_info: dict[str, Any] | None = None  # changed fields; a replay's event and result
 
     @classmethod
     def from_row(cls, columns: Sequence[str], row: Sequence[Any]) -> RunRecord:
         """The record of a runs row read as `SELECT <columns>`; JSON columns decoded."""
         values = dict(zip(columns, row, strict=True))
-        for column in ("config", "dataset", "final"):
+        for column in ("config", "dataset", "final", "fork_info"):
             values[column] = _object(values.get(column))
         tags = decode_json(values.get("tags"))
         values["tags"] = tuple(str(t) for t in tags) if isinstance(tags, list) else None

@@ -260,6 +260,8 @@ class Runs(Part):
             for table in METRIC_TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+            # Its forks keep their copied history and their fork step, not a dangling id.
+            conn.execute("UPDATE runs SET parent_id = NULL WHERE parent_id = ?", (run_id,))
         self.writes.drop_buffered(run_id)
         self.db.remove_run_dir(run_id)
 
@@ -291,12 +293,22 @@ class Runs(Part):
             f"{latest.format(VAL_LOSS)}, {latest.format(TRAIN_LOSS)}, "
             "r.diverged_step, r.heartbeat, r.pid, "
             f"{self._column_or_null('pid_started')}, {self._column_or_null('tags')}, "
-            f"{self._column_or_null('notes')}, {self._column_or_null('study_id')} "
+            f"{self._column_or_null('notes')}, {self._column_or_null('study_id')}, "
+            f"{self._column_or_null('parent_id')}, {self._column_or_null('fork_step')}, "
+            f"{self._column_or_null('fork_kind')} "
             "FROM runs AS r ORDER BY r.id"
         ).fetchall()
         rows = [
-            (*row[:-3], tags_text(decode_json(row[-3]) or ()), row[-2] or "", row[-1])
-            for row in rows
+            (
+                *head,
+                tags_text(decode_json(tags) or ()),
+                notes or "",
+                study,
+                parent,
+                step,
+                kind or "",
+            )
+            for *head, tags, notes, study, parent, step, kind in rows
         ]
         return typed_frame(rows, RUNS_FRAME)
 

@@ -235,6 +235,7 @@ class RunStore:
     buffered_rows = Delegated("writes", Writes.buffered_rows)
     restore_rows = Delegated("writes", Writes.restore_rows)
     truncate_after = Delegated("writes", Writes.truncate_after)
+    copy_history = Delegated("writes", Writes.copy_history)
     bulk_load = Delegated("writes", Writes.bulk_load)
 
     scalars = Delegated("reads", Reads.scalars)

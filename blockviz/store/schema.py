@@ -1,6 +1,6 @@
 """The store's tables, their version, and the frames the read API returns.
 
-Schema (version 5; `meta.schema_version` says which one a store holds). SQLite's DDL is
+Schema (version 6; `meta.schema_version` says which one a store holds). SQLite's DDL is
 below; a PostgreSQL store has the same tables and columns (server.py: identity ids,
 DOUBLE PRECISION for REAL, BIGINT for INTEGER):
 
@@ -19,7 +19,10 @@ DOUBLE PRECISION for REAL, BIGINT for INTEGER):
          tags TEXT, notes TEXT,                       JSON list of tags; plain-text notes
          study_id, variant, seed,                     the study a run belongs to
          host TEXT, boot_id TEXT,                     where its process runs (liveness)
-         stop_requested REAL)                         a Stop asked through the store
+         stop_requested REAL,                         a Stop asked through the store
+         parent_id INTEGER, fork_step INTEGER,        a fork or replay: the run it started
+         fork_kind TEXT, fork_info TEXT)              from, at which step; fork | replay;
+                                                      JSON: changed fields, replay result
     scalars(run_id, step, name, value)                PRIMARY KEY (run_id, name, step)
     layer_stats(run_id, step, layer, kind,            PRIMARY KEY (run_id, kind, stat, step,
                 component, stat, value)                            layer, component)
@@ -40,7 +43,8 @@ Older files are upgraded in place when opened for writing. Version 1 (before run
 moved under `<store>.runs/` and before process start times) gains the column and the
 unique index, and the runs it already holds keep their old `<workspace>/<id>` folders;
 version 2 gains the tags and notes columns (empty for its runs); version 3 the studies
-table; version 4 host, boot_id and stop_requested.
+table; version 4 host, boot_id and stop_requested; version 5 parent_id, fork_step,
+fork_kind and fork_info.
 """
 
 from __future__ import annotations
@@ -58,10 +62,17 @@ from blockviz.store.errors import StoreError
 if TYPE_CHECKING:
     import pandas as pd
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SCHEMA_LOCK_KEY = 0x626C6B73  # "blks": the advisory lock a server's schema changes take
 # Version 5: where a run's process lives (host, boot id) and a stop asked through the store.
 HOST_COLUMNS = (("host", "TEXT"), ("boot_id", "TEXT"), ("stop_requested", "REAL"))
+# Version 6: a fork's or a replay's parent run and step (blockviz.training.fork).
+FORK_COLUMNS = (
+    ("parent_id", "INTEGER"),
+    ("fork_step", "INTEGER"),
+    ("fork_kind", "TEXT"),
+    ("fork_info", "TEXT"),
+)
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -84,7 +95,8 @@ CREATE TABLE IF NOT EXISTS runs (
     pid_started REAL,
     tags TEXT, notes TEXT,
     study_id INTEGER REFERENCES studies(id) ON DELETE SET NULL, variant TEXT, seed INTEGER,
-    host TEXT, boot_id TEXT, stop_requested REAL
+    host TEXT, boot_id TEXT, stop_requested REAL,
+    parent_id INTEGER, fork_step INTEGER, fork_kind TEXT, fork_info TEXT
 );
 CREATE TABLE IF NOT EXISTS scalars (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -158,8 +170,12 @@ RUN_COLUMNS = (
     "host",
     "boot_id",
     "stop_requested",
+    "parent_id",
+    "fork_step",
+    "fork_kind",
+    "fork_info",
 )
-JSON_COLUMNS = ("config", "dataset", "final", "tags")
+JSON_COLUMNS = ("config", "dataset", "final", "tags", "fork_info")
 METRIC_TABLES = ("scalars", "layer_stats", "histograms", "samples", "attention")
 # Columns of each table's buffered rows after the run id (step comes first in each).
 TABLE_WIDTHS = {"scalars": 3, "layer_stats": 6, "histograms": 6, "samples": 3, "attention": 5}
@@ -187,6 +203,9 @@ RUNS_FRAME = {
     "tags": _STR,  # comma-separated, "" for none
     "notes": _STR,
     "study_id": "Int64",  # the study the run belongs to, <NA> for a run of its own
+    "parent_id": "Int64",  # a fork's or replay's parent run, <NA> for a run of its own
+    "fork_step": "Int64",
+    "fork_kind": _STR,  # fork | replay | "" for a run of its own
 }
 STUDIES_FRAME = {
     "id": "int64",
@@ -374,7 +393,7 @@ def check_schema(conn: Any, where: str, readonly: bool) -> SchemaState:
 
 
 def upgrade(conn: Any) -> None:
-    """Version 1, 2, 3 or 4 -> 5, in one transaction (a concurrent opener finds it done).
+    """Version 1 to 5 -> 6, in one transaction (a concurrent opener finds it done).
 
     A server store began at version 5; its upgrades start from there (the steps below 5
     are SQLite's alone)."""
@@ -418,6 +437,11 @@ def upgrade(conn: Any) -> None:
         if int(version) < 5:
             have = _columns(conn, "runs")
             for column, kind in HOST_COLUMNS:
+                if column not in have:
+                    conn.execute(_ddl(conn, f"ALTER TABLE runs ADD COLUMN {column} {kind}"))
+        if int(version) < 6:
+            have = _columns(conn, "runs")
+            for column, kind in FORK_COLUMNS:
                 if column not in have:
                     conn.execute(_ddl(conn, f"ALTER TABLE runs ADD COLUMN {column} {kind}"))
         if int(version) < SCHEMA_VERSION:

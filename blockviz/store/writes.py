@@ -298,6 +298,35 @@ class Writes(Part):
             conn.execute("UPDATE runs SET step = ? WHERE id = ?", (int(step), run_id))
         return deleted
 
+    @guarded
+    def copy_history(
+        self, parent: RunRef, run_id: RunRef, step: int, evaluations: Sequence[str]
+    ) -> int:
+        """Copy `parent`'s rows from before `step` into `run_id` (a fork or replay starting
+        from the parent's checkpoint there), and its `evaluations` scalars at `step` (the
+        evaluation that ran before that checkpoint was written). Returns the rows copied.
+
+        One transaction of INSERT ... SELECT: the rows never leave the database.
+        """
+        parent_id, child_id = self.lookup.id_of(parent), self.lookup.id_of(run_id)
+        copied = 0
+        with self.db.transaction() as conn:
+            for table in METRIC_TABLES:
+                columns = UPSERTS[table][0].removeprefix("run_id, ")
+                where = "run_id = ? AND step < ?"
+                params: list[Any] = [child_id, parent_id, int(step)]
+                if table == "scalars" and evaluations:
+                    names = placeholders(evaluations)
+                    where = f"run_id = ? AND (step < ? OR (step = ? AND name IN ({names})))"
+                    params = [child_id, parent_id, int(step), int(step), *evaluations]
+                cursor = conn.execute(
+                    f"INSERT INTO {table} (run_id, {columns}) SELECT ?, {columns} FROM {table} "
+                    f"WHERE {where}",
+                    params,
+                )
+                copied += max(cursor.rowcount, 0)
+        return copied
+
     def drop_buffered(self, run_id: int) -> None:
         """Forget the run's rows and beat not yet written (a deleted or requeued run)."""
         for table, rows in self._buffers.items():

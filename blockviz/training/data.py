@@ -79,13 +79,18 @@ def evaluation_starts(n_starts: int, n_windows: int) -> torch.Tensor:
 class _RandomWindows(IterableDataset):
     """Endless training batches of random windows, reproducible from a seed."""
 
-    def __init__(self, ids: torch.Tensor, block_size: int, batch_size: int, seed: int) -> None:
+    def __init__(
+        self, ids: torch.Tensor, block_size: int, batch_size: int, seed: int, skip: int = 0
+    ) -> None:
         self.ids, self.block_size, self.batch_size, self.seed = ids, block_size, batch_size, seed
+        self.skip = skip  # batches already trained on (a resume, a fork): drawn, not yielded
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         # A fresh generator per iteration: iterating twice replays the same batches.
         generator = torch.Generator().manual_seed(self.seed)
         n_starts = len(self.ids) - self.block_size  # last start leaves room for one target
+        for _ in range(self.skip):  # batch k is the k-th draw, whichever step training starts at
+            torch.randint(n_starts, (self.batch_size,), generator=generator)
         while True:
             starts = torch.randint(n_starts, (self.batch_size,), generator=generator)  # (B,)
             yield batch_from(self.ids, starts, self.block_size)
@@ -95,8 +100,10 @@ class _ReplicaWindows(IterableDataset):
     """K replicas' training batches stacked, (K, B, T): replica i's are exactly the
     batches `_RandomWindows` draws from its own seed, so a replica sees its solo run's data."""
 
-    def __init__(self, ids: torch.Tensor, block_size: int, batch_size: int, seeds: list[int]):
-        self.streams = [_RandomWindows(ids, block_size, batch_size, seed) for seed in seeds]
+    def __init__(
+        self, ids: torch.Tensor, block_size: int, batch_size: int, seeds: list[int], skip: int = 0
+    ):
+        self.streams = [_RandomWindows(ids, block_size, batch_size, s, skip) for s in seeds]
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for batches in zip(*(iter(stream) for stream in self.streams), strict=True):
@@ -190,6 +197,12 @@ class CharDataModule(L.LightningDataModule):
         if self.data_cfg.dataset == "ops":
             self.answer_table = ops_baseline_table(corpus.text[:n_train])
 
+    def _start_step(self) -> int:
+        """The step training starts at: the restored checkpoint's (Lightning restores it
+        before it asks for the training loader), 0 for a fresh fit."""
+        trainer = getattr(self, "trainer", None)
+        return int(getattr(trainer, "global_step", 0) or 0)
+
     def _rank(self) -> int:
         trainer = getattr(self, "trainer", None)
         return int(trainer.global_rank) if trainer is not None else 0
@@ -198,14 +211,16 @@ class CharDataModule(L.LightningDataModule):
         """Endless random training batches (x, y), each (batch_size, block_size) int64 (with
         replica seeds: (replicas, batch_size, block_size), one stream per seed)."""
         self.setup()
+        skip = self._start_step()
         if self.replica_seeds is not None:
             stacked = _ReplicaWindows(
-                self.train_ids, self.block_size, self.batch_size, self.replica_seeds
+                self.train_ids, self.block_size, self.batch_size, self.replica_seeds, skip
             )
             return DataLoader(stacked, batch_size=None, num_workers=0)
-        # Each DDP rank draws its own windows; a run restarted with the same seed repeats.
+        # Each DDP rank draws its own windows; a run restarted with the same seed repeats,
+        # and one restored at step N (a resume, a fork) goes on with batch N.
         windows = _RandomWindows(
-            self.train_ids, self.block_size, self.batch_size, self.seed + self._rank()
+            self.train_ids, self.block_size, self.batch_size, self.seed + self._rank(), skip
         )
         return DataLoader(windows, batch_size=None, num_workers=0)
 

@@ -29,6 +29,7 @@ from blockviz.training.data import answer_accuracy, baseline_score
 from blockviz.training.model import CharTransformer, ModelInputError
 
 LN2 = math.log(2.0)
+RNG_KEY = "blockviz_rng"  # checkpoint entry: torch's random state when it was written
 
 
 def lr_at(step: int, train: TrainConfig, horizon: int | None = None) -> float:
@@ -136,6 +137,7 @@ class LitCharModel(L.LightningModule):
         self._answers = [0, 0]  # correct, total (ops only)
         self._baseline = [0, 0]  # the trivial baseline's correct, total on the same answers
         self._answer_table: dict[str, str] | None = None  # from the datamodule, per evaluation
+        self._restored_rng: dict[str, Any] | None = None  # a checkpoint's, for the next batch
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
@@ -233,6 +235,35 @@ class LitCharModel(L.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
         }
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep the random state (dropout's masks) with the weights: a run resumed or
+        forked from this checkpoint draws what the uninterrupted run would have drawn."""
+        checkpoint[RNG_KEY] = {
+            "cpu": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep the random state a checkpoint carries (older ones carry none) for the first
+        training batch: between the restore and that batch Lightning creates the training
+        loader's iterator, which draws a seed from the global generator."""
+        state = checkpoint.get(RNG_KEY)
+        self._restored_rng = state if isinstance(state, dict) else None
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """The first batch after a restore starts from the random state the checkpoint had."""
+        state, self._restored_rng = self._restored_rng, None
+        if state is None:
+            return
+        cpu = state.get("cpu")
+        if isinstance(cpu, torch.Tensor):
+            torch.set_rng_state(cpu)
+        cuda = state.get("cuda") or []
+        if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
 
     # -- generation -----------------------------------------------------------------------
 

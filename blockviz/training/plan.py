@@ -42,6 +42,8 @@ RESUMABLE_FIELDS = (
     "probe_interval",
     "sample_interval",
     "logger",
+    "ckpt_interval",
+    "ckpt_keep",
 )
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,10 @@ class RunPlan:
     pending_rows: dict[str, list[list[Any]]] | None = None  # rows the checkpoint carried
     # A run recorded before the evaluation set keeps scoring on its seed's windows.
     legacy_eval: bool = False
+    # A fork or replay (training.fork): a new run from `parent_id`'s checkpoint at start_step.
+    parent_id: int | None = None
+    fork_kind: str | None = None
+    fork_info: dict[str, Any] | None = None
 
     @property
     def finishing(self) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 from blockviz.core import config as cfg
 from blockviz.core import procs, replicas, startup_trace
 from blockviz.core.files import atomic_write
+from blockviz.core.spec import EVAL_SCALARS
 from blockviz.core.vocab import DataError
 from blockviz.store import RunStore, StoreError
 from blockviz.training.final_metrics import final_metrics, recorded_training, summary_text
@@ -66,9 +67,19 @@ def _register_and_fit(
     earlier: dict[str, Any] = {}  # final metrics of the sessions before this one (resume)
     earlier_s = 0.0  # training time of the sessions before this one (resume)
     if plan.run_id is None:
+        if plan.parent_id is not None:
+            lifecycle_fields.update(
+                parent_id=plan.parent_id,
+                fork_step=plan.start_step,
+                fork_kind=plan.fork_kind,
+                fork_info=plan.fork_info,
+            )
         run_id = patiently(
             store.create_run, plan.name, lifecycle_fields.pop("config"), **lifecycle_fields
         )
+        plan.run_id = run_id  # the caller learns which run it became (a replay reads it)
+        if plan.parent_id is not None:
+            patiently(store.copy_history, plan.parent_id, run_id, plan.start_step, EVAL_SCALARS)
     else:
         run_id = plan.run_id
         if plan.checkpoint is not None:  # a resumed run's time so far counts on
@@ -111,6 +122,8 @@ def _register_and_fit(
     os.environ[ENV_LEGACY_EVAL] = "1" if plan.legacy_eval else "0"
     handler = open_log(run_dir)
     verb = f"resuming from step {plan.start_step}" if plan.checkpoint else "started"
+    if plan.parent_id is not None:
+        verb = f"{plan.fork_kind} of run {plan.parent_id} from step {plan.start_step}"
     if plan.finishing:
         verb = (
             f"finishing: its last checkpoint is at max_steps ({plan.start_step}), no step to train"

@@ -20,6 +20,7 @@ from blockviz.core import spec
 from blockviz.core.config import RunConfig, TrainConfig
 from blockviz.core.extras import check_logger_available
 from blockviz.training.callbacks import LastCheckpoint, TrainingMonitor
+from blockviz.training.keep import KeptCheckpoints
 
 # Where `--logger` writes, inside the run's folder.
 TENSORBOARD_DIR = "tensorboard"
@@ -138,11 +139,17 @@ def make_trainer(
     train = run_cfg.train
     # A batch of replicas (blockviz.training.replica_fit) brings a monitor per replica in
     # `callbacks`, clips each replica's gradient itself and keeps only last.ckpt: "best"
-    # has no meaning for K runs at once.
+    # has no meaning for K runs at once, and a kept step's checkpoint would hold K models.
     monitor = [] if replicas else [TrainingMonitor(train.log_interval)]
     checkpoints = [LastCheckpoint(Path(run_dir) / "checkpoints")]
+    kept: list[Callback] = []
     if not replicas:
         checkpoints = checkpoint_callbacks(run_dir)
+        if train.ckpt_interval:
+            # Last: the step's records are handed on and its loss known finite first.
+            kept = [
+                KeptCheckpoints(run_dir, train.ckpt_interval, train.ckpt_keep, train.eval_interval)
+            ]
     return L.Trainer(
         accelerator=train.accelerator,
         devices=train.devices,
@@ -156,7 +163,7 @@ def make_trainer(
         check_val_every_n_epoch=None,  # count val_check_interval in steps across "epochs"
         limit_val_batches=train.eval_iters,
         num_sanity_val_steps=0,
-        callbacks=[*checkpoints, *callbacks, *monitor],
+        callbacks=[*checkpoints, *callbacks, *monitor, *kept],
         logger=list(logger) if isinstance(logger, Iterable) else (logger or False),
         log_every_n_steps=train.log_interval,
         enable_model_summary=False,

@@ -50,6 +50,10 @@ FULL_RUN: dict[str, Any] = {
     "host": "node-7",
     "boot_id": "0b5e-boot",
     "stop_requested": 1700000050.0,
+    "parent_id": 3,
+    "fork_step": 400,
+    "fork_kind": "replay",
+    "fork_info": '{"event": "loss spike", "event_step": 412}',
 }
 STUDY_ROW: dict[str, Any] = {
     "id": 3,
@@ -116,6 +120,7 @@ def test_a_stored_run_reads_as_a_record_of_its_columns(written: Path):
     assert run.dataset == {"name": "pydocs", "sha256": "ab12", "unigram_nats": 3.1}
     assert run.final == {"val_loss": 2.5, "time_s": 88.5}
     assert run.tags == ("post-ln", "sweep")
+    assert run.fork_info == {"event": "loss spike", "event_step": 412}
 
 
 def test_a_run_with_only_its_name_reads_as_nones(written: Path):

@@ -110,7 +110,7 @@ def test_a_server_store_upgrades_from_version_4(pg_url, tmp_path):
         assert store.request_stop(old)
         with other_connection(store) as execute:
             (version,) = execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    assert int(version) == SCHEMA_VERSION == 5
+    assert int(version) == SCHEMA_VERSION == 6
 
 
 def test_a_newer_or_foreign_database_is_refused(pg_url, tmp_path):

@@ -155,7 +155,7 @@ def test_a_version_3_store_gains_studies(tmp_path) -> None:
         assert len(store.study_runs(study_id)) == 1
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    assert int(version) == SCHEMA_VERSION == 5
+    assert int(version) == SCHEMA_VERSION == 6
 
 
 def test_unclaimed_study_runs_wait_for_their_study_not_for_a_slot(tmp_path) -> None:

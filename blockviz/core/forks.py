@@ -1,0 +1,71 @@
+"""Kept checkpoints and forks, as both sides see them (no torch).
+
+A run keeps a checkpoint every `ckpt_interval` steps in `<run_dir>/checkpoints/step-N.ckpt`
+(besides last.ckpt and best.ckpt): the steps a fork (`python -m blockviz fork`) or a replay
+(`python -m blockviz replay`) can start from. At most `ckpt_keep` stay on disk: when one
+more is written, the spacing doubles and the checkpoints off the new spacing go, the first
+one excepted (early steps are where forks over warm-up and norm placement start). A
+default run (interval 100, keep 8, 2,000 steps) ends with steps 100, 400, 800, 1200, 1600
+and 2000; the disk a run's kept checkpoints use is at most `ckpt_keep` checkpoints.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+CHECKPOINTS_DIR = "checkpoints"
+KEPT_PATTERN = re.compile(r"^step-(\d{1,9})\.ckpt$")
+FORK_KINDS = ("fork", "replay")
+
+
+def kept_name(step: int) -> str:
+    """The file name of the kept checkpoint at `step`."""
+    return f"step-{int(step)}.ckpt"
+
+
+def kept_path(run_dir: Path, step: int) -> Path:
+    """Where the kept checkpoint of `step` lives in a run's folder."""
+    return Path(run_dir) / CHECKPOINTS_DIR / kept_name(step)
+
+
+def kept_steps(run_dir: Path) -> list[int]:
+    """The steps of a run's kept checkpoints on disk, ascending ([] for none)."""
+    folder = Path(run_dir) / CHECKPOINTS_DIR
+    try:
+        names = [entry.name for entry in folder.iterdir() if entry.is_file()]
+    except OSError:
+        return []
+    return sorted(int(m.group(1)) for m in map(KEPT_PATTERN.match, names) if m)
+
+
+def thinned(steps: Iterable[int], every: int, keep: int) -> tuple[int, list[int]]:
+    """(spacing, steps to delete) so that at most `keep` of `steps`, kept on the spacing
+    `every`, stay: double the spacing until they fit, keeping the first step and the
+    multiples of the spacing."""
+    ordered = sorted(set(steps))
+    while len(ordered) > keep:
+        every *= 2
+        ordered = ordered[:1] + [step for step in ordered[1:] if step % every == 0]
+    dropped = sorted(set(steps) - set(ordered))
+    return every, dropped
+
+
+def nearest_kept(steps: Iterable[int], wanted: int) -> int | None:
+    """The latest kept step at or before `wanted` (None when there is none)."""
+    earlier = [step for step in steps if step <= wanted]
+    return max(earlier) if earlier else None
+
+
+def steps_text(steps: list[int]) -> str:
+    """'100, 400, 800' or 'none' (interval checkpoints off or none written yet)."""
+    return ", ".join(f"{step}" for step in steps) if steps else "none"
+
+
+def fork_label(kind: str, parent: str, step: int, changes: Mapping[str, Any]) -> str:
+    """A fork's default name: 'postln fork@100 norm_position=pre'; a replay's
+    'postln replay@400'."""
+    changed = " ".join(f"{field}={value}" for field, value in sorted(changes.items()))
+    return f"{parent} {kind}@{step}" + (f" {changed}" if changed else "")

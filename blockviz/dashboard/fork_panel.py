@@ -1,0 +1,132 @@
+"""Live's Fork and Replay: a twin of the run from a kept step, or the flight recorder.
+
+Fork starts `python -m blockviz fork` from the kept checkpoint nearest before the marked
+step (a finding's Show marks one) or one the user picks, changed in the fields edited here;
+Replay starts `python -m blockviz replay` around the run's divergence or largest loss spike.
+Both runs appear in the run picker once registered; Compare draws a twin's differences.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from blockviz.core import config as cfg
+from blockviz.core import forks
+from blockviz.dashboard import ui
+from blockviz.dashboard.findings_panel import current_mark
+from blockviz.launch import forking
+from blockviz.launch.runner import LaunchError
+from blockviz.store import RunStore
+from blockviz.store.records import RunRecord
+from blockviz.views import run_findings
+
+# The fields offered for a fork: every one keeps the parameters' shapes.
+FORKABLE = (
+    ("lr", "train", "learning rate"),
+    ("warmup_steps", "train", "warm-up steps"),
+    ("grad_clip", "train", "gradient clipping (0: off)"),
+    ("weight_decay", "train", "weight decay"),
+    ("z_loss", "train", "z-loss coefficient"),
+    ("max_steps", "train", "max steps"),
+    ("dropout", "model", "dropout"),
+    ("logit_softcap", "model", "logit softcap (0: off)"),
+)
+EVENT_FINDINGS = ("diverged", "loss_spike")
+
+
+def _field_input(name: str, label: str, value: Any, key: str) -> Any:
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return st.number_input(label, value=value, step=1, key=key)
+    return st.number_input(label, value=float(value), format="%g", key=key)
+
+
+def _changes(run: RunRecord, prefix: str) -> dict[str, Any]:
+    """The forkable fields as edited, those that differ from the run's config."""
+    config = cfg.RunConfig.from_dict(run.config or {})
+    changes: dict[str, Any] = {}
+    position = config.model.norm_position
+    chosen = st.selectbox(
+        "norm position",
+        cfg.NORM_POSITIONS,
+        index=cfg.NORM_POSITIONS.index(position),
+        key=f"{prefix}.norm_position",
+    )
+    if chosen != position:
+        changes["norm_position"] = chosen
+    for name, section, label in FORKABLE:
+        value = getattr(getattr(config, section), name)
+        edited = _field_input(name, label, value, f"{prefix}.{name}")
+        if edited != value:
+            changes[name] = edited
+    return changes
+
+
+def _event(store: RunStore, run: RunRecord) -> tuple[str, int] | None:
+    """The run's divergence or largest loss spike: (its finding's title, step)."""
+    found = run_findings.cached_findings(store, run)
+    for finding in found.findings:
+        if finding.rule in EVENT_FINDINGS and finding.step is not None:
+            return finding.title, int(finding.step)
+    return None
+
+
+def _replays(store: RunStore, run_id: int) -> list[RunRecord]:
+    runs = store.runs_frame()
+    mine = runs[(runs["parent_id"] == run_id) & (runs["fork_kind"] == "replay")]
+    return [store.get_run(int(i)) for i in mine["id"]]
+
+
+def fork_panel(store: RunStore, run: RunRecord, writable: bool) -> None:
+    """The sidebar's "Fork or replay" expander of the run shown on Live."""
+    run_id = int(run.id)
+    prefix = f"live.{run_id}.fork"
+    with st.expander("Fork or replay", expanded=False):
+        steps = forks.kept_steps(store.run_dir(run_id))
+        if not steps:
+            st.caption(
+                "No kept checkpoints to fork from yet: a run keeps one every ckpt_interval "
+                "steps (Train page, Cadence)."
+            )
+        else:
+            mark = current_mark(run_id)
+            wanted = forks.nearest_kept(steps, int(mark["step"])) if mark else None
+            start = wanted if wanted is not None else steps[-1]
+            step = st.selectbox(
+                "From the kept step",
+                steps,
+                index=steps.index(start),
+                key=f"{prefix}.step.{start}",
+                help="The marked step's nearest kept checkpoint at or before it, else the newest.",
+            )
+            changes = _changes(run, prefix)
+            if st.button("Fork", key=f"{prefix}.go", disabled=not writable):
+                try:
+                    forking.start(store, run_id, forking.fork_command(store, run_id, step, changes))
+                except LaunchError as exc:
+                    st.error(ui.plain(str(exc)))
+                else:
+                    what = ", ".join(f"{k} {v}" for k, v in changes.items()) or "no change"
+                    ui.flash("success", f"Fork of {run.name} from step {step:,} started ({what}).")
+                    st.rerun()
+        event = _event(store, run)
+        if event is not None:
+            title, around = event
+            st.caption(ui.plain(f"{title}."))
+            if st.button(
+                f"Replay around step {around:,}", key=f"{prefix}.replay", disabled=not writable
+            ):
+                try:
+                    forking.start(store, run_id, forking.replay_command(store, run_id, around))
+                except LaunchError as exc:
+                    st.error(ui.plain(str(exc)))
+                else:
+                    ui.flash("success", f"Replay of {run.name} around step {around:,} started.")
+                    st.rerun()
+        for replay in _replays(store, run_id):
+            sentence = (replay.fork_info or {}).get("sentence")
+            if sentence:
+                st.markdown(ui.plain(f"Replay {replay.id}: {sentence}"))

@@ -1,0 +1,56 @@
+"""Fork and Replay from the dashboard: `python -m blockviz fork|replay` in the background.
+
+The new run registers itself (its id is only known once it has), so the process logs into
+its parent's folder (forks.log) and a startup watch turns an early refusal (a field that
+changes the parameters, a step not kept) into a LaunchError carrying the log's last line.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from blockviz.launch.runner import LaunchError, spawn_logged
+from blockviz.store import RunStore
+
+FORK_LOG = "forks.log"
+STARTUP_WATCH_S = 8.0  # a refusal comes from the plan, before any training
+
+
+def fork_command(store: RunStore, run_id: int, step: int, changes: Mapping[str, Any]) -> list[str]:
+    """`python -m blockviz fork RUN --step N --FIELD VALUE ...` for this store."""
+    flags = [item for field, value in changes.items() for item in (f"--{field}", str(value))]
+    return [
+        *(sys.executable, "-m", "blockviz", "fork", str(run_id), "--step", str(step)),
+        *("--store", store.location.text, "--no_progress", *flags),
+    ]
+
+
+def replay_command(store: RunStore, run_id: int, around: int) -> list[str]:
+    """`python -m blockviz replay RUN --around STEP` for this store."""
+    return [
+        *(sys.executable, "-m", "blockviz", "replay", str(run_id), "--around", str(around)),
+        *("--store", store.location.text, "--no_progress"),
+    ]
+
+
+def start(store: RunStore, run_id: int, command: list[str]) -> None:
+    """Run `command` detached, logging into the parent's forks.log; LaunchError when it
+    exits with an error during the startup watch (the log's last line says why)."""
+    log_path = store.run_dir(run_id) / FORK_LOG
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    start_at = log_path.stat().st_size if log_path.exists() else 0
+    try:
+        proc = spawn_logged(command, log_path)
+    except OSError as exc:
+        raise LaunchError(f"could not start {command[3]} ({exc.strerror or exc})") from None
+    deadline = time.monotonic() + STARTUP_WATCH_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    code = proc.poll()
+    if code:
+        text = log_path.read_bytes()[start_at:].decode("utf-8", "replace")
+        last = next((line for line in reversed(text.splitlines()) if line.strip()), "")
+        raise LaunchError(last or f"{command[3]} exited with status {code}", None, text[-4000:])

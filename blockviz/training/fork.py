@@ -1,0 +1,253 @@
+"""`python -m blockviz fork RUN --step N [--FIELD VALUE ...]`: a twin of RUN from step N.
+
+A fork starts from RUN's kept checkpoint at step N (`core.forks`) with the same data order
+(batch N next: `data.CharDataModule` skips the batches before it) and the same random
+state (`lit.LitCharModel` keeps it in every checkpoint), changed only in the fields given.
+A field may change when the parameters keep their shapes (lr, warm-up, clipping, z_loss,
+dropout, weight decay, norm position, softcap, ...): the checkpoint's weights and optimizer
+moments must fit the fork's model. A fork with no change reproduces RUN from step N on.
+
+The fork is a new run linked to its parent (parent_id, fork_step, fork_kind in the store),
+holding a copy of the parent's rows from before step N (and the evaluation at N), so its
+own charts start at step 0 and Compare can draw it as differences from the parent.
+`python -m blockviz replay` (`training.replay`) is a fork with probes every step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from blockviz.core import config as cfg
+from blockviz.core import forks
+from blockviz.core.flags import UsageError, config_overrides
+from blockviz.core.spec import EVAL_SCALARS
+from blockviz.store import RunStore
+from blockviz.store.records import RunRecord
+from blockviz.training.lit import lr_at
+from blockviz.training.logger import FLUSH_EVERY_S, PENDING_ROWS_KEY
+from blockviz.training.model import CharTransformer
+from blockviz.training.plan import RunPlan, load_datamodule, read_checkpoint, schedule_horizon
+
+# Fields a fork may not change whatever the shapes: what the checkpoint is of.
+FIXED_FIELDS = ("dataset", "val_fraction", "ops_examples", "ops_min_args", "ops_max_args")
+
+
+def fork_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The config fields given on the command line; UsageError for a fixed one."""
+    overrides = config_overrides(args, list(cfg.SECTIONS))
+    fixed = sorted(set(overrides) & set(FIXED_FIELDS))
+    if fixed:
+        raise UsageError(
+            f"--{fixed[0]} cannot change in a fork: the checkpoint was trained on the "
+            "parent's text; fork from a run of that text instead"
+        )
+    return overrides
+
+
+def fork_plan(
+    store: RunStore,
+    parent_ref: str | int,
+    step: int,
+    overrides: dict[str, Any],
+    kind: str = "fork",
+    name: str | None = None,
+    info: dict[str, Any] | None = None,
+    keep_horizon: bool = False,
+) -> tuple[RunPlan, Any]:
+    """What a fork of `parent_ref` at `step` trains, and its data; UsageError when it
+    cannot be (no such kept step, a shape-changing field, a fixed field)."""
+    parent = store.get_run(parent_ref)
+    run_dir = store.run_dir(int(parent.id))
+    kept = forks.kept_steps(run_dir)
+    if step not in kept:
+        raise UsageError(no_step_message(parent, step, kept))
+    base = _parent_config(parent, run_dir)
+    given = dict(overrides)
+    if "final_norm" not in overrides and base.model.final_norm is None:
+        # "auto" follows norm_position; a fork keeps the parent's final norm instead, so a
+        # Post-LN run forked to Pre-LN changes where the block's norms sit, nothing else.
+        overrides = {**overrides, "final_norm": base.model.use_final_norm}
+    config = cfg.replace(base, **overrides).validate() if overrides else base
+    if config.train.max_steps <= step:
+        raise UsageError(
+            f"max_steps {config.train.max_steps} is not past the fork step {step}; "
+            "give a larger --max_steps"
+        )
+    if config.train.devices * config.train.num_nodes > 1:
+        raise UsageError("a fork trains in one process: give --devices 1 --num_nodes 1")
+    checkpoint = forks.kept_path(run_dir, step)
+    what = f"run {parent.id}'s checkpoint at step {step}"
+    state = read_checkpoint(checkpoint, what)  # names a corrupt or foreign file
+    datamodule = load_datamodule(config)
+    config = cfg.replace(config, vocab_size=datamodule.vocab.size).validate()
+    full = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    check_shapes(full.get("state_dict") or {}, config, given)
+    # A --max_steps given to a fork sets where its decay ends, as it would for a new run
+    # (a replay keeps the parent's, `keep_horizon`); otherwise the parent's horizon stays.
+    horizon = schedule_horizon(state, base)
+    if "max_steps" in given and not keep_horizon:
+        horizon = config.train.max_steps
+    changes = {field: getattr_field(config, field) for field in given}
+    plan = RunPlan(
+        config=config,
+        name=name or forks.fork_label(kind, str(parent.name), step, changes),
+        checkpoint=checkpoint,
+        start_step=step,
+        schedule_steps=horizon,
+        pending_rows=_rows_before(full.get(PENDING_ROWS_KEY), step),
+        parent_id=int(parent.id),
+        fork_kind=kind,
+        fork_info={"changes": changes, **(info or {})},
+    )
+    return plan, datamodule
+
+
+def no_step_message(parent: RunRecord, step: int, kept: list[int]) -> str:
+    """Why `step` cannot be forked from, with the steps that can."""
+    where = f"run {parent.id} ({parent.name})"
+    if not kept:
+        return (
+            f"--step {step}: {where} keeps no checkpoints to fork from (it trained with "
+            "ckpt_interval 0, or before kept checkpoints existed); train with --ckpt_interval N"
+        )
+    return f"--step {step}: {where} keeps checkpoints at steps {forks.steps_text(kept)}; pick one"
+
+
+def getattr_field(config: cfg.RunConfig, field: str) -> Any:
+    """A config field's value, from whichever section holds it."""
+    for section in cfg.SECTIONS:
+        part = getattr(config, section)
+        if hasattr(part, field):
+            return getattr(part, field)
+    raise KeyError(field)
+
+
+def _parent_config(parent: RunRecord, run_dir: Path) -> cfg.RunConfig:
+    try:
+        return cfg.RunConfig.from_json((run_dir / "config.json").read_text(encoding="utf-8"))
+    except OSError:
+        if parent.config:
+            return cfg.RunConfig.from_dict(parent.config)
+        raise UsageError(f"run {parent.id} has no config to fork from") from None
+
+
+def check_shapes(state_dict: dict[str, Any], config: cfg.RunConfig, changed: dict) -> None:
+    """UsageError unless the fork's model has exactly the checkpoint's parameter shapes."""
+    with torch.device("meta"):
+        model = CharTransformer(config.model)
+    ours = {f"model.{key}": tuple(value.shape) for key, value in model.state_dict().items()}
+    theirs = {key: tuple(value.shape) for key, value in state_dict.items()}
+    fields = ", ".join(f"--{field}" for field in sorted(changed)) or "the config"
+    for key in sorted(set(ours) | set(theirs)):
+        if ours.get(key) != theirs.get(key):
+            if key not in ours:
+                why = f"the fork's model has no {key[6:]}"
+            elif key not in theirs:
+                why = f"the fork's model adds {key[6:]}"
+            else:
+                why = f"{key[6:]} would be {ours[key]} instead of {theirs[key]}"
+            raise UsageError(
+                f"{fields} changes the parameters ({why}): a fork keeps its parent's "
+                "weights, so only fields that keep every parameter's shape may change "
+                "(lr, warmup_steps, grad_clip, z_loss, dropout, weight_decay, norm_position, "
+                "logit_softcap, ...)"
+            )
+
+
+def _rows_before(pending: Any, step: int) -> dict[str, list[list[Any]]] | None:
+    """The rows a parent's checkpoint carried that belong to the fork's copied past."""
+    if not isinstance(pending, dict):
+        return None
+    kept: dict[str, list[list[Any]]] = {}
+    for table, rows in pending.items():
+        if not isinstance(rows, list):
+            continue
+        kept[str(table)] = [
+            row
+            for row in rows
+            if isinstance(row, (list, tuple))
+            and row
+            and isinstance(row[0], int)
+            and (
+                row[0] < step or (table == "scalars" and row[0] == step and row[1] in EVAL_SCALARS)
+            )
+        ]
+    return kept or None
+
+
+def starting_state(path: Path, config: cfg.RunConfig, step: int, horizon: int) -> dict[str, Any]:
+    """The parent's checkpoint as the fork starts from it: the optimizer's and schedule's
+    hyperparameters rewritten from the fork's config (a checkpoint restores its own lr,
+    weight decay and betas otherwise), no callback state (best.ckpt is the parent's), no
+    rows carried (the fork copies them)."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    train = config.train
+    lr = lr_at(step, train, horizon)
+    for optimizer in state.get("optimizer_states") or []:
+        for index, group in enumerate(optimizer.get("param_groups") or []):
+            group["lr"] = lr
+            group["initial_lr"] = train.lr
+            group["betas"] = (train.beta1, train.beta2)
+            # lit.param_groups: the first group decays, the second never does.
+            group["weight_decay"] = train.weight_decay if index == 0 else 0.0
+    for scheduler in state.get("lr_schedulers") or []:
+        count = len(scheduler.get("base_lrs") or [])
+        scheduler["base_lrs"] = [train.lr] * count
+        scheduler["_last_lr"] = [lr] * count
+    hparams = state.get("hyper_parameters")
+    if isinstance(hparams, dict):
+        hparams["run_config"] = config.to_dict()
+        hparams["schedule_steps"] = horizon
+    state["callbacks"] = {}
+    state.pop(PENDING_ROWS_KEY, None)
+    return state
+
+
+@contextlib.contextmanager
+def prepared(plan: RunPlan) -> Iterator[RunPlan]:
+    """The plan with its checkpoint replaced by the fork's starting state, in a temporary
+    file removed when the fit is over."""
+    with tempfile.TemporaryDirectory(prefix="blockviz-fork-") as folder:
+        path = Path(folder) / "start.ckpt"
+        state = starting_state(
+            plan.checkpoint, plan.config, plan.start_step, plan.schedule_steps or 0
+        )
+        torch.save(state, path)
+        plan.checkpoint = path
+        yield plan
+
+
+@contextlib.contextmanager
+def writer_store(args: argparse.Namespace) -> Iterator[RunStore]:
+    """The store a fork or replay trains into (it must exist), with the run's threads set."""
+    from blockviz.training.train import set_threads
+
+    set_threads(args)
+    args.resume = args.run_id = None  # what run_in_store reads of a train command
+    store = RunStore(
+        args.store or None, flush_seconds=FLUSH_EVERY_S, defer_when_busy=True, create=False
+    )
+    try:
+        yield store
+    finally:
+        with contextlib.suppress(Exception):
+            store.close()
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    """`python -m blockviz fork RUN --step N [--FIELD VALUE ...]`: trains the fork."""
+    from blockviz.training.registration import run_in_store
+
+    with writer_store(args) as store:
+        plan, datamodule = fork_plan(
+            store, args.run, args.step, fork_overrides(args), name=args.name
+        )
+        with prepared(plan):
+            return run_in_store(args, store, plan, datamodule)

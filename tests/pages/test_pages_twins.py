@@ -1,0 +1,90 @@
+"""AppTest of twins: Compare draws a fork as differences from its parent; Live offers Fork
+and Replay from the run's kept checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from blockviz.core import forks
+from blockviz.store import RunStore
+from tests import fakes
+from tests.helpers import shown
+
+PAGES = Path(__file__).resolve().parents[2] / "pages"
+
+
+@pytest.fixture
+def store() -> RunStore:
+    opened = RunStore(os.environ["BLOCKVIZ_STORE"])
+    yield opened
+    opened.close()
+
+
+def _twin_frames(at: AppTest) -> list:
+    frames = []
+    for element in at.get("vega_lite_chart"):
+        spec = json.loads(element.proto.spec)
+        title = spec.get("title")
+        title = title.get("text") if isinstance(title, dict) else title
+        if " − " in str(title):
+            frames += [
+                pa.ipc.open_stream(d.data.data).read_all().to_pandas()
+                for d in element.proto.datasets
+            ]
+    return frames
+
+
+def test_compare_draws_a_twin_as_its_differences_from_the_parent(store: RunStore) -> None:
+    parent, twin = fakes.populate(
+        store, n_runs=2, n_steps=60, n_layer=2, probe_every=10, n_head=2, statuses=["completed"] * 2
+    )
+    store.update_run(
+        twin, parent_id=parent, fork_step=20, fork_kind="fork", fork_info={"changes": {"lr": 0.003}}
+    )
+    at = AppTest.from_file(str(PAGES / "compare.py"), default_timeout=60)
+    at.session_state["compare_ids"] = [parent, twin]
+    at.run()
+    assert not at.exception
+    assert any("Twins" in s.value for s in at.subheader)
+    frames = [f for f in _twin_frames(at) if "difference" in f.columns]
+    assert frames, "no difference chart drawn"
+    drawn = frames[0]
+    assert drawn["step"].min() >= 20
+    assert (drawn["difference"] == drawn["twin"] - drawn["parent"]).all()
+    assert "(lr 0.003)" in shown(" ".join(c.value for c in at.caption))
+    # Per block: the gradient norm's differences, one series per block.
+    at.segmented_control(key="compare.twin.metric").set_value("gradient norm per block").run()
+    assert not at.exception
+    blocks = next(f for f in _twin_frames(at) if "difference" in f.columns)
+    assert set(blocks["series"]) >= {"block 0", "block 1"}
+
+
+def test_live_offers_a_fork_from_the_kept_steps(store: RunStore) -> None:
+    (run_id,) = fakes.populate(store, n_runs=1, n_steps=60, n_layer=2, statuses=["completed"])
+    folder = store.run_dir(run_id) / forks.CHECKPOINTS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    for step in (20, 40):
+        (folder / forks.kept_name(step)).write_bytes(b"")
+    at = AppTest.from_file(str(PAGES / "live.py"), default_timeout=60)
+    at.session_state["run_id"] = run_id
+    at.run()
+    assert not at.exception
+    choice = [s for s in at.sidebar.selectbox if s.label == "From the kept step"]
+    assert choice and choice[0].options == ["20", "40"] and choice[0].value == 40
+    assert any(b.label == "Fork" for b in at.sidebar.button)
+
+
+def test_live_says_when_a_run_keeps_no_checkpoints(store: RunStore) -> None:
+    (run_id,) = fakes.populate(store, n_runs=1, n_steps=60, n_layer=2, statuses=["completed"])
+    at = AppTest.from_file(str(PAGES / "live.py"), default_timeout=60)
+    at.session_state["run_id"] = run_id
+    at.run()
+    assert not at.exception
+    assert any("No kept checkpoints" in c.value for c in at.sidebar.caption)
+    assert not any(b.label == "Fork" for b in at.sidebar.button)

@@ -1,0 +1,177 @@
+"""`python -m blockviz fork`: kept checkpoints, exact twins, changed twins, refusals."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from blockviz import cli
+from blockviz.core import config as cfg
+from blockviz.core import forks
+from blockviz.core.corpora import Corpus
+from blockviz.core.spec import EVAL_SCALARS, GRAD_NORM, TRAIN_LOSS, TRAIN_LR, VAL_LOSS
+from blockviz.store import RunStore
+from blockviz.training.data import CharDataModule
+from blockviz.training.lit import lr_at
+from tests.fakes import CORPUS
+
+pytestmark = pytest.mark.slow
+
+# Dropout on: the twin must draw the parent's masks, not only see its batches.
+PARENT = (
+    *("--preset", "tiny", "--max_steps", "30", "--eval_interval", "10", "--ckpt_interval", "5"),
+    *("--probe_interval", "5", "--dropout", "0.1", "--log_interval", "1", "--threads", "1"),
+)
+
+
+@pytest.fixture(scope="module")
+def parent(tmp_path_factory) -> Path:
+    """A store with run 1: 30 tiny steps keeping a checkpoint every 5."""
+    folder = tmp_path_factory.mktemp("fork")
+    corpus = folder / "fox.txt"
+    corpus.write_text(CORPUS, encoding="utf-8")
+    store = folder / "runs.db"
+    flags = ("--dataset", str(corpus), "--store", str(store), "--no_progress")
+    assert cli.main(["train", *PARENT, *flags]) == 0
+    return store
+
+
+def fork(store: Path, *flags: str) -> int:
+    return cli.main(["fork", "1", "--store", str(store), "--threads", "1", "--no_progress", *flags])
+
+
+def newest(store: Path) -> int:
+    with RunStore(store, create=False) as runs:
+        return int(runs.runs_frame()["id"].max())
+
+
+@pytest.mark.parametrize("step", [10, 15])  # an evaluated step and one between evaluations
+def test_a_fork_with_no_change_reproduces_its_parent_exactly(parent, step):
+    assert fork(parent, "--step", str(step)) == 0
+    child = newest(parent)
+    with RunStore(parent, create=False) as store:
+        run = store.get_run(child)
+        assert (run.parent_id, run.fork_step, run.fork_kind, run.status) == (
+            1,
+            step,
+            "fork",
+            "completed",
+        )
+        for name in (TRAIN_LOSS, VAL_LOSS):
+            ours, theirs = store.scalars(child, name), store.scalars(1, name)
+            assert ours["step"].tolist() == theirs["step"].tolist()
+            assert ours["value"].tolist() == theirs["value"].tolist()  # bit for bit
+        ours, theirs = store.layer_stats(child, "component"), store.layer_stats(1, "component")
+        assert len(ours) == len(theirs) and ours["value"].tolist() == theirs["value"].tolist()
+
+
+def test_a_fork_copies_only_the_parents_past(parent):
+    assert fork(parent, "--step", "20", "--max_steps", "25", "--lr", "2e-3") == 0
+    child = newest(parent)
+    with RunStore(parent, create=False) as store:
+        run = store.get_run(child)
+        assert run.fork_info == {"changes": {"max_steps": 25, "lr": 2e-3}}
+        assert "fork" in run.name and "lr=0.002" in run.name
+        loss = store.scalars(child, TRAIN_LOSS)
+        assert loss["step"].tolist() == list(range(25))
+        parent_loss = store.scalars(1, TRAIN_LOSS)
+        before = parent_loss[parent_loss["step"] < 20]["value"].tolist()
+        assert loss[loss["step"] < 20]["value"].tolist() == before
+        # The evaluation at step 20 ran before the checkpoint: copied, not redone.
+        val = store.scalars(child, VAL_LOSS)
+        assert val["step"].tolist() == [10, 20, 25]
+        # The fork's lr from step 20 on is the new lr's schedule (max_steps 25 its horizon).
+        lr = store.scalars(child, TRAIN_LR).set_index("step")["value"]
+        config = cfg.replace(cfg.RunConfig(), lr=2e-3, max_steps=25, warmup_steps=5)
+        assert lr[20] == pytest.approx(lr_at(20, config.train, 25))
+        grads = store.layer_stats(child, "component", GRAD_NORM)
+        assert grads["step"].max() == 24
+
+
+def test_refusals_name_the_problem(parent, capsys):
+    assert fork(parent, "--step", "12") == 2
+    assert "keeps checkpoints at steps 5, 10, 15, 20, 25, 30" in capsys.readouterr().err
+    assert fork(parent, "--step", "10", "--norm_type", "rmsnorm") == 2
+    err = capsys.readouterr().err
+    assert "--norm_type changes the parameters" in err and "bias" in err
+    assert fork(parent, "--step", "10", "--dataset", "shakespeare") == 2
+    assert "--dataset cannot change in a fork" in capsys.readouterr().err
+    assert fork(parent, "--step", "30") == 2
+    assert "not past the fork step 30" in capsys.readouterr().err
+
+
+def store_flags(folder: Path) -> tuple[Path, tuple[str, ...]]:
+    """A store in `folder` and the flags that train on the fox corpus into it."""
+    corpus = folder / "fox.txt"
+    corpus.write_text(CORPUS, encoding="utf-8")
+    store = folder / "runs.db"
+    return store, (
+        "--dataset",
+        str(corpus),
+        "--store",
+        str(store),
+        "--no_progress",
+        "--threads",
+        "1",
+    )
+
+
+def test_post_ln_forks_to_pre_ln_keeping_its_final_norm(tmp_path):
+    store, flags = store_flags(tmp_path)
+    short = ("--preset", "tiny", "--max_steps", "12", "--ckpt_interval", "5")
+    assert cli.main(["train", *short, "--norm_position", "post", *flags]) == 0
+    assert cli.main(["fork", "1", "--step", "5", "--norm_position", "pre", *flags[2:]]) == 0
+    with RunStore(store, create=False) as runs:
+        twin = runs.get_run(2)
+        assert twin.config["model"]["norm_position"] == "pre"
+        assert twin.config["model"]["final_norm"] is False  # the parent's, not pre's auto
+        assert twin.fork_info == {"changes": {"norm_position": "pre"}}
+        runs.delete_run(1)
+        assert runs.get_run(2).parent_id is None and runs.get_run(2).fork_step == 5
+        # The copied history stays with the fork.
+        assert len(runs.scalars(2, TRAIN_LOSS)) == 12
+
+
+def test_kept_checkpoints_thin_out_keeping_the_first():
+    every, dropped = forks.thinned([100, 200, 300, 400], 100, 3)
+    assert (every, dropped) == (200, [300])
+    steps: list[int] = []
+    every = 100
+    for step in range(100, 2001, 100):  # what KeptCheckpoints does over a default run
+        if step % every == 0:
+            steps.append(step)
+            every, dropped = forks.thinned(steps, every, 8)
+            steps = sorted(set(steps) - set(dropped))
+    assert steps == [100, 400, 800, 1200, 1600, 2000]
+    assert forks.nearest_kept(steps, 1000) == 800 and forks.nearest_kept(steps, 50) is None
+
+
+def test_a_run_keeps_at_most_ckpt_keep_checkpoints(tmp_path):
+    store, flags = store_flags(tmp_path)
+    kept = ("--ckpt_interval", "2", "--ckpt_keep", "3", "--max_steps", "16")
+    assert cli.main(["train", "--preset", "tiny", *kept, *flags]) == 0
+    with RunStore(store, create=False) as runs:
+        assert forks.kept_steps(runs.run_dir(1)) == [2, 8, 16]
+
+
+def test_the_training_stream_goes_on_from_the_restored_step():
+    """A resumed run's batch N is batch N of the uninterrupted run, not batch 0 again."""
+    config = cfg.preset("tiny")
+    data = CharDataModule(config.data, 8, 4, seed=3, corpus=Corpus("fox", "a test", CORPUS))
+    data.setup()
+    fresh = iter(data.train_dataloader())
+    batches = [next(fresh)[0] for _ in range(6)]
+
+    class Restored:
+        global_step = 4
+        global_rank = 0
+
+    data.trainer = Restored()
+    resumed = next(iter(data.train_dataloader()))[0]
+    assert torch.equal(resumed, batches[4]) and not torch.equal(resumed, batches[0])
+
+
+def test_evaluations_are_the_scalars_an_evaluation_records():
+    from blockviz.training.lit import val_metrics
+
+    assert set(val_metrics(1.0, [1, 2], [1, 2])) == set(EVAL_SCALARS)
