@@ -22,6 +22,7 @@ from blockviz.store import RunRecord
 from blockviz.views.run_findings import ACTIVE_EVERY_S, RunFindings, suggestion_text, unsure
 
 MARK_KEY = "live.mark"  # {"run": id, "step": step, "label": text}: the marked step
+PICK_KEY = "live.picked"  # (run, step) of the last click on the loss chart, once taken
 SCROLL_KEY = "live.scroll_to_charts"  # set by Show: the page scrolls to its charts once
 ICONS = {
     "error": ":material/error:",
@@ -44,6 +45,16 @@ def _mark(run_id: int, finding: Finding, show: Callable[[Finding], None]) -> Non
         st.session_state[MARK_KEY] = {"run": run_id, "step": finding.step, "label": label}
     st.session_state[SCROLL_KEY] = True
     show(finding)
+
+
+def pick_step(run_id: int, step: int | None) -> None:
+    """Mark the step a click on the loss chart picked (Fork starts from the kept step at or
+    before it); a pick already taken is not taken again, so a later Show keeps its mark."""
+    if step is None or st.session_state.get(PICK_KEY) == (run_id, step):
+        return
+    st.session_state[PICK_KEY] = (run_id, step)
+    st.session_state[MARK_KEY] = {"run": run_id, "step": step, "label": f"step {step:,}"}
+    st.rerun(scope="app")  # the sidebar's Fork follows the new mark
 
 
 def take_scroll() -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import altair as alt
 import pandas as pd
@@ -106,16 +107,24 @@ def _download(
     )
 
 
-def chart_with_downloads(chart: alt.TopLevelMixin, data: pd.DataFrame, name: str, key: str) -> None:
+def chart_with_downloads(
+    chart: alt.TopLevelMixin,
+    data: pd.DataFrame,
+    name: str,
+    key: str,
+    selection: str | None = None,
+) -> Any:
     """The chart, stretched to the container, with one compact "Download" menu under it
     holding PNG (2x), SVG, HTML and CSV; a chart with no data ("no data yet") gets none.
 
     Each file is built only when its button is clicked (vl-convert renders PNG and SVG
-    then), so neither the menu nor a refresh costs an export.
+    then), so neither the menu nor a refresh costs an export. With `selection` (a selection
+    parameter of the chart) a click reruns the page and the selection event is returned.
     """
-    st.altair_chart(chart, width="stretch", key=f"{key}.chart")
+    picking = {"on_select": "rerun", "selection_mode": [selection]} if selection else {}
+    event = st.altair_chart(chart, width="stretch", key=f"{key}.chart", **picking)
     if data.empty:
-        return
+        return event
     with st.popover(DOWNLOAD_MENU, icon=":material/download:", key=f"{key}.menu"):
         _download(
             "PNG",
@@ -145,6 +154,7 @@ def chart_with_downloads(chart: alt.TopLevelMixin, data: pd.DataFrame, name: str
             "text/csv",
             f"{key}.csv",
         )
+    return event
 
 
 def selected_run_id() -> int | None:

@@ -59,7 +59,7 @@ def test_live_says_a_stalled_run_stalled_at_the_top_with_its_findings(copies):
     (headline,) = [shown(w.value) for w in at.warning if "Stalled" in w.value]
     assert "Stalled at the unigram entropy since step" in headline
     assert "3.25 for predicting each character by its frequency alone" in headline
-    (expander,) = at.expander
+    (expander,) = at.main.expander
     assert expander.label.startswith("Findings (3, newest first)")
     captions = " ".join(shown(c.value) for c in at.caption)
     assert "first block's gradient norm" in captions and "Xiong et al. 2020" in captions
@@ -159,7 +159,7 @@ def panel_page() -> None:
 def test_the_panel_opens_its_findings_when_checks_could_not_be_made():
     at = AppTest.from_function(panel_page, default_timeout=60).run()
     assert not at.exception
-    (expander,) = at.expander
+    (expander,) = at.main.expander
     assert expander.proto.expanded  # not left folded under a green "Trains"
     (caption,) = [shown(c.value) for c in at.caption]
     assert "Could not check gradients across depth" in caption

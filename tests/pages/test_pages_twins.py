@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from blockviz import cli
 from blockviz.core import forks
 from blockviz.store import RunStore
 from tests import fakes
@@ -88,3 +90,44 @@ def test_live_says_when_a_run_keeps_no_checkpoints(store: RunStore) -> None:
     assert not at.exception
     assert any("No kept checkpoints" in c.value for c in at.sidebar.caption)
     assert not any(b.label == "Fork" for b in at.sidebar.button)
+
+
+@pytest.mark.slow
+def test_fork_from_live_trains_a_twin_that_compare_draws(store: RunStore, tmp_path) -> None:
+    """The Done-when path: a Post-LN run forked from Live with norm_position pre."""
+    corpus = tmp_path / "fox.txt"
+    corpus.write_text(fakes.CORPUS, encoding="utf-8")
+    flags = ("--dataset", str(corpus), "--store", str(store.location.text), "--threads", "1")
+    post = (
+        "--preset",
+        "tiny",
+        "--norm_position",
+        "post",
+        "--max_steps",
+        "20",
+        "--ckpt_interval",
+        "10",
+    )
+    assert cli.main(["train", *post, *flags, "--no_progress"]) == 0
+    at = AppTest.from_file(str(PAGES / "live.py"), default_timeout=60)
+    at.session_state["run_id"] = 1
+    at.run()
+    step = next(s for s in at.sidebar.selectbox if s.label == "From the kept step")
+    step.set_value(10).run()
+    at.sidebar.selectbox(key="live.1.fork.norm_position").set_value("pre").run()
+    next(b for b in at.sidebar.button if b.label == "Fork").click().run()
+    assert not at.exception and not at.error
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        runs = store.runs_frame()
+        if len(runs) == 2 and runs["status"].iloc[1] in ("completed", "failed"):
+            break
+        time.sleep(0.5)
+    twin = store.get_run(2)
+    assert (twin.status, twin.parent_id, twin.fork_step) == ("completed", 1, 10)
+    assert twin.fork_info == {"changes": {"norm_position": "pre"}}
+    compare = AppTest.from_file(str(PAGES / "compare.py"), default_timeout=60)
+    compare.session_state["compare_ids"] = [1, 2]
+    compare.run()
+    drawn = next(f for f in _twin_frames(compare) if "difference" in f.columns)
+    assert drawn["step"].min() >= 10 and drawn["difference"].abs().max() > 0

@@ -26,6 +26,7 @@ from blockviz.core.spec import (
 )
 from blockviz.dashboard import ui
 from blockviz.dashboard.controls import XChoice, chart_controls
+from blockviz.dashboard.findings_panel import pick_step
 from blockviz.dashboard.live.state import (
     NOT_PLOTTED,
     SAMPLES_SHOWN,
@@ -37,6 +38,7 @@ from blockviz.dashboard.live.state import (
 )
 from blockviz.store import RunRecord, RunStore
 from blockviz.views import charts
+from blockviz.views.charts.marks import STEP_PICK, picked_step, with_step_picker
 
 
 def _answer_caption(scalars: pd.DataFrame) -> str | None:
@@ -78,8 +80,11 @@ def loss_tab(run: RunRecord, scalars: pd.DataFrame, x: XChoice) -> None:
         chart = charts.loss_chart(
             placed, smoothing, log_scale, colors=colors(run), diverged=diverged, x_axis=x.axis
         )
-        chart = marked(chart, run, x)
-        ui.chart_with_downloads(chart, charts.chart_data(chart), f"{name} loss", "live.loss")
+        chart = with_step_picker(marked(chart, run, x), x.axis)
+        event = ui.chart_with_downloads(
+            chart, charts.chart_data(chart), f"{name} loss", "live.loss", STEP_PICK
+        )
+        pick_step(int(run.id), picked_step(event))
     lr_col, metric_col = st.columns(2, gap="large")
     with lr_col, ui.guard("Learning-rate chart"):
         chart = charts.metric_chart(

@@ -14,6 +14,7 @@ import pandas as pd
 from blockviz.views.charts.base import XAxis, chart_data, labelled_rules
 
 MARK_COLOR = "#7b3294"  # purple: apart from the runs' palette and the divergence red
+STEP_PICK = "step_pick"  # the click selection of `with_step_picker`: {"step": [...]}
 
 
 def _mark_x(chart: alt.TopLevelMixin, step: int, axis: XAxis) -> float | None:
@@ -58,3 +59,33 @@ def with_step_mark(
         marked.spec = alt.LayerChart(layer=[marked.spec, *layers])
         return marked
     return chart
+
+
+def with_step_picker(chart: alt.TopLevelMixin, axis: XAxis) -> alt.TopLevelMixin:
+    """`chart` with a click selection (STEP_PICK) of the drawn step nearest the cursor: an
+    invisible point per row, so a click anywhere near the curve picks its step."""
+    rows = chart_data(chart)
+    if not isinstance(chart, alt.LayerChart) or rows.empty or axis.field not in rows.columns:
+        return chart
+    points = rows[["step", axis.field]].drop_duplicates() if axis.field != "step" else None
+    picks = pd.DataFrame({"step": rows["step"].unique()}) if points is None else points
+    pick = alt.selection_point(name=STEP_PICK, fields=["step"], on="click", nearest=True)
+    layer = (
+        alt.Chart(picks)
+        .mark_point(opacity=0, size=60)
+        .encode(x=alt.X(f"{axis.field}:Q"))
+        .add_params(pick)
+    )
+    picked = chart.copy(deep=True)
+    picked.layer = [*picked.layer, layer]
+    return picked
+
+
+def picked_step(event: object) -> int | None:
+    """The step a STEP_PICK click chose, from `st.altair_chart`'s selection event."""
+    selection = getattr(event, "selection", None) or {}
+    chosen = selection.get(STEP_PICK) if isinstance(selection, dict) else None
+    if isinstance(chosen, list) and chosen and isinstance(chosen[0], dict):
+        step = chosen[0].get("step")
+        return int(step) if isinstance(step, int | float) else None
+    return None
