@@ -201,7 +201,7 @@ def theil_sen(steps: np.ndarray, values: np.ndarray) -> tuple[float, float]:
 
 
 def tolerance_floor(stat: str, typical: float) -> float:
-    """The smallest tolerance a series gets: REL_FLOOR of its typical |value|, and
+    """The smallest tolerance a series gets: REL_FLOOR of its typical size, and
     FRACTION_FLOOR for a fraction."""
     metric = spec.METRICS.get(stat)
     absolute = FRACTION_FLOOR if metric is not None and metric.unit == "fraction" else 0.0
@@ -221,7 +221,7 @@ def healthy_ranges(scalars: pd.DataFrame, layers: pd.DataFrame, upto_step: int) 
     steps = rows["step"].to_numpy(dtype=np.int64)
     rows = rows[(steps > 0) & (steps <= upto_step) & np.isfinite(values)]
     rows = rows.drop_duplicates([*KEY, "step"], keep="last").sort_values([*KEY, "step"])
-    out = []
+    fits = []
     for key, group in rows.groupby(KEY, sort=True):
         window = group.tail(WINDOW)
         if len(window) < MIN_HISTORY:
@@ -231,19 +231,21 @@ def healthy_ranges(scalars: pd.DataFrame, layers: pd.DataFrame, upto_step: int) 
         slope, intercept = theil_sen(x, y)
         residuals = y - (intercept + slope * x)
         spread = ROBUST_SIGMA * float(np.median(np.abs(residuals - np.median(residuals))))
-        floor = tolerance_floor(str(key[3]), float(np.median(np.abs(y))))
-        out.append(
-            (
-                *key,
-                upto_step,
-                intercept + slope * upto_step,
-                slope,
-                max(TOLERANCE_K * spread, floor),
-                len(window),
-            )
-        )
-    columns = [*KEY, "upto_step", "level", "slope", "tolerance", "history"]
-    return pd.DataFrame(out, columns=columns)
+        typical = float(np.median(np.abs(y)))
+        fits.append((*key, intercept + slope * upto_step, slope, spread, typical, len(window)))
+    columns = [*KEY, "level", "slope", "spread", "typical", "history"]
+    fitted = pd.DataFrame(fits, columns=columns)
+    if fitted.empty:
+        return pd.DataFrame(columns=[*KEY, "upto_step", "level", "slope", "tolerance", "history"])
+    # A tap's mean wanders about zero: its size is the tap's RMS, not its own |value|.
+    rms = fitted[fitted["stat"] == spec.RMS].set_index(KEY[:3])["typical"]
+    means = fitted["stat"] == spec.MEAN
+    scale = rms.reindex(pd.MultiIndex.from_frame(fitted.loc[means, KEY[:3]])).to_numpy()
+    fitted.loc[means, "typical"] = np.where(np.isnan(scale), fitted.loc[means, "typical"], scale)
+    floors = [tolerance_floor(s, t) for s, t in zip(fitted["stat"], fitted["typical"], strict=True)]
+    tolerance = np.maximum(TOLERANCE_K * fitted["spread"].to_numpy(dtype=float), floors)
+    fitted = fitted.assign(upto_step=upto_step, tolerance=tolerance)
+    return fitted[[*KEY, "upto_step", "level", "slope", "tolerance", "history"]]
 
 
 def bounds_at(ranges: pd.DataFrame, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -199,6 +199,20 @@ def test_too_little_history_is_refused() -> None:
         flight.first_break(ranges, NO_SCALARS, layers_frame(history), EVENT, "loss spike", N_LAYER)
 
 
+def test_a_mean_near_zero_is_judged_on_its_taps_scale() -> None:
+    # A tap's mean drifting by a hundredth of the tap's RMS is no break, however small
+    # the mean itself; the same drift in a tap without an RMS series is.
+    mean_history = noisy(HISTORY_STEPS, 0.001, 0.0, 0.0001, 1)
+    mean_replay = np.full(len(REPLAY_STEPS), 0.011)
+    rms = np.full(len(HISTORY_STEPS), 1.0)
+    history = tap_rows(HISTORY_STEPS, mean_history, 0, "norm1_out", spec.MEAN)
+    replay = tap_rows(REPLAY_STEPS, mean_replay, 0, "norm1_out", spec.MEAN)
+    with_rms = history + tap_rows(HISTORY_STEPS, rms, 0, "norm1_out", spec.RMS)
+    assert analyse(layers_frame(with_rms), layers_frame(replay)) is None
+    brk = analyse(layers_frame(history), layers_frame(replay))
+    assert brk is not None and brk.step == REPLAY_STEPS[0]
+
+
 def test_history_after_the_checkpoint_and_param_rows_are_not_read() -> None:
     steps = np.arange(PARENT_EVERY, EVENT + 1, PARENT_EVERY)
     values = np.where(steps > CHECKPOINT, 100.0, 1.0)
