@@ -20,9 +20,9 @@ How the healthy range is set (docs/flight-recorder.md quotes this):
 - spread: the robust standard deviation of the residuals (1.4826 × their median absolute
   deviation); the tolerance is the largest of TOLERANCE_K spreads, REL_FLOOR × the median
   |value| of the window, and, for a fraction (unit "fraction"), FRACTION_FLOOR;
-- at a later step t the range runs from min(level, trend(t)) − tolerance to
-  max(level, trend(t)) + tolerance: a series may go on along its trend or stop where it
-  was, and neither leaves it.
+- at a later step t the range runs from min(level, trend(t)) − tolerance (not below 0 for
+  a series whose window never was) to max(level, trend(t)) + tolerance: a series may go
+  on along its trend or stop where it was, and neither leaves it.
 
 A series leaves its range at step s when its value at s is outside it (a non-finite value
 always is) and stays outside for PERSIST_STEPS replay steps in a row, or until the last
@@ -44,12 +44,12 @@ from blockviz.core import spec
 from blockviz.core.findings.base import layer_name, num, step_text
 
 # The healthy range's parameters (module docstring; calibration in docs/flight-recorder.md).
-WINDOW = 8  # probes of history per series
+WINDOW = 16  # probes of history per series
 MIN_HISTORY = 4  # fewer finite probes in the window: no range
-TOLERANCE_K = 6.0  # robust spreads of the residuals
-REL_FLOOR = 0.1  # of the window's median |value|
+TOLERANCE_K = 15.0  # robust spreads of the residuals
+REL_FLOOR = 0.3  # of the window's median |value|
 FRACTION_FLOOR = 0.01  # absolute, for statistics whose unit is "fraction"
-PERSIST_STEPS = 2  # replay steps in a row outside the range
+PERSIST_STEPS = 3  # replay steps in a row outside the range
 ROBUST_SIGMA = 1.4826  # MAD -> standard deviation of a normal distribution
 
 # Probe scalars scanned (train/loss is the event itself; the lr follows its schedule).
@@ -58,6 +58,7 @@ SCANNED_KINDS = ("component", "tap", "head")
 SCALAR = "scalar"  # a Break's scope for a probe scalar
 NO_LAYER = -2  # a scalar's `layer` in the frames below (never a layer number)
 KEY = ["scope", "layer", "component", "stat"]
+RANGE_COLUMNS = [*KEY, "upto_step", "level", "slope", "tolerance", "nonnegative", "history"]
 EVENTS = ("loss spike", "divergence")
 # How a component group is named after its layer ("block 3 attention's gradient L2 norm").
 COMPONENT_WORDS = {
@@ -213,8 +214,8 @@ def healthy_ranges(scalars: pd.DataFrame, layers: pd.DataFrame, upto_step: int) 
 
     One row per series that has MIN_HISTORY finite probes in its window: scope, layer,
     component, stat (as `series_rows` spells them), upto_step, level (the trend line at
-    upto_step), slope (per step), tolerance and history (probes used). The module docstring
-    has the rule.
+    upto_step), slope (per step), tolerance, nonnegative (every probe of the window >= 0:
+    the range then stops at 0) and history (probes used). The module docstring has the rule.
     """
     rows = series_rows(scalars, layers)
     values = rows["value"].to_numpy(dtype=float)
@@ -232,11 +233,12 @@ def healthy_ranges(scalars: pd.DataFrame, layers: pd.DataFrame, upto_step: int) 
         residuals = y - (intercept + slope * x)
         spread = ROBUST_SIGMA * float(np.median(np.abs(residuals - np.median(residuals))))
         typical = float(np.median(np.abs(y)))
-        fits.append((*key, intercept + slope * upto_step, slope, spread, typical, len(window)))
-    columns = [*KEY, "level", "slope", "spread", "typical", "history"]
+        level = intercept + slope * upto_step
+        fits.append((*key, level, slope, spread, typical, bool((y >= 0).all()), len(window)))
+    columns = [*KEY, "level", "slope", "spread", "typical", "nonnegative", "history"]
     fitted = pd.DataFrame(fits, columns=columns)
     if fitted.empty:
-        return pd.DataFrame(columns=[*KEY, "upto_step", "level", "slope", "tolerance", "history"])
+        return pd.DataFrame(columns=RANGE_COLUMNS)
     # A tap's mean wanders about zero: its size is the tap's RMS, not its own |value|.
     rms = fitted[fitted["stat"] == spec.RMS].set_index(KEY[:3])["typical"]
     means = fitted["stat"] == spec.MEAN
@@ -245,7 +247,7 @@ def healthy_ranges(scalars: pd.DataFrame, layers: pd.DataFrame, upto_step: int) 
     floors = [tolerance_floor(s, t) for s, t in zip(fitted["stat"], fitted["typical"], strict=True)]
     tolerance = np.maximum(TOLERANCE_K * fitted["spread"].to_numpy(dtype=float), floors)
     fitted = fitted.assign(upto_step=upto_step, tolerance=tolerance)
-    return fitted[[*KEY, "upto_step", "level", "slope", "tolerance", "history"]]
+    return fitted[RANGE_COLUMNS]
 
 
 def bounds_at(ranges: pd.DataFrame, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -253,7 +255,9 @@ def bounds_at(ranges: pd.DataFrame, steps: np.ndarray) -> tuple[np.ndarray, np.n
     level = ranges["level"].to_numpy(dtype=float)
     trend = level + ranges["slope"].to_numpy(dtype=float) * (steps - ranges["upto_step"].to_numpy())
     tolerance = ranges["tolerance"].to_numpy(dtype=float)
-    return np.minimum(level, trend) - tolerance, np.maximum(level, trend) + tolerance
+    low = np.minimum(level, trend) - tolerance
+    low = np.where(ranges["nonnegative"].to_numpy(dtype=bool), np.maximum(low, 0.0), low)
+    return low, np.maximum(level, trend) + tolerance
 
 
 def first_break(

@@ -213,6 +213,22 @@ def test_a_mean_near_zero_is_judged_on_its_taps_scale() -> None:
     assert brk is not None and brk.step == REPLAY_STEPS[0]
 
 
+def test_a_range_of_a_nonnegative_series_stops_at_zero() -> None:
+    # A norm whose probes scatter widely: its range never reaches below 0, so a replay
+    # value of 0 is in it and a negative one (impossible for a norm, here by construction)
+    # is out.
+    history = noisy(HISTORY_STEPS, 1.0, 0.0, 0.0, 1)
+    history[::2] = 0.1
+    rows = tap_rows(HISTORY_STEPS, history, 1, "resid_post", spec.RMS)
+    ranges = flight.healthy_ranges(NO_SCALARS, layers_frame(rows), CHECKPOINT)
+    low, high = flight.bounds_at(ranges, np.array([CHECKPOINT + 1]))
+    assert low[0] == 0.0 < high[0]
+    replay = tap_rows(REPLAY_STEPS, np.zeros(len(REPLAY_STEPS)), 1, "resid_post", spec.RMS)
+    assert analyse(layers_frame(rows), layers_frame(replay)) is None
+    below = tap_rows(REPLAY_STEPS, np.full(len(REPLAY_STEPS), -0.01), 1, "resid_post", spec.RMS)
+    assert analyse(layers_frame(rows), layers_frame(below)) is not None
+
+
 def test_history_after_the_checkpoint_and_param_rows_are_not_read() -> None:
     steps = np.arange(PARENT_EVERY, EVENT + 1, PARENT_EVERY)
     values = np.where(steps > CHECKPOINT, 100.0, 1.0)
