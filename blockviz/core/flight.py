@@ -20,9 +20,10 @@ How the healthy range is set (docs/flight-recorder.md quotes this):
 - spread: the robust standard deviation of the residuals (1.4826 × their median absolute
   deviation); the tolerance is the largest of TOLERANCE_K spreads, REL_FLOOR × the median
   |value| of the window, and, for a fraction (unit "fraction"), FRACTION_FLOOR;
-- at a later step t the range runs from min(level, trend(t)) − tolerance (not below 0 for
-  a series whose window never was) to max(level, trend(t)) + tolerance: a series may go
-  on along its trend or stop where it was, and neither leaves it.
+- at a later step t the range runs from min(level, trend(t)) − tolerance to
+  max(level, trend(t)) + tolerance, and not below 0 for a statistic that cannot be
+  negative (all but SIGNED_STATS): a series may go on along its trend or stop where it
+  was, and neither leaves it.
 
 A series leaves its range at step s when its value at s is outside it (a non-finite value
 always is) and stays outside for PERSIST_STEPS replay steps in a row, or until the last
@@ -60,6 +61,9 @@ NO_LAYER = -2  # a scalar's `layer` in the frames below (never a layer number)
 KEY = ["scope", "layer", "component", "stat"]
 RANGE_COLUMNS = [*KEY, "upto_step", "level", "slope", "tolerance", "nonnegative", "history"]
 EVENTS = ("loss spike", "divergence")
+# Statistics that may take either sign; every other one (norms, ratios, RMS, max |x|,
+# fractions, entropies) is never below 0, and its range stops there.
+SIGNED_STATS = (spec.MEAN, spec.ATTN_LOGIT_MAX, spec.PROBE_LOG_Z, spec.TOKEN_COS)
 # How a component group is named after its layer ("block 3 attention's gradient L2 norm").
 COMPONENT_WORDS = {
     "attn": "attention",
@@ -214,8 +218,9 @@ def healthy_ranges(scalars: pd.DataFrame, layers: pd.DataFrame, upto_step: int) 
 
     One row per series that has MIN_HISTORY finite probes in its window: scope, layer,
     component, stat (as `series_rows` spells them), upto_step, level (the trend line at
-    upto_step), slope (per step), tolerance, nonnegative (every probe of the window >= 0:
-    the range then stops at 0) and history (probes used). The module docstring has the rule.
+    upto_step), slope (per step), tolerance, nonnegative (a statistic not in SIGNED_STATS
+    whose window is >= 0: the range then stops at 0) and history (probes used). The
+    module docstring has the rule.
     """
     rows = series_rows(scalars, layers)
     values = rows["value"].to_numpy(dtype=float)
@@ -234,7 +239,8 @@ def healthy_ranges(scalars: pd.DataFrame, layers: pd.DataFrame, upto_step: int) 
         spread = ROBUST_SIGMA * float(np.median(np.abs(residuals - np.median(residuals))))
         typical = float(np.median(np.abs(y)))
         level = intercept + slope * upto_step
-        fits.append((*key, level, slope, spread, typical, bool((y >= 0).all()), len(window)))
+        nonnegative = key[3] not in SIGNED_STATS and bool((y >= 0).all())
+        fits.append((*key, level, slope, spread, typical, nonnegative, len(window)))
     columns = [*KEY, "level", "slope", "spread", "typical", "nonnegative", "history"]
     fitted = pd.DataFrame(fits, columns=columns)
     if fitted.empty:

@@ -294,3 +294,14 @@ def test_replay_note() -> None:
     )
     with pytest.raises(ValueError, match="event"):
         replay_note(None, 400, "spike")
+
+
+def test_a_signed_statistic_may_cross_zero() -> None:
+    # A tap's mean, positive at every probe before the checkpoint, may go slightly
+    # negative: only statistics that cannot be negative have ranges that stop at 0.
+    history = tap_rows(
+        HISTORY_STEPS, noisy(HISTORY_STEPS, 0.002, 0.0, 0.0005, 3), 2, "attn_out", spec.MEAN
+    )
+    history += tap_rows(HISTORY_STEPS, np.full(len(HISTORY_STEPS), 0.5), 2, "attn_out", spec.RMS)
+    replay = tap_rows(REPLAY_STEPS, np.full(len(REPLAY_STEPS), -0.002), 2, "attn_out", spec.MEAN)
+    assert analyse(layers_frame(history), layers_frame(replay)) is None
