@@ -18,8 +18,9 @@ How the healthy range is set (docs/flight-recorder.md quotes this):
 - trend: the Theil–Sen line through them (the median of the pairwise slopes; one odd probe
   does not tilt it), and `level`, the line's value at upto_step;
 - spread: the robust standard deviation of the residuals (1.4826 × their median absolute
-  deviation); the tolerance is the largest of TOLERANCE_K spreads, REL_FLOOR × the median
-  |value| of the window, and, for a fraction (unit "fraction"), FRACTION_FLOOR;
+  deviation); the tolerance is the largest of TOLERANCE_K spreads, REL_FLOOR × the
+  series' size (the window's median |value|; for a tap's mean, the same tap's median
+  RMS), and, for a fraction (unit "fraction"), FRACTION_FLOOR;
 - at a later step t the range runs from min(level, trend(t)) − tolerance to
   max(level, trend(t)) + tolerance, and not below 0 for a statistic that cannot be
   negative (all but SIGNED_STATS): a series may go on along its trend or stop where it
