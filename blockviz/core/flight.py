@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from blockviz.core import spec
-from blockviz.core.findings.base import layer_name, num, step_text
+from blockviz.core.findings.base import EVENTS, layer_name, num, step_text
 
 # The healthy range's parameters (module docstring; calibration in docs/flight-recorder.md).
 WINDOW = 16  # probes of history per series
@@ -61,7 +61,6 @@ SCALAR = "scalar"  # a Break's scope for a probe scalar
 NO_LAYER = -2  # a scalar's `layer` in the frames below (never a layer number)
 KEY = ["scope", "layer", "component", "stat"]
 RANGE_COLUMNS = [*KEY, "upto_step", "level", "slope", "tolerance", "nonnegative", "history"]
-EVENTS = ("loss spike", "divergence")
 # Statistics that may take either sign; every other one (norms, ratios, RMS, max |x|,
 # fractions, entropies) is never below 0, and its range stops there.
 SIGNED_STATS = (spec.MEAN, spec.ATTN_LOGIT_MAX, spec.PROBE_LOG_Z, spec.TOKEN_COS)

@@ -74,12 +74,6 @@ def _event(store: RunStore, run: RunRecord) -> tuple[str, int] | None:
     return None
 
 
-def _replays(store: RunStore, run_id: int) -> list[RunRecord]:
-    runs = store.runs_frame()
-    mine = runs[(runs["parent_id"] == run_id) & (runs["fork_kind"] == "replay")]
-    return [store.get_run(int(i)) for i in mine["id"]]
-
-
 def fork_panel(store: RunStore, run: RunRecord, writable: bool) -> None:
     """The sidebar's "Fork or replay" expander of the run shown on Live."""
     run_id = int(run.id)
@@ -126,7 +120,7 @@ def fork_panel(store: RunStore, run: RunRecord, writable: bool) -> None:
                 else:
                     ui.flash("success", f"Replay of {run.name} around step {around:,} started.")
                     st.rerun()
-        for replay in _replays(store, run_id):
+        for replay in store.twins_of(run_id, "replay"):
             sentence = (replay.fork_info or {}).get("sentence")
             if sentence:
                 st.markdown(ui.plain(f"Replay {replay.id}: {sentence}"))

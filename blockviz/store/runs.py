@@ -278,6 +278,21 @@ class Runs(Part):
         return RunRecord.from_row(columns, row)
 
     @guarded
+    def twins_of(self, run_id: RunRef, kind: str | None = None) -> list[RunRecord]:
+        """The forks and replays started from a run (of one `kind`), oldest first."""
+        parent = self.lookup.id_of(run_id)
+        columns = self.db.run_columns
+        if "parent_id" not in columns:  # an old file opened read-only
+            return []
+        sql = f"SELECT {', '.join(columns)} FROM runs WHERE parent_id = ?"
+        params: list[Any] = [parent]
+        if kind is not None:
+            sql += " AND fork_kind = ?"
+            params.append(kind)
+        rows = self.conn.execute(sql + " ORDER BY id", params).fetchall()
+        return [RunRecord.from_row(columns, row) for row in rows]
+
+    @guarded
     def runs_frame(self) -> pd.DataFrame:
         """One row per run (oldest first) with its latest train and val loss.
 

@@ -201,6 +201,7 @@ class RunStore:
     rename_run = Delegated("runs", Runs.rename_run)
     delete_run = Delegated("runs", Runs.delete_run)
     get_run = Delegated("runs", Runs.get_run)
+    twins_of = Delegated("runs", Runs.twins_of)
     runs_frame = Delegated("runs", Runs.runs_frame)
     run_statuses = Delegated("runs", Runs.run_statuses)
 

@@ -73,9 +73,15 @@ def read_layers(store: RunStore, run_id: int) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else store.layer_stats(run_id, kind=())
 
 
-def findings_of(run: RunRecord, scalars: pd.DataFrame, layers: pd.DataFrame) -> RunFindings:
-    """The findings of a run from its row and the frames the rules read."""
-    series: RunSeries = run_series(run, scalars, layers)
+def findings_of(
+    run: RunRecord,
+    scalars: pd.DataFrame,
+    layers: pd.DataFrame,
+    replays: tuple[dict[str, Any], ...] = (),
+) -> RunFindings:
+    """The findings of a run from its row, the frames the rules read and what its replays
+    found."""
+    series: RunSeries = run_series(run, scalars, layers, replays)
     found = evaluate(series)
     newest = int(scalars["step"].max()) if not scalars.empty else None
     return RunFindings(headline(series, found), found, newest)
@@ -85,13 +91,19 @@ def read_findings(store: RunStore, run: RunRecord) -> RunFindings:
     """The findings of a stored run, read from the store."""
     run_id = int(run.id)
     scalars = store.scalars(run_id, names=SCALARS)
-    return findings_of(run, scalars, read_layers(store, run_id))
+    return findings_of(run, scalars, read_layers(store, run_id), replay_results(store, run_id))
+
+
+def replay_results(store: RunStore, run_id: int) -> tuple[dict[str, Any], ...]:
+    """What each finished replay of the run found (training.replay), oldest first."""
+    infos = (replay.fork_info or {} for replay in store.twins_of(run_id, "replay"))
+    return tuple(info for info in infos if info.get("sentence"))
 
 
 # Findings of runs by (store file, run id, status, step): a finished run's never change, a
 # running run's key moves with its step. Pages that list many runs (Compare, a study of 42
 # runs refreshing every 5 s) read each run once per change, not once per redraw.
-_CACHE: dict[tuple[str, int, str, Any], RunFindings] = {}
+_CACHE: dict[tuple[str, int, str, Any, int], RunFindings] = {}
 _CACHE_SIZE = 1024
 _CACHE_LOCK = threading.Lock()  # the dashboard's sessions are threads of one process
 ACTIVE_EVERY_S = 5.0
@@ -106,7 +118,11 @@ def cached_findings(store: RunStore, run: RunRecord, logged: bool | None = None)
     step: Any = run.step
     if str(run.status) in spec.ACTIVE_STATUSES:
         step = ("active", int(time.monotonic() // ACTIVE_EVERY_S), logged)
-    key = (store.where, int(run.id), str(run.status), step)
+    # A replay finishing later adds to a finished run's spike or divergence finding.
+    replays = (
+        len(replay_results(store, int(run.id))) if run.status in ("completed", "diverged") else 0
+    )
+    key = (store.where, int(run.id), str(run.status), step, replays)
     with _CACHE_LOCK:
         found = _CACHE.get(key)
     if found is None:

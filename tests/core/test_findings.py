@@ -14,7 +14,7 @@ import pytest
 
 from blockviz.core import config as cfg
 from blockviz.core import findings as fd
-from blockviz.core.findings.base import Finding, RunSeries
+from blockviz.core.findings.base import DIVERGENCE, SPIKE, Finding, RunSeries
 from blockviz.core.findings.thresholds import (
     ATTN_LOGIT_MAX,
     DEAD_FRAC,
@@ -322,6 +322,22 @@ def test_a_spike_is_a_loss_above_the_factor_times_the_median_before_it():
     finding = only("loss_spike", series(scalars(**{"train/loss": values})))
     assert finding.step == 80 and finding.evidence["count"] == 1
     assert finding.title == "A loss spike, the largest at step 80"
+
+
+def test_a_spike_cites_what_the_newest_replay_of_it_found():
+    values = {step: 2.0 for step in range(120)}
+    values[80] = 2.0 * SPIKE_FACTOR + 0.01
+    found = dataclasses.replace(
+        series(scalars(**{"train/loss": values})),
+        replays=(
+            {"event": SPIKE, "event_step": 80, "sentence": "An older replay."},
+            {"event": DIVERGENCE, "event_step": 90, "sentence": "A divergence's replay."},
+            {"event": SPIKE, "event_step": 80, "sentence": "Block 0's RMS left its range."},
+        ),
+    )
+    finding = only("loss_spike", found)
+    assert finding.text.endswith(" Block 0's RMS left its range.")
+    assert "older" not in finding.text and "divergence's" not in finding.text
 
 
 def test_no_spike_before_a_full_window():

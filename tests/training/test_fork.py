@@ -175,3 +175,31 @@ def test_evaluations_are_the_scalars_an_evaluation_records():
     from blockviz.training.lit import val_metrics
 
     assert set(val_metrics(1.0, [1, 2], [1, 2])) == set(EVAL_SCALARS)
+
+
+def test_a_replay_reruns_the_steps_before_an_event_probing_every_step(parent, capsys):
+    code = cli.main(
+        ["replay", "1", "--around", "27", "--after", "2", "--store", str(parent), "--threads", "1"]
+        + ["--no_progress"]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    child = newest(parent)
+    with RunStore(parent, create=False) as store:
+        run = store.get_run(child)
+        assert (run.fork_kind, run.fork_step, run.parent_id) == ("replay", 25, 1)
+        assert run.fork_info["event"] == "loss spike" and run.fork_info["event_step"] == 27
+        assert f"replay {child}: {run.fork_info['sentence']}" in out
+        grads = store.layer_stats(child, "component", GRAD_NORM)
+        assert sorted(set(grads["step"][grads["step"] >= 25])) == [25, 26, 27, 28, 29]
+        ours, theirs = store.scalars(child, TRAIN_LOSS), store.scalars(1, TRAIN_LOSS)
+        assert ours["value"].tolist() == theirs["value"].tolist()  # the same run, again
+        assert run.config["train"]["max_steps"] == 30
+
+
+def test_a_replay_names_what_it_cannot_do(parent, capsys):
+    flags = ["--store", str(parent), "--threads", "1", "--no_progress"]
+    assert cli.main(["replay", "1", *flags]) == 2
+    assert "neither diverged nor spiked; give --around STEP" in capsys.readouterr().err
+    assert cli.main(["replay", "1", "--around", "4", *flags]) == 2
+    assert "keeps no checkpoint before step 4 (kept: 5, 10" in capsys.readouterr().err

@@ -21,6 +21,8 @@ from blockviz.core.findings.thresholds import PERSIST
 
 # ---------------------------------------------------------------------------- results
 
+# The events a replay replays (training.replay, core.flight), as findings name them.
+SPIKE, DIVERGENCE = EVENTS = ("loss spike", "divergence")
 NO_DATA = "no data recorded"  # why a check could not be made: the run has none of its data
 # A check that does not apply to the model: gradients across depth in a one-block model.
 ONE_BLOCK = "the model has one block, so no depth to compare"
@@ -88,6 +90,9 @@ class RunSeries:
     scalars: pd.DataFrame
     layers: pd.DataFrame
     error: str | None = None  # what the run recorded when it stopped
+    # What replays of the run found (training.replay): each one's event, event_step and
+    # sentence, oldest first; a spike or divergence finding cites the newest of its kind.
+    replays: tuple[dict[str, Any], ...] = ()
     # Each series and table read so far (several rules read the same ones).
     _read: dict[Any, pd.DataFrame] = field(default_factory=dict, repr=False, compare=False)
 
@@ -167,8 +172,14 @@ class StoredRun(Protocol):
     def error(self) -> str | None: ...
 
 
-def run_series(run: StoredRun, scalars: pd.DataFrame, layers: pd.DataFrame) -> RunSeries:
-    """A RunSeries from a run's stored row (as `RunStore.get_run` gives it) and frames."""
+def run_series(
+    run: StoredRun,
+    scalars: pd.DataFrame,
+    layers: pd.DataFrame,
+    replays: tuple[dict[str, Any], ...] = (),
+) -> RunSeries:
+    """A RunSeries from a run's stored row (as `RunStore.get_run` gives it), frames, and
+    what its replays found."""
     try:
         config = RunConfig.from_dict(run.config) if run.config else None
     except (ValueError, TypeError, KeyError):
@@ -185,10 +196,17 @@ def run_series(run: StoredRun, scalars: pd.DataFrame, layers: pd.DataFrame) -> R
         scalars=scalars,
         layers=layers,
         error=str(run.error) if run.error else None,
+        replays=tuple(replays),
     )
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def replay_found(series: RunSeries, event: str) -> str:
+    """What the newest replay of this run's `event` found, as a sentence ("" for none)."""
+    found = [r for r in series.replays if r.get("event") == event and r.get("sentence")]
+    return str(found[-1]["sentence"]) if found else ""
 
 
 def num(value: float) -> str:

@@ -6,8 +6,8 @@ with a replay's `flight.first_break` and appends the sentence. Torch-free.
 
 from __future__ import annotations
 
-from blockviz.core.findings.base import step_text
-from blockviz.core.flight import EVENTS, Break
+from blockviz.core.findings.base import EVENTS, step_text
+from blockviz.core.flight import Break
 
 
 def replay_note(brk: Break | None, from_step: int, event: str = "loss spike") -> str:

@@ -13,8 +13,10 @@ import pandas as pd
 from blockviz.core import spec
 from blockviz.core.divergence import render_divergence, summarize_divergence
 from blockviz.core.findings.base import (
+    DIVERGENCE,
     NO_DATA,
     ONE_BLOCK,
+    SPIKE,
     Finding,
     RunSeries,
     Suggestion,
@@ -23,6 +25,7 @@ from blockviz.core.findings.base import (
     layer_name,
     layer_names,
     num,
+    replay_found,
     step_text,
 )
 from blockviz.core.findings.gradients import update_sizes
@@ -130,6 +133,10 @@ def diverged(series: RunSeries) -> Finding | None:
             evidence["grew_most"] = {"layer": layer, "factor": float(last.max())}
     if suggestion is None:
         suggestion = stability(series)
+    replayed = replay_found(series, DIVERGENCE)
+    if replayed:
+        words.append(replayed)
+        evidence["replay"] = replayed
     title = f"Diverged at step {step:,}" if step is not None else "Diverged"
     return Finding(
         "diverged", "error", title, " ".join(words), step, spec.TRAIN_LOSS, evidence, suggestion
@@ -234,6 +241,9 @@ def loss_spikes(series: RunSeries) -> Finding | None:
         + f". The largest at {step_text(int(steps[worst]))}: {num(values[worst])} against a "
         f"median of {num(before[worst])} ({num(ratio[worst])}×)."
     )
+    replayed = replay_found(series, SPIKE)
+    if replayed:
+        text += " " + replayed
     suggestion = None
     if series.config is not None and series.config.train.grad_clip == 0:
         suggestion = clip()

@@ -1,0 +1,134 @@
+"""`python -m blockviz replay RUN [--around STEP]`: the flight recorder.
+
+A loss spike or a divergence says *that* something broke, not *what broke first*. A replay
+re-runs RUN from its last kept checkpoint before the event, exactly as it ran (a fork with
+no change: same data order, same random state), with probes at every step, into a new run
+linked to RUN (fork_kind "replay"); then `core.flight` compares every per-block and
+per-head statistic of the replay with the range RUN's own earlier probes set and names the
+first one to leave it, with its step. The result is kept with the replay run (fork_info)
+and RUN's spike or divergence finding cites it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from blockviz.core import flight, forks
+from blockviz.core.findings.base import DIVERGENCE, SPIKE, run_series
+from blockviz.core.findings.replay import replay_note
+from blockviz.core.findings.training import loss_spikes
+from blockviz.core.flags import UsageError
+from blockviz.core.spec import TRAIN_LOSS
+from blockviz.store import RunStore
+from blockviz.store.records import RunRecord
+from blockviz.training.fork import fork_plan, prepared, writer_store
+
+# Steps replayed past the event (its aftermath shows which statistics followed).
+AFTER_DEFAULT = 10
+
+
+def find_event(store: RunStore, parent: RunRecord, around: int | None) -> tuple[str, int]:
+    """(kind, step) of the event to replay: `around`, else the divergence, else the
+    largest loss spike; UsageError when the run shows neither."""
+    if around is not None:
+        if around < 1:
+            raise UsageError(f"--around {around}: give a step after the first")
+        kind = DIVERGENCE if parent.diverged_step == around else SPIKE
+        return kind, around
+    if parent.status == "diverged" and parent.diverged_step is not None:
+        return DIVERGENCE, int(parent.diverged_step)
+    scalars = store.scalars(int(parent.id), TRAIN_LOSS)
+    empty = store.layer_stats(int(parent.id), kind="head", step=-1)
+    finding = loss_spikes(run_series(parent, scalars, empty))
+    if finding is None or finding.step is None:
+        raise UsageError(
+            f"run {parent.id} ({parent.name}) neither diverged nor spiked; give --around STEP "
+            "to replay the steps before another one"
+        )
+    return SPIKE, int(finding.step)
+
+
+def replay_plan(store: RunStore, args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
+    """The fork that replays the event, its data, and what it replays."""
+    parent = store.get_run(args.run)
+    kind, step = find_event(store, parent, args.around)
+    if args.after < 0:
+        raise UsageError(f"--after {args.after}: give 0 or more steps")
+    kept = forks.kept_steps(store.run_dir(int(parent.id)))
+    start = forks.nearest_kept(kept, step - 1)
+    if start is None:
+        raise UsageError(
+            f"run {parent.id} ({parent.name}) keeps no checkpoint before step {step} "
+            f"(kept: {forks.steps_text(kept)}); train it with a smaller --ckpt_interval"
+        )
+    max_steps = int((parent.config or {}).get("train", {}).get("max_steps") or step + 1)
+    end = min(max_steps, step + 1 + args.after)
+    info = {"event": kind, "event_step": step}
+    plan, datamodule = fork_plan(
+        store,
+        int(parent.id),
+        start,
+        # Every step probed; nothing kept; the schedule stays the parent's (keep_horizon).
+        {"probe_interval": 1, "ckpt_interval": 0, "max_steps": end},
+        kind="replay",
+        name=args.name or f"{parent.name} replay of step {step}",
+        info=info,
+        keep_horizon=True,
+    )
+    plan.fork_info = info  # a replay changes no field the user chose
+    return plan, datamodule, {"parent": parent, "start": start, **info}
+
+
+def analyse(store: RunStore, replay_id: int, what: dict[str, Any]) -> dict[str, Any]:
+    """The first statistic out of its healthy range, as the replay run keeps it."""
+    parent: RunRecord = what["parent"]
+    start, step, event = int(what["start"]), int(what["event_step"]), str(what["event"])
+    parent_id = int(parent.id)
+    ranges = flight.healthy_ranges(store.scalars(parent_id), store.layer_stats(parent_id), start)
+    n_layer = int(((parent.config or {}).get("model") or {}).get("n_layer") or 0)
+    result: dict[str, Any] = {"event": event, "event_step": step, "start": start}
+    try:
+        brk = flight.first_break(
+            ranges,
+            store.scalars(replay_id, after_step=start),
+            store.layer_stats(replay_id, after_step=start),
+            step,
+            event,
+            n_layer,
+        )
+    except flight.ShortHistory as exc:
+        result.update(
+            {
+                "break": None,
+                "sentence": f"A replay from step {start:,} could not judge: the run's probes "
+                f"before it are too few to set a healthy range ({exc}); probe it more often "
+                "(probe_interval) or keep a later checkpoint (ckpt_interval).",
+            }
+        )
+        return result
+    result.update(
+        {
+            "break": brk.to_dict() if brk is not None else None,
+            "sentence": replay_note(brk, start, event),
+        }
+    )
+    return result
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    """`python -m blockviz replay RUN [--around STEP] [--after N]`: prints what broke first."""
+    from blockviz.training.registration import run_in_store
+
+    with writer_store(args) as store:
+        plan, datamodule, what = replay_plan(store, args)
+        with prepared(plan):
+            code = run_in_store(args, store, plan, datamodule)
+        store.flush()
+        replay_id = plan.run_id
+        if replay_id is None or store.get_run(replay_id).status not in ("completed", "diverged"):
+            return code  # it never trained to its end (stopped, failed): said above
+        result = analyse(store, replay_id, what)
+        store.update_run(replay_id, fork_info=result)
+        print(f"blockviz: replay {replay_id}: {result['sentence']}", flush=True)
+        return code
