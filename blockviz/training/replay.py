@@ -34,6 +34,11 @@ def find_event(store: RunStore, parent: RunRecord, around: int | None) -> tuple[
     if around is not None:
         if around < 1:
             raise UsageError(f"--around {around}: give a step after the first")
+        if parent.step is not None and around > int(parent.step):
+            raise UsageError(
+                f"--around {around}: run {parent.id} ({parent.name}) got to step "
+                f"{int(parent.step)}; give a step it trained"
+            )
         kind = DIVERGENCE if parent.diverged_step == around else SPIKE
         return kind, around
     if parent.status == "diverged" and parent.diverged_step is not None:

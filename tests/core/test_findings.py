@@ -331,6 +331,7 @@ def test_a_spike_cites_what_the_newest_replay_of_it_found():
         series(scalars(**{"train/loss": values})),
         replays=(
             {"event": SPIKE, "event_step": 80, "sentence": "An older replay."},
+            {"event": SPIKE, "event_step": 95, "sentence": "Not a spike's replay."},
             {"event": DIVERGENCE, "event_step": 90, "sentence": "A divergence's replay."},
             {"event": SPIKE, "event_step": 80, "sentence": "Block 0's RMS left its range."},
         ),
@@ -338,6 +339,7 @@ def test_a_spike_cites_what_the_newest_replay_of_it_found():
     finding = only("loss_spike", found)
     assert finding.text.endswith(" Block 0's RMS left its range.")
     assert "older" not in finding.text and "divergence's" not in finding.text
+    assert "Not a spike's" not in finding.text
 
 
 def test_no_spike_before_a_full_window():

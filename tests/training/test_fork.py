@@ -178,10 +178,8 @@ def test_evaluations_are_the_scalars_an_evaluation_records():
 
 
 def test_a_replay_reruns_the_steps_before_an_event_probing_every_step(parent, capsys):
-    code = cli.main(
-        ["replay", "1", "--around", "27", "--after", "2", "--store", str(parent), "--threads", "1"]
-        + ["--no_progress"]
-    )
+    flags = ["--store", str(parent), "--threads", "1", "--no_progress"]
+    code = cli.main(["replay", "1", "--around", "27", "--after", "2", *flags])
     assert code == 0
     out = capsys.readouterr().out
     child = newest(parent)
@@ -203,3 +201,5 @@ def test_a_replay_names_what_it_cannot_do(parent, capsys):
     assert "neither diverged nor spiked; give --around STEP" in capsys.readouterr().err
     assert cli.main(["replay", "1", "--around", "4", *flags]) == 2
     assert "keeps no checkpoint before step 4 (kept: 5, 10" in capsys.readouterr().err
+    assert cli.main(["replay", "1", "--around", "725", *flags]) == 2
+    assert "got to step 30; give a step it trained" in capsys.readouterr().err

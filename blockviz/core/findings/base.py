@@ -7,7 +7,7 @@ keeps it (the rules read several of them more than once). Torch-free.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -203,9 +203,15 @@ def run_series(
 # ---------------------------------------------------------------------------- helpers
 
 
-def replay_found(series: RunSeries, event: str) -> str:
-    """What the newest replay of this run's `event` found, as a sentence ("" for none)."""
-    found = [r for r in series.replays if r.get("event") == event and r.get("sentence")]
+def replay_found(series: RunSeries, event: str, steps: Iterable[int]) -> str:
+    """What the newest replay of this run's `event` at one of `steps` found, as a sentence
+    ("" for none)."""
+    at = {int(step) for step in steps}
+    found = [
+        r
+        for r in series.replays
+        if r.get("event") == event and r.get("event_step") in at and r.get("sentence")
+    ]
     return str(found[-1]["sentence"]) if found else ""
 
 

@@ -133,7 +133,7 @@ def diverged(series: RunSeries) -> Finding | None:
             evidence["grew_most"] = {"layer": layer, "factor": float(last.max())}
     if suggestion is None:
         suggestion = stability(series)
-    replayed = replay_found(series, DIVERGENCE)
+    replayed = replay_found(series, DIVERGENCE, [step] if step is not None else [])
     if replayed:
         words.append(replayed)
         evidence["replay"] = replayed
@@ -241,7 +241,7 @@ def loss_spikes(series: RunSeries) -> Finding | None:
         + f". The largest at {step_text(int(steps[worst]))}: {num(values[worst])} against a "
         f"median of {num(before[worst])} ({num(ratio[worst])}×)."
     )
-    replayed = replay_found(series, SPIKE)
+    replayed = replay_found(series, SPIKE, steps[hits])
     if replayed:
         text += " " + replayed
     suggestion = None
