@@ -1,11 +1,12 @@
-"""Re-run README's "Three runs to start with" and check each stated outcome.
+"""Re-run README's "Three runs to start with" (and its fork of the second) and check each
+stated outcome.
 
     .venv/bin/python benchmarks/starter_runs.py            # about a minute on 2 CPU cores
 
 Each row of that table names a command and what it measured; this script runs the same
 commands (into a temporary store) and prints the measured outcome beside the stated one,
 with the run's findings (the headline must begin as README says), exiting 1 when one no
-longer holds. Not a test: it trains three 300-step runs.
+longer holds. Not a test: it trains three 300-step runs and a 200-step fork.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Starter:
     val_loss: float | None = None  # final validation loss, as README rounds it
     diverged_step: int | None = None
     headline: str = ""  # how the findings' headline begins (Live, `blockviz show`)
+    command: tuple[str, ...] = ("train",)  # the blockviz command that trains it
 
 
 # The thread count moves the last digit (float sums in another order: round two's windows
@@ -60,6 +62,15 @@ STARTERS = (
         diverged_step=2,
         headline="Diverged at step 2",
     ),
+    # README's "Which choice caused it": the stalled Post-LN run (run 2) forked to Pre-LN.
+    Starter(
+        "run 2 forked at 100 to Pre-LN",
+        ("--step", "100", "--norm_position", "pre"),
+        "completed",
+        val_loss=2.28,
+        headline="Trains",
+        command=("fork", "2"),
+    ),
 )
 
 
@@ -71,8 +82,8 @@ def main() -> int:
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         store_path = Path(tmp) / "blockviz.db"
-        for run_id, starter in enumerate(STARTERS, start=1):  # a fresh store: ids 1, 2, 3
-            command = [sys.executable, "-m", "blockviz", "train", *starter.flags]
+        for run_id, starter in enumerate(STARTERS, start=1):  # a fresh store: ids 1, 2, 3, 4
+            command = [sys.executable, "-m", "blockviz", *starter.command, *starter.flags]
             command += ["--store", str(store_path), "--no_progress"]
             subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=900)
             with RunStore(store_path) as store:

@@ -203,3 +203,18 @@ def test_a_replay_names_what_it_cannot_do(parent, capsys):
     assert "keeps no checkpoint before step 4 (kept: 5, 10" in capsys.readouterr().err
     assert cli.main(["replay", "1", "--around", "725", *flags]) == 2
     assert "got to step 30; give a step it trained" in capsys.readouterr().err
+
+
+def test_a_resumed_run_is_the_run_it_continues(tmp_path):
+    """Resumed at step 15, a run trains batch 15 with the random state of step 15: its
+    losses equal an uninterrupted run's (they restarted the data at batch 0 before)."""
+    store, flags = store_flags(tmp_path)
+    run = ("--preset", "tiny", "--dropout", "0.1", "--lr_schedule", "constant", *flags)
+    assert cli.main(["train", *run, "--max_steps", "30"]) == 0
+    assert cli.main(["train", *run, "--max_steps", "15"]) == 0
+    resume = ("--store", str(store), "--no_progress", "--threads", "1")
+    assert cli.main(["train", "--resume", "2", "--max_steps", "30", *resume]) == 0
+    with RunStore(store, create=False) as runs:
+        straight, resumed = runs.scalars(1, TRAIN_LOSS), runs.scalars(2, TRAIN_LOSS)
+        assert resumed["step"].tolist() == list(range(30))
+        assert resumed["value"].tolist() == straight["value"].tolist()
