@@ -19,7 +19,7 @@ from blockviz.core import evaluation
 from blockviz.core.spec import final_header
 from blockviz.core.tags import tags_text
 from blockviz.launch import runner
-from blockviz.store import RunStore, checked
+from blockviz.store import RunRecord, RunStore, checked
 from blockviz.views.run_findings import finding_json, plain_lines, read_findings
 from blockviz.views.summary import read_divergence
 
@@ -111,6 +111,18 @@ def _when(stamp: float | None) -> str:
     return "-" if stamp is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp))
 
 
+def fork_line(run: RunRecord) -> str:
+    """'fork of run 1 at step 100 (norm_position pre)', 'replay of run 1 from step 400:
+    <what it found>'; a deleted parent is said so."""
+    parent = f"run {run.parent_id}" if run.parent_id is not None else "a deleted run"
+    info = run.fork_info or {}
+    if run.fork_kind == "replay":
+        found = info.get("sentence") or "not analysed (it did not train to its end)"
+        return f"replay of {parent} from step {run.fork_step}: {found}"
+    changes = ", ".join(f"{k} {v}" for k, v in (info.get("changes") or {}).items())
+    return f"fork of {parent} at step {run.fork_step} ({changes or 'no change'})"
+
+
 def cli_show(args: argparse.Namespace) -> int:
     """`python -m blockviz show RUN`: config summary, status, final metrics, last sample."""
     with _open_store(args) as store:
@@ -162,6 +174,8 @@ def cli_show(args: argparse.Namespace) -> int:
     ]
     if run.host:
         lines.append(("host", f"{run.host}, process {_fmt(run.pid)}"))
+    if run.fork_step is not None:
+        lines.append(("forked", fork_line(run)))
     dataset = run.dataset or {}
     if dataset:
         size = f"{dataset.get('n_chars', 0):,} chars, vocab {dataset.get('vocab_size')}"

@@ -65,9 +65,16 @@ def test_a_fork_with_no_change_reproduces_its_parent_exactly(parent, step):
         assert len(ours) == len(theirs) and ours["value"].tolist() == theirs["value"].tolist()
 
 
-def test_a_fork_copies_only_the_parents_past(parent):
+def test_a_fork_copies_only_the_parents_past(parent, capsys):
     assert fork(parent, "--step", "20", "--max_steps", "25", "--lr", "2e-3") == 0
     child = newest(parent)
+    capsys.readouterr()
+    assert cli.main(["show", str(child), "--store", str(parent)]) == 0
+    forked = next(
+        line for line in capsys.readouterr().out.splitlines() if line.startswith("forked")
+    )
+    assert "fork of run 1 at step 20 (" in forked
+    assert "lr 0.002" in forked and "max_steps 25" in forked
     with RunStore(parent, create=False) as store:
         run = store.get_run(child)
         assert run.fork_info == {"changes": {"max_steps": 25, "lr": 2e-3}}
@@ -188,6 +195,7 @@ def test_a_replay_reruns_the_steps_before_an_event_probing_every_step(parent, ca
         assert (run.fork_kind, run.fork_step, run.parent_id) == ("replay", 25, 1)
         assert run.fork_info["event"] == "loss spike" and run.fork_info["event_step"] == 27
         assert f"replay {child}: {run.fork_info['sentence']}" in out
+        assert run.fork_info["sentence"].startswith("A replay from step 25 ")
         grads = store.layer_stats(child, "component", GRAD_NORM)
         assert sorted(set(grads["step"][grads["step"] >= 25])) == [25, 26, 27, 28, 29]
         ours, theirs = store.scalars(child, TRAIN_LOSS), store.scalars(1, TRAIN_LOSS)
