@@ -73,7 +73,7 @@ def with_step_picker(chart: alt.TopLevelMixin, axis: XAxis) -> alt.TopLevelMixin
     layer = (
         alt.Chart(picks)
         .mark_point(opacity=0, size=60)
-        .encode(x=alt.X(f"{axis.field}:Q"))
+        .encode(x=alt.X(f"{axis.field}:Q", title=axis.title))
         .add_params(pick)
     )
     picked = chart.copy(deep=True)
