@@ -87,9 +87,19 @@ LOG_Z_MAX = 50.0
 OVERFIT_RISE = 0.05
 OVERFIT_TRAIN = 50
 OVERFIT_EVALS = 3
+# induction_heads: a head has formed from the first probe step at which its prefix_score
+# reaches PREFIX_THRESHOLD and stays there at every probe up to the newest (PERSIST at
+# least). The loss bends there when the least-squares slope of the logged train loss over
+# the BEND_WINDOW steps after that step is BEND_FACTOR times the slope over the BEND_WINDOW
+# steps before it, or 1 / BEND_FACTOR of it (calibration: docs/findings.md).
+PREFIX_THRESHOLD = 0.3
+BEND_WINDOW = 250
+BEND_FACTOR = 2.0
 
 __all__ = [
     "ATTN_LOGIT_MAX",
+    "BEND_FACTOR",
+    "BEND_WINDOW",
     "DEAD_FRAC",
     "ENTROPY_FLOOR",
     "GRAD_DEPTH_RATIO",
@@ -103,6 +113,7 @@ __all__ = [
     "OVERFIT_RISE",
     "OVERFIT_TRAIN",
     "PERSIST",
+    "PREFIX_THRESHOLD",
     "RANK_COS",
     "RESID_GROWTH",
     "RESID_RMS",

@@ -1,0 +1,163 @@
+"""The induction-head rule: when a head's prefix matching formed, and whether the training
+loss bent there. Informational: a head forming is neither a fault nor a requirement.
+
+An induction head (Olsson et al. 2022) needs a head of an earlier layer to move the
+previous token's identity forward, so the rule reads models of two blocks or more. A head
+has formed at the first probe step from which its prefix_score stays at or above
+PREFIX_THRESHOLD at every probe up to the newest (at least PERSIST of them): a score that
+crosses and falls back has not formed. The bend test compares least-squares slopes of the
+logged training loss over the BEND_WINDOW steps before and after that step. Torch-free.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from blockviz.core import spec
+from blockviz.core.findings.base import (
+    Finding,
+    RunSeries,
+    blocks,
+    layer_name,
+    num,
+    step_text,
+    streak,
+)
+from blockviz.core.findings.thresholds import BEND_FACTOR, BEND_WINDOW, PREFIX_THRESHOLD
+from blockviz.core.induction import repeat_half, uniform_prefix_score
+
+RULE = "induction_heads"
+FLAT_SLOPE = 1e-9  # nats per 1,000 steps: a loss this flat has no slope to compare with
+
+
+def loss_slope(loss: pd.DataFrame, start: int, stop: int) -> float | None:
+    """The least-squares slope of the logged loss over steps [start, stop), in nats per
+    1,000 steps; None with fewer than half the window's steps logged or finite."""
+    window = loss[(loss["step"] >= start) & (loss["step"] < stop)]
+    steps = window["step"].to_numpy(dtype=float)
+    values = window["value"].to_numpy(dtype=float)
+    finite = np.isfinite(values)
+    if finite.sum() < max(2, (stop - start) // 2):
+        return None
+    slope = np.polyfit(steps[finite], values[finite], 1)[0]
+    return float(slope) * 1000.0
+
+
+def loss_bend(series: RunSeries, step: int) -> dict[str, float | bool | None]:
+    """The train loss's slope over the BEND_WINDOW steps before `step` and after it, their
+    ratio (after / before), and whether it bends: the ratio beyond BEND_FACTOR either way."""
+    loss = series.scalar(spec.TRAIN_LOSS)
+    before = loss_slope(loss, step - BEND_WINDOW, step)
+    after = loss_slope(loss, step, step + BEND_WINDOW)
+    bend: dict[str, float | bool | None] = {"before": before, "after": after, "ratio": None}
+    if before is None or after is None or abs(before) < FLAT_SLOPE:
+        bend["bends"] = None
+        return bend
+    ratio = after / before
+    bend["ratio"] = ratio
+    bend["bends"] = bool(ratio >= BEND_FACTOR or ratio <= 1.0 / BEND_FACTOR)
+    return bend
+
+
+def bend_text(bend: dict[str, float | bool | None], step: int) -> str:
+    """The bend test's result in words, with its numbers."""
+    before, after, ratio = bend["before"], bend["after"], bend["ratio"]
+    if before is None or after is None:
+        return (
+            f" Whether the training loss bends there needs {BEND_WINDOW:,} logged steps on "
+            f"each side of {step_text(step)}."
+        )
+    slopes = (
+        f"its slope is {num(float(before))} nats per 1,000 steps over the {BEND_WINDOW:,} steps "
+        f"before and {num(float(after))} over the {BEND_WINDOW:,} after"
+    )
+    if ratio is None:
+        return f" The training loss was flat before it: {slopes}."
+    if bend["bends"]:
+        way = "steeper" if float(ratio) >= BEND_FACTOR else "flatter"
+        return (
+            f" The training loss bends there: {slopes}, {num(float(ratio))}× the slope before "
+            f"({way}; the test asks for a factor of {BEND_FACTOR:g} either way)."
+        )
+    return (
+        f" The training loss does not bend there: {slopes}, {num(float(ratio))}× the slope "
+        f"before (within a factor of {BEND_FACTOR:g})."
+    )
+
+
+def induction_heads(series: RunSeries) -> Finding | None:
+    """When the first head's prefix-matching score crossed PREFIX_THRESHOLD and stayed there,
+    and whether the loss bent at that step; or, when none did, the largest score seen."""
+    table = blocks(series.table("head", spec.PREFIX_SCORE), series.n_layer)
+    if table.empty or series.n_layer < 2:
+        return None
+    scores = table.astype(float)
+    newest = int(scores.index[-1])
+    above = scores >= PREFIX_THRESHOLD
+    starts = {column: streak(above[column]) for column in scores.columns}
+    formed = {column: since for column, since in starts.items() if since is not None}
+    if not formed:
+        return _not_formed(series, scores, newest)
+    (layer, head), since = min(formed.items(), key=lambda item: (item[1], item[0]))
+    where = f"{layer_name(int(layer), series.n_layer)} head {head}"
+    at_since = float(scores.loc[since, (layer, head)])
+    latest = float(scores[(layer, head)].iloc[-1])
+    copies = series.table("head", spec.COPY_SCORE)
+    copy = float(copies.iloc[-1][(layer, head)]) if (layer, head) in copies else None
+    others = sorted(c for c in formed if c != (layer, head))
+    text = (
+        f"The prefix-matching score of {where} reached {num(at_since)} at "
+        f"{step_text(since)} and has stayed at or above {PREFIX_THRESHOLD:g} at every probe "
+        f"since ({num(latest)} at {step_text(newest)})"
+    )
+    if copy is not None:
+        text += f"; its copying score there is {num(copy)}"
+    text += "."
+    if others:
+        names = ", ".join(f"{layer_name(int(c[0]), series.n_layer)} head {c[1]}" for c in others)
+        text += f" Also formed: {names}."
+    bend = loss_bend(series, since)
+    text += bend_text(bend, since)
+    evidence = {
+        "layer": int(layer),
+        "head": int(head),
+        "since": since,
+        "score": at_since,
+        "latest": latest,
+        "copying": copy,
+        "heads": len(formed),
+        "bend": bend,
+    }
+    title = f"Induction heads formed at {step_text(since)}"
+    return Finding(RULE, "info", title, text, since, spec.PREFIX_SCORE, evidence)
+
+
+def _not_formed(series: RunSeries, scores: pd.DataFrame, newest: int) -> Finding:
+    """No head's score has stayed above the threshold: the largest seen, where and when,
+    and whether it crossed and fell back."""
+    values = scores.to_numpy(dtype=float)
+    if not np.isfinite(values).any():
+        best_text, evidence = "no finite score was recorded", {"step": newest}
+    else:
+        row, col = np.unravel_index(np.nanargmax(values), values.shape)
+        layer, head = scores.columns[col]
+        best, at = float(values[row, col]), int(scores.index[row])
+        best_text = (
+            f"the largest score seen is {num(best)}, of {layer_name(int(layer), series.n_layer)} "
+            f"head {head} at {step_text(at)}"
+        )
+        evidence = {"step": newest, "layer": int(layer), "head": int(head), "largest": best}
+        evidence["at"] = at
+        if best >= PREFIX_THRESHOLD:
+            best_text += f", which fell back to {num(float(scores[(layer, head)].iloc[-1]))}"
+    text = (
+        f"Up to {step_text(newest)} no head's prefix-matching score has stayed at or above "
+        f"{PREFIX_THRESHOLD:g}: {best_text}"
+    )
+    if series.config is not None:
+        half = repeat_half(series.config.model.block_size)
+        text += f" (attending uniformly scores {num(uniform_prefix_score(half))})"
+    text += "."
+    title = "No induction heads yet"
+    return Finding(RULE, "info", title, text, newest, spec.PREFIX_SCORE, evidence)
