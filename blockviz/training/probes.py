@@ -157,7 +157,8 @@ class BlockProbe(Callback):
     `sinks` take each probe step's records (none: measure nothing, e.g. on ranks other
     than 0); `prompt` seeds the text samples; `probe_batch` sequences of the validation
     split form the fixed probe batch; the attention map shows the first `attention_chars`
-    of sequence 0.
+    of sequence 0; `induction` False leaves the induction statistics out (for measuring
+    what they cost).
     """
 
     def __init__(
@@ -173,6 +174,7 @@ class BlockProbe(Callback):
         top_k: int | None = None,
         hist_bins: int = HIST_BINS,
         hist_range: tuple[float, float] = HIST_RANGE,
+        induction: bool = True,
     ) -> None:
         self.sinks = list(sinks)
         self.probe_interval = probe_interval
@@ -185,6 +187,7 @@ class BlockProbe(Callback):
         self.top_k = top_k
         self.hist_bins = hist_bins
         self.hist_range = hist_range
+        self.induction = induction
         self._index: ParamIndex | None = None
         self._n_layer = 0
         self._probe_x: torch.Tensor | None = None
@@ -236,7 +239,7 @@ class BlockProbe(Callback):
         )
         self._probe_x = self._draw_probe_batch(trainer, model.cfg.block_size).to(params[0].device)
         repeats = repeated_batch(model.cfg.vocab_size, model.cfg.block_size)
-        if model.cfg.attention and repeats is not None:
+        if self.induction and model.cfg.attention and repeats is not None:
             self._repeat_x = repeats.to(params[0].device)
 
     def _draw_probe_batch(self, trainer: L.Trainer, block_size: int) -> torch.Tensor:

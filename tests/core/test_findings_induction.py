@@ -13,7 +13,12 @@ from blockviz.core import findings as fd
 from blockviz.core import spec
 from blockviz.core.findings.base import NO_DATA, ONE_BLOCK, Finding, num
 from blockviz.core.findings.induction import induction_heads, loss_bend
-from blockviz.core.findings.thresholds import BEND_FACTOR, BEND_WINDOW, PREFIX_THRESHOLD
+from blockviz.core.findings.thresholds import (
+    BEND_FACTOR,
+    BEND_WINDOW,
+    BEND_Z,
+    PREFIX_THRESHOLD,
+)
 from blockviz.core.induction import repeat_half, uniform_prefix_score
 from tests.helpers import head_rows, layers_frame, scalars, series
 
@@ -32,10 +37,16 @@ def prefix_table(score_of: dict[tuple[int, int], dict[int, float]], n_layer: int
     }
 
 
-def bent_loss(at: int, before: float, after: float, steps: int = 2001) -> dict[int, float]:
-    """A train loss falling `before` nats per 1,000 steps until `at`, `after` from then."""
+def bent_loss(
+    at: int, before: float, after: float, steps: int = 2001, noise: float = 0.01
+) -> dict[int, float]:
+    """A train loss falling `before` nats per 1,000 steps until `at`, `after` from then,
+    each step `noise` above or below the line in turn (the batches' noise)."""
     return {
-        step: 4.0 - before * min(step, at) / 1000 - after * max(0, step - at) / 1000
+        step: 4.0
+        - before * min(step, at) / 1000
+        - after * max(0, step - at) / 1000
+        + noise * (-1) ** step
         for step in range(steps)
     }
 
@@ -64,21 +75,37 @@ def test_a_head_that_crosses_and_stays_formed_at_its_crossing_and_the_loss_bend_
     assert (evidence["layer"], evidence["head"], evidence["heads"]) == (1, 1, 2)
     assert evidence["score"] == pytest.approx(0.6) and evidence["copying"] == pytest.approx(0.9)
     bend = evidence["bend"]
-    assert bend["before"] == pytest.approx(-0.5) and bend["after"] == pytest.approx(-2.0)
-    assert bend["ratio"] == pytest.approx(4.0) and bend["bends"] is True
+    assert bend["before"] == pytest.approx(-0.5, rel=0.01)
+    assert bend["after"] == pytest.approx(-2.0, rel=0.01)
+    assert bend["ratio"] == pytest.approx(4.0, rel=0.01) and bend["bends"] is True
+    assert bend["z"] > BEND_Z
     assert "block 1 head 1 reached 0.6 at step 800" in found.text
     assert "Also formed: block 1 head 0." in found.text
-    assert "The training loss bends there" in found.text and "(steeper;" in found.text
+    assert "The training loss bends there" in found.text and "(steeper)." in found.text
 
 
 @pytest.mark.parametrize(
     ("after", "bends"),
-    [(1.0, False), (BEND_FACTOR * 0.99, False), (BEND_FACTOR, True), (0.5 / BEND_FACTOR, True)],
+    [
+        (1.0, False),
+        (BEND_FACTOR * 0.99, False),
+        (BEND_FACTOR * 1.01, True),
+        (0.99 / BEND_FACTOR, True),
+    ],
 )
 def test_the_bend_test_asks_for_a_factor_either_way(after, bends):
     found = induction_heads(run({(1, 0): rising(1000)}, bent_loss(1000, 0.5, 0.5 * after)))
     assert found.evidence["bend"]["bends"] is bends
     assert ("bends there" in found.text) is bends
+
+
+def test_a_bend_lost_in_the_batches_noise_is_not_a_bend():
+    """The same 4× change of slope, but each loss 0.5 nats off the line: the change is
+    under BEND_Z standard errors."""
+    noisy = induction_heads(run({(1, 0): rising(1000)}, bent_loss(1000, 0.5, 2.0, noise=0.5)))
+    bend = noisy.evidence["bend"]
+    assert bend["ratio"] == pytest.approx(4.0, rel=0.1) and bend["z"] < BEND_Z
+    assert bend["bends"] is False and "does not bend" in noisy.text
 
 
 def test_a_score_at_the_threshold_counts_and_one_just_below_does_not():
@@ -117,6 +144,19 @@ def test_a_flat_loss_before_the_step_gives_no_ratio():
     loss = {step: 2.0 for step in range(2001)}
     bend = loss_bend(run({}, loss), 1000)
     assert bend["ratio"] is None and bend["bends"] is None
+
+
+def test_a_window_before_step_0_or_past_the_newest_logged_loss_has_no_slope():
+    loss = bent_loss(1000, 1.0, 1.0)
+    assert loss_bend(run({}, loss), BEND_WINDOW - 1)["before"] is None
+    assert loss_bend(run({}, loss), BEND_WINDOW)["before"] == pytest.approx(-1.0, rel=0.01)
+    last = max(loss)
+    assert loss_bend(run({}, loss), last - BEND_WINDOW + 2)["after"] is None
+    assert loss_bend(run({}, loss), last - BEND_WINDOW + 1)["after"] == pytest.approx(
+        -1.0, rel=0.01
+    )
+    sparse = {step: value for step, value in loss.items() if step % 50 == 0}  # 5 a window
+    assert loss_bend(run({}, sparse), 1000)["before"] is None
 
 
 def rule_gap(found: list[Finding]) -> str:

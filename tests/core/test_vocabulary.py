@@ -100,9 +100,9 @@ def test_the_tuples_are_views_of_the_registry() -> None:
     assert spec.FFN_UNIT_STATS == (spec.DEAD_FRAC,)
     assert spec.COMPONENT_STATS == (spec.GRAD_NORM, spec.PARAM_NORM, spec.UPDATE_RATIO)
     attention = (spec.ATTN_ENTROPY, spec.ATTN_LOGIT_MAX, spec.ATTN_LOGIT_MAX_ABS)
-    assert spec.ATTENTION_HEAD_STATS == attention
+    assert attention == spec.ATTENTION_HEAD_STATS
     assert spec.INDUCTION_STATS == (spec.PREFIX_SCORE, spec.COPY_SCORE)
-    assert spec.HEAD_STATS == (*attention, *spec.INDUCTION_STATS)
+    assert (*attention, *spec.INDUCTION_STATS) == spec.HEAD_STATS
     assert set(spec.LOG_HEAD_STATS) <= set(spec.ATTENTION_HEAD_STATS)
     assert spec.PROBE_SCALARS == (spec.PROBE_LOGIT_MAX_ABS, spec.PROBE_LOG_Z)
     assert set(spec.LOSS_NAMES) <= set(spec.metric_names("scalar", "loss"))

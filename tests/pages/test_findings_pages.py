@@ -103,7 +103,7 @@ def test_live_says_a_healthy_run_trains_and_that_no_check_fired(copies):
     assert not at.exception
     (headline,) = [shown(s.value) for s in at.success]
     assert headline.startswith("**Trains.**")
-    assert any("None of the 14 checks found a problem" in shown(c.value) for c in at.caption)
+    assert any("None of the 15 checks found a problem" in shown(c.value) for c in at.caption)
 
 
 def test_compare_has_a_findings_column(copies):

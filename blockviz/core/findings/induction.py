@@ -11,6 +11,8 @@ logged training loss over the BEND_WINDOW steps before and after that step. Torc
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -24,45 +26,69 @@ from blockviz.core.findings.base import (
     step_text,
     streak,
 )
-from blockviz.core.findings.thresholds import BEND_FACTOR, BEND_WINDOW, PREFIX_THRESHOLD
+from blockviz.core.findings.thresholds import (
+    BEND_FACTOR,
+    BEND_MIN_POINTS,
+    BEND_WINDOW,
+    BEND_Z,
+    PREFIX_THRESHOLD,
+)
 from blockviz.core.induction import repeat_half, uniform_prefix_score
 
 RULE = "induction_heads"
 FLAT_SLOPE = 1e-9  # nats per 1,000 steps: a loss this flat has no slope to compare with
 
 
-def loss_slope(loss: pd.DataFrame, start: int, stop: int) -> float | None:
-    """The least-squares slope of the logged loss over steps [start, stop), in nats per
-    1,000 steps; None with fewer than half the window's steps logged or finite."""
+def loss_slope(loss: pd.DataFrame, start: int, stop: int) -> tuple[float, float] | None:
+    """The least-squares slope of the logged loss over steps [start, stop) and its standard
+    error, both in nats per 1,000 steps; None when the window starts before step 0, the
+    loss was not logged up to its end, or it holds fewer than BEND_MIN_POINTS finite values."""
+    if start < 0 or loss.empty or int(loss["step"].iloc[-1]) < stop - 1:
+        return None
     window = loss[(loss["step"] >= start) & (loss["step"] < stop)]
     steps = window["step"].to_numpy(dtype=float)
     values = window["value"].to_numpy(dtype=float)
     finite = np.isfinite(values)
-    if finite.sum() < max(2, (stop - start) // 2):
+    steps, values = steps[finite], values[finite]
+    if len(steps) < BEND_MIN_POINTS:
         return None
-    slope = np.polyfit(steps[finite], values[finite], 1)[0]
-    return float(slope) * 1000.0
+    centred = steps - steps.mean()
+    slope = float((centred * values).sum() / (centred**2).sum())
+    residuals = values - values.mean() - slope * centred
+    error = math.sqrt(float((residuals**2).sum()) / (len(steps) - 2) / float((centred**2).sum()))
+    return slope * 1000.0, error * 1000.0
 
 
 def loss_bend(series: RunSeries, step: int) -> dict[str, float | bool | None]:
     """The train loss's slope over the BEND_WINDOW steps before `step` and after it, their
-    ratio (after / before), and whether it bends: the ratio beyond BEND_FACTOR either way."""
+    ratio (after / before) and the change's z score (|after − before| over its standard
+    error); it bends when the ratio is beyond BEND_FACTOR either way and z ≥ BEND_Z."""
     loss = series.scalar(spec.TRAIN_LOSS)
     before = loss_slope(loss, step - BEND_WINDOW, step)
     after = loss_slope(loss, step, step + BEND_WINDOW)
-    bend: dict[str, float | bool | None] = {"before": before, "after": after, "ratio": None}
-    if before is None or after is None or abs(before) < FLAT_SLOPE:
-        bend["bends"] = None
+    bend: dict[str, float | bool | None] = {
+        "before": before[0] if before else None,
+        "after": after[0] if after else None,
+        "ratio": None,
+        "z": None,
+        "bends": None,
+    }
+    if before is None or after is None:
         return bend
-    ratio = after / before
+    error = math.hypot(before[1], after[1])
+    bend["z"] = abs(after[0] - before[0]) / error if error > 0 else math.inf
+    if abs(before[0]) < FLAT_SLOPE:
+        return bend
+    ratio = after[0] / before[0]
     bend["ratio"] = ratio
-    bend["bends"] = bool(ratio >= BEND_FACTOR or ratio <= 1.0 / BEND_FACTOR)
+    beyond = ratio >= BEND_FACTOR or ratio <= 1.0 / BEND_FACTOR
+    bend["bends"] = bool(beyond and bend["z"] >= BEND_Z)
     return bend
 
 
 def bend_text(bend: dict[str, float | bool | None], step: int) -> str:
     """The bend test's result in words, with its numbers."""
-    before, after, ratio = bend["before"], bend["after"], bend["ratio"]
+    before, after, ratio, z = bend["before"], bend["after"], bend["ratio"], bend["z"]
     if before is None or after is None:
         return (
             f" Whether the training loss bends there needs {BEND_WINDOW:,} logged steps on "
@@ -74,15 +100,13 @@ def bend_text(bend: dict[str, float | bool | None], step: int) -> str:
     )
     if ratio is None:
         return f" The training loss was flat before it: {slopes}."
+    change = f"{num(float(ratio))}× the slope before, a change of {num(float(z))} standard errors"
     if bend["bends"]:
         way = "steeper" if float(ratio) >= BEND_FACTOR else "flatter"
-        return (
-            f" The training loss bends there: {slopes}, {num(float(ratio))}× the slope before "
-            f"({way}; the test asks for a factor of {BEND_FACTOR:g} either way)."
-        )
+        return f" The training loss bends there: {slopes}, {change} ({way})."
     return (
-        f" The training loss does not bend there: {slopes}, {num(float(ratio))}× the slope "
-        f"before (within a factor of {BEND_FACTOR:g})."
+        f" The training loss does not bend there: {slopes}, {change} (a bend is a factor of "
+        f"{BEND_FACTOR:g} either way and at least {BEND_Z:g} standard errors)."
     )
 
 

@@ -90,16 +90,22 @@ OVERFIT_EVALS = 3
 # induction_heads: a head has formed from the first probe step at which its prefix_score
 # reaches PREFIX_THRESHOLD and stays there at every probe up to the newest (PERSIST at
 # least). The loss bends there when the least-squares slope of the logged train loss over
-# the BEND_WINDOW steps after that step is BEND_FACTOR times the slope over the BEND_WINDOW
-# steps before it, or 1 / BEND_FACTOR of it (calibration: docs/findings.md).
+# the BEND_WINDOW steps after that step is at least BEND_FACTOR times the slope over the
+# BEND_WINDOW steps before it, or at most 1 / BEND_FACTOR of it, and the change is at
+# least BEND_Z standard errors (each window needs BEND_MIN_POINTS logged losses).
+# Calibration: docs/findings.md, "Induction heads".
 PREFIX_THRESHOLD = 0.3
 BEND_WINDOW = 250
 BEND_FACTOR = 2.0
+BEND_Z = 4.0
+BEND_MIN_POINTS = 10
 
 __all__ = [
     "ATTN_LOGIT_MAX",
     "BEND_FACTOR",
+    "BEND_MIN_POINTS",
     "BEND_WINDOW",
+    "BEND_Z",
     "DEAD_FRAC",
     "ENTROPY_FLOOR",
     "GRAD_DEPTH_RATIO",
