@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from lightning.pytorch.callbacks import Callback  # noqa: E402
 
+from benchmarks.bench_train import machine  # noqa: E402
 from blockviz.core import config as cfg  # noqa: E402
 from blockviz.training.data import CharDataModule  # noqa: E402
 from blockviz.training.lit import LitCharModel  # noqa: E402
@@ -93,6 +95,18 @@ def fit_ms(config: cfg.RunConfig, induction: bool) -> tuple[float, float]:
     return statistics.median(ordinary) * 1e3, statistics.median(probes) * 1e3
 
 
+def cpu_model() -> str:
+    """The CPU's model name as lscpu gives it (the platform's processor field otherwise)."""
+    try:
+        listing = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return platform.processor() or platform.machine()
+    for line in listing.splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="attn-only-128,baby-cpu")
@@ -105,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     quiet_lightning()
-    load_before = os.getloadavg()
+    measured_on = {**machine(), "cpu_model": cpu_model()}
     rows = []
     for name in args.shapes.split(","):
         base = cfg.replace(
@@ -131,29 +145,36 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    result = {
-        "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "torch": torch.__version__,
-            "threads": args.threads,
-            "load_before": load_before,
-            "load_after": os.getloadavg(),
-        },
-        "rows": rows,
-    }
+    measured_on["load_avg_at_end"] = os.getloadavg()
+    command = " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])])
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2), encoding="utf-8")
-    print("\n| shape | rep | induction statistics | ordinary step | probe step | probe cost |")
-    print("|---|---:|---|---:|---:|---:|")
-    for r in rows:
-        print(
-            f"| {r['shape']} | {r['rep']} | {'with' if r['induction'] else 'without'} "
-            f"| {r['ordinary_ms']} ms | {r['probe_ms']} ms | {r['probe_cost']}× |"
-        )
+    with args.out.open("w", encoding="utf-8") as out:
+        json.dump({"command": command, "machine": measured_on, "rows": rows}, out, indent=2)
+    print(f"\n{measured_on['cpu_model']}, load average {measured_on['load_avg_at_start']}")
+    print(summary(rows))
     print(f"wrote {args.out}")
     return 0
+
+
+def summary(rows: list[dict]) -> str:
+    """A Markdown table: per shape, the medians over its fits with and without."""
+    lines = [
+        "| shape | ordinary step | probe step without / with | probe cost without / with |",
+        "|---|---:|---:|---:|",
+    ]
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        fits = [r for r in rows if r["shape"] == shape]
+        ordinary = statistics.median(r["ordinary_ms"] for r in fits)
+        without, with_ = ([r for r in fits if r["induction"] is flag] for flag in (False, True))
+        probe, cost = (
+            [statistics.median(r[key] for r in side) for side in (without, with_)]
+            for key in ("probe_ms", "probe_cost")
+        )
+        lines.append(
+            f"| {shape} | {ordinary:.1f} ms | {probe[0]:.1f} / {probe[1]:.1f} ms "
+            f"| {cost[0]:.2f} / {cost[1]:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
