@@ -12,11 +12,12 @@ from blockviz.core import config as cfg
 from blockviz.core import findings as fd
 from blockviz.core import spec
 from blockviz.core.findings.base import NO_DATA, ONE_BLOCK, Finding, num
-from blockviz.core.findings.induction import induction_heads, loss_bend
+from blockviz.core.findings.induction import formation_threshold, induction_heads, loss_bend
 from blockviz.core.findings.thresholds import (
     BEND_FACTOR,
     BEND_WINDOW,
     BEND_Z,
+    PREFIX_OVER_UNIFORM,
     PREFIX_THRESHOLD,
 )
 from blockviz.core.induction import repeat_half, uniform_prefix_score
@@ -51,12 +52,13 @@ def bent_loss(
     }
 
 
-def run(scores: dict, loss: dict[int, float] | None = None, n_layer: int = 2, copy=None):
+def run(scores: dict, loss: dict[int, float] | None = None, n_layer: int = 2, copy=None, **config):
     groups = [head_rows(spec.PREFIX_SCORE, prefix_table(scores, n_layer))]
     if copy is not None:
         groups.append(head_rows(spec.COPY_SCORE, {step: copy for step in PROBES}))
     loss = loss if loss is not None else bent_loss(1000, 1.0, 1.0)
-    return series(scalars(**{"train/loss": loss}), layers_frame(*groups), n_layer=n_layer)
+    frame = layers_frame(*groups)
+    return series(scalars(**{"train/loss": loss}), frame, n_layer=n_layer, **config)
 
 
 def rising(start: int, value: float = 0.6) -> dict[int, float]:
@@ -108,24 +110,43 @@ def test_a_bend_lost_in_the_batches_noise_is_not_a_bend():
     assert bend["bends"] is False and "does not bend" in noisy.text
 
 
-def test_a_score_at_the_threshold_counts_and_one_just_below_does_not():
-    at = run({(1, 0): rising(500, PREFIX_THRESHOLD)})
+@pytest.mark.parametrize("block_size", [64, 256, 16])
+def test_a_score_at_the_threshold_counts_and_one_just_below_does_not(block_size):
+    threshold = formation_threshold(block_size)
+    at = run({(1, 0): rising(500, threshold)}, block_size=block_size)
     assert induction_heads(at).step == 500
-    below = induction_heads(run({(1, 0): rising(500, PREFIX_THRESHOLD - 1e-3)}))
+    just_below = rising(500, threshold - 1e-3)
+    below = induction_heads(run({(1, 0): just_below}, block_size=block_size))
     assert below.title == "No induction heads yet"
-    assert below.evidence["largest"] == pytest.approx(PREFIX_THRESHOLD - 1e-3)
+    assert below.evidence["largest"] == pytest.approx(threshold - 1e-3)
+
+
+def test_the_threshold_is_a_multiple_of_uniform_attention_in_short_contexts():
+    """At block_size 16 a head attending uniformly scores 0.083, over PREFIX_THRESHOLD: the
+    threshold is then PREFIX_OVER_UNIFORM times that, and a uniform head never forms."""
+    for block_size in (16, 64, 256):
+        uniform = uniform_prefix_score(repeat_half(block_size))
+        expected = max(PREFIX_THRESHOLD, PREFIX_OVER_UNIFORM * uniform)
+        assert formation_threshold(block_size) == pytest.approx(expected)
+    assert formation_threshold(16) > PREFIX_THRESHOLD > formation_threshold(256) / 2
+    assert formation_threshold(None) == PREFIX_THRESHOLD
+    uniform_16 = uniform_prefix_score(repeat_half(16))
+    flat = {step: uniform_16 for step in PROBES}
+    found = induction_heads(run({(1, 0): flat, (1, 1): flat}, block_size=16))
+    assert found.title == "No induction heads yet"
+    assert f"stayed at or above {num(formation_threshold(16))}:" in found.text
 
 
 def test_a_score_that_crosses_and_falls_back_has_not_formed():
-    spike = {step: 0.7 if 600 <= step <= 900 else 0.05 for step in PROBES}
+    spike = {step: 0.7 if 600 <= step <= 900 else 0.02 for step in PROBES}
     found = induction_heads(run({(1, 1): spike}))
     assert found.title == "No induction heads yet" and found.severity == "info"
     assert found.evidence["largest"] == pytest.approx(0.7) and found.evidence["at"] == 600
-    assert "which fell back to 0.05" in found.text
+    assert "which fell back to 0.02" in found.text
     half = repeat_half(cfg.RunConfig().model.block_size)
     assert f"(attending uniformly scores {num(uniform_prefix_score(half))})" in found.text
     # it crosses again and stays: formed from the second crossing
-    again = {step: 0.7 if 600 <= step <= 900 or step >= 1500 else 0.05 for step in PROBES}
+    again = {step: 0.7 if 600 <= step <= 900 or step >= 1500 else 0.02 for step in PROBES}
     assert induction_heads(run({(1, 1): again})).step == 1500
 
 

@@ -3,10 +3,12 @@ loss bent there. Informational: a head forming is neither a fault nor a requirem
 
 An induction head (Olsson et al. 2022) needs a head of an earlier layer to move the
 previous token's identity forward, so the rule reads models of two blocks or more. A head
-has formed at the first probe step from which its prefix_score stays at or above
-PREFIX_THRESHOLD at every probe up to the newest (at least PERSIST of them): a score that
-crosses and falls back has not formed. The bend test compares least-squares slopes of the
-logged training loss over the BEND_WINDOW steps before and after that step. Torch-free.
+has formed at the first probe step from which its prefix_score stays at or above the
+formation threshold (`formation_threshold`: PREFIX_THRESHOLD, or PREFIX_OVER_UNIFORM times
+what uniform attention scores where that is more) at every probe up to the newest (at
+least PERSIST of them): a score that crosses and falls back has not formed. The bend test
+compares least-squares slopes of the logged training loss over the BEND_WINDOW steps before
+and after that step. Torch-free.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from blockviz.core.findings.thresholds import (
     BEND_MIN_POINTS,
     BEND_WINDOW,
     BEND_Z,
+    PREFIX_OVER_UNIFORM,
     PREFIX_THRESHOLD,
 )
 from blockviz.core.induction import repeat_half, uniform_prefix_score
@@ -110,19 +113,33 @@ def bend_text(bend: dict[str, float | bool | None], step: int) -> str:
     )
 
 
+def formation_threshold(block_size: int | None) -> float:
+    """The prefix score a head must keep to count as formed: PREFIX_THRESHOLD, or
+    PREFIX_OVER_UNIFORM times the uniform-attention score of the run's repeated batch where
+    that is more (short contexts: block_size 32 gives 0.085); PREFIX_THRESHOLD when the
+    block size is unknown."""
+    if block_size is None or repeat_half(block_size) < 1:
+        return PREFIX_THRESHOLD
+    uniform = uniform_prefix_score(repeat_half(block_size))
+    return max(PREFIX_THRESHOLD, PREFIX_OVER_UNIFORM * uniform)
+
+
 def induction_heads(series: RunSeries) -> Finding | None:
-    """When the first head's prefix-matching score crossed PREFIX_THRESHOLD and stayed there,
-    and whether the loss bent at that step; or, when none did, the largest score seen."""
+    """When the first head's prefix-matching score crossed the formation threshold and
+    stayed there, and whether the loss bent at that step; or, when none did, the largest
+    score seen."""
     table = blocks(series.table("head", spec.PREFIX_SCORE), series.n_layer)
     if table.empty or series.n_layer < 2:
         return None
     scores = table.astype(float)
     newest = int(scores.index[-1])
-    above = scores >= PREFIX_THRESHOLD
+    block_size = series.config.model.block_size if series.config is not None else None
+    threshold = formation_threshold(block_size)
+    above = scores >= threshold
     starts = {column: streak(above[column]) for column in scores.columns}
     formed = {column: since for column, since in starts.items() if since is not None}
     if not formed:
-        return _not_formed(series, scores, newest)
+        return _not_formed(series, scores, newest, threshold)
     (layer, head), since = min(formed.items(), key=lambda item: (item[1], item[0]))
     where = f"{layer_name(int(layer), series.n_layer)} head {head}"
     at_since = float(scores.loc[since, (layer, head)])
@@ -132,7 +149,7 @@ def induction_heads(series: RunSeries) -> Finding | None:
     others = sorted(c for c in formed if c != (layer, head))
     text = (
         f"The prefix-matching score of {where} reached {num(at_since)} at "
-        f"{step_text(since)} and has stayed at or above {PREFIX_THRESHOLD:g} at every probe "
+        f"{step_text(since)} and has stayed at or above {num(threshold)} at every probe "
         f"since ({num(latest)} at {step_text(newest)})"
     )
     if copy is not None:
@@ -157,7 +174,7 @@ def induction_heads(series: RunSeries) -> Finding | None:
     return Finding(RULE, "info", title, text, since, spec.PREFIX_SCORE, evidence)
 
 
-def _not_formed(series: RunSeries, scores: pd.DataFrame, newest: int) -> Finding:
+def _not_formed(series: RunSeries, scores: pd.DataFrame, newest: int, threshold: float) -> Finding:
     """No head's score has stayed above the threshold: the largest seen, where and when,
     and whether it crossed and fell back."""
     values = scores.to_numpy(dtype=float)
@@ -173,11 +190,11 @@ def _not_formed(series: RunSeries, scores: pd.DataFrame, newest: int) -> Finding
         )
         evidence = {"step": newest, "layer": int(layer), "head": int(head), "largest": best}
         evidence["at"] = at
-        if best >= PREFIX_THRESHOLD:
+        if best >= threshold:
             best_text += f", which fell back to {num(float(scores[(layer, head)].iloc[-1]))}"
     text = (
         f"Up to {step_text(newest)} no head's prefix-matching score has stayed at or above "
-        f"{PREFIX_THRESHOLD:g}: {best_text}"
+        f"{num(threshold)}: {best_text}"
     )
     if series.config is not None:
         half = repeat_half(series.config.model.block_size)

@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from blockviz.core import spec
-from blockviz.core.findings.thresholds import PREFIX_THRESHOLD
+from blockviz.core.findings.induction import formation_threshold
 from blockviz.core.induction import repeat_half, uniform_prefix_score
 from blockviz.core.spec import (
     ABOVE_RANGE,
@@ -287,14 +287,16 @@ def induction_caption(stat: str, run: RunRecord) -> str:
             "and the other layers are left out."
         )
     model = summary.stored_model_config(run)
-    half = repeat_half(model.block_size) if model is not None else None
+    block_size = model.block_size if model is not None else None
+    half = repeat_half(block_size) if block_size is not None else None
     baseline = f" Attending uniformly scores {uniform_prefix_score(half):.3f} here." if half else ""
+    threshold = formation_threshold(block_size)
     return (
         "Prefix-matching score (Olsson et al. 2022): on a fixed batch of random text whose "
         "second half repeats its first, the head's mean attention from each query of the "
         "repeat to the token just after the query token's previous occurrence: an induction "
         f"head's pattern. The findings call a head formed once it stays at or above "
-        f"{PREFIX_THRESHOLD:g}.{baseline}"
+        f"{threshold:.3g}.{baseline}"
     )
 
 
