@@ -141,6 +141,7 @@ def test_a_score_that_crosses_and_falls_back_has_not_formed():
     spike = {step: 0.7 if 600 <= step <= 900 else 0.02 for step in PROBES}
     found = induction_heads(run({(1, 1): spike}))
     assert found.title == "No induction heads yet" and found.severity == "info"
+    assert found.step is None and found.evidence["step"] == PROBES[-1]  # nothing to mark
     assert found.evidence["largest"] == pytest.approx(0.7) and found.evidence["at"] == 600
     assert "which fell back to 0.02" in found.text
     half = repeat_half(cfg.RunConfig().model.block_size)

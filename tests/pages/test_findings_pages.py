@@ -60,7 +60,8 @@ def test_live_says_a_stalled_run_stalled_at_the_top_with_its_findings(copies):
     assert "Stalled at the unigram entropy since step" in headline
     assert "3.25 for predicting each character by its frequency alone" in headline
     (expander,) = at.expander
-    assert expander.label.startswith("Findings (3, newest first)")
+    # beside the three warnings, the induction timeline's (info) "No induction heads yet"
+    assert expander.label.startswith("Findings (4, newest first)")
     captions = " ".join(shown(c.value) for c in at.caption)
     assert "first block's gradient norm" in captions and "Xiong et al. 2020" in captions
 

@@ -200,5 +200,6 @@ def _not_formed(series: RunSeries, scores: pd.DataFrame, newest: int, threshold:
         half = repeat_half(series.config.model.block_size)
         text += f" (attending uniformly scores {num(uniform_prefix_score(half))})"
     text += "."
+    # No step: nothing happened to mark, and newest-first lists put it after the events.
     title = "No induction heads yet"
-    return Finding(RULE, "info", title, text, newest, spec.PREFIX_SCORE, evidence)
+    return Finding(RULE, "info", title, text, None, spec.PREFIX_SCORE, evidence)
