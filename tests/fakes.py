@@ -31,12 +31,14 @@ import numpy as np
 
 from blockviz.core import config as cfg
 from blockviz.core import corpora, evaluation, params, procs
+from blockviz.core.induction import repeat_half
 from blockviz.core.spec import (
     ABOVE_RANGE,
     ATTN_ENTROPY,
     ATTN_LOGIT_MAX,
     ATTN_LOGIT_MAX_ABS,
     BELOW_RANGE,
+    COPY_SCORE,
     DEAD_FRAC,
     FFN_TAP,
     GRAD_NORM,
@@ -47,8 +49,10 @@ from blockviz.core.spec import (
     MEAN,
     PARAM_GROUPS,
     PARAM_NORM,
+    PREFIX_SCORE,
     PROBE_LOG_Z,
     PROBE_LOGIT_MAX_ABS,
+    PROBE_REPEAT_GAIN,
     RMS,
     STD,
     STREAM_TAP,
@@ -295,6 +299,9 @@ class _FakeRun:
         for name, level in ((PROBE_LOGIT_MAX_ABS, 5.0), (PROBE_LOG_Z, 4.5)):
             values = level * np.exp(0.1 * self.rng(name).standard_normal(size))
             rows += zip(line.probes, repeat(name), values.tolist(), strict=False)
+        if self.has_induction():
+            gain = 0.1 * self.rng(PROBE_REPEAT_GAIN).standard_normal(size)
+            rows += zip(line.probes, repeat(PROBE_REPEAT_GAIN), gain.tolist(), strict=False)
         val_loss = 2.6 + 0.1 * self.rng(VAL_LOSS).standard_normal(len(line.vals))
         for name, values in (
             (VAL_LOSS, val_loss),
@@ -386,7 +393,17 @@ class _FakeRun:
                     # The largest |logit| is at least the largest logit.
                     widest = logits * np.exp(0.1 * np.abs(draws.standard_normal(size)))
                     rows += self._rows(layer, "head", str(head), ATTN_LOGIT_MAX_ABS, widest)
+                    if self.has_induction():  # no head forms: at most 0.05
+                        prefix = draws.uniform(0.0, 0.05, size)
+                        rows += self._rows(layer, "head", str(head), PREFIX_SCORE, prefix)
+                        copying = draws.uniform(-0.5, 0.5, size)
+                        rows += self._rows(layer, "head", str(head), COPY_SCORE, copying)
         return rows
+
+    def has_induction(self) -> bool:
+        """Whether the probe records the induction statistics: attention on, and halves of
+        at least 2 tokens in the repeated batch."""
+        return self.model.attention and repeat_half(self.model.block_size) >= 2
 
     def tap_size(self, tap: str) -> int:
         """How many values one tap holds on the probe batch."""

@@ -343,7 +343,7 @@ def series(
     **config: object,
 ) -> RunSeries:
     """What the findings rules read of one run, N_LAYER layers deep; config overrides."""
-    run_config = cfg.replace(cfg.RunConfig(), n_layer=N_LAYER, **config)
+    run_config = cfg.replace(cfg.RunConfig(), **{"n_layer": N_LAYER, **config})
     return RunSeries(
         status=status,
         diverged_step=diverged_step,

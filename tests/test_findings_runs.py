@@ -32,7 +32,9 @@ def the(found: RunFindings, rule: str):
 def test_a_healthy_tiny_run_trains_and_says_none_of_the_checks_fired(found):
     healthy = found["healthy"]
     assert healthy.headline.title == "Trains"
-    assert rules(healthy) == {"healthy"}
+    # the induction-heads timeline is informational: it says, never alarms
+    assert rules(healthy) == {"healthy", "induction_heads"}
+    assert the(healthy, "induction_heads").severity == "info"
 
 
 def test_no_norms_no_clipping_lr_0_1_diverges_at_step_2(found):

@@ -143,6 +143,7 @@ FAMILIES = (
     "activation",
     "attention",
     "logits",
+    "induction",
 )
 # Where a metric is recorded, and of what:
 # - scalar: a series of the `scalars` table, one value a logged step;
@@ -221,6 +222,15 @@ DEAD_FRAC = "dead_frac"
 ATTN_ENTROPY = "attn_entropy"
 ATTN_LOGIT_MAX = "attn_logit_max"
 ATTN_LOGIT_MAX_ABS = "attn_logit_max_abs"
+# Per attention head, of induction (training/induction.py; Olsson et al. 2022):
+# prefix_score, its mean attention from the queries of the second repeat of a fixed batch of
+# repeated random sequences to the token after the query token's previous occurrence
+# (uniform attention: about ln 2 / (block_size // 2)); copy_score, Σ Re λ / Σ |λ| over the
+# eigenvalues of its OV circuit W_U·W_O·W_V·W_E (Elhage et al. 2021), in [−1, 1]. And a
+# probe scalar: that batch's mean loss on its first repeat minus on its second (nats).
+PREFIX_SCORE = "prefix_score"
+COPY_SCORE = "copy_score"
+PROBE_REPEAT_GAIN = "probe/repeat_gain"
 
 _LO, _HI = (number_label(end) for end in HIST_RANGE)
 # Every metric, scalars first (in this order everywhere a list of them is shown).
@@ -258,6 +268,13 @@ METRICS: dict[str, Metric] = {
         ),
         Metric(PROBE_LOGIT_MAX_ABS, "output logits: largest |logit|", "", "logits", "scalar"),
         Metric(PROBE_LOG_Z, "output logits: mean log Z", "nats", "logits", "scalar"),
+        Metric(
+            PROBE_REPEAT_GAIN,
+            "repeated random text: loss on 1st − on 2nd repeat (nats)",
+            "nats",
+            "induction",
+            "scalar",
+        ),
         Metric(GRAD_NORM, "gradient L2 norm", "", "gradient", "component"),
         Metric(PARAM_NORM, "parameter L2 norm", "", "parameter", "component"),
         Metric(UPDATE_RATIO, "‖Δθ‖/‖θ‖ per step", "", "update", "component"),
@@ -289,6 +306,8 @@ METRICS: dict[str, Metric] = {
             "attention",
             "head",
         ),
+        Metric(PREFIX_SCORE, "prefix-matching score (induction)", "fraction", "induction", "head"),
+        Metric(COPY_SCORE, "copying score (OV eigenvalues, −1 to 1)", "", "induction", "head"),
         Metric(TOKEN_COS, "mean cosine similarity between positions", "", "activation", "stream"),
         Metric(MAX_OVER_MEDIAN, "largest / median |activation|", "", "activation", "stream"),
         Metric(
@@ -316,7 +335,11 @@ TAP_STATS = metric_names("tap")  # mean, std, rms, max_abs, zero_frac, below/abo
 STREAM_STATS = metric_names("stream")  # token_cos, max_over_median
 FFN_UNIT_STATS = metric_names("units")  # dead_frac
 COMPONENT_STATS = metric_names("component")  # grad_norm, param_norm, update_ratio
-HEAD_STATS = metric_names("head")  # attn_entropy, attn_logit_max, attn_logit_max_abs
+HEAD_STATS = metric_names("head")  # ATTENTION_HEAD_STATS, then INDUCTION_STATS
+ATTENTION_HEAD_STATS = metric_names("head", "attention")  # attn_entropy, attn_logit_max(_abs)
+INDUCTION_STATS = metric_names("head", "induction")  # prefix_score, copy_score
+# Head statistics drawn on a log axis (the others are bounded scores or entropies).
+LOG_HEAD_STATS = (ATTN_LOGIT_MAX, ATTN_LOGIT_MAX_ABS)
 # Live's Activations tab: every tap's statistics, then the stream's and the FFN units'.
 ACTIVATION_STATS = (*TAP_STATS, *STREAM_STATS, *FFN_UNIT_STATS)
 NORM_STATS = (GRAD_NORM, PARAM_NORM)  # Live's Gradients tab

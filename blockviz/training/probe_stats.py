@@ -20,6 +20,7 @@ from torch import nn
 
 from blockviz.core.spec import (
     ABOVE_RANGE,
+    ATTENTION_HEAD_STATS,
     ATTN_ENTROPY,
     ATTN_LOGIT_MAX,
     ATTN_LOGIT_MAX_ABS,
@@ -28,7 +29,6 @@ from blockviz.core.spec import (
     FFN_TAP,
     FFN_UNIT_STATS,
     GRAD_NORM,
-    HEAD_STATS,
     HIST_BINS,
     HIST_RANGE,
     MAX_ABS,
@@ -129,13 +129,14 @@ def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
 def head_statistics(
     entropies: torch.Tensor, logit_max: torch.Tensor, logit_max_abs: torch.Tensor
 ) -> torch.Tensor:
-    """HEAD_STATS of every layer's heads, each (L, nh), stacked: (len(HEAD_STATS), L, nh)."""
+    """ATTENTION_HEAD_STATS of every layer's heads, each (L, nh), stacked:
+    (len(ATTENTION_HEAD_STATS), L, nh). (The INDUCTION_STATS come from training/induction.py.)"""
     measured = {
         ATTN_ENTROPY: entropies,
         ATTN_LOGIT_MAX: logit_max,
         ATTN_LOGIT_MAX_ABS: logit_max_abs,
     }
-    return stacked(measured, HEAD_STATS)
+    return stacked(measured, ATTENTION_HEAD_STATS)
 
 
 @dataclass(frozen=True)
@@ -263,9 +264,10 @@ def group_rows(
 
 
 def head_rows(step: int, layers: Sequence[int], values: Sequence[float]) -> list[LayerStat]:
-    """The rows of HEAD_STATS per layer and head, from `head_statistics`' values."""
+    """The rows of ATTENTION_HEAD_STATS per layer and head, from `head_statistics`' values."""
     rows: list[LayerStat] = []
-    for stat, chunk in zip(HEAD_STATS, chunks(values, len(values) // len(HEAD_STATS)), strict=True):
+    names = ATTENTION_HEAD_STATS
+    for stat, chunk in zip(names, chunks(values, len(values) // len(names)), strict=True):
         n_head = len(chunk) // len(layers)
         for i, value in enumerate(chunk):
             rows.append(LayerStat(step, layers[i // n_head], "head", str(i % n_head), stat, value))

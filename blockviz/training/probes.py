@@ -16,7 +16,10 @@ trained step (max_steps - 1: the last batch with a gradient, so the charts reach
   largest over the median |activation|; of each FFN, the fraction of dead hidden units;
 - attention entropy, the largest pre-softmax logit and the largest |pre-softmax logit| per
   layer and head, and the largest |logit| and mean log Z of the output logits, on the same
-  batch.
+  batch;
+- of induction, per layer and head, the prefix-matching and copying scores, and the loss
+  gain on the second repeat, from one more forward pass of a small fixed batch of repeated
+  random sequences (`blockviz.training.induction`).
 
 Every `sample_interval` steps (and when training ends): the attention maps of one fixed
 probe sequence and a text sample generated from a fixed prompt.
@@ -47,6 +50,12 @@ from blockviz.core.spec import (
     HIST_RANGE,
     PARAM_NORM,
     PROBE_SCALARS,
+)
+from blockviz.training.induction import (
+    PREFIX_PART,
+    induction_parts,
+    induction_records,
+    repeated_batch,
 )
 from blockviz.training.model import NonFiniteLogits, capture_attention, param_component
 from blockviz.training.probe_stats import (
@@ -148,7 +157,8 @@ class BlockProbe(Callback):
     `sinks` take each probe step's records (none: measure nothing, e.g. on ranks other
     than 0); `prompt` seeds the text samples; `probe_batch` sequences of the validation
     split form the fixed probe batch; the attention map shows the first `attention_chars`
-    of sequence 0.
+    of sequence 0; `induction` False leaves the induction statistics out (for measuring
+    what they cost).
     """
 
     def __init__(
@@ -164,6 +174,7 @@ class BlockProbe(Callback):
         top_k: int | None = None,
         hist_bins: int = HIST_BINS,
         hist_range: tuple[float, float] = HIST_RANGE,
+        induction: bool = True,
     ) -> None:
         self.sinks = list(sinks)
         self.probe_interval = probe_interval
@@ -176,9 +187,11 @@ class BlockProbe(Callback):
         self.top_k = top_k
         self.hist_bins = hist_bins
         self.hist_range = hist_range
+        self.induction = induction
         self._index: ParamIndex | None = None
         self._n_layer = 0
         self._probe_x: torch.Tensor | None = None
+        self._repeat_x: torch.Tensor | None = None  # the induction statistics' batch
         self._pending: _PendingProbe | None = None
         self._last_sample_step: int | None = None
         self._last_step: int | None = None  # the fit's last trained step, max_steps - 1
@@ -225,6 +238,9 @@ class BlockProbe(Callback):
             ),
         )
         self._probe_x = self._draw_probe_batch(trainer, model.cfg.block_size).to(params[0].device)
+        repeats = repeated_batch(model.cfg.vocab_size, model.cfg.block_size)
+        if self.induction and model.cfg.attention and repeats is not None:
+            self._repeat_x = repeats.to(params[0].device)
 
     def _draw_probe_batch(self, trainer: L.Trainer, block_size: int) -> torch.Tensor:
         """`probe_batch` evenly spaced windows of the validation split: (B, T), no RNG."""
@@ -307,6 +323,8 @@ class BlockProbe(Callback):
                         extras[group.part] = stack.enter_context(hooks)
                 attention = stack.enter_context(capture_attention(model))
                 logits, _ = model(self._probe_x)  # (B, T, V)
+            if probe and self._repeat_x is not None:
+                pending.parts.update(induction_parts(model, self._repeat_x, precision_context))
         finally:
             model.train(was_training)
         if probe:
@@ -323,7 +341,7 @@ class BlockProbe(Callback):
             return  # attention is off in this model
         pending.attention_layers = layers
         if probe:
-            pending.parts["heads"] = head_statistics(  # (len(HEAD_STATS), L, nh)
+            pending.parts["heads"] = head_statistics(  # (len(ATTENTION_HEAD_STATS), L, nh)
                 torch.stack([attention_entropy(attention[layer]) for layer in layers]),
                 torch.stack([attention.max_logits[layer] for layer in layers]),
                 torch.stack([attention.max_abs_logits[layer] for layer in layers]),
@@ -426,6 +444,12 @@ class BlockProbe(Callback):
                 rows += group_rows(step, group, pending.extra_keys[group.part], host[group.part])
         if "heads" in host:
             rows += head_rows(step, pending.attention_layers, host["heads"])
+        if PREFIX_PART in host:
+            induction_rows, induction_scalars = induction_records(
+                step, pending.attention_layers, host
+            )
+            rows += induction_rows
+            records.scalars.update(induction_scalars)
         if "attention" in host and pending.attention_tokens is not None:
             records.attention = attention_maps(
                 pending.attention_layers, pending.attention_tokens, host["attention"]

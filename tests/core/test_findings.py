@@ -85,7 +85,7 @@ def test_a_run_probed_once_after_step_0_names_the_checks_it_could_not_make():
     found = fd.evaluate(probed_at((0, 299)))
     (finding,) = found  # no state rule can fire on one probe after step 0
     assert finding.rule == "healthy" and finding.severity == "info"
-    assert finding.title == "10 of 14 checks could not be made: too few probes"
+    assert finding.title == "10 of 15 checks could not be made: too few probes"
     assert finding.text.startswith(
         "None of the 4 checks that could be made found a problem up to step 299"
     )
@@ -93,7 +93,7 @@ def test_a_run_probed_once_after_step_0_names_the_checks_it_could_not_make():
         f"Could not check {STATE_CHECKS}: only 1 probe after step 0, and a state needs 2 probes "
         "in a row after it, so a problem there would not show" in finding.text
     )
-    assert "None of the 14 checks" not in finding.text and finding.title != "Healthy"
+    assert "None of the 15 checks" not in finding.text and finding.title != "Healthy"
     assert finding.suggestion.changes == {"probe_interval": 30}
     # Listed where runs are tabled (Compare, a study's runs): not just "Trains".
     titles = run_findings.RunFindings(headline(probed_at((0, 299)), found), found).titles
@@ -114,7 +114,7 @@ def test_a_short_or_sparsely_logged_run_names_the_loss_checks_it_could_not_make(
     loss = {step: 4.0 - step / 150 for step in range(0, 300, 10)}
     found = fd.evaluate(series(scalars(**{"train/loss": loss, "val/loss": {100: 3.0, 200: 2.7}})))
     (finding,) = found
-    assert finding.severity == "info" and finding.title.startswith("2 of 14 checks could not")
+    assert finding.severity == "info" and finding.title.startswith("2 of 15 checks could not")
     assert "too few logged losses, too few evaluations" in finding.title
     assert "Could not check loss spikes: only 30 logged losses, and a spike needs 51" in (
         finding.text

@@ -99,7 +99,11 @@ def test_the_tuples_are_views_of_the_registry() -> None:
     assert spec.STREAM_STATS == (spec.TOKEN_COS, spec.MAX_OVER_MEDIAN)
     assert spec.FFN_UNIT_STATS == (spec.DEAD_FRAC,)
     assert spec.COMPONENT_STATS == (spec.GRAD_NORM, spec.PARAM_NORM, spec.UPDATE_RATIO)
-    assert spec.HEAD_STATS == (spec.ATTN_ENTROPY, spec.ATTN_LOGIT_MAX, spec.ATTN_LOGIT_MAX_ABS)
+    attention = (spec.ATTN_ENTROPY, spec.ATTN_LOGIT_MAX, spec.ATTN_LOGIT_MAX_ABS)
+    assert attention == spec.ATTENTION_HEAD_STATS
+    assert spec.INDUCTION_STATS == (spec.PREFIX_SCORE, spec.COPY_SCORE)
+    assert (*attention, *spec.INDUCTION_STATS) == spec.HEAD_STATS
+    assert set(spec.LOG_HEAD_STATS) <= set(spec.ATTENTION_HEAD_STATS)
     assert spec.PROBE_SCALARS == (spec.PROBE_LOGIT_MAX_ABS, spec.PROBE_LOG_Z)
     assert set(spec.LOSS_NAMES) <= set(spec.metric_names("scalar", "loss"))
     assert set(spec.SCALARS) | set(spec.STAT_LABELS) == set(spec.METRICS)

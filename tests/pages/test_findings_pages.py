@@ -60,7 +60,8 @@ def test_live_says_a_stalled_run_stalled_at_the_top_with_its_findings(copies):
     assert "Stalled at the unigram entropy since step" in headline
     assert "3.25 for predicting each character by its frequency alone" in headline
     (expander,) = at.main.expander
-    assert expander.label.startswith("Findings (3, newest first)")
+    # beside the three warnings, the induction timeline's (info) "No induction heads yet"
+    assert expander.label.startswith("Findings (4, newest first)")
     captions = " ".join(shown(c.value) for c in at.caption)
     assert "first block's gradient norm" in captions and "Xiong et al. 2020" in captions
 
@@ -103,7 +104,7 @@ def test_live_says_a_healthy_run_trains_and_that_no_check_fired(copies):
     assert not at.exception
     (headline,) = [shown(s.value) for s in at.success]
     assert headline.startswith("**Trains.**")
-    assert any("None of the 14 checks found a problem" in shown(c.value) for c in at.caption)
+    assert any("None of the 15 checks found a problem" in shown(c.value) for c in at.caption)
 
 
 def test_compare_has_a_findings_column(copies):

@@ -99,8 +99,8 @@ def test_tap_statistics_values_and_histogram_of_the_values_inside_its_range():
 
 def test_statistics_are_filed_by_name_whatever_the_order_of_their_tuples(monkeypatch):
     """Each statistic is computed under its registry name and read back with the tuple it
-    was stacked in: reordering TAP_STATS, STREAM_STATS or HEAD_STATS relabels nothing, and a
-    tuple that misses a computed statistic fails instead of shifting the others."""
+    was stacked in: reordering TAP_STATS, STREAM_STATS or ATTENTION_HEAD_STATS relabels
+    nothing, and a tuple that misses a computed statistic fails instead of shifting the others."""
     # (B, T, C), every statistic a different value: a swap of two shows
     x = torch.tensor([[[-10.0, -1.0, 0.0], [0.25, 3.0, 12.0]], [[13.0, 14.0, 0.5], [2, 0, 1.25]]])
     heads = [torch.tensor([[1.0, 2.0]]) * k for k in (1, 3, 5)]  # (L, nh) each
@@ -117,7 +117,7 @@ def test_statistics_are_filed_by_name_whatever_the_order_of_their_tuples(monkeyp
     expected = filed()
     assert len({value for _, _, value in expected}) == len(expected)
     assert ("t", "max_abs", 14.0) in expected and ("1", "attn_logit_max_abs", 10.0) in expected
-    for name in ("TAP_STATS", "STREAM_STATS", "HEAD_STATS"):
+    for name in ("TAP_STATS", "STREAM_STATS", "ATTENTION_HEAD_STATS"):
         monkeypatch.setattr(probe_stats, name, getattr(spec, name)[::-1])
     stream = dataclasses.replace(probe_stats.TAP_GROUPS[0], names=spec.STREAM_STATS[::-1])
     monkeypatch.setattr(probe_stats, "TAP_GROUPS", (stream, *probe_stats.TAP_GROUPS[1:]))
@@ -481,6 +481,20 @@ def test_probe_handles_blocks_without_a_sublayer(tmp_path, variant):
         has_attention = config.model.attention
         assert (store.attention_steps(run_id) != []) == has_attention
         assert store.layer_stats(run_id, kind="head").empty != has_attention
+
+
+@pytest.mark.parametrize("attention", [True, False])
+def test_a_probe_step_records_the_induction_rows_of_every_head_or_none(tmp_path, attention):
+    with RunStore(tmp_path / "runs.db") as store:
+        overrides = {"ffn": False} if attention else {"attention": False}
+        config, *_, run_id = probed_fit(tmp_path, store, max_steps=3, **overrides)
+        for stat in spec.INDUCTION_STATS:
+            rows = store.layer_stats(run_id, kind="head", stat=stat)
+            expected = config.model.n_layer * config.model.n_head if attention else 0
+            assert len(rows[rows.step == 0]) == expected
+            assert sorted(set(rows.step)) == ([0, 2] if attention else [])
+        gain = store.scalars(run_id, names=spec.PROBE_REPEAT_GAIN)
+        assert gain.step.tolist() == ([0, 2] if attention else [])
 
 
 def test_probe_without_sinks_measures_nothing(tmp_path):

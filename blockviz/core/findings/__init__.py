@@ -15,7 +15,9 @@ Three kinds of rule:
   `activations.py`: FFN units, attention, the residual stream, output logits): a state rule
   fires only when its condition holds at each of the last PERSIST probe steps, so one noisy
   probe does not make a finding; its "since" is the step from which it has held for
-  everything it names.
+  everything it names;
+- a timeline (`induction.py`): when induction heads formed and whether the loss bent
+  there, or the largest prefix-matching score so far (always informational).
 
 When no warning or error fires, the `healthy` finding says so explicitly, with what could
 not be checked. Every threshold is a row of the findings table (docs/findings.md); the calibration
@@ -30,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from blockviz.core import spec
-from blockviz.core.findings import activations, gradients, training
+from blockviz.core.findings import activations, gradients, induction, training
 from blockviz.core.findings.base import (
     NO_DATA,
     ONE_BLOCK,
@@ -109,7 +111,8 @@ def _table(
 
 
 def _one_block(series: RunSeries, steps: Sequence[int]) -> str | None:
-    """A model of one block has no depth to compare gradients across."""
+    """A model of one block has no depth: no gradients across depth to compare, and no
+    earlier layer for an induction head to compose with."""
     return ONE_BLOCK if series.n_layer <= 1 else None
 
 
@@ -187,6 +190,13 @@ RULES: dict[str, Rule] = {
     ),
     "output_logit_growth": _state(
         "output-logit growth", activations.output_logits, _scalar(spec.PROBE_LOG_Z)
+    ),
+    "induction_heads": Rule(
+        "induction heads",
+        induction.induction_heads,
+        _table("head", spec.PREFIX_SCORE),
+        state=True,
+        needs=_one_block,
     ),
     "overfitting": Rule(
         "overfitting",

@@ -87,9 +87,30 @@ LOG_Z_MAX = 50.0
 OVERFIT_RISE = 0.05
 OVERFIT_TRAIN = 50
 OVERFIT_EVALS = 3
+# induction_heads: a head has formed from the first probe step at which its prefix_score
+# reaches PREFIX_THRESHOLD (or PREFIX_OVER_UNIFORM times the uniform-attention score of the
+# run's repeated batch, where that is more: short contexts) and stays there at every probe
+# up to the newest (PERSIST at least). Runs of this code (docs/findings.md, "Induction
+# heads"): two attention-only Tiny Shakespeare runs formed none and peaked at 0.014 and
+# 0.0079 (1.3× and 1.5× uniform); a control on repeated random letters passed 0.05 at the
+# step its loss bent (step 1,500, peak 0.144). The loss bends there when the least-squares
+# slope of the logged train loss over the BEND_WINDOW steps after that step is at least
+# BEND_FACTOR times the slope over the BEND_WINDOW steps before it, or at most
+# 1 / BEND_FACTOR of it, and the change is at least BEND_Z standard errors (each window
+# needs BEND_MIN_POINTS logged losses).
+PREFIX_THRESHOLD = 0.05
+PREFIX_OVER_UNIFORM = 2.0
+BEND_WINDOW = 250
+BEND_FACTOR = 2.0
+BEND_Z = 4.0
+BEND_MIN_POINTS = 10
 
 __all__ = [
     "ATTN_LOGIT_MAX",
+    "BEND_FACTOR",
+    "BEND_MIN_POINTS",
+    "BEND_WINDOW",
+    "BEND_Z",
     "DEAD_FRAC",
     "ENTROPY_FLOOR",
     "GRAD_DEPTH_RATIO",
@@ -103,6 +124,8 @@ __all__ = [
     "OVERFIT_RISE",
     "OVERFIT_TRAIN",
     "PERSIST",
+    "PREFIX_OVER_UNIFORM",
+    "PREFIX_THRESHOLD",
     "RANK_COS",
     "RESID_GROWTH",
     "RESID_RMS",

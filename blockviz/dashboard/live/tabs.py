@@ -7,6 +7,8 @@ import pandas as pd
 import streamlit as st
 
 from blockviz.core import spec
+from blockviz.core.findings.induction import formation_threshold
+from blockviz.core.induction import repeat_half, uniform_prefix_score
 from blockviz.core.spec import (
     ABOVE_RANGE,
     ACTIVATION_STATS,
@@ -37,7 +39,7 @@ from blockviz.dashboard.live.state import (
     run_depth,
 )
 from blockviz.store import RunRecord, RunStore
-from blockviz.views import charts
+from blockviz.views import charts, summary
 from blockviz.views.charts.marks import STEP_PICK, picked_step, with_step_picker
 
 
@@ -231,15 +233,20 @@ def attention_tab(store: RunStore, run: RunRecord, x: XChoice) -> None:
         key="live.attn.stat",
         format_func=spec.stat_label,
         help="Per head, on the fixed probe batch: the mean entropy of its attention rows, "
-        "its largest logit q·k/√d before the softmax, or its largest |q·k/√d|.",
+        "its largest logit q·k/√d before the softmax, or its largest |q·k/√d|. Of induction: "
+        "the prefix-matching score (on repeated random text, its attention to the token "
+        "after the current token's previous occurrence) and the copying score (whether "
+        "attending to a token raises that token's logit, −1 to 1).",
     )
     with ui.guard("Attention per head"):
         heads = x.place(reader().layer_stats(store, run_id, "head"))
-        logits = stat != spec.ATTN_ENTROPY
-        chart = charts.attention_entropy_chart(heads, x_axis=x.axis, stat=stat, log_scale=logits)
+        log_scale = stat in spec.LOG_HEAD_STATS
+        chart = charts.attention_entropy_chart(heads, x_axis=x.axis, stat=stat, log_scale=log_scale)
         chart = marked(chart, run, x)
         label = f"{name} {stat}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "live.entropy")
+        if stat in spec.INDUCTION_STATS:
+            st.caption(induction_caption(stat, run))
     st.markdown("**Attention maps**")
     steps = store.attention_steps(run_id)
     if not steps:
@@ -273,6 +280,29 @@ def attention_tab(store: RunStore, run: RunRecord, x: XChoice) -> None:
             "Rows are queries, columns keys, each labelled with its character of the probe "
             "text (␣ a space, ⏎ a newline, ⇥ a tab); hover a cell for its weight."
         )
+
+
+def induction_caption(stat: str, run: RunRecord) -> str:
+    """What an induction score measures, with this run's uniform-attention baseline."""
+    if stat == spec.COPY_SCORE:
+        return (
+            "Copying score: Σ Re λ / Σ |λ| over the eigenvalues of the head's OV circuit from "
+            "the token embedding to the logits, W_U·W_O·W_V·W_E (Elhage et al. 2021). 1: "
+            "attending to a token raises that token's logit; −1: lowers it. Norms, biases "
+            "and the other layers are left out."
+        )
+    model = summary.stored_model_config(run)
+    block_size = model.block_size if model is not None else None
+    half = repeat_half(block_size) if block_size is not None else None
+    baseline = f" Attending uniformly scores {uniform_prefix_score(half):.3f} here." if half else ""
+    threshold = formation_threshold(block_size)
+    return (
+        "Prefix-matching score (Olsson et al. 2022): on a fixed batch of random text whose "
+        "second half repeats its first, the head's mean attention from each query of the "
+        "repeat to the token just after the query token's previous occurrence: an induction "
+        f"head's pattern. The findings call a head formed once it stays at or above "
+        f"{threshold:.3g}.{baseline}"
+    )
 
 
 def samples_tab(store: RunStore, run: RunRecord) -> None:

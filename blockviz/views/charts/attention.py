@@ -39,6 +39,9 @@ MAX_POSITIONS = 64
 ATTENTION_MAX_WIDTH = 960
 PANEL_MARGIN_PX = 65
 _PICTURES = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"}
+# Per-head scores with fixed bounds keep the whole range on their axis, so a head at 0.9
+# reads as near the top and one at 0.01 as near nothing, whatever the others do.
+SCORE_DOMAINS = {spec.PREFIX_SCORE: (0.0, 1.0), spec.COPY_SCORE: (-1.0, 1.0)}
 
 
 def attention_entropy_chart(
@@ -49,7 +52,8 @@ def attention_entropy_chart(
     log_scale: bool = False,
 ) -> alt.FacetChart | alt.LayerChart:
     """One run: a panel per layer, a per-head statistic (spec.HEAD_STATS: the attention
-    entropy, or the largest pre-softmax logit) of each head over steps."""
+    entropy, the largest pre-softmax logit, the induction scores) of each head over steps;
+    a bounded score (SCORE_DOMAINS) on its whole range."""
     rows = select_rows(layer_stats, kind="head", stat=stat)
     rows = rows.sort_values(["run_id", "layer", "component", "step"]).reset_index(drop=True)
     frame = finite_values(rows, "value", positive=log_scale)
@@ -60,7 +64,12 @@ def attention_entropy_chart(
     frame, run = first_run(frame)
     frame = frame.assign(head=pd.to_numeric(frame["component"], errors="coerce"))
     heads = legend_highlight("head")
-    scale = alt.Scale(type="log") if log_scale else alt.Scale(zero=False)
+    if log_scale:
+        scale = alt.Scale(type="log")
+    elif stat in SCORE_DOMAINS:
+        scale = alt.Scale(domain=list(SCORE_DOMAINS[stat]))
+    else:
+        scale = alt.Scale(zero=False)
     panel = (
         alt.Chart()
         # With one logged step a line draws nothing: points then.
