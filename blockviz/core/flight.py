@@ -63,7 +63,7 @@ KEY = ["scope", "layer", "component", "stat"]
 RANGE_COLUMNS = [*KEY, "upto_step", "level", "slope", "tolerance", "nonnegative", "history"]
 # Statistics that may take either sign; every other one (norms, ratios, RMS, max |x|,
 # fractions, entropies) is never below 0, and its range stops there.
-SIGNED_STATS = (spec.MEAN, spec.ATTN_LOGIT_MAX, spec.PROBE_LOG_Z, spec.TOKEN_COS)
+SIGNED_STATS = (spec.MEAN, spec.ATTN_LOGIT_MAX, spec.PROBE_LOG_Z, spec.TOKEN_COS, spec.COPY_SCORE)
 # How a component group is named after its layer ("block 3 attention's gradient L2 norm").
 COMPONENT_WORDS = {
     "attn": "attention",

@@ -84,13 +84,18 @@ def ov_circuits(model: nn.Module, layers: Sequence[int]) -> torch.Tensor:
 
 
 def copying_scores(circuits: np.ndarray) -> np.ndarray:
-    """Σ Re λ / Σ |λ| of each (..., n, n) matrix's eigenvalues; NaN for a zero matrix.
+    """Σ Re λ / Σ |λ| of each (..., n, n) matrix's eigenvalues; NaN for a zero matrix and
+    for one holding a NaN or an infinity (a diverging model's: it gets a score, not a
+    LinAlgError that would fail the run).
 
     On the host, in numpy: the matrices are small, and the probe step's values are already
     there (no torch call after the one transfer)."""
-    eigenvalues = np.linalg.eigvals(np.asarray(circuits, dtype=np.float64))  # (..., n)
+    matrices = np.asarray(circuits, dtype=np.float64)
+    finite = np.isfinite(matrices).all(axis=(-2, -1))  # (...,)
+    eigenvalues = np.linalg.eigvals(np.where(finite[..., None, None], matrices, 0.0))
     with np.errstate(invalid="ignore", divide="ignore"):
-        return eigenvalues.real.sum(axis=-1) / np.abs(eigenvalues).sum(axis=-1)
+        scores = eigenvalues.real.sum(axis=-1) / np.abs(eigenvalues).sum(axis=-1)
+    return np.where(finite, scores, np.nan)
 
 
 def repeat_gain(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

@@ -74,6 +74,16 @@ def test_copying_score_of_identity_negated_and_rotating_circuits():
     assert math.isnan(copying_scores(np.zeros((2, 2))).item())
 
 
+def test_a_diverging_models_circuit_scores_nan_instead_of_failing_the_run():
+    """A replay probes every step up to a divergence: numpy's eigvals raised LinAlgError
+    on a circuit holding NaN or inf, and the replay ended `failed`."""
+    identity = np.eye(3)
+    broken = identity.copy()
+    broken[0, 1] = np.inf
+    scores = copying_scores(np.stack([identity, broken, np.full((3, 3), np.nan)]))
+    assert scores[0] == pytest.approx(1.0) and np.isnan(scores[1:]).all()
+
+
 def test_ov_circuits_are_the_heads_value_output_maps_through_embedding_and_unembedding():
     """With W_E and W_U identities (d_model = vocab), each head's circuit is W_V^h W_O^h; a
     head whose W_O^h is W_V^h's transpose copies (score 1), its negation inverts (-1)."""
