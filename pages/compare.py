@@ -189,9 +189,16 @@ def _grad_by_layer(store: RunStore, run_ids: list[int], colors: Any, tag: str) -
             step = controls[1].select_slider("Later step", steps, key="compare.grad_step")
         else:
             step = steps[0]
+    # A fork's rows before its fork step are its parent's copy (another config's): drawn
+    # neither at initialization nor as the fork at a later step.
+    forked = twins.fork_steps(store, run_ids)
     at_init = store.layer_stats(run_ids, "component", GRAD_NORM, 0, component=component)
+    at_init = at_init[~at_init["run_id"].isin(list(forked))]
     # Each run at its probe step nearest the chosen one, never step 0 (the left chart's).
-    later_steps = {i: sorted(s - {0}) for i, s in zip(run_ids, per_run, strict=True)}
+    later_steps = {
+        i: sorted(s for s in steps_of if s and s >= forked.get(i, 0))
+        for i, steps_of in zip(run_ids, per_run, strict=True)
+    }
     nearest = {} if step is None else charts.nearest_probe_steps(later_steps, step)
     later = _layer_stats_at(store, nearest, component)
     shapes = _run_shapes(store, run_ids)
@@ -201,7 +208,8 @@ def _grad_by_layer(store: RunStore, run_ids: list[int], colors: Any, tag: str) -
         chart = charts.grad_by_layer_chart(at_init, 0, component, colors=colors, n_layers=depths)
         label = f"compare grad by layer init {tag}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "cmp.grad0")
-        _findings(at_init, shapes, 0, component)
+        _findings(at_init, {i: s for i, s in shapes.items() if i not in forked}, 0, component)
+        twins.forks_left_out(store, forked)
     with later_col, ui.guard("Gradient by layer later"):
         if step is None:
             st.info("Only step 0 is logged so far; later probe steps appear here.")
@@ -266,14 +274,10 @@ def _run_names(store: RunStore, run_ids: list[int]) -> dict[int, str]:
 def _run_shapes(store: RunStore, run_ids: list[int]) -> dict[int, findings_text.RunShape]:
     """Name, depth and norm position of each run whose stored config can be read."""
     shapes = {}
-    for run_id in run_ids:
-        try:
-            run = store.get_run(run_id)
-        except StoreError:
-            continue  # deleted meanwhile; the curves say so
+    for run in store_access.runs_still_stored(store, run_ids):
         model = summary.stored_model_config(run)
         if model is not None:
-            shapes[run_id] = findings_text.RunShape(
+            shapes[int(run.id)] = findings_text.RunShape(
                 str(run.name), model.n_layer, model.norm_position
             )
     return shapes
@@ -307,7 +311,15 @@ def _config_section(store: RunStore, run_ids: list[int]) -> None:
     if compared < len(runs):
         st.warning("Some runs are left out of the diff: their stored config is unreadable.")
     if compared >= 2 and all(row[0] in LABEL_ROWS for row in rows):
-        st.success("These runs have identical configs: any difference is run-to-run noise.")
+        ids = {int(run.id) for run in runs}
+        if any(run.parent_id in ids for run in runs):
+            st.success(
+                "These runs have identical configs, and one is a fork of another with no "
+                "change: from its fork step on it repeats its parent exactly (the twins "
+                "section draws the difference)."
+            )
+        else:
+            st.success("These runs have identical configs: any difference is run-to-run noise.")
     if rows:
         st.caption("Only the fields whose values are not the same in every chosen run.")
         st.dataframe(pd.DataFrame(rows, columns=headers), hide_index=True, key="compare.diff")

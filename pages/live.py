@@ -27,7 +27,7 @@ from blockviz.dashboard import relaunch, store_access, ui
 from blockviz.dashboard.code_download import code_download_button
 from blockviz.dashboard.controls import x_axis_choice, x_axis_widget
 from blockviz.dashboard.findings_panel import take_scroll
-from blockviz.dashboard.fork_panel import fork_panel
+from blockviz.dashboard.fork_panel import fork_caption, fork_panel
 from blockviz.dashboard.live.header import (
     facts_sidebar,
     findings_block,
@@ -85,6 +85,7 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str], waiting_first: boo
     with ui.guard("Run header"):
         scalars = reader().scalars(store, run_id)
         header(store, run, scalars, shown)
+        fork_caption(store, run)
         status_message(store, run, scalars, shown)
     if scalars is not None:
         with ui.guard("Findings"):

@@ -8,6 +8,7 @@ Both runs appear in the run picker once registered; Compare draws a twin's diffe
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import streamlit as st
@@ -18,7 +19,7 @@ from blockviz.dashboard import ui
 from blockviz.dashboard.findings_panel import current_mark
 from blockviz.launch import forking
 from blockviz.launch.runner import LaunchError
-from blockviz.store import RunStore
+from blockviz.store import RunStore, StoreError
 from blockviz.store.records import RunRecord
 from blockviz.views import run_findings
 
@@ -65,6 +66,34 @@ def _changes(run: RunRecord, prefix: str) -> dict[str, Any]:
     return changes
 
 
+def default_step(steps: list[int], max_steps: int | None) -> int:
+    """The newest kept step a fork can train on from (before max_steps), else the newest."""
+    before = [step for step in steps if max_steps is None or step < max_steps]
+    return (before or steps)[-1]
+
+
+def fork_caption(store: RunStore, run: RunRecord) -> None:
+    """Under Live's header: whose twin this run is, from which step, changed in what."""
+    if run.fork_step is None:
+        return
+    parent = "a deleted run"
+    if run.parent_id is not None:
+        with contextlib.suppress(StoreError):
+            parent = f"#{run.parent_id} {store.get_run(int(run.parent_id)).name}"
+    info = run.fork_info or {}
+    if run.fork_kind == "replay":
+        what = info.get("sentence") or "probing every step; its result comes when it ends."
+        st.caption(ui.plain(f"A replay of {parent} from step {run.fork_step:,}: {what}"))
+        return
+    changes = ", ".join(f"{k} {v}" for k, v in (info.get("changes") or {}).items())
+    st.caption(
+        ui.plain(
+            f"A fork of {parent} from step {run.fork_step:,} ({changes or 'no change'}): "
+            "its rows before that step are its parent's. Compare draws the difference."
+        )
+    )
+
+
 def _event(store: RunStore, run: RunRecord) -> tuple[str, int] | None:
     """The run's divergence or largest loss spike: (its finding's title, step)."""
     found = run_findings.cached_findings(store, run)
@@ -88,13 +117,15 @@ def fork_panel(store: RunStore, run: RunRecord, writable: bool) -> None:
         else:
             mark = current_mark(run_id)
             wanted = forks.nearest_kept(steps, int(mark["step"])) if mark else None
-            start = wanted if wanted is not None else steps[-1]
+            start = wanted if wanted is not None else default_step(steps, run.max_steps)
             step = st.selectbox(
                 "From the kept step",
                 steps,
                 index=steps.index(start),
+                format_func=lambda kept: f"{kept:,}",
                 key=f"{prefix}.step.{start}",
-                help="The marked step's nearest kept checkpoint at or before it, else the newest.",
+                help="The kept checkpoint at or before the step marked on the loss chart (a "
+                "click, or a finding's Show), else the newest one before max_steps.",
             )
             changes = _changes(run, prefix)
             if st.button("Fork", key=f"{prefix}.go", disabled=not writable):

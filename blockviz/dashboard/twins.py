@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from blockviz.dashboard import ui
+from blockviz.dashboard import store_access, ui
 from blockviz.store import RunStore, StoreError
 from blockviz.store.records import RunRecord
 from blockviz.views.charts.base import chart_data
@@ -23,16 +23,37 @@ def change_text(twin: RunRecord) -> str:
     return ", ".join(f"{field} {value}" for field, value in changes.items()) or "no change"
 
 
+def fork_steps(store: RunStore, run_ids: list[int]) -> dict[int, int]:
+    """run id -> fork step of each chosen fork or replay (its rows before it are copies)."""
+    return {
+        int(run.id): int(run.fork_step)
+        for run in store_access.runs_still_stored(store, run_ids)
+        if run.fork_step is not None
+    }
+
+
+def forks_left_out(store: RunStore, forked: dict[int, int]) -> None:
+    """Say which forks the initialization chart leaves out, and why."""
+    if not forked:
+        return
+    names = {i: str(store.get_run(i).name) for i in forked}
+    listed = "; ".join(f"{names[i]} (from step {step:,})" for i, step in forked.items())
+    st.caption(
+        ui.plain(
+            f"Left out, forks whose step-0 gradients are their parent's: {listed}. "
+            "A fork's rows before its fork step are a copy of its parent's."
+        )
+    )
+
+
 def twins_section(store: RunStore, run_ids: list[int]) -> None:
     """The differences of each chosen twin from its parent, from the fork step on."""
     twins = [run for run in map(store.get_run, run_ids) if run.fork_step is not None]
     if not twins:
         return
     st.subheader("Twins: differences from the parent", anchor=False)
-    names = {int(run.id): str(run.name) for run in twins}
-    picked = st.selectbox(
-        "Twin", list(names), format_func=names.get, key="compare.twin", label_visibility="collapsed"
-    )
+    names = {int(run.id): f"#{run.id} {run.name}" for run in twins}
+    picked = st.selectbox("Twin", list(names), format_func=names.get, key="compare.twin")
     twin = next(run for run in twins if int(run.id) == picked)
     if twin.parent_id is None:
         st.info(f"{ui.plain(str(twin.name))}'s parent was deleted: nothing to subtract.")

@@ -31,10 +31,14 @@ MANY_GROUPS = 6  # more lines than this: fainter bands, the legend under the cha
 def seed_groups(runs: Sequence[RunRecord]) -> list[list[int]]:
     """Run ids grouped by config with the seed left out, in the order first seen.
 
-    A run whose config cannot be read is a group of its own; so is a run with no partner.
+    A run whose config cannot be read is a group of its own; so is a run with no partner,
+    and a fork or replay (it shares its parent's data and seed, so it is no second seed).
     """
     groups: dict[str, list[int]] = {}
     for run in runs:
+        if getattr(run, "fork_step", None) is not None:  # a twin repeats its parent's seed
+            groups[f"twin {run.id}"] = [int(run.id)]
+            continue
         try:
             parsed = RunConfig.from_dict(run.config)  # type: ignore[arg-type]  # None: refused
         except (ConfigError, TypeError, ValueError):

@@ -14,6 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from blockviz import cli
 from blockviz.core import forks
+from blockviz.dashboard.fork_panel import default_step
 from blockviz.store import RunStore
 from tests import fakes
 from tests.helpers import shown
@@ -28,18 +29,23 @@ def store() -> RunStore:
     opened.close()
 
 
-def _twin_frames(at: AppTest) -> list:
+def _frames(at: AppTest, titled: str) -> list:
+    """The data frames of every chart whose title holds `titled`."""
     frames = []
     for element in at.get("vega_lite_chart"):
         spec = json.loads(element.proto.spec)
         title = spec.get("title")
         title = title.get("text") if isinstance(title, dict) else title
-        if " − " in str(title):
+        if titled in str(title):
             frames += [
                 pa.ipc.open_stream(d.data.data).read_all().to_pandas()
                 for d in element.proto.datasets
             ]
     return frames
+
+
+def _twin_frames(at: AppTest) -> list:
+    return _frames(at, " − ")
 
 
 def test_compare_draws_a_twin_as_its_differences_from_the_parent(store: RunStore) -> None:
@@ -59,12 +65,41 @@ def test_compare_draws_a_twin_as_its_differences_from_the_parent(store: RunStore
     drawn = frames[0]
     assert drawn["step"].min() >= 20
     assert (drawn["difference"] == drawn["twin"] - drawn["parent"]).all()
-    assert "(lr 0.003)" in shown(" ".join(c.value for c in at.caption))
+    captions = shown(" ".join(c.value for c in at.caption))
+    assert "(lr 0.003)" in captions
+    # Its step-0 rows are its parent's: not drawn at initialization as the fork's own.
+    assert (
+        "Left out, forks whose step-0 gradients are their parent's: fake-1 (from step 20)"
+        in captions
+    )
+    init = [f for f in _frames(at, "initialization") if "run_id" in f.columns]
+    assert init and set(init[0]["run_id"]) == {parent}
     # Per block: the gradient norm's differences, one series per block.
     at.segmented_control(key="compare.twin.metric").set_value("gradient norm per block").run()
     assert not at.exception
     blocks = next(f for f in _twin_frames(at) if "difference" in f.columns)
     assert set(blocks["series"]) >= {"block 0", "block 1"}
+
+
+def test_live_says_whose_fork_a_run_is(store: RunStore) -> None:
+    parent, twin = fakes.populate(
+        store, n_runs=2, n_steps=60, n_layer=2, statuses=["completed"] * 2
+    )
+    store.update_run(
+        twin, parent_id=parent, fork_step=20, fork_kind="fork", fork_info={"changes": {"lr": 0.003}}
+    )
+    at = AppTest.from_file(str(PAGES / "live.py"), default_timeout=60)
+    at.session_state["run_id"] = twin
+    at.run()
+    assert not at.exception
+    captions = shown(" ".join(c.value for c in at.main.caption))
+    assert f"A fork of #{parent} fake-0 from step 20 (lr 0.003)" in captions
+
+
+def test_a_fork_starts_by_default_from_the_newest_kept_step_before_max_steps() -> None:
+    assert default_step([100, 200, 300], 300) == 200
+    assert default_step([100, 200, 300], 1000) == 300
+    assert default_step([300], 300) == 300
 
 
 def test_live_offers_a_fork_from_the_kept_steps(store: RunStore) -> None:

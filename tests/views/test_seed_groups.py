@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -50,6 +51,13 @@ def test_only_seed_differences_group() -> None:
         6: "b (2 seeds)",
         5: "c",
     }
+
+
+def test_a_fork_is_no_second_seed_of_its_parent() -> None:
+    """A fork with no change has its parent's config and seed: grouping them would draw one
+    run twice as a 95% interval of two seeds."""
+    twin = dataclasses.replace(_run(2, 1), parent_id=1, fork_step=100, fork_kind="fork")
+    assert seed_groups.seed_groups([_run(1, 1), twin, _run(3, 2)]) == [[1, 3], [2]]
 
 
 def _scalars(values: dict[int, list[float]], name: str = "val/loss") -> pd.DataFrame:

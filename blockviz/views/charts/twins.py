@@ -96,7 +96,11 @@ def difference_chart(
         .mark_line(point=len(frame) < 60)
         .encode(
             x=alt.X("step:Q", title=STEP_AXIS.title, axis=alt.Axis(format=STEP_AXIS.format)),
-            y=alt.Y("difference:Q", title=f"twin − parent ({metric.label})"),
+            y=alt.Y(
+                "difference:Q",
+                title=f"twin − parent ({metric.label})",
+                axis=alt.Axis(format="~g"),
+            ),
             color=alt.Color("series:N", title=None),
             opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15)),
             tooltip=tooltips("series", "step", "parent", "twin", "difference"),
