@@ -130,7 +130,9 @@ def fork_panel(store: RunStore, run: RunRecord, writable: bool) -> None:
             changes = _changes(run, prefix)
             if st.button("Fork", key=f"{prefix}.go", disabled=not writable):
                 try:
-                    forking.start(store, run_id, forking.fork_command(store, run_id, step, changes))
+                    with st.spinner("Starting the fork (a refusal shows here within seconds)…"):
+                        command = forking.fork_command(store, run_id, step, changes)
+                        forking.start(store, run_id, command)
                 except LaunchError as exc:
                     st.error(ui.plain(str(exc)))
                 else:
@@ -145,12 +147,16 @@ def fork_panel(store: RunStore, run: RunRecord, writable: bool) -> None:
                 f"Replay around step {around:,}", key=f"{prefix}.replay", disabled=not writable
             ):
                 try:
-                    forking.start(store, run_id, forking.replay_command(store, run_id, around))
+                    with st.spinner("Starting the replay…"):
+                        forking.start(store, run_id, forking.replay_command(store, run_id, around))
                 except LaunchError as exc:
                     st.error(ui.plain(str(exc)))
                 else:
                     ui.flash("success", f"Replay of {run.name} around step {around:,} started.")
                     st.rerun()
+        refusal = forking.last_refusal(store, run_id)
+        if refusal:
+            st.caption(ui.plain(f"The last fork or replay was refused: {refusal}"))
         for replay in store.twins_of(run_id, "replay"):
             sentence = (replay.fork_info or {}).get("sentence")
             if sentence:

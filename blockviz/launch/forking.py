@@ -54,3 +54,17 @@ def start(store: RunStore, run_id: int, command: list[str]) -> None:
         text = log_path.read_bytes()[start_at:].decode("utf-8", "replace")
         last = next((line for line in reversed(text.splitlines()) if line.strip()), "")
         raise LaunchError(last or f"{command[3]} exited with status {code}", None, text[-4000:])
+
+
+def last_refusal(store: RunStore, run_id: int) -> str | None:
+    """The newest line of the parent's forks.log when it is a refusal (`... error: ...`):
+    what a fork or replay said after the startup watch had ended; None otherwise."""
+    path = store.run_dir(run_id) / FORK_LOG
+    try:
+        with open(path, "rb") as log:
+            log.seek(max(0, path.stat().st_size - 4096))
+            tail = log.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = [line for line in tail.splitlines() if line.strip()]
+    return lines[-1] if lines and ": error: " in lines[-1] else None
