@@ -6,7 +6,8 @@ A run keeps a checkpoint every `ckpt_interval` steps in `<run_dir>/checkpoints/s
 more is written, the spacing doubles and the checkpoints off the new spacing go, the first
 one excepted (early steps are where forks over warm-up and norm placement start). A
 default run (interval 100, keep 8, 2,000 steps) ends with steps 100, 400, 800, 1200, 1600
-and 2000; the disk a run's kept checkpoints use is at most `ckpt_keep` checkpoints.
+and 2000; once thinned, a run's kept checkpoints use at most `ckpt_keep` checkpoints' disk
+(one more between a write and its thinning).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def forks_left_out(store: RunStore, forked: dict[int, int]) -> None:
 
 def twins_section(store: RunStore, run_ids: list[int]) -> None:
     """The differences of each chosen twin from its parent, from the fork step on."""
-    twins = [run for run in map(store.get_run, run_ids) if run.fork_step is not None]
+    twins = [r for r in store_access.runs_still_stored(store, run_ids) if r.fork_step is not None]
     if not twins:
         return
     st.subheader("Twins: differences from the parent", anchor=False)

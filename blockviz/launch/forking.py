@@ -17,6 +17,7 @@ from blockviz.store import RunStore
 
 FORK_LOG = "forks.log"
 STARTUP_WATCH_S = 8.0  # a refusal comes from the plan, before any training
+TAIL_BYTES = 16_384  # of forks.log read back for a refusal
 
 
 def fork_command(store: RunStore, run_id: int, step: int, changes: Mapping[str, Any]) -> list[str]:
@@ -51,7 +52,9 @@ def start(store: RunStore, run_id: int, command: list[str]) -> None:
         time.sleep(0.05)
     code = proc.poll()
     if code:
-        text = log_path.read_bytes()[start_at:].decode("utf-8", "replace")
+        with open(log_path, "rb") as log:  # this start's lines only, and not too many
+            log.seek(max(start_at, log_path.stat().st_size - TAIL_BYTES))
+            text = log.read(TAIL_BYTES).decode("utf-8", "replace")
         last = next((line for line in reversed(text.splitlines()) if line.strip()), "")
         raise LaunchError(last or f"{command[3]} exited with status {code}", None, text[-4000:])
 
@@ -62,8 +65,8 @@ def last_refusal(store: RunStore, run_id: int) -> str | None:
     path = store.run_dir(run_id) / FORK_LOG
     try:
         with open(path, "rb") as log:
-            log.seek(max(0, path.stat().st_size - 4096))
-            tail = log.read().decode("utf-8", "replace")
+            log.seek(max(0, path.stat().st_size - TAIL_BYTES))
+            tail = log.read(TAIL_BYTES).decode("utf-8", "replace")
     except OSError:
         return None
     lines = [line for line in tail.splitlines() if line.strip()]

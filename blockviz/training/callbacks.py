@@ -72,6 +72,26 @@ class TrainingMonitor(Callback):
         self._window_start = 0.0
         self._window_excluded = 0.0  # validation seconds inside the current window
         self._paused_at: float | None = None  # when the current validation began
+        # Losses of steps before a restore that were not logged yet (host floats): the first
+        # log after a resume or a fork averages what the uninterrupted run's would have.
+        self._carried: list[tuple[int, float]] = []
+
+    def state_dict(self) -> dict[str, Any]:
+        """In a checkpoint: the per-step losses not logged yet and the recent ones (one
+        device->host copy, at checkpoints only)."""
+        pending = torch.stack(self._pending_losses).float().tolist() if self._pending_losses else []
+        carried = [*self._carried, *zip(self._pending_steps, pending, strict=True)]
+        return {
+            "pending": [[int(step), float(loss)] for step, loss in carried],
+            "recent": [float(loss) for loss in self._recent_losses],
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """The losses a restored run carries on with."""
+        pending = state_dict.get("pending") or []
+        self._carried = [(int(step), float(loss)) for step, loss in pending]
+        self._recent_losses.clear()
+        self._recent_losses.extend(float(loss) for loss in state_dict.get("recent") or [])
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Start the throughput and wall clocks."""
@@ -130,6 +150,11 @@ class TrainingMonitor(Callback):
         """Log mean loss, lr and throughput of the steps since the last flush."""
         losses = torch.stack(self._pending_losses).float().tolist()  # one device->host copy
         steps = list(self._pending_steps)
+        trained = len(steps)  # in this session (the throughput's steps)
+        if self._carried:
+            steps = [step for step, _ in self._carried] + steps
+            losses = [loss for _, loss in self._carried] + losses
+            self._carried = []
         self._pending_losses.clear()
         self._pending_steps.clear()
         now = time.perf_counter()
@@ -137,8 +162,8 @@ class TrainingMonitor(Callback):
         self._window_start, self._window_excluded = now, 0.0
         self.train_time_s += elapsed
         world_tokens = tokens_per_batch * trainer.world_size
-        self.tokens_seen += world_tokens * len(steps)
-        step_time = elapsed / len(steps)
+        self.tokens_seen += world_tokens * trained
+        step_time = elapsed / trained
         bad = next((i for i, value in enumerate(losses) if not math.isfinite(value)), None)
         # Under DDP every rank must stop at the same step, whichever rank saw it.
         if trainer.strategy.reduce_boolean_decision(bad is not None, all=False):

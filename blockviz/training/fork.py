@@ -30,7 +30,8 @@ from blockviz.core.flags import UsageError, config_overrides
 from blockviz.core.spec import EVAL_SCALARS
 from blockviz.store import RunStore
 from blockviz.store.records import RunRecord
-from blockviz.training.lit import lr_at
+from blockviz.training.callbacks import TrainingMonitor
+from blockviz.training.lit import lr_at, param_groups
 from blockviz.training.logger import FLUSH_EVERY_S, PENDING_ROWS_KEY
 from blockviz.training.model import CharTransformer
 from blockviz.training.plan import RunPlan, load_datamodule, read_checkpoint, schedule_horizon
@@ -69,8 +70,15 @@ def fork_plan(
     if step not in kept:
         raise UsageError(no_step_message(parent, step, kept))
     base = _parent_config(parent, run_dir)
+    processes = base.train.devices * base.train.num_nodes
+    if processes > 1:
+        raise UsageError(
+            f"run {parent.id} ({parent.name}) trained in {processes} processes (DDP), each "
+            "drawing its own batches; a fork trains in one process, so it could not repeat "
+            "them: such a run cannot be forked or replayed"
+        )
     given = dict(overrides)
-    if "final_norm" not in overrides and base.model.final_norm is None:
+    if "norm_position" in given and "final_norm" not in given and base.model.final_norm is None:
         # "auto" follows norm_position; a fork keeps the parent's final norm instead, so a
         # Post-LN run forked to Pre-LN changes where the block's norms sit, nothing else.
         overrides = {**overrides, "final_norm": base.model.use_final_norm}
@@ -85,10 +93,12 @@ def fork_plan(
     checkpoint = forks.kept_path(run_dir, step)
     what = f"run {parent.id}'s checkpoint at step {step}"
     state = read_checkpoint(checkpoint, what)  # names a corrupt or foreign file
+    full = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    # The parent's config holds its vocabulary's size: the shapes are checked before the
+    # text is even read.
+    check_shapes(full, config, given)
     datamodule = load_datamodule(config)
     config = cfg.replace(config, vocab_size=datamodule.vocab.size).validate()
-    full = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    check_shapes(full.get("state_dict") or {}, config, given)
     # A --max_steps given to a fork sets where its decay ends, as it would for a new run
     # (a replay keeps the parent's, `keep_horizon`); otherwise the parent's horizon stays.
     horizon = schedule_horizon(state, base)
@@ -138,13 +148,15 @@ def _parent_config(parent: RunRecord, run_dir: Path) -> cfg.RunConfig:
         raise UsageError(f"run {parent.id} has no config to fork from") from None
 
 
-def check_shapes(state_dict: dict[str, Any], config: cfg.RunConfig, changed: dict) -> None:
-    """UsageError unless the fork's model has exactly the checkpoint's parameter shapes."""
+def check_shapes(state: dict[str, Any], config: cfg.RunConfig, changed: dict) -> None:
+    """UsageError unless the fork's model has exactly the checkpoint's parameter shapes and
+    its optimizer the checkpoint's parameter groups (tied weights are one parameter)."""
     with torch.device("meta"):
         model = CharTransformer(config.model)
     ours = {f"model.{key}": tuple(value.shape) for key, value in model.state_dict().items()}
-    theirs = {key: tuple(value.shape) for key, value in state_dict.items()}
+    theirs = {key: tuple(value.shape) for key, value in (state.get("state_dict") or {}).items()}
     fields = ", ".join(f"--{field}" for field in sorted(changed)) or "the config"
+    why = None
     for key in sorted(set(ours) | set(theirs)):
         if ours.get(key) != theirs.get(key):
             if key not in ours:
@@ -153,12 +165,18 @@ def check_shapes(state_dict: dict[str, Any], config: cfg.RunConfig, changed: dic
                 why = f"the fork's model adds {key[6:]}"
             else:
                 why = f"{key[6:]} would be {ours[key]} instead of {theirs[key]}"
-            raise UsageError(
-                f"{fields} changes the parameters ({why}): a fork keeps its parent's "
-                "weights, so only fields that keep every parameter's shape may change "
-                "(lr, warmup_steps, grad_clip, z_loss, dropout, weight_decay, norm_position, "
-                "logit_softcap, ...)"
-            )
+            break
+    groups = [len(group["params"]) for group in param_groups(model, config.train.weight_decay)]
+    saved = (state.get("optimizer_states") or [{}])[0].get("param_groups") or []
+    if why is None and [len(group.get("params") or []) for group in saved] != groups:
+        why = "its optimizer would hold another set of parameters (tied or untied weights)"
+    if why is not None:
+        raise UsageError(
+            f"{fields} changes the parameters ({why}): a fork keeps its parent's "
+            "weights, so only fields that keep every parameter's shape may change "
+            "(lr, warmup_steps, grad_clip, z_loss, dropout, weight_decay, norm_position, "
+            "logit_softcap, ...)"
+        )
 
 
 def _rows_before(pending: Any, step: int) -> dict[str, list[list[Any]]] | None:
@@ -185,8 +203,8 @@ def _rows_before(pending: Any, step: int) -> dict[str, list[list[Any]]] | None:
 def starting_state(path: Path, config: cfg.RunConfig, step: int, horizon: int) -> dict[str, Any]:
     """The parent's checkpoint as the fork starts from it: the optimizer's and schedule's
     hyperparameters rewritten from the fork's config (a checkpoint restores its own lr,
-    weight decay and betas otherwise), no callback state (best.ckpt is the parent's), no
-    rows carried (the fork copies them)."""
+    weight decay and betas otherwise), no checkpoint callback's state (best.ckpt is the
+    parent's), no rows carried (the fork copies them)."""
     state = torch.load(path, map_location="cpu", weights_only=True)
     train = config.train
     lr = lr_at(step, train, horizon)
@@ -205,7 +223,12 @@ def starting_state(path: Path, config: cfg.RunConfig, step: int, horizon: int) -
     if isinstance(hparams, dict):
         hparams["run_config"] = config.to_dict()
         hparams["schedule_steps"] = horizon
-    state["callbacks"] = {}
+    # The checkpoints' callbacks (best.ckpt's score and path, the kept steps) are the
+    # parent's; the training monitor's unlogged losses go on in the fork.
+    callbacks = state.get("callbacks") or {}
+    state["callbacks"] = {
+        key: value for key, value in callbacks.items() if key == TrainingMonitor.__qualname__
+    }
     state.pop(PENDING_ROWS_KEY, None)
     return state
 

@@ -241,9 +241,13 @@ class LitCharModel(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Keep the random state (dropout's masks) with the weights: a run resumed or
         forked from this checkpoint draws what the uninterrupted run would have drawn."""
+        # The generator of the device this run trains on (rank 0's, the rank that writes
+        # the file): every DDP rank seeded its own device's alike and draws alike, so each
+        # restores it into its own device.
+        on_cuda = self.device.type == "cuda"
         checkpoint[RNG_KEY] = {
             "cpu": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],
+            "cuda": torch.cuda.get_rng_state(self.device) if on_cuda else None,
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -261,9 +265,9 @@ class LitCharModel(L.LightningModule):
         cpu = state.get("cpu")
         if isinstance(cpu, torch.Tensor):
             torch.set_rng_state(cpu)
-        cuda = state.get("cuda") or []
-        if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(cuda)
+        cuda = state.get("cuda")
+        if isinstance(cuda, torch.Tensor) and self.device.type == "cuda":
+            torch.cuda.set_rng_state(cuda, self.device)
 
     # -- generation -----------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import pytest
 
 from blockviz.core.spec import GRAD_NORM, TRAIN_LOSS, VAL_LOSS
 from blockviz.store import RunStore
+from blockviz.views import run_findings
 
 
 @pytest.fixture
@@ -38,3 +39,22 @@ def test_a_fork_copies_the_rows_before_its_step_and_the_evaluation_at_it(store):
     store.delete_run(parent)
     assert store.get_run(twin).parent_id is None
     assert len(store.scalars(twin, TRAIN_LOSS)) == 4
+
+
+def test_a_runs_findings_are_read_again_when_a_replay_of_it_finds_something(store):
+    """Cached findings of a stopped run that spiked: a replay finishing later must show."""
+    parent = store.create_run("spiky", "{}", status="stopped")
+    losses = [(s, TRAIN_LOSS, 2.0) for s in range(80)] + [(80, TRAIN_LOSS, 9.0)]
+    store.log_scalars(parent, losses)
+    store.flush()
+    store.update_run(parent, step=80)
+    before = run_findings.cached_findings(store, store.get_run(parent))
+    spike = next(f for f in before.findings if f.rule == "loss_spike")
+    assert "replay" not in spike.text.lower()
+    info = {"event": "loss spike", "event_step": 80, "sentence": "Block 0 broke first."}
+    store.create_run("replay", "{}", parent_id=parent, fork_step=60, fork_kind="replay")
+    replay = int(store.runs_frame()["id"].max())
+    store.update_run(replay, fork_info=info)
+    after = run_findings.cached_findings(store, store.get_run(parent))
+    spike = next(f for f in after.findings if f.rule == "loss_spike")
+    assert spike.text.endswith("Block 0 broke first.")

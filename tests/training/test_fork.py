@@ -57,6 +57,7 @@ def test_a_fork_with_no_change_reproduces_its_parent_exactly(parent, step):
             "fork",
             "completed",
         )
+        assert run.config["model"]["final_norm"] is None  # auto stays auto: nothing changed
         for name in (TRAIN_LOSS, VAL_LOSS):
             ours, theirs = store.scalars(child, name), store.scalars(1, name)
             assert ours["step"].tolist() == theirs["step"].tolist()
@@ -226,3 +227,35 @@ def test_a_resumed_run_is_the_run_it_continues(tmp_path):
         straight, resumed = runs.scalars(1, TRAIN_LOSS), runs.scalars(2, TRAIN_LOSS)
         assert resumed["step"].tolist() == list(range(30))
         assert resumed["value"].tolist() == straight["value"].tolist()
+
+
+@pytest.mark.parametrize("step", [15, 20])  # between two logs and at one
+def test_a_fork_carries_the_losses_its_parent_had_not_logged_yet(tmp_path, step):
+    """log_interval 4: the parent's log at step 16 averages batches 13-16; the fork, forked
+    at 15, must average the same four (it logged batch 15 and 16 alone before)."""
+    store, flags = store_flags(tmp_path)
+    run = ("--preset", "tiny", "--max_steps", "30", "--ckpt_interval", "5", "--dropout", "0.1")
+    assert cli.main(["train", *run, "--log_interval", "4", *flags]) == 0
+    assert cli.main(["fork", "1", "--step", str(step), *flags[2:]]) == 0
+    with RunStore(store, create=False) as runs:
+        ours, theirs = runs.scalars(2, TRAIN_LOSS), runs.scalars(1, TRAIN_LOSS)
+        assert ours["step"].tolist() == theirs["step"].tolist()
+        assert ours["value"].tolist() == theirs["value"].tolist()
+        assert runs.get_run(2).final["train_loss"] == runs.get_run(1).final["train_loss"]
+
+
+def test_refused_before_anything_is_recorded_tied_weights_and_ddp_parents(tmp_path, capsys):
+    store, flags = store_flags(tmp_path)
+    run = ("--preset", "tiny", "--max_steps", "12", "--ckpt_interval", "5")
+    assert cli.main(["train", *run, *flags]) == 0
+    # Tied embeddings list the same shapes but make one parameter of two.
+    assert cli.main(["fork", "1", "--step", "5", "--tie_weights", "true", *flags[2:]]) == 2
+    assert "another set of parameters (tied or untied weights)" in capsys.readouterr().err
+    with RunStore(store, create=False) as runs:
+        config = runs.run_dir(1) / "config.json"
+        ddp = cfg.RunConfig.from_json(config.read_text(encoding="utf-8"))
+        config.write_text(cfg.replace(ddp, devices=2).to_json(), encoding="utf-8")
+    assert cli.main(["fork", "1", "--step", "5", *flags[2:]]) == 2
+    assert "trained in 2 processes (DDP)" in capsys.readouterr().err
+    with RunStore(store, create=False) as runs:
+        assert len(runs.runs_frame()) == 1  # no run was created for either

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from blockviz import cli
-from blockviz.core import hardware, hosts
+from blockviz.core import forks, hardware, hosts
 from blockviz.core.spec import FFN_UNIT_STATS, STREAM_STATS, TAP_STATS
 from blockviz.store import RunStore
 from blockviz.training.model import block_tap_names
@@ -398,7 +398,10 @@ def test_a_precreated_run_with_bad_data_is_marked_failed(tmp_path, capsys):
 def test_ddp_on_two_cpu_processes_writes_once_from_rank_zero(tmp_path, corpus):
     store_path = tmp_path / "blockviz.db"
     flags = ["--max_steps", "10", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp"]
-    code, out, err = finish(start(train_command(store_path, corpus, *flags)))
+    # Kept checkpoints every step, at most 2: they thin from step 3 on, and every rank must
+    # thin alike (rank 1 once kept saving on the first spacing and waited forever).
+    flags += ["--ckpt_interval", "1", "--ckpt_keep", "2"]
+    code, out, err = finish(start(train_command(store_path, corpus, *flags)), timeout=120)
     assert code == 0, err
     with RunStore(store_path) as store:
         runs = store.runs_frame()
@@ -407,6 +410,7 @@ def test_ddp_on_two_cpu_processes_writes_once_from_rank_zero(tmp_path, corpus):
         assert len(store.scalars(1, names="train/loss")) == 10
     assert sorted(p.name for p in store.runs_root.iterdir() if p.is_dir()) == ["1"]
     assert out.count("blockviz: run 1") == 2  # start and end lines, from rank 0 only
+    assert forks.kept_steps(store_path.parent / "blockviz.db.runs" / "1") == [1, 8]
 
 
 def test_the_end_of_run_line_uses_the_labels_every_view_uses(two_runs):
