@@ -27,7 +27,7 @@ from blockviz.core.spec import (
 )
 from blockviz.dashboard import store_access, tables, tag_filter, twins, ui
 from blockviz.dashboard.controls import chart_controls, preselected_runs, x_axis_control
-from blockviz.store import RunStore, StoreError
+from blockviz.store import RunRecord, RunStore, StoreError
 from blockviz.views import charts, findings_text, run_findings, seed_groups, summary
 from blockviz.views.export.report import LABEL_ROWS, build_report, config_diff_table, report_name
 from blockviz.views.export.report_job import ReportJob
@@ -91,7 +91,7 @@ def _draw_curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> N
     ):
         names_by_id = dict(zip(runs["id"].astype(int), runs["name"], strict=True))
         _grouped(store, run_ids, groups, names_by_id, smoothing, log_scale, metric, x, tag)
-        _after_curves(store, run_ids, colors, tag)
+        _after_curves(store, stored, colors, tag)
         return
     loss_col, metric_col = st.columns(2, gap="large")
     with loss_col, ui.guard("Loss chart"):
@@ -109,7 +109,7 @@ def _draw_curves(store: RunStore, run_ids: list[int], seen: dict[int, str]) -> N
             label = f"compare {metric} {tag}"
             ui.chart_with_downloads(chart, charts.chart_data(chart), label, "cmp.metric")
 
-    _after_curves(store, run_ids, colors, tag)
+    _after_curves(store, stored, colors, tag)
 
 
 def _grouped(
@@ -149,25 +149,27 @@ def _grouped(
             ui.chart_with_downloads(chart, bands, f"compare {metric} groups {tag}", "cmp.gmetric")
 
 
-def _after_curves(store: RunStore, run_ids: list[int], colors: Any, tag: str) -> None:
+def _after_curves(store: RunStore, stored: list[RunRecord], colors: Any, tag: str) -> None:
+    """Under the curves: twins, final metrics, gradient by layer (of the runs read above)."""
+    run_ids = [int(run.id) for run in stored]
     with ui.guard("Twins"):
-        twins.twins_section(store, run_ids)
+        twins.twins_section(store, stored)
     st.subheader("Final metrics", anchor=False)
     with ui.guard("Final metrics"):
         final = tables.final_table(store, run_ids)
-        chosen = [store.get_run(i) for i in run_ids]
         by_name = {
             run.name: run_findings.titles_text(run_findings.cached_findings(store, run))
-            for run in chosen
+            for run in stored
         }
         final.insert(2, "findings", [by_name.get(name, "") for name in final["run"]])
         st.dataframe(final, hide_index=True, column_config=FINAL_COLUMN_CONFIG)
 
-    _grad_by_layer(store, run_ids, colors, tag)
+    _grad_by_layer(store, stored, colors, tag)
 
 
-def _grad_by_layer(store: RunStore, run_ids: list[int], colors: Any, tag: str) -> None:
+def _grad_by_layer(store: RunStore, stored: list[RunRecord], colors: Any, tag: str) -> None:
     """Gradient norm vs depth at step 0 and at a chosen later probe step, one line per run."""
+    run_ids = [int(run.id) for run in stored]
     st.subheader("Gradient norm by layer", anchor=False)
     st.session_state.setdefault("compare.component", "block")
     # Steps first, then only the steps drawn (0, and each run's probe step nearest the
@@ -191,7 +193,7 @@ def _grad_by_layer(store: RunStore, run_ids: list[int], colors: Any, tag: str) -
             step = steps[0]
     # A fork's rows before its fork step are its parent's copy (another config's): drawn
     # neither at initialization nor as the fork at a later step.
-    forked = twins.fork_steps(store, run_ids)
+    forked = twins.fork_steps(stored)
     at_init = store.layer_stats(run_ids, "component", GRAD_NORM, 0, component=component)
     at_init = at_init[~at_init["run_id"].isin(list(forked))]
     # Each run at its probe step nearest the chosen one, never step 0 (the left chart's).
@@ -201,7 +203,7 @@ def _grad_by_layer(store: RunStore, run_ids: list[int], colors: Any, tag: str) -
     }
     nearest = {} if step is None else charts.nearest_probe_steps(later_steps, step)
     later = _layer_stats_at(store, nearest, component)
-    shapes = _run_shapes(store, run_ids)
+    shapes = _run_shapes(stored)
     depths = {run_id: shape.n_layer for run_id, shape in shapes.items()}
     init_col, later_col = st.columns(2, gap="large")
     with init_col, ui.guard("Gradient by layer at initialization"):
@@ -209,7 +211,7 @@ def _grad_by_layer(store: RunStore, run_ids: list[int], colors: Any, tag: str) -
         label = f"compare grad by layer init {tag}"
         ui.chart_with_downloads(chart, charts.chart_data(chart), label, "cmp.grad0")
         _findings(at_init, {i: s for i, s in shapes.items() if i not in forked}, 0, component)
-        twins.forks_left_out(store, forked)
+        twins.forks_left_out(stored)
     with later_col, ui.guard("Gradient by layer later"):
         if step is None:
             st.info("Only step 0 is logged so far; later probe steps appear here.")
@@ -271,10 +273,10 @@ def _run_names(store: RunStore, run_ids: list[int]) -> dict[int, str]:
     return dict(zip(runs["id"].astype(int), runs["name"].astype(str), strict=True))
 
 
-def _run_shapes(store: RunStore, run_ids: list[int]) -> dict[int, findings_text.RunShape]:
+def _run_shapes(stored: list[RunRecord]) -> dict[int, findings_text.RunShape]:
     """Name, depth and norm position of each run whose stored config can be read."""
     shapes = {}
-    for run in store_access.runs_still_stored(store, run_ids):
+    for run in stored:
         model = summary.stored_model_config(run)
         if model is not None:
             shapes[int(run.id)] = findings_text.RunShape(

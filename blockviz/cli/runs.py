@@ -16,6 +16,7 @@ from typing import Any
 
 from blockviz.core import config as cfg
 from blockviz.core import evaluation
+from blockviz.core.forks import changes_text
 from blockviz.core.spec import final_header
 from blockviz.core.tags import tags_text
 from blockviz.launch import runner
@@ -119,8 +120,7 @@ def fork_line(run: RunRecord) -> str:
     if run.fork_kind == "replay":
         found = info.get("sentence") or "not analysed (it did not train to its end)"
         return f"replay of {parent} from step {run.fork_step}: {found}"
-    changes = ", ".join(f"{k} {v}" for k, v in (info.get("changes") or {}).items())
-    return f"fork of {parent} at step {run.fork_step} ({changes or 'no change'})"
+    return f"fork of {parent} at step {run.fork_step} ({changes_text(info.get('changes') or {})})"
 
 
 def cli_show(args: argparse.Namespace) -> int:

@@ -19,7 +19,6 @@ from typing import Any
 
 CHECKPOINTS_DIR = "checkpoints"
 KEPT_PATTERN = re.compile(r"^step-(\d{1,9})\.ckpt$")
-FORK_KINDS = ("fork", "replay")
 
 
 def kept_name(step: int) -> str:
@@ -70,3 +69,9 @@ def fork_label(kind: str, parent: str, step: int, changes: Mapping[str, Any]) ->
     'postln replay@400'."""
     changed = " ".join(f"{field}={value}" for field, value in sorted(changes.items()))
     return f"{parent} {kind}@{step}" + (f" {changed}" if changed else "")
+
+
+def changes_text(changes: Mapping[str, Any]) -> str:
+    """What a fork changed, as every view says it: 'norm_position pre, lr 0.003', or
+    'no change'."""
+    return ", ".join(f"{field} {value}" for field, value in changes.items()) or "no change"

@@ -16,6 +16,7 @@ import streamlit as st
 from blockviz.core import config as cfg
 from blockviz.core import forks
 from blockviz.dashboard import ui
+from blockviz.dashboard.config_fields import SPECS, to_widget, widget_range
 from blockviz.dashboard.findings_panel import current_mark
 from blockviz.launch import forking
 from blockviz.launch.runner import LaunchError
@@ -23,44 +24,46 @@ from blockviz.store import RunStore, StoreError
 from blockviz.store.records import RunRecord
 from blockviz.views import run_findings
 
-# The fields offered for a fork: every one keeps the parameters' shapes.
+# The fields offered for a fork, drawn as the sidebar draws them (config_fields.SPECS:
+# label, format, bounds); every one keeps the parameters' shapes.
 FORKABLE = (
-    ("lr", "train", "learning rate"),
-    ("warmup_steps", "train", "warm-up steps"),
-    ("grad_clip", "train", "gradient clipping (0: off)"),
-    ("weight_decay", "train", "weight decay"),
-    ("z_loss", "train", "z-loss coefficient"),
-    ("max_steps", "train", "max steps"),
-    ("dropout", "model", "dropout"),
-    ("logit_softcap", "model", "logit softcap (0: off)"),
+    "norm_position",
+    "lr",
+    "warmup_steps",
+    "grad_clip",
+    "weight_decay",
+    "z_loss",
+    "max_steps",
+    "dropout",
+    "logit_softcap",
 )
 EVENT_FINDINGS = ("diverged", "loss_spike")
 
 
-def _field_input(name: str, label: str, value: Any, key: str) -> Any:
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return st.number_input(label, value=value, step=1, key=key)
-    return st.number_input(label, value=float(value), format="%g", key=key)
+def _field_input(name: str, value: Any, key: str) -> Any:
+    """One forkable field's widget, starting at the run's value; the value it holds."""
+    spec = SPECS[name]
+    if spec.kind == "select":
+        return st.selectbox(spec.label, spec.options, index=spec.options.index(value), key=key)
+    low, high = widget_range(name, spec.kind)
+    number = to_widget(name, value)
+    if spec.kind == "int":
+        return st.number_input(
+            spec.label, low, high, number, step=int(spec.step or 1), key=key, help=spec.help
+        )
+    step = float(spec.step or 0.1)
+    return st.number_input(
+        spec.label, low, high, number, step=step, format=spec.fmt, key=key, help=spec.help
+    )
 
 
 def _changes(run: RunRecord, prefix: str) -> dict[str, Any]:
     """The forkable fields as edited, those that differ from the run's config."""
     config = cfg.RunConfig.from_dict(run.config or {})
     changes: dict[str, Any] = {}
-    position = config.model.norm_position
-    chosen = st.selectbox(
-        "norm position",
-        cfg.NORM_POSITIONS,
-        index=cfg.NORM_POSITIONS.index(position),
-        key=f"{prefix}.norm_position",
-    )
-    if chosen != position:
-        changes["norm_position"] = chosen
-    for name, section, label in FORKABLE:
-        value = getattr(getattr(config, section), name)
-        edited = _field_input(name, label, value, f"{prefix}.{name}")
+    for name in FORKABLE:
+        value = getattr(getattr(config, cfg.section_of(name)), name)
+        edited = _field_input(name, value, f"{prefix}.{name}")
         if edited != value:
             changes[name] = edited
     return changes
@@ -85,10 +88,10 @@ def fork_caption(store: RunStore, run: RunRecord) -> None:
         what = info.get("sentence") or "probing every step; its result comes when it ends."
         st.caption(ui.plain(f"A replay of {parent} from step {run.fork_step:,}: {what}"))
         return
-    changes = ", ".join(f"{k} {v}" for k, v in (info.get("changes") or {}).items())
+    changes = forks.changes_text(info.get("changes") or {})
     st.caption(
         ui.plain(
-            f"A fork of {parent} from step {run.fork_step:,} ({changes or 'no change'}): "
+            f"A fork of {parent} from step {run.fork_step:,} ({changes}): "
             "its rows before that step are its parent's. Compare draws the difference."
         )
     )
@@ -136,7 +139,7 @@ def fork_panel(store: RunStore, run: RunRecord, writable: bool) -> None:
                 except LaunchError as exc:
                     st.error(ui.plain(str(exc)))
                 else:
-                    what = ", ".join(f"{k} {v}" for k, v in changes.items()) or "no change"
+                    what = forks.changes_text(changes)
                     ui.flash("success", f"Fork of {run.name} from step {step:,} started ({what}).")
                     st.rerun()
         event = _event(store, run)

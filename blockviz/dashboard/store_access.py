@@ -17,7 +17,6 @@ from blockviz.dashboard.ui import literal, plain
 from blockviz.launch import runner
 from blockviz.store import (
     Location,
-    RunRecord,
     RunStore,
     StoreError,
     StoreLocked,
@@ -125,13 +124,3 @@ def reap_dead(store: RunStore) -> None:
     _last_reap[key] = now
     with suppress(StoreError):
         runner.reap(store)  # also collects the dashboard's own exited children
-
-
-def runs_still_stored(store: RunStore, run_ids: list[int]) -> list[RunRecord]:
-    """The records of the runs in `run_ids` still in the store (one deleted meanwhile, from
-    another tab or the command line, is left out: the page's curves say so)."""
-    records = []
-    for run_id in run_ids:
-        with suppress(StoreError):
-            records.append(store.get_run(run_id))
-    return records

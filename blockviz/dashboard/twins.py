@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from blockviz.dashboard import store_access, ui
+from blockviz.core.forks import changes_text
+from blockviz.dashboard import ui
 from blockviz.store import RunStore, StoreError
 from blockviz.store.records import RunRecord
 from blockviz.views.charts.base import chart_data
@@ -19,25 +20,20 @@ def change_text(twin: RunRecord) -> str:
     """'norm_position pre, lr 0.003' or 'no change' (a replay: 'probes every step')."""
     if twin.fork_kind == "replay":
         return "probes every step"
-    changes = (twin.fork_info or {}).get("changes") or {}
-    return ", ".join(f"{field} {value}" for field, value in changes.items()) or "no change"
+    return changes_text((twin.fork_info or {}).get("changes") or {})
 
 
-def fork_steps(store: RunStore, run_ids: list[int]) -> dict[int, int]:
-    """run id -> fork step of each chosen fork or replay (its rows before it are copies)."""
-    return {
-        int(run.id): int(run.fork_step)
-        for run in store_access.runs_still_stored(store, run_ids)
-        if run.fork_step is not None
-    }
+def fork_steps(runs: list[RunRecord]) -> dict[int, int]:
+    """run id -> fork step of each fork or replay among `runs` (its rows before it are copies)."""
+    return {int(run.id): int(run.fork_step) for run in runs if run.fork_step is not None}
 
 
-def forks_left_out(store: RunStore, forked: dict[int, int]) -> None:
-    """Say which forks the initialization chart leaves out, and why."""
+def forks_left_out(runs: list[RunRecord]) -> None:
+    """Say which forks among `runs` the initialization chart leaves out, and why."""
+    forked = [run for run in runs if run.fork_step is not None]
     if not forked:
         return
-    names = {i: str(store.get_run(i).name) for i in forked}
-    listed = "; ".join(f"{names[i]} (from step {step:,})" for i, step in forked.items())
+    listed = "; ".join(f"{run.name} (from step {int(run.fork_step):,})" for run in forked)
     st.caption(
         ui.plain(
             f"Left out, forks whose step-0 gradients are their parent's: {listed}. "
@@ -46,9 +42,9 @@ def forks_left_out(store: RunStore, forked: dict[int, int]) -> None:
     )
 
 
-def twins_section(store: RunStore, run_ids: list[int]) -> None:
+def twins_section(store: RunStore, runs: list[RunRecord]) -> None:
     """The differences of each chosen twin from its parent, from the fork step on."""
-    twins = [r for r in store_access.runs_still_stored(store, run_ids) if r.fork_step is not None]
+    twins = [run for run in runs if run.fork_step is not None]
     if not twins:
         return
     st.subheader("Twins: differences from the parent", anchor=False)

@@ -293,6 +293,19 @@ class Runs(Part):
         return [RunRecord.from_row(columns, row) for row in rows]
 
     @guarded
+    def replays_stamp(self, run_id: RunRef) -> tuple[tuple[int, int], ...]:
+        """(id, size of its fork_info) of each replay of a run: a cheap read that changes
+        when a replay is added, finishes its analysis or is deleted (a cache key)."""
+        if "parent_id" not in self.db.run_columns:  # an old file opened read-only
+            return ()
+        rows = self.conn.execute(
+            "SELECT id, LENGTH(fork_info) FROM runs WHERE parent_id = ? AND fork_kind = ? "
+            "ORDER BY id",
+            (self.lookup.id_of(run_id), "replay"),
+        ).fetchall()
+        return tuple((int(i), int(size or 0)) for i, size in rows)
+
+    @guarded
     def runs_frame(self) -> pd.DataFrame:
         """One row per run (oldest first) with its latest train and val loss.
 

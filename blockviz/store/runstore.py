@@ -202,6 +202,7 @@ class RunStore:
     delete_run = Delegated("runs", Runs.delete_run)
     get_run = Delegated("runs", Runs.get_run)
     twins_of = Delegated("runs", Runs.twins_of)
+    replays_stamp = Delegated("runs", Runs.replays_stamp)
     runs_frame = Delegated("runs", Runs.runs_frame)
     run_statuses = Delegated("runs", Runs.run_statuses)
 

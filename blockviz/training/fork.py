@@ -93,7 +93,7 @@ def fork_plan(
     checkpoint = forks.kept_path(run_dir, step)
     what = f"run {parent.id}'s checkpoint at step {step}"
     state = read_checkpoint(checkpoint, what)  # names a corrupt or foreign file
-    full = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    full = state["loaded"]
     # The parent's config holds its vocabulary's size: the shapes are checked before the
     # text is even read.
     check_shapes(full, config, given)
@@ -104,7 +104,7 @@ def fork_plan(
     horizon = schedule_horizon(state, base)
     if "max_steps" in given and not keep_horizon:
         horizon = config.train.max_steps
-    changes = {field: getattr_field(config, field) for field in given}
+    changes = {field: getattr(getattr(config, cfg.section_of(field)), field) for field in given}
     plan = RunPlan(
         config=config,
         name=name or forks.fork_label(kind, str(parent.name), step, changes),
@@ -115,6 +115,7 @@ def fork_plan(
         parent_id=int(parent.id),
         fork_kind=kind,
         fork_info={"changes": changes, **(info or {})},
+        loaded=full,
     )
     return plan, datamodule
 
@@ -128,15 +129,6 @@ def no_step_message(parent: RunRecord, step: int, kept: list[int]) -> str:
             "ckpt_interval 0, or before kept checkpoints existed); train with --ckpt_interval N"
         )
     return f"--step {step}: {where} keeps checkpoints at steps {forks.steps_text(kept)}; pick one"
-
-
-def getattr_field(config: cfg.RunConfig, field: str) -> Any:
-    """A config field's value, from whichever section holds it."""
-    for section in cfg.SECTIONS:
-        part = getattr(config, section)
-        if hasattr(part, field):
-            return getattr(part, field)
-    raise KeyError(field)
 
 
 def _parent_config(parent: RunRecord, run_dir: Path) -> cfg.RunConfig:
@@ -200,12 +192,13 @@ def _rows_before(pending: Any, step: int) -> dict[str, list[list[Any]]] | None:
     return kept or None
 
 
-def starting_state(path: Path, config: cfg.RunConfig, step: int, horizon: int) -> dict[str, Any]:
+def starting_state(
+    state: dict[str, Any], config: cfg.RunConfig, step: int, horizon: int
+) -> dict[str, Any]:
     """The parent's checkpoint as the fork starts from it: the optimizer's and schedule's
     hyperparameters rewritten from the fork's config (a checkpoint restores its own lr,
     weight decay and betas otherwise), no checkpoint callback's state (best.ckpt is the
-    parent's), no rows carried (the fork copies them)."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    parent's), no rows carried (the fork copies them). Rewrites `state` in place."""
     train = config.train
     lr = lr_at(step, train, horizon)
     for optimizer in state.get("optimizer_states") or []:
@@ -235,14 +228,14 @@ def starting_state(path: Path, config: cfg.RunConfig, step: int, horizon: int) -
 
 @contextlib.contextmanager
 def prepared(plan: RunPlan) -> Iterator[RunPlan]:
-    """The plan with its checkpoint replaced by the fork's starting state, in a temporary
-    file removed when the fit is over."""
+    """The plan with its checkpoint replaced by the fork's starting state (`fork_plan`'s
+    loaded checkpoint, rewritten), in a temporary file removed when the fit is over."""
     with tempfile.TemporaryDirectory(prefix="blockviz-fork-") as folder:
         path = Path(folder) / "start.ckpt"
-        state = starting_state(
-            plan.checkpoint, plan.config, plan.start_step, plan.schedule_steps or 0
-        )
+        loaded, plan.loaded = plan.loaded or {}, None  # `fork_plan` loaded it
+        state = starting_state(loaded, plan.config, plan.start_step, plan.schedule_steps or 0)
         torch.save(state, path)
+        del loaded, state  # not held through the fit
         plan.checkpoint = path
         yield plan
 

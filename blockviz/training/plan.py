@@ -66,6 +66,8 @@ class RunPlan:
     parent_id: int | None = None
     fork_kind: str | None = None
     fork_info: dict[str, Any] | None = None
+    # The parent's checkpoint as loaded, until `fork.prepared` writes the fork's start.
+    loaded: dict[str, Any] | None = None
 
     @property
     def finishing(self) -> bool:
@@ -179,6 +181,7 @@ def read_checkpoint(path: Path, what: str) -> dict[str, Any]:
         "global_step": step,
         "hyper_parameters": hparams if isinstance(hparams, dict) else {},
         "pending_rows": pending if isinstance(pending, dict) else None,
+        "loaded": state,  # the whole checkpoint as loaded (a fork rewrites it)
     }
 
 

@@ -90,14 +90,18 @@ def analyse(store: RunStore, replay_id: int, what: dict[str, Any]) -> dict[str, 
     parent: RunRecord = what["parent"]
     start, step, event = int(what["start"]), int(what["event_step"]), str(what["event"])
     parent_id = int(parent.id)
-    ranges = flight.healthy_ranges(store.scalars(parent_id), store.layer_stats(parent_id), start)
+    # Only what the rule reads: the scanned scalars and kinds (not every tensor's rows).
+    scalars, kinds = flight.SCANNED_SCALARS, flight.SCANNED_KINDS
+    ranges = flight.healthy_ranges(
+        store.scalars(parent_id, scalars), store.layer_stats(parent_id, kinds), start
+    )
     n_layer = int(((parent.config or {}).get("model") or {}).get("n_layer") or 0)
     result: dict[str, Any] = {"event": event, "event_step": step, "start": start}
     try:
         brk = flight.first_break(
             ranges,
-            store.scalars(replay_id, after_step=start),
-            store.layer_stats(replay_id, after_step=start),
+            store.scalars(replay_id, scalars, after_step=start),
+            store.layer_stats(replay_id, kinds, after_step=start),
             step,
             event,
             n_layer,

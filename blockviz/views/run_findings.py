@@ -94,12 +94,6 @@ def read_findings(store: RunStore, run: RunRecord) -> RunFindings:
     return findings_of(run, scalars, read_layers(store, run_id), replay_results(store, run_id))
 
 
-def replay_ids(store: RunStore, run_id: int) -> tuple[int, ...]:
-    """The ids of the run's replays that found something (part of the findings' cache key)."""
-    replays = store.twins_of(run_id, "replay")
-    return tuple(int(r.id) for r in replays if (r.fork_info or {}).get("sentence"))
-
-
 def replay_results(store: RunStore, run_id: int) -> tuple[dict[str, Any], ...]:
     """What each finished replay of the run found (training.replay), oldest first."""
     infos = (replay.fork_info or {} for replay in store.twins_of(run_id, "replay"))
@@ -109,7 +103,7 @@ def replay_results(store: RunStore, run_id: int) -> tuple[dict[str, Any], ...]:
 # Findings of runs by (store file, run id, status, step): a finished run's never change, a
 # running run's key moves with its step. Pages that list many runs (Compare, a study of 42
 # runs refreshing every 5 s) read each run once per change, not once per redraw.
-_CACHE: dict[tuple[str, int, str, Any, tuple[int, ...]], RunFindings] = {}
+_CACHE: dict[tuple[str, int, str, Any, tuple[tuple[int, int], ...]], RunFindings] = {}
 _CACHE_SIZE = 1024
 _CACHE_LOCK = threading.Lock()  # the dashboard's sessions are threads of one process
 ACTIVE_EVERY_S = 5.0
@@ -125,7 +119,7 @@ def cached_findings(store: RunStore, run: RunRecord, logged: bool | None = None)
     if str(run.status) in spec.ACTIVE_STATUSES:
         step = ("active", int(time.monotonic() // ACTIVE_EVERY_S), logged)
     # A replay finishing later (or deleted) changes a run's spike or divergence finding.
-    key = (store.where, int(run.id), str(run.status), step, replay_ids(store, int(run.id)))
+    key = (store.where, int(run.id), str(run.status), step, store.replays_stamp(int(run.id)))
     with _CACHE_LOCK:
         found = _CACHE.get(key)
     if found is None:
