@@ -106,7 +106,7 @@ class TrainingMonitor(Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         """Note the step and the lr its update will use; resume the clock after validation."""
-        self._resume_clock()
+        self.resume_clock()
         self._step = trainer.global_step
         # Read before the update: Lightning steps the schedule before on_train_batch_end.
         self._pending_lr = trainer.optimizers[0].param_groups[0]["lr"]
@@ -125,10 +125,17 @@ class TrainingMonitor(Callback):
         # a term; "ce" is the cross-entropy alone, what train/loss means in every run.
         self._pending_losses.append(outputs.get("ce", outputs["loss"]))
         self._pending_steps.append(self._step)
-        last_step = self._step + 1 >= trainer.max_steps
-        if self._step % self.log_interval and not last_step:
+        if not self.due(self._step, trainer.max_steps):
             return
-        self._flush(trainer, batch[0].numel())
+        losses = torch.stack(self._pending_losses).float().tolist()  # one device->host copy
+        steps = list(self._pending_steps)
+        self._pending_losses.clear()
+        self._pending_steps.clear()
+        self.record(trainer, steps, losses, batch[0].numel(), self._pending_lr)
+
+    def due(self, step: int, max_steps: int) -> bool:
+        """Whether step `step`'s loss is logged (with those before it not logged yet)."""
+        return step % self.log_interval == 0 or step + 1 >= max_steps
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Stop the throughput clock while validating."""
@@ -139,24 +146,31 @@ class TrainingMonitor(Callback):
         """Stop the wall clock."""
         self._fit_ended = time.perf_counter()
 
-    def _resume_clock(self) -> None:
+    def resume_clock(self) -> None:
+        """Restart the throughput clock paused by a validation (if one is paused)."""
         # Validation ends in callbacks, ModelCheckpoint's best.ckpt last of all; the next
         # training batch is the first moment after all of them.
         if self._paused_at is not None:
             self._window_excluded += time.perf_counter() - self._paused_at
             self._paused_at = None
 
-    def _flush(self, trainer: L.Trainer, tokens_per_batch: int) -> None:
-        """Log mean loss, lr and throughput of the steps since the last flush."""
-        losses = torch.stack(self._pending_losses).float().tolist()  # one device->host copy
-        steps = list(self._pending_steps)
+    def record(
+        self,
+        trainer: L.Trainer,
+        steps: list[int],
+        losses: list[float],
+        tokens_per_batch: int,
+        lr: float,
+    ) -> None:
+        """Log mean loss, lr and throughput of the steps trained since the last record:
+        `steps` and their `losses` (host floats), the last one's `lr`. A batch of
+        replicas calls it for each replica with its column of the batch's one transfer."""
+        steps = list(steps)
         trained = len(steps)  # in this session (the throughput's steps)
         if self._carried:
             steps = [step for step, _ in self._carried] + steps
             losses = [loss for _, loss in self._carried] + losses
             self._carried = []
-        self._pending_losses.clear()
-        self._pending_steps.clear()
         now = time.perf_counter()
         elapsed = max(1e-9, now - self._window_start - self._window_excluded)
         self._window_start, self._window_excluded = now, 0.0
@@ -175,7 +189,7 @@ class TrainingMonitor(Callback):
         self._recent_losses.extend(losses)
         metrics = {
             spec.TRAIN_LOSS: sum(losses) / len(losses),
-            spec.TRAIN_LR: self._pending_lr,
+            spec.TRAIN_LR: lr,
             spec.TRAIN_STEP_TIME: step_time,
             spec.TRAIN_TOKENS_PER_SEC: world_tokens / step_time,
             # the wall clock at the end of this step (validation included): Live and

@@ -14,6 +14,13 @@ With the residual off the norm stays where `norm_position` puts it; only the ski
 Each block owns named identity modules, "taps", in `block.taps` (a ModuleDict), so probes
 can hook activations by module name (`blocks.0.taps.resid_mid`) without touching forward.
 A tap exists only where its activation does; see `block_tap_names`.
+
+One model or K of them: every module also runs with its parameters stacked, (K, ...),
+and inputs (K, B, T) (`LitReplicas` calls the model with `functional_call` on the stacked
+parameters). Replica i's tokens then meet only replica i's weights: a stacked Linear is one
+batched matrix product, a stacked norm scales by its replica's gains, and attention folds
+the replicas into the batch, so the fused attention kernels run on a stack as they run on
+one model. With ordinary (unstacked) parameters every forward is exactly what it was.
 """
 
 from __future__ import annotations
@@ -40,6 +47,41 @@ class NonFiniteLogits(ArithmeticError):
     """Sampling met NaN or infinite logits: the weights or the stream blew up."""
 
 
+def per_replica(gain: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A norm's gain (dim,) as it is, or a stack of K gains (K, dim) shaped to scale
+    x (K, ..., dim) replica by replica."""
+    if gain.dim() == 1:
+        return gain
+    return gain.view(gain.shape[0], *([1] * (x.dim() - 2)), gain.shape[-1])
+
+
+class Linear(nn.Linear):
+    """nn.Linear, which also takes K stacked weights (K, out, in) and biases (K, out) with
+    inputs (K, ..., in): one batched matrix product, replica by replica."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.weight
+        if weight.dim() == 2:
+            return F.linear(x, weight, self.bias)
+        flat = x.reshape(x.shape[0], -1, x.shape[-1])  # (K, N, in)
+        if self.bias is None:
+            out = torch.bmm(flat, weight.transpose(1, 2))  # (K, N, out)
+        else:
+            out = torch.baddbmm(self.bias.unsqueeze(1), flat, weight.transpose(1, 2))
+        return out.view(*x.shape[:-1], weight.shape[1])  # (K, ..., out)
+
+
+class LayerNorm(nn.LayerNorm):
+    """nn.LayerNorm, which also takes K stacked gains and biases (K, dim)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight is None or self.weight.dim() == 1:
+            return super().forward(x)
+        out = F.layer_norm(x, self.normalized_shape, None, None, self.eps)
+        out = out * per_replica(self.weight, out)
+        return out if self.bias is None else out + per_replica(self.bias, out)
+
+
 class RMSNorm(nn.Module):
     """x / sqrt(mean(x²) + eps) * weight over the last dim: LayerNorm without centring or bias.
 
@@ -56,7 +98,7 @@ class RMSNorm(nn.Module):
         """Normalise (..., dim) by its root mean square, then scale per channel."""
         x_float = x.float()
         inv_rms = torch.rsqrt(x_float.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
-        return (x_float * inv_rms * self.weight).type_as(x)  # (..., dim)
+        return (x_float * inv_rms * per_replica(self.weight, x)).type_as(x)  # (..., dim)
 
 
 class BatchNorm(nn.Module):
@@ -92,7 +134,7 @@ def make_norm(cfg: ModelConfig) -> nn.Module:
         return RMSNorm(cfg.d_model, eps=1e-5)
     if cfg.norm_type == "batchnorm":
         return BatchNorm(cfg.d_model, bias=cfg.bias, eps=1e-5)
-    return nn.LayerNorm(cfg.d_model, eps=1e-5, bias=cfg.bias)
+    return LayerNorm(cfg.d_model, eps=1e-5, bias=cfg.bias)
 
 
 def make_head_norm(cfg: ModelConfig) -> nn.Module:
@@ -103,7 +145,7 @@ def make_head_norm(cfg: ModelConfig) -> nn.Module:
     # ignores: like the k slice of the qkv bias, it gets no gradient (round-off only).
     if cfg.norm_type == "rmsnorm":
         return RMSNorm(cfg.head_dim, eps=1e-5)
-    return nn.LayerNorm(cfg.head_dim, eps=1e-5, bias=cfg.bias)
+    return LayerNorm(cfg.head_dim, eps=1e-5, bias=cfg.bias)
 
 
 class AttentionMaps(dict[int, torch.Tensor]):
@@ -131,36 +173,40 @@ class CausalSelfAttention(nn.Module):
         self.layer_index = layer_index
         self.n_head = cfg.n_head
         self.dropout = cfg.dropout
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
+        self.qkv = Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
         # qk_norm (Dehghani et al. 2023; Wortsman et al. 2023): one norm for the queries and
         # one for the keys, each shared by the heads, applied before either attention path.
         self.q_norm = make_head_norm(cfg) if cfg.qk_norm else None
         self.k_norm = make_head_norm(cfg) if cfg.qk_norm else None
-        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.proj = Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
         self.attn_drop = nn.Dropout(cfg.dropout)  # explicit path only; SDPA takes dropout_p
         self.resid_drop = nn.Dropout(cfg.dropout)
         self.weights_sink: AttentionMaps | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Attend over the causal prefix; (B, T, d_model) in and out."""
-        B, T, C = x.shape
+        """Attend over the causal prefix; (B, T, d_model) in and out, or (K, B, T, d_model)
+        for K stacked replicas, folded into one batch of K·B sequences for the kernel."""
+        *lead, T, C = x.shape  # lead: (B,), or (K, B) under replicas
         head_dim = C // self.n_head
-        q, k, v = self.qkv(x).split(C, dim=2)  # 3 x (B, T, C)
-        q = q.view(B, T, self.n_head, head_dim).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, self.n_head, head_dim).transpose(1, 2)  # (B, nh, T, hs)
-        v = v.view(B, T, self.n_head, head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        q, k, v = self.qkv(x).split(C, dim=-1)  # 3 x (..., T, C)
+        q = q.view(*lead, T, self.n_head, head_dim).transpose(-3, -2)  # (..., nh, T, hs)
+        k = k.view(*lead, T, self.n_head, head_dim).transpose(-3, -2)  # (..., nh, T, hs)
+        v = v.view(*lead, T, self.n_head, head_dim).transpose(-3, -2)  # (..., nh, T, hs)
         if self.q_norm is not None:
             # Unit-scale q and k give dot products of order sqrt(hs), so the 1/sqrt(hs)
             # scale stays; how sharp attention gets is then up to the norms' gains, not
             # to how large the qkv projection has grown.
-            q, k = self.q_norm(q), self.k_norm(k)  # (B, nh, T, hs) each
+            q, k = self.q_norm(q), self.k_norm(k)  # (..., nh, T, hs) each
+        # (K·B, nh, T, hs): a view (one model's q, k, v are passed as they are)
+        q, k, v = (t.reshape(-1, *t.shape[-3:]) for t in (q, k, v))
         if self.weights_sink is None:
             dropout_p = self.dropout if self.training else 0.0
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
         else:
             y = self._explicit_attention(q, k, v, self.weights_sink)  # (B, nh, T, hs)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side
-        return self.resid_drop(self.proj(y))  # (B, T, C)
+        y = y.view(*lead, *y.shape[-3:]).transpose(-3, -2)  # (..., T, nh, hs)
+        y = y.contiguous().view(*lead, T, C)  # (..., T, C): heads side by side
+        return self.resid_drop(self.proj(y))  # (..., T, C)
 
     def _explicit_attention(
         self,
@@ -197,11 +243,11 @@ class FeedForward(nn.Module):
         super().__init__()
         self.gated = cfg.activation == "swiglu"
         in_width = 2 * cfg.d_ff if self.gated else cfg.d_ff
-        self.fc_in = nn.Linear(cfg.d_model, in_width, bias=cfg.bias)
+        self.fc_in = Linear(cfg.d_model, in_width, bias=cfg.bias)
         self.act = {"gelu": nn.GELU, "relu": nn.ReLU, "silu": nn.SiLU, "swiglu": nn.SiLU}[
             cfg.activation
         ]()
-        self.fc_out = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+        self.fc_out = Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, hidden_tap: nn.Module) -> torch.Tensor:
@@ -293,7 +339,7 @@ class CharTransformer(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
         self.final_norm = make_norm(cfg) if cfg.use_final_norm else None
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head = Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_weights:
             # One matrix both embeds tokens and scores them; it keeps the head's Linear init
             # (as nanoGPT does) and is listed once, as tok_emb.weight, in named_parameters.
@@ -338,15 +384,26 @@ class CharTransformer(nn.Module):
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits (B, T, vocab) for token ids (B, T), and the mean cross-entropy if targets."""
-        B, T = idx.shape
+        """Logits (B, T, vocab) for token ids (B, T), and the mean cross-entropy if targets.
+
+        With stacked parameters (K replicas, see the module docstring): token ids
+        (K, B, T), logits (K, B, T, vocab) and each replica's mean cross-entropy, (K,).
+        """
+        T = idx.shape[-1]
         if self.cfg.block_size < T:
             raise ModelInputError(
                 f"sequence length {T} is longer than block_size={self.cfg.block_size}; "
                 f"pass at most {self.cfg.block_size} tokens"
             )
-        positions = torch.arange(T, device=idx.device)  # (T,)
-        x = self.drop(self.tok_emb(idx) + self.pos_emb(positions))  # (B, T, C)
+        table = self.tok_emb.weight
+        if table.dim() == 2:
+            positions = torch.arange(T, device=idx.device)  # (T,)
+            x = self.drop(self.tok_emb(idx) + self.pos_emb(positions))  # (B, T, C)
+        else:  # K stacked tables: replica i's ids index rows i·V.. of the K tables end to end
+            K, V = table.shape[:2]
+            offsets = torch.arange(K, device=idx.device).view(K, 1, 1) * V  # (K, 1, 1)
+            tokens = F.embedding(idx + offsets, table.reshape(K * V, -1))  # (K, B, T, C)
+            x = self.drop(tokens + self.pos_emb.weight[:, :T].unsqueeze(1))  # (K, B, T, C)
         for block in self.blocks:
             x = block(x)  # (B, T, C)
         if self.final_norm is not None:
@@ -359,8 +416,13 @@ class CharTransformer(nn.Module):
             logits = cap * torch.tanh(logits / cap)  # (B, T, V)
         if targets is None:
             return logits, None
-        loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))
-        return logits, loss
+        if table.dim() == 2:
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+            return logits, loss
+        per_token = F.cross_entropy(
+            logits.reshape(-1, logits.size(-1)), targets.reshape(-1), reduction="none"
+        )
+        return logits, per_token.view(logits.shape[0], -1).mean(dim=1)  # (K,)
 
     @torch.no_grad()
     def generate(

@@ -5,7 +5,9 @@ Each replica gets its own `TrainingMonitor` (train/* scalars, divergence) and `B
 (per-layer statistics, attention, samples), called by `ReplicaCallbacks` with a view of the
 Trainer (`ReplicaTrainer`: that replica's loggers, lr and monitor) and the replica's own
 `LitCharModel` (whose parameters are views into the stack). So a replica's rows are the rows
-its solo run writes. The probe steps of all replicas reach the host in one transfer.
+its solo run writes. Every replica's losses reach the host in one transfer per logged
+step, and the probe steps of all replicas in one transfer per probe step: the host work of
+an ordinary step does not grow with the number of replicas.
 
 A replica that diverges is recorded at once (status, step, final metrics) by `on_diverged`
 and masked out; the others go on. When none is left the fit ends.
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -105,6 +108,10 @@ class ReplicaCallbacks(Callback):
         self.on_diverged = on_diverged
         self.progress = progress
         self._views: list[ReplicaTrainer] = []
+        self._losses: list[Any] = []  # each step's (K,) losses, on the device
+        self._steps: list[int] = []
+        self._step = 0
+        self._validated = False  # a validation paused the monitors' clocks
 
     def _live(self, lit: LitReplicas) -> list[Replica]:
         return [r for r in self.replicas if lit.live[r.index]]
@@ -128,11 +135,12 @@ class ReplicaCallbacks(Callback):
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: LitReplicas, batch: Any, batch_idx: int
     ) -> None:
-        """Each live monitor notes the step and its replica's lr."""
-        for replica in self._live(pl_module):
-            replica.monitor.on_train_batch_start(
-                self._views[replica.index], pl_module, batch, batch_idx
-            )
+        """Note the step; after a validation, restart the monitors' throughput clocks."""
+        self._step = trainer.global_step
+        if self._validated:
+            for replica in self.replicas:
+                replica.monitor.resume_clock()
+            self._validated = False
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: LitReplicas, optimizer: Any
@@ -155,14 +163,27 @@ class ReplicaCallbacks(Callback):
         pending = [(r, p) for r, p in pending if p is not None]
         for (replica, item), host in zip(pending, to_host([p for _, p in pending]), strict=True):
             replica.probe.write_host(item, host)
-        losses = outputs["ce"]  # (K,) on the device
-        x = batch[0]
+        step = self._step
+        self._losses.append(outputs["ce"])  # (K,) on the device
+        self._steps.append(step)
+        monitor = self.replicas[0].monitor
+        if not monitor.due(step, trainer.max_steps):
+            return
+        columns = torch.stack(self._losses).float().T.tolist()  # (K, steps): one transfer
+        steps = list(self._steps)
+        self._losses.clear()
+        self._steps.clear()
+        tokens = batch[0][0].numel()  # one replica's batch
         diverged: list[tuple[Replica, int]] = []
+        lrs = pl_module.lr_of(step)
         for replica in live:
-            one = {"loss": losses[replica.index]}
             try:
-                replica.monitor.on_train_batch_end(
-                    self._views[replica.index], pl_module, one, (x[replica.index],), batch_idx
+                replica.monitor.record(
+                    self._views[replica.index],
+                    steps,
+                    columns[replica.index],
+                    tokens,
+                    lrs[replica.index],
                 )
             except TrainingDiverged as exc:
                 diverged.append((replica, exc.step))
@@ -177,6 +198,7 @@ class ReplicaCallbacks(Callback):
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: LitReplicas) -> None:
         """Pause the monitors' throughput clocks."""
+        self._validated = True
         for replica in self.replicas:
             replica.monitor.on_validation_start(self._views[replica.index], pl_module)
 

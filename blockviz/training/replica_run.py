@@ -50,10 +50,6 @@ from blockviz.training.run_log import close_log, open_log
 
 log = logging.getLogger(__name__)
 
-# "1": vmap the batched step whatever the device, "0": loop over the replicas; unset: vmap
-# on a GPU, the loop on a CPU (what measured faster on each; docs/replicas.md).
-ENV_VMAP = "BLOCKVIZ_REPLICAS_VMAP"
-
 
 @dataclass
 class Batch:
@@ -395,8 +391,7 @@ def _fit_and_record(
     stop: StopRequest,
 ) -> int:
     vocab_json = datamodule.vocab.to_json()
-    forced = {"1": True, "0": False}.get(os.environ.get(ENV_VMAP, ""))
-    lit = LitReplicas([c.to_dict() for c in configs], vocab_json, batch.schedule_steps, forced)
+    lit = LitReplicas([c.to_dict() for c in configs], vocab_json, batch.schedule_steps)
     prompt = sample_prompt(datamodule)
     resume_step = batch.start_step if batch.checkpoint is not None else None
     members = build_replicas(configs, ids, store, run_dirs, prompt, resume_step)

@@ -1,49 +1,62 @@
-"""Replicas: K runs of the same shapes trained as one batched model (PyTorch's model
-ensembling with torch.func: `stack_module_state` + `functional_call` + `vmap`).
+"""Replicas: K runs of the same shapes trained as one batched model.
 
 `LitReplicas` is the LightningModule of a batch. Each replica is first built exactly as
 its solo run builds its model (`seed_everything(seed)`, then `LitCharModel`), so it starts
-from the solo run's weights; the K models' parameters are then stacked into one tensor per
-parameter, (K, ...), and a training step calls the model through `functional_call` on the
-stacked parameters and K batches, (K, B, T): once under `vmap` on a GPU, or once per
-replica over views of the stack on a CPU, where vmap's batched products and its per-replica
-fallback for CPU attention measured slower (docs/replicas.md). The replicas share no
-arithmetic: the objective is the sum of their losses, so each replica's gradient is its
-own loss's gradient.
+from the solo run's weights; the K models' parameters are then stacked, one (K, ...) tensor
+per parameter, and a training step calls the model once through `functional_call` on the
+stacked parameters and K batches, (K, B, T). The model takes stacked parameters natively
+(`blockviz.training.model`): batched matrix products, and attention with the replicas
+folded into the batch, so a stack runs the fused attention kernels a solo run uses; no
+vmap, no loop over the replicas. The replicas share no arithmetic: the objective is the
+sum of their losses, so each replica's gradient is its own loss's gradient.
 
 What each replica keeps on its own (`core.replicas.PER_REPLICA_FIELDS`): its seed (its
 initial weights and its data order), the AdamW hyperparameters (lr and its schedule,
-weight decay, betas), gradient clipping (on its own global norm) and the z-loss. The
-update is `ReplicaAdamW`, torch's AdamW written over the stacked tensors with one value of
-each hyperparameter per replica.
+weight decay, betas), gradient clipping (on its own global norm) and the z-loss; each is
+a (K,) tensor on the device. When the optimizer is made, the stacked parameters are laid
+end to end in one (K, N) buffer, their gradients in another (`FlatStack`), so the update
+(`ReplicaAdamW`) and the clipping are a dozen tensor operations on the whole stack,
+whatever K: no host work per replica, no transfer.
 
 A replica whose loss stops being finite is masked out: `alive` (a buffer, so checkpoints
-carry it) turns False, its parameters, gradients and optimizer state are zeroed and its
-learning rate is 0, so it computes finite zeros from then on and the rest go on.
+carry it) turns False, its parameters, gradients and moments are zeroed and its learning
+rate is 0, so it computes finite zeros from then on and the rest go on.
 
 Each replica also has a `LitCharModel` of its own whose parameters are views into the
 stacked tensors (`views`): the probes, text samples and final metrics use it as they use a
 solo run's module, reading the replica's slice without copying it.
+
+Equality to the solo runs: the same initial weights and data, and the same formulas in
+another order (one batched product where the solo run multiplies once per run, AdamW's
+arithmetic on (K, N) rows): a replica equals its solo run to float32 rounding on a CPU,
+and to the rounding of the run's precision (bf16-mixed) on a GPU (docs/replicas.md).
 """
 
 from __future__ import annotations
 
 import copy
+import math
+import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
 import torch
 from torch import nn
-from torch.func import functional_call, stack_module_state, vmap
-from torch.optim.adam import adam
+from torch.func import functional_call, stack_module_state
 
-from blockviz.core.config import RunConfig
+from blockviz.core.config import RunConfig, TrainConfig
 from blockviz.training.data import answer_accuracy, baseline_score
 from blockviz.training.lit import CompiledModel, LitCharModel, lr_at, param_groups, val_metrics
 
 EPS = 1e-8  # torch.optim.AdamW's default, as solo runs use it
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s
+SCHEDULES = ("constant", "cosine", "linear")
+
+# A stacked parameter is a strided view of the flat buffer, and so is its gradient, on
+# purpose (autograd adds into it in place); torch warns that such a pair is unusual.
+warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout")
 
 
 def _key(name: str) -> str:
@@ -51,47 +64,153 @@ def _key(name: str) -> str:
     return name.replace(".", "__")
 
 
-class ReplicaAdamW(torch.optim.Optimizer):
-    """AdamW over stacked (K, ...) parameters, each replica updated by torch's own AdamW.
+def _column(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """(K,) per-replica values as a (K, 1) column in `like`'s dtype."""
+    return values.to(like.dtype).unsqueeze(1)
 
-    Each step calls `torch.optim.adam.adam` (the function `torch.optim.AdamW.step` calls)
-    once per live replica and parameter group, on views of that replica's slices of the
-    parameters, gradients and moments, with its own lr, betas and weight decay, the groups
-    in the order `lit.param_groups` gives a solo run (matrices decay, the rest do not). So
-    the arithmetic is the solo run's, operation for operation. `lr_of(update)` gives the K
-    learning rates of update `update` (0-based), as each solo run's LambdaLR sets them;
-    `live()` says which replicas are still training (the others are not updated; their
-    weights, gradients and moments are zeroed).
+
+@dataclass
+class FlatStack:
+    """The stacked parameters end to end: `data` (K, N) holds every replica's parameters as
+    one row, `grad` (K, N) their gradients; each stacked parameter and its `.grad` are
+    views into them (made by `flatten`). The first `n_decay` columns are the parameters
+    that decay (Linear matrices, `lit.param_groups`), the rest do not."""
+
+    data: torch.Tensor
+    grad: torch.Tensor
+    n_decay: int
+    columns: dict[int, slice]  # id(parameter) -> its columns
+
+    def view(self, buffer: torch.Tensor, param: nn.Parameter) -> torch.Tensor:
+        """`param`'s part of a (K, N) buffer laid out like `data`, shaped as `param`."""
+        return buffer[:, self.columns[id(param)]].view(param.shape)
+
+    @classmethod
+    def flatten(cls, params: Sequence[nn.Parameter], decays: Sequence[bool]) -> FlatStack:
+        """Move `params` ((K, ...) each) into one buffer, the decaying ones first; from
+        then on each parameter's data and gradient are views of the buffers."""
+        order = [p for p, d in zip(params, decays, strict=True) if d]
+        order += [p for p, d in zip(params, decays, strict=True) if not d]
+        k = params[0].shape[0]
+        sizes = [p[0].numel() for p in order]
+        first = params[0]
+        data = torch.empty(k, sum(sizes), device=first.device, dtype=first.dtype)
+        grad = torch.zeros_like(data)
+        flat = cls(data, grad, sum(sizes[: sum(bool(d) for d in decays)]), {})
+        offset = 0
+        for param, size in zip(order, sizes, strict=True):
+            flat.columns[id(param)] = slice(offset, offset + size)
+            offset += size
+            view = flat.view(data, param)
+            view.copy_(param.detach())
+            param.data = view
+            # Autograd adds a gradient in place into an existing .grad: this view.
+            param.grad = flat.view(grad, param)
+        return flat
+
+
+class ReplicaSchedule:
+    """Every replica's learning rate for an update, as a (K,) tensor on the device: the
+    formula of `lit.lr_at` (warm-up, then constant, cosine or linear to min_lr at the
+    horizon) over per-replica tensors, so no step moves a number from the host. float64
+    where the device has it, as lr_at computes in Python floats."""
+
+    def __init__(self, trains: Sequence[TrainConfig], horizon: int, device: torch.device) -> None:
+        dtype = torch.float32 if device.type == "mps" else torch.float64
+
+        def values(get: Callable[[TrainConfig], float]) -> torch.Tensor:
+            return torch.tensor([float(get(t)) for t in trains], dtype=dtype, device=device)
+
+        self.lr = values(lambda t: t.lr)
+        self.min_lr = values(lambda t: t.min_lr)
+        self.warmup = values(lambda t: t.warmup_steps)
+        self.kind = torch.tensor([SCHEDULES.index(t.lr_schedule) for t in trains], device=device)
+        self.decay_steps = torch.clamp(horizon - self.warmup, min=1.0)
+
+    def __call__(self, update: int) -> torch.Tensor:
+        """The K learning rates of optimizer update `update` (0-based)."""
+        warm = self.lr * (update + 1) / torch.clamp(self.warmup, min=1.0)
+        progress = torch.clamp((update - self.warmup) / self.decay_steps, min=0.0, max=1.0)
+        span = self.lr - self.min_lr
+        cosine = self.min_lr + 0.5 * (1.0 + torch.cos(math.pi * progress)) * span
+        linear = self.lr - progress * span
+        after = torch.where(self.kind == 0, self.lr, torch.where(self.kind == 1, cosine, linear))
+        return torch.where(update < self.warmup, warm, after)
+
+
+class ReplicaAdamW(torch.optim.Optimizer):
+    """AdamW over the K replicas' parameters at once, with per-replica hyperparameters.
+
+    torch's AdamW (decoupled weight decay, bias-corrected moments, eps outside the square
+    root) on the (K, N) rows of a `FlatStack`: each row is updated with its replica's lr
+    (`schedule(update)`, (K,)), betas and weight decay, and only the first `n_decay`
+    columns decay. Replicas not `alive()` ((K,) bool) get lr 0. The moments are (K, N)
+    buffers; `state` holds a view of them per parameter, so a checkpoint keeps the same
+    per-parameter layout however the buffers are laid out.
     """
 
     def __init__(
         self,
         params: Sequence[nn.Parameter],
-        decays: Sequence[bool],
+        flat: FlatStack,
         weight_decay: Sequence[float],
         betas: Sequence[tuple[float, float]],
-        lr_of: Callable[[int], list[float]],
-        live: Callable[[], list[bool]],
+        schedule: Callable[[int], torch.Tensor],
+        alive: Callable[[], torch.Tensor],
     ) -> None:
         super().__init__(list(params), {"lr": 0.0})
-        self.decays = list(decays)
-        self.weight_decay = [float(w) for w in weight_decay]
-        self.betas = [(float(b1), float(b2)) for b1, b2 in betas]
-        self.lr_of = lr_of
-        self.live = live
+        self.flat = flat
+        self.schedule = schedule
+        self.alive = alive
+        device = flat.data.device
+        dtype = torch.float32 if device.type == "mps" else torch.float64
+
+        def values(numbers: Sequence[float]) -> torch.Tensor:
+            return torch.tensor([float(n) for n in numbers], dtype=dtype, device=device)
+
+        self.weight_decay = values(weight_decay)
+        self.beta1 = values([b1 for b1, _ in betas])
+        self.beta2 = values([b2 for _, b2 in betas])
+        self.exp_avg = torch.zeros_like(flat.data)
+        self.exp_avg_sq = torch.zeros_like(flat.data)
+        self._point_state()
         self.updates = 0  # optimizer steps taken (restored with the state)
 
+    def _point_state(self) -> None:
+        """`state[param]`: views of the moment buffers laid out as `param`."""
+        for param in self.param_groups[0]["params"]:
+            self.state[param] = {
+                "exp_avg": self.flat.view(self.exp_avg, param),
+                "exp_avg_sq": self.flat.view(self.exp_avg_sq, param),
+            }
+
     def state_dict(self) -> dict[str, Any]:
-        """torch's state plus the update count (the lr schedule's position)."""
+        """torch's per-parameter state plus the update count (the schedule's position)."""
         state = super().state_dict()
         state["updates"] = self.updates
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the moments, steps and the update count."""
+        """Restore the moments (into the buffers) and the update count."""
         state_dict = dict(state_dict)
         self.updates = int(state_dict.pop("updates", 0))
         super().load_state_dict(state_dict)
+        loaded = {p: dict(self.state[p]) for p in self.param_groups[0]["params"]}
+        self._point_state()
+        with torch.no_grad():
+            for param, saved in loaded.items():
+                for key in ("exp_avg", "exp_avg_sq"):
+                    if key in saved:
+                        self.state[param][key].copy_(saved[key])
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Zero the gradient buffer (the parameters' .grad stay its views)."""
+        self.flat.grad.zero_()
+
+    def forget(self, index: int) -> None:
+        """Zero replica `index`'s moments (a replica masked out)."""
+        self.exp_avg[index].zero_()
+        self.exp_avg_sq[index].zero_()
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -100,57 +219,23 @@ class ReplicaAdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        params = [p for p in self.param_groups[0]["params"] if p.grad is not None]
-        if not params:
-            return loss
-        for param in params:
-            state = self.state[param]
-            if not state:
-                state["exp_avg"] = torch.zeros_like(param)
-                state["exp_avg_sq"] = torch.zeros_like(param)
-                # torch keeps a float32 step per parameter on the CPU; one per replica here
-                state["step"] = torch.zeros(param.shape[0], dtype=torch.float32)
-        alive = self.live()
-        dead = torch.tensor([i for i, a in enumerate(alive) if not a], dtype=torch.long)
-        if dead.numel():
-            for param in params:
-                state = self.state[param]
-                for tensor in (param, param.grad, state["exp_avg"], state["exp_avg_sq"]):
-                    tensor.index_fill_(0, dead.to(tensor.device), 0.0)
-        lrs = self.lr_of(self.updates)
-        flagged = zip(self.param_groups[0]["params"], self.decays, strict=True)
-        with_grad = [(p, decay) for p, decay in flagged if p.grad is not None]
-        groups = [[p for p, d in with_grad if d], [p for p, d in with_grad if not d]]
-        for i, live in enumerate(alive):
-            if not live:
-                continue
-            beta1, beta2 = self.betas[i]
-            for group, decay in zip(groups, (self.weight_decay[i], 0.0), strict=True):
-                if not group:
-                    continue
-                states = [self.state[p] for p in group]
-                adam(
-                    [p[i] for p in group],
-                    [p.grad[i] for p in group],
-                    [s["exp_avg"][i] for s in states],
-                    [s["exp_avg_sq"][i] for s in states],
-                    [],
-                    [s["step"][i] for s in states],
-                    amsgrad=False,
-                    beta1=beta1,
-                    beta2=beta2,
-                    lr=lrs[i],
-                    weight_decay=decay,
-                    eps=EPS,
-                    maximize=False,
-                    decoupled_weight_decay=True,
-                )
+        data, grad, n_decay = self.flat.data, self.flat.grad, self.flat.n_decay
+        n = self.updates + 1
+        lr = torch.where(self.alive(), self.schedule(self.updates), 0.0)
+        step_size = _column(lr / (1.0 - self.beta1**n), data)
+        bias2_sqrt = _column(torch.sqrt(1.0 - self.beta2**n), data)
+        data[:, :n_decay].mul_(_column(1.0 - lr * self.weight_decay, data))
+        self.exp_avg.lerp_(grad, _column(1.0 - self.beta1, data))
+        self.exp_avg_sq.mul_(_column(self.beta2, data))
+        self.exp_avg_sq.addcmul_(grad, grad * _column(1.0 - self.beta2, data))
+        denom = (self.exp_avg_sq.sqrt() / bias2_sqrt).add_(EPS)
+        data.addcdiv_(self.exp_avg * step_size, denom, value=-1.0)
         self.updates += 1
         return loss
 
 
 class LitReplicas(L.LightningModule):
-    """K replicas of one CharTransformer shape, trained as one vmapped model.
+    """K replicas of one CharTransformer shape, trained as one batched model.
 
     `run_configs`: each replica's `RunConfig.to_dict()` (equal but for the per-replica
     fields); `vocab_json` as LitCharModel takes it. The checkpoint holds the stacked
@@ -162,10 +247,9 @@ class LitReplicas(L.LightningModule):
         run_configs: list[dict[str, Any]],
         vocab_json: str | None = None,
         schedule_steps: int | None = None,
-        vectorize: bool | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["vectorize"])
+        self.save_hyperparameters()
         self.configs = [RunConfig.from_dict(c).validate() for c in run_configs]
         self.k = len(self.configs)
         self.schedule_steps = schedule_steps or self.configs[0].train.max_steps
@@ -201,13 +285,17 @@ class LitReplicas(L.LightningModule):
         self.register_buffer("diverged_at", torch.full((self.k,), -1, dtype=torch.long))
         self.vocab = self.views[0].vocab
         self.is_ops = self.views[0].is_ops
-        self.z_loss = [c.train.z_loss for c in self.configs]
-        self.clip = [c.train.grad_clip for c in self.configs]
+        # Per-replica z-loss and clipping, as buffers so they follow the module's device.
+        z_loss = [c.train.z_loss for c in self.configs]
+        self.has_z_loss = any(z_loss)
+        self.register_buffer("z_loss", torch.tensor(z_loss), persistent=False)
+        clips = [c.train.grad_clip for c in self.configs]
+        self.has_clip = any(clips)
+        self.register_buffer("clip", torch.tensor(clips), persistent=False)
         self.replica_loggers: list[list[Any]] = [[] for _ in range(self.k)]
-        # vmap on a GPU; on a CPU a loop over the replicas inside the step, which measured
-        # faster there (docs/replicas.md). None: chosen by the device; True / False: forced.
-        self.vectorize = vectorize
-        self._viewed_device: torch.device | None = None
+        self.flat: FlatStack | None = None  # made with the optimizer
+        self._optimizer: ReplicaAdamW | None = None
+        self._viewed: int | None = None  # data_ptr of the stack the views point into
         self._val_sum: torch.Tensor | None = None
         self._val_batches = 0
         self._answers: list[list[int]] = []
@@ -222,9 +310,10 @@ class LitReplicas(L.LightningModule):
 
     def make_views(self) -> list[LitCharModel]:
         """Point each replica's LitCharModel at its slice of the stacked tensors (again after
-        a move to another device); the views share storage with the stack."""
+        a move to another device or into the flat buffer); the views share storage with
+        the stack."""
         device = self.stacked_params()[0].device
-        if self._viewed_device == device:
+        if self._viewed == self.stacked_params()[0].data_ptr():
             return self.views
         for i, view in enumerate(self.views):
             for stacked, names in zip(self.stacked_params(), self.aliases, strict=True):
@@ -233,7 +322,7 @@ class LitReplicas(L.LightningModule):
                     owner, _, leaf = name.rpartition(".")
                     setattr(view.model.get_submodule(owner), leaf, slice_param)
             view.to(device)
-        self._viewed_device = device
+        self._viewed = self.stacked_params()[0].data_ptr()
         return self.views
 
     def share_grads(self, index: int) -> None:
@@ -244,103 +333,81 @@ class LitReplicas(L.LightningModule):
             param = view.model.get_parameter(names[0])
             param.grad = grad
 
-    def _run(self, x: torch.Tensor, y: torch.Tensor, shared_batch: bool) -> Any:
-        """(logits (K, B, T, V), losses (K,)): the model once per replica under vmap."""
-        template = self.template.wrapper
+    def _run(self, x: torch.Tensor, y: torch.Tensor) -> Any:
+        """(logits (K, B, T, V), losses (K,)) of token ids (K, B, T), or of one batch
+        (B, T) that every replica scores: the model once, on the stacked parameters."""
+        if x.dim() == 2:
+            x, y = x.expand(self.k, *x.shape), y.expand(self.k, *y.shape)
         # Every alias named: moving the template to "meta" unties a tied embedding.
         params = {
             alias: p
             for names, p in zip(self.aliases, self.stacked_params(), strict=True)
             for alias in names
         }
-
-        def one(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> Any:
-            return functional_call(template, p, (xi, yi))
-
-        vectorize = self.vectorize
-        if vectorize is None:
-            vectorize = self.stacked_params()[0].device.type == "cuda"
-        if vectorize:
-            dims = (0, None, None) if shared_batch else (0, 0, 0)
-            return vmap(one, in_dims=dims, randomness="different")(params, x, y)
-        # One replica after another over views of the stack (unbind: one view per replica,
-        # and one stacking copy of the gradients in the backward pass). A replica masked
-        # out costs nothing: zeros stand in for its outputs.
-        views = {name: tensor.unbind(0) for name, tensor in params.items()}
-        alive = self.live
-        wanted = [i for i in range(self.k) if alive[i]] or [0]  # shapes even with none live
-        outputs = {
-            i: one(
-                {name: parts[i] for name, parts in views.items()},
-                x if shared_batch else x[i],
-                y if shared_batch else y[i],
-            )
-            for i in wanted
-        }
-        live_logits, live_loss = next(iter(outputs.values()))
-        dead = (torch.zeros_like(live_logits), torch.zeros_like(live_loss))
-        logits, losses = zip(*(outputs.get(i, dead) for i in range(self.k)), strict=True)
-        return torch.stack(logits), torch.stack(losses)
+        return functional_call(self.template.wrapper, params, (x, y))
 
     # -- training ------------------------------------------------------------------------
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> Any:
         """{"loss": the sum of the live replicas' objectives, "ce": each one's (K,) loss}."""
         x, y = batch  # (K, B, T) each
-        logits, ce = self._run(x, y, shared_batch=False)  # (K, B, T, V), (K,)
-        # Each live replica's objective as its solo run computes it: the cross-entropy, plus
+        logits, ce = self._run(x, y)  # (K, B, T, V), (K,)
+        # Each replica's objective as its solo run computes it: the cross-entropy, plus
         # PaLM's z-loss where its coefficient is not 0.
-        objectives = []
-        for i, (coefficient, live) in enumerate(zip(self.z_loss, self.live, strict=True)):
-            if not live:
-                continue
-            if coefficient == 0:
-                objectives.append(ce[i])
-            else:
-                log_z = logits[i].float().logsumexp(dim=-1)  # (B, T)
-                objectives.append(ce[i] + coefficient * log_z.pow(2).mean())
-        return {"loss": torch.stack(objectives).sum(), "ce": ce.detach()}
+        objective = ce
+        if self.has_z_loss:
+            log_z = logits.float().logsumexp(dim=-1)  # (K, B, T)
+            objective = ce + self.z_loss * log_z.pow(2).mean(dim=(1, 2))
+        # A masked replica adds nothing (and gets no gradient), whatever its loss.
+        live = torch.where(self.alive, objective, torch.zeros_like(objective))
+        return {"loss": live.sum(), "ce": ce.detach()}
 
     def configure_gradient_clipping(
         self, optimizer: Any, gradient_clip_val: Any = None, gradient_clip_algorithm: Any = None
     ) -> None:
-        """Each live replica's gradient clipped to its own `grad_clip` by its own global norm,
-        as `clip_grad_norm_` clips a solo run's (its tensors in the solo optimizer's order,
-        torch's own norm); 0 leaves a replica's gradient alone."""
-        params = self.stacked_params()
-        order = [p for p, d in zip(params, self.decays, strict=True) if d]
-        order += [p for p, d in zip(params, self.decays, strict=True) if not d]
-        order = [p for p in order if p.grad is not None]
-        if not order:
+        """Each replica's gradient clipped to its own `grad_clip` by its own global norm
+        (the norm of its row of the gradient buffer), as `clip_grad_norm_` clips a solo
+        run's; 0 leaves a replica's gradient alone."""
+        if not self.has_clip or self.flat is None:
             return
-        for i, (limit, live) in enumerate(zip(self.clip, self.live, strict=True)):
-            if not limit or not live:
-                continue
-            grads = [p.grad[i] for p in order]
-            total = torch.nn.utils.get_total_norm(grads)
-            coefficient = torch.clamp(limit / (total + CLIP_EPS), max=1.0)
-            torch._foreach_mul_(grads, coefficient)
+        grad = self.flat.grad  # (K, N)
+        total = torch.linalg.vector_norm(grad, dim=1)  # (K,)
+        coefficient = torch.clamp(self.clip / (total + CLIP_EPS), max=1.0)
+        coefficient = torch.where(self.clip > 0, coefficient, torch.ones_like(coefficient))
+        grad.mul_(_column(coefficient, grad))
 
     def lr_of(self, update: int) -> list[float]:
         """Each replica's learning rate for optimizer update `update`, as its solo run's
-        LambdaLR computes it (base lr times the schedule's multiplier)."""
-        rates = []
-        for config in self.configs:
-            train = config.train
-            rates.append(train.lr * (lr_at(update, train, self.schedule_steps) / train.lr))
-        return rates
+        LambdaLR computes it (on the host: what the monitors log)."""
+        # base lr times the schedule's multiplier, as LambdaLR computes it
+        return [
+            c.train.lr * (lr_at(update, c.train, self.schedule_steps) / c.train.lr)
+            for c in self.configs
+        ]
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        """ReplicaAdamW: each replica's AdamW on its slice (no Lightning scheduler: the
-        optimizer computes each replica's schedule itself)."""
-        return ReplicaAdamW(
-            self.stacked_params(),
-            self.decays,
+        """ReplicaAdamW over the stack laid flat (no Lightning scheduler: the optimizer
+        computes each replica's schedule itself, on the device)."""
+        params = self.stacked_params()
+        self.flat = FlatStack.flatten(params, self.decays)
+        self._optimizer = ReplicaAdamW(
+            params,
+            self.flat,
             [c.train.weight_decay for c in self.configs],
             [(c.train.beta1, c.train.beta2) for c in self.configs],
-            self.lr_of,
-            lambda: self.live,
+            ReplicaSchedule([c.train for c in self.configs], self.schedule_steps, self.device),
+            lambda: self.alive,
         )
+        return self._optimizer
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Zero the gradients, which stay views of the flat buffer once it exists
+        (Lightning zeroes the module's gradients as each fit or validation starts; set to
+        None, autograd would make new tensors the optimizer never sees)."""
+        if self.flat is None:
+            super().zero_grad(set_to_none)
+        else:
+            self.flat.grad.zero_()
 
     def mark_diverged(self, index: int, step: int) -> None:
         """Mask replica `index` out from now on, recording the step it diverged at."""
@@ -349,7 +416,7 @@ class LitReplicas(L.LightningModule):
 
     def mask(self, index: int) -> None:
         """Replica `index` trains no more: not in the objective, its weights, gradients
-        (and, in ReplicaAdamW, moments) zeroed, so it computes finite zeros."""
+        and moments zeroed, so it computes finite zeros."""
         self.alive[index] = False
         self.live[index] = False
         with torch.no_grad():
@@ -357,6 +424,8 @@ class LitReplicas(L.LightningModule):
                 param[index].zero_()
                 if param.grad is not None:
                     param.grad[index].zero_()
+            if self._optimizer is not None:
+                self._optimizer.forget(index)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """A resumed batch: which replicas were still training when it was saved."""
@@ -378,7 +447,7 @@ class LitReplicas(L.LightningModule):
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         """Every replica scores the same evaluation batch (B, T): the text is one ruler."""
         x, y = batch
-        logits, losses = self._run(x, y, shared_batch=True)  # (K, B, T, V), (K,)
+        logits, losses = self._run(x, y)  # (K, B, T, V), (K,)
         self._val_sum = self._val_sum + losses.detach().float()
         self._val_batches += 1
         if self.is_ops and self.vocab is not None:

@@ -17,6 +17,7 @@ from blockviz.training.model import (
     BatchNorm,
     Block,
     CharTransformer,
+    LayerNorm,
     ModelInputError,
     RMSNorm,
     block_tap_names,
@@ -434,10 +435,10 @@ def test_capture_attention_on_an_ffn_only_model_yields_nothing():
 
 # ---- qk_norm ----------------------------------------------------------------------------
 
-QK_NORM_TYPES = {
-    "layernorm": torch.nn.LayerNorm,
+QK_NORM_TYPES = {  # a batchnorm model's qk-norm is a LayerNorm (no batch statistics)
+    "layernorm": LayerNorm,
     "rmsnorm": RMSNorm,
-    "batchnorm": torch.nn.LayerNorm,
+    "batchnorm": LayerNorm,
 }
 
 

@@ -21,8 +21,8 @@ from tests.fakes import CORPUS
 
 pytestmark = pytest.mark.slow
 
-# The vmapped step against a solo run: float32 reduction order only (measured: at most
-# ~1e-6 over these runs). The loop a CPU uses is its solo run bit for bit.
+# A replica against its solo run: float32 rounding only, the same formulas in another order
+# (measured: at most ~1e-6 over these runs).
 LOSS_TOL = 2e-5
 CADENCE = [
     *("--max_steps", "12", "--warmup_steps", "3", "--eval_interval", "4", "--eval_iters", "2"),
@@ -47,35 +47,27 @@ def _series(store: RunStore, run_id: int, name: str) -> dict[int, float]:
     return dict(zip(frame["step"], frame["value"], strict=True))
 
 
-def _assert_equal_runs(store: RunStore, replica: int, solo: int, exact: bool = True) -> None:
-    """Same steps and statuses; every loss, probe statistic and sample equal (on a CPU a
-    replica is its solo run bit for bit), or losses within LOSS_TOL (`exact=False`: vmap)."""
+def _assert_equal_runs(store: RunStore, replica: int, solo: int) -> None:
+    """Same steps, statuses and learning rates; losses within LOSS_TOL and every gradient
+    norm within 1e-3 of the solo run's (a replica is its solo run to float32 rounding on a
+    CPU: the same formulas in another order); samples at the same steps."""
     for name in ("train/loss", "val/loss", "train/lr", "train/grad_norm", "probe/log_z"):
         ours, theirs = _series(store, replica, name), _series(store, solo, name)
         assert ours.keys() == theirs.keys() and ours, name
-        if exact:
-            assert ours == theirs, name
+        if name == "train/lr":
+            assert ours == theirs
         elif name in ("train/loss", "val/loss"):
             worst = max(abs(ours[s] - theirs[s]) for s in ours)
             assert worst < LOSS_TOL, (name, worst)
     keys = ["step", "layer", "kind", "component", "stat"]
     stats = [store.layer_stats(i).sort_values(keys).reset_index(drop=True) for i in (replica, solo)]
     assert stats[0][keys].equals(stats[1][keys])
-    if exact:
-        values = [frame["value"].to_numpy() for frame in stats]
-        assert ((values[0] == values[1]) | (values[0] != values[0])).all()  # NaN where NaN
-    else:
-        grads = [frame[frame["stat"] == "grad_norm"]["value"].to_numpy() for frame in stats]
-        assert (abs(grads[0] - grads[1]) / (abs(grads[1]) + 1e-6)).max() < 1e-3
+    grads = [frame[frame["stat"] == "grad_norm"]["value"].to_numpy() for frame in stats]
+    assert (abs(grads[0] - grads[1]) / (abs(grads[1]) + 1e-6)).max() < 1e-3
     a, b = store.get_run(replica), store.get_run(solo)
     assert (a.status, a.step) == (b.status, b.step)
     samples = [store.samples(i) for i in (replica, solo)]
     assert samples[0]["step"].tolist() == samples[1]["step"].tolist()
-    if exact:
-        assert samples[0]["text"].tolist() == samples[1]["text"].tolist()
-        for step in samples[0]["step"]:  # the attention maps drawn with each sample
-            maps = [store.attention(i, int(step)).drop(columns="run_id") for i in (replica, solo)]
-            assert maps[0].equals(maps[1]), step
 
 
 # Probes every 2 steps ("on") or only at step 0 and the last step ("off"); architectures
@@ -192,20 +184,6 @@ def test_seeds_of_a_config_that_cannot_batch_train_one_after_another(tmp_path, c
     with RunStore(store) as db:
         assert [db.get_run(i).status for i in (1, 2)] == ["completed", "completed"]
         assert replicas.read_batch_file(db.run_dir(1)) is None
-
-
-def test_the_vmapped_step_also_equals_the_solo_runs(tmp_path, corpus, monkeypatch):
-    # On a CPU the batch loops over its replicas; a GPU vmaps them. Both paths, on the CPU.
-    monkeypatch.setenv(replica_run.ENV_VMAP, "1")
-    store_path = tmp_path / "s.db"
-    flags = ["--probe_interval", "2", "--z_loss", "1e-3", "--tie_weights", "true"]
-    assert _train(store_path, corpus, *flags, "--seeds", "0,1") == 0
-    monkeypatch.delenv(replica_run.ENV_VMAP)
-    for seed in (0, 1):
-        assert _train(store_path, corpus, *flags, "--seed", str(seed)) == 0
-    with RunStore(store_path) as store:
-        for replica, solo in ((1, 3), (2, 4)):
-            _assert_equal_runs(store, replica, solo, exact=False)
 
 
 def test_replicas_on_the_ops_task_score_answers_as_their_solo_runs(tmp_path, corpus):

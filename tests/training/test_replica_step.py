@@ -1,13 +1,23 @@
-"""The batched step's arithmetic: ReplicaAdamW is K AdamWs, clipping is per replica, a
-masked replica stays inert, and the probes of a batch reach the host in one transfer."""
+"""The batched step's arithmetic: the stacked model is K models, ReplicaAdamW is K AdamWs,
+the schedule is each solo run's, clipping is per replica, a masked replica stays inert,
+and the probes of a batch reach the host in one transfer.
+
+These run the code a GPU runs (no path of the batch is chosen by the device); on a CPU
+a replica equals its solo run to float32 rounding (docs/replicas.md)."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 from torch import nn
+from torch.func import functional_call, stack_module_state
 
-from blockviz.training.replicas import LitReplicas, ReplicaAdamW
+from blockviz.core import config as cfg
+from blockviz.training.lit import lr_at
+from blockviz.training.model import CharTransformer
+from blockviz.training.replicas import FlatStack, LitReplicas, ReplicaAdamW, ReplicaSchedule
 from tests.helpers import tiny_config, tiny_datamodule
 
 HYPER = [  # (lr, betas, weight decay) of three replicas
@@ -20,33 +30,35 @@ HYPER = [  # (lr, betas, weight decay) of three replicas
 def test_replica_adamw_equals_one_torch_adamw_per_replica():
     torch.manual_seed(0)
     k = len(HYPER)
-    shapes = [(4, 3), (5,)]
-    decays = [True, False]  # matrices decay, vectors do not (as lit.param_groups decides)
+    shapes = [(5,), (4, 3)]
+    decays = [False, True]  # matrices decay, vectors do not (as lit.param_groups decides)
     stacked = [nn.Parameter(torch.randn(k, *s)) for s in shapes]
     solos = [[nn.Parameter(p.detach()[i].clone()) for p in stacked] for i in range(k)]
     torch_opts = [
         torch.optim.AdamW(
             [
-                {"params": [ps[0]], "weight_decay": wd},
-                {"params": [ps[1]], "weight_decay": 0.0},
+                {"params": [ps[1]], "weight_decay": wd},
+                {"params": [ps[0]], "weight_decay": 0.0},
             ],
             lr=lr,
             betas=betas,
         )
         for ps, (lr, betas, wd) in zip(solos, HYPER, strict=True)
     ]
+    flat = FlatStack.flatten(stacked, decays)
     ours = ReplicaAdamW(
         stacked,
-        decays,
+        flat,
         [h[2] for h in HYPER],
         [h[1] for h in HYPER],
-        lambda update: [h[0] for h in HYPER],
-        lambda: [True] * k,
+        lambda update: torch.tensor([h[0] for h in HYPER], dtype=torch.float64),
+        lambda: torch.ones(k, dtype=torch.bool),
     )
     for _ in range(5):
         grads = [torch.randn(k, *s) for s in shapes]
+        ours.zero_grad()
         for p, g in zip(stacked, grads, strict=True):
-            p.grad = g.clone()
+            p.grad.add_(g)  # the gradient lands in the flat buffer, as autograd puts it
         ours.step()
         for i, opt in enumerate(torch_opts):
             for p, g in zip(solos[i], grads, strict=True):
@@ -54,8 +66,66 @@ def test_replica_adamw_equals_one_torch_adamw_per_replica():
             opt.step()
     for i in range(k):
         for p, solo in zip(stacked, solos[i], strict=True):
-            assert torch.equal(p.detach()[i], solo.detach())  # torch's arithmetic, bit for bit
+            torch.testing.assert_close(p.detach()[i], solo.detach(), rtol=1e-6, atol=1e-7)
     assert ours.state_dict()["updates"] == 5
+    # Every parameter and gradient lives in the two flat buffers.
+    assert all(p.data_ptr() >= flat.data.data_ptr() for p in stacked)
+    assert stacked[1].grad.data_ptr() == flat.grad[:, : flat.n_decay].data_ptr()
+
+
+def test_replica_adamw_state_round_trips_through_a_checkpoint():
+    lit, dm = _lit()
+    optimizer = lit.configure_optimizers()
+    x, y = next(iter(dm.train_dataloader()))
+    batch = (torch.stack([x] * 3), torch.stack([y] * 3))
+    for _ in range(2):
+        optimizer.zero_grad()
+        lit.training_step(batch, 0)["loss"].backward()
+        optimizer.step()
+    saved = optimizer.state_dict()
+    again, _ = _lit()
+    fresh = again.configure_optimizers()
+    fresh.load_state_dict(saved)
+    assert fresh.updates == 2
+    assert torch.equal(fresh.exp_avg, optimizer.exp_avg)
+    assert torch.equal(fresh.exp_avg_sq, optimizer.exp_avg_sq)
+    first = again.stacked_params()[0]
+    assert torch.equal(fresh.state[first]["exp_avg"], fresh.flat.view(fresh.exp_avg, first))
+
+
+@pytest.mark.parametrize("schedule", ["constant", "cosine", "linear"])
+def test_the_device_schedule_is_each_solo_runs_lr_at(schedule):
+    trains = [
+        cfg.replace(cfg.RunConfig(), lr=lr, min_lr=lr / 10, warmup_steps=w, max_steps=40).train
+        for lr, w in ((1e-2, 0), (3e-3, 5), (5e-2, 40))
+    ]
+    trains = [cfg.replace(cfg.RunConfig(train=t), lr_schedule=schedule).train for t in trains]
+    ours = ReplicaSchedule(trains, 40, torch.device("cpu"))
+    for update in (0, 1, 4, 5, 6, 20, 39, 40, 55):
+        expected = [lr_at(update, t, 40) for t in trains]
+        got = ours(update).tolist()
+        assert got == pytest.approx(expected, rel=1e-12), update
+
+
+def test_the_stacked_model_is_k_models():
+    config = tiny_config(qk_norm=True, tie_weights=True, z_loss=1e-3).model
+    config = cfg.replace(cfg.RunConfig(model=config), vocab_size=17).model
+    models = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        models.append(CharTransformer(config))
+    params, _ = stack_module_state(models)
+    template = CharTransformer(config).to("meta")
+    aliases = dict(params)
+    aliases["lm_head.weight"] = params["tok_emb.weight"]  # tied: one tensor, two names
+    x = torch.randint(0, 17, (3, 2, 8))
+    y = torch.randint(0, 17, (3, 2, 8))
+    logits, losses = functional_call(template, aliases, (x, y))
+    assert logits.shape == (3, 2, 8, 17) and losses.shape == (3,)
+    for i, model in enumerate(models):
+        solo_logits, solo_loss = model(x[i], y[i])
+        torch.testing.assert_close(logits[i], solo_logits, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(losses[i], solo_loss, rtol=1e-5, atol=1e-6)
 
 
 def _lit(k: int = 3, **overrides) -> tuple[LitReplicas, object]:
@@ -69,10 +139,11 @@ def _lit(k: int = 3, **overrides) -> tuple[LitReplicas, object]:
 
 def test_each_replica_is_clipped_by_its_own_norm_as_clip_grad_norm_does():
     lit, _ = _lit()
+    lit.configure_optimizers()
     torch.manual_seed(1)
     params = lit.stacked_params()
     for p in params:
-        p.grad = torch.randn_like(p)
+        p.grad.copy_(torch.randn_like(p))
     before = [p.grad.clone() for p in params]
     lit.configure_gradient_clipping(None)
     for i, limit in enumerate([0.5, 0.0, 1e-3]):
@@ -82,13 +153,14 @@ def test_each_replica_is_clipped_by_its_own_norm_as_clip_grad_norm_does():
         if limit:
             torch.nn.utils.clip_grad_norm_(solo, limit)  # what a solo run's Trainer calls
         for p, e in zip(params, [s.grad for s in solo], strict=True):
-            assert torch.equal(p.grad[i], e)
+            torch.testing.assert_close(p.grad[i], e, rtol=1e-5, atol=1e-9)
 
 
 def test_replicas_start_from_their_solo_weights_and_views_share_storage():
     from blockviz.training.lit import LitCharModel
 
     lit, dm = _lit()
+    lit.configure_optimizers()  # the stack laid flat first: the views follow it
     views = lit.make_views()
     for i, view in enumerate(views):
         torch.manual_seed(i)
@@ -99,7 +171,7 @@ def test_replicas_start_from_their_solo_weights_and_views_share_storage():
             assert torch.equal(ours, theirs), name
     first = lit.stacked_params()[0]
     with torch.no_grad():
-        first[1].add_(1.0)
+        lit.flat.data[1].add_(1.0)
     assert torch.equal(next(views[1].model.parameters()), first[1])
 
 
@@ -121,13 +193,39 @@ def test_a_masked_replica_is_inert_and_the_others_are_untouched():
     for p, old in zip(lit.stacked_params(), kept, strict=True):
         assert torch.count_nonzero(p.detach()[1]) == 0
         assert not torch.equal(p.detach()[[0, 2]], old)  # the live ones trained
+    assert torch.count_nonzero(optimizer.exp_avg[1]) == 0
+
+
+def test_a_replica_that_blows_up_does_not_reach_the_others():
+    lit, dm = _lit()
+    x, y = next(iter(dm.train_dataloader()))
+    batch = (torch.stack([x] * 3), torch.stack([y] * 3))
+    optimizer = lit.configure_optimizers()
+    with torch.no_grad():
+        lit.stacked_params()[0][1].fill_(float("nan"))  # not masked yet (found at the next log)
+    optimizer.zero_grad()
+    lit.training_step(batch, 0)["loss"].backward()
+    lit.configure_gradient_clipping(optimizer)
+    optimizer.step()
+    assert torch.isfinite(lit.flat.data[[0, 2]]).all()
+    assert not torch.isfinite(lit.flat.data[1]).all()
+
+
+def test_the_objective_is_the_sum_of_each_replicas_own():
+    lit, dm = _lit(z_loss=1e-2)
+    x, y = next(iter(dm.train_dataloader()))
+    batch = (torch.stack([x] * 3), torch.stack([y] * 3))
+    out = lit.training_step(batch, 0)
+    logits, ce = lit._run(*batch)
+    log_z = logits.float().logsumexp(dim=-1)
+    expected = sum(ce[i] + 1e-2 * log_z[i].pow(2).mean() for i in range(3))
+    assert math.isclose(float(out["loss"]), float(expected), rel_tol=1e-5)
 
 
 @pytest.mark.slow
 def test_a_batchs_probe_steps_reach_the_host_in_one_transfer(tmp_path, monkeypatch):
     import argparse
 
-    from blockviz.core import config as cfg
     from blockviz.training import replica_fit, replica_run
     from tests.fakes import CORPUS
 
