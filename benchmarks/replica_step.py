@@ -1,5 +1,5 @@
-"""The bare batched step of `LitReplicas` (issue 25): vmap against a loop over the replicas,
-against one solo step, in ms per replica.
+"""The bare batched step of `LitReplicas` (issues 25 and 34) against one solo step, in ms
+per replica.
 
     .venv/bin/python benchmarks/replica_step.py [--shapes quick,baby-cpu] [--ks 1,4,8]
         [--steps 30] [--threads 1] [--out benchmarks/results/replica-step.json]
@@ -8,10 +8,8 @@ One step is what the Trainer runs between data fetches, without Lightning: the f
 backward pass of every replica (`LitReplicas.training_step`), its per-replica clipping and
 `ReplicaAdamW`; the solo step is `LitCharModel.training_step`, `clip_grad_norm_` and torch's
 AdamW on one model of the same shape. Random token batches, dropout 0, 5 warm-up steps,
-then the mean of `--steps`. The two ways of running the replicas:
-
-vmap   `torch.func.vmap` over the stacked parameters (what a GPU uses)
-loop   `functional_call` once per replica over views of the stack (what a CPU uses)
+then the mean of `--steps`. The batch is the one every device runs: the model called once
+on the stacked parameters (issue 34; issue 25's vmap and per-replica loop are gone).
 
 The ratio is (batched ms ÷ K) ÷ solo ms: below 1, a replica costs less than a solo step.
 Not a test: numbers for BENCHMARKS.md and docs/replicas.md.
@@ -25,7 +23,6 @@ import os
 import platform
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import torch
@@ -62,9 +59,9 @@ def timed(step, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
-def batched_ms(config: cfg.RunConfig, k: int, vectorize: bool, steps: int) -> float:
+def batched_ms(config: cfg.RunConfig, k: int, steps: int) -> float:
     configs = [cfg.replace(config, seed=seed).to_dict() for seed in range(k)]
-    lit = LitReplicas(configs, vectorize=vectorize)
+    lit = LitReplicas(configs)
     optimizer = lit.configure_optimizers()
     batch, block = config.train.batch_size, config.model.block_size
     x = torch.randint(0, VOCAB, (k, batch, block))
@@ -74,8 +71,7 @@ def batched_ms(config: cfg.RunConfig, k: int, vectorize: bool, steps: int) -> fl
         lit.training_step((x, y), 0)["loss"].backward()
         lit.configure_gradient_clipping(optimizer)
         optimizer.step()
-        for param in lit.stacked_params():
-            param.grad = None
+        optimizer.zero_grad()
 
     return timed(step, steps) * 1e3
 
@@ -106,7 +102,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/replica-step.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    warnings.filterwarnings("ignore", message=".*batching rule.*")
     load_before = os.getloadavg()
     rows = []
     for name in args.shapes.split(","):
@@ -114,10 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         for k in (int(v) for v in args.ks.split(",")):
             solo = solo_ms(config, args.steps)
             row = {"shape": name, "k": k, "solo_ms": round(solo, 2)}
-            for way, vectorize in (("vmap", True), ("loop", False)):
-                total = batched_ms(config, k, vectorize, args.steps)
-                row[f"{way}_ms"] = round(total, 2)
-                row[f"{way}_ratio"] = round(total / k / solo, 3)
+            total = batched_ms(config, k, args.steps)
+            row["batch_ms"] = round(total, 2)
+            row["batch_ratio"] = round(total / k / solo, 3)
             rows.append(row)
             print(json.dumps(row), flush=True)
     result = {
@@ -134,13 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2), encoding="utf-8")
-    print("\n| shape | K | solo ms | vmap ms (per replica ÷ solo) | loop ms (per replica ÷ solo) |")
-    print("|---|---:|---:|---:|---:|")
+    print("\n| shape | K | solo ms | batch ms (per replica ÷ solo) |")
+    print("|---|---:|---:|---:|")
     for r in rows:
-        print(
-            f"| {r['shape']} | {r['k']} | {r['solo_ms']} | {r['vmap_ms']} ({r['vmap_ratio']}×) "
-            f"| {r['loop_ms']} ({r['loop_ratio']}×) |"
-        )
+        batch = f"{r['batch_ms']} ({r['batch_ratio']}×)"
+        print(f"| {r['shape']} | {r['k']} | {r['solo_ms']} | {batch} |")
     print(f"wrote {args.out}")
     return 0
 

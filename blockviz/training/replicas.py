@@ -278,6 +278,10 @@ class LitReplicas(L.LightningModule):
             aliases.setdefault(id(param), []).append(name)
         self.aliases = [aliases[id(by_name[n])] for n in self.names]
         self.template = CompiledModel(copy.deepcopy(models[0]).to("meta"))
+        # `compile true`: the batched forward through torch.compile (the stacked
+        # parameters are its inputs, so one graph serves every step).
+        forward = self._stacked_forward
+        self._forward = torch.compile(forward) if self.configs[0].train.compile else forward
         self.register_buffer("alive", torch.ones(self.k, dtype=torch.bool))
         # `alive` on the host: read every step without a device sync (the buffer is what a
         # checkpoint keeps; `on_load_checkpoint` reads it back)
@@ -344,6 +348,11 @@ class LitReplicas(L.LightningModule):
             for names, p in zip(self.aliases, self.stacked_params(), strict=True)
             for alias in names
         }
+        return self._forward(params, x, y)
+
+    def _stacked_forward(
+        self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
+    ) -> Any:
         return functional_call(self.template.wrapper, params, (x, y))
 
     # -- training ------------------------------------------------------------------------

@@ -255,3 +255,33 @@ def test_a_batchs_probe_steps_reach_the_host_in_one_transfer(tmp_path, monkeypat
     assert replica_run.train_batch(args, batch) == 0
     # Probe steps 0, 2, 4 and the last (5): one transfer each for all three replicas.
     assert [s for s in sizes if s] == [3, 3, 3, 3]
+
+
+@pytest.mark.slow
+def test_a_compiled_batch_steps_as_the_eager_one_without_recompiling(monkeypatch):
+    import functools
+
+    import torch._dynamo
+
+    # aot_eager: Dynamo's graph capture and AOTAutograd without code generation, so the
+    # test checks what `compile true` traces in seconds (inductor takes a minute here).
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    runs = []
+    for compiled in (False, True):
+        lit, dm = _lit(compile=compiled)
+        optimizer = lit.configure_optimizers()
+        x, y = next(iter(dm.train_dataloader()))
+        batch = (torch.stack([x] * 3), torch.stack([y] * 3))
+        losses = []
+        for _ in range(3):
+            optimizer.zero_grad()
+            out = lit.training_step(batch, 0)
+            out["loss"].backward()
+            lit.configure_gradient_clipping(optimizer)
+            optimizer.step()
+            losses.append(out["ce"])
+        runs.append(torch.stack(losses))
+    torch.testing.assert_close(runs[1], runs[0], rtol=1e-5, atol=1e-6)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1  # one graph, every step
