@@ -91,6 +91,15 @@ def val_metrics(
     return metrics
 
 
+def prompt_ids(vocab: CharVocab, prompt: str, block_size: int, device: Any) -> torch.Tensor:
+    """A sampling prompt as ids (1, T): characters the vocabulary lacks replaced, at most
+    block_size of them, and an empty prompt a newline (or the first symbol)."""
+    ids = vocab.encode(prompt, replace_unknown=True)
+    if not ids:
+        ids = [vocab.index("\n") if "\n" in vocab else 0]
+    return torch.tensor([ids[-block_size:]], dtype=torch.long, device=device)  # (1, T)
+
+
 @dataclass(frozen=True)
 class CompiledModel:
     """torch.compile's wrapper of the model, kept out of the LightningModule's submodules.
@@ -288,11 +297,7 @@ class LitCharModel(L.LightningModule):
         """
         if self.vocab is None:
             raise ModelInputError("this model has no vocabulary; build it with vocab_json")
-        ids = self.vocab.encode(prompt, replace_unknown=True)
-        if not ids:
-            ids = [self.vocab.index("\n") if "\n" in self.vocab else 0]
-        block_size = self.config.model.block_size
-        context = torch.tensor([ids[-block_size:]], dtype=torch.long, device=self.device)  # (1, T)
+        context = prompt_ids(self.vocab, prompt, self.config.model.block_size, self.device)
         was_training = self.model.training
         self.model.eval()
         cuda = [self.device.index or 0] if self.device.type == "cuda" else []

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -431,10 +432,13 @@ class CharTransformer(nn.Module):
         max_new_tokens: int,
         temperature: float = 1.0,
         top_k: int | None = None,
+        forward: Callable[[torch.Tensor], tuple[torch.Tensor, Any]] | None = None,
     ) -> torch.Tensor:
         """Append max_new_tokens sampled ids to idx (B, T); temperature 0 or top_k=1 is greedy.
 
-        Call model.eval() first if dropout should be off while sampling.
+        `forward` stands in for the model's own (LitReplicas passes the stacked model's:
+        idx (K, B, T), each replica sampling from its own logits). Call model.eval() first
+        if dropout should be off while sampling.
         """
         if temperature < 0:
             raise ModelInputError(f"temperature {temperature!r} is not allowed; must be >= 0")
@@ -442,21 +446,22 @@ class CharTransformer(nn.Module):
             raise ModelInputError(f"top_k {top_k!r} is not allowed; must be >= 1 or None")
         greedy = temperature == 0 or top_k == 1
         for _ in range(max_new_tokens):
-            context = idx[:, -self.cfg.block_size :]  # (B, <=block_size): positions are learned
-            logits, _ = self(context)
-            logits = logits[:, -1, :]  # (B, V): only the last position predicts the next id
+            context = idx[..., -self.cfg.block_size :]  # (..., <=block_size): learned positions
+            logits, _ = (forward or self)(context)
+            logits = logits[..., -1, :]  # (..., V): only the last position predicts the next id
             if greedy:
-                next_id = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+                next_id = logits.argmax(dim=-1, keepdim=True)  # (..., 1)
             else:
                 logits = logits / temperature
                 if top_k is not None:
-                    kth_best = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
-                    logits = logits.masked_fill(logits < kth_best, float("-inf"))  # (B, V)
-                probs = logits.softmax(dim=-1)  # (B, V)
+                    kth_best = torch.topk(logits, min(top_k, logits.size(-1))).values[..., -1:]
+                    logits = logits.masked_fill(logits < kth_best, float("-inf"))  # (..., V)
+                probs = logits.softmax(dim=-1)  # (..., V)
                 if not bool(probs.isfinite().all()):  # a diverged model: nothing to sample from
                     raise NonFiniteLogits("the model's next-character logits are not finite")
-                next_id = torch.multinomial(probs, num_samples=1)  # (B, 1)
-            idx = torch.cat([idx, next_id], dim=1)  # (B, T+1)
+                rows = probs.reshape(-1, probs.size(-1))  # (N, V)
+                next_id = torch.multinomial(rows, num_samples=1).view(*probs.shape[:-1], 1)
+            idx = torch.cat([idx, next_id], dim=-1)  # (..., T+1)
         return idx
 
     def n_params(self) -> int:

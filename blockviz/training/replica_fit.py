@@ -16,6 +16,7 @@ and masked out; the others go on. When none is left the fit ends.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from blockviz.training.callbacks import TrainingDiverged, TrainingMonitor
 from blockviz.training.fit import Outcome
 from blockviz.training.lifecycle import Heartbeat, StopRequest
 from blockviz.training.logger import PENDING_ROWS_KEY, RunLifecycle, StoreLogger
+from blockviz.training.model import NonFiniteLogits
 from blockviz.training.probes import BlockProbe, to_host
 from blockviz.training.replicas import LitReplicas
 from blockviz.training.sinks import LoggerSink, StoreSink
@@ -145,14 +147,43 @@ class ReplicaCallbacks(Callback):
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: LitReplicas, optimizer: Any
     ) -> None:
-        """Each live replica's probe measures its slice (gradients shared as views)."""
-        for replica in self._live(pl_module):
-            if replica.probe is None:
-                continue
-            pl_module.share_grads(replica.index)
-            replica.probe.on_before_optimizer_step(
-                self._views[replica.index], pl_module.views[replica.index], optimizer
-            )
+        """At probe and sample steps (and only then), each live replica's probe measures its
+        slice (gradients shared as views); the text samples of all of them in one pass."""
+        probe = self._probe()
+        step = trainer.global_step
+        if probe is None or not (probe.is_probe_step(step) or probe.is_sample_step(step)):
+            return
+        live = [r for r in self._live(pl_module) if r.probe is not None]
+        with self._samples(pl_module, live, step if probe.is_sample_step(step) else None):
+            for replica in live:
+                pl_module.share_grads(replica.index)
+                replica.probe.on_before_optimizer_step(
+                    self._views[replica.index], pl_module.views[replica.index], optimizer
+                )
+
+    def _probe(self) -> BlockProbe | None:
+        """One replica's probe: the cadence and sampling settings every replica shares."""
+        return next((r.probe for r in self.replicas if r.probe is not None), None)
+
+    @contextlib.contextmanager
+    def _samples(self, lit: LitReplicas, replicas: list[Replica], step: int | None) -> Any:
+        """While the probes run: each replica's view answers `generate` with its text from
+        one stacked sampling pass (seeded with `step`); nothing when `step` is None."""
+        probe = self._probe()
+        if step is None or probe is None or lit.vocab is None:
+            yield
+            return
+        texts = lit.generate_all(
+            probe.prompt, probe.sample_chars, probe.temperature, probe.top_k, step
+        )
+        views = [lit.views[r.index] for r in replicas]
+        for view, replica in zip(views, replicas, strict=True):
+            view.generate = functools.partial(_sampled, texts[replica.index])
+        try:
+            yield
+        finally:
+            for view in views:
+                del view.generate
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: LitReplicas, outputs: Any, batch: Any, batch_idx: int
@@ -206,8 +237,12 @@ class ReplicaCallbacks(Callback):
         """Stop the clocks; the last sample and attention map of each live replica."""
         for replica in self.replicas:
             replica.monitor.on_train_end(self._views[replica.index], pl_module)
-        for replica in self._live(pl_module):
-            if replica.probe is not None:
+        live = [r for r in self._live(pl_module) if r.probe is not None]
+        probe = self._probe()
+        step = trainer.global_step
+        sampled = probe is not None and probe._last_sample_step != step
+        with self._samples(pl_module, live, step if sampled else None):
+            for replica in live:
                 replica.probe.on_train_end(
                     self._views[replica.index], pl_module.views[replica.index]
                 )
@@ -221,6 +256,13 @@ class ReplicaCallbacks(Callback):
             last = replica.monitor.last_train.get("loss")
             losses.append("—" if last is None or replica.outcome else f"{last:.4f}")
         print(f"step {step}/{total} | losses {' '.join(losses)}", file=sys.stderr, flush=True)
+
+
+def _sampled(text: str | None, *args: Any, **kwargs: Any) -> str:
+    """A replica's text from the batch's sampling pass, as its `generate` would give it."""
+    if text is None:
+        raise NonFiniteLogits("the model's next-character logits are not finite")
+    return text
 
 
 class BatchLifecycle(RunLifecycle):

@@ -48,7 +48,15 @@ from torch.func import functional_call, stack_module_state
 
 from blockviz.core.config import RunConfig, TrainConfig
 from blockviz.training.data import answer_accuracy, baseline_score
-from blockviz.training.lit import CompiledModel, LitCharModel, lr_at, param_groups, val_metrics
+from blockviz.training.lit import (
+    CompiledModel,
+    LitCharModel,
+    lr_at,
+    param_groups,
+    prompt_ids,
+    val_metrics,
+)
+from blockviz.training.model import ModelInputError
 
 EPS = 1e-8  # torch.optim.AdamW's default, as solo runs use it
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s
@@ -342,13 +350,16 @@ class LitReplicas(L.LightningModule):
         (B, T) that every replica scores: the model once, on the stacked parameters."""
         if x.dim() == 2:
             x, y = x.expand(self.k, *x.shape), y.expand(self.k, *y.shape)
-        # Every alias named: moving the template to "meta" unties a tied embedding.
-        params = {
+        return self._forward(self._params(), x, y)
+
+    def _params(self) -> dict[str, torch.Tensor]:
+        """The stacked parameters by every name the model knows them by (moving the template
+        to "meta" unties a tied embedding, so each alias is named)."""
+        return {
             alias: p
             for names, p in zip(self.aliases, self.stacked_params(), strict=True)
             for alias in names
         }
-        return self._forward(params, x, y)
 
     def _stacked_forward(
         self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
@@ -441,6 +452,49 @@ class LitReplicas(L.LightningModule):
         saved = checkpoint.get("state_dict", {}).get("alive")
         if saved is not None:
             self.live = [bool(a) for a in saved.tolist()]
+
+    # -- text samples --------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def generate_all(
+        self,
+        prompt: str,
+        max_new_tokens: int = 200,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        seed: int | None = None,
+    ) -> list[str | None]:
+        """Every replica's text sampled after `prompt`, in one stacked pass a character
+        (LitCharModel.generate for K models at once, drawn under one `seed`); None for a
+        replica whose logits are not finite."""
+        if self.vocab is None:
+            raise ModelInputError("this model has no vocabulary; build it with vocab_json")
+        first = self.stacked_params()[0]
+        context = prompt_ids(self.vocab, prompt, self.configs[0].model.block_size, first.device)
+        context = context.expand(self.k, *context.shape).contiguous()  # (K, 1, T)
+        params = self._params()
+        broken = torch.zeros(self.k, dtype=torch.bool, device=first.device)
+
+        def forward(ids: torch.Tensor) -> tuple[torch.Tensor, None]:
+            nonlocal broken
+            # eager: a compiled forward would recompile for every context length
+            logits, _ = self._stacked_forward(params, ids, None)  # (K, 1, T, V)
+            bad = ~torch.isfinite(logits).all(dim=-1).all(dim=-1).all(dim=-1)  # (K,)
+            broken = broken | bad
+            return torch.where(bad[:, None, None, None], 0.0, logits), None
+
+        cuda = [first.device.index or 0] if first.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda, enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            template = self.template.wrapper
+            out = template.generate(context, max_new_tokens, temperature, top_k, forward)
+        failed = broken.tolist()
+        start = context.size(-1)
+        return [
+            None if failed[i] else self.vocab.decode(out[i, 0, start:].tolist())
+            for i in range(self.k)
+        ]
 
     # -- validation ----------------------------------------------------------------------
 

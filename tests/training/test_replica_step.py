@@ -285,3 +285,16 @@ def test_a_compiled_batch_steps_as_the_eager_one_without_recompiling(monkeypatch
         runs.append(torch.stack(losses))
     torch.testing.assert_close(runs[1], runs[0], rtol=1e-5, atol=1e-6)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1  # one graph, every step
+
+
+def test_a_batch_samples_every_replica_in_one_pass_as_its_own_model_would():
+    lit, _ = _lit()
+    lit.configure_optimizers()
+    views = lit.make_views()
+    texts = lit.generate_all("the ", max_new_tokens=12, temperature=0.0, seed=3)
+    for view, text in zip(views, texts, strict=True):  # greedy: each replica's own argmax
+        assert text == view.generate("the ", max_new_tokens=12, temperature=0.0)
+    with torch.no_grad():
+        lit.flat.data[1].fill_(float("nan"))
+    texts = lit.generate_all("the ", max_new_tokens=5, temperature=1.0, seed=3)
+    assert texts[1] is None and all(isinstance(texts[i], str) for i in (0, 2))
