@@ -237,60 +237,63 @@ def _memory(result: dict[str, Any]) -> tuple[float | None, str]:
 # ---------------------------------------------------------------------------- the parts
 
 
+def replicas_case(check: Check, size: Size, label: str, k: int) -> tuple[dict[str, Any], Any]:
+    """One row of part 1: the solo run (label "solo") or a batch of K; and the seed-0
+    run's (store, id) for part 2."""
+    extra = ["--seed", "0"] if label == "solo" else ["--seeds", f"0-{k - 1}", "--replicas", str(k)]
+    store = check.workdir / f"replicas-{label}.db"
+    timeout = size.timeouts["solo" if label == "solo" else "batch"]
+    result = check.train(f"replicas-{label}", [*size.replicas, *extra], store, timeout)
+    runs = _runs(store)
+    if not runs:
+        raise CheckError(f"{label}: the store holds no run")
+    first = min(runs, key=lambda r: r["seed"])
+    with _open(store) as opened:
+        run = opened.get_run(first["id"])
+        per_step = step_time(opened, first["id"])
+    tokens_per_step = run.config["train"]["batch_size"] * run.config["model"]["block_size"]
+    per_run = tokens_per_step / per_step if per_step else None
+    memory, source = _memory(result)
+    recorded = [r["tokens_per_sec"] for r in runs]
+    row = {
+        "case": label,
+        "k": k,
+        "runs": len(runs),
+        "device": run.device,
+        "precision": run.precision,
+        "step_ms": None if per_step is None else round(per_step * 1e3, 2),
+        "tokens_per_s_per_run": None if per_run is None else round(per_run),
+        "tokens_per_s_total": None if per_run is None else round(per_run * len(runs)),
+        "x_solo": None,
+        "peak_mib": memory,
+        "memory": source,
+        "wall_s": result["wall_s"],
+        # blockviz's own final tokens/s (the mean over training, the first steps in)
+        "recorded_tokens_per_s_total": None if None in recorded else round(sum(recorded)),
+    }
+    bad = [(r["id"], r["status"]) for r in runs if r["status"] != "completed"]
+    if bad or len(runs) != k:
+        row["error"] = f"{len(runs)} runs of {k}; not completed (id, status): {bad}"
+    elif label != "solo" and FALLBACK_MESSAGE in result["output"]:
+        row["error"] = f"the {k} seeds did not batch: they trained one after another"
+    return row, (store, first["id"])
+
+
 def part_replicas(check: Check, size: Size) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The solo run and each batch: throughput, step time, peak memory; and what part 2
     compares (the stores and run ids)."""
     rows: list[dict[str, Any]] = []
     kept: dict[str, Any] = {"stores": {}}
-    cases = [("solo", 1, ["--seed", "0"])]
-    cases += [(f"K={k}", k, ["--seeds", f"0-{k - 1}", "--replicas", str(k)]) for k in size.ks]
-    solo_total = None
-    for label, k, extra in cases:
-        store = check.workdir / f"replicas-{k if label != 'solo' else 'solo'}.db"
-        timeout = size.timeouts["solo" if label == "solo" else "batch"]
+    for label, k in [("solo", 1), *((f"K={k}", k) for k in size.ks)]:
         try:
-            result = check.train(f"replicas-{label}", [*size.replicas, *extra], store, timeout)
-        except CheckError as failed:
-            rows.append({"case": label, "k": k, "error": str(failed)})
-            continue
-        runs = _runs(store)
-        with _open(store) as opened:
-            first = min(runs, key=lambda r: r["seed"])
-            run = opened.get_run(first["id"])
-            per_step = step_time(opened, first["id"])
-        tokens_per_step = run.config["train"]["batch_size"] * run.config["model"]["block_size"]
-        per_run = tokens_per_step / per_step if per_step else None
-        total = None if per_run is None else per_run * len(runs)
-        if label == "solo":
-            solo_total = total
-        memory, source = _memory(result)
-        bad = [r for r in runs if r["status"] != "completed"]
-        recorded = [r["tokens_per_sec"] for r in runs]
-        rows.append(
-            {
-                "case": label,
-                "k": k,
-                "runs": len(runs),
-                "device": run.device,
-                "precision": run.precision,
-                "step_ms": None if per_step is None else round(per_step * 1e3, 2),
-                "tokens_per_s_per_run": None if per_run is None else round(per_run),
-                "tokens_per_s_total": None if total is None else round(total),
-                "x_solo": round(total / solo_total, 2) if total and solo_total else None,
-                "peak_mib": memory,
-                "memory": source,
-                "wall_s": result["wall_s"],
-                # blockviz's own final tokens/s (the mean over training, first steps in)
-                "recorded_tokens_per_s_total": round(sum(recorded))
-                if None not in recorded
-                else None,
-            }
-        )
-        if bad:
-            rows[-1]["error"] = f"runs not completed: {bad}"
-        elif label != "solo" and FALLBACK_MESSAGE in result["output"]:
-            rows[-1]["error"] = f"the {k} seeds did not batch: they trained one after another"
-        kept["stores"][label] = (store, first["id"])
+            row, kept["stores"][label] = replicas_case(check, size, label, k)
+        except Exception as failed:  # one case's failure is a row; the next K runs
+            row = {"case": label, "k": k, "error": f"{type(failed).__name__}: {failed}"}
+        rows.append(row)
+    solo = rows[0].get("tokens_per_s_total")
+    for row in rows:
+        if solo and row.get("tokens_per_s_total"):
+            row["x_solo"] = round(row["tokens_per_s_total"] / solo, 2)
     return rows, kept
 
 
@@ -301,14 +304,14 @@ def part_equality(kept: dict[str, Any]) -> list[dict[str, Any]]:
     solo_store, solo_id = kept["stores"]["solo"]
     with _open(solo_store) as opened:
         solo_loss = _series(opened, solo_id, spec.TRAIN_LOSS)
-        solo_val = opened.get_run(solo_id).final.get("val_loss")
+        solo_val = (opened.get_run(solo_id).final or {}).get("val_loss")
     rows = []
     for label, (store, run_id) in kept["stores"].items():
         if label == "solo":
             continue
         with _open(store) as opened:
             loss = _series(opened, run_id, spec.TRAIN_LOSS)
-            val = opened.get_run(run_id).final.get("val_loss")
+            val = (opened.get_run(run_id).final or {}).get("val_loss")
         diff, steps = largest_difference(loss, solo_loss)
         rows.append(
             {
@@ -325,6 +328,39 @@ def part_equality(kept: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def recipe_case(check: Check, size: Size, data: Path, compiled: bool) -> dict[str, Any]:
+    """One row of part 3: the recipe eager or compiled."""
+    label = "compiled" if compiled else "eager"
+    store = check.workdir / f"recipe-{label}.db"
+    flags = [*size.recipe, "--dataset", str(data), "--compile", str(compiled).lower()]
+    result = check.train(f"recipe-{label}", flags, store, size.timeouts["recipe"])
+    with _open(store) as opened:
+        run = opened.get_run(1)
+        per_step = step_time(opened, 1)
+        val = [v for v in _series(opened, 1, spec.VAL_LOSS).values() if math.isfinite(v)]
+    final = run.final or {}
+    tokens = final.get("tokens_per_sec")
+    batch = run.config["train"]["batch_size"] * run.config["model"]["block_size"]
+    memory, source = _memory(result)
+    row = {
+        "case": label,
+        "device": run.device,
+        "precision": run.precision,
+        "status": run.status,
+        "steps": final.get("steps"),
+        "step_ms_median": None if per_step is None else round(per_step * 1e3, 2),
+        "step_ms_mean": round(batch / tokens * 1e3, 2) if tokens else None,
+        "best_val_loss": round(min(val), 4) if val else None,
+        "final_val_loss": final.get("val_loss"),
+        "peak_mib": memory,
+        "memory": source,
+        "wall_s": result["wall_s"],
+    }
+    if run.status != "completed":
+        row["error"] = f"status {run.status}"
+    return row
+
+
 def part_recipe(check: Check, size: Size, data: Path | None) -> list[dict[str, Any]]:
     """nanoGPT's shakespeare_char recipe, eager and compiled: step time, best val loss."""
     if data is None or not data.is_file():
@@ -336,38 +372,10 @@ def part_recipe(check: Check, size: Size, data: Path | None) -> list[dict[str, A
         if compiled and not size.compile_recipe:
             rows.append({"case": label, "skipped": "toy size: compiling on a CPU takes ~50 s"})
             continue
-        store = check.workdir / f"recipe-{label}.db"
-        flags = [*size.recipe, "--dataset", str(data), "--compile", str(compiled).lower()]
         try:
-            result = check.train(f"recipe-{label}", flags, store, size.timeouts["recipe"])
-        except CheckError as failed:
-            rows.append({"case": label, "error": str(failed)})
-            continue
-        with _open(store) as opened:
-            run = opened.get_run(1)
-            per_step = step_time(opened, 1)
-            val = _series(opened, 1, spec.VAL_LOSS)
-        final = run.final or {}
-        tokens = final.get("tokens_per_sec")
-        batch = run.config["train"]["batch_size"] * run.config["model"]["block_size"]
-        memory, source = _memory(result)
-        rows.append(
-            {
-                "case": label,
-                "device": run.device,
-                "precision": run.precision,
-                "status": run.status,
-                "steps": final.get("steps"),
-                "step_ms_median": None if per_step is None else round(per_step * 1e3, 2),
-                "step_ms_mean": round(batch / tokens * 1e3, 2) if tokens else None,
-                "best_val_loss": round(min(val.values()), 4) if val else None,
-                "final_val_loss": final.get("val_loss"),
-                "peak_mib": memory,
-                "memory": source,
-                "wall_s": result["wall_s"],
-                **({"error": f"status {run.status}"} if run.status != "completed" else {}),
-            }
-        )
+            rows.append(recipe_case(check, size, data, compiled))
+        except Exception as failed:  # the other one still runs
+            rows.append({"case": label, "error": f"{type(failed).__name__}: {failed}"})
     return rows
 
 
