@@ -32,7 +32,10 @@ Step time is the median of the run's train/step_time rows after the first 10% of
 "total" that times K. `--size toy` runs the same parts in seconds on a CPU (the tiny
 preset, K = 1, 2, 4, a 2-layer recipe, eager only: compiling on a CPU takes about 50 s).
 A part that fails or runs past its time prints an error row and the rest go on; the exit
-status is 1 when any part failed. Imports the standard library and what `train` needs.
+status is 1 when any part failed. Every run ends within --budget_s of the start (540 s:
+the device machine's limit on one command is 600), cut short or not started if need be;
+the parts run replicas, equality, fork, then the recipe (compiled, then eager), so a
+tight budget cuts the longest last. Imports the standard library and what `train` needs.
 """
 
 from __future__ import annotations
@@ -69,6 +72,9 @@ CORPUS = "tinyshakespeare.txt"
 CORPUS_PLACES = (ROOT.parent / "shared" / "data", ROOT / "shared" / "data", cache_dir())
 # Series that time the run, not what it computed: a fork may differ in them.
 TIMINGS = {spec.TRAIN_STEP_TIME, spec.TRAIN_TOKENS_PER_SEC, spec.TRAIN_ELAPSED_S}
+# The whole check's seconds: under the device machine's 10-minute limit on one command,
+# with room for the process start and the tables.
+BUDGET_S = 540.0
 NANOGPT = "nanoGPT shakespeare_char on the H100: 10.2 ms/step compiled, best val 1.4725"
 
 
@@ -120,6 +126,9 @@ SIZES = {
 }
 
 
+MIN_RUN_S = 10  # a run is not started with less of the budget left
+
+
 class CheckError(RuntimeError):
     """A run that failed or ran past its time, or a result the check refuses."""
 
@@ -142,15 +151,21 @@ def worker(peak_path: str, argv: list[str]) -> int:
 
 @dataclass
 class Check:
-    """One check's settings and the temporary folder its stores live in."""
+    """One check's settings, the temporary folder its stores live in, and the clock time
+    (time.monotonic) by which every run must have ended."""
 
     accelerator: str
     workdir: Path
+    deadline: float = math.inf
 
     def blockviz(self, name: str, argv: list[str], store: Path, timeout: int) -> dict[str, Any]:
         """Run `python -m blockviz ARGV --store STORE --no_progress` (through the worker);
         its wall seconds and peak memory. Raises CheckError with the output's tail when it
-        fails or runs past `timeout` seconds."""
+        fails or runs past `timeout` seconds, or past the check's deadline."""
+        left = self.deadline - time.monotonic()
+        if left < MIN_RUN_S:
+            raise CheckError(f"{name}: not started, {max(0, left):.0f} s of --budget_s left")
+        timeout = int(min(timeout, left))
         log = self.workdir / f"{name}.log"
         peak = self.workdir / f"{name}.peak.json"
         command = [sys.executable, str(Path(__file__).resolve()), "--worker", str(peak), "--"]
@@ -325,6 +340,8 @@ def part_equality(kept: dict[str, Any]) -> list[dict[str, Any]]:
         )
         if steps == 0:
             rows[-1]["error"] = "no train/loss step in common"
+    if not rows:
+        raise CheckError("no batch ran (part 1): nothing to compare with the solo run")
     return rows
 
 
@@ -367,7 +384,7 @@ def part_recipe(check: Check, size: Size, data: Path | None) -> list[dict[str, A
         looked = [str(p / CORPUS) for p in CORPUS_PLACES] if data is None else [str(data)]
         raise CheckError(f"no {CORPUS}: looked at {', '.join(looked)}; pass --data PATH")
     rows = []
-    for compiled in (False, True):
+    for compiled in (True, False):  # compiled first: the target is nanoGPT's compiled step
         label = "compiled" if compiled else "eager"
         if compiled and not size.compile_recipe:
             rows.append({"case": label, "skipped": "toy size: compiling on a CPU takes ~50 s"})
@@ -475,7 +492,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-PARTS = ("replicas", "equality", "recipe", "fork")
+# The order they run in: the short ones first, so a tight --budget_s cuts the recipe.
+PARTS = ("replicas", "equality", "fork", "recipe")
 
 
 def run_parts(
@@ -546,6 +564,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--ks", type=_ints, default=None, help="batch sizes K, comma-separated")
     parser.add_argument("--recipe_steps", type=int, default=None, help="the recipe's steps")
+    parser.add_argument(
+        "--budget_s",
+        type=float,
+        default=BUDGET_S,
+        help=f"every run ends by then, cut short if need be (default {BUDGET_S:.0f})",
+    )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.parts) - set(PARTS))
     if unknown or not args.parts:
@@ -554,6 +578,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--ks: positive integers, comma-separated")
     if args.recipe_steps is not None and args.recipe_steps < 1:
         parser.error("--recipe_steps: a positive integer")
+    if not args.budget_s > 0:
+        parser.error("--budget_s: a positive number of seconds")
     size = SIZES[args.size]
     if args.ks is not None:
         size = dataclasses.replace(size, ks=tuple(args.ks))
@@ -591,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out.write_text(json.dumps(result, indent=1, default=str) + "\n", "utf-8")
 
     with tempfile.TemporaryDirectory(prefix="blockviz-gpu-check-") as tmp:
-        check = Check(args.accelerator, Path(tmp))
+        check = Check(args.accelerator, Path(tmp), time.monotonic() + args.budget_s)
         run_parts(check, size, data, report, args.parts)
     print(
         f"\n{result['total_s']} s in all; load average {result['load_after']}; "

@@ -73,6 +73,14 @@ def test_a_failing_part_is_an_error_row_and_the_next_part_runs(tmp_path: Path) -
     assert "ERROR: CheckError: no tinyshakespeare.txt" in check.table(parts["recipe"]["rows"])
 
 
+def test_a_run_past_the_budget_is_not_started(tmp_path: Path) -> None:
+    check = load_check()
+    spent = check.Check("cpu", tmp_path, deadline=0.0)  # monotonic time 0: long past
+    parts = check.run_parts(spent, check.SIZES["toy"], None, lambda parts: None, ("fork",))
+    assert "not started, 0 s of --budget_s left" in parts["fork"]["rows"][0]["error"]
+    assert list(tmp_path.iterdir()) == []  # no process, no store
+
+
 @pytest.mark.slow
 def test_toy_check_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "check.json"
@@ -81,7 +89,7 @@ def test_toy_check_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     command += ["--data", str(corpus(tmp_path / "text.txt")), "--out", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    for part in ("replicas", "equality", "recipe", "fork"):
+    for part in ("replicas", "equality", "fork", "recipe"):
         assert f"## {part} (" in done.stdout
     assert "torch " in done.stdout and "lightning " in done.stdout
     assert "load average" in done.stdout
@@ -91,7 +99,7 @@ def test_toy_check_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     parts = result["parts"]
     assert [row["case"] for row in parts["replicas"]["rows"]] == ["solo", "K=1", "K=2", "K=4"]
     assert len(parts["equality"]["rows"]) == 3
-    assert [row["case"] for row in parts["recipe"]["rows"]] == ["eager", "compiled"]
+    assert [row["case"] for row in parts["recipe"]["rows"]] == ["compiled", "eager"]
     for name, part in parts.items():
         for row in part["rows"]:
             assert "error" not in row, (name, row)
@@ -103,8 +111,8 @@ def test_toy_check_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     for row in parts["equality"]["rows"]:
         assert row["steps_compared"] == 20
         assert row["max_abs_train_loss_diff"] < 1e-3  # float32 rounding on a CPU
-    eager = parts["recipe"]["rows"][0]
+    compiled, eager = parts["recipe"]["rows"]
     assert eager["steps"] == 30 and eager["best_val_loss"] > 0
-    assert "skipped" in parts["recipe"]["rows"][1]
+    assert "skipped" in compiled
     (fork,) = parts["fork"]["rows"]
     assert fork["values_compared"] > 0 and fork["max_abs_diff"] == 0
