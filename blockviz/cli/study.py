@@ -112,7 +112,10 @@ def _launch_args(p: argparse.ArgumentParser, store_help: str) -> None:
         help="quick (minutes on a laptop), standard or full (a GPU); default quick",
     )
     p.add_argument(
-        "--seeds", type=int, default=None, help="seeds per variant (default: the size's)"
+        "--seeds",
+        type=int,
+        default=None,
+        help=f"seeds per variant (default: the size's, a sweep's 1; {studies.GPU_SEEDS} on a GPU)",
     )
     p.add_argument("--name", help="study name (default: the study and its size)")
     p.add_argument("--store", help=store_help)
@@ -194,7 +197,7 @@ def _sweep(args: argparse.Namespace) -> int:
             "name at least one field with two or more values, e.g. --lr 1e-4:1e-1:7 "
             "or --norm_position pre,post"
         )
-    study = sweeps.sweep(grid, seeds=args.seeds or 1, base=base, size=args.size, fixed=fixed)
+    study = sweeps.sweep(grid, seeds=args.seeds, base=base, size=args.size, fixed=fixed)
     return _launch_and_watch(args, study)
 
 
@@ -234,6 +237,9 @@ def _launch_and_watch(args: argparse.Namespace, study: studies.StudyDef) -> int:
             f"store {store.where}",
             flush=True,
         )
+        note = None if args.seeds else studies.seeds_note(study.base.get("accelerator", "auto"))
+        if note and study.trains:
+            print(f"blockviz: {note}", flush=True)
         if args.detach:
             print(f"blockviz: watch it with `python -m blockviz study show {study_id}`")
             return EXIT_OK

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from blockviz.core import replicas
 from blockviz.core.flags import (
     UsageError,
     check_threads,
@@ -65,7 +66,9 @@ def cli_main(args: argparse.Namespace) -> int:
     from blockviz.launch import cluster
 
     check_threads(args.threads)
-    replica_limit = replicas_from_args(args)
+    # `auto` travels to the workers: each resolves it where it trains (a GPU node, say).
+    auto = str(args.replicas).strip().lower() == replicas.AUTO
+    replica_limit = None if auto else replicas_from_args(args)
     time_min = cluster.DEFAULT_TIME_MIN if args.time_min is None else args.time_min
     if args.local is not None:
         given = [

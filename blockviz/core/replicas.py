@@ -18,6 +18,7 @@ from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from blockviz.core import hardware
 from blockviz.core.config import RunConfig
 
 # Fields a replica holds on its own (section, field); any other field is shared.
@@ -38,9 +39,15 @@ PER_REPLICA_FIELDS: tuple[tuple[str, str], ...] = (
 # In each member's run folder: the batch it trained in (its members' run ids, its index).
 BATCH_FILE = "replicas.json"
 
-# The most replicas one batch holds unless asked otherwise (`--replicas K`).
-DEFAULT_REPLICAS = 8
-MAX_REPLICAS = 64  # what one process may stack; each replica is a whole model in memory
+# The most replicas one batch holds unless asked otherwise (`--replicas K`): `auto`, the
+# flag's default, is GPU_REPLICAS where the process that parses it sees a GPU (issue 34
+# measured a solo baby-cpu step on an H100 bound by per-step host work, which a batch
+# shares), else CPU_REPLICAS, the default before.
+AUTO = "auto"
+DEFAULT_REPLICAS = AUTO
+CPU_REPLICAS = 8
+GPU_REPLICAS = 64
+MAX_REPLICAS = 256  # what one process may stack; each replica is a whole model in memory
 MAX_SEEDS_FLAG = MAX_REPLICAS  # `train --seeds` takes at most this many
 
 T = TypeVar("T", bound=Hashable)
@@ -144,18 +151,28 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def default_replicas() -> int:
+    """What `--replicas auto` means here: GPU_REPLICAS where a GPU is visible
+    (`hardware.visible_gpus`), else CPU_REPLICAS."""
+    return GPU_REPLICAS if hardware.visible_gpus() else CPU_REPLICAS
+
+
 def parse_replicas(text: str) -> int:
-    """`--replicas K|off`: the most replicas per batch (off: 1, every run alone)."""
-    if str(text).strip().lower() == "off":
+    """`--replicas K|auto|off`: the most replicas per batch (auto: `default_replicas()`;
+    off: 1, every run alone)."""
+    word = str(text).strip().lower()
+    if word == "off":
         return 1
+    if word == AUTO:
+        return default_replicas()
     try:
         value = int(text)
     except ValueError:
         raise ValueError(
-            f"{text!r} is not a number of replicas; give K (1-{MAX_REPLICAS}) or off"
+            f"{text!r} is not a number of replicas; give K (1-{MAX_REPLICAS}), auto or off"
         ) from None
     if not 1 <= value <= MAX_REPLICAS:
-        raise ValueError(f"{value} replicas is not allowed; give 1 to {MAX_REPLICAS}, or off")
+        raise ValueError(f"{value} replicas is not allowed; give 1 to {MAX_REPLICAS}, auto or off")
     return value
 
 

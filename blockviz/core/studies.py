@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blockviz.core import config as cfg
+from blockviz.core import hardware, replicas
 from blockviz.core.config import ConfigError, RunConfig
 
 SIZES = ("quick", "standard", "full")
@@ -73,7 +74,13 @@ SIZE_PRESETS: dict[str, dict[str, Any]] = {
         "sample_interval": 5000,
     },
 }
-SIZE_SEEDS = {"quick": 2, "standard": 3, "full": 5}
+SIZE_SEEDS = {"quick": 2, "standard": 3, "full": 5}  # on a CPU; a sweep's: 1
+# On a GPU every size defaults to more seeds: a variant's seeds, and the runs that differ
+# only in what a replica keeps on its own (lr, weight decay, ...), train together as
+# replicas of one batched model (`core/replicas.py`, up to GPU_REPLICAS at once), not one
+# after another: one variant's seeds are one batch. What a batch costs on a given GPU is
+# `benchmarks/gpu_check.py`'s to measure.
+GPU_SEEDS = 8
 # What the page says of each size beside the seeds chosen and its time estimate for
 # this machine: the model and the steps, no time of its own to contradict the estimate.
 SIZE_DESCRIPTIONS = {
@@ -177,8 +184,37 @@ def sized_base(size: str, base: Mapping[str, Any]) -> dict[str, Any]:
     return {**SIZE_PRESETS[size], **base}
 
 
-def seeds_for(n: int | None, size: str) -> tuple[int, ...]:
-    count = SIZE_SEEDS[size] if n is None else n
+def on_gpu(accelerator: str = "auto") -> bool:
+    """Whether runs with this accelerator setting train on a GPU here: `gpu`, or `auto`
+    where this machine shows one (`hardware.visible_gpus`: torch-free, as the UI needs)."""
+    return accelerator == "gpu" or (accelerator == "auto" and hardware.visible_gpus() > 0)
+
+
+def default_seeds(size: str | None, accelerator: str = "auto") -> int:
+    """Seeds per variant when none are asked for: GPU_SEEDS where the runs train on a GPU,
+    else the size's SIZE_SEEDS (a sweep, size None: 1)."""
+    if on_gpu(accelerator):
+        return GPU_SEEDS
+    return SIZE_SEEDS[size] if size is not None else 1
+
+
+def seeds_note(accelerator: str = "auto") -> str | None:
+    """Why a GPU study has more seeds by default, for the page and the CLI (None on a CPU,
+    where the defaults are the sizes' own)."""
+    if not on_gpu(accelerator):
+        return None
+    cpu = ", ".join(f"{size} {n}" for size, n in SIZE_SEEDS.items())
+    return (
+        f"on a GPU every size defaults to {GPU_SEEDS} seeds per variant (on a CPU: {cpu}): a "
+        "variant's seeds, and variants that differ only in lr, weight decay or another "
+        "per-replica field, train together as replicas of one batched model (up to "
+        f"{replicas.GPU_REPLICAS} at once), not one after another"
+    )
+
+
+def seeds_for(n: int | None, size: str | None, accelerator: str = "auto") -> tuple[int, ...]:
+    """Seeds FIRST_SEED, FIRST_SEED + 1, ...: n of them, else `default_seeds`."""
+    count = default_seeds(size, accelerator) if n is None else n
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_SEEDS:
         raise ConfigError("seeds", count, f"must be a whole number from 1 to {MAX_SEEDS}")
     return tuple(range(FIRST_SEED, FIRST_SEED + count))

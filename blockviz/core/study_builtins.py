@@ -316,7 +316,8 @@ def builtin(key: str, size: str = "quick", seeds: int | None = None) -> StudyDef
         raise ConfigError("study", key, "choose one of " + ", ".join(STUDY_KEYS))
     parts = BUILTINS[key]()
     base = sized_base(size, parts.pop("base"))
-    study = StudyDef(key=key, base=base, seeds=seeds_for(seeds, size), size=size, **parts)
+    chosen = seeds_for(seeds, size, base.get("accelerator", "auto"))
+    study = StudyDef(key=key, base=base, seeds=chosen, size=size, **parts)
     check_study(study)
     return study
 

@@ -98,7 +98,7 @@ def _check_size(grid: Mapping[str, Sequence[Any]], n_seeds: int) -> None:
 
 def sweep(
     grid: Mapping[str, Sequence[Any]],
-    seeds: int = 1,
+    seeds: int | None = None,
     base: RunConfig | None = None,
     size: str | None = None,
     max_steps: int | None = None,
@@ -109,7 +109,9 @@ def sweep(
     `base` is the config the sweep starts from (default RunConfig()); `size`, when given,
     applies a size preset on top of it, `fixed` fields (set for every run, e.g. from the
     command line) go on top of that, and `max_steps` then sets the length of every run
-    (the warm-up kept at most a tenth of it). ConfigError names the first bad field or value.
+    (the warm-up kept at most a tenth of it). `seeds` None is one seed per variant, or
+    `studies.GPU_SEEDS` where the runs train on a GPU. ConfigError names the first bad
+    field or value.
     """
     if not grid:
         raise ConfigError("sweep", "", "name at least one field to sweep, e.g. --lr 1e-4:1e-1:7")
@@ -131,7 +133,7 @@ def sweep(
         cfg.section_of(name)
         if not values:
             raise ConfigError(name, "", "needs at least one value")
-    seed_list = seeds_for(seeds, "quick")
+    seed_list = seeds_for(seeds, None, flat.get("accelerator", "auto"))
     _check_size(grid, len(seed_list))  # before building: 50**4 combinations fill the memory
     combos = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
     if "lr" in grid and "min_lr" not in grid and flat.get("lr"):

@@ -147,7 +147,7 @@ def work(
     study_id: int,
     max_running: int,
     threads: int | None = None,
-    replica_limit: int = replicas.DEFAULT_REPLICAS,
+    replica_limit: int = replicas.CPU_REPLICAS,
 ) -> int:
     """Claim and train the study's runs until none is left or the study is stopped.
 

@@ -71,7 +71,8 @@ def test_slurm_launch_submits_one_array_of_study_workers(store, tmp_path, monkey
     assert "submitted 4 worker(s) to SLURM, job(s) 4242_0, 4242_1, 4242_2, 4242_3" in out
     assert f"the jobs' logs: {folder}" in out
     assert f"`python -m blockviz study show {study_id}`" in out
-    command = f"python -m blockviz study work {study_id} --store {store.path} --replicas 8"
+    # No --replicas: the default, auto, is each worker's to resolve on its node.
+    command = f"python -m blockviz study work {study_id} --store {store.path}"
     assert f"each runs `{command}`" in out
 
     lines = script.read_text().splitlines()

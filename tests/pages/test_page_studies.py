@@ -47,6 +47,27 @@ def test_an_empty_store_offers_the_builtin_studies() -> None:
     assert "worker(s) at once" in text and " each, " in text and "FLOP/s per run" in text
 
 
+def test_on_a_gpu_the_launchers_offer_more_seeds_and_say_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 34: where a GPU is visible both launchers start at `studies.GPU_SEEDS` seeds
+    and their captions say why; on a CPU (the test above) the sizes' own counts, no note."""
+    monkeypatch.setattr(hardware, "visible_gpus", lambda: 1)
+    at = _page().run()
+    at.selectbox(key="studies.key").set_value("activation").run()
+    assert not at.exception
+    assert at.number_input(key="studies.seeds.quick").value == studies.GPU_SEEDS
+    assert at.number_input(key="studies.sweep.seeds").value == studies.GPU_SEEDS
+    text = _text(at).replace("\\", "")
+    assert f"4 variants × {studies.GPU_SEEDS} seeds = {4 * studies.GPU_SEEDS} runs" in text
+    note = studies.seeds_note()
+    assert text.count(note[0].upper() + note[1:]) == 2  # the built-in's and the sweep's
+    monkeypatch.setattr(hardware, "visible_gpus", lambda: 0)
+    at = _page().run()
+    assert at.number_input(key="studies.sweep.seeds").value == 2
+    assert "on a GPU" not in _text(at) and "On a GPU" not in _text(at)
+
+
 def test_the_builtin_the_launcher_leaves_out_is_named_with_where_it_lives() -> None:
     at = _page().run()
     offered = at.selectbox(key="studies.key").options

@@ -35,6 +35,7 @@ SWEEP_FIELDS = (
     "init",
     "dropout",
 )
+SWEEP_SEEDS = 2  # the sweep form's seeds on a CPU (`studies.GPU_SEEDS` on a GPU)
 # The built-in studies the launcher leaves out (they train nothing), and where each lives.
 ELSEWHERE = {
     "init-gradients": "it trains nothing (it measures gradients at initialisation). The "
@@ -63,6 +64,12 @@ def _estimate(store: RunStore, study: studies.StudyDef) -> str:
     if not study.trains:
         return duration(seconds)
     return f"{duration(seconds)} ({study_runner.estimate_assumes(workers, speed=speed)})"
+
+
+def _seeds_note() -> str:
+    """On a GPU, why the seeds default to more (a sentence to append); nothing on a CPU."""
+    note = studies.seeds_note()
+    return f" {ui.plain(note[0].upper() + note[1:])}." if note else ""
 
 
 def _launch(store: RunStore, study: studies.StudyDef, name: str | None = None) -> None:
@@ -94,7 +101,7 @@ def builtin_launcher(store: RunStore, writable: bool) -> None:
         "Seeds per variant",
         min_value=1,
         max_value=studies.MAX_SEEDS,
-        value=studies.SIZE_SEEDS[size],
+        value=studies.default_seeds(size),
         key=f"studies.seeds.{size}",
     )
     try:
@@ -108,7 +115,7 @@ def builtin_launcher(store: RunStore, writable: bool) -> None:
     left.caption(
         f"{len(study.variants)} variants × {len(study.seeds)} seeds = {study.n_runs} runs; "
         f"{ui.plain(studies.SIZE_DESCRIPTIONS[size])}. Estimated time here: "
-        f"{_estimate(store, study)}."
+        f"{_estimate(store, study)}." + _seeds_note()
     )
     if right.button(
         "Run study",
@@ -138,7 +145,7 @@ def sweep_launcher(store: RunStore, writable: bool) -> None:
         st.caption(
             "Values as `a,b,c` or a log range `low:high:n` (e.g. `1e-4:1e-1:7`). The sweep "
             "starts from the chosen size's model; leave the second field's values empty to "
-            "sweep one field."
+            "sweep one field." + _seeds_note()
         )
         rows = []
         for i, default in enumerate(("lr", "norm_position")):
@@ -159,7 +166,11 @@ def sweep_launcher(store: RunStore, writable: bool) -> None:
         left, middle, right = st.columns(3)
         size = left.radio("Size", studies.SIZES, horizontal=True, key="studies.sweep.size")
         seeds = middle.number_input(
-            "Seeds", min_value=1, max_value=studies.MAX_SEEDS, value=2, key="studies.sweep.seeds"
+            "Seeds",
+            min_value=1,
+            max_value=studies.MAX_SEEDS,
+            value=studies.GPU_SEEDS if studies.on_gpu() else SWEEP_SEEDS,
+            key="studies.sweep.seeds",
         )
         steps = right.number_input(
             "Steps per run (0: the size's)",
