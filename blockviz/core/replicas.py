@@ -56,20 +56,19 @@ T = TypeVar("T", bound=Hashable)
 def why_solo(config: RunConfig) -> str | None:
     """Why this config cannot train as a replica (None: it can).
 
-    - dropout > 0: vmap draws one random stream for the whole batch, so a replica's
+    - dropout > 0: the batch draws one random stream for all its replicas, so a replica's
       dropout masks would not be its solo run's; replicas promise the solo run's losses.
     - batchnorm: its running statistics are buffers updated in place during the forward
-      pass, which vmap cannot batch.
-    - torch.compile, several devices or nodes, a strategy: the batched step is a plain
-      eager vmap on one device.
+      pass, one set per model, which a stack of parameters does not hold.
+    - 16-bit precision, several devices or nodes, a strategy: one loss scale for the
+      batch; the batched step runs on one device.
+    (`compile` batches: the stacked forward is compiled once for the batch.)
     """
     model, train = config.model, config.train
     if model.dropout > 0:
         return "dropout > 0 draws its masks from one random stream for the whole batch"
     if model.norm_type == "batchnorm" and model.norm_position != "none":
-        return "batchnorm updates running statistics in place, which vmap cannot batch"
-    if train.compile:
-        return "compile: replicas train as one eager model"
+        return "batchnorm updates running statistics in place, one set per model"
     if train.precision in ("16-mixed", "16", "16-true"):
         # One GradScaler for the batch: one replica's overflow would skip every replica's step.
         return "16-bit precision scales every replica's gradients with one loss scale"

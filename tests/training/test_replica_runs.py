@@ -232,3 +232,15 @@ def test_a_member_trained_again_alone_leaves_its_batch_and_the_batch_cannot_resu
     assert cli.main(["train", "--resume", "1", "--store", str(store_path)]) == 2
     err = capsys.readouterr().err
     assert "run 2 has trained in another batch (or alone) since" in err and "Traceback" not in err
+
+
+def test_sixty_four_seeds_train_at_toy_size_on_a_cpu(tmp_path, corpus):
+    # The command a GPU runs as one batch of 64 (`--replicas auto`), here in batches of 8.
+    store_path = tmp_path / "s.db"
+    flags = ["--seeds", "0-63", "--max_steps", "2", "--warmup_steps", "1", "--eval_interval", "2"]
+    assert _train(store_path, corpus, *flags, "--d_model", "8", "--n_layer", "1") == 0
+    with RunStore(store_path) as store:
+        statuses = store.run_statuses()
+        assert len(statuses) == 64 and set(statuses.values()) == {"completed"}
+        sizes = {len(replicas.read_batch_file(store.run_dir(i))["runs"]) for i in statuses}
+        assert sizes == {8}
