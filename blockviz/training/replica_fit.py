@@ -113,6 +113,7 @@ class ReplicaCallbacks(Callback):
         self._losses: list[Any] = []  # each step's (K,) losses, on the device
         self._steps: list[int] = []
         self._step = 0
+        self._probed = False  # this step's probes measured something to write
         self._validated = False  # a validation paused the monitors' clocks
 
     def _live(self, lit: LitReplicas) -> list[Replica]:
@@ -153,6 +154,7 @@ class ReplicaCallbacks(Callback):
         step = trainer.global_step
         if probe is None or not (probe.is_probe_step(step) or probe.is_sample_step(step)):
             return
+        self._probed = True
         live = [r for r in self._live(pl_module) if r.probe is not None]
         with self._samples(pl_module, live, step if probe.is_sample_step(step) else None):
             for replica in live:
@@ -189,11 +191,14 @@ class ReplicaCallbacks(Callback):
         self, trainer: L.Trainer, pl_module: LitReplicas, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         """The probes' records in one transfer, then each monitor's loss (and divergence)."""
-        live = self._live(pl_module)
-        pending = [(r, r.probe.take_pending()) for r in live if r.probe is not None]
-        pending = [(r, p) for r, p in pending if p is not None]
-        for (replica, item), host in zip(pending, to_host([p for _, p in pending]), strict=True):
-            replica.probe.write_host(item, host)
+        if self._probed:
+            self._probed = False
+            live = self._live(pl_module)
+            pending = [(r, r.probe.take_pending()) for r in live if r.probe is not None]
+            pending = [(r, p) for r, p in pending if p is not None]
+            hosts = to_host([p for _, p in pending])
+            for (replica, item), host in zip(pending, hosts, strict=True):
+                replica.probe.write_host(item, host)
         step = self._step
         self._losses.append(outputs["ce"])  # (K,) on the device
         self._steps.append(step)
@@ -207,7 +212,7 @@ class ReplicaCallbacks(Callback):
         tokens = batch[0][0].numel()  # one replica's batch
         diverged: list[tuple[Replica, int]] = []
         lrs = pl_module.lr_of(step)
-        for replica in live:
+        for replica in self._live(pl_module):
             try:
                 replica.monitor.record(
                     self._views[replica.index],

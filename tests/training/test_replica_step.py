@@ -249,12 +249,19 @@ def test_a_batchs_probe_steps_reach_the_host_in_one_transfer(tmp_path, monkeypat
         return real(pendings)
 
     monkeypatch.setattr(replica_fit, "to_host", counted)
+    shared: list[int] = []
+    real_share = LitReplicas.share_grads
+    monkeypatch.setattr(
+        LitReplicas, "share_grads", lambda self, i: (shared.append(i), real_share(self, i))
+    )
     configs = [cfg.replace(base, seed=s) for s in (0, 1, 2)]
     batch = replica_run.Batch(configs, ["a", "b", "c"], [None] * 3)
     args = argparse.Namespace(store=str(tmp_path / "s.db"), no_progress=True, max_running=0)
     assert replica_run.train_batch(args, batch) == 0
-    # Probe steps 0, 2, 4 and the last (5): one transfer each for all three replicas.
-    assert [s for s in sizes if s] == [3, 3, 3, 3]
+    # Probe steps 0, 2, 4 and the last (5): one transfer each for all three replicas,
+    # and no replica's probe touched on the ordinary steps 1 and 3.
+    assert sizes == [3, 3, 3, 3]
+    assert len(shared) == 4 * 3
 
 
 @pytest.mark.slow
