@@ -54,32 +54,18 @@ def fit(
 ) -> tuple[Outcome, Any, Any]:
     """Build model, callbacks and Trainer and fit; every rank runs this the same way."""
     config = plan.config
-    train = config.train
-    # Rank 0 also writes TensorBoard / CSV files into run_dir when --logger asks.
-    resume_step = plan.start_step if plan.checkpoint is not None else None
-    extra_loggers = run_loggers(train, run_dir, resume_step) if store is not None else []
-    L.seed_everything(train.seed, workers=False, verbose=False)
+    loggers, probe = None, None  # rank 0's: its rows, --logger files and probe
+    if store is not None:
+        loggers, probe = watchers(plan, config, store, run_id, run_dir, sample_prompt(datamodule))
+    L.seed_everything(config.train.seed, workers=False, verbose=False)
     lit = LitCharModel(
         config.to_dict(), datamodule.vocab.to_json(), schedule_steps=plan.schedule_steps
     )
     heartbeat = Heartbeat(store, run_id) if store is not None else None
     lifecycle = RunLifecycle(stop, heartbeat, store, run_id)
-    callbacks: list[Any] = [lifecycle]
-    probe: BlockProbe | None = None
-    if store is not None:
-        sinks: list[Any] = [StoreSink(store, run_id)]
-        if extra_loggers:
-            sinks.append(LoggerSink(extra_loggers))
-        probe = BlockProbe(
-            sinks,
-            probe_interval=train.probe_interval,
-            sample_interval=train.sample_interval,
-            prompt=sample_prompt(datamodule),
-        )
-        callbacks.append(probe)
+    callbacks: list[Any] = [lifecycle, *([probe] if probe is not None else [])]
     if progress:
         callbacks.append(ConsoleProgress())
-    loggers = [StoreLogger(store, run_id), *extra_loggers] if store is not None else None
     trainer = make_trainer(config, callbacks, loggers, run_dir)
     if on_ready is not None:
         on_ready(trainer, lit)
@@ -100,6 +86,24 @@ def fit(
     finally:
         if heartbeat is not None:
             heartbeat.stop()
+
+
+def watchers(
+    plan: Plan, config: Any, store: RunStore, run_id: int, run_dir: Path, prompt: str
+) -> tuple[list[Any], BlockProbe]:
+    """A run's loggers (its store rows, and its --logger files in `run_dir`) and its
+    probe, writing to both."""
+    train = config.train
+    resume_step = plan.start_step if plan.checkpoint is not None else None
+    extra = run_loggers(train, run_dir, resume_step)
+    sinks = [StoreSink(store, run_id), *([LoggerSink(extra)] if extra else [])]
+    probe = BlockProbe(
+        sinks,
+        probe_interval=train.probe_interval,
+        sample_interval=train.sample_interval,
+        prompt=prompt,
+    )
+    return [StoreLogger(store, run_id), *extra], probe
 
 
 def fit_loop(

@@ -340,6 +340,15 @@ def _record_end(
     log.info("%s: %s", what, json.dumps(final))
 
 
+def fail_unstarted(store: RunStore, run_ids: list[int], message: str) -> None:
+    """Runs created for this process (the runner's, a worker's) that could not start (a
+    bad config or dataset): failed with the one-line message, unless they ended already."""
+    for run_id in run_ids:
+        with contextlib.suppress(StoreError):
+            if store.get_run(run_id).status in ("queued", "running"):
+                store.update_run(run_id, status="failed", ended=time.time(), error=message)
+
+
 def wait_for_slot(store: RunStore, run_id: int, max_running: int, stop: StopRequest) -> bool:
     """Wait as 'queued' until fewer than max_running runs run; False if stopped meanwhile."""
     announced = False
@@ -367,7 +376,7 @@ def wait_for_slot(store: RunStore, run_id: int, max_running: int, stop: StopRequ
 
 def _record_failure(store: RunStore, members: list[_Member], exc: BaseException) -> int:
     """The members still active end failed with a one-line error (the traceback goes to
-    train.log); the exit status."""
+    train.log); the exit status (2 for a bad config or dataset, 1 otherwise)."""
     message = f"{type(exc).__name__}: {exc}".strip()
     log.error("failed:\n%s", "".join(traceback.format_exception(exc)))
     with contextlib.suppress(StoreError):
@@ -386,14 +395,11 @@ def _record_failure(store: RunStore, members: list[_Member], exc: BaseException)
         except StoreError as store_exc:
             log.error("could not record the failure: %s", store_exc)
     what = ", ".join(f"{m.run_id} ({m.name})" for m in members)
-    return failure_exit(exc, f"run{'s' if len(members) > 1 else ''} {what}", message)
-
-
-def failure_exit(exc: BaseException, what: str, message: str) -> int:
-    """Print the one line a failed run ends with; its exit status (2 for a bad config or
-    dataset, 1 otherwise)."""
     if isinstance(exc, (DataError, cfg.ConfigError)):
         print(f"blockviz train: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"blockviz: {what} failed: {message} (traceback in train.log)", file=sys.stderr)
+    plural = "s" if len(members) > 1 else ""
+    print(
+        f"blockviz: run{plural} {what} failed: {message} (traceback in train.log)", file=sys.stderr
+    )
     return EXIT_FAILED

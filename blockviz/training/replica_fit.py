@@ -27,14 +27,13 @@ from lightning.pytorch.callbacks import Callback
 from blockviz.core import config as cfg
 from blockviz.store import RunStore, StoreError
 from blockviz.training.callbacks import TrainingDiverged, TrainingMonitor
-from blockviz.training.fit import Outcome, Record, fit_loop, sample_prompt
+from blockviz.training.fit import Outcome, Record, fit_loop, sample_prompt, watchers
 from blockviz.training.lifecycle import Heartbeat, StopRequest
-from blockviz.training.logger import PENDING_ROWS_KEY, RunLifecycle, StoreLogger
+from blockviz.training.logger import PENDING_ROWS_KEY, RunLifecycle
 from blockviz.training.plan import Plan
 from blockviz.training.probes import BlockProbe, to_host
 from blockviz.training.replicas import LitReplicas
-from blockviz.training.sinks import LoggerSink, StoreSink
-from blockviz.training.trainer import make_trainer, run_loggers
+from blockviz.training.trainer import make_trainer
 
 log = logging.getLogger(__name__)
 
@@ -239,26 +238,17 @@ def build_replicas(
     """A Replica per member: its store logger (and --logger files), monitor and probe; a
     member that does not train has only its monitor, and its outcome already."""
     replicas = []
-    resume_step = plan.start_step if plan.checkpoint is not None else None
     for index, (member, run_id, run_dir) in enumerate(
         zip(plan.members, run_ids, run_dirs, strict=True)
     ):
-        train = member.config.train
-        replica = Replica(index, run_id, member.config, monitor=TrainingMonitor(train.log_interval))
+        monitor = TrainingMonitor(member.config.train.log_interval)
+        replica = Replica(index, run_id, member.config, monitor=monitor)
         replicas.append(replica)
         if member.finished:
             replica.outcome = Outcome("skipped", plan.start_step)
             continue
-        extra = run_loggers(train, run_dir, resume_step)
-        sinks: list[Any] = [StoreSink(store, run_id)]
-        if extra:
-            sinks.append(LoggerSink(extra))
-        replica.loggers = [StoreLogger(store, run_id), *extra]
-        replica.probe = BlockProbe(
-            sinks,
-            probe_interval=train.probe_interval,
-            sample_interval=train.sample_interval,
-            prompt=prompt,
+        replica.loggers, replica.probe = watchers(
+            plan, member.config, store, run_id, run_dir, prompt
         )
         replica.heartbeat = Heartbeat(store, run_id)
     return replicas

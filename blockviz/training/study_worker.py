@@ -31,11 +31,12 @@ from blockviz.core import procs, replicas
 from blockviz.core.files import atomic_write
 from blockviz.core.requests import Session, WorkRequest
 from blockviz.core.studies import StudyDef, plan_from_spec
-from blockviz.store import RunStore, StoreError
+from blockviz.store import RunStore
 from blockviz.store.studies import INIT_GRADS_FILE
 from blockviz.training import init_grads
 from blockviz.training.lifecycle import patiently
 from blockviz.training.plan import plan_claimed
+from blockviz.training.registration import fail_unstarted
 from blockviz.training.train import apply_threads, train
 from blockviz.training.trainer import quiet_lightning
 
@@ -65,12 +66,7 @@ def train_runs(
         what = f"run {run_ids[0]}" if len(run_ids) == 1 else f"runs {run_ids}"
         log.error("study %s could not start: %s", what, message)
         print(f"blockviz: {what} failed to start: {message}", file=sys.stderr, flush=True)
-        for run_id in run_ids:
-            try:
-                if store.get_run(run_id).status in ("queued", "running"):
-                    store.update_run(run_id, status="failed", ended=time.time(), error=message)
-            except StoreError:
-                pass
+        fail_unstarted(store, run_ids, message)
         return 1
 
 

@@ -34,9 +34,7 @@ and `study_worker` plan their runs and hand them to the same lifecycle.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +45,6 @@ from blockviz.core import hardware, startup_trace
 from blockviz.core.extras import check_logger_available
 from blockviz.core.flags import UsageError, build_config, check_threads
 from blockviz.core.requests import Session, TrainRequest
-from blockviz.store import RunStore, StoreError
 from blockviz.training.fit import EXIT_OK, fit
 from blockviz.training.lifecycle import StopRequest, global_rank_from_env
 from blockviz.training.plan import (
@@ -65,6 +62,7 @@ from blockviz.training.registration import (
     ENV_LEGACY_EVAL,
     ENV_RUN_DIR,
     Ran,
+    fail_unstarted,
     run_plan,
     writer_store,
 )
@@ -95,7 +93,7 @@ def main(request: TrainRequest) -> int:
             datamodule = preflight(plan)
         except (UsageError, ValueError) as exc:
             if request.run_id is not None and not request.resume:
-                _mark_failed_quietly(store, request.run_id, str(exc))
+                fail_unstarted(store, [request.run_id], str(exc))
             raise
         return run_plan(plan, datamodule, store, request.session).exit_code
 
@@ -135,12 +133,6 @@ def preflight(plan: Plan) -> Any:
     check_memory(config, copies=len(plan.members))
     check_logger_available(plan.config.train)
     return datamodule
-
-
-def _mark_failed_quietly(store: RunStore, run_id: int, message: str) -> None:
-    # When the run id itself was the problem, the one-line message already says so.
-    with contextlib.suppress(StoreError):
-        store.update_run(run_id, status="failed", error=message, ended=time.time())
 
 
 def _follower_main(request: TrainRequest) -> int:
