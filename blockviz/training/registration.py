@@ -135,6 +135,14 @@ def _register_and_fit(
         for member, planned in zip(members, plan.members, strict=True):
             if member.training and plan.checkpoint is not None:
                 _continue_series(store, member.run_id, plan, planned.pending_rows)
+        first, schedule = plan.config.train.max_steps, plan.config.train.lr_schedule
+        if plan.schedule_steps and plan.schedule_steps != first and schedule != "constant":
+            note = (
+                f"the {schedule} lr schedule keeps its horizon of {plan.schedule_steps} "
+                "steps: lr reaches min_lr there and stays at it"
+            )
+            print(f"blockviz: run {training[0].run_id}: {note}", flush=True)
+            log.info(note)
         if not wait_for_slot(store, training[0].run_id, session.max_running, stop):
             for member in training:
                 patiently(store.update_run, member.run_id, status="stopped", ended=time.time())
@@ -240,15 +248,6 @@ def _continue_series(store: RunStore, run_id: int, plan: Plan, rows: Any) -> Non
         dropped,
         restored,
     )
-    first = plan.config.train.max_steps
-    schedule = plan.config.train.lr_schedule
-    if plan.schedule_steps and plan.schedule_steps != first and schedule != "constant":
-        note = (
-            f"the {schedule} lr schedule keeps its horizon of {plan.schedule_steps} steps: "
-            "lr reaches min_lr there and stays at it"
-        )
-        print(f"blockviz: run {run_id}: {note}", flush=True)
-        log.info(note)
 
 
 def _fit_and_record(
@@ -287,8 +286,8 @@ def _fit_and_record(
 
     def record(index: int, outcome: Outcome, lit: Any, trainer: Any) -> None:
         if members[index].training:
-            ended.add(index)
             _record_end(store, plan, members[index], outcome, final_metrics(lit, trainer, outcome))
+            ended.add(index)
 
     ids = [m.run_id for m in members]
     dirs = [m.run_dir for m in members]
@@ -333,7 +332,6 @@ def _record_end(
         final=final,
         diverged_step=outcome.step if outcome.status == "diverged" else None,
     )
-    store.flush()
     where = f" at step {outcome.step}" if outcome.status in ("diverged", "stopped") else ""
     what = f"run {member.run_id} ({member.name}) {outcome.status}{where}"
     print(f"blockviz: {what}: {summary_text(final)}", flush=True)
