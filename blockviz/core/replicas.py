@@ -223,11 +223,16 @@ def checkpoint_path(run_dir: Path, run_dirs_of: Any) -> Path:
     return folder / "checkpoints" / "last.ckpt"
 
 
-def folder_left_behind(run_dir: Path, remaining: Any) -> Path | None:
-    """The batch folder a deleted member leaves behind when no member is left
-    (`remaining(ids)`: those of `ids` still in the store); None while one is."""
+def folder_left_behind(run_dir: Path, run_dirs_of: Any, present: Any) -> Path | None:
+    """The batch folder a deleted member leaves behind once no other member holds it
+    (`present(ids)`: those of `ids` still in the store; a member that trained again alone
+    or in another batch since holds it no more); None while one does."""
     batch = read_batch_file(run_dir)
     if batch is None or "batch" not in batch:
         return None
-    others = [i for i in batch["runs"] if i != batch["runs"][batch["index"]]]
-    return None if remaining(others) else batch_folder(run_dir, batch["batch"])
+    me = batch["runs"][batch["index"]]
+    for other in present([i for i in batch["runs"] if i != me]):
+        theirs = read_batch_file(run_dirs_of(other)) or {}
+        if (theirs.get("batch"), theirs.get("runs")) == (batch["batch"], batch["runs"]):
+            return None
+    return batch_folder(run_dir, batch["batch"])

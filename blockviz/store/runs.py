@@ -264,17 +264,17 @@ class Runs(Part):
             # Its forks keep their copied history and their fork step, not a dangling id.
             conn.execute("UPDATE runs SET parent_id = NULL WHERE parent_id = ?", (run_id,))
         # A replica's batch folder (its checkpoints) goes with the batch's last member.
-        left = replicas.folder_left_behind(self.db.run_dir(run_id), self._any_of)
+        left = replicas.folder_left_behind(self.db.run_dir(run_id), self.db.run_dir, self._present)
         self.writes.drop_buffered(run_id)
         self.db.remove_run_dir(run_id)
         if left is not None and left.parent.parent == self.db.run_dir(run_id).parent:
             shutil.rmtree(left, ignore_errors=True)
 
-    def _any_of(self, run_ids: Sequence[int]) -> bool:
-        """Whether any of these runs is in the store."""
+    def _present(self, run_ids: Sequence[int]) -> list[int]:
+        """Those of these runs that are in the store."""
         ids = [int(i) for i in run_ids]
-        sql = f"SELECT 1 FROM runs WHERE id IN ({placeholders(ids)})"
-        return bool(ids) and self.conn.execute(sql, ids).fetchone() is not None
+        sql = f"SELECT id FROM runs WHERE id IN ({placeholders(ids)})"
+        return [int(row[0]) for row in self.conn.execute(sql, ids).fetchall()] if ids else []
 
     # -- reading ------------------------------------------------------------------------
 

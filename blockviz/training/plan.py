@@ -246,11 +246,12 @@ def _resumed(
     checkpoint, and whether it was still training there (not diverged)."""
     run_id = batch[index]
     try:
-        run = store.get_run(run_id)
+        run = store.get_run(run_id) if saved is None or saved[1] else None
     except StoreError:
         if saved is None:
             raise
-        # A member deleted since: the others go on without it (its place stays masked).
+        run = None  # a member deleted since: the others go on without it
+    if run is None:  # out of the batch (masked in its checkpoint, or gone): it stays out
         config = cfg.replace(saved[0], **overrides).validate() if overrides else saved[0]
         return Member(config, f"run {run_id}", run_id, finished=True)
     if run.status in ACTIVE_STATUSES and run_alive(run):
@@ -274,7 +275,7 @@ def _resumed(
             raise UsageError(f"--resume: a batch of replicas cannot change to this: {reason}")
     # At max_steps, a run that died before it recorded its end is finished (Plan.finishing).
     done = run.status in ("completed", "diverged") and start >= config.train.max_steps
-    stopped = saved is not None and (not saved[1] or run.status == "diverged")
+    stopped = saved is not None and run.status == "diverged"
     pending = rows if isinstance(rows, dict) else None
     return Member(config, str(run.name), run_id, finished=done or stopped, pending_rows=pending)
 
