@@ -65,7 +65,7 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
         resume=args.resume,
         run_id=args.run_id,
         seeds=seeds,
-        replicas=replicas_from_args(args) if seeds is not None else replicas.DEFAULT_REPLICAS,
+        replicas=replicas_from_args(args) if seeds is not None else 1,
     )
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from blockviz.core.replicas import DEFAULT_REPLICAS
-
 
 @dataclass(frozen=True)
 class ConfigSource:
@@ -46,7 +44,7 @@ class TrainRequest:
     resume: str | None = None  # a run's id or name
     run_id: int | None = None
     seeds: tuple[int, ...] | None = None
-    replicas: int = DEFAULT_REPLICAS
+    replicas: int = 1  # the most seeds one batch holds (`--replicas`, read with `seeds`)
 
 
 @dataclass(frozen=True)
@@ -81,7 +79,7 @@ class WorkRequest:
     study: int
     max_running: int = 0
     threads: int | None = None
-    replicas: int = DEFAULT_REPLICAS
+    replicas: int = 1  # the most runs one batch holds
 
 
 @dataclass(frozen=True)

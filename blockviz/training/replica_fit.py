@@ -297,9 +297,7 @@ def fit_replicas(
         return all(lit.views[r.index].last_val.get("step") == step for r in live())
 
     def finish() -> None:  # the end's sample and attention map (Lightning skipped them)
-        for replica in live():
-            view = ReplicaTrainer(trainer, lit, replica)
-            replica.probe.on_train_end(view, lit.views[replica.index])
+        fan.on_train_end(trainer, lit)
 
     try:
         outcome = fit_loop(trainer, lit, datamodule, plan, stop, lifecycle, scored, finish)
