@@ -111,10 +111,10 @@ def test_kill_9_at_a_random_moment_then_resume_leaves_no_gap(tmp_path, corpus, t
 
 
 def test_kill_9_of_a_batch_of_replicas_then_resume_leaves_no_gap_in_any(tmp_path, corpus):
-    # The batch's checkpoint is in its first member's folder; resuming any member resumes all.
+    # The batch's checkpoint is in its own folder; resuming any member resumes all.
     store_path = tmp_path / "blockviz.db"
     proc = _train(store_path, corpus, "--max_steps", "60", "--seeds", "0,1,2")
-    ckpt = tmp_path / "blockviz.db.runs" / "1" / "checkpoints" / "last.ckpt"
+    ckpt = tmp_path / "blockviz.db.runs" / "batches" / "1" / "checkpoints" / "last.ckpt"
     _wait(lambda: ckpt.exists() and ckpt.stat().st_mtime > 0)
     time.sleep(random.uniform(0.0, 0.8))
     proc.kill()
@@ -474,7 +474,9 @@ def test_a_stopped_batch_stops_every_replica_and_resumes_them_all_on_its_lr_hori
     assert (
         stopped[0].step
         == stopped[1].step
-        == _checkpoint_step(tmp_path / "blockviz.db.runs" / "1" / "checkpoints" / "last.ckpt")
+        == _checkpoint_step(
+            tmp_path / "blockviz.db.runs" / "batches" / "1" / "checkpoints" / "last.ckpt"
+        )
     )
     code, _, err = finish(_resume(store_path, "--max_steps", "80"))
     assert code == 0, err

@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
+from blockviz.cli import requests
 from blockviz.core import config as cfg
 from blockviz.core import startup_trace
 from blockviz.core.flags import (
@@ -33,16 +35,19 @@ def _config_source_args(p: argparse.ArgumentParser) -> None:
 
 
 # Each command registers its parser and a handler `fn(args) -> int`. Handlers import what
-# they need inside so that one command's dependencies never slow another down.
-Handler = Callable[[argparse.Namespace], int]
-COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], str]] = {}
+# they need inside so that one command's dependencies never slow another down. A training
+# command's handler takes the request its flags are read into (`cli.requests`) instead.
+Handler = Callable[[Any], int]
+Reader = Callable[[argparse.Namespace], Any]
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], str, Reader | None]] = {}
 
 
-def command(name: str, help_text: str, handler_path: str):
-    """Register a command's argument builder; the handler is `module:function`."""
+def command(name: str, help_text: str, handler_path: str, reader: Reader | None = None):
+    """Register a command's argument builder; the handler is `module:function`, given
+    `reader(args)` when the command has a reader, else the parsed flags."""
 
     def wrap(build: Callable[[argparse.ArgumentParser], None]):
-        COMMANDS[name] = (help_text, build, handler_path)
+        COMMANDS[name] = (help_text, build, handler_path, reader)
         return build
 
     return wrap
@@ -75,7 +80,8 @@ def _data_args(p: argparse.ArgumentParser) -> None:
 @command(
     "train",
     "train one run (headless), recording into the run store",
-    "blockviz.training.train:cli_main",
+    "blockviz.training.train:main",
+    requests.train_request,
 )
 def _train_args(p: argparse.ArgumentParser) -> None:
     _config_source_args(p)
@@ -94,7 +100,8 @@ def _train_args(p: argparse.ArgumentParser) -> None:
 @command(
     "fork",
     "a twin of a run from one of its kept checkpoints, changed only in the fields given",
-    "blockviz.training.fork:cli_main",
+    "blockviz.training.fork:main",
+    requests.fork_request,
 )
 def _fork_args(p: argparse.ArgumentParser) -> None:
     _parent_args(p, "the run to fork", "--step", "N", "one of the run's kept checkpoint steps")
@@ -106,7 +113,8 @@ def _fork_args(p: argparse.ArgumentParser) -> None:
     "replay",
     "re-run the steps before a loss spike or divergence with probes every step, and name "
     "the first statistic that left its healthy range",
-    "blockviz.training.replay:cli_main",
+    "blockviz.training.replay:main",
+    requests.replay_request,
 )
 def _replay_args(p: argparse.ArgumentParser) -> None:
     _parent_args(
@@ -158,7 +166,8 @@ def _run_args(
 @command(
     "init-grads",
     "per-layer gradient norm at initialization, Pre-LN vs Post-LN, by depth and init (no training)",
-    "blockviz.training.init_grads:cli_main",
+    "blockviz.training.init_grads:main",
+    requests.init_grads_request,
 )
 def _init_grads_args(p: argparse.ArgumentParser) -> None:
     _config_source_args(p)
@@ -235,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train small character-level transformers and see what the block does.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
-    for name, (help_text, build, _) in COMMANDS.items():
+    for name, (help_text, build, _, _) in COMMANDS.items():
         build(sub.add_parser(name, help=help_text, description=help_text))
     return parser
 
@@ -247,14 +256,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return EXIT_USAGE
-    module_name, func_name = COMMANDS[args.command][2].split(":")
+    _, _, handler_path, reader = COMMANDS[args.command]
+    module_name, func_name = handler_path.split(":")
     import importlib
 
     startup_trace.mark("interpreter up, flags parsed")
-    handler: Handler = getattr(importlib.import_module(module_name), func_name)
-    startup_trace.mark(f"{module_name} imported")
     try:
-        return handler(args)
+        given = reader(args) if reader is not None else args
+        handler: Handler = getattr(importlib.import_module(module_name), func_name)
+        startup_trace.mark(f"{module_name} imported")
+        return handler(given)
     except (UsageError, cfg.ConfigError) as exc:
         print(f"blockviz {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

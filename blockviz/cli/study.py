@@ -136,7 +136,10 @@ def cli_main(args: argparse.Namespace) -> int:
         # By name, like `train`: the CLI itself never imports the training side.
         import importlib
 
-        return int(importlib.import_module("blockviz.training.study_worker").cli_main(args))
+        from blockviz.cli.requests import work_request
+
+        request = work_request(args)
+        return int(importlib.import_module("blockviz.training.study_worker").main(request))
     handlers = {
         "run": _run,
         "sweep": _sweep,

@@ -6,13 +6,14 @@ Torch-free: the CLI and the `train` command (training side) both build configs t
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn, get_args, get_origin
 
 from blockviz.core import config as cfg
 from blockviz.core import hardware, replicas
 from blockviz.core.bounds import BOUNDS
 from blockviz.core.corpora import read_regular_file
+from blockviz.core.requests import ConfigSource
 from blockviz.core.vocab import DataError
 
 EXIT_USAGE = 2
@@ -88,15 +89,31 @@ def add_config_flags(parser: argparse.ArgumentParser, sections: Sequence[str]) -
             )
 
 
-def config_overrides(args: argparse.Namespace, sections: Sequence[str]) -> dict[str, Any]:
-    """The config fields given on the command line, coerced to their types."""
+def given_fields(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+    """The config field flags given on the command line, as (field, text) pairs."""
+    given = []
+    for section in cfg.SECTIONS.values():
+        for name in cfg.field_types(section):
+            text = getattr(args, f"cfg_{name}", None)
+            if text is not None:
+                given.append((name, text))
+    return tuple(given)
+
+
+def coerce_fields(fields: Iterable[tuple[str, str]], sections: Sequence[str]) -> dict[str, Any]:
+    """Field texts (`given_fields`) of the named sections, coerced to their types."""
+    texts = dict(fields)
     overrides: dict[str, Any] = {}
     for section in sections:
         for name, annotation in cfg.field_types(cfg.SECTIONS[section]).items():
-            text = getattr(args, f"cfg_{name}", None)
-            if text is not None:
-                overrides[name] = cfg.coerce(name, text, annotation)
+            if texts.get(name) is not None:
+                overrides[name] = cfg.coerce(name, texts[name], annotation)
     return overrides
+
+
+def config_overrides(args: argparse.Namespace, sections: Sequence[str]) -> dict[str, Any]:
+    """The config fields given on the command line, coerced to their types."""
+    return coerce_fields(given_fields(args), sections)
 
 
 # A RunConfig is about 1 KB of JSON; anything much larger is not one.
@@ -126,14 +143,27 @@ def read_config_file(path: str) -> cfg.RunConfig:
         raise UsageError(f"--config {path}: {exc}") from None
 
 
+def build_config(source: ConfigSource) -> cfg.RunConfig:
+    """Preset or config file, then field flags on top; validated."""
+    base = cfg.preset(source.preset) if source.preset else cfg.RunConfig()
+    if source.file:
+        base = read_config_file(source.file)
+    overrides = coerce_fields(source.fields, list(cfg.SECTIONS))
+    return cfg.replace(base, **overrides).validate() if overrides else base.validate()
+
+
+def config_source(args: argparse.Namespace) -> ConfigSource:
+    """A command's `--preset`, `--config` and field flags, as given."""
+    return ConfigSource(
+        preset=getattr(args, "preset", None),
+        file=getattr(args, "config", None),
+        fields=given_fields(args),
+    )
+
+
 def run_config_from_args(args: argparse.Namespace) -> cfg.RunConfig:
     """Preset or --config file, then field flags on top; validated."""
-    base = cfg.preset(args.preset) if getattr(args, "preset", None) else cfg.RunConfig()
-    config_path = getattr(args, "config", None)
-    if config_path:
-        base = read_config_file(config_path)
-    overrides = config_overrides(args, list(cfg.SECTIONS))
-    return cfg.replace(base, **overrides).validate() if overrides else base.validate()
+    return build_config(config_source(args))
 
 
 def threads_arg(p: argparse.ArgumentParser) -> None:
@@ -165,22 +195,6 @@ def replicas_from_args(args: argparse.Namespace) -> int:
         return replicas.parse_replicas(getattr(args, "replicas", None) or "off")
     except ValueError as exc:
         raise UsageError(f"--replicas: {exc}") from None
-
-
-def seeds_from_args(args: argparse.Namespace) -> list[int] | None:
-    """`--seeds` as a list (None when not given); UsageError naming a bad value."""
-    text = getattr(args, "seeds", None)
-    if text is None:
-        return None
-    if getattr(args, "cfg_seed", None) is not None:
-        raise UsageError("--seeds and --seed: give one of them")
-    for flag, value in (("--resume", args.resume), ("--run_id", args.run_id)):
-        if value is not None:
-            raise UsageError(f"--seeds cannot be combined with {flag}")
-    try:
-        return replicas.parse_seeds(text)
-    except ValueError as exc:
-        raise UsageError(f"--seeds: {exc}") from None
 
 
 def check_threads(threads: int | None) -> None:

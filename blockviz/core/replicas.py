@@ -38,6 +38,9 @@ PER_REPLICA_FIELDS: tuple[tuple[str, str], ...] = (
 
 # In each member's run folder: the batch it trained in (its members' run ids, its index).
 BATCH_FILE = "replicas.json"
+# Beside the run folders: one folder per batch, named after its first member, holding the
+# batch's checkpoints.
+BATCHES = "batches"
 
 # The most replicas one batch holds unless asked otherwise (`--replicas K`): `auto`, the
 # flag's default, is GPU_REPLICAS where the process that parses it sees a GPU (issue 34
@@ -175,15 +178,29 @@ def parse_replicas(text: str) -> int:
     return value
 
 
+def batch_folder(run_dir: Path, batch: int) -> Path:
+    """The folder of batch `batch` (its checkpoints), beside a member's run folder: of its
+    own, so deleting any member leaves the others resumable."""
+    return Path(run_dir).parent / BATCHES / str(int(batch))
+
+
 def write_batch_file(
-    run_dir: Path, run_ids: Sequence[int], index: int, leader: int | None = None
+    run_dir: Path,
+    run_ids: Sequence[int],
+    index: int,
+    leader: int | None = None,
+    batch: int | None = None,
 ) -> None:
     """Record in a member's folder the batch it trains in: its members, its own index, and
-    the member whose folder holds the batch's checkpoint (`leader`, default the first)."""
+    where the batch's checkpoint is: `batch_folder(run_dir, batch)`, or (batches trained
+    before batch folders) the folder of member `leader` (default the first)."""
     from blockviz.core.files import atomic_write
 
-    data = {"runs": [int(i) for i in run_ids], "index": int(index)}
-    data["leader"] = int(run_ids[0] if leader is None else leader)
+    data: dict[str, Any] = {"runs": [int(i) for i in run_ids], "index": int(index)}
+    if batch is not None:
+        data["batch"] = int(batch)
+    else:
+        data["leader"] = int(run_ids[0] if leader is None else leader)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     atomic_write(Path(run_dir) / BATCH_FILE, json.dumps(data))
 
@@ -197,9 +214,12 @@ def read_batch_file(run_dir: Path) -> dict[str, Any] | None:
     runs = data.get("runs") if isinstance(data, dict) else None
     if not isinstance(runs, list) or not runs or not all(type(r) is int for r in runs):
         return None
-    index, leader = data.get("index"), data.get("leader", runs[0])
+    index, batch = data.get("index"), data.get("batch")
     if type(index) is not int or not 0 <= index < len(runs) or len(set(runs)) != len(runs):
         return None
+    if batch is not None:
+        return data if type(batch) is int and batch >= 1 else None
+    leader = data.get("leader", runs[0])
     if type(leader) is not int or leader not in runs:
         return None
     return {**data, "leader": leader}
@@ -207,7 +227,28 @@ def read_batch_file(run_dir: Path) -> dict[str, Any] | None:
 
 def checkpoint_path(run_dir: Path, run_dirs_of: Any) -> Path:
     """Where a run's resumable checkpoint is: its own last.ckpt, or its batch's (in the
-    first member's folder, `run_dirs_of(id)` giving a member's folder)."""
+    batch's folder, or for an older batch its first member's, `run_dirs_of(id)` giving a
+    member's folder)."""
     batch = read_batch_file(run_dir)
-    folder = Path(run_dir) if batch is None else Path(run_dirs_of(batch["leader"]))
+    if batch is None:
+        folder = Path(run_dir)
+    elif "batch" in batch:
+        folder = batch_folder(run_dir, batch["batch"])
+    else:
+        folder = Path(run_dirs_of(batch["leader"]))
     return folder / "checkpoints" / "last.ckpt"
+
+
+def folder_left_behind(run_dir: Path, run_dirs_of: Any, present: Any) -> Path | None:
+    """The batch folder a deleted member leaves behind once no other member holds it
+    (`present(ids)`: those of `ids` still in the store; a member that trained again alone
+    or in another batch since holds it no more); None while one does."""
+    batch = read_batch_file(run_dir)
+    if batch is None or "batch" not in batch:
+        return None
+    me = batch["runs"][batch["index"]]
+    for other in present([i for i in batch["runs"] if i != me]):
+        theirs = read_batch_file(run_dirs_of(other)) or {}
+        if (theirs.get("batch"), theirs.get("runs")) == (batch["batch"], batch["runs"]):
+            return None
+    return batch_folder(run_dir, batch["batch"])

@@ -7,11 +7,12 @@ it); `Runs` keeps the rows and reads one back as a `RunRecord`.
 from __future__ import annotations
 
 import operator
+import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from blockviz.core import hosts
+from blockviz.core import hosts, replicas
 from blockviz.core.naming import NAME_MAX, run_id_from_text
 from blockviz.core.spec import ACTIVE_STATUSES, STATUSES, TRAIN_LOSS, VAL_LOSS
 from blockviz.core.tags import TagError, clean_notes, parse_tags, tags_text
@@ -262,8 +263,18 @@ class Runs(Part):
             conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
             # Its forks keep their copied history and their fork step, not a dangling id.
             conn.execute("UPDATE runs SET parent_id = NULL WHERE parent_id = ?", (run_id,))
+        # A replica's batch folder (its checkpoints) goes with the batch's last member.
+        left = replicas.folder_left_behind(self.db.run_dir(run_id), self.db.run_dir, self._present)
         self.writes.drop_buffered(run_id)
         self.db.remove_run_dir(run_id)
+        if left is not None and left.parent.parent == self.db.run_dir(run_id).parent:
+            shutil.rmtree(left, ignore_errors=True)
+
+    def _present(self, run_ids: Sequence[int]) -> list[int]:
+        """Those of these runs that are in the store."""
+        ids = [int(i) for i in run_ids]
+        sql = f"SELECT id FROM runs WHERE id IN ({placeholders(ids)})"
+        return [int(row[0]) for row in self.conn.execute(sql, ids).fetchall()] if ids else []
 
     # -- reading ------------------------------------------------------------------------
 

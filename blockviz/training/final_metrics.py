@@ -21,6 +21,7 @@ from blockviz.core.spec import (
     VAL_PPL,
     final_header,
 )
+from blockviz.training.callbacks import RECENT_LOSSES, training_monitor
 
 if TYPE_CHECKING:
     from blockviz.store import RunStore
@@ -34,8 +35,6 @@ def _finite_or_none(value: float | None) -> float | None:
 def final_metrics(lit: Any, trainer: Any, outcome: Outcome) -> dict[str, float | int | None]:
     """The recent train loss, the last evaluation, training time and throughput, and the
     step the fit ended at; a value that is not finite as None."""
-    from blockviz.training.callbacks import training_monitor
-
     monitor = training_monitor(trainer)
     return {
         "train_loss": _finite_or_none(monitor.recent_train_loss()),
@@ -57,8 +56,6 @@ def recorded_training(store: RunStore, run_id: int) -> dict[str, float | None]:
     Each row is the mean of the steps since the row before it, so rows are weighted by the
     steps they cover; time_s is the last session's wall clock at its last step.
     """
-    from blockviz.training.callbacks import RECENT_LOSSES
-
     names = [TRAIN_LOSS, TRAIN_STEP_TIME, TRAIN_TOKENS_PER_SEC, TRAIN_ELAPSED_S]
     frame = store.scalars(run_id, names=names)
     series = {

@@ -1,12 +1,14 @@
-"""One fit of a run, as every rank runs it: the model, the callbacks (lifecycle, probes,
+"""One fit of one run, as every rank runs it: the model, the callbacks (lifecycle, probes,
 progress), the loggers and the Trainer, then `Trainer.fit`, read back as an `Outcome`
-(completed, diverged or stopped, at which step). Rank 0 passes the store; the other ranks
-fit the same way without it. Also the exit codes of the `train` command.
+(completed, diverged or stopped, at which step; `fit_loop`, which a batch of replicas
+shares). Rank 0 passes the store; the other ranks fit the same way without it. Also the
+exit codes of the `train` command.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,26 +23,27 @@ from blockviz.training.callbacks import ConsoleProgress, TrainingDiverged
 from blockviz.training.lifecycle import Heartbeat, StopRequest
 from blockviz.training.lit import LitCharModel
 from blockviz.training.logger import RunLifecycle, StoreLogger
-from blockviz.training.plan import RunPlan
+from blockviz.training.plan import Plan
 from blockviz.training.probes import BlockProbe
 from blockviz.training.sinks import LoggerSink, StoreSink
 from blockviz.training.trainer import make_trainer, run_loggers
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
+# What the fits hand back as each run ends: (member index, outcome, its model, its Trainer).
+Record = Callable[[int, "Outcome", Any, Any], None]
 
-@dataclass
+
+@dataclass(frozen=True)
 class Outcome:
     """How a fit ended."""
 
     status: str
     step: int
-    error: str | None = None
-    exit_code: int = EXIT_OK
 
 
 def fit(
-    plan: RunPlan,
+    plan: Plan,
     datamodule: Any,
     run_dir: Path,
     stop: StopRequest,
@@ -51,65 +54,94 @@ def fit(
 ) -> tuple[Outcome, Any, Any]:
     """Build model, callbacks and Trainer and fit; every rank runs this the same way."""
     config = plan.config
-    train = config.train
-    # Rank 0 also writes TensorBoard / CSV files into run_dir when --logger asks.
-    resume_step = plan.start_step if plan.checkpoint is not None else None
-    extra_loggers = run_loggers(train, run_dir, resume_step) if store is not None else []
-    L.seed_everything(train.seed, workers=False, verbose=False)
+    loggers, probe = None, None  # rank 0's: its rows, --logger files and probe
+    if store is not None:
+        loggers, probe = watchers(plan, config, store, run_id, run_dir, sample_prompt(datamodule))
+    L.seed_everything(config.train.seed, workers=False, verbose=False)
     lit = LitCharModel(
         config.to_dict(), datamodule.vocab.to_json(), schedule_steps=plan.schedule_steps
     )
     heartbeat = Heartbeat(store, run_id) if store is not None else None
     lifecycle = RunLifecycle(stop, heartbeat, store, run_id)
-    callbacks: list[Any] = [lifecycle]
-    probe: BlockProbe | None = None
-    if store is not None:
-        sinks: list[Any] = [StoreSink(store, run_id)]
-        if extra_loggers:
-            sinks.append(LoggerSink(extra_loggers))
-        probe = BlockProbe(
-            sinks,
-            probe_interval=train.probe_interval,
-            sample_interval=train.sample_interval,
-            prompt=sample_prompt(datamodule),
-        )
-        callbacks.append(probe)
+    callbacks: list[Any] = [lifecycle, *([probe] if probe is not None else [])]
     if progress:
         callbacks.append(ConsoleProgress())
-    loggers = [StoreLogger(store, run_id), *extra_loggers] if store is not None else None
     trainer = make_trainer(config, callbacks, loggers, run_dir)
     if on_ready is not None:
         on_ready(trainer, lit)
     if heartbeat is not None:
         heartbeat.step = plan.start_step
         heartbeat.start()
+
+    def finish() -> None:
+        # Lightning skips the whole loop of a fit restored at max_steps, on_train_end with
+        # it: the end's text sample and attention map are written here instead.
+        if probe is not None:
+            probe.on_train_end(trainer, lit)
+
     try:
-        if stop.requested:
-            return Outcome("stopped", plan.start_step), trainer, lit
+        scored = lambda step: lit.last_val.get("step") == step  # noqa: E731
+        outcome = fit_loop(trainer, lit, datamodule, plan, stop, lifecycle, scored, finish)
+        return outcome, trainer, lit
+    finally:
+        if heartbeat is not None:
+            heartbeat.stop()
+
+
+def watchers(
+    plan: Plan, config: Any, store: RunStore, run_id: int, run_dir: Path, prompt: str
+) -> tuple[list[Any], BlockProbe]:
+    """A run's loggers (its store rows, and its --logger files in `run_dir`) and its
+    probe, writing to both."""
+    train = config.train
+    resume_step = plan.start_step if plan.checkpoint is not None else None
+    extra = run_loggers(train, run_dir, resume_step)
+    sinks = [StoreSink(store, run_id), *([LoggerSink(extra)] if extra else [])]
+    probe = BlockProbe(
+        sinks,
+        probe_interval=train.probe_interval,
+        sample_interval=train.sample_interval,
+        prompt=prompt,
+    )
+    return [StoreLogger(store, run_id), *extra], probe
+
+
+def fit_loop(
+    trainer: Any,
+    lit: Any,
+    datamodule: Any,
+    plan: Plan,
+    stop: StopRequest,
+    lifecycle: RunLifecycle,
+    scored: Callable[[int], bool],
+    finish: Callable[[], None],
+) -> Outcome:
+    """`Trainer.fit` from the plan's checkpoint, read back as an Outcome; the last
+    evaluation done when the fit ended without it (`scored(step)`: whether it has one at
+    `step`). `finish` writes what the end of training writes, for a plan only finishing."""
+    train = plan.config.train
+    if stop.requested:
+        return Outcome("stopped", plan.start_step)
+    try:
         trainer.fit(lit, datamodule=datamodule, ckpt_path=plan.checkpoint, weights_only=True)
         step = trainer.global_step
-        if plan.finishing and probe is not None:
-            # Lightning skips the whole loop of a fit restored at max_steps, on_train_end
-            # with it: the end's text sample and attention map are written here instead.
-            probe.on_train_end(trainer, lit)
+        if plan.finishing:
+            finish()
         if step < train.max_steps:  # ended early without an exception (on_train_end saved)
-            return Outcome("stopped", step), trainer, lit
-        if lit.last_val.get("step") != step:
+            return Outcome("stopped", step)
+        if not scored(step):
             trainer.validate(lit, datamodule=datamodule, verbose=False, weights_only=True)
-        return Outcome("completed", step), trainer, lit
+        return Outcome("completed", step)
     except TrainingDiverged as exc:
-        return Outcome("diverged", exc.step), trainer, lit
+        return Outcome("diverged", exc.step)
     except SIGTERMException:
         step = lifecycle.stopped_at or trainer.global_step
-        if step and step % train.eval_interval == 0 and lit.last_val.get("step") != step:
+        if step and step % train.eval_interval == 0 and not scored(step):
             # The stop interrupted this step's evaluation: finish it, so the resumed run
             # (which starts after the evaluation) does not miss the point for good.
             with contextlib.suppress(SIGTERMException):
                 trainer.validate(lit, datamodule=datamodule, verbose=False, weights_only=True)
-        return Outcome("stopped", step), trainer, lit
-    finally:
-        if heartbeat is not None:
-            heartbeat.stop()
+        return Outcome("stopped", step)
 
 
 def sample_prompt(datamodule: Any) -> str:

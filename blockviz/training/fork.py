@@ -15,8 +15,8 @@ own charts start at step 0 and Compare can draw it as differences from the paren
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import dataclasses
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,23 +26,33 @@ import torch
 
 from blockviz.core import config as cfg
 from blockviz.core import forks
-from blockviz.core.flags import UsageError, config_overrides
+from blockviz.core.flags import UsageError, coerce_fields
+from blockviz.core.requests import ForkRequest
 from blockviz.core.spec import EVAL_SCALARS
 from blockviz.store import RunStore
 from blockviz.store.records import RunRecord
 from blockviz.training.callbacks import TrainingMonitor
 from blockviz.training.lit import lr_at, param_groups
-from blockviz.training.logger import FLUSH_EVERY_S, PENDING_ROWS_KEY
+from blockviz.training.logger import PENDING_ROWS_KEY
 from blockviz.training.model import CharTransformer
-from blockviz.training.plan import RunPlan, load_datamodule, read_checkpoint, schedule_horizon
+from blockviz.training.plan import (
+    Fork,
+    Member,
+    Plan,
+    load_datamodule,
+    read_checkpoint,
+    schedule_horizon,
+)
+from blockviz.training.registration import run_plan, writer_store
+from blockviz.training.train import apply_threads
 
 # Fields a fork may not change whatever the shapes: what the checkpoint is of.
 FIXED_FIELDS = ("dataset", "val_fraction", "ops_examples", "ops_min_args", "ops_max_args")
 
 
-def fork_overrides(args: argparse.Namespace) -> dict[str, Any]:
+def fork_overrides(fields: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     """The config fields given on the command line; UsageError for a fixed one."""
-    overrides = config_overrides(args, list(cfg.SECTIONS))
+    overrides = coerce_fields(fields, list(cfg.SECTIONS))
     fixed = sorted(set(overrides) & set(FIXED_FIELDS))
     if fixed:
         raise UsageError(
@@ -60,10 +70,11 @@ def fork_plan(
     kind: str = "fork",
     name: str | None = None,
     info: dict[str, Any] | None = None,
-    keep_horizon: bool = False,
-) -> tuple[RunPlan, Any]:
-    """What a fork of `parent_ref` at `step` trains, and its data; UsageError when it
-    cannot be (no such kept step, a shape-changing field, a fixed field)."""
+) -> tuple[Plan, Any, dict[str, Any]]:
+    """What a fork of `parent_ref` at `step` trains, its data, and the parent's checkpoint
+    as loaded (`prepared` writes the fork's start from it); UsageError when it cannot be
+    (no such kept step, a shape-changing field, a fixed field). A replay (`kind`) keeps
+    the parent's lr horizon and records `info` alone, not the fields it changed."""
     parent = store.get_run(parent_ref)
     run_dir = store.run_dir(int(parent.id))
     kept = forks.kept_steps(run_dir)
@@ -100,24 +111,22 @@ def fork_plan(
     datamodule = load_datamodule(config)
     config = cfg.replace(config, vocab_size=datamodule.vocab.size).validate()
     # A --max_steps given to a fork sets where its decay ends, as it would for a new run
-    # (a replay keeps the parent's, `keep_horizon`); otherwise the parent's horizon stays.
+    # (a replay keeps the parent's); otherwise the parent's horizon stays.
     horizon = schedule_horizon(state, base)
-    if "max_steps" in given and not keep_horizon:
+    if "max_steps" in given and kind == "fork":
         horizon = config.train.max_steps
     changes = {field: getattr(getattr(config, cfg.section_of(field)), field) for field in given}
-    plan = RunPlan(
-        config=config,
-        name=name or forks.fork_label(kind, str(parent.name), step, changes),
+    label = name or forks.fork_label(kind, str(parent.name), step, changes)
+    rows = _rows_before(full.get(PENDING_ROWS_KEY), step)
+    fork_info = {"changes": changes, **(info or {})} if kind == "fork" else dict(info or {})
+    plan = Plan(
+        (Member(config, label, pending_rows=rows),),
         checkpoint=checkpoint,
         start_step=step,
         schedule_steps=horizon,
-        pending_rows=_rows_before(full.get(PENDING_ROWS_KEY), step),
-        parent_id=int(parent.id),
-        fork_kind=kind,
-        fork_info={"changes": changes, **(info or {})},
-        loaded=full,
+        fork=Fork(int(parent.id), kind, fork_info),
     )
-    return plan, datamodule
+    return plan, datamodule, full
 
 
 def no_step_message(parent: RunRecord, step: int, kept: list[int]) -> str:
@@ -227,43 +236,23 @@ def starting_state(
 
 
 @contextlib.contextmanager
-def prepared(plan: RunPlan) -> Iterator[RunPlan]:
+def prepared(plan: Plan, datamodule: Any, loaded: dict[str, Any]) -> Iterator[tuple[Plan, Any]]:
     """The plan with its checkpoint replaced by the fork's starting state (`fork_plan`'s
     loaded checkpoint, rewritten), in a temporary file removed when the fit is over."""
     with tempfile.TemporaryDirectory(prefix="blockviz-fork-") as folder:
         path = Path(folder) / "start.ckpt"
-        loaded, plan.loaded = plan.loaded or {}, None  # `fork_plan` loaded it
         state = starting_state(loaded, plan.config, plan.start_step, plan.schedule_steps or 0)
         torch.save(state, path)
         del loaded, state  # not held through the fit
-        plan.checkpoint = path
-        yield plan
+        yield dataclasses.replace(plan, checkpoint=path), datamodule
 
 
-@contextlib.contextmanager
-def writer_store(args: argparse.Namespace) -> Iterator[RunStore]:
-    """The store a fork or replay trains into (it must exist), with the run's threads set."""
-    from blockviz.training.train import set_threads
-
-    set_threads(args)
-    args.resume = args.run_id = None  # what run_in_store reads of a train command
-    store = RunStore(
-        args.store or None, flush_seconds=FLUSH_EVERY_S, defer_when_busy=True, create=False
-    )
-    try:
-        yield store
-    finally:
-        with contextlib.suppress(Exception):
-            store.close()
-
-
-def cli_main(args: argparse.Namespace) -> int:
+def main(request: ForkRequest) -> int:
     """`python -m blockviz fork RUN --step N [--FIELD VALUE ...]`: trains the fork."""
-    from blockviz.training.registration import run_in_store
-
-    with writer_store(args) as store:
-        plan, datamodule = fork_plan(
-            store, args.run, args.step, fork_overrides(args), name=args.name
-        )
-        with prepared(plan):
-            return run_in_store(args, store, plan, datamodule)
+    apply_threads(request.session.threads, request.session.max_running)
+    with writer_store(request.session, create=False) as store:
+        overrides = fork_overrides(request.fields)
+        planned = fork_plan(store, request.run, request.step, overrides, name=request.name)
+        with prepared(*planned) as (plan, datamodule):
+            del planned
+            return run_plan(plan, datamodule, store, request.session).exit_code

@@ -7,13 +7,12 @@ weight gradient (`ffn.fc_out.weight`, Xiong et al.'s W² of the FFN) is recorded
 post share the seed, so they share every weight; only Pre-LN's final norm (auto) differs.
 Dropout is set to 0 so the pass is deterministic.
 
-`python -m blockviz init-grads` (registered torch-free in `blockviz.cli`) runs `cli_main`;
+`python -m blockviz init-grads` (registered torch-free in `blockviz.cli`) runs `main`;
 the dashboard's "Gradients at init" page runs it with `--json` in a subprocess.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -27,7 +26,8 @@ from blockviz.core import config as cfg
 from blockviz.core import spec
 from blockviz.core.bounds import BOUNDS
 from blockviz.core.corpora import load_corpus
-from blockviz.core.flags import UsageError, run_config_from_args
+from blockviz.core.flags import UsageError, build_config
+from blockviz.core.requests import InitGradsRequest
 from blockviz.training.data import CharDataModule
 from blockviz.training.model import CharTransformer
 
@@ -221,17 +221,14 @@ def _stderr_progress(done: int, total: int, what: str) -> None:
     print(f"progress {done}/{total} {what}", file=sys.stderr, flush=True)
 
 
-def cli_main(args: argparse.Namespace) -> int:
+def main(request: InitGradsRequest) -> int:
     """`blockviz init-grads`: measure, then print the table (or JSON with --json)."""
-    if args.seeds < 1:
-        raise UsageError(f"--seeds {args.seeds}: must be at least 1")
-    if args.threads < 1:
-        raise UsageError(f"--threads {args.threads}: must be at least 1")
     # These matrices are too small for intra-op threads to pay: on a 2-core machine one
     # thread measured 1.9x faster than torch's default (xavier, 1 seed, 8 models).
-    torch.set_num_threads(args.threads)
-    run_config = run_config_from_args(args)
-    progress = None if args.quiet else _stderr_progress
-    result = run(run_config, args.depths, args.inits, list(range(args.seeds)), progress)
-    print(json.dumps(result) if args.json else table(result))
+    torch.set_num_threads(request.threads)
+    run_config = build_config(request.source)
+    progress = None if request.quiet else _stderr_progress
+    depths, inits, seeds = list(request.depths), list(request.inits), list(range(request.seeds))
+    result = run(run_config, depths, inits, seeds, progress)
+    print(json.dumps(result) if request.json else table(result))
     return 0

@@ -1,17 +1,21 @@
-"""What `train` is about to do, decided before any run is touched: config, run, checkpoint.
+"""What `train`, a study worker, a fork or a replay is about to train, decided before any
+run is touched: a `Plan` of one run or of K replicas (its members), each with its config
+and run, and the checkpoint they continue from.
 
-A new run takes its config from the flags (`plan_new`); a resumed one from its folder,
-with only hardware and cadence allowed to change, and continues from its last checkpoint
-(`plan_resume`, `read_checkpoint`); one whose checkpoint is at max_steps is only finished.
-The data is loaded and the model's memory checked here too, so a bad flag, dataset or size
-is refused (exit 2) before anything is recorded.
+A new run takes its config from the flags (`plan_new`; `plan_seeds` one per seed, grouped
+into batches), a study worker's runs from their folders (`plan_claimed`); a resumed run
+or batch from its folder, with only hardware and cadence allowed to change, and continues
+from its last checkpoint (`plan_resume`, `read_checkpoint`); one whose checkpoint is at
+max_steps is only finished. The data is loaded and the model's memory checked here too, so
+a bad flag, dataset or size is refused (exit 2) before anything is recorded.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import logging
 import pickle
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,12 +23,13 @@ from typing import Any
 import torch
 
 from blockviz.core import config as cfg
-from blockviz.core import evaluation, params
+from blockviz.core import evaluation, params, replicas
 from blockviz.core.download import DownloadProgress
-from blockviz.core.flags import UsageError, config_overrides, run_config_from_args
+from blockviz.core.flags import UsageError, build_config, coerce_fields
 from blockviz.core.naming import run_name
+from blockviz.core.requests import TrainRequest
 from blockviz.core.spec import ACTIVE_STATUSES
-from blockviz.store import RunStore, run_alive
+from blockviz.store import RunStore, StoreError, run_alive
 from blockviz.training.data import CharDataModule
 from blockviz.training.logger import PENDING_ROWS_KEY
 
@@ -48,85 +53,231 @@ RESUMABLE_FIELDS = (
 
 log = logging.getLogger(__name__)
 
+Rows = Mapping[str, list[list[Any]]]
 
-@dataclass
-class RunPlan:
-    """What `train` is about to do: which config, which run, from which checkpoint."""
+
+@dataclass(frozen=True)
+class Member:
+    """One run of a plan: its config, name and run (None: create it)."""
 
     config: cfg.RunConfig
     name: str
-    run_id: int | None = None  # None: create a new run
+    run_id: int | None = None
+    # In a batch's checkpoint but not training on (it finished, diverged, or is gone):
+    # masked out, never registered nor recorded.
+    finished: bool = False
+    pending_rows: Rows | None = None  # rows the checkpoint carried for it
+
+
+@dataclass(frozen=True)
+class Fork:
+    """A fork or replay (training.fork): a new run from `parent_id`'s checkpoint."""
+
+    parent_id: int
+    kind: str
+    info: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What is about to train: one run, or K replicas of one batched model, and from which
+    checkpoint. Never changed: a new value (`dataclasses.replace`) where one differs."""
+
+    members: tuple[Member, ...]
     checkpoint: Path | None = None  # resume from here
     start_step: int = 0
     schedule_steps: int | None = None  # where the lr decay ends (None: max_steps)
-    pending_rows: dict[str, list[list[Any]]] | None = None  # rows the checkpoint carried
     # A run recorded before the evaluation set keeps scoring on its seed's windows.
     legacy_eval: bool = False
-    # A fork or replay (training.fork): a new run from `parent_id`'s checkpoint at start_step.
-    parent_id: int | None = None
-    fork_kind: str | None = None
-    fork_info: dict[str, Any] | None = None
-    # The parent's checkpoint as loaded, until `fork.prepared` writes the fork's start.
-    loaded: dict[str, Any] | None = None
+    fork: Fork | None = None
+    # Where a resumed batch keeps its checkpoints (a new batch gets its own folder).
+    batch_dir: Path | None = None
+
+    @property
+    def config(self) -> cfg.RunConfig:
+        """The first member's config (what a batch's members share)."""
+        return self.members[0].config
+
+    @property
+    def batch(self) -> bool:
+        """Whether this trains replicas of one batched model (more than one member)."""
+        return len(self.members) > 1
+
+    @property
+    def training(self) -> list[int]:
+        """The members (by index) that train."""
+        return [index for index, member in enumerate(self.members) if not member.finished]
 
     @property
     def finishing(self) -> bool:
-        """A resume whose checkpoint is at max_steps (the run died after writing it): no
-        step left to train, only what the end of a run writes."""
+        """A resume whose checkpoint is at max_steps (killed after writing it): no step
+        left to train, only what the end of a run writes."""
         return self.checkpoint is not None and self.start_step >= self.config.train.max_steps
 
+    def with_vocab(self, size: int) -> Plan:
+        """The plan with every config holding the vocabulary's size."""
+        members = tuple(
+            dataclasses.replace(m, config=cfg.replace(m.config, vocab_size=size).validate())
+            for m in self.members
+        )
+        return dataclasses.replace(self, members=members)
 
-def plan_new(args: argparse.Namespace, store: RunStore | None) -> RunPlan:
+
+def plan_new(request: TrainRequest, store: RunStore | None) -> Plan:
     """A new run from the flags, or the queued run `--run_id` the runner created for them."""
-    config = run_config_from_args(args)
-    name = args.name or run_name(config, getattr(args, "preset", None))
-    if store is not None and args.run_id is not None:
-        run = store.get_run(args.run_id)
+    config = build_config(request.source)
+    name = request.name or run_name(config, request.preset)
+    if store is not None and request.run_id is not None:
+        run = store.get_run(request.run_id)
         if run.status != "queued":
             raise UsageError(
-                f"--run_id {args.run_id}: run {run.name!r} is {run.status}, not queued"
+                f"--run_id {request.run_id}: run {run.name!r} is {run.status}, not queued"
             )
-        name = args.name or run.name
-    return RunPlan(config=config, name=name, run_id=args.run_id)
+        name = request.name or run.name
+    return Plan((Member(config, name, request.run_id),))
 
 
-def plan_resume(args: argparse.Namespace, store: RunStore) -> RunPlan:
-    """Run `--resume` continued from its last checkpoint; UsageError when it cannot be."""
-    run = store.get_run(args.resume)
+def plan_seeds(request: TrainRequest) -> list[Plan]:
+    """`train --seeds`: one new run per seed, in batches of at most `--replicas` (a seed
+    alone is exactly the solo `train --seed SEED --name NAME-sSEED`)."""
+    base = build_config(request.source)
+    name = request.name or run_name(base, request.preset)
+    limit = request.replicas
+    reason = replicas.why_solo(base)
+    if reason is not None:
+        limit = 1
+        print(f"blockviz: these seeds train one after another: {reason}", flush=True)
+    seeds = request.seeds or ()
+    members = [Member(cfg.replace(base, seed=s).validate(), f"{name}-s{s}") for s in seeds]
+    groups = replicas.group([(m, m.config) for m in members], limit)
+    return [Plan(tuple(group)) for group in groups]
+
+
+def plan_claimed(store: RunStore, run_ids: list[int]) -> Plan:
+    """A study worker's queued runs (one, or replicas of one batch), each with its
+    config.json."""
+    members = [Member(read_config(store, i), store.get_run(i).name, i) for i in run_ids]
+    return Plan(tuple(members))
+
+
+def read_config(store: RunStore, run_id: int, what: str = "") -> cfg.RunConfig:
+    """A run's config.json; UsageError when it has none."""
+    path = store.run_dir(run_id) / "config.json"
+    try:
+        return cfg.RunConfig.from_json(path.read_text(encoding="utf-8"))
+    except OSError:
+        raise UsageError(f"{what}run {run_id} has no {path}") from None
+
+
+def plan_resume(request: TrainRequest, store: RunStore) -> Plan:
+    """Run `--resume` continued from its last checkpoint, with the members of its batch
+    that were still training when it trained as a replica; UsageError when it cannot be."""
+    run = store.get_run(request.resume)
     run_id = int(run.id)
+    run_dir = store.run_dir(run_id)
+    batch = replicas.read_batch_file(run_dir)
+    what = f"run {run_id}'s batch" if batch is not None else f"run {run_id}"
+    ids = [int(i) for i in batch["runs"]] if batch is not None else [run_id]
+    checkpoint = replicas.checkpoint_path(run_dir, store.run_dir)
+    if not checkpoint.is_file():
+        raise UsageError(f"--resume: {what} has no checkpoint at {checkpoint}")
+    state = read_checkpoint(checkpoint, f"--resume: {what}'s checkpoint")
+    overrides = resume_overrides(request.source.fields)
+    start = state["global_step"]
+    pending = state["pending_rows"] or {}
+    if batch is None:
+        members = [_resumed(store, ids, 0, None, overrides, start, pending)]
+    else:
+        saved = _saved_members(state, checkpoint, run_id, len(ids))
+        members = [
+            _resumed(store, ids, index, saved[index], overrides, start, pending.get(str(i)))
+            for index, i in enumerate(ids)
+        ]
+    training = [m for m in members if not m.finished]
+    max_steps = (training or members)[0].config.train.max_steps
+    if start > max_steps or (not training and start >= max_steps):
+        raise UsageError(
+            f"--resume: {what} is already at step {start} of max_steps={max_steps}; "
+            "pass a larger --max_steps"
+        )
+    if not training:
+        raise UsageError(f"--resume: no run of {what} is left to train")
+    recorded = run.dataset
+    return Plan(
+        tuple(members),
+        checkpoint=checkpoint,
+        start_step=start,
+        schedule_steps=schedule_horizon(state, members[0].config),
+        legacy_eval=bool(recorded) and not evaluation.same_text(recorded),
+        batch_dir=checkpoint.parent.parent if batch is not None else None,
+    )
+
+
+def _saved_members(
+    state: dict[str, Any], checkpoint: Path, run_id: int, count: int
+) -> list[tuple[cfg.RunConfig, bool]]:
+    """Each member's config in a batch's checkpoint and whether it was still training
+    there; UsageError when the checkpoint is not this batch's."""
+    saved = state["hyper_parameters"].get("run_configs")
+    alive = (state["loaded"].get("state_dict") or {}).get("alive")
+    try:
+        if alive is None or not isinstance(saved, list) or len(saved) != count:
+            raise ValueError("not this batch's")
+        configs = [cfg.RunConfig.from_dict(config) for config in saved]
+    except (ValueError, TypeError, AttributeError):
+        raise UsageError(
+            f"--resume: {checkpoint} is no longer run {run_id}'s batch checkpoint (the run "
+            "whose folder holds it trained again since); it cannot resume"
+        ) from None
+    return list(zip(configs, [bool(live) for live in alive.tolist()], strict=True))
+
+
+def _resumed(
+    store: RunStore,
+    batch: list[int],
+    index: int,
+    saved: tuple[cfg.RunConfig, bool] | None,
+    overrides: dict[str, Any],
+    start: int,
+    rows: Any,
+) -> Member:
+    """Member `index` of a resume (of `batch`, its runs' ids): its config with the
+    resume's changes, and whether it trains on. `saved`: a batch member's config in the
+    checkpoint, and whether it was still training there (not diverged)."""
+    run_id = batch[index]
+    try:
+        run = store.get_run(run_id) if saved is None or saved[1] else None
+    except StoreError:
+        if saved is None:
+            raise
+        run = None  # a member deleted since: the others go on without it
+    if run is None:  # out of the batch (masked in its checkpoint, or gone): it stays out
+        config = cfg.replace(saved[0], **overrides).validate() if overrides else saved[0]
+        return Member(config, f"run {run_id}", run_id, finished=True)
     if run.status in ACTIVE_STATUSES and run_alive(run):
         raise UsageError(f"--resume: run {run_id} ({run.name}) is {run.status}; stop it first")
-    run_dir = store.run_dir(run_id)
-    try:
-        config = cfg.RunConfig.from_json((run_dir / "config.json").read_text(encoding="utf-8"))
-    except OSError:
-        raise UsageError(f"--resume: run {run_id} has no {run_dir / 'config.json'}") from None
-    overrides = resume_overrides(args)
+    config = read_config(store, run_id, "--resume: ")
+    if saved is not None:
+        if (replicas.read_batch_file(store.run_dir(run_id)) or {}).get("runs") != batch:
+            raise UsageError(
+                f"--resume: run {run_id} has trained in another batch (or alone) since this "
+                f"batch's checkpoint; run {batch[0]}'s batch cannot resume"
+            )
+        if config.train.seed != saved[0].train.seed:
+            raise UsageError(
+                f"--resume: run {run_id}'s config does not match its place in its batch's "
+                "checkpoint; the batch cannot resume"
+            )
     if overrides:
         config = cfg.replace(config, **overrides).validate()
-    checkpoint = run_dir / "checkpoints" / "last.ckpt"
-    if not checkpoint.is_file():
-        raise UsageError(f"--resume: run {run_id} has no checkpoint at {checkpoint}")
-    state = read_checkpoint(checkpoint, f"--resume: run {run_id}'s checkpoint")
-    start_step = state["global_step"]
-    # At max_steps, a run that died before it recorded its end is finished (RunPlan.finishing).
-    finished = run.status in ("completed", "diverged")
-    if start_step > config.train.max_steps or (start_step == config.train.max_steps and finished):
-        raise UsageError(
-            f"--resume: run {run_id} is already at step {start_step} of max_steps="
-            f"{config.train.max_steps}; pass a larger --max_steps"
-        )
-    recorded = run.dataset
-    return RunPlan(
-        config=config,
-        name=run.name,
-        run_id=run_id,
-        checkpoint=checkpoint,
-        start_step=start_step,
-        schedule_steps=schedule_horizon(state, config),
-        pending_rows=state["pending_rows"],
-        legacy_eval=bool(recorded) and not evaluation.same_text(recorded),
-    )
+        reason = replicas.why_solo(config) if saved is not None else None
+        if reason is not None:
+            raise UsageError(f"--resume: a batch of replicas cannot change to this: {reason}")
+    # At max_steps, a run that died before it recorded its end is finished (Plan.finishing).
+    done = run.status in ("completed", "diverged") and start >= config.train.max_steps
+    stopped = saved is not None and run.status == "diverged"
+    pending = rows if isinstance(rows, dict) else None
+    return Member(config, str(run.name), run_id, finished=done or stopped, pending_rows=pending)
 
 
 def schedule_horizon(state: dict[str, Any], config: cfg.RunConfig) -> int:
@@ -137,13 +288,14 @@ def schedule_horizon(state: dict[str, Any], config: cfg.RunConfig) -> int:
     ranks on different schedules would drift apart.
     """
     hparams = state["hyper_parameters"]
-    first_max_steps = ((hparams.get("run_config") or {}).get("train") or {}).get("max_steps")
+    first = hparams.get("run_config") or (hparams.get("run_configs") or [None])[0]  # a batch's
+    first_max_steps = ((first or {}).get("train") or {}).get("max_steps")
     return int(hparams.get("schedule_steps") or first_max_steps or config.train.max_steps)
 
 
-def resume_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The config fields `--resume` was given; UsageError when one may not change."""
-    overrides = config_overrides(args, list(cfg.SECTIONS))
+def resume_overrides(fields: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """The config fields a resume was given; UsageError when one may not change."""
+    overrides = coerce_fields(fields, list(cfg.SECTIONS))
     changed = sorted(set(overrides) - set(RESUMABLE_FIELDS))
     if changed:
         raise UsageError(

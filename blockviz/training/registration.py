@@ -1,32 +1,51 @@
-"""The run in the store around its fit (rank 0 only): register it (create it, take over
-the runner's row, or resume it), write its config and vocab, open its train.log, wait as
-'queued' for a slot, fit, and record how it ended (its status, step and final metrics, or
-the failure, with the traceback in train.log). Before a resume, the rows logged after the
-checkpoint are dropped and the ones it carried restored.
+"""The one lifecycle of a plan in the store (rank 0 only), for one run and for K replicas
+alike: register its runs (create them, take over the runner's or a worker's rows, or
+resume them), write their config and vocab, open their train.logs, wait as 'queued' for a
+slot, fit (one run: `fit.fit`; replicas of one batched model: `replica_fit`), and
+record how each ended (its status, step and final metrics, or the failure, with the
+traceback in train.log). Before a resume, the rows logged after the checkpoint are
+dropped and the ones it carried restored.
+
+A batch's members each have a run folder with `replicas.json` (`core.replicas.BATCH_FILE`)
+naming the batch; the batch's checkpoints are in a folder of its own
+(`core.replicas.batch_folder`), so deleting any member leaves the others resumable.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import os
 import sys
 import time
 import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from blockviz.core import config as cfg
 from blockviz.core import procs, replicas, startup_trace
 from blockviz.core.files import atomic_write
-from blockviz.core.spec import EVAL_SCALARS
+from blockviz.core.requests import Session
+from blockviz.core.spec import ACTIVE_STATUSES, EVAL_SCALARS
 from blockviz.core.vocab import DataError
 from blockviz.store import RunStore, StoreError
 from blockviz.training.final_metrics import final_metrics, recorded_training, summary_text
-from blockviz.training.fit import EXIT_FAILED, EXIT_OK, EXIT_USAGE, describe_device, fit
+from blockviz.training.fit import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Outcome,
+    describe_device,
+    fit,
+)
 from blockviz.training.lifecycle import StopRequest, patiently
-from blockviz.training.plan import RunPlan
+from blockviz.training.logger import FLUSH_EVERY_S
+from blockviz.training.plan import Plan
+from blockviz.training.replica_fit import fit_replicas
 from blockviz.training.run_log import close_log, open_log
 
 QUEUE_POLL_S = 1.0
@@ -38,176 +57,294 @@ ENV_LEGACY_EVAL = "BLOCKVIZ_LEGACY_EVAL"
 log = logging.getLogger(__name__)
 
 
-def run_in_store(args: argparse.Namespace, store: RunStore, plan: RunPlan, datamodule: Any) -> int:
-    """Register the run, wait for a slot, fit, and record the outcome."""
-    stop = StopRequest()
-    stop.install()  # before the run exists, so no signal can leave it 'queued' forever
+@dataclass(frozen=True)
+class Ran:
+    """How a plan ended: the exit status, and the runs it trained (by member)."""
+
+    exit_code: int
+    run_ids: tuple[int, ...] = ()
+
+
+@dataclass
+class _Member:
+    """A member as it is registered: its run, folder and the earlier sessions' figures."""
+
+    run_id: int
+    name: str
+    run_dir: Path
+    earlier: dict[str, Any]  # final metrics of the sessions before this one (resume)
+    training: bool = True
+
+    @property
+    def earlier_s(self) -> float:
+        return float(self.earlier.get("time_s") or 0.0)
+
+
+@contextlib.contextmanager
+def writer_store(session: Session, create: bool) -> Iterator[RunStore]:
+    """The store as a training run writes it: buffered, and patient with a locked file.
+    Only a command that creates its runs may create the file (a missing one is an error
+    for a resume, the runner's run or a worker's, not a new empty store)."""
+    store = RunStore(
+        session.store, flush_seconds=FLUSH_EVERY_S, defer_when_busy=True, create=create
+    )
     try:
-        return _register_and_fit(args, store, plan, datamodule, stop)
+        yield store
+    finally:
+        try:
+            store.close()
+        except StoreError as exc:  # a last flush that fails (a full disk) was reported
+            log.error("closing the run store: %s", exc)
+
+
+def run_plan(plan: Plan, datamodule: Any, store: RunStore, session: Session) -> Ran:
+    """Register the plan's runs, wait for a slot, fit, and record each one's end."""
+    stop = StopRequest()
+    stop.install()  # before the runs exist, so no signal can leave one 'queued' forever
+    try:
+        plan = plan.with_vocab(datamodule.vocab.size)
+        return _register_and_fit(plan, datamodule, store, session, stop)
     finally:
         stop.uninstall()
 
 
 def _register_and_fit(
-    args: argparse.Namespace, store: RunStore, plan: RunPlan, datamodule: Any, stop: StopRequest
-) -> int:
-    """The body of `run_in_store`, with the stop handlers already in place."""
-    vocab = datamodule.vocab
-    config = cfg.replace(plan.config, vocab_size=vocab.size).validate()
-    plan.config = config
+    plan: Plan, datamodule: Any, store: RunStore, session: Session, stop: StopRequest
+) -> Ran:
+    members = [_register(store, plan, index, datamodule) for index in range(len(plan.members))]
+    ids = tuple(m.run_id for m in members)
+    training = [m for m in members if m.training]
+    if not training:
+        return Ran(EXIT_OK, ids)
+    # The plan as registered: each member's run, and those that do not train masked out.
+    registered = tuple(
+        dataclasses.replace(planned, run_id=member.run_id, finished=not member.training)
+        for planned, member in zip(plan.members, members, strict=True)
+    )
+    batch_dir = plan.batch_dir
+    if plan.batch and batch_dir is None:  # a new batch: a folder of its own
+        batch_dir = replicas.batch_folder(members[0].run_dir, ids[0])
+    plan = dataclasses.replace(plan, members=registered, batch_dir=batch_dir)
+    handlers = []
+    try:
+        for index, member in enumerate(members):
+            if member.training:
+                _write_files(plan, index, member, ids, datamodule)
+                handlers.append(open_log(member.run_dir))
+        _announce(store, plan, training)
+        for member, planned in zip(members, plan.members, strict=True):
+            if member.training and plan.checkpoint is not None:
+                _continue_series(store, member.run_id, plan, planned.pending_rows)
+        first, schedule = plan.config.train.max_steps, plan.config.train.lr_schedule
+        if plan.schedule_steps and plan.schedule_steps != first and schedule != "constant":
+            note = (
+                f"the {schedule} lr schedule keeps its horizon of {plan.schedule_steps} "
+                "steps: lr reaches min_lr there and stays at it"
+            )
+            print(f"blockviz: run {training[0].run_id}: {note}", flush=True)
+            log.info(note)
+        if not wait_for_slot(store, training[0].run_id, session.max_running, stop):
+            for member in training:
+                patiently(store.update_run, member.run_id, status="stopped", ended=time.time())
+                what = f"run {member.run_id} ({member.name})"
+                print(f"blockviz: {what} stopped while queued", flush=True)
+            return Ran(EXIT_OK, ids)
+        startup_trace.mark("slot claimed")
+        return Ran(_fit_and_record(plan, datamodule, store, session, stop, members), ids)
+    except Exception as exc:  # before the fit (files, rows): every member that trains fails
+        return Ran(_record_failure(store, training, exc), ids)
+    finally:
+        for handler in handlers:
+            close_log(handler)
+
+
+def _register(store: RunStore, plan: Plan, index: int, datamodule: Any) -> _Member:
+    """Create member `index`'s run, or take over its row ('queued', this process); a run
+    stopped before this process registered stays stopped and does not train."""
+    member = plan.members[index]
+    config = member.config
+    if member.finished:
+        return _Member(int(member.run_id), member.name, store.run_dir(member.run_id), {}, False)
     me = procs.identity_of()
-    lifecycle_fields = {
-        "config": config.to_json(),
+    fields = {
         "status": "queued",
         "pid": os.getpid(),
         "pid_started": me.started if me else None,
         "max_steps": config.train.max_steps,
         "dataset": datamodule.fingerprint,
     }
-    earlier: dict[str, Any] = {}  # final metrics of the sessions before this one (resume)
-    earlier_s = 0.0  # training time of the sessions before this one (resume)
-    if plan.run_id is None:
-        if plan.parent_id is not None:
-            lifecycle_fields.update(
-                parent_id=plan.parent_id,
-                fork_step=plan.start_step,
-                fork_kind=plan.fork_kind,
-                fork_info=plan.fork_info,
-            )
-        run_id = patiently(
-            store.create_run, plan.name, lifecycle_fields.pop("config"), **lifecycle_fields
-        )
-        plan.run_id = run_id  # the caller learns which run it became (a replay reads it)
-        if plan.parent_id is not None:
-            patiently(store.copy_history, plan.parent_id, run_id, plan.start_step, EVAL_SCALARS)
-    else:
-        run_id = plan.run_id
-        if plan.checkpoint is not None:  # a resumed run's time so far counts on
-            earlier = store.get_run(run_id).final or {}
-            if plan.finishing and not earlier:  # killed before it wrote them: from its rows
-                earlier = recorded_training(store, run_id)
-            earlier_s = float(earlier.get("time_s") or 0.0)
-        # A run the runner created and someone stopped before this process registered
-        # stays stopped (a resume takes over its stopped run on purpose, and a Stop asked
-        # through the store before the resume is spent).
-        unless = () if plan.checkpoint is not None else ("stopped",)
-        if plan.checkpoint is not None:
-            lifecycle_fields["stop_requested"] = None
-        taken = patiently(
-            store.take_over,
-            run_id,
-            unless,
-            ended=None,
-            error=None,
-            final=None,
-            diverged_step=None,
-            **lifecycle_fields,
-        )
-        if not taken:
-            print(f"blockviz: run {run_id} was stopped before it started", flush=True)
-            return EXIT_OK
-        if args.name and not args.resume:
-            patiently(store.rename_run, run_id, args.name)
-    name = store.get_run(run_id).name
-    run_dir = store.run_dir(run_id)
-    try:
-        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-        if plan.checkpoint is None:  # trained alone from the start: no longer a replica
-            (run_dir / replicas.BATCH_FILE).unlink(missing_ok=True)
-        atomic_write(run_dir / "config.json", config.to_json())
-        atomic_write(run_dir / "vocab.json", vocab.to_json())
-    except OSError as exc:
-        return _record_failure(store, run_id, name, exc)
-    os.environ[ENV_RUN_DIR] = str(run_dir)
-    os.environ[ENV_LEGACY_EVAL] = "1" if plan.legacy_eval else "0"
-    handler = open_log(run_dir)
+    if member.run_id is None:
+        fork = plan.fork
+        if fork is not None:
+            fields.update(parent_id=fork.parent_id, fork_step=plan.start_step)
+            fields.update(fork_kind=fork.kind, fork_info=dict(fork.info))
+        run_id = patiently(store.create_run, member.name, config.to_json(), **fields)
+        if fork is not None:
+            patiently(store.copy_history, fork.parent_id, run_id, plan.start_step, EVAL_SCALARS)
+        return _Member(run_id, member.name, store.run_dir(run_id), {})
+    run_id = int(member.run_id)
+    earlier: dict[str, Any] = {}
+    if plan.checkpoint is not None:  # a resumed run's time so far counts on
+        earlier = store.get_run(run_id).final or {}
+        if plan.finishing and not earlier:  # killed before it wrote them: from its rows
+            earlier = recorded_training(store, run_id)
+        fields["stop_requested"] = None  # a Stop asked before the resume is spent
+    # A run the runner or a worker created and someone stopped before this process
+    # registered stays stopped (a resume takes over its stopped run on purpose).
+    unless = () if plan.checkpoint is not None else ("stopped",)
+    clear = {"ended": None, "error": None, "final": None, "diverged_step": None}
+    taken = patiently(store.take_over, run_id, unless, config=config.to_json(), **clear, **fields)
+    if not taken:
+        print(f"blockviz: run {run_id} was stopped before it started", flush=True)
+        return _Member(run_id, member.name, store.run_dir(run_id), {}, False)
+    if store.get_run(run_id).name != member.name:  # `--run_id N --name NAME`
+        patiently(store.rename_run, run_id, member.name)
+    return _Member(run_id, member.name, store.run_dir(run_id), earlier)
+
+
+def _write_files(
+    plan: Plan, index: int, member: _Member, ids: tuple[int, ...], datamodule: Any
+) -> None:
+    """A training member's folder: config.json, vocab.json and, in a new batch, its batch
+    file (a run trained alone from the start is no longer a replica)."""
+    run_dir = member.run_dir
+    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    if plan.checkpoint is None and plan.batch:
+        replicas.write_batch_file(run_dir, ids, index, batch=int(plan.batch_dir.name))
+    elif plan.checkpoint is None:
+        (run_dir / replicas.BATCH_FILE).unlink(missing_ok=True)
+    atomic_write(run_dir / "config.json", plan.members[index].config.to_json())
+    atomic_write(run_dir / "vocab.json", datamodule.vocab.to_json())
+
+
+def _announce(store: RunStore, plan: Plan, training: list[_Member]) -> None:
+    """The line a plan starts with (printed, and in train.log with its config)."""
     verb = f"resuming from step {plan.start_step}" if plan.checkpoint else "started"
-    if plan.parent_id is not None:
-        verb = f"{plan.fork_kind} of run {plan.parent_id} from step {plan.start_step}"
+    if plan.fork is not None:
+        verb = f"{plan.fork.kind} of run {plan.fork.parent_id} from step {plan.start_step}"
     if plan.finishing:
         verb = (
             f"finishing: its last checkpoint is at max_steps ({plan.start_step}), no step to train"
         )
-    print(f"blockviz: run {run_id} ({name}) {verb}; store {store.where}", flush=True)
-    log.info("run %s (%s) %s with config %s", run_id, name, verb, config.to_json(indent=None))
-    if plan.checkpoint is not None:
-        _continue_series(store, run_id, plan)
-
-    try:
-        if not wait_for_slot(store, run_id, args.max_running, stop):
-            patiently(store.update_run, run_id, status="stopped", ended=time.time())
-            print(f"blockviz: run {run_id} ({name}) stopped while queued", flush=True)
-            return EXIT_OK
-        startup_trace.mark("slot claimed")
-        # Backdated by the earlier sessions' time, so started..ended spans all the training.
-        started = time.time() - earlier_s
-
-        def on_ready(trainer: Any, lit: Any) -> None:
-            startup_trace.mark("model and Trainer built")
-            patiently(
-                store.update_run,
-                run_id,
-                status="running",
-                started=started,
-                device=describe_device(trainer),
-                precision=str(trainer.precision),
-                n_params=lit.model.n_params(),
-                step=plan.start_step,
-            )
-
-        try:
-            outcome, trainer, lit = fit(
-                plan, datamodule, run_dir, stop, store, run_id, not args.no_progress, on_ready
-            )
-        except Exception as exc:
-            return _record_failure(store, run_id, name, exc)
-        except BaseException as exc:  # KeyboardInterrupt outside our handlers, SystemExit
-            _record_failure(store, run_id, name, exc)
-            raise
-        final = final_metrics(lit, trainer, outcome)
-        final["time_s"] = round(float(final["time_s"] or 0.0) + earlier_s, 3)
-        if plan.finishing:  # nothing trained in this session: its training figures are earlier
-            final["train_loss"] = earlier.get("train_loss")
-            final["tokens_per_sec"] = earlier.get("tokens_per_sec")
-        patiently(
-            store.update_run,
-            run_id,
-            status=outcome.status,
-            ended=time.time(),
-            step=outcome.step,
-            final=final,
-            diverged_step=outcome.step if outcome.status == "diverged" else None,
-        )
-        store.flush()
-        summary = summary_text(final)
-        where = f" at step {outcome.step}" if outcome.status in ("diverged", "stopped") else ""
-        print(f"blockviz: run {run_id} ({name}) {outcome.status}{where}: {summary}", flush=True)
-        log.info("run %s %s%s: %s", run_id, outcome.status, where, json.dumps(final))
-        return outcome.exit_code
-    finally:
-        close_log(handler)
+    if plan.batch:
+        runs = ", ".join(str(m.run_id) for m in training)
+        what = f"runs {runs} ({len(training)} replicas of one batch)"
+    else:
+        what = f"run {training[0].run_id} ({training[0].name})"
+    print(f"blockviz: {what} {verb}; store {store.where}", flush=True)
+    config = plan.config.to_json(indent=None)
+    log.info("%s %s with config %s", what, verb, config)
 
 
-def _continue_series(store: RunStore, run_id: int, plan: RunPlan) -> None:
+def _continue_series(store: RunStore, run_id: int, plan: Plan, rows: Any) -> None:
     """Before a resume: drop rows logged after the checkpoint, restore rows it carried."""
     dropped = patiently(store.truncate_after, run_id, plan.start_step)
-    restored = store.restore_rows(run_id, plan.pending_rows) if plan.pending_rows else 0
+    restored = store.restore_rows(run_id, rows) if rows else 0
     log.info(
-        "resuming at step %s: dropped %s rows logged after the checkpoint, restored %s rows "
-        "it carried",
+        "run %s resuming at step %s: dropped %s rows logged after the checkpoint, restored "
+        "%s rows it carried",
+        run_id,
         plan.start_step,
         dropped,
         restored,
     )
-    first = plan.config.train.max_steps
-    schedule = plan.config.train.lr_schedule
-    if plan.schedule_steps and plan.schedule_steps != first and schedule != "constant":
-        note = (
-            f"the {schedule} lr schedule keeps its horizon of {plan.schedule_steps} steps: "
-            "lr reaches min_lr there and stays at it"
-        )
-        print(f"blockviz: run {run_id}: {note}", flush=True)
-        log.info(note)
+
+
+def _fit_and_record(
+    plan: Plan,
+    datamodule: Any,
+    store: RunStore,
+    session: Session,
+    stop: StopRequest,
+    members: list[_Member],
+) -> int:
+    """Fit the plan (one run, or replicas of one batched model) and record each member's
+    end as it comes; a failure fails the members not recorded yet. The exit status."""
+    ended: set[int] = set()
+    if not plan.batch:
+        os.environ[ENV_RUN_DIR] = str(members[0].run_dir)
+        os.environ[ENV_LEGACY_EVAL] = "1" if plan.legacy_eval else "0"
+
+    def on_ready(trainer: Any, lits: list[Any]) -> None:
+        startup_trace.mark("model and Trainer built")
+        device = describe_device(trainer)
+        if plan.batch:
+            device += f", {len(members)} replicas"
+        for member, lit in zip(members, lits, strict=True):
+            if member.training:
+                # Backdated by the earlier sessions' time, so started..ended spans it all.
+                patiently(
+                    store.update_run,
+                    member.run_id,
+                    status="running",
+                    started=time.time() - member.earlier_s,
+                    device=device,
+                    precision=str(trainer.precision),
+                    n_params=lit.model.n_params(),
+                    step=plan.start_step,
+                )
+
+    def record(index: int, outcome: Outcome, lit: Any, trainer: Any) -> None:
+        if members[index].training:
+            _record_end(store, plan, members[index], outcome, final_metrics(lit, trainer, outcome))
+            ended.add(index)
+
+    ids = [m.run_id for m in members]
+    dirs = [m.run_dir for m in members]
+    try:
+        if plan.batch:
+            fit_replicas(
+                plan, datamodule, dirs, ids, store, stop, session.progress, on_ready, record
+            )
+        else:
+            ready = lambda trainer, lit: on_ready(trainer, [lit])  # noqa: E731
+            outcome, trainer, lit = fit(
+                plan, datamodule, dirs[0], stop, store, ids[0], session.progress, ready
+            )
+            record(0, outcome, lit, trainer)
+    except Exception as exc:
+        return _record_failure(store, _unrecorded(members, ended), exc)
+    except BaseException as exc:  # KeyboardInterrupt outside our handlers, SystemExit
+        _record_failure(store, _unrecorded(members, ended), exc)
+        raise
+    store.flush()
+    return EXIT_OK
+
+
+def _unrecorded(members: list[_Member], ended: set[int]) -> list[_Member]:
+    return [m for index, m in enumerate(members) if m.training and index not in ended]
+
+
+def _record_end(
+    store: RunStore, plan: Plan, member: _Member, outcome: Outcome, final: dict[str, Any]
+) -> None:
+    """A member's status, step and final metrics, and its one printed line."""
+    final["time_s"] = round(float(final["time_s"] or 0.0) + member.earlier_s, 3)
+    if plan.finishing:  # nothing trained in this session: its training figures are earlier
+        final["train_loss"] = member.earlier.get("train_loss")
+        final["tokens_per_sec"] = member.earlier.get("tokens_per_sec")
+    patiently(
+        store.update_run,
+        member.run_id,
+        status=outcome.status,
+        ended=time.time(),
+        step=outcome.step,
+        final=final,
+        diverged_step=outcome.step if outcome.status == "diverged" else None,
+    )
+    where = f" at step {outcome.step}" if outcome.status in ("diverged", "stopped") else ""
+    what = f"run {member.run_id} ({member.name}) {outcome.status}{where}"
+    print(f"blockviz: {what}: {summary_text(final)}", flush=True)
+    log.info("%s: %s", what, json.dumps(final))
+
+
+def fail_unstarted(store: RunStore, run_ids: list[int], message: str) -> None:
+    """Runs created for this process (the runner's, a worker's) that could not start (a
+    bad config or dataset): failed with the one-line message, unless they ended already."""
+    for run_id in run_ids:
+        with contextlib.suppress(StoreError):
+            if store.get_run(run_id).status in ("queued", "running"):
+                store.update_run(run_id, status="failed", ended=time.time(), error=message)
 
 
 def wait_for_slot(store: RunStore, run_id: int, max_running: int, stop: StopRequest) -> bool:
@@ -235,25 +372,32 @@ def wait_for_slot(store: RunStore, run_id: int, max_running: int, stop: StopRequ
     return False
 
 
-def _record_failure(store: RunStore, run_id: int, name: str, exc: BaseException) -> int:
-    """Status failed with a one-line error; the traceback goes to train.log."""
+def _record_failure(store: RunStore, members: list[_Member], exc: BaseException) -> int:
+    """The members still active end failed with a one-line error (the traceback goes to
+    train.log); the exit status (2 for a bad config or dataset, 1 otherwise)."""
     message = f"{type(exc).__name__}: {exc}".strip()
-    log.error("run %s failed:\n%s", run_id, "".join(traceback.format_exception(exc)))
+    log.error("failed:\n%s", "".join(traceback.format_exception(exc)))
     with contextlib.suppress(StoreError):
         store.flush()  # what can still be written, so the step below matches the rows
-    try:
-        patiently(store.update_run, run_id, status="failed", ended=time.time(), error=message)
-        store.settle_step(run_id)
-    except StoreError as store_exc:
-        log.error("could not record the failure: %s", store_exc)
-    return failure_exit(exc, f"run {run_id} ({name})", message)
-
-
-def failure_exit(exc: BaseException, what: str, message: str) -> int:
-    """Print the one line a failed run ends with; its exit status (2 for a bad config or
-    dataset, 1 otherwise)."""
+    for member in members:
+        try:
+            if store.get_run(member.run_id).status in ACTIVE_STATUSES:
+                patiently(
+                    store.update_run,
+                    member.run_id,
+                    status="failed",
+                    ended=time.time(),
+                    error=message,
+                )
+                store.settle_step(member.run_id)
+        except StoreError as store_exc:
+            log.error("could not record the failure: %s", store_exc)
+    what = ", ".join(f"{m.run_id} ({m.name})" for m in members)
     if isinstance(exc, (DataError, cfg.ConfigError)):
         print(f"blockviz train: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"blockviz: {what} failed: {message} (traceback in train.log)", file=sys.stderr)
+    plural = "s" if len(members) > 1 else ""
+    print(
+        f"blockviz: run{plural} {what} failed: {message} (traceback in train.log)", file=sys.stderr
+    )
     return EXIT_FAILED

@@ -11,7 +11,6 @@ and RUN's spike or divergence finding cites it.
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from blockviz.core import flight, forks
@@ -19,10 +18,14 @@ from blockviz.core.findings.base import DIVERGENCE, SPIKE, run_series
 from blockviz.core.findings.replay import replay_note
 from blockviz.core.findings.training import loss_spikes
 from blockviz.core.flags import UsageError
+from blockviz.core.requests import ReplayRequest
 from blockviz.core.spec import TRAIN_LOSS
 from blockviz.store import RunStore
 from blockviz.store.records import RunRecord
-from blockviz.training.fork import fork_plan, prepared, writer_store
+from blockviz.training.fork import fork_plan, prepared
+from blockviz.training.plan import Plan
+from blockviz.training.registration import run_plan, writer_store
+from blockviz.training.train import apply_threads
 
 # Steps replayed past the event (its aftermath shows which statistics followed).
 AFTER_DEFAULT = 10
@@ -54,12 +57,15 @@ def find_event(store: RunStore, parent: RunRecord, around: int | None) -> tuple[
     return SPIKE, int(finding.step)
 
 
-def replay_plan(store: RunStore, args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
-    """The fork that replays the event, its data, and what it replays."""
-    parent = store.get_run(args.run)
-    kind, step = find_event(store, parent, args.around)
-    if args.after < 0:
-        raise UsageError(f"--after {args.after}: give 0 or more steps")
+def replay_plan(
+    store: RunStore, request: ReplayRequest
+) -> tuple[tuple[Plan, Any, dict[str, Any]], dict[str, Any]]:
+    """The fork that replays the event (`fork_plan`'s plan, data and loaded checkpoint),
+    and what it replays."""
+    parent = store.get_run(request.run)
+    kind, step = find_event(store, parent, request.around)
+    if request.after < 0:
+        raise UsageError(f"--after {request.after}: give 0 or more steps")
     kept = forks.kept_steps(store.run_dir(int(parent.id)))
     start = forks.nearest_kept(kept, step - 1)
     if start is None:
@@ -68,21 +74,19 @@ def replay_plan(store: RunStore, args: argparse.Namespace) -> tuple[Any, Any, di
             f"(kept: {forks.steps_text(kept)}); train it with a smaller --ckpt_interval"
         )
     max_steps = int((parent.config or {}).get("train", {}).get("max_steps") or step + 1)
-    end = min(max_steps, step + 1 + args.after)
+    end = min(max_steps, step + 1 + request.after)
     info = {"event": kind, "event_step": step}
-    plan, datamodule = fork_plan(
+    planned = fork_plan(
         store,
         int(parent.id),
         start,
-        # Every step probed; nothing kept; the schedule stays the parent's (keep_horizon).
+        # Every step probed; nothing kept; the schedule stays the parent's (a replay's).
         {"probe_interval": 1, "ckpt_interval": 0, "max_steps": end},
         kind="replay",
-        name=args.name or f"{parent.name} replay of step {step}",
+        name=request.name or f"{parent.name} replay of step {step}",
         info=info,
-        keep_horizon=True,
     )
-    plan.fork_info = info  # a replay changes no field the user chose
-    return plan, datamodule, {"parent": parent, "start": start, **info}
+    return planned, {"parent": parent, "start": start, **info}
 
 
 def analyse(store: RunStore, replay_id: int, what: dict[str, Any]) -> dict[str, Any]:
@@ -125,19 +129,19 @@ def analyse(store: RunStore, replay_id: int, what: dict[str, Any]) -> dict[str, 
     return result
 
 
-def cli_main(args: argparse.Namespace) -> int:
+def main(request: ReplayRequest) -> int:
     """`python -m blockviz replay RUN [--around STEP] [--after N]`: prints what broke first."""
-    from blockviz.training.registration import run_in_store
-
-    with writer_store(args) as store:
-        plan, datamodule, what = replay_plan(store, args)
-        with prepared(plan):
-            code = run_in_store(args, store, plan, datamodule)
+    apply_threads(request.session.threads, request.session.max_running)
+    with writer_store(request.session, create=False) as store:
+        planned, what = replay_plan(store, request)
+        with prepared(*planned) as (plan, datamodule):
+            del planned
+            ran = run_plan(plan, datamodule, store, request.session)
         store.flush()
-        replay_id = plan.run_id
+        replay_id = ran.run_ids[0] if ran.run_ids else None
         if replay_id is None or store.get_run(replay_id).status not in ("completed", "diverged"):
-            return code  # it never trained to its end (stopped, failed): said above
+            return ran.exit_code  # it never trained to its end (stopped, failed): said above
         result = analyse(store, replay_id, what)
         store.update_run(replay_id, fork_info=result)
         print(f"blockviz: replay {replay_id}: {result['sentence']}", flush=True)
-        return code
+        return ran.exit_code

@@ -27,19 +27,18 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from blockviz.core import config as cfg
 from blockviz.store import RunStore, StoreError
 from blockviz.training.callbacks import TrainingDiverged, TrainingMonitor
-from blockviz.training.fit import Outcome
+from blockviz.training.fit import Outcome, Record, fit_loop, sample_prompt, watchers
 from blockviz.training.lifecycle import Heartbeat, StopRequest
-from blockviz.training.logger import PENDING_ROWS_KEY, RunLifecycle, StoreLogger
+from blockviz.training.logger import PENDING_ROWS_KEY, RunLifecycle
 from blockviz.training.model import NonFiniteLogits
+from blockviz.training.plan import Plan
 from blockviz.training.probes import BlockProbe, to_host
 from blockviz.training.replicas import LitReplicas
-from blockviz.training.sinks import LoggerSink, StoreSink
-from blockviz.training.trainer import make_trainer, run_loggers
+from blockviz.training.trainer import make_trainer
 
 log = logging.getLogger(__name__)
 
@@ -299,89 +298,73 @@ class BatchLifecycle(RunLifecycle):
 
 
 def build_replicas(
-    configs: list[cfg.RunConfig],
-    run_ids: list[int],
-    store: RunStore,
-    run_dirs: list[Path],
-    prompt: str,
-    resume_step: int | None,
+    plan: Plan, run_ids: list[int], store: RunStore, run_dirs: list[Path], prompt: str
 ) -> list[Replica]:
-    """A Replica per run: its store logger (and --logger files), monitor and probe."""
+    """A Replica per member: its store logger (and --logger files), monitor and probe; a
+    member that does not train has only its monitor, and its outcome already."""
     replicas = []
-    for index, (config, run_id, run_dir) in enumerate(zip(configs, run_ids, run_dirs, strict=True)):
-        train = config.train
-        extra = run_loggers(train, run_dir, resume_step)
-        sinks: list[Any] = [StoreSink(store, run_id)]
-        if extra:
-            sinks.append(LoggerSink(extra))
-        replicas.append(
-            Replica(
-                index=index,
-                run_id=run_id,
-                config=config,
-                loggers=[StoreLogger(store, run_id), *extra],
-                monitor=TrainingMonitor(train.log_interval),
-                probe=BlockProbe(
-                    sinks,
-                    probe_interval=train.probe_interval,
-                    sample_interval=train.sample_interval,
-                    prompt=prompt,
-                ),
-                heartbeat=Heartbeat(store, run_id),
-            )
+    for index, (member, run_id, run_dir) in enumerate(
+        zip(plan.members, run_ids, run_dirs, strict=True)
+    ):
+        monitor = TrainingMonitor(member.config.train.log_interval)
+        replica = Replica(index, run_id, member.config, monitor=monitor)
+        replicas.append(replica)
+        if member.finished:
+            replica.outcome = Outcome("skipped", plan.start_step)
+            continue
+        replica.loggers, replica.probe = watchers(
+            plan, member.config, store, run_id, run_dir, prompt
         )
+        replica.heartbeat = Heartbeat(store, run_id)
     return replicas
 
 
-def fit_batch(
-    lit: LitReplicas,
-    replicas: list[Replica],
+def fit_replicas(
+    plan: Plan,
     datamodule: Any,
-    batch_dir: Path,
-    stop: StopRequest,
+    run_dirs: list[Path],
+    run_ids: list[int],
     store: RunStore,
-    checkpoint: Path | None,
-    start_step: int,
-    on_diverged: Callable[[Replica, int], None],
-    progress: bool = False,
-    on_ready: Callable[[Any], None] | None = None,
-) -> tuple[Outcome, Any]:
-    """Fit the batch; the batch's Outcome (each diverged replica has its own already)."""
-    shared = cfg.replace(lit.configs[0], grad_clip=0.0)  # clipping is per replica (lit)
+    stop: StopRequest,
+    progress: bool,
+    on_ready: Callable[[Any, list[Any]], None],
+    record: Record,
+) -> None:
+    """A plan of K members: one `LitReplicas` fit in the batch's folder, each member's end
+    handed to `record` (a diverged one at once, the others when the fit ends)."""
+    configs = [member.config.to_dict() for member in plan.members]
+    lit = LitReplicas(configs, datamodule.vocab.to_json(), plan.schedule_steps)
+    replicas = build_replicas(plan, run_ids, store, run_dirs, sample_prompt(datamodule))
+    shared = cfg.replace(plan.config, grad_clip=0.0)  # clipping is per replica (lit)
     lifecycle = BatchLifecycle(stop, replicas, store)
+
+    def on_diverged(replica: Replica, step: int) -> None:
+        replica.outcome = Outcome("diverged", step)
+        replica.heartbeat.stop()  # its row is final: no more beats, no more steps
+        view = ReplicaTrainer(trainer, lit, replica)
+        record(replica.index, replica.outcome, lit.views[replica.index], view)
+
     fan = ReplicaCallbacks(replicas, on_diverged, progress)
-    trainer = make_trainer(shared, [lifecycle, fan], None, batch_dir, replicas=True)
+    trainer = make_trainer(shared, [lifecycle, fan], None, plan.batch_dir, replicas=True)
     for replica in replicas:
         lit.replica_loggers[replica.index] = replica.loggers
-    if on_ready is not None:
-        on_ready(trainer)
-    training = [r for r in replicas if r.outcome is None]  # not the finished members
+    on_ready(trainer, lit.views)
+    training = [r for r in replicas if r.outcome is None]
     for replica in training:
-        replica.heartbeat.step = start_step
+        replica.heartbeat.step = plan.start_step
         replica.heartbeat.start()
+
+    def live() -> list[Replica]:
+        return [r for r in replicas if lit.live[r.index]]
+
+    def scored(step: int) -> bool:
+        return all(lit.views[r.index].last_val.get("step") == step for r in live())
+
+    def finish() -> None:  # the end's sample and attention map (Lightning skipped them)
+        fan.on_train_end(trainer, lit)
+
     try:
-        if stop.requested:
-            return Outcome("stopped", start_step), trainer
-        trainer.fit(lit, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True)
-        step = trainer.global_step
-        if step < shared.train.max_steps:
-            return Outcome("stopped", step), trainer
-        live = [r for r in replicas if lit.live[r.index]]
-        if live and any(lit.views[r.index].last_val.get("step") != step for r in live):
-            trainer.validate(lit, datamodule=datamodule, verbose=False, weights_only=True)
-        return Outcome("completed", step), trainer
-    except TrainingDiverged as exc:
-        return Outcome("diverged", exc.step), trainer
-    except SIGTERMException:
-        step = lifecycle.stopped_at or trainer.global_step
-        evaluation = shared.train.eval_interval
-        live = [r for r in replicas if lit.live[r.index]]
-        unscored = any(lit.views[r.index].last_val.get("step") != step for r in live)
-        if step and step % evaluation == 0 and unscored:
-            # The stop interrupted this step's evaluation: finish it (as a solo run does).
-            with contextlib.suppress(SIGTERMException):
-                trainer.validate(lit, datamodule=datamodule, verbose=False, weights_only=True)
-        return Outcome("stopped", step), trainer
+        outcome = fit_loop(trainer, lit, datamodule, plan, stop, lifecycle, scored, finish)
     finally:
         for replica in training:
             replica.heartbeat.stop()
@@ -393,3 +376,10 @@ def fit_batch(
                     logger.finalize("success")
                 except Exception as exc:  # a logger that cannot write never fails the run
                     log.warning("closing a logger of run %s: %s", replica.run_id, exc)
+    if outcome.status == "diverged":  # the last live one diverged (recorded): none is left
+        outcome = Outcome("stopped", outcome.step)
+    for replica in replicas:
+        if replica.outcome is None:
+            replica.outcome = outcome
+            view = ReplicaTrainer(trainer, lit, replica)
+            record(replica.index, outcome, lit.views[replica.index], view)

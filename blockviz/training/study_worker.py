@@ -15,7 +15,6 @@ one line, exit status 1; it never creates a store (nor does the `train` it runs 
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import ctypes.util
 import gc
@@ -30,14 +29,18 @@ from types import FrameType
 from blockviz.core import config as cfg
 from blockviz.core import procs, replicas
 from blockviz.core.files import atomic_write
-from blockviz.core.flags import check_threads, replicas_from_args
+from blockviz.core.requests import Session, WorkRequest
 from blockviz.core.studies import StudyDef, plan_from_spec
-from blockviz.store import RunStore, StoreError
+from blockviz.store import RunStore
 from blockviz.store.studies import INIT_GRADS_FILE
+from blockviz.training import init_grads
 from blockviz.training.lifecycle import patiently
+from blockviz.training.plan import plan_claimed
+from blockviz.training.registration import fail_unstarted
+from blockviz.training.train import apply_threads, train
+from blockviz.training.trainer import quiet_lightning
 
 log = logging.getLogger(__name__)
-CONFIG_NAME = "config.json"  # runner.CONFIG_NAME: where each study run's config was written
 
 
 class _Quit:
@@ -50,46 +53,20 @@ class _Quit:
         self.requested = True
 
 
-def _train_args(
-    store: RunStore, run_id: int, max_running: int, threads: int | None = None
-) -> argparse.Namespace:
-    """What `python -m blockviz train --config <run_dir>/config.json --run_id N ...` parses to."""
-    args = argparse.Namespace(
-        command="train",
-        config=str(store.run_dir(run_id) / CONFIG_NAME),
-        preset=None,
-        name=None,
-        store=store.location.text,
-        resume=None,
-        run_id=int(run_id),
-        max_running=int(max_running),
-        no_progress=True,
-        threads=threads,
-        seeds=None,
-        replicas="off",
-    )
-    for section in cfg.SECTIONS.values():
-        for name in cfg.field_types(section):
-            setattr(args, f"cfg_{name}", None)
-    return args
-
-
-def train_one(store: RunStore, run_id: int, max_running: int, threads: int | None = None) -> int:
-    """Train one claimed run through the `train` command's lifecycle; its exit code."""
-    from blockviz.training.train import cli_main
-
+def train_runs(
+    store: RunStore, run_ids: list[int], max_running: int, threads: int | None = None
+) -> int:
+    """Train claimed runs through the `train` lifecycle: one alone, or several that share
+    every shape as replicas of one batched model; the exit code."""
+    session = Session(store.location.text, max_running, threads)
     try:
-        return cli_main(_train_args(store, run_id, max_running, threads))
-    except Exception as exc:  # a bad config or dataset: that run fails, the study goes on
+        return train(plan_claimed(store, run_ids), session).exit_code
+    except Exception as exc:  # a bad config or dataset: these runs fail, the study goes on
         message = f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)
-        log.error("study run %s could not start: %s", run_id, message)
-        print(f"blockviz: run {run_id} failed to start: {message}", file=sys.stderr, flush=True)
-        try:
-            run = store.get_run(run_id)
-            if run.status in ("queued", "running"):
-                store.update_run(run_id, status="failed", ended=time.time(), error=message)
-        except StoreError:
-            pass
+        what = f"run {run_ids[0]}" if len(run_ids) == 1 else f"runs {run_ids}"
+        log.error("study %s could not start: %s", what, message)
+        print(f"blockviz: {what} failed to start: {message}", file=sys.stderr, flush=True)
+        fail_unstarted(store, run_ids, message)
         return 1
 
 
@@ -120,28 +97,6 @@ def batch_key_of(config_text: str | None) -> str | None:
     return None if replicas.why_solo(config) is not None else replicas.batch_key(config)
 
 
-def train_batch(
-    store: RunStore, run_ids: list[int], max_running: int, threads: int | None = None
-) -> int:
-    """Train claimed runs that share every shape as replicas of one batched model."""
-    from blockviz.training import replica_run
-
-    args = _train_args(store, run_ids[0], max_running, threads)
-    try:
-        return replica_run.train_claimed(args, run_ids)
-    except Exception as exc:  # a bad config or dataset: these runs fail, the study goes on
-        message = f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)
-        log.error("study runs %s could not start: %s", run_ids, message)
-        print(f"blockviz: runs {run_ids} failed to start: {message}", file=sys.stderr, flush=True)
-        for run_id in run_ids:
-            try:
-                if store.get_run(run_id).status in ("queued", "running"):
-                    store.update_run(run_id, status="failed", ended=time.time(), error=message)
-            except StoreError:
-                pass
-        return 1
-
-
 def work(
     store_path: str,
     study_id: int,
@@ -153,10 +108,8 @@ def work(
 
     Each run takes `threads` CPU threads, by default its share of the cores (cores ÷ slots).
     Runs that share every shape are claimed together, up to `replica_limit`, and train as
-    replicas of one batched model (`blockviz.training.replica_run`); 1 trains each alone.
+    replicas of one batched model (`blockviz.training.replica_fit`); 1 trains each alone.
     """
-    from blockviz.training.train import apply_threads
-
     # The worker's own torch work (the init-gradients measurement) takes the same share.
     apply_threads(threads, max_running)
     quit_request = _Quit()
@@ -195,10 +148,7 @@ def work(
                 )
                 if not run_ids:
                     break
-                if len(run_ids) == 1:
-                    train_one(store, run_ids[0], max_running, threads)
-                else:
-                    train_batch(store, run_ids, max_running, threads)
+                train_runs(store, run_ids, max_running, threads)
                 trained += len(run_ids)
                 release_freed_memory()
             _finish(store, study_id)
@@ -212,8 +162,6 @@ def work(
 def measure_at_init(store: RunStore, study_id: int, plan: StudyDef) -> int:
     """A study that does not train: the init explorer's measurement over its depths and
     inits (Pre-LN and Post-LN each), written to the study's folder as JSON."""
-    from blockviz.training import init_grads
-
     configs = [plan.config_for(v.label) for v in plan.variants]
     depths = sorted({c.model.n_layer for c in configs})
     inits = [i for i in cfg.INITS if i in {c.model.init for c in configs}]
@@ -239,11 +187,9 @@ def _finish(store: RunStore, study_id: int) -> None:
         store.update_study(study_id, status="completed", ended=time.time())
 
 
-def cli_main(args: argparse.Namespace) -> int:
+def main(request: WorkRequest) -> int:
     """`study work`: the worker process the study runner starts."""
-    from blockviz.training.trainer import quiet_lightning
-
     quiet_lightning()
-    check_threads(args.threads)
-    limit = replicas_from_args(args)
-    return work(args.store, int(args.study), int(args.max_running), args.threads, limit)
+    return work(
+        request.store, request.study, request.max_running, request.threads, request.replicas
+    )

@@ -20,20 +20,21 @@ lifecycle writes retry. Under DDP only global rank 0 touches the store; the
 other ranks (started by Lightning's launcher re-running this command) find the run's
 folder in the environment.
 
-This module reads the arguments, checks the run can start, and hands it on; the parts live
-beside it: `plan` (what to run), `registration` (the run in the store around its fit),
-`fit` (one fit, as every rank runs it), `final_metrics` (what a run records when it ends),
-`run_log` (its train.log), `lifecycle` (signals, heartbeat, patience, rank), `logger` (the
-store as Lightning's logger and callback).
+`train --seeds` trains one run per seed, several at once as replicas of one batched model
+(`replica_fit`); each replica is a run of its own, ending in its own status.
+
+This module takes the request `blockviz.cli` read from the flags, plans, checks the plan
+can start, and hands it to the one lifecycle every run kind shares; the parts live beside
+it: `plan` (what to run), `registration` (the runs in the store around their fit), `fit`
+(one fit, as every rank runs it) and `replica_fit` (K replicas), `final_metrics` (what a
+run records when it ends), `run_log` (its train.log), `lifecycle` (signals, heartbeat,
+patience, rank), `logger` (the store as Lightning's logger and callback). `fork`, `replay`
+and `study_worker` plan their runs and hand them to the same lifecycle.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import logging
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -42,30 +43,30 @@ import torch
 from blockviz.core import config as cfg
 from blockviz.core import hardware, startup_trace
 from blockviz.core.extras import check_logger_available
-from blockviz.core.flags import (
-    UsageError,
-    check_threads,
-    replicas_from_args,
-    run_config_from_args,
-    seeds_from_args,
-)
-from blockviz.store import RunStore, StoreError
-from blockviz.training.fit import fit
+from blockviz.core.flags import UsageError, build_config, check_threads
+from blockviz.core.requests import Session, TrainRequest
+from blockviz.training.fit import EXIT_OK, fit
 from blockviz.training.lifecycle import StopRequest, global_rank_from_env
-from blockviz.training.logger import FLUSH_EVERY_S
 from blockviz.training.plan import (
-    RunPlan,
+    Member,
+    Plan,
     check_memory,
     load_datamodule,
     plan_new,
     plan_resume,
+    plan_seeds,
     read_checkpoint,
     schedule_horizon,
 )
-from blockviz.training.registration import ENV_LEGACY_EVAL, ENV_RUN_DIR, run_in_store
+from blockviz.training.registration import (
+    ENV_LEGACY_EVAL,
+    ENV_RUN_DIR,
+    Ran,
+    fail_unstarted,
+    run_plan,
+    writer_store,
+)
 from blockviz.training.trainer import quiet_lightning
-
-log = logging.getLogger(__name__)
 
 
 def apply_threads(requested: int | None, max_running: int) -> int:
@@ -76,98 +77,65 @@ def apply_threads(requested: int | None, max_running: int) -> int:
     return threads
 
 
-def set_threads(args: argparse.Namespace) -> int:
-    """`apply_threads` for the `train` command's `--threads` and `--max_running`."""
-    return apply_threads(getattr(args, "threads", None), args.max_running)
-
-
-def cli_main(args: argparse.Namespace) -> int:
-    """`python -m blockviz train`: one run, recorded into the store; prints its id."""
-    if args.max_running < 0:
-        raise UsageError(f"--max_running: {args.max_running} is not allowed; must be >= 0")
-    set_threads(args)
+def main(request: TrainRequest) -> int:
+    """`python -m blockviz train`: one run (or one per seed), recorded into the store."""
+    apply_threads(request.session.threads, request.session.max_running)
     if global_rank_from_env() != 0:
-        return _follower_main(args)
-    seeds = seeds_from_args(args)
-    if seeds is not None:
-        from blockviz.training import replica_run
-
-        return replica_run.cli_seeds(args, seeds, replicas_from_args(args))
-    if args.resume is not None and _resumes_a_batch(args):
-        from blockviz.training import replica_run
-
-        store = _writer_store(args)
-        try:
-            return replica_run.resume(args, store, store.get_run(args.resume).id)
-        finally:
-            _close_quietly(store)
-    if args.resume is None and args.run_id is None:
+        return _follower_main(request)
+    if request.seeds is not None:
+        return _train_seeds(request)
+    if request.resume is None and request.run_id is None:
         # A new run: a bad flag, config or dataset must not even create the store file.
-        plan = plan_new(args, None)
-        datamodule = _preflight(plan)
-        store = _writer_store(args)
-    else:
-        store = _writer_store(args)
+        return train(plan_new(request, None), request.session, create=True).exit_code
+    with writer_store(request.session, create=False) as store:
         try:
-            plan = plan_resume(args, store) if args.resume else plan_new(args, store)
-            datamodule = _preflight(plan)
+            plan = plan_resume(request, store) if request.resume else plan_new(request, store)
+            datamodule = preflight(plan)
         except (UsageError, ValueError) as exc:
-            if args.run_id is not None and not args.resume:
-                _mark_failed_quietly(store, args.run_id, str(exc))
-            store.close()
+            if request.run_id is not None and not request.resume:
+                fail_unstarted(store, [request.run_id], str(exc))
             raise
+        return run_plan(plan, datamodule, store, request.session).exit_code
+
+
+def train(plan: Plan, session: Session, create: bool = False) -> Ran:
+    """Check the plan can start (data, memory, logger), then train it in the store."""
+    datamodule = preflight(plan)
+    with writer_store(session, create) as store:
+        return run_plan(plan, datamodule, store, session)
+
+
+def _train_seeds(request: TrainRequest) -> int:
+    """`train --seeds`: the batches one after another; a stop ends the command there."""
+    plans = plan_seeds(request)
+    worst = EXIT_OK
+    stop = StopRequest()  # a stop during one batch (or seed) ends the command there
+    stop.install()
     try:
-        return run_in_store(args, store, plan, datamodule)
+        for number, plan in enumerate(plans):
+            if stop.requested:
+                left = [m.config.train.seed for p in plans[number:] for m in p.members]
+                print(f"blockviz: stopped; seeds {left} not started", flush=True)
+                break
+            worst = max(worst, train(plan, request.session, create=True).exit_code)
     finally:
-        _close_quietly(store)
+        stop.uninstall()
+    return worst
 
 
-def _resumes_a_batch(args: argparse.Namespace) -> bool:
-    """Whether `--resume RUN` names a run that trained as a replica of a batch."""
-    from blockviz.core.replicas import read_batch_file
-
-    with RunStore(args.store or None, create=False) as store:
-        return read_batch_file(store.run_dir(store.get_run(args.resume).id)) is not None
-
-
-def _preflight(plan: RunPlan) -> Any:
-    """Load the data and check the run can start here (memory, logger); the datamodule."""
+def preflight(plan: Plan) -> Any:
+    """Load the data and check the plan can start here (memory, logger); the datamodule."""
     datamodule = load_datamodule(plan.config, plan.legacy_eval)
+    if plan.batch:
+        datamodule.replica_seeds = [m.config.train.seed for m in plan.members]
     startup_trace.mark("data loaded")
-    check_memory(cfg.replace(plan.config, vocab_size=datamodule.vocab.size))
+    config = cfg.replace(plan.config, vocab_size=datamodule.vocab.size)
+    check_memory(config, copies=len(plan.members))
     check_logger_available(plan.config.train)
     return datamodule
 
 
-def _writer_store(args: argparse.Namespace) -> RunStore:
-    """The store as a training run writes it: buffered, and patient with a locked file.
-
-    A run already in it (`--resume`, `--run_id`) needs the file to exist: a missing one is
-    an error, not a new empty store.
-    """
-    return RunStore(
-        args.store or None,
-        flush_seconds=FLUSH_EVERY_S,
-        defer_when_busy=True,
-        create=args.resume is None and args.run_id is None,
-    )
-
-
-def _close_quietly(store: RunStore) -> None:
-    """Close the store; a last flush that fails (a full disk) was reported already."""
-    try:
-        store.close()
-    except StoreError as exc:
-        log.error("closing the run store: %s", exc)
-
-
-def _mark_failed_quietly(store: RunStore, run_id: int, message: str) -> None:
-    # When the run id itself was the problem, the one-line message already says so.
-    with contextlib.suppress(StoreError):
-        store.update_run(run_id, status="failed", error=message, ended=time.time())
-
-
-def _follower_main(args: argparse.Namespace) -> int:
+def _follower_main(request: TrainRequest) -> int:
     """A rank > 0 process: the same fit, without the store (rank 0 records everything)."""
     quiet_lightning()
     run_dir_text = os.environ.get(ENV_RUN_DIR)
@@ -176,20 +144,22 @@ def _follower_main(args: argparse.Namespace) -> int:
     if run_dir_text and config_path.exists():
         config = cfg.RunConfig.from_json(config_path.read_text(encoding="utf-8"))
     else:
-        config = run_config_from_args(args)
-    checkpoint = run_dir / "checkpoints" / "last.ckpt" if args.resume else None
-    plan = RunPlan(config=config, name="", checkpoint=checkpoint)
+        config = build_config(request.source)
+    checkpoint = run_dir / "checkpoints" / "last.ckpt" if request.resume else None
+    schedule_steps = None
     if checkpoint is not None:
         # The lr schedule rank 0 keeps (plan_resume): a larger --max_steps must not
         # stretch this rank's decay alone.
-        state = read_checkpoint(checkpoint, f"--resume: run {args.resume}'s checkpoint")
-        plan.schedule_steps = schedule_horizon(state, config)
+        state = read_checkpoint(checkpoint, f"--resume: run {request.resume}'s checkpoint")
+        schedule_steps = schedule_horizon(state, config)
     datamodule = load_datamodule(config, os.environ.get(ENV_LEGACY_EVAL) == "1")
-    plan.config = cfg.replace(config, vocab_size=datamodule.vocab.size).validate()
+    plan = Plan(
+        (Member(config, ""),), checkpoint=checkpoint, schedule_steps=schedule_steps
+    ).with_vocab(datamodule.vocab.size)
     stop = StopRequest()
     stop.install()
     try:
-        outcome, _, _ = fit(plan, datamodule, run_dir, stop, None, None, progress=False)
+        fit(plan, datamodule, run_dir, stop, None, None, progress=False)
     finally:
         stop.uninstall()
-    return outcome.exit_code
+    return EXIT_OK

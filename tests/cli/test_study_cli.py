@@ -171,13 +171,13 @@ def test_a_worker_whose_store_is_replaced_stops_and_leaves_the_new_file_alone(
     replacement = other.read_bytes()
     trained: list[int] = []
 
-    def train_one(store: RunStore, run_id: int, *args: object) -> int:
+    def train_runs(store: RunStore, run_ids: list[int], *args: object) -> int:
         if not trained:  # another store moved over the path while the first run trains
             os.replace(other, store_path)
-        trained.append(run_id)
+        trained.extend(run_ids)
         return 0
 
-    monkeypatch.setattr(study_worker, "train_one", train_one)
+    monkeypatch.setattr(study_worker, "train_runs", train_runs)
     # One run at a time (--replicas off), so that there is a next claim to refuse.
     assert study_worker.work(str(store_path), study_id, 0, 1, 1) == 1
     err = capsys.readouterr().err
@@ -196,26 +196,20 @@ def test_a_worker_hands_freed_memory_back_after_every_run(
     study_id = _three_run_study(store_path, corpus, monkeypatch)
     events: list[str] = []
 
-    def train_one(store: RunStore, run_id: int, *args: object) -> int:
-        store.update_run(run_id, status="completed")
-        events.append("run")
-        return 0
-
-    monkeypatch.setattr(study_worker, "train_one", train_one)
-    monkeypatch.setattr(study_worker, "release_freed_memory", lambda: events.append("trim"))
-    assert study_worker.work(str(store_path), study_id, 0, 1, 1) == 0  # one run at a time
-    assert events == ["run", "trim"] * 3
-
-    # A batch of replicas: one trim after the batch.
-    def train_batch(store: RunStore, run_ids: list[int], *args: object) -> int:
+    def train_runs(store: RunStore, run_ids: list[int], *args: object) -> int:
         for run_id in run_ids:
             store.update_run(run_id, status="completed")
         events.append(f"batch of {len(run_ids)}")
         return 0
 
+    monkeypatch.setattr(study_worker, "train_runs", train_runs)
+    monkeypatch.setattr(study_worker, "release_freed_memory", lambda: events.append("trim"))
+    assert study_worker.work(str(store_path), study_id, 0, 1, 1) == 0  # one run at a time
+    assert events == ["batch of 1", "trim"] * 3
+
+    # A batch of replicas: one trim after the batch.
     events.clear()
     study_id = _three_run_study(tmp_path / "again.db", corpus, monkeypatch)
-    monkeypatch.setattr(study_worker, "train_batch", train_batch)
     assert study_worker.work(str(tmp_path / "again.db"), study_id, 0, 1) == 0
     assert events == ["batch of 3", "trim"]
     # The real release: True with glibc, False elsewhere; it never raises.

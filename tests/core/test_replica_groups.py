@@ -154,3 +154,19 @@ def test_a_batch_file_that_does_not_hold_together_is_not_read(tmp_path, data):
 def test_seed_ranges_are_bounded_before_they_are_expanded():
     with pytest.raises(ValueError, match="more than 256"):
         replicas.parse_seeds("0-1000000000")  # refused without building the list
+
+
+def test_a_batch_folder_is_left_behind_only_when_no_member_holds_it(tmp_path):
+    runs = tmp_path / "s.db.runs"
+    folders = {i: runs / str(i) for i in (4, 5, 6)}
+    for index, run_id in enumerate((4, 5, 6)):
+        replicas.write_batch_file(folders[run_id], [4, 5, 6], index, batch=4)
+    assert replicas.read_batch_file(folders[5]) == {"runs": [4, 5, 6], "index": 1, "batch": 4}
+    folder = runs / replicas.BATCHES / "4"
+    assert replicas.checkpoint_path(folders[6], folders.get) == folder / "checkpoints" / "last.ckpt"
+    present = {5, 6}
+    assert replicas.folder_left_behind(folders[4], folders.get, present.intersection) is None
+    # Run 6 trained alone since (its batch file gone): run 5 is the last that holds it.
+    (folders[6] / replicas.BATCH_FILE).unlink()
+    assert replicas.folder_left_behind(folders[5], folders.get, {6}.intersection) == folder
+    assert replicas.folder_left_behind(folders[6], folders.get, {5}.intersection) is None

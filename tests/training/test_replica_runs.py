@@ -7,7 +7,6 @@ the solo runs share one store, and their rows are compared step by step.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,10 @@ import pytest
 from blockviz import cli
 from blockviz.core import config as cfg
 from blockviz.core import replicas
+from blockviz.core.requests import Session
 from blockviz.store import RunStore
-from blockviz.training import replica_run
+from blockviz.training.plan import Member, Plan
+from blockviz.training.train import train
 from tests.fakes import CORPUS
 
 pytestmark = pytest.mark.slow
@@ -102,8 +103,10 @@ def test_train_seeds_equals_one_solo_run_per_seed(tmp_path, corpus, flags, capsy
         assert _series(store, 1, "train/loss") != _series(store, 2, "train/loss")
 
 
-def _args(store: Path) -> argparse.Namespace:
-    return argparse.Namespace(store=str(store), no_progress=True, max_running=0)
+def _train_batch(store: Path, configs: list[cfg.RunConfig], names: list[str]) -> int:
+    """The batch of new runs `train --seeds` would train, of these configs."""
+    plan = Plan(tuple(Member(c, n) for c, n in zip(configs, names, strict=True)))
+    return train(plan, Session(str(store)), create=True).exit_code
 
 
 def _tiny(corpus: Path, **overrides) -> cfg.RunConfig:
@@ -128,8 +131,7 @@ def test_replicas_that_differ_in_their_optimiser_equal_their_solo_runs(tmp_path,
     assert len({replicas.batch_key(c) for c in configs}) == 1
     store = tmp_path / "s.db"
     names = [f"r{i}" for i in range(len(configs))]
-    batch = replica_run.Batch(configs, names, [None] * len(configs))
-    assert replica_run.train_batch(_args(store), batch) == 0
+    assert _train_batch(store, configs, names) == 0
     for config in configs:
         _solo(store, config, tmp_path)
     with RunStore(store) as db:
@@ -145,8 +147,7 @@ def test_a_replica_that_diverges_is_marked_and_the_others_go_on_as_solo(tmp_path
     wild = _tiny(corpus, lr=10.0, grad_clip=0.0, **shape)
     calm = [_tiny(corpus, seed=seed, **shape) for seed in (1, 2)]
     store = tmp_path / "s.db"
-    batch = replica_run.Batch([calm[0], wild, calm[1]], ["a", "wild", "b"], [None] * 3)
-    assert replica_run.train_batch(_args(store), batch) == 0
+    assert _train_batch(store, [calm[0], wild, calm[1]], ["a", "wild", "b"]) == 0
     _solo(store, wild, tmp_path)
     for config in calm:
         _solo(store, config, tmp_path)
@@ -244,3 +245,87 @@ def test_sixty_four_seeds_train_at_toy_size_on_a_cpu(tmp_path, corpus):
         assert len(statuses) == 64 and set(statuses.values()) == {"completed"}
         sizes = {len(replicas.read_batch_file(store.run_dir(i))["runs"]) for i in statuses}
         assert sizes == {8}
+
+
+def _checkpoint_of(store: RunStore, run_id: int) -> Path:
+    from blockviz.launch import runner
+
+    return runner.checkpoint_path(store, run_id)
+
+
+def test_a_batch_killed_after_its_final_checkpoint_is_finished_by_resume(tmp_path, corpus, capsys):
+    # Every step trained and the final checkpoint written, then a kill -9 before any status
+    # was recorded: the members stayed 'running' / 'failed' for good ("already at step 12").
+    store_path = tmp_path / "s.db"
+    assert _train(store_path, corpus, "--seeds", "0,1") == 0
+    with RunStore(store_path) as store:
+        before = [store.get_run(i).final for i in (1, 2)]
+        import torch
+
+        step = torch.load(_checkpoint_of(store, 1), weights_only=True)["global_step"]
+        assert step == 12
+        for run_id, status in ((1, "running"), (2, "failed")):
+            store.truncate_after(run_id, 11)  # the end's evaluation and sample not logged
+            store.update_run(run_id, status=status, step=12, final=None, pid=None, error="killed")
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", "2", "--store", str(store_path), "--no_progress"]) == 0
+    assert "finishing" in capsys.readouterr().out
+    with RunStore(store_path) as store:
+        for run_id, earlier in zip((1, 2), before, strict=True):
+            run = store.get_run(run_id)
+            assert (run.status, run.step, run.error) == ("completed", 12, None)
+            assert _series(store, run_id, "val/loss").keys() == {4, 8, 12}
+            assert list(_series(store, run_id, "train/loss")) == list(range(12))
+            assert store.samples(run_id)["step"].tolist().count(12) == 1
+            for key in ("val_loss", "train_loss"):
+                assert run.final[key] == pytest.approx(earlier[key], rel=1e-5), key
+            assert run.final["steps"] == 12
+
+
+def test_deleting_any_member_of_a_batch_leaves_the_others_resumable(tmp_path, corpus):
+    # The batch's checkpoint lived in its first member's folder: deleting that run took it.
+    store_path = tmp_path / "s.db"
+    assert _train(store_path, corpus, "--seeds", "0,1,2", "--max_steps", "8") == 0
+    with RunStore(store_path) as store:
+        checkpoint = _checkpoint_of(store, 2)
+        for run_id in (1, 2, 3):
+            store.update_run(run_id, status="stopped")  # as a stop at the last step leaves it
+        store.delete_run(1)
+        assert checkpoint.is_file()
+    argv = ["train", "--resume", "3", "--max_steps", "12", "--store", str(store_path)]
+    assert cli.main([*argv, "--no_progress"]) == 0
+    with RunStore(store_path) as store:
+        assert [(store.get_run(i).status, store.get_run(i).step) for i in (2, 3)] == [
+            ("completed", 12),
+            ("completed", 12),
+        ]
+        assert list(_series(store, 3, "train/loss")) == list(range(12))
+        store.delete_run(3)
+        assert checkpoint.is_file()  # run 2 still holds it
+        store.delete_run(2)
+        assert not checkpoint.exists() and not checkpoint.parent.parent.exists()
+
+
+def test_a_batch_whose_checkpoint_is_in_its_first_members_folder_still_resumes(tmp_path, corpus):
+    # Batches trained before the batch folder kept their checkpoint in the first member's.
+    import json
+    import shutil
+
+    store_path = tmp_path / "s.db"
+    assert _train(store_path, corpus, "--seeds", "0,1", "--max_steps", "8") == 0
+    with RunStore(store_path) as store:
+        checkpoint = _checkpoint_of(store, 1)
+        old = store.run_dir(1) / "checkpoints"
+        if checkpoint.parent != old:
+            shutil.rmtree(old, ignore_errors=True)
+            shutil.move(checkpoint.parent, old)
+        for index, run_id in enumerate((1, 2)):
+            data = {"runs": [1, 2], "index": index, "leader": 1}
+            (store.run_dir(run_id) / replicas.BATCH_FILE).write_text(json.dumps(data))
+            store.update_run(run_id, status="stopped")
+        assert _checkpoint_of(store, 2) == old / "last.ckpt"
+    argv = ["train", "--resume", "2", "--max_steps", "12", "--store", str(store_path)]
+    assert cli.main([*argv, "--no_progress"]) == 0
+    with RunStore(store_path) as store:
+        assert [store.get_run(i).status for i in (1, 2)] == ["completed", "completed"]
+        assert list(_series(store, 1, "train/loss")) == list(range(12))

@@ -224,9 +224,10 @@ def test_the_objective_is_the_sum_of_each_replicas_own():
 
 @pytest.mark.slow
 def test_a_batchs_probe_steps_reach_the_host_in_one_transfer(tmp_path, monkeypatch):
-    import argparse
-
-    from blockviz.training import replica_fit, replica_run
+    from blockviz.core.requests import Session
+    from blockviz.training import replica_fit
+    from blockviz.training.plan import Member, Plan
+    from blockviz.training.train import train
     from tests.fakes import CORPUS
 
     corpus = tmp_path / "fox.txt"
@@ -255,9 +256,8 @@ def test_a_batchs_probe_steps_reach_the_host_in_one_transfer(tmp_path, monkeypat
         LitReplicas, "share_grads", lambda self, i: (shared.append(i), real_share(self, i))
     )
     configs = [cfg.replace(base, seed=s) for s in (0, 1, 2)]
-    batch = replica_run.Batch(configs, ["a", "b", "c"], [None] * 3)
-    args = argparse.Namespace(store=str(tmp_path / "s.db"), no_progress=True, max_running=0)
-    assert replica_run.train_batch(args, batch) == 0
+    plan = Plan(tuple(Member(c, n) for c, n in zip(configs, "abc", strict=True)))
+    assert train(plan, Session(str(tmp_path / "s.db")), create=True).exit_code == 0
     # Probe steps 0, 2, 4 and the last (5): one transfer each for all three replicas,
     # and no replica's probe touched on the ordinary steps 1 and 3.
     assert sizes == [3, 3, 3, 3]
