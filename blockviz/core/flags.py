@@ -179,13 +179,14 @@ def threads_arg(p: argparse.ArgumentParser) -> None:
 
 
 def replicas_arg(p: argparse.ArgumentParser) -> None:
-    """`--replicas K|off`: the most runs one batched model trains at once."""
+    """`--replicas K|auto|off`: the most runs one batched model trains at once."""
     p.add_argument(
         "--replicas",
         default=str(replicas.DEFAULT_REPLICAS),
-        metavar="K|off",
+        metavar="K|auto|off",
         help="the most runs that share every shape train as replicas of one batched model "
-        f"(default {replicas.DEFAULT_REPLICAS}; off: each run alone)",
+        f"(default {replicas.DEFAULT_REPLICAS}: {replicas.GPU_REPLICAS} where the process "
+        f"that trains sees a GPU, else {replicas.CPU_REPLICAS}; off: each run alone)",
     )
 
 
