@@ -323,3 +323,31 @@ def format_table(b: Breakdown) -> str:
         lines.append(f"{layer_label(layer, head_layer):<28} {count:>14,} {share:>6.2f}%")
     lines += ["", f"{'total':<28} {total:>14,}"]
     return "\n".join(lines)
+
+
+_PARAM_ROOTS = ("blocks", "tok_emb", "pos_emb", "final_norm", "lm_head")
+
+
+def param_component(name: str, n_layer: int) -> tuple[int, str]:
+    """(layer, component) of a parameter name: layer -1 = embeddings, n_layer = the head end.
+
+    Components: attn, ffn, norm (norm1/norm2/final_norm), embed, head. A wrapper prefix such
+    as `model.` or `_orig_mod.` in front of the name is ignored.
+    """
+    parts = name.split(".")
+    start = next((i for i, part in enumerate(parts) if part in _PARAM_ROOTS), None)
+    if start is not None:
+        root, rest = parts[start], parts[start + 1 :]
+        if root == "blocks" and len(rest) >= 2 and rest[0].isdigit():
+            sub = rest[1]
+            if sub in ("attn", "ffn"):
+                return int(rest[0]), sub
+            if sub in ("norm1", "norm2"):
+                return int(rest[0]), "norm"
+        elif root in ("tok_emb", "pos_emb"):
+            return -1, "embed"
+        elif root == "final_norm":
+            return n_layer, "norm"
+        elif root == "lm_head":
+            return n_layer, "head"
+    raise ValueError(f"parameter name {name!r} is not a CharTransformer parameter")

@@ -43,6 +43,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 
+from blockviz.core.params import param_component
 from blockviz.core.probe_schedule import is_probe_step
 from blockviz.core.spec import (
     GRAD_NORM,
@@ -57,7 +58,7 @@ from blockviz.training.induction import (
     induction_records,
     repeated_batch,
 )
-from blockviz.training.model import NonFiniteLogits, capture_attention, param_component
+from blockviz.training.model import NonFiniteLogits, capture_attention
 from blockviz.training.probe_stats import (
     TAP_GROUPS,
     ParamIndex,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from blockviz.core.config import ACTIVATIONS, INITS, NORM_POSITIONS, NORM_TYPES, ModelConfig
-from blockviz.core.params import param_breakdown
+from blockviz.core.params import param_breakdown, param_component
 from blockviz.training import model as model_module
 from blockviz.training.model import (
     TAP_NAMES,
@@ -22,7 +22,6 @@ from blockviz.training.model import (
     RMSNorm,
     block_tap_names,
     capture_attention,
-    param_component,
 )
 
 torch.set_num_threads(1)

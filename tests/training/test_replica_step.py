@@ -17,7 +17,8 @@ from torch.func import functional_call, stack_module_state
 from blockviz.core import config as cfg
 from blockviz.training.lit import lr_at
 from blockviz.training.model import CharTransformer
-from blockviz.training.replicas import FlatStack, LitReplicas, ReplicaAdamW, ReplicaSchedule
+from blockviz.training.replica_optim import FlatStack, ReplicaAdamW, ReplicaSchedule
+from blockviz.training.replicas import LitReplicas
 from tests.helpers import tiny_config, tiny_datamodule
 
 HYPER = [  # (lr, betas, weight decay) of three replicas
