@@ -219,13 +219,22 @@ class LitCharModel(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         """AdamW (decay / no-decay groups) and a LambdaLR stepped every optimizer step."""
         train = self.config.train
-        # Not fused: Lightning refuses gradient clipping with optimizers that unscale
-        # gradients themselves, and the probes must see unscaled gradients anyway.
+        # On a GPU the fused kernel: a few launches for all tensors where the for-each
+        # implementation makes dozens and reads each tensor's step count on the host
+        # (BENCHMARKS.md, "Solo step host work"). A CPU keeps the per-tensor loop, so CPU
+        # runs and their forks stay what they were. (A checkpoint's groups keep the flag.)
+        fused = self.device.type == "cuda"
         optimizer = torch.optim.AdamW(
             param_groups(self.model, train.weight_decay),
             lr=train.lr,
             betas=(train.beta1, train.beta2),
+            fused=fused or None,
         )
+        if fused:
+            # A fused AdamW says it unscales 16-mixed gradients itself, and Lightning then
+            # refuses gradient clipping. Unsaid, the GradScaler unscales before clipping
+            # (and before the probes read the gradients) and steps it like any optimizer.
+            optimizer._step_supports_amp_scaling = False
 
         def multiplier(step: int) -> float:
             return lr_at(step, train, self.schedule_steps) / train.lr
