@@ -15,12 +15,13 @@ checkpoints) with a clock added to the Trainer's callbacks, and prints:
 
     python benchmarks/solo_step.py --accelerator gpu                 # H100 box: about 25 s
     python benchmarks/solo_step.py --accelerator gpu --compile --out solo.json   # about 50 s
-    python benchmarks/solo_step.py --accelerator gpu --compile-mode reduce-overhead
+    python benchmarks/solo_step.py --accelerator gpu --compile-mode default
     python benchmarks/solo_step.py --accelerator cpu --threads 1 --set n_layer=1 \
         --set d_model=16 --set block_size=16 --set batch_size=4      # host work on a CPU
 
-`--compile-mode` compiles with a torch.compile mode the product does not use (an
-experiment: reduce-overhead replays the step's forward and backward as CUDA graphs).
+`--compile` compiles as the product does (`lit.compile_mode`: on one GPU reduce-overhead,
+which replays the step's forward and backward as CUDA graphs); `--compile-mode MODE`
+another way (`default`: torch's default mode, no graphs).
 On a GPU nothing waits for the device in an ordinary step unless the code makes it, so
 the mean over many steps is what a step really costs: max(host work, device work).
 """
@@ -30,7 +31,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import functools
 import io
 import json
 import platform
@@ -202,6 +202,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Train once with the clock in the Trainer; the numbers as a dict."""
     from blockviz import cli
     from blockviz.store import RunStore
+    from blockviz.training import lit
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -220,9 +221,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     flags = ["--preset", args.preset, "--max_steps", str(args.steps)]
     flags += ["--accelerator", args.accelerator, "--precision", args.precision]
     flags += ["--compile", "true" if args.compile or args.compile_mode else "false"]
-    real_compile = torch.compile
-    if args.compile_mode:  # an experiment: the product compiles with torch's default mode
-        torch.compile = functools.partial(real_compile, mode=args.compile_mode)
+    real_mode = lit.compile_mode
+    if args.compile_mode:  # another mode than the product's (lit.compile_mode) for the step
+        mode = None if args.compile_mode == "default" else args.compile_mode
+        lit.compile_mode = lambda device, world_size: mode
     for setting in args.set or []:
         name, _, value = setting.partition("=")
         flags += [f"--{name}", value]
@@ -236,7 +238,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 code = cli.main(argv)
         finally:
             L.Trainer.fit = fit
-            torch.compile = real_compile
+            lit.compile_mode = real_mode
         process_s = time.perf_counter() - started
         if code != 0:
             raise SystemExit(f"blockviz train exited with {code}")
@@ -278,7 +280,7 @@ def report(result: dict[str, Any]) -> str:
     """The numbers as text."""
     lines = [
         f"device {result['device']}, {result['precision']}, compile {result['compile']} "
-        f"({result['compile_mode'] or 'default mode'}), "
+        f"({result['compile_mode'] or 'the product mode'}), "
         f"torch {result['torch']}, lightning {result['lightning']}, {result['n_params']:,} params",
         "step kind   n     mean ms  median ms",
     ]
@@ -317,8 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile", action="store_true", help="torch.compile the step")
     parser.add_argument(
         "--compile-mode",
-        help="compile with this torch.compile mode instead of the product's default "
-        "(an experiment, e.g. reduce-overhead: CUDA graphs)",
+        help="compile with this torch.compile mode instead of the product's "
+        "(lit.compile_mode: reduce-overhead on one GPU); `default`: torch's default",
     )
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--preset", default="baby-cpu")

@@ -19,7 +19,7 @@ from blockviz.store import RunStore
 from blockviz.training import callbacks
 from blockviz.training.callbacks import training_monitor
 from blockviz.training.lifecycle import StopRequest
-from blockviz.training.lit import LitCharModel
+from blockviz.training.lit import LitCharModel, compile_mode
 from blockviz.training.logger import RunLifecycle, StoreLogger
 from blockviz.training.probes import BlockProbe
 from blockviz.training.sinks import StoreSink
@@ -218,15 +218,18 @@ def test_a_compiled_step_compiles_once_whatever_the_probes_do(tmp_path, monkeypa
     step must not recompile for them (nor for any ordinary step): one graph for training,
     one for validation, however many steps."""
     compiled: list[int] = []
+    modes: list[str | None] = []
     real_compile = torch.compile
 
     def counting_backend(graph_module, example_inputs):
         compiled.append(len(example_inputs))
         return graph_module.forward
 
-    monkeypatch.setattr(
-        torch, "compile", lambda model: real_compile(model, backend=counting_backend)
-    )
+    def compile_counted(model, mode=None):
+        modes.append(mode)
+        return real_compile(model, backend=counting_backend)
+
+    monkeypatch.setattr(torch, "compile", compile_counted)
     torch._dynamo.reset()
     counts = []
     try:
@@ -245,6 +248,14 @@ def test_a_compiled_step_compiles_once_whatever_the_probes_do(tmp_path, monkeypa
     finally:
         torch._dynamo.reset()
     assert counts[0] == counts[1] <= 2
+    assert modes == [None, None]  # torch's default mode on a CPU, one compile a fit
+
+
+def test_one_gpu_compiles_the_step_into_cuda_graphs_and_nothing_else_does():
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert compile_mode(cuda, world_size=1) == "reduce-overhead"
+    assert compile_mode(cuda, world_size=2) is None  # DDP keeps the plain compiled step
+    assert compile_mode(cpu, world_size=1) is None
 
 
 @pytest.mark.slow
@@ -256,9 +267,15 @@ def test_a_compiled_solo_run_trains_through_inductor(tmp_path):
     try:
         overrides = {"max_steps": 4, "eval_interval": 2, "probe_interval": 2}
         eager, run_e, *_ = product_fit(tmp_path / "eager", defer=None, **overrides)
-        fast, run_c, *_ = product_fit(tmp_path / "compiled", defer=None, compile=True, **overrides)
+        fast, run_c, trainer, _ = product_fit(
+            tmp_path / "compiled", defer=None, compile=True, **overrides
+        )
     finally:
         torch._dynamo.reset()
+    assert trainer.lightning_module.compiled is not None
+    # the compiled wrapper is no submodule: a checkpoint's keys are the eager model's
+    state = torch.load(tmp_path / "compiled" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert not any("_orig_mod" in key for key in state["state_dict"])
     expected = scalars(eager, run_e, ["train/loss"])
     got = scalars(fast, run_c, ["train/loss"])
     assert [row[0] for row in got] == [row[0] for row in expected] == [0, 1, 2, 3]
