@@ -11,7 +11,7 @@ checkpoints) with a clock added to the Trainer's callbacks, and prints:
   profiled ordinary steps (torch.profiler, CPU activity, plus CUDA where there is one),
   per step; with `--python`, the top Python functions of 20 other ordinary steps
   (cProfile); with `--hooks`, Lightning's own timing of each hook and loop action
-  (its SimpleProfiler: about a millisecond a step more on the H100 box).
+  (its SimpleProfiler: about 3 ms a step more on the H100 box).
 
     python benchmarks/solo_step.py --accelerator gpu                 # H100 box: about 25 s
     python benchmarks/solo_step.py --accelerator gpu --compile --out solo.json   # about 50 s
