@@ -17,7 +17,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 import lightning as L
 import torch
@@ -50,15 +50,28 @@ class TrainingMonitor(Callback):
     train/loss is the cross-entropy (with z-loss on, without its term). The per-step
     losses stay on the device; every `log_interval` steps (and at the last step) they
     reach the host in one transfer and the mean loss, the lr and the throughput of those
-    steps are logged at the newest step. Validation (and the
+    steps are logged at the newest step. On a GPU that transfer is asynchronous (into
+    pinned memory) and read at the next logged step, by when it has long arrived, so no
+    training step waits for the device (`defer`; a CPU reads at once, as there is nothing
+    to wait for): the rows are the same, written one logged step later, and any still in
+    flight are read before a checkpoint, a validation and the end. Validation (and the
     checkpointing after it) is left out of the throughput clock; the wall clock runs
     from the first training step to the end of training. A non-finite loss raises
     `TrainingDiverged` (not `should_stop`: Lightning would validate and checkpoint the
     non-finite weights on the way out).
     """
 
-    def __init__(self, log_interval: int = 1, recent_losses: int = RECENT_LOSSES) -> None:
+    def __init__(
+        self,
+        log_interval: int = 1,
+        recent_losses: int = RECENT_LOSSES,
+        defer: bool | None = None,
+    ) -> None:
         self.log_interval = log_interval
+        self.defer = defer  # read the losses one logged step late; None: on a CUDA device
+        self._in_flight: _Window | None = None
+        self._trainer: L.Trainer | None = None  # the one whose loggers take _in_flight
+        self._copies: HostCopies | None = None  # made at the first deferred window (a GPU)
         self.last_train: dict[str, float] = {}  # the latest record, for the console line
         self.train_time_s = 0.0  # seconds spent training, validation excluded
         self.tokens_seen = 0
@@ -78,7 +91,9 @@ class TrainingMonitor(Callback):
 
     def state_dict(self) -> dict[str, Any]:
         """In a checkpoint: the per-step losses not logged yet and the recent ones (one
-        device->host copy, at checkpoints only)."""
+        device->host copy, at checkpoints only). Losses in flight are logged first, so
+        the store holds them before the checkpoint exists."""
+        self.drain()
         pending = torch.stack(self._pending_losses).float().tolist() if self._pending_losses else []
         carried = [*self._carried, *zip(self._pending_steps, pending, strict=True)]
         return {
@@ -101,6 +116,7 @@ class TrainingMonitor(Callback):
         self._paused_at = None
         self._pending_losses.clear()
         self._pending_steps.clear()
+        self._in_flight = None
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
@@ -119,7 +135,8 @@ class TrainingMonitor(Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        """Keep the batch's loss; every log_interval steps fetch and log them."""
+        """Keep the batch's loss; every log_interval steps send them to the host and log
+        them (on a GPU, those sent at the logged step before)."""
         # Lightning's detached copy of training_step's loss, still on the device: fetching
         # it every step would stall a GPU once per step. With z-loss on, the objective adds
         # a term; "ce" is the cross-entropy alone, what train/loss means in every run.
@@ -127,24 +144,53 @@ class TrainingMonitor(Callback):
         self._pending_steps.append(self._step)
         if not self.due(self._step, trainer.max_steps):
             return
-        losses = torch.stack(self._pending_losses).float().tolist()  # one device->host copy
+        values = torch.stack(self._pending_losses).float()  # (steps,) on the device
         steps = list(self._pending_steps)
         self._pending_losses.clear()
         self._pending_steps.clear()
-        self.record(trainer, steps, losses, batch[0].numel(), self._pending_lr)
+        tick = self._tick(trainer, len(steps), batch[0].numel())
+        defer = self.defer if self.defer is not None else values.is_cuda
+        ready = None
+        if defer and values.is_cuda:
+            if self._copies is None or self._copies.size < len(steps):
+                self._copies = HostCopies(max(self.log_interval, len(steps)))
+            values, ready = self._copies.send(values)
+        if self._in_flight is not None:
+            self.drain()  # the window before: arrived long ago
+        if defer and self._step + 1 < trainer.max_steps:
+            self._in_flight = _Window(steps, values, ready, tick, self._pending_lr)
+            self._trainer = trainer
+        else:
+            self._log_losses(trainer, steps, read_host(values, ready), self._pending_lr, tick)
+
+    def drain(self) -> None:
+        """Log the losses still on their way to the host (if any)."""
+        window, self._in_flight = self._in_flight, None
+        if window is not None:
+            losses = read_host(window.values, window.ready)
+            self._log_losses(self._trainer, window.steps, losses, window.lr, window.tick)
 
     def due(self, step: int, max_steps: int) -> bool:
         """Whether step `step`'s loss is logged (with those before it not logged yet)."""
         return step % self.log_interval == 0 or step + 1 >= max_steps
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Stop the throughput clock while validating."""
+        """Stop the throughput clock while validating; log the losses in flight."""
         if self._paused_at is None:
             self._paused_at = time.perf_counter()
+        self.drain()
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Stop the wall clock."""
         self._fit_ended = time.perf_counter()
+        self.drain()
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        """A stop or a failure: log the losses in flight (a divergence among them is
+        reported as the run's outcome)."""
+        self.drain()
 
     def resume_clock(self) -> None:
         """Restart the throughput clock paused by a validation (if one is paused)."""
@@ -165,19 +211,28 @@ class TrainingMonitor(Callback):
         """Log mean loss, lr and throughput of the steps trained since the last record:
         `steps` and their `losses` (host floats), the last one's `lr`. A batch of
         replicas calls it for each replica with its column of the batch's one transfer."""
-        steps = list(steps)
-        trained = len(steps)  # in this session (the throughput's steps)
-        if self._carried:
-            steps = [step for step, _ in self._carried] + steps
-            losses = [loss for _, loss in self._carried] + losses
-            self._carried = []
+        tick = self._tick(trainer, len(steps), tokens_per_batch)
+        self._log_losses(trainer, list(steps), list(losses), lr, tick)
+
+    def _tick(self, trainer: L.Trainer, trained: int, tokens_per_batch: int) -> _Tick:
+        """Close the throughput window of the `trained` steps since the last one, now."""
         now = time.perf_counter()
         elapsed = max(1e-9, now - self._window_start - self._window_excluded)
         self._window_start, self._window_excluded = now, 0.0
         self.train_time_s += elapsed
         world_tokens = tokens_per_batch * trainer.world_size
         self.tokens_seen += world_tokens * trained
-        step_time = elapsed / trained
+        return _Tick(now, elapsed / trained, world_tokens)
+
+    def _log_losses(
+        self, trainer: L.Trainer, steps: list[int], losses: list[float], lr: float, tick: _Tick
+    ) -> None:
+        """The rows of one window; a non-finite loss among them raises TrainingDiverged."""
+        if self._carried:
+            steps = [step for step, _ in self._carried] + steps
+            losses = [loss for _, loss in self._carried] + losses
+            self._carried = []
+        now, step_time, world_tokens = tick
         bad = next((i for i, value in enumerate(losses) if not math.isfinite(value)), None)
         # Under DDP every rank must stop at the same step, whichever rank saw it.
         if trainer.strategy.reduce_boolean_decision(bad is not None, all=False):
@@ -216,6 +271,52 @@ class TrainingMonitor(Callback):
         if not self._recent_losses:
             return self.last_train.get("loss")
         return sum(self._recent_losses) / len(self._recent_losses)
+
+
+class _Tick(NamedTuple):
+    """The throughput clock when a window of steps closed."""
+
+    now: float  # perf_counter
+    step_time: float  # seconds per step of the window, validation excluded
+    world_tokens: int  # tokens per step over all ranks
+
+
+class _Window(NamedTuple):
+    """Losses of the steps since the last log, on their way to the host."""
+
+    steps: list[int]
+    values: torch.Tensor  # (steps,) float32: on the host once `ready`, or on a CPU device
+    ready: torch.cuda.Event | None  # recorded after the copy (None: none to wait for)
+    tick: _Tick
+    lr: float
+
+
+class HostCopies:
+    """Two pinned host buffers of `size` values and their CUDA events, used in turn: one
+    window's losses arrive in one while the other's are read. Made once, so a logged step
+    allocates nothing and creates no event."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.buffers = torch.empty((2, size), pin_memory=True)  # float32
+        self.events = [torch.cuda.Event(), torch.cuda.Event()]
+        self.turn = 0
+
+    def send(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event]:
+        """Start copying device `values` (at most `size`) to the host; where they will
+        be and the event recorded after the copy."""
+        host, ready = self.buffers[self.turn, : values.numel()], self.events[self.turn]
+        host.copy_(values, non_blocking=True)
+        ready.record()
+        self.turn ^= 1
+        return host, ready
+
+
+def read_host(values: torch.Tensor, ready: torch.cuda.Event | None) -> list[float]:
+    """Losses as floats, once their copy is `ready` (the one wait on the device)."""
+    if ready is not None:
+        ready.synchronize()
+    return values.tolist()
 
 
 def _log(trainer: L.Trainer, metrics: dict[str, float], step: int) -> None:

@@ -100,6 +100,14 @@ def prompt_ids(vocab: CharVocab, prompt: str, block_size: int, device: Any) -> t
     return torch.tensor([ids[-block_size:]], dtype=torch.long, device=device)  # (1, T)
 
 
+def compile_mode(device: torch.device, world_size: int) -> str | None:
+    """torch.compile's mode for a run's step: on a single GPU "reduce-overhead", which
+    replays the compiled forward and backward as CUDA graphs (a small model's step is
+    bound by launching its kernels: BENCHMARKS.md, "Solo step host work"); torch's
+    default elsewhere (a CPU has no graphs; several ranks keep the plain compiled step)."""
+    return "reduce-overhead" if device.type == "cuda" and world_size == 1 else None
+
+
 @dataclass(frozen=True)
 class CompiledModel:
     """torch.compile's wrapper of the model, kept out of the LightningModule's submodules.
@@ -135,11 +143,10 @@ class LitCharModel(L.LightningModule):
         self.model = CharTransformer(self.config.model)
         self.vocab = CharVocab.from_json(vocab_json) if vocab_json else None
         self.is_ops = self.config.data.dataset == "ops"
-        # The steps call the model through torch.compile when asked; probes and generation
-        # keep using the eager model, which holds the very same parameters.
-        self.compiled = (
-            CompiledModel(torch.compile(self.model)) if self.config.train.compile else None
-        )
+        # The steps call the model through torch.compile when asked (made in `setup`, for
+        # the device the Trainer chose); probes and generation keep using the eager model,
+        # which holds the very same parameters.
+        self.compiled: CompiledModel | None = None
         self.last_val: dict[str, float] = {}  # the latest evaluation, with its step
         self._val_loss_sum: torch.Tensor | None = None
         self._val_batches = 0
@@ -147,6 +154,12 @@ class LitCharModel(L.LightningModule):
         self._baseline = [0, 0]  # the trivial baseline's correct, total on the same answers
         self._answer_table: dict[str, str] | None = None  # from the datamodule, per evaluation
         self._restored_rng: dict[str, Any] | None = None  # a checkpoint's, for the next batch
+
+    def setup(self, stage: str) -> None:
+        """Compile the model for the steps when the config asks (once, whatever the stage)."""
+        if self.config.train.compile and self.compiled is None:
+            mode = compile_mode(self.trainer.strategy.root_device, self.trainer.world_size)
+            self.compiled = CompiledModel(torch.compile(self.model, mode=mode))
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
@@ -174,7 +187,9 @@ class LitCharModel(L.LightningModule):
         # PaLM's z-loss: pulls each position's log-normaliser log Z towards 0, so the
         # logits cannot drift upwards together (the softmax alone never notices a shift).
         log_z = logits.float().logsumexp(dim=-1)  # (B, T)
-        return {"loss": ce + coefficient * log_z.pow(2).mean(), "ce": ce.detach()}
+        # "ce" is kept until it is logged: a copy, as a step compiled into CUDA graphs
+        # returns outputs in memory that its next replay overwrites.
+        return {"loss": ce + coefficient * log_z.pow(2).mean(), "ce": ce.detach().clone()}
 
     # -- validation -----------------------------------------------------------------------
 
@@ -228,13 +243,22 @@ class LitCharModel(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         """AdamW (decay / no-decay groups) and a LambdaLR stepped every optimizer step."""
         train = self.config.train
-        # Not fused: Lightning refuses gradient clipping with optimizers that unscale
-        # gradients themselves, and the probes must see unscaled gradients anyway.
+        # On a GPU the fused kernel: a few launches for all tensors where the for-each
+        # implementation makes dozens and reads each tensor's step count on the host
+        # (BENCHMARKS.md, "Solo step host work"). A CPU keeps the per-tensor loop, so CPU
+        # runs and their forks stay what they were. (A checkpoint's groups keep the flag.)
+        fused = self.device.type == "cuda"
         optimizer = torch.optim.AdamW(
             param_groups(self.model, train.weight_decay),
             lr=train.lr,
             betas=(train.beta1, train.beta2),
+            fused=fused or None,
         )
+        if fused:
+            # A fused AdamW says it unscales 16-mixed gradients itself, and Lightning then
+            # refuses gradient clipping. Unsaid, the GradScaler unscales before clipping
+            # (and before the probes read the gradients) and steps it like any optimizer.
+            optimizer._step_supports_amp_scaling = False
 
         def multiplier(step: int) -> float:
             return lr_at(step, train, self.schedule_steps) / train.lr
