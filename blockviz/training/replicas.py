@@ -14,9 +14,9 @@ What each replica keeps on its own (`core.replicas.PER_REPLICA_FIELDS`): its see
 initial weights and its data order), the AdamW hyperparameters (lr and its schedule,
 weight decay, betas), gradient clipping (on its own global norm) and the z-loss; each is
 a (K,) tensor on the device. When the optimizer is made, the stacked parameters are laid
-end to end in one (K, N) buffer, their gradients in another (`FlatStack`, `training/replica_optim.py`), so the update
-(`ReplicaAdamW`) and the clipping are a dozen tensor operations on the whole stack,
-whatever K: no host work per replica, no transfer.
+end to end in one (K, N) buffer, their gradients in another (`replica_optim.FlatStack`),
+so the update (`ReplicaAdamW`) and the clipping are a dozen tensor operations on the
+whole stack, whatever K: no host work per replica, no transfer.
 
 A replica whose loss stops being finite is masked out: `alive` (a buffer, so checkpoints
 carry it) turns False, its parameters, gradients and moments are zeroed and its learning
