@@ -148,7 +148,7 @@ class TrainingMonitor(Callback):
         steps = list(self._pending_steps)
         self._pending_losses.clear()
         self._pending_steps.clear()
-        tick = self._tick(trainer, len(steps), batch[0].numel())
+        tick = self.tick(trainer, len(steps), batch[0].numel())
         defer = self.defer if self.defer is not None else values.is_cuda
         ready = None
         if defer and values.is_cuda:
@@ -201,20 +201,15 @@ class TrainingMonitor(Callback):
             self._paused_at = None
 
     def record(
-        self,
-        trainer: L.Trainer,
-        steps: list[int],
-        losses: list[float],
-        tokens_per_batch: int,
-        lr: float,
+        self, trainer: L.Trainer, steps: list[int], losses: list[float], lr: float, tick: _Tick
     ) -> None:
-        """Log mean loss, lr and throughput of the steps trained since the last record:
-        `steps` and their `losses` (host floats), the last one's `lr`. A batch of
-        replicas calls it for each replica with its column of the batch's one transfer."""
-        tick = self._tick(trainer, len(steps), tokens_per_batch)
+        """Log mean loss, lr and throughput of a window of steps: `steps` and their
+        `losses` (host floats), the last one's `lr`, and the `tick` that closed the window.
+        A batch of replicas calls it for each replica with its column of the batch's one
+        transfer, as this monitor logs its own."""
         self._log_losses(trainer, list(steps), list(losses), lr, tick)
 
-    def _tick(self, trainer: L.Trainer, trained: int, tokens_per_batch: int) -> _Tick:
+    def tick(self, trainer: L.Trainer, trained: int, tokens_per_batch: int) -> _Tick:
         """Close the throughput window of the `trained` steps since the last one, now."""
         now = time.perf_counter()
         elapsed = max(1e-9, now - self._window_start - self._window_excluded)

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning as L
 import torch
@@ -30,7 +30,7 @@ from lightning.pytorch.callbacks import Callback
 
 from blockviz.core import config as cfg
 from blockviz.store import RunStore, StoreError
-from blockviz.training.callbacks import TrainingDiverged, TrainingMonitor
+from blockviz.training.callbacks import HostCopies, TrainingDiverged, TrainingMonitor, read_host
 from blockviz.training.fit import Outcome, Record, fit_loop, sample_prompt, watchers
 from blockviz.training.lifecycle import Heartbeat, StopRequest
 from blockviz.training.logger import PENDING_ROWS_KEY, RunLifecycle
@@ -92,12 +92,26 @@ class ReplicaTrainer:
         return [self._replica.monitor]
 
 
+class _Window(NamedTuple):
+    """A logged window of every replica's losses, on its way to the host."""
+
+    steps: list[int]
+    values: torch.Tensor  # (steps, K) float32: on the host once `ready`, or on a CPU
+    ready: Any  # the CUDA event recorded after the copy (None: nothing to wait for)
+    ticks: dict[int, Any]  # each live replica's monitor's clock when the window closed
+    lrs: list[float]  # each replica's lr at the window's last step
+
+
 class ReplicaCallbacks(Callback):
     """Drives each live replica's TrainingMonitor and BlockProbe; masks out the diverged.
 
     `on_diverged(replica, step)` records a replica that diverged; a fit with no live
     replica left ends (TrainingDiverged of the last one).
     """
+
+    # Read a logged window's losses at the next logged step (None: on a GPU), as
+    # TrainingMonitor reads a solo run's: no step waits for the device.
+    defer: bool | None = None
 
     def __init__(
         self,
@@ -113,6 +127,8 @@ class ReplicaCallbacks(Callback):
         self._steps: list[int] = []
         self._step = 0
         self._probed = False  # this step's probes measured something to write
+        self._in_flight: _Window | None = None  # a logged window's losses on their way
+        self._copies: HostCopies | None = None  # pinned buffers (a GPU's batch)
         self._validated = False  # a validation paused the monitors' clocks
 
     def _live(self, lit: LitReplicas) -> list[Replica]:
@@ -201,24 +217,54 @@ class ReplicaCallbacks(Callback):
         step = self._step
         self._losses.append(outputs["ce"])  # (K,) on the device
         self._steps.append(step)
-        monitor = self.replicas[0].monitor
-        if not monitor.due(step, trainer.max_steps):
+        if not self.replicas[0].monitor.due(step, trainer.max_steps):
             return
-        columns = torch.stack(self._losses).float().T.tolist()  # (K, steps): one transfer
+        values = torch.stack(self._losses).float()  # (steps, K)
         steps = list(self._steps)
         self._losses.clear()
         self._steps.clear()
         tokens = batch[0][0].numel()  # one replica's batch
+        ticks = {
+            r.index: r.monitor.tick(self._views[r.index], len(steps), tokens)
+            for r in self._live(pl_module)
+        }
+        ready = None
+        if values.is_cuda:  # on its way to the host while the next steps train
+            if self._copies is None or self._copies.size < values.numel():
+                self._copies = HostCopies(values.numel())
+            host, ready = self._copies.send(values.flatten())
+            values = host.view(values.shape)
+        window = _Window(steps, values, ready, ticks, pl_module.lr_of(step))
+        self.drain(trainer, pl_module)  # the window before: arrived long ago
+        defer = self.defer if self.defer is not None else ready is not None
+        if defer and step + 1 < trainer.max_steps:
+            self._in_flight = window
+        else:
+            self._log(trainer, pl_module, window)
+
+    def drain(self, trainer: L.Trainer, pl_module: LitReplicas) -> None:
+        """Log the losses still on their way to the host (if any)."""
+        window, self._in_flight = self._in_flight, None
+        if window is not None:
+            self._log(trainer, pl_module, window)
+
+    def _log(self, trainer: L.Trainer, pl_module: LitReplicas, window: _Window) -> None:
+        """Every live replica's rows of one window (one wait for the transfer); a replica
+        whose loss is not finite is recorded diverged and masked out."""
+        rows = read_host(window.values, window.ready)  # (steps, K) as lists
         diverged: list[tuple[Replica, int]] = []
-        lrs = pl_module.lr_of(step)
         for replica in self._live(pl_module):
+            tick = window.ticks.get(replica.index)
+            if tick is None:
+                continue
+            column = [row[replica.index] for row in rows]
             try:
                 replica.monitor.record(
                     self._views[replica.index],
-                    steps,
-                    columns[replica.index],
-                    tokens,
-                    lrs[replica.index],
+                    window.steps,
+                    column,
+                    window.lrs[replica.index],
+                    tick,
                 )
             except TrainingDiverged as exc:
                 diverged.append((replica, exc.step))
@@ -231,14 +277,27 @@ class ReplicaCallbacks(Callback):
             replica, step = diverged[-1]
             raise TrainingDiverged(step, float("nan"))
 
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: LitReplicas, checkpoint: dict[str, Any]
+    ) -> None:
+        """The losses in flight reach the store before the checkpoint holds its rows."""
+        self.drain(trainer, pl_module)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: LitReplicas, exception: Any) -> None:
+        """A stop or a failure: log the losses in flight."""
+        with contextlib.suppress(TrainingDiverged):
+            self.drain(trainer, pl_module)
+
     def on_validation_start(self, trainer: L.Trainer, pl_module: LitReplicas) -> None:
-        """Pause the monitors' throughput clocks."""
+        """Pause the monitors' throughput clocks; log the losses in flight."""
+        self.drain(trainer, pl_module)
         self._validated = True
         for replica in self.replicas:
             replica.monitor.on_validation_start(self._views[replica.index], pl_module)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: LitReplicas) -> None:
         """Stop the clocks; the last sample and attention map of each live replica."""
+        self.drain(trainer, pl_module)
         for replica in self.replicas:
             replica.monitor.on_train_end(self._views[replica.index], pl_module)
         live = [r for r in self._live(pl_module) if r.probe is not None]

@@ -329,3 +329,21 @@ def test_a_batch_whose_checkpoint_is_in_its_first_members_folder_still_resumes(t
     with RunStore(store_path) as store:
         assert [store.get_run(i).status for i in (1, 2)] == ["completed", "completed"]
         assert list(_series(store, 1, "train/loss")) == list(range(12))
+
+
+@pytest.mark.parametrize("log_interval", ["1", "3"])
+def test_a_batch_that_reads_its_losses_a_logged_step_late_records_the_same_rows(
+    tmp_path, corpus, monkeypatch, log_interval
+):
+    # What a GPU does (the copy to the host overlaps the next steps), forced on the CPU.
+    from blockviz.training import replica_fit
+
+    flags = ["--seeds", "0,1", "--log_interval", log_interval, "--probe_interval", "5"]
+    assert _train(tmp_path / "now.db", corpus, *flags) == 0
+    monkeypatch.setattr(replica_fit.ReplicaCallbacks, "defer", True)
+    assert _train(tmp_path / "late.db", corpus, *flags) == 0
+    with RunStore(tmp_path / "now.db") as now, RunStore(tmp_path / "late.db") as late:
+        for run_id in (1, 2):
+            for name in ("train/loss", "train/lr", "val/loss"):
+                assert _series(now, run_id, name) == _series(late, run_id, name), name
+            assert now.get_run(run_id).status == late.get_run(run_id).status == "completed"
