@@ -28,7 +28,11 @@ HYPER = [  # (lr, betas, weight decay) of three replicas
 ]
 
 
-def test_replica_adamw_equals_one_torch_adamw_per_replica():
+@pytest.mark.parametrize("chunk", [1 << 15, 4])  # the whole stack; pieces across params
+def test_replica_adamw_equals_one_torch_adamw_per_replica(monkeypatch, chunk):
+    from blockviz.training import replica_optim
+
+    monkeypatch.setattr(replica_optim, "CPU_CHUNK", chunk)
     torch.manual_seed(0)
     k = len(HYPER)
     shapes = [(5,), (4, 3)]
