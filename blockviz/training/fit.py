@@ -18,12 +18,12 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from blockviz.core import hardware
+from blockviz.core.plans import Plan
 from blockviz.store import RunStore
 from blockviz.training.callbacks import ConsoleProgress, TrainingDiverged
 from blockviz.training.lifecycle import Heartbeat, StopRequest
 from blockviz.training.lit import LitCharModel
 from blockviz.training.logger import RunLifecycle, StoreLogger
-from blockviz.training.plan import Plan
 from blockviz.training.probes import BlockProbe
 from blockviz.training.sinks import LoggerSink, StoreSink
 from blockviz.training.trainer import make_trainer, run_loggers

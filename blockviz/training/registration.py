@@ -29,6 +29,7 @@ from typing import Any
 from blockviz.core import config as cfg
 from blockviz.core import procs, replicas, startup_trace
 from blockviz.core.files import atomic_write
+from blockviz.core.plans import Plan
 from blockviz.core.requests import Session
 from blockviz.core.spec import ACTIVE_STATUSES, EVAL_SCALARS
 from blockviz.core.vocab import DataError
@@ -44,7 +45,6 @@ from blockviz.training.fit import (
 )
 from blockviz.training.lifecycle import StopRequest, patiently
 from blockviz.training.logger import FLUSH_EVERY_S
-from blockviz.training.plan import Plan
 from blockviz.training.replica_fit import fit_replicas
 from blockviz.training.run_log import close_log, open_log
 

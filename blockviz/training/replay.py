@@ -18,12 +18,12 @@ from blockviz.core.findings.base import DIVERGENCE, SPIKE, run_series
 from blockviz.core.findings.replay import replay_note
 from blockviz.core.findings.training import loss_spikes
 from blockviz.core.flags import UsageError
+from blockviz.core.plans import Plan
 from blockviz.core.requests import ReplayRequest
 from blockviz.core.spec import TRAIN_LOSS
 from blockviz.store import RunStore
 from blockviz.store.records import RunRecord
 from blockviz.training.fork import fork_plan, prepared
-from blockviz.training.plan import Plan
 from blockviz.training.registration import run_plan, writer_store
 from blockviz.training.train import apply_threads
 

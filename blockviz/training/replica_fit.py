@@ -29,13 +29,13 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from blockviz.core import config as cfg
+from blockviz.core.plans import Plan
 from blockviz.store import RunStore, StoreError
 from blockviz.training.callbacks import TrainingDiverged, TrainingMonitor
 from blockviz.training.fit import Outcome, Record, fit_loop, sample_prompt, watchers
 from blockviz.training.lifecycle import Heartbeat, StopRequest
 from blockviz.training.logger import PENDING_ROWS_KEY, RunLifecycle
 from blockviz.training.model import NonFiniteLogits
-from blockviz.training.plan import Plan
 from blockviz.training.probes import BlockProbe, to_host
 from blockviz.training.replicas import LitReplicas
 from blockviz.training.trainer import make_trainer

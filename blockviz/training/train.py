@@ -24,12 +24,8 @@ folder in the environment.
 (`replica_fit`); each replica is a run of its own, ending in its own status.
 
 This module takes the request `blockviz.cli` read from the flags, plans, checks the plan
-can start, and hands it to the one lifecycle every run kind shares; the parts live beside
-it: `plan` (what to run), `registration` (the runs in the store around their fit), `fit`
-(one fit, as every rank runs it) and `replica_fit` (K replicas), `final_metrics` (what a
-run records when it ends), `run_log` (its train.log), `lifecycle` (signals, heartbeat,
-patience, rank), `logger` (the store as Lightning's logger and callback). `fork`, `replay`
-and `study_worker` plan their runs and hand them to the same lifecycle.
+can start (`preflight`), and hands it to the one lifecycle every run kind shares
+(docs/architecture.md, "The run lifecycle", maps its parts).
 """
 
 from __future__ import annotations
@@ -44,19 +40,16 @@ from blockviz.core import config as cfg
 from blockviz.core import hardware, startup_trace
 from blockviz.core.extras import check_logger_available
 from blockviz.core.flags import UsageError, build_config, check_threads
+from blockviz.core.plans import Member, Plan, plan_seeds, schedule_horizon
 from blockviz.core.requests import Session, TrainRequest
 from blockviz.training.fit import EXIT_OK, fit
 from blockviz.training.lifecycle import StopRequest, global_rank_from_env
 from blockviz.training.plan import (
-    Member,
-    Plan,
     check_memory,
     load_datamodule,
     plan_new,
     plan_resume,
-    plan_seeds,
     read_checkpoint,
-    schedule_horizon,
 )
 from blockviz.training.registration import (
     ENV_LEGACY_EVAL,
