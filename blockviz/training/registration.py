@@ -27,14 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from blockviz.core import config as cfg
-from blockviz.core import procs, replicas, startup_trace
+from blockviz.core import procs, replicas, spec, startup_trace
 from blockviz.core.files import atomic_write
 from blockviz.core.plans import Plan
 from blockviz.core.requests import Session
 from blockviz.core.spec import ACTIVE_STATUSES, EVAL_SCALARS
 from blockviz.core.vocab import DataError
 from blockviz.store import RunStore, StoreError
-from blockviz.training.final_metrics import final_metrics, recorded_training, summary_text
+from blockviz.training.final_metrics import final_metrics, recorded_training
 from blockviz.training.fit import (
     EXIT_FAILED,
     EXIT_OK,
@@ -334,7 +334,7 @@ def _record_end(
     )
     where = f" at step {outcome.step}" if outcome.status in ("diverged", "stopped") else ""
     what = f"run {member.run_id} ({member.name}) {outcome.status}{where}"
-    print(f"blockviz: {what}: {summary_text(final)}", flush=True)
+    print(f"blockviz: {what}: {spec.final_text(final)}", flush=True)
     log.info("%s: %s", what, json.dumps(final))
 
 

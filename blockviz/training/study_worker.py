@@ -88,15 +88,6 @@ def release_freed_memory() -> bool:
     return True
 
 
-def batch_key_of(config_text: str | None) -> str | None:
-    """The replica batch key of a stored config (None: it trains alone)."""
-    try:
-        config = cfg.RunConfig.from_json(config_text or "")
-    except (ValueError, TypeError, cfg.ConfigError):
-        return None
-    return None if replicas.why_solo(config) is not None else replicas.batch_key(config)
-
-
 def work(
     store_path: str,
     study_id: int,
@@ -143,7 +134,7 @@ def work(
                     os.getpid(),
                     me.started if me else None,
                     replica_limit,
-                    batch_key_of,
+                    replicas.stored_batch_key,
                     workers,
                 )
                 if not run_ids:
