@@ -93,6 +93,32 @@ class Plan:
         left to train, only what the end of a run writes."""
         return self.checkpoint is not None and self.start_step >= self.config.train.max_steps
 
+    def start_text(self) -> str:
+        """What the plan's runs are about to do, as its first line says it: `run 3 (name)
+        started`, `runs 4, 5 (2 replicas of one batch) resuming from step 200`, ..."""
+        verb = f"resuming from step {self.start_step}" if self.checkpoint else "started"
+        if self.fork is not None:
+            verb = f"{self.fork.kind} of run {self.fork.parent_id} from step {self.start_step}"
+        if self.finishing:
+            at = self.start_step
+            verb = f"finishing: its last checkpoint is at max_steps ({at}), no step to train"
+        training = [m for m in self.members if not m.finished]
+        if self.batch:
+            runs = ", ".join(str(m.run_id) for m in training)
+            return f"runs {runs} ({len(training)} replicas of one batch) {verb}"
+        return f"run {training[0].run_id} ({training[0].name}) {verb}"
+
+    def horizon_note(self) -> str | None:
+        """What a resume past the first max_steps does to a decaying lr schedule (None:
+        nothing to say)."""
+        first, schedule = self.config.train.max_steps, self.config.train.lr_schedule
+        if not self.schedule_steps or self.schedule_steps == first or schedule == "constant":
+            return None
+        return (
+            f"the {schedule} lr schedule keeps its horizon of {self.schedule_steps} steps: "
+            "lr reaches min_lr there and stays at it"
+        )
+
     def with_vocab(self, size: int) -> Plan:
         """The plan with every config holding the vocabulary's size."""
         members = tuple(

@@ -45,15 +45,17 @@ class Outcome:
 def fit(
     plan: Plan,
     datamodule: Any,
-    run_dir: Path,
-    stop: StopRequest,
+    run_dirs: list[Path],
+    run_ids: list[int | None],
     store: RunStore | None,
-    run_id: int | None,
+    stop: StopRequest,
     progress: bool,
-    on_ready: Any = None,
-) -> tuple[Outcome, Any, Any]:
-    """Build model, callbacks and Trainer and fit; every rank runs this the same way."""
-    config = plan.config
+    on_ready: Callable[[Any, list[Any]], None],
+    record: Record,
+) -> None:
+    """A plan of one run (`replica_fit.fit_replicas`'s signature): build model, callbacks
+    and Trainer, fit, and hand the end to `record`; every rank runs this the same way."""
+    config, run_dir, run_id = plan.config, run_dirs[0], run_ids[0]
     loggers, probe = None, None  # rank 0's: its rows, --logger files and probe
     if store is not None:
         loggers, probe = watchers(plan, config, store, run_id, run_dir, sample_prompt(datamodule))
@@ -67,8 +69,7 @@ def fit(
     if progress:
         callbacks.append(ConsoleProgress())
     trainer = make_trainer(config, callbacks, loggers, run_dir)
-    if on_ready is not None:
-        on_ready(trainer, lit)
+    on_ready(trainer, [lit])
     if heartbeat is not None:
         heartbeat.step = plan.start_step
         heartbeat.start()
@@ -82,10 +83,10 @@ def fit(
     try:
         scored = lambda step: lit.last_val.get("step") == step  # noqa: E731
         outcome = fit_loop(trainer, lit, datamodule, plan, stop, lifecycle, scored, finish)
-        return outcome, trainer, lit
     finally:
         if heartbeat is not None:
             heartbeat.stop()
+    record(0, outcome, lit, trainer)
 
 
 def watchers(

@@ -152,7 +152,8 @@ def _follower_main(request: TrainRequest) -> int:
     stop = StopRequest()
     stop.install()
     try:
-        fit(plan, datamodule, run_dir, stop, None, None, progress=False)
+        ignore = lambda *args: None  # noqa: E731  (rank 0 records)
+        fit(plan, datamodule, [run_dir], [None], None, stop, False, ignore, ignore)
     finally:
         stop.uninstall()
     return EXIT_OK
