@@ -66,11 +66,6 @@ def char_model(module: nn.Module) -> nn.Module:
     return getattr(model, "_orig_mod", model)
 
 
-def clean_param_name(name: str) -> str:
-    """A parameter name without torch.compile's `_orig_mod.` prefix."""
-    return name.replace("_orig_mod.", "")
-
-
 @contextmanager
 def tap_hooks(
     model: nn.Module,
@@ -200,7 +195,7 @@ class BlockProbe(Callback):
         names, params, keys = [], [], []
         for name, param in model.named_parameters():
             if param.requires_grad:
-                clean = clean_param_name(name)
+                clean = name.replace("_orig_mod.", "")  # torch.compile's prefix
                 names.append(clean)
                 params.append(param)
                 keys.append(param_component(clean, n_layer))
