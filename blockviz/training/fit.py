@@ -64,7 +64,7 @@ def fit(
         config.to_dict(), datamodule.vocab.to_json(), schedule_steps=plan.schedule_steps
     )
     heartbeat = Heartbeat(store, run_id) if store is not None else None
-    lifecycle = RunLifecycle(stop, heartbeat, store, run_id)
+    lifecycle = RunLifecycle(stop, [heartbeat] if heartbeat is not None else [], store, run_id)
     callbacks: list[Any] = [lifecycle, *([probe] if probe is not None else [])]
     if progress:
         callbacks.append(ConsoleProgress())
