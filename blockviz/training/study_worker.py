@@ -125,9 +125,10 @@ def work(
                         flush=True,
                     )
                     return 1
-                if patiently(store.get_study, study_id).status != "running":
+                study = patiently(store.get_study, study_id)
+                if study.status != "running":
                     break
-                workers = len(patiently(store.get_study, study_id).workers or ()) or 1
+                workers = len(study.workers or ()) or 1
                 run_ids = patiently(
                     store.claim_study_runs,
                     study_id,
