@@ -99,13 +99,10 @@ def writer_store(session: Session, create: bool) -> Iterator[RunStore]:
 
 def run_plan(plan: Plan, datamodule: Any, store: RunStore, session: Session) -> Ran:
     """Register the plan's runs, wait for a slot, fit, and record each one's end."""
-    stop = StopRequest()
-    stop.install()  # before the runs exist, so no signal can leave one 'queued' forever
-    try:
+    # Installed before the runs exist, so no signal can leave one 'queued' forever.
+    with StopRequest() as stop:
         plan = plan.with_vocab(datamodule.vocab.size)
         return _register_and_fit(plan, datamodule, store, session, stop)
-    finally:
-        stop.uninstall()
 
 
 def _register_and_fit(

@@ -2,14 +2,9 @@
 
 `python -m blockviz train` creates (or takes over, or resumes) a run in the store, waits
 for a slot when asked, trains with `LitCharModel` + `BlockProbe` + `StoreLogger`, and
-leaves the run in exactly one final status:
-
-    completed   max_steps reached; final metrics recorded                     exit 0
-    diverged    a NaN / infinite training loss; `diverged_step` recorded      exit 0
-    stopped     SIGTERM or Ctrl-C: the current step finishes, a checkpoint    exit 0
-                is written (resume it with --resume)
-    failed      an error: the message in the store, the traceback in          exit 1
-                <run_dir>/train.log (bad flags, data or config: exit 2)
+leaves the run in exactly one final status: completed, diverged, stopped (with a
+checkpoint, resumable) or failed (docs/internals.md, "How a run ends", gives each one's
+exit status).
 
 A killed process (kill -9, out of memory) cannot report; `RunStore.reap_dead` marks it
 failed once its heartbeat is stale. Rows logged before a checkpoint are in the store (or,
@@ -102,17 +97,13 @@ def _train_seeds(request: TrainRequest) -> int:
     """`train --seeds`: the batches one after another; a stop ends the command there."""
     plans = plan_seeds(request)
     worst = EXIT_OK
-    stop = StopRequest()  # a stop during one batch (or seed) ends the command there
-    stop.install()
-    try:
+    with StopRequest() as stop:  # a stop during one batch (or seed) ends the command there
         for number, plan in enumerate(plans):
             if stop.requested:
                 left = [m.config.train.seed for p in plans[number:] for m in p.members]
                 print(f"blockviz: stopped; seeds {left} not started", flush=True)
                 break
             worst = max(worst, train(plan, request.session, create=True).exit_code)
-    finally:
-        stop.uninstall()
     return worst
 
 
@@ -149,11 +140,7 @@ def _follower_main(request: TrainRequest) -> int:
     plan = Plan(
         (Member(config, ""),), checkpoint=checkpoint, schedule_steps=schedule_steps
     ).with_vocab(datamodule.vocab.size)
-    stop = StopRequest()
-    stop.install()
-    try:
-        ignore = lambda *args: None  # noqa: E731  (rank 0 records)
+    ignore = lambda *args: None  # noqa: E731  (rank 0 records)
+    with StopRequest() as stop:
         fit(plan, datamodule, [run_dir], [None], None, stop, False, ignore, ignore)
-    finally:
-        stop.uninstall()
     return EXIT_OK
