@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch
 
 from blockviz.core import config as cfg
+from blockviz.core import init_grads as core_init_grads
 from blockviz.training import init_grads
 
 DEFAULT_TEXT = Path(__file__).resolve().parent.parent.parent / "shared/data/tinyshakespeare.txt"
@@ -36,7 +37,7 @@ DEFAULT_TEXT = Path(__file__).resolve().parent.parent.parent / "shared/data/tiny
 
 def profiles(result: dict) -> list[str]:
     """Each (init, depth)'s first-block / last-block ratio per norm position (seed means)."""
-    means = init_grads.layer_means(result["rows"])
+    means = core_init_grads.layer_means(result["rows"])
     lines = ["init     L   first/last post  pre"]
     for row in result["summary"]:
         post, pre = (means[(row["init"], row["depth"], p)] for p in ("post", "pre"))
@@ -71,7 +72,7 @@ def main() -> None:
     ).validate()
     print(f"text: {args.text}")
     result = init_grads.run(run_config, args.depths, args.inits, args.seeds)
-    print(init_grads.table(result))
+    print(core_init_grads.table(result))
     print("\n".join(profiles(result)))
     print(f"{result['seconds']:.1f} s")
 

@@ -35,8 +35,8 @@ MODEL_VARIANTS = [
 
 @pytest.mark.parametrize("overrides", MODEL_VARIANTS, ids=str)
 def test_param_and_tap_names_are_the_real_models(overrides: dict[str, Any]) -> None:
-    from blockviz.core.spec import block_tap_names
     from blockviz.core.params import param_component
+    from blockviz.core.spec import block_tap_names
     from blockviz.training.model import CharTransformer
 
     model_cfg = fakes.fake_config(n_layer=2, n_head=2, d_model=16, **overrides).model

@@ -17,8 +17,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from blockviz.core import config as cfg
+from blockviz.core.flags import UsageError, coerce_fields
+from blockviz.core.spec import EVAL_SCALARS
+
 CHECKPOINTS_DIR = "checkpoints"
 KEPT_PATTERN = re.compile(r"^step-(\d{1,9})\.ckpt$")
+# Fields a fork may not change whatever the shapes: what the checkpoint is of.
+FIXED_FIELDS = ("dataset", "val_fraction", "ops_examples", "ops_min_args", "ops_max_args")
 
 
 def kept_name(step: int) -> str:
@@ -75,3 +81,47 @@ def changes_text(changes: Mapping[str, Any]) -> str:
     """What a fork changed, as every view says it: 'norm_position pre, lr 0.003', or
     'no change'."""
     return ", ".join(f"{field} {value}" for field, value in changes.items()) or "no change"
+
+
+def no_step_message(where: str, step: int, kept: list[int]) -> str:
+    """Why `step` cannot be forked from run `where`, with the steps that can."""
+    if not kept:
+        return (
+            f"--step {step}: {where} keeps no checkpoints to fork from (it trained with "
+            "ckpt_interval 0, or before kept checkpoints existed); train with --ckpt_interval N"
+        )
+    return f"--step {step}: {where} keeps checkpoints at steps {steps_text(kept)}; pick one"
+
+
+def rows_before(pending: Any, step: int) -> dict[str, list[list[Any]]] | None:
+    """The rows a parent's checkpoint carried that belong to the fork's copied past
+    (before `step`, and the evaluation at it)."""
+    if not isinstance(pending, dict):
+        return None
+    kept: dict[str, list[list[Any]]] = {}
+    for table, rows in pending.items():
+        if not isinstance(rows, list):
+            continue
+        kept[str(table)] = [
+            row
+            for row in rows
+            if isinstance(row, (list, tuple))
+            and row
+            and isinstance(row[0], int)
+            and (
+                row[0] < step or (table == "scalars" and row[0] == step and row[1] in EVAL_SCALARS)
+            )
+        ]
+    return kept or None
+
+
+def fork_overrides(fields: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """The config fields given on the command line; UsageError for a fixed one."""
+    overrides = coerce_fields(fields, list(cfg.SECTIONS))
+    fixed = sorted(set(overrides) & set(FIXED_FIELDS))
+    if fixed:
+        raise UsageError(
+            f"--{fixed[0]} cannot change in a fork: the checkpoint was trained on the "
+            "parent's text; fork from a run of that text instead"
+        )
+    return overrides

@@ -1,7 +1,7 @@
 """Which runs can train as replicas of one batched model, and how they are grouped.
 
 Replicas (`blockviz.training.replicas`) stack K models of the same shapes and train them
-as one vmapped model in one process. Each keeps its own parameters, optimizer state,
+as one batched model in one process. Each keeps its own parameters, optimizer state,
 hyperparameters and data order, so two runs can share a batch when their configs differ
 only in the fields below: what each replica's optimizer, schedule, loss or initialisation
 reads per replica. Every other field (the architecture, the batch and block size, the
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from blockviz.core import hardware
-from blockviz.core.config import RunConfig
+from blockviz.core.config import ConfigError, RunConfig
 
 # Fields a replica holds on its own (section, field); any other field is shared.
 PER_REPLICA_FIELDS: tuple[tuple[str, str], ...] = (
@@ -86,6 +86,15 @@ def batch_key(config: RunConfig) -> str:
     for section, name in PER_REPLICA_FIELDS:
         data[section].pop(name, None)
     return json.dumps(data, sort_keys=True)
+
+
+def stored_batch_key(config_text: str | None) -> str | None:
+    """The batch key of a stored config (None: it trains alone, or it is unreadable)."""
+    try:
+        config = RunConfig.from_json(config_text or "")
+    except (ValueError, TypeError, ConfigError):
+        return None
+    return None if why_solo(config) is not None else batch_key(config)
 
 
 def even_batch(count: int, limit: int) -> int:

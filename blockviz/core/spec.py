@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from blockviz.core.config import ModelConfig
@@ -417,6 +417,19 @@ def final_header(column: str) -> str:
     """Header of a final-metrics column (its name when unknown)."""
     spec = FINAL_COLUMNS.get(column)
     return spec.header if spec else column
+
+
+def final_text(final: dict[str, Any]) -> str:
+    """A run's final metrics as one line (what `train` prints as a run ends), with the
+    labels every view gives them (`show`, Compare, the report); the ones without a value
+    left out."""
+    return ", ".join(
+        f"{final_header(key)} = {value:.4g}"
+        if isinstance(value, float)
+        else f"{final_header(key)} = {value}"
+        for key, value in final.items()
+        if value is not None
+    )
 
 
 # ---------------------------------------------------------------------------- layers

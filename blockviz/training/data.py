@@ -138,11 +138,10 @@ class CharDataModule(L.LightningDataModule):
         replica_seeds: list[int] | None = None,
     ) -> None:
         super().__init__()
-        for name, value in (("block_size", block_size), ("batch_size", batch_size)):
+        sizes = (("block_size", block_size), ("batch_size", batch_size), ("eval_iters", eval_iters))
+        for name, value in sizes:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise DataError(f"{name}: {value!r} is not allowed; must be an integer >= 1")
-        if isinstance(eval_iters, bool) or not isinstance(eval_iters, int) or eval_iters < 1:
-            raise DataError(f"eval_iters: {eval_iters!r} is not allowed; must be an integer >= 1")
         self.data_cfg = data_cfg.validate()
         self.block_size = block_size
         self.batch_size = batch_size

@@ -1,7 +1,7 @@
 """The final metrics a run records when it ends (`final` in the store, what `show`,
 Compare and the report read): from the fit that just ended, or, for a run killed after
-its last step before it recorded them, from its stored train/* rows; and the one line
-the `train` command prints them as.
+its last step before it recorded them, from its stored train/* rows (`core.spec.final_text`
+prints them as one line).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from blockviz.core.spec import (
     VAL_BPC,
     VAL_LOSS,
     VAL_PPL,
-    final_header,
 )
 from blockviz.training.callbacks import RECENT_LOSSES, training_monitor
 
@@ -81,15 +80,3 @@ def recorded_training(store: RunStore, run_id: int) -> dict[str, float | None]:
         "time_s": elapsed[max(elapsed)] if elapsed else None,
         "tokens_per_sec": _finite_or_none(tokens / seconds) if seconds > 0 else None,
     }
-
-
-def summary_text(final: dict[str, Any]) -> str:
-    """The final metrics as one line, with the labels every view gives them (`show`,
-    Compare, the report); the ones without a value left out."""
-    return ", ".join(
-        f"{final_header(key)} = {value:.4g}"
-        if isinstance(value, float)
-        else f"{final_header(key)} = {value}"
-        for key, value in final.items()
-        if value is not None
-    )

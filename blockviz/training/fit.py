@@ -18,12 +18,12 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from blockviz.core import hardware
+from blockviz.core.plans import Plan
 from blockviz.store import RunStore
 from blockviz.training.callbacks import ConsoleProgress, TrainingDiverged
 from blockviz.training.lifecycle import Heartbeat, StopRequest
 from blockviz.training.lit import LitCharModel
 from blockviz.training.logger import RunLifecycle, StoreLogger
-from blockviz.training.plan import Plan
 from blockviz.training.probes import BlockProbe
 from blockviz.training.sinks import LoggerSink, StoreSink
 from blockviz.training.trainer import make_trainer, run_loggers
@@ -45,15 +45,17 @@ class Outcome:
 def fit(
     plan: Plan,
     datamodule: Any,
-    run_dir: Path,
-    stop: StopRequest,
+    run_dirs: list[Path],
+    run_ids: list[int | None],
     store: RunStore | None,
-    run_id: int | None,
+    stop: StopRequest,
     progress: bool,
-    on_ready: Any = None,
-) -> tuple[Outcome, Any, Any]:
-    """Build model, callbacks and Trainer and fit; every rank runs this the same way."""
-    config = plan.config
+    on_ready: Callable[[Any, list[Any]], None],
+    record: Record,
+) -> None:
+    """A plan of one run (`replica_fit.fit_replicas`'s signature): build model, callbacks
+    and Trainer, fit, and hand the end to `record`; every rank runs this the same way."""
+    config, run_dir, run_id = plan.config, run_dirs[0], run_ids[0]
     loggers, probe = None, None  # rank 0's: its rows, --logger files and probe
     if store is not None:
         loggers, probe = watchers(plan, config, store, run_id, run_dir, sample_prompt(datamodule))
@@ -62,13 +64,12 @@ def fit(
         config.to_dict(), datamodule.vocab.to_json(), schedule_steps=plan.schedule_steps
     )
     heartbeat = Heartbeat(store, run_id) if store is not None else None
-    lifecycle = RunLifecycle(stop, heartbeat, store, run_id)
+    lifecycle = RunLifecycle(stop, [heartbeat] if heartbeat is not None else [], store, run_id)
     callbacks: list[Any] = [lifecycle, *([probe] if probe is not None else [])]
     if progress:
         callbacks.append(ConsoleProgress())
     trainer = make_trainer(config, callbacks, loggers, run_dir)
-    if on_ready is not None:
-        on_ready(trainer, lit)
+    on_ready(trainer, [lit])
     if heartbeat is not None:
         heartbeat.step = plan.start_step
         heartbeat.start()
@@ -82,10 +83,10 @@ def fit(
     try:
         scored = lambda step: lit.last_val.get("step") == step  # noqa: E731
         outcome = fit_loop(trainer, lit, datamodule, plan, stop, lifecycle, scored, finish)
-        return outcome, trainer, lit
     finally:
         if heartbeat is not None:
             heartbeat.stop()
+    record(0, outcome, lit, trainer)
 
 
 def watchers(

@@ -26,40 +26,18 @@ import torch
 
 from blockviz.core import config as cfg
 from blockviz.core import forks
-from blockviz.core.flags import UsageError, coerce_fields
+from blockviz.core.flags import UsageError
+from blockviz.core.plans import Fork, Member, Plan, schedule_horizon
 from blockviz.core.requests import ForkRequest
-from blockviz.core.spec import EVAL_SCALARS
 from blockviz.store import RunStore
 from blockviz.store.records import RunRecord
 from blockviz.training.callbacks import TrainingMonitor
 from blockviz.training.lit import lr_at, param_groups
 from blockviz.training.logger import PENDING_ROWS_KEY
 from blockviz.training.model import CharTransformer
-from blockviz.training.plan import (
-    Fork,
-    Member,
-    Plan,
-    load_datamodule,
-    read_checkpoint,
-    schedule_horizon,
-)
+from blockviz.training.plan import load_datamodule, read_checkpoint
 from blockviz.training.registration import run_plan, writer_store
 from blockviz.training.train import apply_threads
-
-# Fields a fork may not change whatever the shapes: what the checkpoint is of.
-FIXED_FIELDS = ("dataset", "val_fraction", "ops_examples", "ops_min_args", "ops_max_args")
-
-
-def fork_overrides(fields: tuple[tuple[str, str], ...]) -> dict[str, Any]:
-    """The config fields given on the command line; UsageError for a fixed one."""
-    overrides = coerce_fields(fields, list(cfg.SECTIONS))
-    fixed = sorted(set(overrides) & set(FIXED_FIELDS))
-    if fixed:
-        raise UsageError(
-            f"--{fixed[0]} cannot change in a fork: the checkpoint was trained on the "
-            "parent's text; fork from a run of that text instead"
-        )
-    return overrides
 
 
 def fork_plan(
@@ -79,7 +57,7 @@ def fork_plan(
     run_dir = store.run_dir(int(parent.id))
     kept = forks.kept_steps(run_dir)
     if step not in kept:
-        raise UsageError(no_step_message(parent, step, kept))
+        raise UsageError(forks.no_step_message(f"run {parent.id} ({parent.name})", step, kept))
     base = _parent_config(parent, run_dir)
     processes = base.train.devices * base.train.num_nodes
     if processes > 1:
@@ -117,7 +95,7 @@ def fork_plan(
         horizon = config.train.max_steps
     changes = {field: getattr(getattr(config, cfg.section_of(field)), field) for field in given}
     label = name or forks.fork_label(kind, str(parent.name), step, changes)
-    rows = _rows_before(full.get(PENDING_ROWS_KEY), step)
+    rows = forks.rows_before(full.get(PENDING_ROWS_KEY), step)
     fork_info = {"changes": changes, **(info or {})} if kind == "fork" else dict(info or {})
     plan = Plan(
         (Member(config, label, pending_rows=rows),),
@@ -127,17 +105,6 @@ def fork_plan(
         fork=Fork(int(parent.id), kind, fork_info),
     )
     return plan, datamodule, full
-
-
-def no_step_message(parent: RunRecord, step: int, kept: list[int]) -> str:
-    """Why `step` cannot be forked from, with the steps that can."""
-    where = f"run {parent.id} ({parent.name})"
-    if not kept:
-        return (
-            f"--step {step}: {where} keeps no checkpoints to fork from (it trained with "
-            "ckpt_interval 0, or before kept checkpoints existed); train with --ckpt_interval N"
-        )
-    return f"--step {step}: {where} keeps checkpoints at steps {forks.steps_text(kept)}; pick one"
 
 
 def _parent_config(parent: RunRecord, run_dir: Path) -> cfg.RunConfig:
@@ -178,27 +145,6 @@ def check_shapes(state: dict[str, Any], config: cfg.RunConfig, changed: dict) ->
             "(lr, warmup_steps, grad_clip, z_loss, dropout, weight_decay, norm_position, "
             "logit_softcap, ...)"
         )
-
-
-def _rows_before(pending: Any, step: int) -> dict[str, list[list[Any]]] | None:
-    """The rows a parent's checkpoint carried that belong to the fork's copied past."""
-    if not isinstance(pending, dict):
-        return None
-    kept: dict[str, list[list[Any]]] = {}
-    for table, rows in pending.items():
-        if not isinstance(rows, list):
-            continue
-        kept[str(table)] = [
-            row
-            for row in rows
-            if isinstance(row, (list, tuple))
-            and row
-            and isinstance(row[0], int)
-            and (
-                row[0] < step or (table == "scalars" and row[0] == step and row[1] in EVAL_SCALARS)
-            )
-        ]
-    return kept or None
 
 
 def starting_state(
@@ -251,7 +197,7 @@ def main(request: ForkRequest) -> int:
     """`python -m blockviz fork RUN --step N [--FIELD VALUE ...]`: trains the fork."""
     apply_threads(request.session.threads, request.session.max_running)
     with writer_store(request.session, create=False) as store:
-        overrides = fork_overrides(request.fields)
+        overrides = forks.fork_overrides(request.fields)
         planned = fork_plan(store, request.run, request.step, overrides, name=request.name)
         with prepared(*planned) as (plan, datamodule):
             del planned

@@ -1,19 +1,7 @@
-"""Induction-head statistics of a probe step: prefix matching and copying per head.
-
-An induction head (Olsson et al. 2022, "In-context Learning and Induction Heads") finds
-the previous occurrence of the current token, attends to the token just after it and
-copies that token into the prediction. Two statistics of each head measure the two halves:
-
-- `prefix_score`: on a fixed batch of repeated random sequences (a random half of
-  L = block_size // 2 tokens, then the same half again), the head's mean attention
-  weight, over the queries i of the second repeat, on key i - L + 1: the token after the
-  previous occurrence of the query's token. Attending uniformly over the causal prefix
-  gives `core.induction.uniform_prefix_score(L)`, about ln 2 / L.
-- `copy_score`: Σ Re λ / Σ |λ| over the eigenvalues λ of the head's OV circuit read from
-  the token embedding to the logits, W_U W_O^h W_V^h W_E (vocab x vocab; Elhage et al.
-  2021, "A Mathematical Framework for Transformer Circuits"): 1 when every eigenvalue is
-  positive (attending to a token raises that token's logit), -1 when every one is
-  negative. Norms, biases, the position embedding and the other layers are left out.
+"""Induction-head statistics of a probe step, per head: `prefix_score` (attention on the
+token after the previous occurrence, on a fixed batch of repeated random sequences),
+`copy_score` (the eigenvalue positivity of the head's OV circuit) and the loss gain on the
+second repeat; docs/internals.md ("The induction statistics") defines each one.
 
 The repeated batch is drawn once from its own generator (INDUCTION_SEED), so the training
 RNG never moves. Its forward pass runs at probe steps only, on the device, and its

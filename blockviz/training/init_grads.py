@@ -7,14 +7,14 @@ weight gradient (`ffn.fc_out.weight`, Xiong et al.'s W² of the FFN) is recorded
 post share the seed, so they share every weight; only Pre-LN's final norm (auto) differs.
 Dropout is set to 0 so the pass is deterministic.
 
-`python -m blockviz init-grads` (registered torch-free in `blockviz.cli`) runs `main`;
-the dashboard's "Gradients at init" page runs it with `--json` in a subprocess.
+`python -m blockviz init-grads` (registered torch-free in `blockviz.cli`) runs `main`, and
+`core.init_grads` summarises and prints the rows; the dashboard's "Gradients at init" page
+runs it with `--json` in a subprocess.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -24,15 +24,13 @@ import torch
 
 from blockviz.core import config as cfg
 from blockviz.core import spec
-from blockviz.core.bounds import BOUNDS
 from blockviz.core.corpora import load_corpus
-from blockviz.core.flags import UsageError, build_config
+from blockviz.core.flags import build_config
+from blockviz.core.init_grads import POSITIONS, QUANTITY, check_request, summarise, table
 from blockviz.core.requests import InitGradsRequest
 from blockviz.training.data import CharDataModule
 from blockviz.training.model import CharTransformer
 
-QUANTITY = "ffn.fc_out.weight"  # the per-layer gradient measured, by parameter name
-POSITIONS = ("pre", "post")
 DEFAULT_DEPTHS = (3, 6, 12, 24)
 DEFAULT_SEEDS = 3
 
@@ -49,23 +47,6 @@ def layer_grad_norms(
     _, loss = model(inputs, targets)
     loss.backward()
     return [float(block.ffn.fc_out.weight.grad.norm()) for block in model.blocks]
-
-
-def check_request(
-    model_cfg: cfg.ModelConfig, depths: Sequence[int], inits: Sequence[str], seeds: Sequence[int]
-) -> None:
-    """UsageError naming the first option that cannot be measured."""
-    if not model_cfg.ffn:
-        raise UsageError(f"ffn is off: init-grads measures each block's {QUANTITY} gradient")
-    if not depths or not inits or not seeds:
-        raise UsageError("give at least one depth, one init and one seed")
-    low, high = BOUNDS["n_layer"].low, BOUNDS["n_layer"].high
-    for depth in depths:
-        if isinstance(depth, bool) or not isinstance(depth, int) or not low <= depth <= high:
-            raise UsageError(f"--depths {depth!r}: each must be an integer in [{low}, {high}]")
-    for init in inits:
-        if init not in cfg.INITS:
-            raise UsageError(f"--inits {init!r}: choose from {', '.join(cfg.INITS)}")
 
 
 def seed_batch(
@@ -128,67 +109,6 @@ def measure(
     if progress is not None:
         progress(done, total, "done")
     return rows
-
-
-def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (init, depth): each position's last-block norm (seed mean), post/pre, its seed range."""
-    last: dict[tuple[str, int, str], dict[int, float]] = {}
-    for row in rows:
-        if row["layer"] == row["depth"] - 1:
-            key = (row["init"], row["depth"], row["norm_position"])
-            last.setdefault(key, {})[row["seed"]] = row[spec.GRAD_NORM]
-    pairs = sorted({(init, depth) for init, depth, _ in last}, key=lambda k: (k[0], k[1]))
-    summary = []
-    for init, depth in pairs:
-        post, pre = last[(init, depth, "post")], last[(init, depth, "pre")]
-        per_seed = [post[s] / pre[s] for s in sorted(post)]
-        post_mean, pre_mean = statistics.mean(post.values()), statistics.mean(pre.values())
-        summary.append(
-            {
-                "init": init,
-                "depth": depth,
-                "post_last": post_mean,
-                "pre_last": pre_mean,
-                "ratio": post_mean / pre_mean,  # ratio of the seed means
-                "ratio_min": min(per_seed),
-                "ratio_max": max(per_seed),
-            }
-        )
-    return summary
-
-
-def layer_means(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int, str], list[float]]:
-    """Seed-mean gradient norm per layer, keyed by (init, depth, norm_position)."""
-    values: dict[tuple[str, int, str], dict[int, list[float]]] = {}
-    for row in rows:
-        key = (row["init"], row["depth"], row["norm_position"])
-        values.setdefault(key, {}).setdefault(row["layer"], []).append(row[spec.GRAD_NORM])
-    return {
-        key: [statistics.mean(by_layer[layer]) for layer in sorted(by_layer)]
-        for key, by_layer in values.items()
-    }
-
-
-def table(result: dict[str, Any]) -> str:
-    """The printed report: one line per (init, depth) with post/pre, then the per-layer values."""
-    means = layer_means(result["rows"])
-    lines = [
-        f"gradient L2 norm of each block's {result['quantity']} at initialization "
-        f"(one batch of {result['batch_size']} × {result['block_size']} characters of "
-        f"{result['dataset']}, mean of seeds {', '.join(map(str, result['seeds']))})",
-        f"{'init':<8} {'depth':>5} {'post last':>10} {'pre last':>10} "
-        f"{'post/pre':>9} {'seed range':>12}",
-    ]
-    for row in result["summary"]:
-        lines.append(
-            f"{row['init']:<8} {row['depth']:>5} "
-            f"{row['post_last']:>10.4g} {row['pre_last']:>10.4g} "
-            f"{row['ratio']:>9.2f} {row['ratio_min']:>5.2f}–{row['ratio_max']:.2f}"
-        )
-        for position in ("post", "pre"):
-            values = " ".join(f"{v:.4g}" for v in means[(row["init"], row["depth"], position)])
-            lines.append(f"    {position:<4} by layer: {values}")
-    return "\n".join(lines)
 
 
 def run(

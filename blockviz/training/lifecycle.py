@@ -55,6 +55,13 @@ class StopRequest:
             signal.signal(signum, handler)
         self._previous.clear()
 
+    def __enter__(self) -> StopRequest:
+        self.install()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.uninstall()
+
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True
         # A stop request installed around this one (`train --seeds` around each batch) is

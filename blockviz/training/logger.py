@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from lightning.pytorch.callbacks import Callback
@@ -79,17 +80,18 @@ class StoreLogger(Logger):
 
 
 class RunLifecycle(Callback):
-    """Heartbeat step, stop requests, and the store's rows made safe at each checkpoint."""
+    """Heartbeat step, stop requests, and the store's rows made safe at each checkpoint
+    (`replica_fit.BatchLifecycle`: a batch's, every replica's)."""
 
     def __init__(
         self,
         stop: StopRequest,
-        heartbeat: Heartbeat | None,
+        heartbeats: Sequence[Heartbeat] = (),
         store: RunStore | None = None,
         run_id: int | None = None,
     ) -> None:
         self.stop = stop
-        self.heartbeat = heartbeat
+        self.heartbeats = list(heartbeats)
         self.store = store
         self.run_id = run_id
         self.stopped_at: int | None = None
@@ -100,13 +102,17 @@ class RunLifecycle(Callback):
         So a kill at any moment after a checkpoint at step S leaves every row up to S
         either in the store or in the checkpoint, and a resume from S loses none.
         """
-        if self.store is None or self.run_id is None:
+        if self.store is None:
             return
         try:
             self.store.flush()
         except StoreError as exc:
             log.warning("flush before checkpoint failed: %s", exc)
-        checkpoint[PENDING_ROWS_KEY] = self.store.buffered_rows(self.run_id)
+        checkpoint[PENDING_ROWS_KEY] = self.pending_rows()
+
+    def pending_rows(self) -> Any:
+        """The rows the store has not taken yet, as the checkpoint carries them."""
+        return self.store.buffered_rows(self.run_id)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Mark the end of Lightning's set-up for the start-up trace (benchmarks only)."""
@@ -117,8 +123,8 @@ class RunLifecycle(Callback):
     ) -> None:
         """Record the step; turn a stop request Lightning missed into its own stop."""
         startup_trace.mark("first step done")
-        if self.heartbeat is not None:
-            self.heartbeat.step = trainer.global_step
+        for heartbeat in self.heartbeats:
+            heartbeat.step = trainer.global_step
         if self.stop.requested and not trainer.received_sigterm:
             # The signal came before fit installed Lightning's handler (which resets it).
             raise SIGTERMException

@@ -1,22 +1,16 @@
-"""What `train`, a study worker, a fork or a replay is about to train, decided before any
-run is touched: a `Plan` of one run or of K replicas (its members), each with its config
-and run, and the checkpoint they continue from.
-
-A new run takes its config from the flags (`plan_new`; `plan_seeds` one per seed, grouped
-into batches), a study worker's runs from their folders (`plan_claimed`); a resumed run
-or batch from its folder, with only hardware and cadence allowed to change, and continues
-from its last checkpoint (`plan_resume`, `read_checkpoint`); one whose checkpoint is at
-max_steps is only finished. The data is loaded and the model's memory checked here too, so
-a bad flag, dataset or size is refused (exit 2) before anything is recorded.
+"""The plans that read the store or a checkpoint (the `Plan` itself is `core.plans`'):
+a new run or the runner's queued one (`plan_new`), a study worker's claimed runs
+(`plan_claimed`), and a resumed run or batch (`plan_resume`, `read_checkpoint`), with only
+hardware and cadence allowed to change, continuing from its last checkpoint (one whose
+checkpoint is at max_steps is only finished). The data is loaded and the model's memory
+checked here too, so a bad flag, dataset or size is refused (exit 2) before anything is
+recorded.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import pickle
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,102 +19,16 @@ import torch
 from blockviz.core import config as cfg
 from blockviz.core import evaluation, params, replicas
 from blockviz.core.download import DownloadProgress
-from blockviz.core.flags import UsageError, build_config, coerce_fields
+from blockviz.core.flags import UsageError, build_config
 from blockviz.core.naming import run_name
+from blockviz.core.plans import Member, Plan, resume_overrides, schedule_horizon
 from blockviz.core.requests import TrainRequest
 from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.store import RunStore, StoreError, run_alive
 from blockviz.training.data import CharDataModule
 from blockviz.training.logger import PENDING_ROWS_KEY
 
-# Train fields a resumed run may change: hardware and cadence, never the maths.
-RESUMABLE_FIELDS = (
-    "max_steps",
-    "accelerator",
-    "devices",
-    "num_nodes",
-    "strategy",
-    "precision",
-    "compile",
-    "log_interval",
-    "eval_interval",
-    "probe_interval",
-    "sample_interval",
-    "logger",
-    "ckpt_interval",
-    "ckpt_keep",
-)
-
 log = logging.getLogger(__name__)
-
-Rows = Mapping[str, list[list[Any]]]
-
-
-@dataclass(frozen=True)
-class Member:
-    """One run of a plan: its config, name and run (None: create it)."""
-
-    config: cfg.RunConfig
-    name: str
-    run_id: int | None = None
-    # In a batch's checkpoint but not training on (it finished, diverged, or is gone):
-    # masked out, never registered nor recorded.
-    finished: bool = False
-    pending_rows: Rows | None = None  # rows the checkpoint carried for it
-
-
-@dataclass(frozen=True)
-class Fork:
-    """A fork or replay (training.fork): a new run from `parent_id`'s checkpoint."""
-
-    parent_id: int
-    kind: str
-    info: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What is about to train: one run, or K replicas of one batched model, and from which
-    checkpoint. Never changed: a new value (`dataclasses.replace`) where one differs."""
-
-    members: tuple[Member, ...]
-    checkpoint: Path | None = None  # resume from here
-    start_step: int = 0
-    schedule_steps: int | None = None  # where the lr decay ends (None: max_steps)
-    # A run recorded before the evaluation set keeps scoring on its seed's windows.
-    legacy_eval: bool = False
-    fork: Fork | None = None
-    # Where a resumed batch keeps its checkpoints (a new batch gets its own folder).
-    batch_dir: Path | None = None
-
-    @property
-    def config(self) -> cfg.RunConfig:
-        """The first member's config (what a batch's members share)."""
-        return self.members[0].config
-
-    @property
-    def batch(self) -> bool:
-        """Whether this trains replicas of one batched model (more than one member)."""
-        return len(self.members) > 1
-
-    @property
-    def training(self) -> list[int]:
-        """The members (by index) that train."""
-        return [index for index, member in enumerate(self.members) if not member.finished]
-
-    @property
-    def finishing(self) -> bool:
-        """A resume whose checkpoint is at max_steps (killed after writing it): no step
-        left to train, only what the end of a run writes."""
-        return self.checkpoint is not None and self.start_step >= self.config.train.max_steps
-
-    def with_vocab(self, size: int) -> Plan:
-        """The plan with every config holding the vocabulary's size."""
-        members = tuple(
-            dataclasses.replace(m, config=cfg.replace(m.config, vocab_size=size).validate())
-            for m in self.members
-        )
-        return dataclasses.replace(self, members=members)
 
 
 def plan_new(request: TrainRequest, store: RunStore | None) -> Plan:
@@ -135,22 +43,6 @@ def plan_new(request: TrainRequest, store: RunStore | None) -> Plan:
             )
         name = request.name or run.name
     return Plan((Member(config, name, request.run_id),))
-
-
-def plan_seeds(request: TrainRequest) -> list[Plan]:
-    """`train --seeds`: one new run per seed, in batches of at most `--replicas` (a seed
-    alone is exactly the solo `train --seed SEED --name NAME-sSEED`)."""
-    base = build_config(request.source)
-    name = request.name or run_name(base, request.preset)
-    limit = request.replicas
-    reason = replicas.why_solo(base)
-    if reason is not None:
-        limit = 1
-        print(f"blockviz: these seeds train one after another: {reason}", flush=True)
-    seeds = request.seeds or ()
-    members = [Member(cfg.replace(base, seed=s).validate(), f"{name}-s{s}") for s in seeds]
-    groups = replicas.group([(m, m.config) for m in members], limit)
-    return [Plan(tuple(group)) for group in groups]
 
 
 def plan_claimed(store: RunStore, run_ids: list[int]) -> Plan:
@@ -278,31 +170,6 @@ def _resumed(
     stopped = saved is not None and run.status == "diverged"
     pending = rows if isinstance(rows, dict) else None
     return Member(config, str(run.name), run_id, finished=done or stopped, pending_rows=pending)
-
-
-def schedule_horizon(state: dict[str, Any], config: cfg.RunConfig) -> int:
-    """Where the lr decay of a resumed run ends: the horizon `read_checkpoint`'s `state`
-    carries (the run's first max_steps), not a larger --max_steps given to the resume.
-
-    Every rank of a DDP run must use it: DDP averages the gradients, not the updates, so
-    ranks on different schedules would drift apart.
-    """
-    hparams = state["hyper_parameters"]
-    first = hparams.get("run_config") or (hparams.get("run_configs") or [None])[0]  # a batch's
-    first_max_steps = ((first or {}).get("train") or {}).get("max_steps")
-    return int(hparams.get("schedule_steps") or first_max_steps or config.train.max_steps)
-
-
-def resume_overrides(fields: tuple[tuple[str, str], ...]) -> dict[str, Any]:
-    """The config fields a resume was given; UsageError when one may not change."""
-    overrides = coerce_fields(fields, list(cfg.SECTIONS))
-    changed = sorted(set(overrides) - set(RESUMABLE_FIELDS))
-    if changed:
-        raise UsageError(
-            f"--{changed[0]} cannot change on --resume (the run's maths is fixed); "
-            f"allowed: {', '.join('--' + f for f in RESUMABLE_FIELDS)}"
-        )
-    return overrides
 
 
 def read_checkpoint(path: Path, what: str) -> dict[str, Any]:

@@ -1,28 +1,14 @@
 """BlockProbe: a Lightning Callback that records what each block is doing.
 
 At step 0 (the gradient at initialization), every `probe_interval` steps and at the last
-trained step (max_steps - 1: the last batch with a gradient, so the charts reach the end):
-
-- gradient L2 norms per parameter tensor, per (layer, component) and per layer (`block`),
-  plus the global norm (scalar `train/grad_norm`), read in `on_before_optimizer_step`:
-  Lightning calls it after the backward pass and after AMP unscaling, before clipping;
-- parameter norms, and the update-to-data ratio ||delta theta|| / ||theta|| of the
-  optimizer step, per tensor, component and layer (params snapshotted before the step,
-  compared in `on_train_batch_end`);
-- activation statistics (mean, std, rms, max |x|, exact-zero fraction, the fractions below
-  and above the histogram's range) and a fixed-range histogram of the values inside it at
-  every tap of every block, on a fixed probe batch from the validation split;
-- of the stream leaving each block, the mean cosine similarity between positions and the
-  largest over the median |activation|; of each FFN, the fraction of dead hidden units;
-- attention entropy, the largest pre-softmax logit and the largest |pre-softmax logit| per
-  layer and head, and the largest |logit| and mean log Z of the output logits, on the same
-  batch;
-- of induction, per layer and head, the prefix-matching and copying scores, and the loss
-  gain on the second repeat, from one more forward pass of a small fixed batch of repeated
-  random sequences (`blockviz.training.induction`).
-
-Every `sample_interval` steps (and when training ends): the attention maps of one fixed
-probe sequence and a text sample generated from a fixed prompt.
+trained step (max_steps - 1: the last batch with a gradient): gradient, parameter and
+update norms per tensor, component and layer (gradients read in `on_before_optimizer_step`,
+after the backward pass and AMP unscaling, before clipping; the update compared in
+`on_train_batch_end`), activation statistics and histograms at every tap of every block,
+attention and logit statistics, and the induction statistics (`training.induction`), on
+fixed probe batches. Every `sample_interval` steps (and when training ends): the attention
+maps of one fixed probe sequence and a text sample. docs/internals.md ("What a run does")
+lists every statistic and where the store keeps it.
 
 Everything a probe step measures is computed on the device, each statistic under its
 name in core.spec's registry (`blockviz.training.probe_stats`), and reaches the host in one
@@ -79,11 +65,6 @@ def char_model(module: nn.Module) -> nn.Module:
     """The CharTransformer inside a LightningModule and/or a torch.compile wrapper."""
     model = getattr(module, "model", module)
     return getattr(model, "_orig_mod", model)
-
-
-def clean_param_name(name: str) -> str:
-    """A parameter name without torch.compile's `_orig_mod.` prefix."""
-    return name.replace("_orig_mod.", "")
 
 
 @contextmanager
@@ -215,7 +196,7 @@ class BlockProbe(Callback):
         names, params, keys = [], [], []
         for name, param in model.named_parameters():
             if param.requires_grad:
-                clean = clean_param_name(name)
+                clean = name.replace("_orig_mod.", "")  # torch.compile's prefix
                 names.append(clean)
                 params.append(param)
                 keys.append(param_component(clean, n_layer))

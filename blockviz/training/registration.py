@@ -1,7 +1,7 @@
 """The one lifecycle of a plan in the store (rank 0 only), for one run and for K replicas
 alike: register its runs (create them, take over the runner's or a worker's rows, or
 resume them), write their config and vocab, open their train.logs, wait as 'queued' for a
-slot, fit (one run: `fit.fit`; replicas of one batched model: `replica_fit`), and
+slot, fit (one run: `fit.fit`; replicas of one batched model: `replica_fit`; one call), and
 record how each ended (its status, step and final metrics, or the failure, with the
 traceback in train.log). Before a resume, the rows logged after the checkpoint are
 dropped and the ones it carried restored.
@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from blockviz.core import config as cfg
-from blockviz.core import procs, replicas, startup_trace
+from blockviz.core import procs, replicas, spec, startup_trace
 from blockviz.core.files import atomic_write
+from blockviz.core.plans import Plan
 from blockviz.core.requests import Session
 from blockviz.core.spec import ACTIVE_STATUSES, EVAL_SCALARS
 from blockviz.core.vocab import DataError
 from blockviz.store import RunStore, StoreError
-from blockviz.training.final_metrics import final_metrics, recorded_training, summary_text
+from blockviz.training.final_metrics import final_metrics, recorded_training
 from blockviz.training.fit import (
     EXIT_FAILED,
     EXIT_OK,
@@ -44,7 +45,6 @@ from blockviz.training.fit import (
 )
 from blockviz.training.lifecycle import StopRequest, patiently
 from blockviz.training.logger import FLUSH_EVERY_S
-from blockviz.training.plan import Plan
 from blockviz.training.replica_fit import fit_replicas
 from blockviz.training.run_log import close_log, open_log
 
@@ -99,13 +99,10 @@ def writer_store(session: Session, create: bool) -> Iterator[RunStore]:
 
 def run_plan(plan: Plan, datamodule: Any, store: RunStore, session: Session) -> Ran:
     """Register the plan's runs, wait for a slot, fit, and record each one's end."""
-    stop = StopRequest()
-    stop.install()  # before the runs exist, so no signal can leave one 'queued' forever
-    try:
+    # Installed before the runs exist, so no signal can leave one 'queued' forever.
+    with StopRequest() as stop:
         plan = plan.with_vocab(datamodule.vocab.size)
         return _register_and_fit(plan, datamodule, store, session, stop)
-    finally:
-        stop.uninstall()
 
 
 def _register_and_fit(
@@ -131,16 +128,14 @@ def _register_and_fit(
             if member.training:
                 _write_files(plan, index, member, ids, datamodule)
                 handlers.append(open_log(member.run_dir))
-        _announce(store, plan, training)
+        started = plan.start_text()  # its first line: printed, and in train.log with its config
+        print(f"blockviz: {started}; store {store.where}", flush=True)
+        log.info("%s with config %s", started, plan.config.to_json(indent=None))
         for member, planned in zip(members, plan.members, strict=True):
             if member.training and plan.checkpoint is not None:
                 _continue_series(store, member.run_id, plan, planned.pending_rows)
-        first, schedule = plan.config.train.max_steps, plan.config.train.lr_schedule
-        if plan.schedule_steps and plan.schedule_steps != first and schedule != "constant":
-            note = (
-                f"the {schedule} lr schedule keeps its horizon of {plan.schedule_steps} "
-                "steps: lr reaches min_lr there and stays at it"
-            )
+        note = plan.horizon_note()
+        if note is not None:
             print(f"blockviz: run {training[0].run_id}: {note}", flush=True)
             log.info(note)
         if not wait_for_slot(store, training[0].run_id, session.max_running, stop):
@@ -217,25 +212,6 @@ def _write_files(
     atomic_write(run_dir / "vocab.json", datamodule.vocab.to_json())
 
 
-def _announce(store: RunStore, plan: Plan, training: list[_Member]) -> None:
-    """The line a plan starts with (printed, and in train.log with its config)."""
-    verb = f"resuming from step {plan.start_step}" if plan.checkpoint else "started"
-    if plan.fork is not None:
-        verb = f"{plan.fork.kind} of run {plan.fork.parent_id} from step {plan.start_step}"
-    if plan.finishing:
-        verb = (
-            f"finishing: its last checkpoint is at max_steps ({plan.start_step}), no step to train"
-        )
-    if plan.batch:
-        runs = ", ".join(str(m.run_id) for m in training)
-        what = f"runs {runs} ({len(training)} replicas of one batch)"
-    else:
-        what = f"run {training[0].run_id} ({training[0].name})"
-    print(f"blockviz: {what} {verb}; store {store.where}", flush=True)
-    config = plan.config.to_json(indent=None)
-    log.info("%s %s with config %s", what, verb, config)
-
-
 def _continue_series(store: RunStore, run_id: int, plan: Plan, rows: Any) -> None:
     """Before a resume: drop rows logged after the checkpoint, restore rows it carried."""
     dropped = patiently(store.truncate_after, run_id, plan.start_step)
@@ -291,17 +267,9 @@ def _fit_and_record(
 
     ids = [m.run_id for m in members]
     dirs = [m.run_dir for m in members]
+    fit_plan = fit_replicas if plan.batch else fit
     try:
-        if plan.batch:
-            fit_replicas(
-                plan, datamodule, dirs, ids, store, stop, session.progress, on_ready, record
-            )
-        else:
-            ready = lambda trainer, lit: on_ready(trainer, [lit])  # noqa: E731
-            outcome, trainer, lit = fit(
-                plan, datamodule, dirs[0], stop, store, ids[0], session.progress, ready
-            )
-            record(0, outcome, lit, trainer)
+        fit_plan(plan, datamodule, dirs, ids, store, stop, session.progress, on_ready, record)
     except Exception as exc:
         return _record_failure(store, _unrecorded(members, ended), exc)
     except BaseException as exc:  # KeyboardInterrupt outside our handlers, SystemExit
@@ -334,7 +302,7 @@ def _record_end(
     )
     where = f" at step {outcome.step}" if outcome.status in ("diverged", "stopped") else ""
     what = f"run {member.run_id} ({member.name}) {outcome.status}{where}"
-    print(f"blockviz: {what}: {summary_text(final)}", flush=True)
+    print(f"blockviz: {what}: {spec.final_text(final)}", flush=True)
     log.info("%s: %s", what, json.dumps(final))
 
 

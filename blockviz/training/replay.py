@@ -15,15 +15,15 @@ from typing import Any
 
 from blockviz.core import flight, forks
 from blockviz.core.findings.base import DIVERGENCE, SPIKE, run_series
-from blockviz.core.findings.replay import replay_note
+from blockviz.core.findings.replay import replay_result
 from blockviz.core.findings.training import loss_spikes
 from blockviz.core.flags import UsageError
+from blockviz.core.plans import Plan
 from blockviz.core.requests import ReplayRequest
 from blockviz.core.spec import TRAIN_LOSS
 from blockviz.store import RunStore
 from blockviz.store.records import RunRecord
 from blockviz.training.fork import fork_plan, prepared
-from blockviz.training.plan import Plan
 from blockviz.training.registration import run_plan, writer_store
 from blockviz.training.train import apply_threads
 
@@ -100,33 +100,15 @@ def analyse(store: RunStore, replay_id: int, what: dict[str, Any]) -> dict[str, 
         store.scalars(parent_id, scalars), store.layer_stats(parent_id, kinds), start
     )
     n_layer = int(((parent.config or {}).get("model") or {}).get("n_layer") or 0)
-    result: dict[str, Any] = {"event": event, "event_step": step, "start": start}
-    try:
-        brk = flight.first_break(
-            ranges,
-            store.scalars(replay_id, scalars, after_step=start),
-            store.layer_stats(replay_id, kinds, after_step=start),
-            step,
-            event,
-            n_layer,
-        )
-    except flight.ShortHistory as exc:
-        result.update(
-            {
-                "break": None,
-                "sentence": f"A replay from step {start:,} could not judge: the run's probes "
-                f"before it are too few to set a healthy range ({exc}); probe it more often "
-                "(probe_interval) or keep a later checkpoint (ckpt_interval).",
-            }
-        )
-        return result
-    result.update(
-        {
-            "break": brk.to_dict() if brk is not None else None,
-            "sentence": replay_note(brk, start, event),
-        }
+    return replay_result(
+        ranges,
+        store.scalars(replay_id, scalars, after_step=start),
+        store.layer_stats(replay_id, kinds, after_step=start),
+        start,
+        step,
+        event,
+        n_layer,
     )
-    return result
 
 
 def main(request: ReplayRequest) -> int:

@@ -29,13 +29,13 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from blockviz.core import config as cfg
-from blockviz.store import RunStore, StoreError
+from blockviz.core.plans import Plan
+from blockviz.store import RunStore
 from blockviz.training.callbacks import HostCopies, TrainingDiverged, TrainingMonitor, read_host
 from blockviz.training.fit import Outcome, Record, fit_loop, sample_prompt, watchers
 from blockviz.training.lifecycle import Heartbeat, StopRequest
-from blockviz.training.logger import PENDING_ROWS_KEY, RunLifecycle
+from blockviz.training.logger import RunLifecycle
 from blockviz.training.model import NonFiniteLogits
-from blockviz.training.plan import Plan
 from blockviz.training.probes import BlockProbe, to_host
 from blockviz.training.replicas import LitReplicas
 from blockviz.training.trainer import make_trainer
@@ -329,31 +329,16 @@ def _sampled(text: str | None, *args: Any, **kwargs: Any) -> str:
 
 
 class BatchLifecycle(RunLifecycle):
-    """RunLifecycle for a batch: every replica's heartbeat, and each one's rows made safe
-    before the batch's checkpoint exists."""
+    """RunLifecycle for a batch: every replica's heartbeat, and each one's rows carried in
+    the batch's checkpoint under its run id."""
 
     def __init__(self, stop: StopRequest, replicas: list[Replica], store: RunStore) -> None:
-        super().__init__(stop, None, store, None)
+        super().__init__(stop, [r.heartbeat for r in replicas if r.heartbeat is not None], store)
         self.replicas = replicas
 
-    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
-        """Flush; the rows a locked store refused ride in the checkpoint, per run."""
-        try:
-            self.store.flush()
-        except StoreError as exc:
-            log.warning("flush before checkpoint failed: %s", exc)
-        checkpoint[PENDING_ROWS_KEY] = {
-            str(r.run_id): self.store.buffered_rows(r.run_id) for r in self.replicas
-        }
-
-    def on_train_batch_end(
-        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        """Beat each live replica's heartbeat at this step; honour a stop request."""
-        for replica in self.replicas:
-            if replica.heartbeat is not None and replica.outcome is None:
-                replica.heartbeat.step = trainer.global_step
-        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+    def pending_rows(self) -> dict[str, Any]:
+        """Each replica's rows the store has not taken yet, by run id."""
+        return {str(r.run_id): self.store.buffered_rows(r.run_id) for r in self.replicas}
 
 
 def build_replicas(

@@ -5,20 +5,9 @@ sink as one `ProbeRecords`, already on the host, and each sink keeps what it can
 
 - `StoreSink` writes all of it into the run store (what the dashboard reads);
 - `LoggerSink` writes the per-layer statistics as scalars to Lightning loggers, and, to a
-  TensorBoard logger, the activation histograms and the text samples too. Attention maps
-  and per-tensor rows stay in the store.
-
-LoggerSink's tag scheme (spec vocabulary; `LAYER` is `embed`, `block0` ... `block{n-1}`,
-`head` as `layer_tag` spells it):
-
-    {stat}/{LAYER}/{component}     grad_norm/block2/attn, update_ratio/embed/embed,
-                                   param_norm/block0/block (the whole block)
-    act_{stat}/{LAYER}/{tap}       act_rms/block0/resid_post, act_zero_frac/block1/ffn_hidden
-    attn_entropy/{LAYER}/head{h}   attn_entropy/block1/head0
-    act_hist/{LAYER}/{tap}         histograms (TensorBoard only)
-    train/grad_norm                the global gradient norm, named as in the store
-    probe/logit_max_abs, probe/log_z  the output logits' statistics, named as in the store
-    sample                         generated text (TensorBoard only)
+  TensorBoard logger, the activation histograms and the text samples too, under the tags
+  docs/internals.md lists (`stat_tag`: `grad_norm/block2/attn`, `act_rms/block0/resid_post`,
+  `attn_entropy/block1/head0`, ...). Attention maps and per-tensor rows stay in the store.
 """
 
 from __future__ import annotations
@@ -147,7 +136,8 @@ def layer_tag(layer: int, n_layer: int) -> str:
 
 
 def stat_tag(row: LayerStat, n_layer: int) -> str:
-    """The logger tag of one per-layer statistic (the scheme in the module docstring)."""
+    """The logger tag of one per-layer statistic: `{stat}/{layer}/{component}`, `act_` before
+    a tap's statistic, `head{h}` for a head's."""
     layer = layer_tag(row.layer, n_layer)
     if row.kind == "tap":
         return f"act_{row.stat}/{layer}/{row.component}"

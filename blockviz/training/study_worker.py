@@ -88,15 +88,6 @@ def release_freed_memory() -> bool:
     return True
 
 
-def batch_key_of(config_text: str | None) -> str | None:
-    """The replica batch key of a stored config (None: it trains alone)."""
-    try:
-        config = cfg.RunConfig.from_json(config_text or "")
-    except (ValueError, TypeError, cfg.ConfigError):
-        return None
-    return None if replicas.why_solo(config) is not None else replicas.batch_key(config)
-
-
 def work(
     store_path: str,
     study_id: int,
@@ -134,16 +125,17 @@ def work(
                         flush=True,
                     )
                     return 1
-                if patiently(store.get_study, study_id).status != "running":
+                study = patiently(store.get_study, study_id)
+                if study.status != "running":
                     break
-                workers = len(patiently(store.get_study, study_id).workers or ()) or 1
+                workers = len(study.workers or ()) or 1
                 run_ids = patiently(
                     store.claim_study_runs,
                     study_id,
                     os.getpid(),
                     me.started if me else None,
                     replica_limit,
-                    batch_key_of,
+                    replicas.stored_batch_key,
                     workers,
                 )
                 if not run_ids:

@@ -2,14 +2,9 @@
 
 `python -m blockviz train` creates (or takes over, or resumes) a run in the store, waits
 for a slot when asked, trains with `LitCharModel` + `BlockProbe` + `StoreLogger`, and
-leaves the run in exactly one final status:
-
-    completed   max_steps reached; final metrics recorded                     exit 0
-    diverged    a NaN / infinite training loss; `diverged_step` recorded      exit 0
-    stopped     SIGTERM or Ctrl-C: the current step finishes, a checkpoint    exit 0
-                is written (resume it with --resume)
-    failed      an error: the message in the store, the traceback in          exit 1
-                <run_dir>/train.log (bad flags, data or config: exit 2)
+leaves the run in exactly one final status: completed, diverged, stopped (with a
+checkpoint, resumable) or failed (docs/internals.md, "How a run ends", gives each one's
+exit status).
 
 A killed process (kill -9, out of memory) cannot report; `RunStore.reap_dead` marks it
 failed once its heartbeat is stale. Rows logged before a checkpoint are in the store (or,
@@ -24,12 +19,8 @@ folder in the environment.
 (`replica_fit`); each replica is a run of its own, ending in its own status.
 
 This module takes the request `blockviz.cli` read from the flags, plans, checks the plan
-can start, and hands it to the one lifecycle every run kind shares; the parts live beside
-it: `plan` (what to run), `registration` (the runs in the store around their fit), `fit`
-(one fit, as every rank runs it) and `replica_fit` (K replicas), `final_metrics` (what a
-run records when it ends), `run_log` (its train.log), `lifecycle` (signals, heartbeat,
-patience, rank), `logger` (the store as Lightning's logger and callback). `fork`, `replay`
-and `study_worker` plan their runs and hand them to the same lifecycle.
+can start (`preflight`), and hands it to the one lifecycle every run kind shares
+(docs/architecture.md, "The run lifecycle", maps its parts).
 """
 
 from __future__ import annotations
@@ -44,19 +35,16 @@ from blockviz.core import config as cfg
 from blockviz.core import hardware, startup_trace
 from blockviz.core.extras import check_logger_available
 from blockviz.core.flags import UsageError, build_config, check_threads
+from blockviz.core.plans import Member, Plan, plan_seeds, schedule_horizon
 from blockviz.core.requests import Session, TrainRequest
 from blockviz.training.fit import EXIT_OK, fit
 from blockviz.training.lifecycle import StopRequest, global_rank_from_env
 from blockviz.training.plan import (
-    Member,
-    Plan,
     check_memory,
     load_datamodule,
     plan_new,
     plan_resume,
-    plan_seeds,
     read_checkpoint,
-    schedule_horizon,
 )
 from blockviz.training.registration import (
     ENV_LEGACY_EVAL,
@@ -109,17 +97,13 @@ def _train_seeds(request: TrainRequest) -> int:
     """`train --seeds`: the batches one after another; a stop ends the command there."""
     plans = plan_seeds(request)
     worst = EXIT_OK
-    stop = StopRequest()  # a stop during one batch (or seed) ends the command there
-    stop.install()
-    try:
+    with StopRequest() as stop:  # a stop during one batch (or seed) ends the command there
         for number, plan in enumerate(plans):
             if stop.requested:
                 left = [m.config.train.seed for p in plans[number:] for m in p.members]
                 print(f"blockviz: stopped; seeds {left} not started", flush=True)
                 break
             worst = max(worst, train(plan, request.session, create=True).exit_code)
-    finally:
-        stop.uninstall()
     return worst
 
 
@@ -156,10 +140,7 @@ def _follower_main(request: TrainRequest) -> int:
     plan = Plan(
         (Member(config, ""),), checkpoint=checkpoint, schedule_steps=schedule_steps
     ).with_vocab(datamodule.vocab.size)
-    stop = StopRequest()
-    stop.install()
-    try:
-        fit(plan, datamodule, run_dir, stop, None, None, progress=False)
-    finally:
-        stop.uninstall()
+    ignore = lambda *args: None  # noqa: E731  (rank 0 records)
+    with StopRequest() as stop:
+        fit(plan, datamodule, [run_dir], [None], None, stop, False, ignore, ignore)
     return EXIT_OK

@@ -48,8 +48,6 @@ _QUIET_WARNINGS = (
     r".*`isinstance\(treespec, LeafSpec\)` is deprecated.*",
     r".*Checkpoint directory .* exists and is not empty.*",
     r".*`training_step` returned `None`.*",
-    # Replicas: vmap runs CPU attention per replica (BENCHMARKS.md measures what it costs).
-    r".*batching rule for aten::_scaled_dot_product.*",
 )
 _LIGHTNING_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric")
 

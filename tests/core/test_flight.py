@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from blockviz.core import flight, spec
-from blockviz.core.findings.replay import replay_note
+from blockviz.core.findings.replay import replay_note, replay_result
 
 N_LAYER = 4
 PARENT_EVERY = 50  # the parent's probe interval
@@ -123,6 +123,11 @@ def test_a_jump_breaks_at_its_step_naming_the_series() -> None:
     assert brk.value == pytest.approx(values[jump == REPLAY_STEPS][0])
     assert brk.low <= 2.0 <= brk.high < brk.value
     assert brk.lead == EVENT - jump
+    ranges = flight.healthy_ranges(NO_SCALARS, layers_frame(quiet_history + history), CHECKPOINT)
+    replayed = layers_frame(quiet_replay + replay)
+    kept = replay_result(ranges, NO_SCALARS, replayed, CHECKPOINT, EVENT, "loss spike", N_LAYER)
+    assert kept["break"] == brk.to_dict()
+    assert kept["sentence"] == replay_note(brk, CHECKPOINT, "loss spike")
 
 
 def test_one_odd_step_is_not_a_break() -> None:
@@ -197,6 +202,12 @@ def test_too_little_history_is_refused() -> None:
     assert ranges.empty
     with pytest.raises(flight.ShortHistory):
         flight.first_break(ranges, NO_SCALARS, layers_frame(history), EVENT, "loss spike", N_LAYER)
+    # What the replay run keeps then: no break, and a sentence that says why.
+    kept = replay_result(
+        ranges, NO_SCALARS, layers_frame(history), 400, EVENT, "loss spike", N_LAYER
+    )
+    assert kept["break"] is None and kept["start"] == 400 and kept["event_step"] == EVENT
+    assert "could not judge" in kept["sentence"] and "probe_interval" in kept["sentence"]
 
 
 def test_a_mean_near_zero_is_judged_on_its_taps_scale() -> None:

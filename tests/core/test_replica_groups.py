@@ -60,6 +60,14 @@ def test_configs_that_cannot_batch_say_why(overrides, words):
     assert replicas.why_solo(tiny_config(compile=True)) is None  # the stacked step compiles
 
 
+def test_a_stored_config_batches_by_its_key_unless_it_trains_alone_or_is_unreadable():
+    config = tiny_config()
+    assert replicas.stored_batch_key(config.to_json()) == replicas.batch_key(config)
+    assert replicas.stored_batch_key(tiny_config(dropout=0.1).to_json()) is None
+    assert replicas.stored_batch_key("{not json") is None
+    assert replicas.stored_batch_key(None) is None
+
+
 def test_grouping_keeps_order_bounds_size_and_leaves_solo_configs_alone():
     a, b = tiny_config(), tiny_config(n_layer=3)
     solo = tiny_config(dropout=0.1)

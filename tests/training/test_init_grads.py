@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from blockviz import cli
 from blockviz.core import config as cfg
+from blockviz.core import init_grads as core_init_grads
 from blockviz.training import init_grads
 from blockviz.training.data import CharDataModule
 from blockviz.training.model import CharTransformer
@@ -23,7 +24,7 @@ def test_xavier_post_over_pre_ratio_grows_with_depth() -> None:
     # Xiong et al. 2020 (Theorem 1) predict this for Xavier init. Measured on this small
     # config before writing the test (seeds 0, 1): about 1.5, 1.9, 2.7 at 2, 4, 8 layers.
     rows = init_grads.measure(SMALL, depths=[2, 4, 8], inits=["xavier"], seeds=[0, 1])
-    ratios = [row["ratio"] for row in init_grads.summarise(rows)]
+    ratios = [row["ratio"] for row in core_init_grads.summarise(rows)]
     assert len(ratios) == 3
     assert ratios[0] < ratios[1] < ratios[2], ratios
 
@@ -66,7 +67,7 @@ def test_summary_is_the_ratio_of_seed_means_with_the_seed_range() -> None:
         {"init": "default", "norm_position": p, "depth": 2, "seed": 0, "layer": 0, "grad_norm": 9.0}
         for p in ("post", "pre")
     ]
-    (row,) = init_grads.summarise(rows)
+    (row,) = core_init_grads.summarise(rows)
     assert row["post_last"] == 4.0 and row["pre_last"] == 2.5
     assert row["ratio"] == pytest.approx(4.0 / 2.5)
     assert (row["ratio_min"], row["ratio_max"]) == (pytest.approx(5 / 4), 3.0)

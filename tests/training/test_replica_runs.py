@@ -14,9 +14,9 @@ import pytest
 from blockviz import cli
 from blockviz.core import config as cfg
 from blockviz.core import replicas
+from blockviz.core.plans import Member, Plan
 from blockviz.core.requests import Session
 from blockviz.store import RunStore
-from blockviz.training.plan import Member, Plan
 from blockviz.training.train import train
 from tests.fakes import CORPUS
 

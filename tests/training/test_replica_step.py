@@ -229,9 +229,9 @@ def test_the_objective_is_the_sum_of_each_replicas_own():
 
 @pytest.mark.slow
 def test_a_batchs_probe_steps_reach_the_host_in_one_transfer(tmp_path, monkeypatch):
+    from blockviz.core.plans import Member, Plan
     from blockviz.core.requests import Session
     from blockviz.training import replica_fit
-    from blockviz.training.plan import Member, Plan
     from blockviz.training.train import train
     from tests.fakes import CORPUS
 
