@@ -109,7 +109,7 @@ def product_fit(tmp_path, defer: bool | None, extra=(), **overrides):
         sample_interval=train.sample_interval,
         sample_chars=8,
     )
-    lifecycle = RunLifecycle(StopRequest(), None, store, run_id)
+    lifecycle = RunLifecycle(StopRequest(), (), store, run_id)
     reads = StepReads()
     torch.manual_seed(train.seed)
     lit = LitCharModel(config.to_dict(), dm.vocab.to_json())
