@@ -21,6 +21,7 @@ from blockviz.core.flags import (
     ArgumentParser,
     UsageError,
     add_config_flags,
+    flag_message,
     flag_metavar_and_help,
     replicas_arg,
     threads_arg,
@@ -266,7 +267,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler: Handler = getattr(importlib.import_module(module_name), func_name)
         startup_trace.mark(f"{module_name} imported")
         return handler(given)
-    except (UsageError, cfg.ConfigError) as exc:
+    except cfg.ConfigError as exc:
+        print(f"blockviz {args.command}: error: {flag_message(exc, args)}", file=sys.stderr)
+        return EXIT_USAGE
+    except UsageError as exc:
         print(f"blockviz {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ValueError as exc:
