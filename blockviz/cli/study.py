@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from blockviz.cli import study_launch
+from blockviz.cli.runs import open_existing
 from blockviz.core import config as cfg
 from blockviz.core import studies, study_builtins, sweeps
 from blockviz.core.flags import (
@@ -32,7 +33,7 @@ from blockviz.core.flags import (
 )
 from blockviz.core.presets import PRESETS
 from blockviz.launch import study_runner
-from blockviz.store import RunStore, checked
+from blockviz.store import RunStore
 from blockviz.store.location import redact
 
 EXIT_OK = 0
@@ -155,7 +156,7 @@ def cli_main(args: argparse.Namespace) -> int:
 
 def _store(args: argparse.Namespace) -> RunStore:
     """The store for reading, its dead runs marked failed first, as `runs` and `show` do."""
-    store = checked(RunStore.open_readable(args.store or None))
+    store = open_existing(args.store or None)
     try:
         store.reap_dead()  # a read-only store is read as it is
     except BaseException:
@@ -360,7 +361,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    with RunStore(args.store or None) as store:
+    with RunStore(args.store or None, create=False, wait_for_server=False) as store:
         study = store.get_study(args.id)
         print(f"blockviz: study {study.id} {study_runner.stop(store, int(study.id))}")
     return EXIT_OK
@@ -370,7 +371,7 @@ def _resume(args: argparse.Namespace) -> int:
     _positive("workers", args.workers, least=0)
     check_threads(args.threads)
     replica_limit = replicas_from_args(args)
-    with RunStore(args.store or None) as store:
+    with RunStore(args.store or None, create=False, wait_for_server=False) as store:
         study = store.get_study(args.id)
         queued = study_runner.resume(
             store,
