@@ -1,5 +1,5 @@
-"""`python -m blockviz study run|sweep|launch|list|show|stop|resume|export`: studies from a
-terminal.
+"""`python -m blockviz study run|sweep|launch|list|show|stop|resume|export|work`: studies
+from a terminal.
 
 `run` and `sweep` store the study, start its workers and, unless `--detach`, print its
 progress until it ends (Ctrl-C stops the study, as it stops a `train` run); with
@@ -97,10 +97,22 @@ def build(p: argparse.ArgumentParser) -> None:
         if name == "export":
             one.add_argument("--out", required=True, help="output directory")
 
-    work = sub.add_parser("work", help=argparse.SUPPRESS)
-    work.add_argument("study")
-    work.add_argument("--store", required=True)
-    work.add_argument("--max_running", type=int, default=0)
+    work_help = (
+        "one worker, in this process: train a stored study's queued runs until none is left "
+        "(what `launch` starts; any other scheduler can run it)"
+    )
+    work = sub.add_parser("work", help=work_help, description=work_help)
+    work.add_argument("study", help="study id (see `study list`)")
+    work.add_argument(
+        "--store", required=True, help="the study's run store: a file path or a postgresql:// URL"
+    )
+    work.add_argument(
+        "--max_running",
+        type=int,
+        default=0,
+        metavar="INT",
+        help="wait while this many runs of the store are running (0: no limit; default: 0)",
+    )
     threads_arg(work)
     replicas_arg(work)
 

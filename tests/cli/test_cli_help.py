@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 
 import pytest
@@ -96,3 +97,23 @@ def test_weight_decay_help_says_which_tensors_decay_in_the_sidebar_and_the_cli(m
         assert "a tied token embedding is the LM head's matrix, so it decays too" in text
         assert "none on biases, norm gains or the untied token and position embeddings" in text
     assert "a number in [0.0, 10.0] (default: 0.1)" in line
+
+
+def _helps(parser, path="blockviz"):
+    """(command path, --help text) of the parser and every command under it."""
+    yield path, parser.format_help()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _helps(sub, f"{path} {name}")
+
+
+def test_no_help_shows_a_hidden_entry_and_study_work_is_documented(monkeypatch):
+    """Python 3.11 listed `work      ==SUPPRESS==` under `study --help`, while README tells
+    users to run `study work`."""
+    monkeypatch.setenv("COLUMNS", "400")
+    helps = dict(_helps(build_parser()))
+    for path, text in helps.items():
+        assert "SUPPRESS" not in text, path
+    assert re.search(r"^\s+work\s+one worker", helps["blockviz study"], re.MULTILINE)
+    assert "--store STORE" in helps["blockviz study work"]
