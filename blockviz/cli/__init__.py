@@ -243,6 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog="blockviz",
         description="Train small character-level transformers and see what the block does.",
+        epilog="The dashboard: `make run` serves it at http://localhost:8501 (`make run "
+        "PORT=8502` on another port). Each command's --help lists its arguments; examples "
+        "and what each command prints: docs/cli-guide.md; what each config field does: "
+        "docs/config-guide.md; every argument: docs/cli.md; the rest: README.md.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
     for name, (help_text, build, _, _) in COMMANDS.items():

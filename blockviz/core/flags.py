@@ -44,6 +44,9 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "logger": cfg.LOGGERS,
 }
 _DATASET_HELP = "a built-in corpus (pydocs, pycode, shakespeare, ops) or a UTF-8 text file path"
+# Where the config flags' --help sends the reader for what each field does (a flag's own
+# help says its type, range and default).
+CONFIG_GROUP_NOTE = "what each field does, and the rules between fields: docs/config-guide.md"
 # What a flag does, where its name does not say enough (before its type and default).
 FIELD_NOTES: dict[str, str] = {"weight_decay": cfg.WEIGHT_DECAY_HELP}
 
@@ -81,7 +84,7 @@ def add_config_flags(parser: argparse.ArgumentParser, sections: Sequence[str]) -
     """
     for section in sections:
         cls = cfg.SECTIONS[section]
-        group = parser.add_argument_group(f"{section} config")
+        group = parser.add_argument_group(f"{section} config", CONFIG_GROUP_NOTE)
         defaults = cls()
         for name, annotation in cfg.field_types(cls).items():
             metavar, help_text = flag_metavar_and_help(name, annotation, getattr(defaults, name))

@@ -117,3 +117,20 @@ def test_no_help_shows_a_hidden_entry_and_study_work_is_documented(monkeypatch):
         assert "SUPPRESS" not in text, path
     assert re.search(r"^\s+work\s+one worker", helps["blockviz study"], re.MULTILINE)
     assert "--store STORE" in helps["blockviz study work"]
+
+
+def test_the_top_level_help_names_the_dashboard_and_the_docs(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
+    text = build_parser().format_help()
+    for needle in ("make run", "make run PORT=", "docs/cli-guide.md", "docs/config-guide.md"):
+        assert needle in text, needle
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_SECTIONS))
+def test_each_config_group_points_to_the_config_guide(command, monkeypatch):
+    """A config flag's help says its type, range and default, not what the field does:
+    its group's heading says where that is."""
+    help_text = command_help(command, monkeypatch)
+    for section in COMMAND_SECTIONS[command]:
+        heading = re.search(rf"^{section} config:\n(.*)$", help_text, re.MULTILINE)
+        assert heading and "docs/config-guide.md" in heading.group(1), (command, section)
