@@ -1,4 +1,5 @@
-"""Command-line flags generated from the config dataclasses, and reading a config file.
+"""Command-line flags generated from the config dataclasses, reading a config file, and
+a config's errors and adjustments in the words of the flags the user typed.
 
 Torch-free: the CLI and the `train` command (training side) both build configs this way.
 """
