@@ -69,3 +69,17 @@ def test_a_database_without_blockviz_tables_is_read_not_set_up(command, pg_url, 
         ).fetchone()
     assert tables == (0,)
     assert not Path(tmp_path / "work").exists()
+
+
+@pytest.mark.parametrize("command", ["runs", "study list", "stop"])
+def test_a_server_that_does_not_answer_is_said_at_once(command, tmp_path, monkeypatch, capsys):
+    """A store that must exist already waits out a lost server (a worker's does); a
+    command a person typed says at once that it cannot reach it."""
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    began = time.monotonic()
+    err = one_error_line([*READERS[command], "--store", "postgresql://me@127.0.0.1:9/x"], capsys)
+    assert time.monotonic() - began < 10
+    assert "cannot reach the run store postgresql://127.0.0.1:9/x" in err, err
+    assert list(tmp_path.iterdir()) == []
