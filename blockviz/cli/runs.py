@@ -27,10 +27,12 @@ from blockviz.views.summary import read_divergence
 EXIT_OK, EXIT_FAILED = 0, 1
 
 
-def _open_store(args: argparse.Namespace) -> RunStore:
-    """The store for reading: writable when it can be (to mark dead runs), else read-only;
-    a damaged file is reported as corrupt rather than read."""
-    return checked(RunStore.open_readable(args.store or None))
+def open_existing(store: str | None) -> RunStore:
+    """The store a command reads or steers: writable when it can be (to mark dead runs),
+    else read-only; never created (a missing file, or a database without blockviz's
+    tables, is an error naming where it looked), and a server that does not answer is
+    said at once; a damaged file is reported as corrupt rather than read."""
+    return checked(RunStore.open_readable(store, create=False, wait_for_server=False))
 
 
 def _fmt(value: Any, spec: str = "") -> str:
@@ -42,15 +44,19 @@ def _fmt(value: Any, spec: str = "") -> str:
 def cli_runs(args: argparse.Namespace) -> int:
     """`python -m blockviz runs`: one line per run (id, name, status, step, val loss, device,
     tags)."""
-    with _open_store(args) as store:
+    with open_existing(args.store or None) as store:
         store.reap_dead()  # a read-only store is listed as it is
         frame = store.runs_frame()
+        where = store.where
     if args.json:
         records = json.loads(frame.to_json(orient="records"))
         print(json.dumps(records, indent=2))
         return EXIT_OK
     if frame.empty:
-        print("no runs yet; start one with `python -m blockviz train --preset baby-cpu`")
+        print(
+            f"no runs yet in {where}; start one with "
+            "`.venv/bin/python -m blockviz train --preset baby-cpu`"
+        )
         return EXIT_OK
     header = ("id", "name", "status", "step", "val loss", "device", "tags")
     rows = [
@@ -125,7 +131,7 @@ def fork_line(run: RunRecord) -> str:
 
 def cli_show(args: argparse.Namespace) -> int:
     """`python -m blockviz show RUN`: config summary, status, final metrics, last sample."""
-    with _open_store(args) as store:
+    with open_existing(args.store or None) as store:
         store.reap_dead()
         run = store.get_run(args.run)
         samples = store.samples(run.id, limit=1)
@@ -223,8 +229,8 @@ def cli_show(args: argparse.Namespace) -> int:
 
 def cli_stop(args: argparse.Namespace) -> int:
     """`python -m blockviz stop RUN`: `runner.stop_run`, its message printed; exit 1 if refused."""
-    # Writable, not `_open_store`: a stop records `stopped` / `failed` when the run cannot.
-    with RunStore(args.store or None) as store:
+    # Writable, not `open_existing`: a stop records `stopped` / `failed` when the run cannot.
+    with RunStore(args.store or None, create=False, wait_for_server=False) as store:
         run = store.get_run(args.run)  # RUN may be a name; stop_run takes the id
         outcome = runner.stop_run(store, int(run.id))
     label = f"run {run.id} ({run.name})"

@@ -1,5 +1,5 @@
-"""`python -m blockviz study run|sweep|launch|list|show|stop|resume|export`: studies from a
-terminal.
+"""`python -m blockviz study run|sweep|launch|list|show|stop|resume|export|work`: studies
+from a terminal.
 
 `run` and `sweep` store the study, start its workers and, unless `--detach`, print its
 progress until it ends (Ctrl-C stops the study, as it stops a `train` run); with
@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from blockviz.cli import study_launch
+from blockviz.cli.runs import open_existing
 from blockviz.core import config as cfg
 from blockviz.core import studies, study_builtins, sweeps
 from blockviz.core.flags import (
@@ -32,7 +33,7 @@ from blockviz.core.flags import (
 )
 from blockviz.core.presets import PRESETS
 from blockviz.launch import study_runner
-from blockviz.store import RunStore, checked
+from blockviz.store import RunStore
 from blockviz.store.location import redact
 
 EXIT_OK = 0
@@ -96,10 +97,22 @@ def build(p: argparse.ArgumentParser) -> None:
         if name == "export":
             one.add_argument("--out", required=True, help="output directory")
 
-    work = sub.add_parser("work", help=argparse.SUPPRESS)
-    work.add_argument("study")
-    work.add_argument("--store", required=True)
-    work.add_argument("--max_running", type=int, default=0)
+    work_help = (
+        "one worker, in this process: train a stored study's queued runs until none is left "
+        "(what `launch` starts; any other scheduler can run it)"
+    )
+    work = sub.add_parser("work", help=work_help, description=work_help)
+    work.add_argument("study", help="study id (see `study list`)")
+    work.add_argument(
+        "--store", required=True, help="the study's run store: a file path or a postgresql:// URL"
+    )
+    work.add_argument(
+        "--max_running",
+        type=int,
+        default=0,
+        metavar="INT",
+        help="wait while this many runs of the store are running (0: no limit; default: 0)",
+    )
     threads_arg(work)
     replicas_arg(work)
 
@@ -155,7 +168,7 @@ def cli_main(args: argparse.Namespace) -> int:
 
 def _store(args: argparse.Namespace) -> RunStore:
     """The store for reading, its dead runs marked failed first, as `runs` and `show` do."""
-    store = checked(RunStore.open_readable(args.store or None))
+    store = open_existing(args.store or None)
     try:
         store.reap_dead()  # a read-only store is read as it is
     except BaseException:
@@ -360,7 +373,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    with RunStore(args.store or None) as store:
+    with RunStore(args.store or None, create=False, wait_for_server=False) as store:
         study = store.get_study(args.id)
         print(f"blockviz: study {study.id} {study_runner.stop(store, int(study.id))}")
     return EXIT_OK
@@ -370,7 +383,7 @@ def _resume(args: argparse.Namespace) -> int:
     _positive("workers", args.workers, least=0)
     check_threads(args.threads)
     replica_limit = replicas_from_args(args)
-    with RunStore(args.store or None) as store:
+    with RunStore(args.store or None, create=False, wait_for_server=False) as store:
         study = store.get_study(args.id)
         queued = study_runner.resume(
             store,
