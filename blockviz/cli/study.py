@@ -18,6 +18,7 @@ import sys
 import time
 from typing import Any
 
+from blockviz import CLI
 from blockviz.cli import study_launch
 from blockviz.cli.runs import open_existing
 from blockviz.core import config as cfg
@@ -192,7 +193,7 @@ def _sweep(args: argparse.Namespace) -> int:
     _positive("workers", args.workers, least=0)
     base = cfg.RunConfig()
     if args.config:
-        base = cfg.RunConfig.from_json(read_config_file(args.config))
+        base = read_config_file(args.config)
     elif args.preset:
         base = cfg.preset(args.preset)
     grid: dict[str, list[Any]] = {}
@@ -257,7 +258,7 @@ def _launch_and_watch(args: argparse.Namespace, study: studies.StudyDef) -> int:
         if note and study.trains:
             print(f"blockviz: {note}", flush=True)
         if args.detach:
-            print(f"blockviz: watch it with `python -m blockviz study show {study_id}`")
+            print(f"blockviz: watch it with `{CLI} study show {study_id}`")
             return EXIT_OK
         try:
             _watch(store, study_id)
@@ -272,7 +273,7 @@ def _launch_and_watch(args: argparse.Namespace, study: studies.StudyDef) -> int:
 def _no_worker_hint(store: RunStore, study_id: int) -> str:
     work = redact(" ".join(["python", *study_runner.worker_args(store, study_id)]))
     return (
-        f"blockviz: start its workers with `python -m blockviz study launch {study_id} "
+        f"blockviz: start its workers with `{CLI} study launch {study_id} "
         f"--slurm --workers N` (or `--local N`), or run `{work}` on any machine that "
         "reaches the store"
     )
@@ -332,7 +333,7 @@ def _list(args: argparse.Namespace) -> int:
         print(json.dumps(records, indent=2))
         return EXIT_OK
     if frame.empty:
-        print("no studies yet; start one with `python -m blockviz study run lr-sensitivity`")
+        print(f"no studies yet; start one with `{CLI} study run lr-sensitivity`")
         return EXIT_OK
     header = ("id", "name", "study", "size", "status", "runs done")
     rows = [
