@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from blockviz import CLI
 from blockviz.core import config as cfg
 from blockviz.core import evaluation
 from blockviz.core.forks import changes_text
@@ -53,10 +54,7 @@ def cli_runs(args: argparse.Namespace) -> int:
         print(json.dumps(records, indent=2))
         return EXIT_OK
     if frame.empty:
-        print(
-            f"no runs yet in {where}; start one with "
-            "`.venv/bin/python -m blockviz train --preset baby-cpu`"
-        )
+        print(f"no runs yet in {where}; start one with `{CLI} train --preset baby-cpu`")
         return EXIT_OK
     header = ("id", "name", "status", "step", "val loss", "device", "tags")
     rows = [
