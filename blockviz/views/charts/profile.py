@@ -20,6 +20,7 @@ from blockviz.views.charts.base import (
     tooltips,
     value_tip,
     with_layer_names,
+    wrapped_legend,
     x_zoom,
 )
 from blockviz.views.charts.layers import Layers, layer_stat_rows
@@ -92,7 +93,7 @@ def grad_by_layer_chart(
         .encode(
             x=alt.X("layer:Q", title=_layer_axis_title(frame), axis=_layer_axis(frame)),
             y=alt.Y("value:Q", title=spec.stat_label(spec.GRAD_NORM), scale=alt.Scale(type="log")),
-            color=alt.Color("line:N", title="run", scale=scale),
+            color=alt.Color("line:N", title="run", scale=scale, legend=wrapped_legend()),
             opacity=highlight_opacity(runs),
             tooltip=tooltips(
                 "run:N",
