@@ -22,6 +22,7 @@ import vl_convert as vlc
 
 from blockviz.core import spec
 from blockviz.views import charts, seed_groups
+from blockviz.views.charts import base as charts_base
 from blockviz.views.charts.colours import (
     BACKGROUNDS,
     DARK_BACKGROUND,
@@ -254,3 +255,13 @@ def test_a_long_run_name_is_drawn_whole_in_the_legend() -> None:
     texts = ["".join(re.findall(r"<tspan[^>]*>([^<]*)</tspan>", label)) for label in labels]
     texts = [t or re.sub(r"<[^>]+>", "", label) for t, label in zip(texts, labels, strict=True)]
     assert LONG_NAME in texts and "short" in texts
+
+
+def test_a_chart_grows_to_hold_its_legends_whole() -> None:
+    """Streamlit cuts a legend taller than its chart: with ten long-named runs the series
+    legend under the runs' was not drawn at all."""
+    few = charts.loss_chart(scalars_frame()).to_dict()
+    many = charts.loss_chart(scalars_frame(runs={i: f"{LONG_NAME}-{i}" for i in TEN_RUNS}))
+    assert few["height"] == charts_base.HEIGHT
+    # each name on four lines: a legend about three times the default height
+    assert many.to_dict()["height"] > 2 * charts_base.HEIGHT

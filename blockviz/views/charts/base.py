@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -100,21 +101,44 @@ def _run_names(runs: pd.DataFrame | Mapping[int, str]) -> dict[int, str]:
     return {int(i): str(n) for i, n in runs.items()}
 
 
-# Legend labels wrap onto lines of at most this many characters, so a long run name is
+# Legend labels wrap onto lines of at most LEGEND_LINE characters, so a long run name is
 # drawn whole (Vega cut it at 160 px with an ellipsis): a line ends after a "-" where one
-# is near, else after "_" or ".", else at the limit.
+# is near, else after "_" or ".", else at the limit. One pattern for Vega and for Python.
 LEGEND_LINE = 24
-_LINES = (
-    f"regexp('(.{{1,{LEGEND_LINE}}}$|.{{1,{LEGEND_LINE - 1}}}-|.{{1,{LEGEND_LINE - 1}}}[_.]"
-    f"|.{{1,{LEGEND_LINE}}})', 'g')"
+LINE_PATTERN = (
+    f".{{1,{LEGEND_LINE}}}$|.{{1,{LEGEND_LINE - 1}}}-|.{{1,{LEGEND_LINE - 1}}}[_.]"
+    f"|.{{1,{LEGEND_LINE}}}"
 )
-_BROKEN = f"replace(datum.label, {_LINES}, '$1\\n')"
+_BROKEN = f"replace(datum.label, regexp('({LINE_PATTERN})', 'g'), '$1\\n')"
 WRAPPED_LABEL = f"split(substring({_BROKEN}, 0, length({_BROKEN}) - 1), '\\n')"
+# Streamlit fits a chart's title, axes and legends into its height and cuts a legend
+# that is taller. There, a legend row is about ROW_PX plus LINE_PX per line of its
+# label, a legend's title and the gap above it TITLE_PX, the chart's title CHART_TITLE_PX
+# (measured at 1366x768 in chromium; the export's 10 px font needs less).
+LEGEND_ROW_PX, LEGEND_LINE_PX, LEGEND_TITLE_PX, CHART_TITLE_PX = 16, 14, 40, 32
+
+
+def wrapped_lines(label: str) -> list[str]:
+    """The lines a wrapped legend draws `label` on (WRAPPED_LABEL's, in Python)."""
+    return re.findall(LINE_PATTERN, label) or [label]
 
 
 def wrapped_legend(**options: object) -> alt.Legend:
     """A legend with opaque symbols whose labels wrap (WRAPPED_LABEL) instead of being cut."""
     return alt.Legend(symbolOpacity=1, labelExpr=WRAPPED_LABEL, labelLimit=0, **options)
+
+
+def height_for_legends(*legends: Sequence[str]) -> int:
+    """The chart height (HEIGHT at least) that fits these legends, one above the other,
+    each given as its labels: a taller legend than its chart was cut off on the page
+    (with ten runs, the series legend under the runs' was not drawn at all)."""
+    needed = CHART_TITLE_PX + sum(
+        LEGEND_TITLE_PX
+        + sum(LEGEND_ROW_PX + LEGEND_LINE_PX * len(wrapped_lines(str(x))) for x in labels)
+        for labels in legends
+        if len(labels)
+    )
+    return max(HEIGHT, needed)
 
 
 def dash_legend() -> alt.Legend:

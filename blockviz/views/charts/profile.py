@@ -9,10 +9,10 @@ import pandas as pd
 
 from blockviz.core import spec
 from blockviz.views.charts.base import (
-    HEIGHT,
     LAYER_AXIS_TITLE,
     WIDTH,
     finite_values,
+    height_for_legends,
     highlight_opacity,
     legend_highlight,
     no_data,
@@ -105,8 +105,9 @@ def grad_by_layer_chart(
         )
         .add_params(runs, x_zoom())
     )
+    entries = scale.domain if isinstance(scale.domain, list) else frame["line"].unique()
     return alt.LayerChart(data=frame, layer=[lines]).properties(
-        title=heading, width=WIDTH, height=HEIGHT
+        title=heading, width=WIDTH, height=height_for_legends(entries)
     )
 
 

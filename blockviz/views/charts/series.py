@@ -12,7 +12,6 @@ import pandas as pd
 from blockviz.core import spec
 from blockviz.views.charts.base import (
     DIVERGED_COLOR,
-    HEIGHT,
     STEP_AXIS,
     WIDTH,
     XAxis,
@@ -20,6 +19,7 @@ from blockviz.views.charts.base import (
     dash_legend,
     ema,
     finite_values,
+    height_for_legends,
     highlight_opacity,
     is_smoothed,
     labelled_rules,
@@ -219,8 +219,10 @@ def _series_chart(
     heading: str | alt.TitleParams = title
     if cut is not None:
         heading = alt.TitleParams(title, subtitle=ceiling_note(cut))
+    run_labels = colors.domain if isinstance(colors.domain, list) else plotted["run"].unique()
+    height = height_for_legends(run_labels, list(names) if len(names) > 1 else [])
     return alt.LayerChart(data=plotted, layer=layers).properties(
-        title=heading, width=WIDTH, height=HEIGHT
+        title=heading, width=WIDTH, height=height
     )
 
 
