@@ -30,7 +30,7 @@ COLOURS = {
     "head": "#ffe0cc",
 }
 # Lines and the taps' labels lie on the page itself (the graph is transparent): a grey
-# that reads on a light and a dark page (charts.colours.NEUTRAL); #555555 was 2.5:1 on dark.
+# that reads on a light and a dark page (charts.colours.NEUTRAL); #555555 was 2.4:1 on dark.
 TAP_COLOUR = LINE_COLOUR = NEUTRAL
 NORM_KINDS = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm", "batchnorm": "BatchNorm"}
 

@@ -3,9 +3,9 @@ the series legend shows its dash and long run names are drawn whole (defect 12).
 
 The rule (views/charts/colours.py): every colour a chart draws a line, point, rule, text
 or legend symbol in has a WCAG 2 contrast ratio >= 3:1 against Streamlit's light (#ffffff)
-and dark (#0e1117) backgrounds. The charts are compiled to Vega by vl-convert, so the
-colours Vega-Lite fills in by default (a rule's black) are checked as well; heat-map cells
-(rect marks) may use a sequential scheme, read against their colour legend.
+and dark (#171614, as chromium draws it) backgrounds. The charts are compiled to Vega by
+vl-convert, so the colours Vega-Lite fills in by default (a rule's black) are checked as
+well; heat-map cells (rect marks) may use a sequential scheme, read against their legend.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The charts' colours, and the rule they keep: readable on a light and on a dark page.
 
 The dashboard follows the browser's light or dark setting, and Streamlit draws a chart on
-the page's own background (white, or #0e1117 in its dark theme); an exported PNG or SVG
+the page's own background (white, or #171614 in its dark theme); an exported PNG or SVG
 keeps Vega's white. So every colour a chart draws lines, points, rules or text in has a
 WCAG 2 contrast ratio of at least MIN_CONTRAST (3:1, the level WCAG asks of graphics and
 large text) against both backgrounds: a relative luminance between about 0.12 and 0.30.
@@ -14,14 +14,14 @@ from __future__ import annotations
 import colorsys
 
 LIGHT_BACKGROUND = "#ffffff"  # Streamlit's light theme, and every export
-DARK_BACKGROUND = "#0e1117"  # Streamlit's dark theme
+DARK_BACKGROUND = "#171614"  # Streamlit 1.67's dark theme, as chromium draws the page
 BACKGROUNDS = (LIGHT_BACKGROUND, DARK_BACKGROUND)
 MIN_CONTRAST = 3.0
 
 # Vega's "tableau10" hues, reordered so that runs with neighbouring ids never get
 # neighbouring hues, and the five too pale for a white page (orange, teal, pink, yellow,
 # grey: 1.6 to 2.6:1) darkened in their own hue until they pass on white (>= 3.3:1, all of
-# them >= 4:1 on the dark page). Pink became tableau's magenta, darkened: a darker pink
+# them >= 5:1 on the dark page). Pink became tableau's magenta, darkened: a darker pink
 # read as a second red. A run's colour is PALETTE[run_id % 10], whatever else is drawn.
 PALETTE = (
     "#4c78a8",  # blue
@@ -35,7 +35,7 @@ PALETTE = (
     "#a8890f",  # mustard (tableau's yellow)
     "#988a84",  # grey
 )
-NEUTRAL = "#808080"  # guides, notes, the dash legend's strokes: 3.9:1 on white, 4.8:1 on dark
+NEUTRAL = "#808080"  # guides, notes, the dash legend's strokes: 3.9:1 on white, 4.6:1 on dark
 
 
 def _channels(colour: str) -> tuple[float, float, float]:

@@ -14,7 +14,7 @@ import pandas as pd
 from blockviz.views.charts.base import XAxis, chart_data, labelled_rules
 
 # Purple, apart from the runs' palette and the divergence red; readable on both pages
-# (colours.readable: the darker #7b3294 was 2.4:1 on the dark one).
+# (colours.readable: the darker #7b3294 was 2.3:1 on the dark one).
 MARK_COLOR = "#9c4fc0"
 STEP_PICK = "step_pick"  # the click selection of `with_step_picker`: {"step": [...]}
 
