@@ -181,7 +181,7 @@ def trail_chart(scalars: pd.DataFrame, trail: list[TrailEntry]) -> alt.LayerChar
             y="smoothed:Q",
             # As loss_chart's own: this layer comes first, and a legend=None here would
             # drop the runs' legend from the whole chart.
-            color=alt.Color("run:N", title="run", scale=colors, legend=alt.Legend(symbolOpacity=1)),
+            color=alt.Color("run:N", title="run", scale=colors, legend=charts.wrapped_legend()),
         )
         # Field predicates, not expressions: a label may hold any character.
         .transform_filter(alt.FieldEqualPredicate(field="run", equal=newest))
