@@ -71,7 +71,7 @@ STARTERS = (
         "post-starter forked at 100 to Pre-LN",
         ("--step", "100", "--norm_position", "pre"),
         "completed",
-        val_loss=2.28,
+        val_loss=2.30,
         headline="Trains",
         command=("fork", "post-starter"),
     ),
