@@ -101,6 +101,24 @@ def prompt_ids(vocab: CharVocab, prompt: str, block_size: int, device: Any) -> t
     return torch.tensor([ids[-block_size:]], dtype=torch.long, device=device)  # (1, T)
 
 
+def clip_norm_(optimizer: torch.optim.Optimizer, max_norm: float) -> None:
+    """`clip_grad_norm_` of the optimizer's gradients, its arithmetic without its host work.
+
+    torch's function groups the tensors by device and dtype twice and checks its inputs
+    on every call (about 1 ms of host time a step on the H100 box: BENCHMARKS.md, "Solo
+    step host work"); this computes the same norms, in the same order, in a few calls. On
+    a CPU the for-each norm and multiply are torch's per-tensor ones, so a run's numbers
+    are `clip_grad_norm_`'s bit for bit (`tests/training/test_solo_step.py`).
+    """
+    grads = [p.grad for group in optimizer.param_groups for p in group["params"]]
+    grads = [grad for grad in grads if grad is not None]
+    if not grads:
+        return
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)  # clip_grad_norm_'s eps
+    torch._foreach_mul_(grads, coefficient)
+
+
 def compile_mode(device: torch.device, world_size: int) -> str | None:
     """torch.compile's mode for a run's step: on a single GPU "reduce-overhead", which
     replays the compiled forward and backward as CUDA graphs (a small model's step is
@@ -247,7 +265,7 @@ class LitCharModel(OneStep):
     def configure_gradient_clipping(self, optimizer: Any, *args: Any, **kwargs: Any) -> None:
         """Clip the global gradient norm to `grad_clip` (0: no clipping)."""
         if self.config.train.grad_clip:
-            self.clip_gradients(optimizer, self.config.train.grad_clip, "norm")
+            clip_norm_(optimizer, self.config.train.grad_clip)
 
     # -- validation -----------------------------------------------------------------------
 

@@ -131,8 +131,8 @@ def scalars(store: RunStore, run_id: int, names: list[str]) -> list[tuple[int, s
 class AutomaticCharModel(LitCharModel):
     """The step as Lightning's automatic optimization ran it before the module stepped
     itself: training_step returns the loss, Lightning runs backward, the probes' hook,
-    clipping (`configure_gradient_clipping`), the update (AdamW's per-tensor loop, as a
-    CPU ran it) and the schedule."""
+    clipping (torch's `clip_grad_norm_`), the update (AdamW's per-tensor loop, as a CPU
+    ran it) and the schedule."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -144,6 +144,11 @@ class AutomaticCharModel(LitCharModel):
 
     def on_before_optimizer_step(self, optimizer) -> None:
         """Lightning clips after this hook itself."""
+
+    def configure_gradient_clipping(self, optimizer, *args, **kwargs) -> None:
+        """torch's clip_grad_norm_, through Lightning's precision plugin."""
+        if self.config.train.grad_clip:
+            self.clip_gradients(optimizer, self.config.train.grad_clip, "norm")
 
     def configure_optimizers(self):
         setup = super().configure_optimizers()
