@@ -15,7 +15,7 @@ from typing import Any
 
 from blockviz.cli import requests
 from blockviz.core import config as cfg
-from blockviz.core import startup_trace
+from blockviz.core import disk, startup_trace
 from blockviz.core.flags import (
     EXIT_USAGE,
     ArgumentParser,
@@ -195,6 +195,12 @@ def _init_grads_args(p: argparse.ArgumentParser) -> None:
 def _runs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", help="run store: a file path or a postgresql:// URL")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--ckpt_warn_mb",
+        metavar="MB",
+        help="warn when the store's checkpoints take more than MB megabytes "
+        f"(default ${disk.WARN_ENV}, else {disk.DEFAULT_WARN_MB}; 0: never)",
+    )
 
 
 @command("show", "summarise one run", "blockviz.cli.runs:cli_show")

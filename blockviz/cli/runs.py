@@ -16,7 +16,7 @@ from typing import Any
 
 from blockviz import CLI
 from blockviz.core import config as cfg
-from blockviz.core import evaluation
+from blockviz.core import disk, evaluation
 from blockviz.core.forks import changes_text
 from blockviz.core.spec import final_header
 from blockviz.core.tags import tags_text
@@ -25,7 +25,7 @@ from blockviz.store import RunRecord, RunStore, checked
 from blockviz.views.run_findings import finding_json, plain_lines, read_findings
 from blockviz.views.summary import read_divergence
 
-EXIT_OK, EXIT_FAILED = 0, 1
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def open_existing(store: str | None) -> RunStore:
@@ -44,19 +44,32 @@ def _fmt(value: Any, spec: str = "") -> str:
 
 def cli_runs(args: argparse.Namespace) -> int:
     """`python -m blockviz runs`: one line per run (id, name, status, step, val loss, device,
-    tags)."""
+    tags, disk), then a warning when the store's checkpoints pass the warning size."""
+    try:
+        limit_mb = disk.warn_mb(args.ckpt_warn_mb)
+    except disk.WarnSizeError as exc:
+        print(f"blockviz runs: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     with open_existing(args.store or None) as store:
         store.reap_dead()  # a read-only store is listed as it is
         frame = store.runs_frame()
         where = store.where
+        sizes = [disk.folder_bytes(store.run_dir(int(i))) for i in frame["id"]]
+        warning = disk.over_warning(
+            disk.checkpoint_bytes(store.runs_root), limit_mb, str(store.runs_root)
+        )
     if args.json:
         records = json.loads(frame.to_json(orient="records"))
+        for record, size in zip(records, sizes, strict=True):
+            record["disk_bytes"] = size
         print(json.dumps(records, indent=2))
+        if warning:
+            print(warning, file=sys.stderr)
         return EXIT_OK
     if frame.empty:
         print(f"no runs yet in {where}; start one with `{CLI} train --preset baby-cpu`")
         return EXIT_OK
-    header = ("id", "name", "status", "step", "val loss", "device", "tags")
+    header = ("id", "name", "status", "step", "val loss", "device", "tags", "disk")
     rows = [
         (
             str(row.id),
@@ -66,14 +79,17 @@ def cli_runs(args: argparse.Namespace) -> int:
             _fmt(row.val_loss, ".4f"),
             str(row.device) if isinstance(row.device, str) and row.device else "-",
             str(row.tags) if isinstance(row.tags, str) and row.tags else "-",
+            disk.size_text(size),
         )
-        for row in frame.itertuples()
+        for row, size in zip(frame.itertuples(), sizes, strict=True)
     ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for line in [header, *rows]:
         print(
             "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         )
+    if warning:
+        print(f"\nwarning: {warning}")
     return EXIT_OK
 
 
@@ -136,6 +152,11 @@ def cli_show(args: argparse.Namespace) -> int:
         final = store.final_metrics([run.id])
         divergence = read_divergence(store, run) if run.status == "diverged" else None
         found = read_findings(store, run)
+        run_dir = store.run_dir(run.id)
+        used = {
+            "disk_bytes": disk.folder_bytes(run_dir),
+            "ckpt_bytes": disk.checkpoint_bytes(run_dir),
+        }
     last_sample = (
         None
         if samples.empty
@@ -151,6 +172,7 @@ def cli_show(args: argparse.Namespace) -> int:
             json.dumps(
                 {
                     **run.to_dict(),
+                    **used,
                     "final_metrics": metrics,
                     "last_sample": last_sample,
                     "divergence": None if divergence is None else asdict(divergence),
@@ -186,6 +208,13 @@ def cli_show(args: argparse.Namespace) -> int:
         lines.append(("dataset", f"{dataset.get('name')}: {size}"))
         lines.append(("val loss on", evaluation.scored_on(dataset)))
     lines.append(("tags", tags_text(run.tags) or "-"))
+    lines.append(
+        (
+            "disk",
+            f"{disk.size_text(used['disk_bytes'])} "
+            f"(checkpoints {disk.size_text(used['ckpt_bytes'])}) in {run_dir}",
+        )
+    )
     lines += _config_summary(run.config)
     shown = (
         "train_loss",

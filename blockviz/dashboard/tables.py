@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
-from blockviz.core import spec
+from blockviz.core import disk, spec
 from blockviz.dashboard.ui import format_duration
 from blockviz.launch import runner
 from blockviz.store import RunStore
@@ -109,7 +109,12 @@ def final_table(store: RunStore, run_ids: list[int]) -> pd.DataFrame:
     return final[[c for c in FINAL_ORDER if c in final.columns]]
 
 
-RUNS_COLUMN_CONFIG = {"id": st.column_config.NumberColumn("id", format="%d")}
+RUNS_COLUMN_CONFIG = {
+    "id": st.column_config.NumberColumn("id", format="%d"),
+    "disk": st.column_config.NumberColumn(
+        "disk", format="%.1f MB", help="the run's folder: its checkpoints, log and config"
+    ),
+}
 
 
 def runs_table(
@@ -117,10 +122,11 @@ def runs_table(
     now: float,
     max_running: int | None = None,
     store_runs: pd.DataFrame | None = None,
+    disk_bytes: Mapping[int, int] | None = None,
 ) -> pd.DataFrame:
     """The columns a person scans: id, name, status, created, duration, step, val loss
-    (as text, so a diverged run's reads "diverged"), device, tags, and the study a run
-    belongs to.
+    (as text, so a diverged run's reads "diverged"), device, tags, the study a run
+    belongs to, and, given `disk_bytes` (run id -> bytes of its folder), its disk in MB.
 
     Duration runs to `ended`, to `now` for an active run, else to the last heartbeat. The
     status is the one the pages show (`runner.shown_in`: a queued run with a free slot is
@@ -140,7 +146,7 @@ def runs_table(
         "" if pd.isna(c) else time.strftime("%Y-%m-%d %H:%M", time.localtime(c))
         for c in runs["created"]
     ]
-    return pd.DataFrame(
+    table = pd.DataFrame(
         {
             "id": runs["id"].to_numpy(),
             "name": runs["name"].to_numpy(),
@@ -161,3 +167,6 @@ def runs_table(
             ],
         }
     )
+    if disk_bytes is not None:
+        table["disk"] = [disk_bytes.get(int(i), 0) / disk.MB for i in runs["id"]]
+    return table
