@@ -199,6 +199,8 @@ def flag_message(exc: cfg.ConfigError, args: argparse.Namespace) -> str:
         return text  # not a field this command takes as a flag
     if getattr(args, f"cfg_{exc.field}") is None:
         return f"{text} ({exc.field} was not given as a flag: --{exc.field} sets it)"
+    if text.startswith(f"--{exc.field}"):
+        return text  # the message names the flag already
     return f"--{text}" if text.startswith(f"{exc.field}:") else f"--{exc.field}: {text}"
 
 

@@ -69,8 +69,9 @@ def test_cli_show_prints_tags_and_notes_and_runs_lists_tags(
     assert lines[first + 1].strip() == "second line" and lines[first + 1].startswith(" ")
     assert cli.main(["runs", "--store", str(store.path)]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split()[-1] == "tags"
-    assert table[1].endswith("sweep, pre") and table[2].split()[-1] == "-"
+    assert table[0].split()[-2:] == ["tags", "disk"]
+    tags = slice(table[0].index("tags"), table[0].index("disk"))  # the tags column
+    assert table[1][tags].strip() == "sweep, pre" and table[2][tags].strip() == "-"
 
 
 def test_select_runs_needs_every_chosen_tag_and_hides_auto_runs_unless_asked() -> None:
