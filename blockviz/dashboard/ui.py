@@ -17,6 +17,7 @@ import streamlit as st
 
 from blockviz.core.naming import is_id_text, run_id_from_text, shortened_id
 from blockviz.store import RunStore
+from blockviz.views.charts.marks import defines_param
 from blockviz.views.export.outfolder import safe_filename
 from blockviz.views.export.render import chart_html, chart_png, chart_svg
 
@@ -119,9 +120,15 @@ def chart_with_downloads(
 
     Each file is built only when its button is clicked (vl-convert renders PNG and SVG
     then), so neither the menu nor a refresh costs an export. With `selection` (a selection
-    parameter of the chart) a click reruns the page and the selection event is returned.
+    parameter of the chart) a click reruns the page and the selection event is returned; a
+    chart drawn without it (a placeholder before the first step) is drawn without picking,
+    since Streamlit refuses a selection mode its spec does not define.
     """
-    picking = {"on_select": "rerun", "selection_mode": [selection]} if selection else {}
+    picking = (
+        {"on_select": "rerun", "selection_mode": [selection]}
+        if selection and defines_param(chart, selection)
+        else {}
+    )
     event = st.altair_chart(chart, width="stretch", key=f"{key}.chart", **picking)
     if data.empty:
         return event

@@ -777,3 +777,19 @@ def test_live_attention_map_labels_its_axes_with_the_probe_characters(store: Run
     # The y axis reads the probe text, one character per row.
     wanted = f"{json.dumps(expected, ensure_ascii=False)}[datum.value]"
     assert wanted in [json.loads(expr) for expr in exprs]
+
+
+@pytest.mark.parametrize("status", ["queued", "running"])
+def test_live_draws_a_run_with_no_step_yet_as_waiting_without_an_error(
+    store: RunStore, status: str
+) -> None:
+    """Issue 35, 8: right after Launch the loss chart (the one a click picks a step on)
+    has no point; it says so instead of Streamlit's "Selections are activated" error."""
+    (run_id,) = fakes.populate(store, n_runs=1, n_layer=2, statuses=["queued"])
+    store.update_run(run_id, status=status)
+    at = _live(run_id).run()
+    assert not at.exception
+    assert not at.error, [e.value for e in at.error]
+    drawn = pd.concat(_charts(at)["Loss"])
+    assert list(drawn["message"].dropna()) == ["waiting for the first step"]
+    assert not [b for b in at.download_button if b.label in EXPORT_LABELS]  # nothing to export
