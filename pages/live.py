@@ -76,7 +76,7 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str], waiting_first: boo
     if fresh != seen:
         st.rerun()
     run = replace(run, status=fresh[run_id])  # what the picker shows, unchanged since read
-    shown = runner.shown_in(runs).get(run_id, run.status)  # queued -> starting
+    shown = runner.shown_in(runs)[run_id]  # the word the picker shows: queued -> starting
     for key, default in PREFERENCES.items():
         # Re-assigning keeps a control's value while its tab is closed (Streamlit would
         # otherwise forget the state of widgets that were not drawn).

@@ -17,7 +17,7 @@ from typing import Any
 from blockviz.core import config as cfg
 from blockviz.core import evaluation
 from blockviz.core.forks import changes_text
-from blockviz.core.spec import final_header
+from blockviz.core.spec import RUN_STATES, final_header
 from blockviz.core.tags import tags_text
 from blockviz.launch import runner
 from blockviz.store import RunRecord, RunStore, checked
@@ -45,6 +45,7 @@ def cli_runs(args: argparse.Namespace) -> int:
     with _open_store(args) as store:
         store.reap_dead()  # a read-only store is listed as it is
         frame = store.runs_frame()
+    words = runner.shown_in(frame)  # as the pages word them: a queued run may be starting
     if args.json:
         records = json.loads(frame.to_json(orient="records"))
         print(json.dumps(records, indent=2))
@@ -57,7 +58,7 @@ def cli_runs(args: argparse.Namespace) -> int:
         (
             str(row.id),
             str(row.name),
-            str(row.status),
+            words[int(row.id)],
             f"{_fmt(row.step)}/{_fmt(row.max_steps)}",
             _fmt(row.val_loss, ".4f"),
             str(row.device) if isinstance(row.device, str) and row.device else "-",
@@ -132,6 +133,9 @@ def cli_show(args: argparse.Namespace) -> int:
         final = store.final_metrics([run.id])
         divergence = read_divergence(store, run) if run.status == "diverged" else None
         found = read_findings(store, run)
+        word = runner.shown_in(store.runs_frame())[int(run.id)]
+    if run.status == "queued":  # starting or queued: which, and what it waits for
+        word += f" ({RUN_STATES[word]})"
     last_sample = (
         None
         if samples.empty
@@ -162,8 +166,7 @@ def cli_show(args: argparse.Namespace) -> int:
         ("run", f"{run.id} ({run.name})"),
         (
             "status",
-            str(run.status)
-            + (f" at step {run.diverged_step}" if run.diverged_step is not None else ""),
+            word + (f" at step {run.diverged_step}" if run.diverged_step is not None else ""),
         ),
         ("step", f"{_fmt(run.step)}/{_fmt(run.max_steps)}"),
         ("created", _when(run.created)),

@@ -16,6 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from blockviz.core.naming import is_id_text, run_id_from_text, shortened_id
+from blockviz.launch import runner
 from blockviz.store import RunStore
 from blockviz.views.charts.marks import defines_param
 from blockviz.views.export.outfolder import safe_filename
@@ -252,13 +253,14 @@ def run_statuses(runs: pd.DataFrame) -> dict[int, str]:
     return {int(i): str(s) for i, s in zip(runs["id"], runs["status"], strict=True)}
 
 
-def run_label(row: pd.Series | dict) -> str:
-    """'#id name (status)': how a run is named in pickers.
+def run_label(row: pd.Series | dict, word: str | None = None) -> str:
+    """'#id name (state)': how a run is named in pickers, its state the word every page
+    shows it by (`word`, from `runner.shown_in`; default: its stored status).
 
     Plain text, as selectbox and multiselect options show it (only their labels take
     Markdown); wrap it in `plain` before it goes anywhere that renders Markdown.
     """
-    return f"#{int(row['id'])} {row['name']} ({row['status']})"
+    return f"#{int(row['id'])} {row['name']} ({word or row['status']})"
 
 
 def _sync_single(key: str) -> None:
@@ -270,18 +272,28 @@ def _sync_multi(key: str) -> None:
 
 
 def run_picker(
-    store: RunStore, label: str, multi: bool, key: str, runs: pd.DataFrame | None = None
+    store: RunStore,
+    label: str,
+    multi: bool,
+    key: str,
+    runs: pd.DataFrame | None = None,
+    every_run: pd.DataFrame | None = None,
 ) -> int | list[int] | None:
-    """Pick one run (int or None) or several (list) by '#id name (status)'.
+    """Pick one run (int or None) or several (list) by '#id name (state)'.
 
     The choice is shared across pages: one run via session_state["run_id"] (and `?run=`),
     several via session_state["compare_ids"]; callbacks copy a change there before the
     next run, so the shared value is always the one to show. `runs` is the page's own
-    read of store.runs_frame(), so the labels show the statuses the page shows.
+    read of store.runs_frame() (or the runs it offers), so the labels show the states the
+    page shows; `every_run` is the whole store's read when `runs` is filtered (a queued
+    run's word depends on every run ahead of it).
     """
     runs = store.runs_frame() if runs is None else runs
+    words = runner.shown_in(runs if every_run is None else every_run)
     ids = [int(i) for i in runs["id"]]
-    labels = {int(row["id"]): run_label(row) for _, row in runs.iterrows()}
+    labels = {
+        int(row["id"]): run_label(row, words.get(int(row["id"]))) for _, row in runs.iterrows()
+    }
 
     def fmt(run_id: int) -> str:
         return labels.get(run_id, f"#{run_id} (deleted)")
