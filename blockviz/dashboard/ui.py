@@ -166,18 +166,22 @@ def chart_with_downloads(
 
 
 def selected_run_id() -> int | None:
-    """The run chosen on any page: session state first, then the `?run=ID` query param.
+    """The run chosen on any page: the `?run=ID` query param, then session state.
 
-    A `?run=` that is not an id (`?run=²`, `?run=abc`) selects nothing; see
-    `selection_notice` for the message.
+    `select_run` writes both, so they differ only when a link (`?run=ID`, such as Live's
+    notice of a new fork) brought the user here: the link wins and becomes the session's
+    choice. A `?run=` that is not an id (`?run=²`, `?run=abc`) selects nothing by itself;
+    see `selection_notice` for the message.
     """
-    chosen = st.session_state.get(RUN_KEY)
-    if isinstance(chosen, int):
-        return chosen
     run_id = run_id_from_text(_run_param().strip())
     if run_id is not None:
-        st.session_state[RUN_KEY] = run_id
-    return run_id
+        if st.session_state.get(RUN_KEY) != run_id:
+            # Written again: a page link within the session leaves the address bar on the
+            # page it came from until the server sets the parameter.
+            select_run(run_id)
+        return run_id
+    chosen = st.session_state.get(RUN_KEY)
+    return chosen if isinstance(chosen, int) else None
 
 
 def _run_param() -> str:

@@ -578,8 +578,8 @@ def test_live_picker_and_header_show_the_status_of_the_same_fresh_read(
     store.update_run(run_id, status="queued")
     at = _live(run_id).run()
     picker = at.selectbox(key="live.run")
-    assert f"#{run_id} {name} (queued)" in picker.options
-    # No other run is running, so its slot is free: the header says it is starting.
+    # No other run is running, so its slot is free: picker and header say it is starting.
+    assert f"#{run_id} {name} (starting)" in picker.options
     assert _badges(at) == [":blue-badge[starting]"]
 
     store.update_run(run_id, status="running")  # the run got its slot
@@ -793,3 +793,14 @@ def test_live_draws_a_run_with_no_step_yet_as_waiting_without_an_error(
     drawn = pd.concat(_charts(at)["Loss"])
     assert list(drawn["message"].dropna()) == ["waiting for the first step"]
     assert not [b for b in at.download_button if b.label in EXPORT_LABELS]  # nothing to export
+
+
+def test_a_run_link_opens_its_run_in_a_session_that_showed_another(runs: dict[str, int]) -> None:
+    """Issue 35, 10: a link to a run (`?run=ID`, as Live's fork notice gives) shows that
+    run, though the session had another selected (it kept the parent before)."""
+    at = _live(runs["completed"])
+    at.query_params["run"] = str(runs["running"])
+    at.run()
+    assert not at.exception
+    assert at.session_state["run_id"] == runs["running"]
+    assert shown(at.subheader[0].value).startswith(f"#{runs['running']} ")
