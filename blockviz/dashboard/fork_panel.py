@@ -177,7 +177,8 @@ def started_notice(store: RunStore, run_id: int) -> None:
         st.session_state.pop(STARTED_KEY, None)  # another run is shown: the news is old
         return
     twin_id = started["twin"]
-    if twin_id is None:
+    if twin_id is None:  # said once: nothing here learns when it registers
+        st.session_state.pop(STARTED_KEY, None)
         later = "it appears in the run picker once its process registers it"
         st.info(ui.plain(f"{started['text']} started; {later}."))
         return

@@ -188,8 +188,10 @@ def test_a_tiny_sweep_from_the_form_runs_to_its_results() -> None:
         assert set(store.study_runs(study_id)["status"]) <= {"completed", "diverged"}
     at.run()
     assert not at.exception
-    assert "4/4" in at.dataframe[0].value["runs done"].tolist()
-    assert len(at.dataframe[1].value) == 2  # one row per variant
+    (listed,) = [d.value for d in at.dataframe if "runs done" in d.value.columns]
+    assert "4/4" in listed["runs done"].tolist()
+    (table,) = [d.value for d in at.dataframe if "Variant" in d.value.columns]
+    assert len(table) == 2  # one row per variant
     assert at.get("vega_lite_chart")  # the curves, and final loss against lr
 
 

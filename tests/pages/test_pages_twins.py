@@ -147,14 +147,17 @@ def test_fork_from_live_trains_a_twin_that_compare_draws(store: RunStore, tmp_pa
         "10",
     )
     assert cli.main(["train", *post, *flags, "--no_progress"]) == 0
-    at = AppTest.from_file(str(PAGES / "live.py"), default_timeout=60)
+    at = AppTest.from_file(str(PAGES.parent / "app.py"), default_timeout=60)  # links need it
     at.session_state["run_id"] = 1
     at.run()
+    at.switch_page("pages/live.py").run()
     step = next(s for s in at.sidebar.selectbox if s.label == "From the kept step")
     step.set_value(10).run()
     at.sidebar.selectbox(key="live.1.fork.norm_position").set_value("pre").run()
     next(b for b in at.sidebar.button if b.label == "Fork").click().run()
-    assert not at.exception and not at.error
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    said = " ".join(shown(s.value) for s in at.success)
+    assert "Fork of #1 " in said and "from step 10 (norm_position pre) started as run #2 " in said
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         runs = store.runs_frame()
