@@ -1,5 +1,6 @@
 # Two commands on a fresh machine with Python 3.11+:
 #   make run   set up .venv (once, again only when the dependencies change) and start the app
+#              at http://localhost:8501; make run PORT=8502 serves it on another port
 #   make test  the same setup plus the dev tools (pytest, ruff, playwright, import-linter),
 #              then the whole test suite
 #   make test-fast  the inner loop: the same, without the tests marked slow (real training
@@ -13,6 +14,8 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 RUNTIME := $(VENV)/.runtime-installed
 DEV := $(VENV)/.dev-installed
+# The app's port (its address stays .streamlit/config.toml's localhost).
+PORT ?= 8501
 
 .PHONY: run test test-fast lint format clean
 
@@ -29,7 +32,8 @@ $(DEV): requirements.txt pyproject.toml | $(PY)
 	@touch $(RUNTIME) $@
 
 run: $(RUNTIME)
-	$(PY) -m streamlit run app.py
+	@$(PY) -m blockviz.dashboard.port $(PORT)
+	$(PY) -m streamlit run app.py --server.port $(PORT)
 
 test: $(DEV)
 	$(PY) -m pytest

@@ -2,7 +2,8 @@
 
 Navigation between the pages, and the config sidebar, drawn once per run before the page on
 the pages it drives (Train, Playground, Parameters, Gradients at init), so they see the same
-config; on the Playground the page draws its quick fields itself, beside its chart.
+config; on the Playground the page draws its quick fields itself, beside its chart, and
+a session's config starts from the Playground's own preset (`sidebar.render_sidebar`).
 The other pages draw no config; their runs keep its values (`sidebar.keep_values`) and
 leave the URL's config keys out. No torch here or in any page: training runs in its own
 process (blockviz.launch.runner).
@@ -10,6 +11,7 @@ process (blockviz.launch.runner).
 
 import streamlit as st
 
+from blockviz.core.presets import PLAYGROUND_PRESET
 from blockviz.dashboard import sidebar
 from blockviz.dashboard.config_fields import QUICK_FIELDS
 
@@ -34,7 +36,7 @@ navigation = st.navigation(
     ]
 )
 if navigation is playground_page:  # the quick fields are beside its chart instead
-    st.session_state[sidebar.STATE_KEY] = sidebar.render_sidebar(QUICK_FIELDS)
+    st.session_state[sidebar.STATE_KEY] = sidebar.render_sidebar(QUICK_FIELDS, PLAYGROUND_PRESET)
 elif navigation in (train, parameters, init_grads):  # the pages the config drives
     st.session_state[sidebar.STATE_KEY] = sidebar.render_sidebar()
 else:

@@ -5,8 +5,8 @@ per replica.
         [--steps 30] [--threads 1] [--out benchmarks/results/replica-step.json]
 
 One step is what the Trainer runs between data fetches, without Lightning: the forward and
-backward pass of every replica (`LitReplicas.training_step`), its per-replica clipping and
-`ReplicaAdamW`; the solo step is `LitCharModel.training_step`, `clip_grad_norm_` and torch's
+backward pass of every replica (`LitReplicas.objective`), its per-replica clipping and
+`ReplicaAdamW`; the solo step is `LitCharModel.objective`, `clip_grad_norm_` and torch's
 AdamW on one model of the same shape. Random token batches, dropout 0, 5 warm-up steps,
 then the mean of `--steps`. The batch is the one every device runs: the model called once
 on the stacked parameters (issue 34; issue 25's vmap and per-replica loop are gone).
@@ -68,7 +68,7 @@ def batched_ms(config: cfg.RunConfig, k: int, steps: int) -> float:
     y = torch.randint(0, VOCAB, (k, batch, block))
 
     def step() -> None:
-        lit.training_step((x, y), 0)["loss"].backward()
+        lit.objective((x, y))[0].backward()
         lit.configure_gradient_clipping(optimizer)
         optimizer.step()
         optimizer.zero_grad()
@@ -85,7 +85,7 @@ def solo_ms(config: cfg.RunConfig, steps: int) -> float:
     y = torch.randint(0, VOCAB, (batch, block))
 
     def step() -> None:
-        lit.training_step((x, y), 0).backward()
+        lit.objective((x, y))[0].backward()
         torch.nn.utils.clip_grad_norm_(lit.parameters(), train.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

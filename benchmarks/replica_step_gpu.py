@@ -3,8 +3,8 @@ replicas of it, no Lightning, bf16 autocast, then a profile of five solo steps.
 
     python3 benchmarks/replica_step_gpu.py [--ks 8,64,256]
 
-The solo step is LitCharModel.training_step, clip_grad_norm_ and torch's AdamW; a batch
-step is LitReplicas.training_step, its per-replica clipping and ReplicaAdamW. Random
+The solo step is LitCharModel.objective, clip_grad_norm_ and torch's AdamW; a batch
+step is LitReplicas.objective, its per-replica clipping and ReplicaAdamW. Random
 tokens, 5 warm-up steps, then the mean of 30 (synchronised). Prints one JSON line per K
 (ms per step, per replica ÷ solo, K × solo ÷ batch, peak MiB) and the profiler's table of
 the solo step's host work. Not a test: the numbers in docs/replicas.md and BENCHMARKS.md.
@@ -52,7 +52,7 @@ def solo_step(config: cfg.RunConfig) -> Callable[[], None]:
 
     def step() -> None:
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = lit.training_step((x, y), 0)
+            loss, _ = lit.objective((x, y))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(lit.parameters(), 1.0)
         optimizer.step()
@@ -69,8 +69,8 @@ def batch_step(config: cfg.RunConfig, k: int) -> Callable[[], None]:
 
     def step() -> None:
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = lit.training_step((x, y), 0)
-        out["loss"].backward()
+            loss, _ = lit.objective((x, y))
+        loss.backward()
         lit.configure_gradient_clipping(optimizer)
         optimizer.step()
         optimizer.zero_grad()

@@ -43,33 +43,37 @@ BASE = ("--preset", "baby-cpu", "--warmup_steps", "0", "--max_steps", "300")
 STARTERS = (
     Starter(
         "Pre-LN, no warm-up, lr 0.01",
-        (*BASE, "--lr", "0.01"),
+        (*BASE, "--lr", "0.01", "--name", "pre-starter"),
         "completed",
         val_loss=2.15,
         headline="Trains",
     ),
     Starter(
         "Post-LN, the same",
-        (*BASE, "--norm_position", "post", "--lr", "0.01"),
+        (*BASE, "--norm_position", "post", "--lr", "0.01", "--name", "post-starter"),
         "completed",
         val_loss=3.26,
         headline="Stalled at the unigram entropy since step",
     ),
     Starter(
         "no norms, no clipping, lr 0.1",
-        (*BASE, "--norm_position", "none", "--grad_clip", "0", "--lr", "0.1"),
+        (
+            *BASE,
+            *("--norm_position", "none", "--grad_clip", "0", "--lr", "0.1"),
+            *("--name", "no-norm-starter"),
+        ),
         "diverged",
         diverged_step=2,
         headline="Diverged at step 2",
     ),
-    # README's "Which choice caused it": the stalled Post-LN run (run 2) forked to Pre-LN.
+    # README's "Which choice caused it": the stalled Post-LN run forked to Pre-LN.
     Starter(
-        "run 2 forked at 100 to Pre-LN",
+        "post-starter forked at 100 to Pre-LN",
         ("--step", "100", "--norm_position", "pre"),
         "completed",
-        val_loss=2.28,
+        val_loss=2.30,
         headline="Trains",
-        command=("fork", "2"),
+        command=("fork", "post-starter"),
     ),
 )
 

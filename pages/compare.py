@@ -37,16 +37,10 @@ POLL_S = 0.5
 MAX_POINTS = 800  # per series; the store keeps each bucket's min and max
 REPORT_JOB_KEY = "compare.report_job"
 PRESELECTED = 2  # runs picked when the page opens with none chosen
-# The run name pinned at the left and wide enough to read whole.
-FINAL_COLUMN_CONFIG = {
-    **tables.FINAL_COLUMN_CONFIG,
-    "run": st.column_config.TextColumn("run", width="large", pinned=True),
-    "findings": st.column_config.TextColumn(
-        "findings",
-        width="large",
-        help="The run's headline and each warning of its findings (Live shows them in full)",
-    ),
-}
+FINDINGS_COLUMN = st.column_config.TextColumn(
+    "findings",
+    help="The run's headline and each warning of its findings (Live shows them in full)",
+)
 
 
 # ---------------------------------------------------------------------------- curves
@@ -161,8 +155,9 @@ def _after_curves(store: RunStore, stored: list[RunRecord], colors: Any, tag: st
             run.name: run_findings.titles_text(run_findings.cached_findings(store, run))
             for run in stored
         }
-        final.insert(2, "findings", [by_name.get(name, "") for name in final["run"]])
-        st.dataframe(final, hide_index=True, column_config=FINAL_COLUMN_CONFIG)
+        final["findings"] = [by_name.get(name, "") for name in final["run"]]
+        config = {**tables.final_column_config(final["run"]), "findings": FINDINGS_COLUMN}
+        st.dataframe(final, hide_index=True, column_config=config)
 
     _grad_by_layer(store, stored, colors, tag)
 

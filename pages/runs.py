@@ -34,6 +34,9 @@ if all_runs.empty:
     st.info("No runs yet — set up a block in the sidebar and press Launch on the Train page.")
     st.stop()
 
+disk_warning = runs_panel.disk_warning(store)
+if disk_warning:
+    st.warning(ui.plain(disk_warning), icon=":material/hard_drive:")
 notice = ui.selection_notice(all_runs)  # before the table replaces a bad choice
 if notice:
     st.warning(ui.plain(notice))

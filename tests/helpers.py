@@ -243,6 +243,54 @@ def layer_frame(runs: dict[int, str] = FRAME_RUNS, steps=(0, 10, 20, 30), n_laye
     return pd.DataFrame(rows, columns=columns)
 
 
+def hist_frame() -> pd.DataFrame:
+    """Histogram rows of one run and tap over three steps."""
+    rows = [
+        (1, step, 0, "resid_post", b, -1 + 0.25 * b, -0.75 + 0.25 * b, [0, 3, 9, 3, 0, 1, 0, 0][b])
+        for step in (0, 10, 20)
+        for b in range(8)
+    ]
+    return pd.DataFrame(
+        rows, columns=["run_id", "step", "layer", "tap", "bin", "lo", "hi", "count"]
+    )
+
+
+def attn_frame(size: int = 4) -> pd.DataFrame:
+    """Causal attention maps of two heads over `size` positions."""
+    text = "abcd"
+    rows = [
+        (1, 50, 0, head, q, k, text[q], text[k], 1 / (q + 1) if k <= q else 0.0)
+        for head in range(2)
+        for q in range(size)
+        for k in range(size)
+    ]
+    columns = ["run_id", "step", "layer", "head", "query", "key", "query_char", "key_char"]
+    return pd.DataFrame(rows, columns=[*columns, "weight"])
+
+
+def params_components() -> pd.DataFrame:
+    return pd.DataFrame(
+        {"component": ["attn", "ffn", "norm"], "count": [100, 200, 10], "share": [0.3, 0.65, 0.05]}
+    )
+
+
+def params_layers() -> pd.DataFrame:
+    return pd.DataFrame(
+        {"layer": ["embed", "0", "0", "head"], "component": ["embed", "attn", "ffn", "head"]}
+    ).assign(count=[10, 100, 200, 10])
+
+
+def spec_dicts(node: Any) -> Iterator[dict[str, Any]]:
+    """Every dict in a nested chart spec (Vega-Lite or compiled Vega), outermost first."""
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from spec_dicts(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from spec_dicts(item)
+
+
 # ------------------------------------------------------------- constructed study results
 
 

@@ -24,6 +24,7 @@ import pytest
 
 from blockviz.core.procs import is_alive
 from blockviz.store import RunStore
+from blockviz.views.charts.colours import DARK_BACKGROUND, LIGHT_BACKGROUND
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
@@ -352,5 +353,48 @@ def test_auto_run_draws_pre_ln_then_post_ln_without_launch(app_url: str) -> None
                 runs = store.runs_frame()
             assert list(runs["id"]) == [1, 2]
             assert all("auto" in tags.split(", ") for tags in runs["tags"])
+        finally:
+            browser.close()
+
+
+LONG_NAME = "pre-ln-300steps-lr0.003-warmup_steps30-d_model128-n_layer4-rmsnorm-gelu"
+# The backgrounds the charts' colours are chosen against (views/charts/colours.py).
+PAGE_BACKGROUNDS = {
+    scheme: "rgb({}, {}, {})".format(*(int(colour[i : i + 2], 16) for i in (1, 3, 5)))
+    for scheme, colour in (("light", LIGHT_BACKGROUND), ("dark", DARK_BACKGROUND))
+}
+
+
+def test_compare_follows_the_systems_light_or_dark_setting(app_url: str) -> None:
+    """Issue 35, defects 12 and 13: the app forced a light theme, and a long run name was
+    cut in the legend. Each scheme the browser prefers is the page's; the loss chart's
+    legend draws the long name whole in both."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests import fakes
+
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        config = fakes.fake_config(n_layer=2, d_model=32, n_head=2, max_steps=60, warmup_steps=6)
+        fakes.add_run(store, config, name=LONG_NAME)
+        fakes.add_run(store, config, name="short", index=1)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            for scheme, background in PAGE_BACKGROUNDS.items():
+                page = browser.new_page(viewport=LAPTOP, color_scheme=scheme)
+                page.set_default_timeout(30_000)
+                expect.set_options(timeout=30_000)
+                page.goto(f"{app_url}/compare")
+                main = page.get_by_test_id("stMain")
+                expect(main.get_by_text("Final metrics", exact=True)).to_be_visible()
+                shown = page.evaluate(
+                    "getComputedStyle(document.querySelector('.stApp')).backgroundColor"
+                )
+                assert shown == background, (scheme, shown)
+                loss = main.get_by_test_id("stVegaLiteChart").first
+                # The wrapped label is one <text> of several lines: its text is the name.
+                expect(loss.get_by_text(LONG_NAME, exact=True)).to_be_visible()
+                assert page.get_by_test_id("stException").count() == 0
+                page.close()
         finally:
             browser.close()

@@ -15,12 +15,13 @@ from typing import Any
 
 from blockviz.cli import requests
 from blockviz.core import config as cfg
-from blockviz.core import startup_trace
+from blockviz.core import disk, startup_trace
 from blockviz.core.flags import (
     EXIT_USAGE,
     ArgumentParser,
     UsageError,
     add_config_flags,
+    flag_message,
     flag_metavar_and_help,
     replicas_arg,
     threads_arg,
@@ -194,6 +195,12 @@ def _init_grads_args(p: argparse.ArgumentParser) -> None:
 def _runs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", help="run store: a file path or a postgresql:// URL")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--ckpt_warn_mb",
+        metavar="MB",
+        help="warn when the store's checkpoints take more than MB megabytes "
+        f"(default ${disk.WARN_ENV}, else {disk.DEFAULT_WARN_MB}; 0: never)",
+    )
 
 
 @command("show", "summarise one run", "blockviz.cli.runs:cli_show")
@@ -242,6 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog="blockviz",
         description="Train small character-level transformers and see what the block does.",
+        epilog="The dashboard: `make run` serves it at http://localhost:8501 (`make run "
+        "PORT=8502` on another port). Each command's --help lists its arguments; examples "
+        "and what each command prints: docs/cli-guide.md; what each config field does: "
+        "docs/config-guide.md; every argument: docs/cli.md; the rest: README.md.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
     for name, (help_text, build, _, _) in COMMANDS.items():
@@ -266,7 +277,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler: Handler = getattr(importlib.import_module(module_name), func_name)
         startup_trace.mark(f"{module_name} imported")
         return handler(given)
-    except (UsageError, cfg.ConfigError) as exc:
+    except cfg.ConfigError as exc:
+        print(f"blockviz {args.command}: error: {flag_message(exc, args)}", file=sys.stderr)
+        return EXIT_USAGE
+    except UsageError as exc:
         print(f"blockviz {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ValueError as exc:

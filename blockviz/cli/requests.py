@@ -8,14 +8,18 @@ from __future__ import annotations
 import argparse
 
 from blockviz.core import replicas
+from blockviz.core.corpora import check_dataset
 from blockviz.core.flags import (
     UsageError,
+    build_config,
     check_threads,
     config_source,
+    fit_warmup,
     given_fields,
     replicas_from_args,
 )
 from blockviz.core.requests import (
+    ConfigSource,
     ForkRequest,
     InitGradsRequest,
     ReplayRequest,
@@ -23,6 +27,7 @@ from blockviz.core.requests import (
     TrainRequest,
     WorkRequest,
 )
+from blockviz.core.vocab import DataError
 
 
 def session(args: argparse.Namespace) -> Session:
@@ -53,13 +58,30 @@ def _seeds(args: argparse.Namespace) -> tuple[int, ...] | None:
         raise UsageError(f"--seeds: {exc}") from None
 
 
+def _new_run_source(args: argparse.Namespace) -> ConfigSource:
+    """A new run's config source, checked here, before anything slow is imported: the
+    config is built and validated, a file dataset exists, and a warm-up the user did not
+    type that is longer than a typed `--max_steps` is scaled down (with a note)."""
+    source, note = fit_warmup(config_source(args))
+    if note is not None:
+        print(f"blockviz train: note: {note}", flush=True)
+    try:
+        check_dataset(build_config(source).data.dataset)
+    except DataError as exc:
+        raise UsageError(f"--{exc}" if args.cfg_dataset is not None else str(exc)) from None
+    return source
+
+
 def train_request(args: argparse.Namespace) -> TrainRequest:
     """`train`'s flags."""
     request_session = session(args)
     seeds = _seeds(args)
+    # A resume's fields change its run's config, and a run the runner created (--run_id)
+    # records a bad config as that run's failure: those are checked where they are planned.
+    new_run = args.resume is None and args.run_id is None
     return TrainRequest(
         session=request_session,
-        source=config_source(args),
+        source=_new_run_source(args) if new_run else config_source(args),
         name=args.name,
         preset=args.preset,
         resume=args.resume,

@@ -14,8 +14,9 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from blockviz import CLI
 from blockviz.core import config as cfg
-from blockviz.core import evaluation
+from blockviz.core import disk, evaluation
 from blockviz.core.forks import changes_text
 from blockviz.core.spec import RUN_STATES, final_header
 from blockviz.core.tags import tags_text
@@ -24,13 +25,15 @@ from blockviz.store import RunRecord, RunStore, checked
 from blockviz.views.run_findings import finding_json, plain_lines, read_findings
 from blockviz.views.summary import read_divergence
 
-EXIT_OK, EXIT_FAILED = 0, 1
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def _open_store(args: argparse.Namespace) -> RunStore:
-    """The store for reading: writable when it can be (to mark dead runs), else read-only;
-    a damaged file is reported as corrupt rather than read."""
-    return checked(RunStore.open_readable(args.store or None))
+def open_existing(store: str | None) -> RunStore:
+    """The store a command reads or steers: writable when it can be (to mark dead runs),
+    else read-only; never created (a missing file, or a database without blockviz's
+    tables, is an error naming where it looked), and a server that does not answer is
+    said at once; a damaged file is reported as corrupt rather than read."""
+    return checked(RunStore.open_readable(store, create=False, wait_for_server=False))
 
 
 def _fmt(value: Any, spec: str = "") -> str:
@@ -41,19 +44,33 @@ def _fmt(value: Any, spec: str = "") -> str:
 
 def cli_runs(args: argparse.Namespace) -> int:
     """`python -m blockviz runs`: one line per run (id, name, status, step, val loss, device,
-    tags)."""
-    with _open_store(args) as store:
+    tags, disk), then a warning when the store's checkpoints pass the warning size."""
+    try:
+        limit_mb = disk.warn_mb(args.ckpt_warn_mb)
+    except disk.WarnSizeError as exc:
+        print(f"blockviz runs: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    with open_existing(args.store or None) as store:
         store.reap_dead()  # a read-only store is listed as it is
         frame = store.runs_frame()
+        where = store.where
+        sizes = [disk.folder_bytes(store.run_dir(int(i))) for i in frame["id"]]
+        warning = disk.over_warning(
+            disk.checkpoint_bytes(store.runs_root), limit_mb, str(store.runs_root)
+        )
     words = runner.shown_in(frame)  # as the pages word them: a queued run may be starting
     if args.json:
         records = json.loads(frame.to_json(orient="records"))
+        for record, size in zip(records, sizes, strict=True):
+            record["disk_bytes"] = size
         print(json.dumps(records, indent=2))
+        if warning:
+            print(warning, file=sys.stderr)
         return EXIT_OK
     if frame.empty:
-        print("no runs yet; start one with `python -m blockviz train --preset baby-cpu`")
+        print(f"no runs yet in {where}; start one with `{CLI} train --preset baby-cpu`")
         return EXIT_OK
-    header = ("id", "name", "status", "step", "val loss", "device", "tags")
+    header = ("id", "name", "status", "step", "val loss", "device", "tags", "disk")
     rows = [
         (
             str(row.id),
@@ -63,14 +80,17 @@ def cli_runs(args: argparse.Namespace) -> int:
             _fmt(row.val_loss, ".4f"),
             str(row.device) if isinstance(row.device, str) and row.device else "-",
             str(row.tags) if isinstance(row.tags, str) and row.tags else "-",
+            disk.size_text(size),
         )
-        for row in frame.itertuples()
+        for row, size in zip(frame.itertuples(), sizes, strict=True)
     ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for line in [header, *rows]:
         print(
             "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         )
+    if warning:
+        print(f"\nwarning: {warning}")
     return EXIT_OK
 
 
@@ -126,13 +146,18 @@ def fork_line(run: RunRecord) -> str:
 
 def cli_show(args: argparse.Namespace) -> int:
     """`python -m blockviz show RUN`: config summary, status, final metrics, last sample."""
-    with _open_store(args) as store:
+    with open_existing(args.store or None) as store:
         store.reap_dead()
         run = store.get_run(args.run)
         samples = store.samples(run.id, limit=1)
         final = store.final_metrics([run.id])
         divergence = read_divergence(store, run) if run.status == "diverged" else None
         found = read_findings(store, run)
+        run_dir = store.run_dir(run.id)
+        used = {
+            "disk_bytes": disk.folder_bytes(run_dir),
+            "ckpt_bytes": disk.checkpoint_bytes(run_dir),
+        }
         word = runner.shown_in(store.runs_frame())[int(run.id)]
     if run.status == "queued":  # starting or queued: which, and what it waits for
         word += f" ({RUN_STATES[word]})"
@@ -151,6 +176,7 @@ def cli_show(args: argparse.Namespace) -> int:
             json.dumps(
                 {
                     **run.to_dict(),
+                    **used,
                     "final_metrics": metrics,
                     "last_sample": last_sample,
                     "divergence": None if divergence is None else asdict(divergence),
@@ -185,6 +211,13 @@ def cli_show(args: argparse.Namespace) -> int:
         lines.append(("dataset", f"{dataset.get('name')}: {size}"))
         lines.append(("val loss on", evaluation.scored_on(dataset)))
     lines.append(("tags", tags_text(run.tags) or "-"))
+    lines.append(
+        (
+            "disk",
+            f"{disk.size_text(used['disk_bytes'])} "
+            f"(checkpoints {disk.size_text(used['ckpt_bytes'])}) in {run_dir}",
+        )
+    )
     lines += _config_summary(run.config)
     shown = (
         "train_loss",
@@ -226,8 +259,8 @@ def cli_show(args: argparse.Namespace) -> int:
 
 def cli_stop(args: argparse.Namespace) -> int:
     """`python -m blockviz stop RUN`: `runner.stop_run`, its message printed; exit 1 if refused."""
-    # Writable, not `_open_store`: a stop records `stopped` / `failed` when the run cannot.
-    with RunStore(args.store or None) as store:
+    # Writable, not `open_existing`: a stop records `stopped` / `failed` when the run cannot.
+    with RunStore(args.store or None, create=False, wait_for_server=False) as store:
         run = store.get_run(args.run)  # RUN may be a name; stop_run takes the id
         outcome = runner.stop_run(store, int(run.id))
     label = f"run {run.id} ({run.name})"

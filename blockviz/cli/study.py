@@ -1,5 +1,5 @@
-"""`python -m blockviz study run|sweep|launch|list|show|stop|resume|export`: studies from a
-terminal.
+"""`python -m blockviz study run|sweep|launch|list|show|stop|resume|export|work`: studies
+from a terminal.
 
 `run` and `sweep` store the study, start its workers and, unless `--detach`, print its
 progress until it ends (Ctrl-C stops the study, as it stops a `train` run); with
@@ -18,7 +18,9 @@ import sys
 import time
 from typing import Any
 
+from blockviz import CLI
 from blockviz.cli import study_launch
+from blockviz.cli.runs import open_existing
 from blockviz.core import config as cfg
 from blockviz.core import studies, study_builtins, sweeps
 from blockviz.core.flags import (
@@ -32,7 +34,7 @@ from blockviz.core.flags import (
 )
 from blockviz.core.presets import PRESETS
 from blockviz.launch import study_estimate, study_runner
-from blockviz.store import RunStore, checked
+from blockviz.store import RunStore
 from blockviz.store.location import redact
 
 EXIT_OK = 0
@@ -96,10 +98,22 @@ def build(p: argparse.ArgumentParser) -> None:
         if name == "export":
             one.add_argument("--out", required=True, help="output directory")
 
-    work = sub.add_parser("work", help=argparse.SUPPRESS)
-    work.add_argument("study")
-    work.add_argument("--store", required=True)
-    work.add_argument("--max_running", type=int, default=0)
+    work_help = (
+        "one worker, in this process: train a stored study's queued runs until none is left "
+        "(what `launch` starts; any other scheduler can run it)"
+    )
+    work = sub.add_parser("work", help=work_help, description=work_help)
+    work.add_argument("study", help="study id (see `study list`)")
+    work.add_argument(
+        "--store", required=True, help="the study's run store: a file path or a postgresql:// URL"
+    )
+    work.add_argument(
+        "--max_running",
+        type=int,
+        default=0,
+        metavar="INT",
+        help="wait while this many runs of the store are running (0: no limit; default: 0)",
+    )
     threads_arg(work)
     replicas_arg(work)
 
@@ -155,7 +169,7 @@ def cli_main(args: argparse.Namespace) -> int:
 
 def _store(args: argparse.Namespace) -> RunStore:
     """The store for reading, its dead runs marked failed first, as `runs` and `show` do."""
-    store = checked(RunStore.open_readable(args.store or None))
+    store = open_existing(args.store or None)
     try:
         store.reap_dead()  # a read-only store is read as it is
     except BaseException:
@@ -179,7 +193,7 @@ def _sweep(args: argparse.Namespace) -> int:
     _positive("workers", args.workers, least=0)
     base = cfg.RunConfig()
     if args.config:
-        base = cfg.RunConfig.from_json(read_config_file(args.config))
+        base = read_config_file(args.config)
     elif args.preset:
         base = cfg.preset(args.preset)
     grid: dict[str, list[Any]] = {}
@@ -244,7 +258,7 @@ def _launch_and_watch(args: argparse.Namespace, study: studies.StudyDef) -> int:
         if note and study.trains:
             print(f"blockviz: {note}", flush=True)
         if args.detach:
-            print(f"blockviz: watch it with `python -m blockviz study show {study_id}`")
+            print(f"blockviz: watch it with `{CLI} study show {study_id}`")
             return EXIT_OK
         try:
             _watch(store, study_id)
@@ -259,7 +273,7 @@ def _launch_and_watch(args: argparse.Namespace, study: studies.StudyDef) -> int:
 def _no_worker_hint(store: RunStore, study_id: int) -> str:
     work = redact(" ".join(["python", *study_runner.worker_args(store, study_id)]))
     return (
-        f"blockviz: start its workers with `python -m blockviz study launch {study_id} "
+        f"blockviz: start its workers with `{CLI} study launch {study_id} "
         f"--slurm --workers N` (or `--local N`), or run `{work}` on any machine that "
         "reaches the store"
     )
@@ -319,7 +333,7 @@ def _list(args: argparse.Namespace) -> int:
         print(json.dumps(records, indent=2))
         return EXIT_OK
     if frame.empty:
-        print("no studies yet; start one with `python -m blockviz study run lr-sensitivity`")
+        print(f"no studies yet; start one with `{CLI} study run lr-sensitivity`")
         return EXIT_OK
     header = ("id", "name", "study", "size", "status", "runs done")
     rows = [
@@ -360,7 +374,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    with RunStore(args.store or None) as store:
+    with RunStore(args.store or None, create=False, wait_for_server=False) as store:
         study = store.get_study(args.id)
         print(f"blockviz: study {study.id} {study_runner.stop(store, int(study.id))}")
     return EXIT_OK
@@ -370,7 +384,7 @@ def _resume(args: argparse.Namespace) -> int:
     _positive("workers", args.workers, least=0)
     check_threads(args.threads)
     replica_limit = replicas_from_args(args)
-    with RunStore(args.store or None) as store:
+    with RunStore(args.store or None, create=False, wait_for_server=False) as store:
         study = store.get_study(args.id)
         queued = study_runner.resume(
             store,

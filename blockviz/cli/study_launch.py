@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from blockviz import CLI
 from blockviz.core import replicas
 from blockviz.core.flags import (
     UsageError,
@@ -114,5 +115,5 @@ def cli_main(args: argparse.Namespace) -> int:
     print(f"blockviz: study {study_id}: {what}, job(s) {', '.join(done.job_ids)}")
     print(f"blockviz: each runs `{redact(' '.join(['python', *done.command]))}`")
     print(f"blockviz: the jobs' logs: {done.folder}")
-    print(f"blockviz: watch it with `python -m blockviz study show {study_id}`")
+    print(f"blockviz: watch it with `{CLI} study show {study_id}`")
     return EXIT_OK

@@ -69,6 +69,16 @@ def load_corpus(cfg: DataConfig, progress: Progress | None = None) -> Corpus:
         )
         text = ops_text(cfg.ops_examples, cfg.ops_min_args, cfg.ops_max_args, cfg.ops_seed)
         return Corpus("ops", source, text)
+    check_dataset(name)
+    path = Path(name).expanduser()
+    return Corpus(path.name, str(path.resolve()), read_text_file(path))
+
+
+def check_dataset(name: str) -> None:
+    """DataError when `name` is neither a built-in corpus nor an existing file; reads
+    nothing, so a command checks it before anything slow."""
+    if name in BUILTIN:
+        return
     path = Path(name).expanduser()
     try:
         exists = path.exists()
@@ -80,7 +90,6 @@ def load_corpus(cfg: DataConfig, progress: Progress | None = None) -> Corpus:
             f"dataset {shown} is neither a built-in corpus nor an existing file; "
             f"choose one of {', '.join(BUILTIN)} or give the path of a UTF-8 text file"
         )
-    return Corpus(path.name, str(path.resolve()), read_text_file(path))
 
 
 # ---------------------------------------------------------------- files and uploads

@@ -1,4 +1,5 @@
-"""Command-line flags generated from the config dataclasses, and reading a config file.
+"""Command-line flags generated from the config dataclasses, reading a config file, and
+a config's errors and adjustments in the words of the flags the user typed.
 
 Torch-free: the CLI and the `train` command (training side) both build configs this way.
 """
@@ -6,6 +7,7 @@ Torch-free: the CLI and the `train` command (training side) both build configs t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn, get_args, get_origin
 
@@ -43,6 +45,9 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "logger": cfg.LOGGERS,
 }
 _DATASET_HELP = "a built-in corpus (pydocs, pycode, shakespeare, ops) or a UTF-8 text file path"
+# Where the config flags' --help sends the reader for what each field does (a flag's own
+# help says its type, range and default).
+CONFIG_GROUP_NOTE = "what each field does, and the rules between fields: docs/config-guide.md"
 # What a flag does, where its name does not say enough (before its type and default).
 FIELD_NOTES: dict[str, str] = {"weight_decay": cfg.WEIGHT_DECAY_HELP}
 
@@ -80,7 +85,7 @@ def add_config_flags(parser: argparse.ArgumentParser, sections: Sequence[str]) -
     """
     for section in sections:
         cls = cfg.SECTIONS[section]
-        group = parser.add_argument_group(f"{section} config")
+        group = parser.add_argument_group(f"{section} config", CONFIG_GROUP_NOTE)
         defaults = cls()
         for name, annotation in cfg.field_types(cls).items():
             metavar, help_text = flag_metavar_and_help(name, annotation, getattr(defaults, name))
@@ -143,13 +148,58 @@ def read_config_file(path: str) -> cfg.RunConfig:
         raise UsageError(f"--config {path}: {exc}") from None
 
 
+def _base_config(source: ConfigSource) -> cfg.RunConfig:
+    """The config the field flags go on top of: the config file, else the preset, else
+    the defaults."""
+    if source.file:
+        return read_config_file(source.file)
+    return cfg.preset(source.preset) if source.preset else cfg.RunConfig()
+
+
 def build_config(source: ConfigSource) -> cfg.RunConfig:
     """Preset or config file, then field flags on top; validated."""
-    base = cfg.preset(source.preset) if source.preset else cfg.RunConfig()
-    if source.file:
-        base = read_config_file(source.file)
+    base = _base_config(source)
     overrides = coerce_fields(source.fields, list(cfg.SECTIONS))
     return cfg.replace(base, **overrides).validate() if overrides else base.validate()
+
+
+def fit_warmup(source: ConfigSource) -> tuple[ConfigSource, str | None]:
+    """A typed `--max_steps` shorter than the warm-up the user did not type (the preset's,
+    the file's or the default): the warm-up scaled to the same share of the run, added as
+    if typed, and a note saying so; else the source as it is and None."""
+    typed = dict(source.fields)
+    if "max_steps" not in typed or "warmup_steps" in typed:
+        return source, None
+    max_steps = cfg.coerce("max_steps", typed["max_steps"], int)
+    base = _base_config(source).train
+    if not BOUNDS["max_steps"].contains(max_steps) or base.warmup_steps <= max_steps:
+        return source, None
+    scaled = base.warmup_steps * max_steps // max(base.max_steps, base.warmup_steps)
+    origin = (
+        f"--config {source.file}"
+        if source.file
+        else f"the preset {source.preset}"
+        if source.preset
+        else "the defaults"
+    )
+    note = (
+        f"--max_steps {max_steps} is shorter than the warm-up of {origin} "
+        f"({base.warmup_steps} of {base.max_steps} steps): warm-up scaled to {scaled} steps, "
+        "the same share of the run; --warmup_steps sets another"
+    )
+    fields = (*source.fields, ("warmup_steps", str(scaled)))
+    return dataclasses.replace(source, fields=fields), note
+
+
+def flag_message(exc: cfg.ConfigError, args: argparse.Namespace) -> str:
+    """A config field's error in the command line's words: named by its flag when the
+    user typed it; else saying which flag sets the field."""
+    text = str(exc)
+    if not hasattr(args, f"cfg_{exc.field}"):
+        return text  # not a field this command takes as a flag
+    if getattr(args, f"cfg_{exc.field}") is None:
+        return f"{text} ({exc.field} was not given as a flag: --{exc.field} sets it)"
+    return f"--{text}" if text.startswith(f"{exc.field}:") else f"--{exc.field}: {text}"
 
 
 def config_source(args: argparse.Namespace) -> ConfigSource:

@@ -401,11 +401,18 @@ def stat_label(stat: str) -> str:
 
 @dataclass(frozen=True)
 class FinalColumn:
-    """A column of the final-metrics (ablation) table: its header and how to show it."""
+    """A column of the final-metrics (ablation) table: its header, how to show it, and
+    its `short` header where a narrow table (Compare's) needs one."""
 
     header: str
     kind: str = "number"  # number | integer | text | percent | count | duration
     digits: int = 4
+    short: str = ""
+
+    @property
+    def label(self) -> str:
+        """The short header, else the header."""
+        return self.short or self.header
 
 
 # In the order of `RunStore.final_metrics`; every view of that table uses these headers.
@@ -415,16 +422,18 @@ FINAL_COLUMNS = {
     "steps": FinalColumn("steps", "integer"),
     # The final train loss averages the last 50 steps' losses (TrainingMonitor's
     # RECENT_LOSSES): one batch's loss is too noisy to report alone.
-    "train_loss": FinalColumn("train loss (mean of last 50 steps)"),
+    "train_loss": FinalColumn("train loss (mean of last 50 steps)", short="train loss"),
     "val_loss": FinalColumn("val loss"),
-    "val_ppl": FinalColumn("val perplexity", digits=2),
-    "val_bpc": FinalColumn("val bits/char", digits=3),
-    "answer_acc": FinalColumn("answer accuracy", "percent"),
-    "answer_baseline": FinalColumn("trivial baseline's answer accuracy", "percent"),
-    "diverged_at": FinalColumn("diverged at step", "integer"),
-    "time_s": FinalColumn("time (s)", "duration", digits=1),
-    "tokens_per_sec": FinalColumn("mean tokens/s over training", digits=0),
-    "n_params": FinalColumn("parameters", "count"),
+    "val_ppl": FinalColumn("val perplexity", digits=2, short="val ppl"),
+    "val_bpc": FinalColumn("val bits/char", digits=3, short="val bpc"),
+    "answer_acc": FinalColumn("answer accuracy", "percent", short="answers"),
+    "answer_baseline": FinalColumn(
+        "trivial baseline's answer accuracy", "percent", short="baseline"
+    ),
+    "diverged_at": FinalColumn("diverged at step", "integer", short="diverged at"),
+    "time_s": FinalColumn("time (s)", "duration", digits=1, short="time"),
+    "tokens_per_sec": FinalColumn("mean tokens/s over training", digits=0, short="tokens/s"),
+    "n_params": FinalColumn("parameters", "count", short="params"),
 }
 
 

@@ -19,6 +19,7 @@ import pandas as pd
 import streamlit as st
 
 from blockviz.core.config import RunConfig
+from blockviz.core.presets import PLAYGROUND_PRESET
 from blockviz.core.spec import ACTIVE_STATUSES, LOSS_NAMES
 from blockviz.core.tags import AUTO_TAG
 from blockviz.dashboard import sidebar_widgets, store_access, ui
@@ -92,9 +93,14 @@ def render(state: SidebarState, store: RunStore) -> None:
 
 
 def _quick_fields(state: SidebarState) -> None:
-    """The fields most worth flipping, with the sidebar's widgets' keys (one value)."""
+    """The fields most worth flipping, with the sidebar's widgets' keys (one value); on
+    the Playground's own preset, under each field whose flip shows no visible gap there,
+    what was measured (`views.playground.NO_GAP_NOTES`)."""
+    at_start = state.preset == PLAYGROUND_PRESET
     for name in QUICK_FIELDS:
         sidebar_widgets.widget(SPECS[name], state.error, state.inert)
+        if at_start and name in pg.NO_GAP_NOTES:
+            st.caption(pg.NO_GAP_NOTES[name])
     st.caption("Every other field is in the sidebar.")
 
 
@@ -122,7 +128,9 @@ def _trail_column(state: SidebarState, store: RunStore, writable: bool) -> None:
     st.caption(
         "Auto-runs are ordinary runs tagged "
         f"{ui.literal(AUTO_TAG)}: the config with the steps above, probes and samples only "
-        "at the first and last step, and a few evaluations. Open one on Live or Compare."
+        "at the first and last step, and a few evaluations. Open one on Live or Compare. "
+        "They keep no fork points (only last.ckpt and best.ckpt): to fork or replay a "
+        "config, launch it from Train."
     )
 
 

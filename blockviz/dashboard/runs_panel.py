@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
+from blockviz.core import disk
 from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.dashboard import relaunch, run_actions, store_access, tables, tag_filter, ui
 from blockviz.launch import runner
@@ -68,6 +69,16 @@ def show(store: RunStore, runs: pd.DataFrame, wanted: Sequence[str], show_auto: 
         st.fragment(_watch, run_every=WATCH_S)(store, seen)
 
 
+def disk_warning(store: RunStore) -> str | None:
+    """The store's checkpoints past the warning size (`core.disk`), or a bad
+    $BLOCKVIZ_CKPT_WARN_MB, as one plain-text warning; None when neither."""
+    try:
+        limit_mb = disk.warn_mb()
+    except disk.WarnSizeError as exc:
+        return str(exc)
+    return disk.over_warning(disk.checkpoint_bytes(store.runs_root), limit_mb, str(store.runs_root))
+
+
 def selected_run() -> int | None:
     """The run of the table's selected row as last drawn; None when no row is selected."""
     ids, rows = st.session_state.get(_DRAWN_KEY) or ([], [])
@@ -94,7 +105,10 @@ def _panel(
             # redraw the page, so the actions and the refresh timer follow.
             st.rerun(scope="app")
         st.caption(summary_line(everything, len(shown), store.where))
-        table = tables.runs_table(shown.iloc[::-1], time.time(), store_runs=everything)
+        sizes = {int(i): disk.folder_bytes(store.run_dir(int(i))) for i in shown["id"]}
+        table = tables.runs_table(
+            shown.iloc[::-1], time.time(), store_runs=everything, disk_bytes=sizes
+        )
         if _table(table, shown):
             st.rerun(scope="app")  # a click reruns this fragment alone: redraw the actions
 

@@ -51,6 +51,7 @@ AUTO_NAME_KEY = "run_name_suggested"  # the last suggestion, to tell it from a t
 STATE_KEY = "sidebar_state"  # app.py hands this run's SidebarState to the page
 URL_PROBLEMS_KEY = "cfg_url_problems"  # what a shared URL asked for that could not be used
 URL_LOADED_KEY = "cfg_url_loaded"  # the query as first written: problems show until it changes
+STARTED_KEY = "cfg_started"  # the start presets of the pages drawn so far this session
 
 
 @dataclass(frozen=True)
@@ -147,10 +148,11 @@ def keep_values() -> None:
             st.session_state[key] = st.session_state[key]
 
 
-def _from_url() -> None:
-    """First sidebar of a session: the config the URL query asks for, over its preset."""
+def _from_url(start: str) -> None:
+    """First sidebar of a session: the config the URL query asks for, over its preset
+    (`start` when the query names none)."""
     query = {key: st.query_params[key] for key in st.query_params}
-    decoded = url_config.decode(query)
+    decoded = url_config.decode(query, start)
     st.session_state[PRESET_KEY] = decoded.preset
     apply_run_config(config.replace(config.preset(decoded.preset), **decoded.values))
     if decoded.name is not None:
@@ -160,10 +162,28 @@ def _from_url() -> None:
         st.session_state.pop(URL_LOADED_KEY, None)
 
 
-def _initialise() -> None:
-    """First run of a session: the URL's config (or the default preset); later: keep values."""
+def _untouched() -> bool:
+    """Whether the session's config is still the default preset's, no field changed."""
+    typed = st.session_state.get(NAME_KEY)
+    if st.session_state.get(PRESET_KEY) != DEFAULT_PRESET or (
+        typed and typed != st.session_state.get(AUTO_NAME_KEY)
+    ):
+        return False
+    dataset_choice = st.session_state.get(PREFIX + "dataset", "pydocs")
+    return not url_config.changes(DEFAULT_PRESET, _flat(_values_from_state(), dataset_choice))
+
+
+def _initialise(start: str) -> None:
+    """First run of a session: the URL's config, else the page's `start` preset. The first
+    time a page with a start of its own (the Playground) draws the sidebar, it starts from
+    that preset too, unless the config was changed from the default on another page.
+    Later runs keep the values."""
     if PRESET_KEY not in st.session_state:
-        _from_url()
+        _from_url(start)
+    elif start not in st.session_state.get(STARTED_KEY, ()) and _untouched():
+        st.session_state[PRESET_KEY] = start
+        _apply_preset()
+    st.session_state[STARTED_KEY] = {*st.session_state.get(STARTED_KEY, ()), start}
     keep_values()
     # Before anything reads them: the config, the count and the widgets see one value.
     for spec in ALL_FIELDS:
@@ -242,13 +262,14 @@ def _described(
         return None
 
 
-def render_sidebar(elsewhere: Collection[str] = ()) -> SidebarState:
+def render_sidebar(elsewhere: Collection[str] = (), start: str = DEFAULT_PRESET) -> SidebarState:
     """Draw the sidebar and return the config it describes (or the error that blocks it).
 
     The fields named in `elsewhere` are left out: the page draws them itself (the
-    Playground, beside its chart) with the same keys, so they hold one value.
+    Playground, beside its chart) with the same keys, so they hold one value. `start` is
+    the page's own preset, the config it opens on (`_initialise`).
     """
-    _initialise()
+    _initialise(start)
     preset_name = st.session_state[PRESET_KEY]
     values = _values_from_state()
     dataset_choice = st.session_state.get(PREFIX + "dataset", "pydocs")
@@ -432,11 +453,12 @@ def show_invalid(state: SidebarState, purpose: str) -> None:
     )
 
 
-def state(elsewhere: Collection[str] = ()) -> SidebarState:
+def state(elsewhere: Collection[str] = (), start: str = DEFAULT_PRESET) -> SidebarState:
     """This run's SidebarState: the one app.py rendered, or render it (a page run alone),
-    leaving out the fields named in `elsewhere` (the page draws them)."""
+    leaving out the fields named in `elsewhere` (the page draws them), starting from the
+    page's preset `start`."""
     current = st.session_state.get(STATE_KEY)
     if isinstance(current, SidebarState):
         return current
     run_via_app()
-    return render_sidebar(elsewhere)
+    return render_sidebar(elsewhere, start)

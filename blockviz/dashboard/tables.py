@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
-from blockviz.core import spec
+from blockviz.core import disk, spec
 from blockviz.dashboard.ui import format_duration
 from blockviz.launch import runner
 from blockviz.store import RunStore
@@ -37,20 +38,63 @@ def loss_texts(values: pd.Series, statuses: pd.Series, digits: int = 4) -> list[
     ]
 
 
+# Compare's table fits a laptop (1366x768, the sidebar open: the page's content is
+# LAPTOP_CONTENT_PX wide in chromium) without a horizontal scroll up to its last metric:
+# the run's name pinned at the left, the metrics in narrow columns under short headers
+# (each header's help says it in full), then status, the rare columns and the findings.
+LAPTOP_CONTENT_PX = 906
+NARROW_PX = 75  # Streamlit's "small" column
+NAME_CHAR_PX = 7.5  # about one character of a run name in the table's font
+NAME_MIN_PX = 120
+METRIC_COLUMNS = (
+    "val_loss",
+    "val_bpc",
+    "val_ppl",
+    "train_loss",
+    "steps",
+    "time_s",
+    "tokens_per_sec",
+    "n_params",
+)
+FINAL_ORDER = ("run", *METRIC_COLUMNS, "status", "diverged_at", "answer_acc", "answer_baseline")
+NAME_MAX_PX = LAPTOP_CONTENT_PX - NARROW_PX * len(METRIC_COLUMNS) - 4  # the table's border
+
+
 def _column(name: str, shown: spec.FinalColumn) -> Any:
+    label = shown.label
+    about = shown.header if shown.header != label else None
+    width = "small" if name in METRIC_COLUMNS else None
     if shown.kind == "text" or name in ("diverged_at", "time_s", *LOSS_COLUMNS):
-        return st.column_config.TextColumn("time" if name == "time_s" else shown.header)
-    formats = {"integer": "%d", "percent": "percent", "count": "localized"}
+        return st.column_config.TextColumn(label, help=about, width=width)
+    # "compact": 1.2M parameters fit a narrow column (the CSV and the report keep the count)
+    formats = {"integer": "%d", "percent": "percent", "count": "compact"}
     return st.column_config.NumberColumn(
-        shown.header, format=formats.get(shown.kind, f"%.{shown.digits}f")
+        label, help=about, width=width, format=formats.get(shown.kind, f"%.{shown.digits}f")
     )
 
 
-FINAL_COLUMN_CONFIG = {name: _column(name, shown) for name, shown in spec.FINAL_COLUMNS.items()}
+def name_width(names: Iterable[str]) -> int:
+    """Pixels for the run column: the longest name whole, within NAME_MIN_PX..NAME_MAX_PX
+    (a longer name is cut here; the charts' legends and the run picker show it whole)."""
+    longest = max((len(str(name)) for name in names), default=0)
+    return math.ceil(min(NAME_MAX_PX, max(NAME_MIN_PX, 16 + NAME_CHAR_PX * longest)))
+
+
+def final_column_config(names: Iterable[str]) -> dict[str, Any]:
+    """Compare's column config for `final_table`'s columns, the run column sized to `names`."""
+    config = {name: _column(name, shown) for name, shown in spec.FINAL_COLUMNS.items()}
+    config["run"] = st.column_config.TextColumn(
+        "run",
+        width=name_width(names),
+        pinned=True,
+        help="The run's name; the charts' legends and the run picker show a long one whole",
+    )
+    return config
 
 
 def final_table(store: RunStore, run_ids: list[int]) -> pd.DataFrame:
-    """The runs' final metrics as the page shows them: durations, steps and losses as text."""
+    """The runs' final metrics as the page shows them (FINAL_ORDER; `diverged_at` only when a
+    run diverged): durations, steps and losses as text."""
     final = store.final_metrics(run_ids)
     final["time_s"] = [format_duration(None if pd.isna(t) else t) for t in final["time_s"]]
     # Blank rather than Streamlit's "None" for the runs that did not diverge.
@@ -60,10 +104,17 @@ def final_table(store: RunStore, run_ids: list[int]) -> pd.DataFrame:
     answers = [c for c in ("answer_acc", "answer_baseline") if c in final.columns]
     if final[answers].isna().all().all():
         final = final.drop(columns=answers)  # only the ops dataset has answers
-    return final[[c for c in spec.FINAL_COLUMNS if c in final.columns]]
+    if not any(final["diverged_at"]):
+        final = final.drop(columns="diverged_at")  # no run diverged: an empty column
+    return final[[c for c in FINAL_ORDER if c in final.columns]]
 
 
-RUNS_COLUMN_CONFIG = {"id": st.column_config.NumberColumn("id", format="%d")}
+RUNS_COLUMN_CONFIG = {
+    "id": st.column_config.NumberColumn("id", format="%d"),
+    "disk": st.column_config.NumberColumn(
+        "disk", format="%.1f MB", help="the run's folder: its checkpoints, log and config"
+    ),
+}
 
 
 def runs_table(
@@ -71,10 +122,11 @@ def runs_table(
     now: float,
     max_running: int | None = None,
     store_runs: pd.DataFrame | None = None,
+    disk_bytes: Mapping[int, int] | None = None,
 ) -> pd.DataFrame:
     """The columns a person scans: id, name, status, created, duration, step, val loss
-    (as text, so a diverged run's reads "diverged"), device, tags, and the study a run
-    belongs to.
+    (as text, so a diverged run's reads "diverged"), device, tags, the study a run
+    belongs to, and, given `disk_bytes` (run id -> bytes of its folder), its disk in MB.
 
     Duration runs to `ended`, to `now` for an active run, else to the last heartbeat. The
     status is the one the pages show (`runner.shown_in`: a queued run with a free slot is
@@ -94,7 +146,7 @@ def runs_table(
         "" if pd.isna(c) else time.strftime("%Y-%m-%d %H:%M", time.localtime(c))
         for c in runs["created"]
     ]
-    return pd.DataFrame(
+    table = pd.DataFrame(
         {
             "id": runs["id"].to_numpy(),
             "name": runs["name"].to_numpy(),
@@ -113,3 +165,6 @@ def runs_table(
             ],
         }
     )
+    if disk_bytes is not None:
+        table["disk"] = [disk_bytes.get(int(i), 0) / disk.MB for i in runs["id"]]
+    return table

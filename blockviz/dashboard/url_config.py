@@ -109,16 +109,17 @@ def _types() -> dict[str, Any]:
     return types
 
 
-def decode(query: Mapping[str, str]) -> Decoded:
-    """Read a URL query into a preset and field values; never raises."""
-    decoded = Decoded()
+def decode(query: Mapping[str, str], start: str = DEFAULT_PRESET) -> Decoded:
+    """Read a URL query into a preset (`start` when it names none) and field values; never
+    raises."""
+    decoded = Decoded(preset=start)
     preset = query.get(PRESET_PARAM)
     if preset is not None:
         if preset in PRESETS:
             decoded.preset = preset
         else:
             error = ConfigError(PRESET_PARAM, preset, "choose one of " + ", ".join(PRESETS))
-            decoded.problems.append(f"{error}; using {DEFAULT_PRESET}")
+            decoded.problems.append(f"{error}; using {start}")
     types = _types()
     for key, text in query.items():
         if key == PRESET_PARAM:

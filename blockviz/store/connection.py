@@ -31,6 +31,7 @@ from blockviz.store.errors import (
     StoreError,
     StoreUnreachable,
     is_busy,
+    missing_store,
     store_error,
 )
 from blockviz.store.location import Location
@@ -100,6 +101,7 @@ class Connection:
         create: bool,
         busy_timeout_s: float,
         defer_when_busy: bool,
+        wait_for_server: bool | None = None,
     ) -> None:
         self.location = location
         # The file; a server store's workspace folder (uploads, run and study folders).
@@ -114,6 +116,10 @@ class Connection:
         # False: the file must exist already (a run or study it holds is being worked on);
         # a missing one is a StoreError, never a new empty store.
         self.create = create
+        # Whether opening waits out a server that does not answer: by default only a store
+        # that must exist already (a run or study being worked on); never a command that
+        # reads, which says at once that it cannot reach the store.
+        self.wait_for_server = not create if wait_for_server is None else wait_for_server
         # How long a statement waits for another process's lock before giving up: long for
         # training writers, short for a page that should say so rather than hang.
         self.busy_timeout_s = busy_timeout_s
@@ -135,9 +141,10 @@ class Connection:
 
         A store that must exist already (create=False: a run or a study being worked on)
         waits up to the busy timeout for a server that does not answer, as a call on an
-        open store does; a command opening a store says at once that it cannot reach it.
+        open store does (`wait_for_server`); a command opening a store says at once that it
+        cannot reach it.
         """
-        deadline = time.monotonic() + (0.0 if self.create else self.busy_timeout_s)
+        deadline = time.monotonic() + (self.busy_timeout_s if self.wait_for_server else 0.0)
         try:
             conn = server.retrying(
                 lambda: server.ServerConnection(
@@ -155,7 +162,9 @@ class Connection:
         try:
             if not self.is_server:
                 self._configure(conn)
-            self._legacy_upto, self.run_columns = check_schema(conn, self.where, self.readonly)
+            self._legacy_upto, self.run_columns = check_schema(
+                conn, self.where, self.readonly, create=self.create
+            )
         except StoreError:
             conn.close()
             raise
@@ -195,7 +204,7 @@ class Connection:
             return self._open_readonly()
         if not self.create:
             if not self.path.is_file():
-                raise StoreError(f"no run store at {self.path}")
+                raise StoreError(missing_store(self.where, "no such file"))
             # mode=rw: a file removed since the check above is an error, not a new store.
             return self._connect(self.path.as_uri() + "?mode=rw", uri=True)
         try:
@@ -254,7 +263,7 @@ class Connection:
     def _open_readonly(self) -> sqlite3.Connection:
         """Open without writing anything; works in a read-only file or folder too."""
         if not self.path.exists():
-            raise StoreError(f"no store at {self.path}")
+            raise StoreError(missing_store(self.where, "no such file"))
         base = self.path.as_uri()
         try:
             return self._connect(base + "?mode=ro", uri=True)

@@ -79,3 +79,13 @@ def store_error(
         return StoreError(f"the run store {path} is closed")
     verb = "open" if opening else "use"
     return StoreError(f"cannot {verb} the run store {path}: {text}")
+
+
+def missing_store(where: str, why: str) -> str:
+    """The message for a store that must exist already and does not: where it looked and
+    why it found none; nothing is created."""
+    relative = "" if "://" in where else " (a relative path starts from the folder you run in)"
+    return (
+        f"no run store at {where} ({why}); nothing was created: name the store with --store "
+        f"or BLOCKVIZ_STORE{relative}"
+    )

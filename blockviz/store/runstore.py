@@ -77,17 +77,20 @@ class RunStore:
         busy_timeout_s: float = BUSY_TIMEOUT_S,
         defer_when_busy: bool = False,
         create: bool = True,
+        wait_for_server: bool | None = None,
     ) -> None:
         location = parse_location(path)
         # create=False: the file must exist already (a run or study it holds is being
         # worked on). defer_when_busy: a training writer, whose flush keeps its rows when
-        # another process holds the lock (writes.py).
+        # another process holds the lock (writes.py). wait_for_server: whether opening
+        # waits out a server that does not answer (default: when create=False).
         self.db = Connection(
             location,
             readonly=readonly,
             create=create,
             busy_timeout_s=busy_timeout_s,
             defer_when_busy=defer_when_busy,
+            wait_for_server=wait_for_server,
         )
         self.lookup = RunLookup(self.db)
         self.writes = Writes(

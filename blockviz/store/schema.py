@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from blockviz.store.errors import StoreError
+from blockviz.store.errors import StoreError, missing_store
 
 # pandas (about a second to import) is imported where a frame is built: a training process
 # writes through the store but never reads a frame.
@@ -351,9 +351,10 @@ def _create(conn: Any) -> None:
     conn.execute("COMMIT")
 
 
-def check_schema(conn: Any, where: str, readonly: bool) -> SchemaState:
-    """Create the schema in an empty database, upgrade an old one; refuse foreign or newer
-    ones. `conn` is an sqlite3.Connection or a server.ServerConnection."""
+def check_schema(conn: Any, where: str, readonly: bool, create: bool = True) -> SchemaState:
+    """Create the schema in an empty database (unless `readonly`, or not `create`: a store
+    that must exist already), upgrade an old one; refuse foreign or newer ones. `conn` is
+    an sqlite3.Connection or a server.ServerConnection."""
     tables = _tables(conn)
     kind = "an SQLite database" if isinstance(conn, sqlite3.Connection) else "a database"
     if "meta" not in tables:
@@ -361,8 +362,8 @@ def check_schema(conn: Any, where: str, readonly: bool) -> SchemaState:
             raise StoreError(
                 f"{where} is {kind} but not a blockviz run store; give another --store"
             )
-        if readonly:
-            raise StoreError(f"no store at {where} (it holds no blockviz schema)")
+        if readonly or not create:
+            raise StoreError(missing_store(where, "it has no blockviz tables"))
         try:
             _create(conn)
         except BaseException:

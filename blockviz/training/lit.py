@@ -14,6 +14,7 @@ updates; validation at step s runs after s updates.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -100,6 +101,24 @@ def prompt_ids(vocab: CharVocab, prompt: str, block_size: int, device: Any) -> t
     return torch.tensor([ids[-block_size:]], dtype=torch.long, device=device)  # (1, T)
 
 
+def clip_norm_(optimizer: torch.optim.Optimizer, max_norm: float) -> None:
+    """`clip_grad_norm_` of the optimizer's gradients, its arithmetic without its host work.
+
+    torch's function groups the tensors by device and dtype twice and checks its inputs
+    on every call (about 1 ms of host time a step on the H100 box: BENCHMARKS.md, "Solo
+    step host work"); this computes the same norms, in the same order, in a few calls. On
+    a CPU the for-each norm and multiply are torch's per-tensor ones, so a run's numbers
+    are `clip_grad_norm_`'s bit for bit (`tests/training/test_solo_step.py`).
+    """
+    grads = [p.grad for group in optimizer.param_groups for p in group["params"]]
+    grads = [grad for grad in grads if grad is not None]
+    if not grads:
+        return
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)  # clip_grad_norm_'s eps
+    torch._foreach_mul_(grads, coefficient)
+
+
 def compile_mode(device: torch.device, world_size: int) -> str | None:
     """torch.compile's mode for a run's step: on a single GPU "reduce-overhead", which
     replays the compiled forward and backward as CUDA graphs (a small model's step is
@@ -121,7 +140,59 @@ class CompiledModel:
     wrapper: nn.Module
 
 
-class LitCharModel(L.LightningModule):
+class OneStep(L.LightningModule):
+    """A LightningModule whose training step is one call: the objective, the backward
+    pass, the optimizer's update and the schedule (Lightning's manual optimization).
+
+    Lightning's automatic optimization wraps the same work in a closure and a dozen
+    dispatched hooks a step, host work that bounds a small model's step on a GPU
+    (BENCHMARKS.md, "Solo step host work"). The arithmetic and its order are what the
+    automatic loop ran: forward, zero_grad, backward (outside autocast), the callbacks'
+    `on_before_optimizer_step` (the probes read unclipped gradients), clipping
+    (`configure_gradient_clipping`), the update, then the schedule. `LitCharModel` and
+    `LitReplicas` share it; each says what its `objective` is.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def objective(self, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The loss to minimise and what `on_train_batch_end` receives."""
+        raise NotImplementedError
+
+    def training_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor]:
+        """One update: objective, backward, clipping and the optimizer's step, schedule."""
+        optimizer = self.optimizers()
+        loss, outputs = self.objective(batch)
+        optimizer.zero_grad()
+        # The backward pass runs outside autocast, as the automatic loop runs it.
+        with torch.autocast(self.device.type, enabled=False):
+            self.manual_backward(loss)
+        optimizer.step()  # the callbacks' on_before_optimizer_step, then ours: clipping
+        scheduler = self.lr_schedulers()
+        if scheduler is not None:
+            scheduler.step()
+        return outputs
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Clip the gradients, after the callbacks (the probes) have read them."""
+        self.configure_gradient_clipping(optimizer)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A checkpoint written under automatic optimization (before this module stepped
+        itself) counts its steps there: carry the count over, so it resumes at its step."""
+        loops = checkpoint.get("loops", {}).get("fit_loop", {})
+        auto = loops.get("epoch_loop.automatic_optimization.optim_progress")
+        manual = loops.get("epoch_loop.manual_optimization.optim_step_progress")
+        if auto is None or manual is None or manual["total"]["completed"]:
+            return
+        loops["epoch_loop.manual_optimization.optim_step_progress"] = copy.deepcopy(
+            auto["optimizer"]["step"]
+        )
+
+
+class LitCharModel(OneStep):
     """A CharTransformer trained on next-character prediction.
 
     `run_config` is `RunConfig.to_dict()` and `vocab_json` is `CharVocab.to_json()`: both
@@ -170,26 +241,31 @@ class LitCharModel(L.LightningModule):
 
     # -- training -------------------------------------------------------------------------
 
-    def training_step(
-        self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int
-    ) -> torch.Tensor | dict[str, torch.Tensor]:
-        """Cross-entropy of next-character predictions on one batch; with z_loss > 0,
-        {"loss": cross-entropy + z_loss·mean((log Z)²), "ce": the cross-entropy, detached}.
-
-        (Logged, with lr and throughput, by `callbacks.TrainingMonitor`: the cross-entropy
-        either way, so runs with and without z-loss share one scale.)
+    def objective(
+        self, batch: tuple[torch.Tensor, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Cross-entropy of next-character predictions on one batch, plus
+        z_loss·mean((log Z)²) when z_loss > 0; {"loss": the objective, "ce": the
+        cross-entropy} detached, as `callbacks.TrainingMonitor` logs it (the cross-entropy
+        either way, so runs with and without z-loss share one scale).
         """
         x, y = batch  # (B, T), (B, T)
         logits, ce = self.forward(x, y)
         coefficient = self.config.train.z_loss
         if coefficient == 0:
-            return ce
+            return ce, {"loss": ce.detach()}
         # PaLM's z-loss: pulls each position's log-normaliser log Z towards 0, so the
         # logits cannot drift upwards together (the softmax alone never notices a shift).
         log_z = logits.float().logsumexp(dim=-1)  # (B, T)
+        loss = ce + coefficient * log_z.pow(2).mean()
         # "ce" is kept until it is logged: a copy, as a step compiled into CUDA graphs
         # returns outputs in memory that its next replay overwrites.
-        return {"loss": ce + coefficient * log_z.pow(2).mean(), "ce": ce.detach().clone()}
+        return loss, {"loss": loss.detach(), "ce": ce.detach().clone()}
+
+    def configure_gradient_clipping(self, optimizer: Any, *args: Any, **kwargs: Any) -> None:
+        """Clip the global gradient norm to `grad_clip` (0: no clipping)."""
+        if self.config.train.grad_clip:
+            clip_norm_(optimizer, self.config.train.grad_clip)
 
     # -- validation -----------------------------------------------------------------------
 
@@ -241,18 +317,21 @@ class LitCharModel(L.LightningModule):
     # -- optimisation ---------------------------------------------------------------------
 
     def configure_optimizers(self) -> dict[str, Any]:
-        """AdamW (decay / no-decay groups) and a LambdaLR stepped every optimizer step."""
+        """AdamW (decay / no-decay groups) and a LambdaLR stepped after every update."""
         train = self.config.train
         # On a GPU the fused kernel: a few launches for all tensors where the for-each
         # implementation makes dozens and reads each tensor's step count on the host
-        # (BENCHMARKS.md, "Solo step host work"). A CPU keeps the per-tensor loop, so CPU
-        # runs and their forks stay what they were. (A checkpoint's groups keep the flag.)
+        # (BENCHMARKS.md, "Solo step host work"). A CPU takes the for-each one, one call
+        # per list where the per-tensor loop is Python per tensor: on a CPU its arithmetic
+        # is the loop's, element for element (`tests/training/test_solo_step.py` holds a
+        # run to the per-tensor loop's numbers). (A checkpoint's groups keep the flags.)
         fused = self.device.type == "cuda"
         optimizer = torch.optim.AdamW(
             param_groups(self.model, train.weight_decay),
             lr=train.lr,
             betas=(train.beta1, train.beta2),
             fused=fused or None,
+            foreach=None if fused else True,
         )
         if fused:
             # A fused AdamW says it unscales 16-mixed gradients itself, and Lightning then
@@ -264,10 +343,7 @@ class LitCharModel(L.LightningModule):
             return lr_at(step, train, self.schedule_steps) / train.lr
 
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
-        }
+        return {"optimizer": optimizer, "lr_scheduler": scheduler}  # stepped by training_step
 
     # -- checkpoints ----------------------------------------------------------------------
 
@@ -287,6 +363,7 @@ class LitCharModel(L.LightningModule):
         """Keep the random state a checkpoint carries (older ones carry none) for the first
         training batch: between the restore and that batch Lightning creates the training
         loader's iterator, which draws a seed from the global generator."""
+        super().on_load_checkpoint(checkpoint)
         state = checkpoint.get(RNG_KEY)
         self._restored_rng = state if isinstance(state, dict) else None
 

@@ -242,6 +242,10 @@ class BlockProbe(Callback):
         """Whether `step` gets attention maps and a text sample."""
         return step % self.sample_interval == 0
 
+    def sampled_at(self, step: int) -> bool:
+        """Whether the latest text sample is of `step` (the end then needs no other)."""
+        return self._last_sample_step == step
+
     # -- before the optimizer step: gradients, parameters, activations ---------------------
 
     def on_before_optimizer_step(
@@ -392,7 +396,7 @@ class BlockProbe(Callback):
         if self._index is None:
             return
         step = trainer.global_step
-        if self._last_sample_step == step:
+        if self.sampled_at(step):
             return
         pending = _PendingProbe(step=step)
         self._measure_forward(trainer, pl_module, pending, probe=False, sample=True)

@@ -303,8 +303,8 @@ class ReplicaCallbacks(Callback):
         live = [r for r in self._live(pl_module) if r.probe is not None]
         probe = self._probe()
         step = trainer.global_step
-        sampled = probe is not None and probe._last_sample_step != step
-        with self._samples(pl_module, live, step if sampled else None):
+        sample = probe is not None and not probe.sampled_at(step)
+        with self._samples(pl_module, live, step if sample else None):
             for replica in live:
                 replica.probe.on_train_end(
                     self._views[replica.index], pl_module.views[replica.index]

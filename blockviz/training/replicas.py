@@ -47,6 +47,7 @@ from blockviz.training.data import answer_accuracy, baseline_score
 from blockviz.training.lit import (
     CompiledModel,
     LitCharModel,
+    OneStep,
     lr_at,
     param_groups,
     prompt_ids,
@@ -63,7 +64,7 @@ def _key(name: str) -> str:
     return name.replace(".", "__")
 
 
-class LitReplicas(L.LightningModule):
+class LitReplicas(OneStep):
     """K replicas of one CharTransformer shape, trained as one batched model.
 
     `run_configs`: each replica's `RunConfig.to_dict()` (equal but for the per-replica
@@ -189,8 +190,8 @@ class LitReplicas(L.LightningModule):
 
     # -- training ------------------------------------------------------------------------
 
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> Any:
-        """{"loss": the sum of the live replicas' objectives, "ce": each one's (K,) loss}."""
+    def objective(self, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+        """The sum of the live replicas' objectives, and {"ce": each one's (K,) loss}."""
         x, y = batch  # (K, B, T) each
         logits, ce = self._run(x, y)  # (K, B, T, V), (K,)
         # Each replica's objective as its solo run computes it: the cross-entropy, plus
@@ -201,11 +202,10 @@ class LitReplicas(L.LightningModule):
             objective = ce + self.z_loss * log_z.pow(2).mean(dim=(1, 2))
         # A masked replica adds nothing (and gets no gradient), whatever its loss.
         live = torch.where(self.alive, objective, torch.zeros_like(objective))
-        return {"loss": live.sum(), "ce": ce.detach()}
+        loss = live.sum()
+        return loss, {"loss": loss.detach(), "ce": ce.detach()}
 
-    def configure_gradient_clipping(
-        self, optimizer: Any, gradient_clip_val: Any = None, gradient_clip_algorithm: Any = None
-    ) -> None:
+    def configure_gradient_clipping(self, optimizer: Any, *args: Any, **kwargs: Any) -> None:
         """Each replica's gradient clipped to its own `grad_clip` by its own global norm
         (the norm of its row of the gradient buffer), as `clip_grad_norm_` clips a solo
         run's; 0 leaves a replica's gradient alone."""
@@ -270,6 +270,7 @@ class LitReplicas(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """A resumed batch: which replicas were still training when it was saved."""
+        super().on_load_checkpoint(checkpoint)
         saved = checkpoint.get("state_dict", {}).get("alive")
         if saved is not None:
             self.live = [bool(a) for a in saved.tolist()]

@@ -128,7 +128,8 @@ def make_trainer(
     *,
     replicas: bool = False,
 ) -> L.Trainer:
-    """A Trainer for the run: device, precision, DDP, clipping, cadence, checkpoints.
+    """A Trainer for the run: device, precision, DDP, cadence, checkpoints (the module
+    clips its gradients itself: `lit.OneStep`).
 
     Every Trainer gets a `TrainingMonitor` (train metrics, clocks, divergence), after
     `callbacks` so that it sees each event after them: the wall clock includes the
@@ -136,7 +137,7 @@ def make_trainer(
     """
     train = run_cfg.train
     # A batch of replicas (blockviz.training.replica_fit) brings a monitor per replica in
-    # `callbacks`, clips each replica's gradient itself and keeps only last.ckpt: "best"
+    # `callbacks` and keeps only last.ckpt: "best"
     # has no meaning for K runs at once, and a kept step's checkpoint would hold K models.
     monitor = [] if replicas else [TrainingMonitor(train.log_interval)]
     checkpoints = [LastCheckpoint(Path(run_dir) / "checkpoints")]
@@ -156,7 +157,6 @@ def make_trainer(
         precision=resolve_precision(train.precision, train.accelerator),
         max_steps=train.max_steps,
         max_epochs=-1,  # the training loader never ends; max_steps does
-        gradient_clip_val=None if replicas else (train.grad_clip or None),
         val_check_interval=train.eval_interval,
         check_val_every_n_epoch=None,  # count val_check_interval in steps across "epochs"
         limit_val_batches=train.eval_iters,

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from blockviz.core.config import ModelConfig
+from blockviz.views.charts.colours import NEUTRAL
 
 FONT = "Helvetica"
 COLOURS = {
@@ -28,7 +29,9 @@ COLOURS = {
     "embed": "#f3e0f7",
     "head": "#ffe0cc",
 }
-TAP_COLOUR = "#808080"
+# Lines and the taps' labels lie on the page itself (the graph is transparent): a grey
+# that reads on a light and a dark page (charts.colours.NEUTRAL); #555555 was 2.4:1 on dark.
+TAP_COLOUR = LINE_COLOUR = NEUTRAL
 NORM_KINDS = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm", "batchnorm": "BatchNorm"}
 
 
@@ -68,9 +71,9 @@ class _Graph:
             '  bgcolor="transparent";',
             # Compact: the page shows the block beside the parameter summary.
             '  nodesep="0.25"; ranksep="0.22";',
-            f'  node [fontname="{FONT}", fontsize="10", color="#555555", height="0.3", '
+            f'  node [fontname="{FONT}", fontsize="10", color="{LINE_COLOUR}", height="0.3", '
             'margin="0.12,0.03"];',
-            f'  edge [fontname="{FONT}", fontsize="9", color="#555555", arrowsize="0.6"];',
+            f'  edge [fontname="{FONT}", fontsize="9", color="{LINE_COLOUR}", arrowsize="0.6"];',
         ]
         for node_id, attrs in self.nodes:
             lines.append(f"  {node_id} [{_attrs(attrs)}];")

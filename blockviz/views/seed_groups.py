@@ -17,7 +17,17 @@ import pandas as pd
 from blockviz.core import spec
 from blockviz.core.config import ConfigError, RunConfig
 from blockviz.core.study_stats import mean_interval
-from blockviz.views.charts.base import HEIGHT, WIDTH, ema, is_smoothed, no_data, x_axis_encoding
+from blockviz.views.charts.base import (
+    HEIGHT,
+    WIDTH,
+    category_scale,
+    dash_legend,
+    ema,
+    is_smoothed,
+    no_data,
+    wrapped_legend,
+    x_axis_encoding,
+)
 from blockviz.views.charts.series import ceiling_note, clamped_scale, loss_ceiling
 
 if TYPE_CHECKING:
@@ -119,13 +129,17 @@ def band_chart(
     base = alt.Chart(bands)
     series = sorted(bands["name"].unique())
     dash = alt.StrokeDash(
-        "name:N", title="series", sort=series, legend=None if len(series) < 2 else alt.Legend()
+        "name:N", title="series", sort=series, legend=None if len(series) < 2 else dash_legend()
     )
     many = len(groups) > MANY_GROUPS
     # One colour encoding for band and line, so Vega-Lite draws one legend (a layer with
     # legend=None hides the merged one); its symbols opaque, whatever the band's opacity.
     color = alt.Color(
-        "group:N", title="group", sort=groups, legend=alt.Legend(symbolOpacity=1, symbolLimit=40)
+        "group:N",
+        title="group",
+        sort=groups,
+        scale=category_scale(groups),
+        legend=wrapped_legend(symbolLimit=40),
     )
     band = (
         base.transform_filter("isValid(datum.low) && isFinite(datum.low)")
@@ -154,7 +168,10 @@ def band_chart(
         strokeDash=dash,
         tooltip=tooltip,
     )
-    points = line.mark_point(filled=True, size=25)
+    # The points without the dash: the dash legend then draws strokes (see dash_legend).
+    points = base.mark_point(filled=True, size=25).encode(
+        x=x, y=alt.Y("mean:Q", title=y_title, scale=y_scale), color=color, tooltip=tooltip
+    )
     return alt.layer(band, line, points, data=bands).properties(
         title=alt.Title(title, subtitle=subtitle), width=WIDTH, height=HEIGHT
     )

@@ -157,3 +157,20 @@ def test_a_huge_sweep_is_refused_in_one_line_without_building_it(tmp_path: Path)
     )
     assert_one_line(done.returncode, done.stderr, "6,250,000 runs, more than the 500")
     assert not store.exists()
+
+
+def test_a_sweep_from_a_config_file_starts_from_that_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`study sweep --config FILE` once handed the parsed RunConfig to `from_json` again and
+    ended in a TypeError traceback; it reads the file once (here a sweep too big to build,
+    refused by its count, proves the file was read and the grid reached)."""
+    from blockviz.core import config as cfg
+
+    config_file = tmp_path / "base.json"
+    config_file.write_text(cfg.preset("tiny").to_json())
+    store = tmp_path / "runs.db"
+    argv = ["study", "sweep", "--config", str(config_file), "--store", str(store)]
+    code, err = run_cli([*argv, "--lr", "1e-4:1e-1:30", "--beta2", "0.9:0.999:30"], capsys)
+    assert_one_line(code, err, "900 runs, more than the 500")
+    assert not store.exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 
 import pytest
@@ -96,3 +97,40 @@ def test_weight_decay_help_says_which_tensors_decay_in_the_sidebar_and_the_cli(m
         assert "a tied token embedding is the LM head's matrix, so it decays too" in text
         assert "none on biases, norm gains or the untied token and position embeddings" in text
     assert "a number in [0.0, 10.0] (default: 0.1)" in line
+
+
+def _helps(parser, path="blockviz"):
+    """(command path, --help text) of the parser and every command under it."""
+    yield path, parser.format_help()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _helps(sub, f"{path} {name}")
+
+
+def test_no_help_shows_a_hidden_entry_and_study_work_is_documented(monkeypatch):
+    """Python 3.11 listed `work      ==SUPPRESS==` under `study --help`, while README tells
+    users to run `study work`."""
+    monkeypatch.setenv("COLUMNS", "400")
+    helps = dict(_helps(build_parser()))
+    for path, text in helps.items():
+        assert "SUPPRESS" not in text, path
+    assert re.search(r"^\s+work\s+one worker", helps["blockviz study"], re.MULTILINE)
+    assert "--store STORE" in helps["blockviz study work"]
+
+
+def test_the_top_level_help_names_the_dashboard_and_the_docs(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
+    text = build_parser().format_help()
+    for needle in ("make run", "make run PORT=", "docs/cli-guide.md", "docs/config-guide.md"):
+        assert needle in text, needle
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_SECTIONS))
+def test_each_config_group_points_to_the_config_guide(command, monkeypatch):
+    """A config flag's help says its type, range and default, not what the field does:
+    its group's heading says where that is."""
+    help_text = command_help(command, monkeypatch)
+    for section in COMMAND_SECTIONS[command]:
+        heading = re.search(rf"^{section} config:\n(.*)$", help_text, re.MULTILINE)
+        assert heading and "docs/config-guide.md" in heading.group(1), (command, section)

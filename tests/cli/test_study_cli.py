@@ -108,6 +108,7 @@ def test_a_stopped_study_resumes_and_finishes(tmp_path: Path, corpus: Path) -> N
     ],
 )
 def test_bad_study_commands_get_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    RunStore(tmp_path / "runs.db").close()  # a store without that study (a missing one is said so)
     done = study(tmp_path / "runs.db", *args, timeout=60)
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr

@@ -233,7 +233,7 @@ def test_cli_refuses_a_huge_depth_before_counting(capsys):
     assert cli.main(["params", "--n_layer", "1" + "0" * 20]) == 2
     err = capsys.readouterr().err.strip()
     assert err.splitlines() == [err]
-    assert err.startswith("blockviz params: error: n_layer: 100000000000000000000 is not allowed")
+    assert err.startswith("blockviz params: error: --n_layer: 100000000000000000000 is not allowed")
     assert f"[1, {BOUNDS['n_layer'].high}]" in err
 
 

@@ -82,7 +82,7 @@ def test_the_builtin_the_launcher_leaves_out_is_named_with_where_it_lives() -> N
     # The page it names is the app's "Gradients at init" (pages/init_grads.py).
     assert '"pages/init_grads.py", title="Gradients at init"' in (ROOT / "app.py").read_text()
     assert "**Gradients at init** page" in note
-    assert "`python -m blockviz study run init-gradients`" in note
+    assert "`.venv/bin/python -m blockviz study run init-gradients`" in note
 
 
 def test_the_time_estimate_is_the_captions_only_time_and_says_what_it_assumes(

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from blockviz.core.presets import DEFAULT_PRESET, PLAYGROUND_PRESET
 from blockviz.dashboard import sidebar, store_access, streamlit_compat, ui
 from blockviz.store import RunStore, StoreError, StoreLocked, default_store_path
 from tests import fakes
@@ -219,8 +220,9 @@ def test_a_page_link_opened_first_still_goes_through_app_py(
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.switch_page(page).run()
     assert not at.exception
-    if page in CONFIG_PAGES:
-        assert at.sidebar.selectbox(key="cfg.preset").value == "baby-cpu"
+    if page in CONFIG_PAGES:  # the Playground starts from its own preset (issue 35)
+        start = PLAYGROUND_PRESET if page == "pages/playground.py" else DEFAULT_PRESET
+        assert at.sidebar.selectbox(key="cfg.preset").value == start
     else:
         assert through_app and not at.sidebar.selectbox
 

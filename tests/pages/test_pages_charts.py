@@ -13,6 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from blockviz.core.spec import TRAIN_ELAPSED_S
+from blockviz.dashboard import tables
 from blockviz.dashboard.ui import DOWNLOAD_MENU
 from blockviz.store import RunStore
 from blockviz.views import charts
@@ -155,10 +156,42 @@ def test_one_download_menu_per_chart_and_none_for_empty_charts(
 # ---------------------------------------------------------------------------- Compare table
 
 
+STREAMLIT_WIDTHS = {"small": 75, "medium": 200, "large": 400}
+
+
+def _final_metrics(at: AppTest) -> tuple[list[str], dict[str, dict]]:
+    """Compare's final-metrics table: its columns in order and their config."""
+    (table,) = [d for d in at.dataframe if "steps" in d.value.columns]
+    return list(table.value.columns), json.loads(table.proto.columns)
+
+
 def test_compare_final_metrics_pin_the_whole_run_name(store: RunStore) -> None:
     ids = fakes.populate(store, n_runs=2, n_steps=40, n_layer=2, probe_every=10)
+    long_name = "post-ln-300steps-lr0.01-warmup_steps0"  # a default run name's length
+    store.update_run(ids[0], name=long_name)
     at = _page("compare", compare_ids=ids).run()
     assert not at.exception
-    columns = json.loads(at.dataframe[0].proto.columns)
+    _, columns = _final_metrics(at)
     assert columns["run"]["pinned"] is True
-    assert columns["run"]["width"] == "large"
+    assert columns["run"]["width"] >= 16 + tables.NAME_CHAR_PX * len(long_name)
+
+
+def test_compare_final_metrics_fit_a_laptop_screen_without_scrolling(store: RunStore) -> None:
+    """Issue 35, defect 12: at 1366x768 every metric sat behind a horizontal scroll (run
+    and findings were 400 px each). Up to its last metric the table fits the page's width
+    there (906 px, measured in chromium with the sidebar open), whatever the names."""
+    ids = fakes.populate(store, n_runs=2, n_steps=40, n_layer=2, probe_every=10)
+    store.update_run(ids[0], name="pre-ln-" + "x" * 120)  # longer than any column
+    at = _page("compare", compare_ids=ids).run()
+    assert not at.exception
+    order, columns = _final_metrics(at)
+    metrics = ["val_loss", "val_bpc", "val_ppl", "train_loss", "steps", "time_s"]
+    metrics += ["tokens_per_sec", "n_params"]
+    assert order[: len(metrics) + 1] == ["run", *metrics]  # the name, then the metrics
+    widths = [columns.get(name, {}).get("width") for name in order[: len(metrics) + 1]]
+    assert None not in widths, dict(zip(order, widths, strict=False))
+    pixels = [STREAMLIT_WIDTHS.get(w, w) for w in widths]
+    assert sum(pixels) <= tables.LAPTOP_CONTENT_PX, dict(zip(order, pixels, strict=False))
+    # Short headers; each one's help says it in full.
+    assert columns["train_loss"]["label"] == "train loss"
+    assert "last 50 steps" in columns["train_loss"]["help"]

@@ -14,6 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from blockviz.core import config as cfg
+from blockviz.core import disk
 from blockviz.core.tags import AUTO_TAG
 from blockviz.dashboard import runs_panel, sidebar, tables, ui
 from blockviz.dashboard.uploads import UPLOAD_INFO_KEY
@@ -432,3 +433,28 @@ def test_a_run_launched_from_the_cli_appears_while_nothing_runs(
     assert shown_ids(at) == {done, launched}
     assert "2 run(s)" in summary(at) and "1 starting" in summary(at)
     assert timers  # and the page now follows it on the faster timer
+
+
+# ---------------------------------------------------------------------------- issue 35, 14
+
+
+def test_the_table_shows_each_runs_disk_and_the_page_warns_past_the_size(
+    store: RunStore, runs: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    completed = runs["completed"]
+    checkpoints = store.run_dir(completed) / "checkpoints"
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    (checkpoints / "last.ckpt").write_bytes(b"x" * 3_000_000)
+    monkeypatch.delenv(disk.WARN_ENV, raising=False)
+    at = open_page("pages/runs.py")
+    sizes = at.dataframe[0].value.set_index("id")["disk"]
+    assert sizes.loc[completed] >= 3.0  # MB: its checkpoint, with its config and log
+    assert not [w for w in at.warning if "Checkpoints take" in str(w.value)]
+    monkeypatch.setenv(disk.WARN_ENV, "2")
+    at = open_page("pages/runs.py")
+    warning = texts(at, "warning")
+    assert "Checkpoints take 3.0 MB in " in warning and "past the 2.0 MB" in warning
+    assert "Delete" in warning and disk.WARN_ENV in warning
+    monkeypatch.setenv(disk.WARN_ENV, "a lot")  # a bad setting is said, not a traceback
+    at = open_page("pages/runs.py")
+    assert f"${disk.WARN_ENV}: 'a lot' is not allowed" in texts(at, "warning")

@@ -108,7 +108,7 @@ def test_bad_files_give_a_clear_store_error(tmp_path, make, message):
 
 
 def test_readonly_missing_store_and_unwritable_folder(tmp_path):
-    with pytest.raises(StoreError, match="no store at"):
+    with pytest.raises(StoreError, match="no run store at"):
         RunStore(tmp_path / "missing.db", readonly=True)
     blocker = tmp_path / "file"
     blocker.write_text("x")

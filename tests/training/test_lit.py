@@ -83,8 +83,7 @@ def test_scheduler_steps_every_optimizer_step():
     config = tiny_config(**SCHEDULE, lr_schedule="cosine", n_layer=1)
     lit = LitCharModel(config.to_dict())
     setup = lit.configure_optimizers()
-    optimizer, scheduler = setup["optimizer"], setup["lr_scheduler"]["scheduler"]
-    assert setup["lr_scheduler"]["interval"] == "step"
+    optimizer, scheduler = setup["optimizer"], setup["lr_scheduler"]
     seen = []
     for _ in range(12):
         seen.append(optimizer.param_groups[0]["lr"])
@@ -134,16 +133,38 @@ def test_precision_auto_picks_bf16_on_a_bf16_gpu(monkeypatch):
     assert resolve_precision("auto", "cpu") == "32-true"
 
 
-@pytest.mark.parametrize(("grad_clip", "expected"), [(0.0, None), (0.5, 0.5)])
-def test_trainer_flags_follow_the_config(tmp_path, grad_clip, expected):
+def test_trainer_flags_follow_the_config(tmp_path):
     quiet_lightning()
-    config = tiny_config(grad_clip=grad_clip, eval_interval=7, eval_iters=3, max_steps=21)
+    config = tiny_config(grad_clip=0.5, eval_interval=7, eval_iters=3, max_steps=21)
     trainer = make_trainer(config, run_dir=tmp_path)
-    assert trainer.gradient_clip_val == expected
+    assert trainer.gradient_clip_val is None  # the module clips (lit.OneStep)
     assert trainer.max_steps == 21
     assert trainer.val_check_interval == 7 and trainer.check_val_every_n_epoch is None
     assert trainer.limit_val_batches == 3
     assert trainer.checkpoint_callback.dirpath == str(tmp_path / "checkpoints")
+
+
+@pytest.mark.parametrize("grad_clip", [0.0, 0.01])
+def test_the_update_sees_the_gradient_clipped_to_grad_clip(tmp_path, grad_clip):
+    quiet_lightning()
+    config = tiny_config(grad_clip=grad_clip, max_steps=3, eval_interval=10)
+    dm = datamodule_for(config)
+    lit = lit_for(config, dm)
+    norms = []
+    clip = lit.configure_gradient_clipping
+
+    def clip_and_record(optimizer, *args, **kwargs):  # what the update then uses
+        clip(optimizer, *args, **kwargs)
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"]]
+        norms.append(float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))))
+
+    lit.configure_gradient_clipping = clip_and_record
+    make_trainer(config, run_dir=tmp_path).fit(lit, datamodule=dm)
+    assert len(norms) == 3
+    if grad_clip:
+        assert norms == pytest.approx([grad_clip] * 3, rel=1e-4)
+    else:
+        assert min(norms) > 0.05  # the tiny model's gradients, left alone
 
 
 @pytest.fixture(scope="module")
@@ -238,17 +259,18 @@ def batch_and_lit(z_loss: float) -> tuple[tuple[torch.Tensor, torch.Tensor], Lit
 def test_z_loss_adds_the_squared_log_normaliser_to_the_objective():
     coefficient = 0.05
     batch, lit = batch_and_lit(coefficient)
-    out = lit.training_step(batch, 0)
+    loss, out = lit.objective(batch)
     x, y = batch
     logits, _ = lit.model(x)  # (B, T, V)
     ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
     log_z = torch.log(logits.exp().sum(dim=-1))  # (B, T), written out
-    torch.testing.assert_close(out["loss"], ce + coefficient * (log_z**2).mean())
+    torch.testing.assert_close(loss, ce + coefficient * (log_z**2).mean())
+    torch.testing.assert_close(out["loss"], loss.detach())
     torch.testing.assert_close(out["ce"], ce)
     assert not out["ce"].requires_grad  # only the total is back-propagated
-    assert out["loss"] - out["ce"] > 0.01  # log Z is far from 0 at init: the term counts
+    assert loss - out["ce"] > 0.01  # log Z is far from 0 at init: the term counts
     # the total's gradient is not the cross-entropy's
-    out["loss"].backward()
+    loss.backward()
     total_grad = lit.model.lm_head.weight.grad.clone()
     lit.model.zero_grad()
     ce.backward()
@@ -257,10 +279,11 @@ def test_z_loss_adds_the_squared_log_normaliser_to_the_objective():
 
 def test_without_z_loss_the_step_is_the_bare_cross_entropy():
     batch, lit = batch_and_lit(0.0)
-    loss = lit.training_step(batch, 0)
-    assert isinstance(loss, torch.Tensor)  # as before: subclasses may scale it
+    loss, out = lit.objective(batch)
+    assert set(out) == {"loss"}
     x, y = batch
     torch.testing.assert_close(loss, lit.model(x, y)[1])
+    torch.testing.assert_close(out["loss"], loss.detach())
 
 
 # ------------------------------------------------------------------------ generation

@@ -139,9 +139,11 @@ def test_with_z_loss_train_loss_is_the_cross_entropy_not_the_objective(tmp_path)
 class DivergesAtStep3(LitCharModel):
     """A model whose loss turns NaN at step 3 (and stays so: NaN gradients)."""
 
-    def training_step(self, batch, batch_idx):
-        loss = super().training_step(batch, batch_idx)
-        return loss * math.nan if self.global_step == 3 else loss
+    def objective(self, batch):
+        loss, outputs = super().objective(batch)
+        if self.global_step == 3:
+            loss = loss * math.nan
+        return loss, {**outputs, "loss": loss.detach()}
 
 
 def test_a_non_finite_loss_stops_the_run_at_its_step(tmp_path):

@@ -448,6 +448,12 @@ def test_attention_maps_and_samples_at_sample_steps_and_the_end(probed):
     assert (samples.text.str.len() == 20).all()
 
 
+def test_the_probe_says_which_step_its_latest_sample_is_of(probed):
+    # (a batch's callbacks ask it before the end's sample, as the probe itself does)
+    probe = probed[3]
+    assert probe.sampled_at(6) and not probe.sampled_at(3) and not probe.sampled_at(5)
+
+
 def test_every_sink_gets_the_records_the_store_got(probed):
     store, _, _, probe, _, run_id = probed
     listed = probe.sinks[1]

@@ -85,7 +85,7 @@ def test_replica_adamw_state_round_trips_through_a_checkpoint():
     batch = (torch.stack([x] * 3), torch.stack([y] * 3))
     for _ in range(2):
         optimizer.zero_grad()
-        lit.training_step(batch, 0)["loss"].backward()
+        lit.objective(batch)[0].backward()
         optimizer.step()
     saved = optimizer.state_dict()
     again, _ = _lit()
@@ -190,9 +190,9 @@ def test_a_masked_replica_is_inert_and_the_others_are_untouched():
     lit.mark_diverged(1, step=0)
     assert lit.alive.tolist() == lit.live == [True, False, True]  # the checkpoint's and the host's
     assert lit.diverged_at.tolist()[1] == 0
-    out = lit.training_step(batch, 0)
+    loss, out = lit.objective(batch)
     assert torch.isfinite(out["loss"]) and torch.isfinite(out["ce"]).all()
-    out["loss"].backward()
+    loss.backward()
     kept = [p.detach()[[0, 2]].clone() for p in lit.stacked_params()]
     optimizer.step()
     for p, old in zip(lit.stacked_params(), kept, strict=True):
@@ -209,7 +209,7 @@ def test_a_replica_that_blows_up_does_not_reach_the_others():
     with torch.no_grad():
         lit.stacked_params()[0][1].fill_(float("nan"))  # not masked yet (found at the next log)
     optimizer.zero_grad()
-    lit.training_step(batch, 0)["loss"].backward()
+    lit.objective(batch)[0].backward()
     lit.configure_gradient_clipping(optimizer)
     optimizer.step()
     assert torch.isfinite(lit.flat.data[[0, 2]]).all()
@@ -220,11 +220,11 @@ def test_the_objective_is_the_sum_of_each_replicas_own():
     lit, dm = _lit(z_loss=1e-2)
     x, y = next(iter(dm.train_dataloader()))
     batch = (torch.stack([x] * 3), torch.stack([y] * 3))
-    out = lit.training_step(batch, 0)
+    loss, _ = lit.objective(batch)
     logits, ce = lit._run(*batch)
     log_z = logits.float().logsumexp(dim=-1)
     expected = sum(ce[i] + 1e-2 * log_z[i].pow(2).mean() for i in range(3))
-    assert math.isclose(float(out["loss"].detach()), float(expected.detach()), rel_tol=1e-5)
+    assert math.isclose(float(loss.detach()), float(expected.detach()), rel_tol=1e-5)
 
 
 @pytest.mark.slow
@@ -289,8 +289,8 @@ def test_a_compiled_batch_steps_as_the_eager_one_without_recompiling(monkeypatch
         losses = []
         for _ in range(3):
             optimizer.zero_grad()
-            out = lit.training_step(batch, 0)
-            out["loss"].backward()
+            loss, out = lit.objective(batch)
+            loss.backward()
             lit.configure_gradient_clipping(optimizer)
             optimizer.step()
             losses.append(out["ce"])

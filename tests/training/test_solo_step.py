@@ -94,7 +94,7 @@ class Last(Callback):
         self.step_reads.close()
 
 
-def product_fit(tmp_path, defer: bool | None, extra=(), **overrides):
+def product_fit(tmp_path, defer: bool | None, extra=(), module=LitCharModel, **overrides):
     """A tiny fit with a run's own callbacks (probe, store logger, lifecycle, monitor,
     checkpoints) writing a store; the store, the run id, the trainer and the step reads."""
     quiet_lightning()
@@ -112,7 +112,7 @@ def product_fit(tmp_path, defer: bool | None, extra=(), **overrides):
     lifecycle = RunLifecycle(StopRequest(), (), store, run_id)
     reads = StepReads()
     torch.manual_seed(train.seed)
-    lit = LitCharModel(config.to_dict(), dm.vocab.to_json())
+    lit = module(config.to_dict(), dm.vocab.to_json())
     trainer = make_trainer(
         config, [reads, *extra, lifecycle, probe], StoreLogger(store, run_id), run_dir=tmp_path
     )
@@ -126,6 +126,103 @@ def product_fit(tmp_path, defer: bool | None, extra=(), **overrides):
 def scalars(store: RunStore, run_id: int, names: list[str]) -> list[tuple[int, str, float]]:
     frame = store.scalars(run_id, names=names)
     return sorted(zip(frame.step, frame.name, frame.value, strict=True))
+
+
+class AutomaticCharModel(LitCharModel):
+    """The step as Lightning's automatic optimization ran it before the module stepped
+    itself: training_step returns the loss, Lightning runs backward, the probes' hook,
+    clipping (torch's `clip_grad_norm_`), the update (AdamW's per-tensor loop, as a CPU
+    ran it) and the schedule."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.automatic_optimization = True
+
+    def training_step(self, batch, batch_idx):
+        loss, outputs = self.objective(batch)
+        return {**outputs, "loss": loss}
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """Lightning clips after this hook itself."""
+
+    def configure_gradient_clipping(self, optimizer, *args, **kwargs) -> None:
+        """torch's clip_grad_norm_, through Lightning's precision plugin."""
+        if self.config.train.grad_clip:
+            self.clip_gradients(optimizer, self.config.train.grad_clip, "norm")
+
+    def configure_optimizers(self):
+        setup = super().configure_optimizers()
+        optimizer = setup["optimizer"]
+        for group in optimizer.param_groups:
+            group["foreach"] = False  # the per-tensor loop a CPU ran
+        return {**setup, "lr_scheduler": {"scheduler": setup["lr_scheduler"], "interval": "step"}}
+
+
+# Scalars that are clocks, not numerics.
+CLOCKS = {"train/step_time", "train/tokens_per_sec", "train/elapsed_s"}
+
+
+def recorded(store: RunStore, run_id: int) -> tuple[list, list, list]:
+    """Every scalar but the clocks, every per-layer row and every text sample of a run."""
+    frame = store.scalars(run_id)
+    rows = sorted(
+        (step, name, value)
+        for step, name, value in zip(frame.step, frame.name, frame.value, strict=True)
+        if name not in CLOCKS
+    )
+    layers = store.layer_stats(run_id)
+    columns = [c for c in layers.columns if c != "run_id"]
+    # NaN (a ratio of a zero norm) never equals itself: compared as text
+    layer_rows = sorted(
+        tuple("nan" if v != v else v for v in row) for row in layers[columns].to_numpy().tolist()
+    )
+    return rows, layer_rows, store.samples(run_id).text.tolist()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"grad_clip": 0.05, "dropout": 0.1},  # clipping every step, dropout's masks drawn
+        {"grad_clip": 0.0, "z_loss": 1e-3, "lr_schedule": "cosine", "warmup_steps": 3},
+    ],
+)
+def test_the_module_steps_itself_exactly_as_lightnings_automatic_loop_did(tmp_path, overrides):
+    # Issue 34: the one-call step (manual optimization) records every loss and statistic
+    # of the automatic loop it replaced, bit for bit, probe steps and evaluations included.
+    overrides = {"max_steps": 12, "eval_interval": 5, "probe_interval": 4, **overrides}
+    new, new_id, trainer, _ = product_fit(tmp_path / "new", defer=None, **overrides)
+    old, old_id, _, _ = product_fit(
+        tmp_path / "old", defer=None, module=AutomaticCharModel, **overrides
+    )
+    assert trainer.global_step == 12
+    rows, layers, samples = recorded(new, new_id)
+    assert {name for _, name, _ in rows} >= {"train/loss", "train/lr", "val/loss"}
+    assert layers and samples
+    assert (rows, layers, samples) == recorded(old, old_id)
+
+
+class Steps(Callback):
+    """The steps a fit trains."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.steps.append(trainer.global_step)
+
+
+def test_a_checkpoint_of_the_automatic_loop_resumes_at_its_step(tmp_path):
+    # Checkpoints written before the module stepped itself count their steps under
+    # Lightning's automatic optimization: a resume (or a fork) from one goes on from there.
+    product_fit(tmp_path, defer=None, module=AutomaticCharModel, max_steps=6, eval_interval=3)
+    config = helpers.tiny_config(max_steps=10, eval_interval=3)
+    dm, config = helpers.tiny_datamodule(config)
+    steps = Steps()
+    trainer = make_trainer(config, [steps], None, run_dir=tmp_path / "resumed")
+    lit = LitCharModel(config.to_dict(), dm.vocab.to_json())
+    trainer.fit(lit, datamodule=dm, ckpt_path=tmp_path / "checkpoints" / "last.ckpt")
+    assert steps.steps == [6, 7, 8, 9]
+    assert trainer.global_step == 10
 
 
 @pytest.mark.parametrize("log_interval", [1, 3])

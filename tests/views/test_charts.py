@@ -13,42 +13,15 @@ import pandas as pd
 import pytest
 
 from blockviz.views import charts
-from tests.helpers import FRAME_RUNS, layer_frame, scalars_frame
-
-
-def hist_frame() -> pd.DataFrame:
-    rows = [
-        (1, step, 0, "resid_post", b, -1 + 0.25 * b, -0.75 + 0.25 * b, [0, 3, 9, 3, 0, 1, 0, 0][b])
-        for step in (0, 10, 20)
-        for b in range(8)
-    ]
-    return pd.DataFrame(
-        rows, columns=["run_id", "step", "layer", "tap", "bin", "lo", "hi", "count"]
-    )
-
-
-def attn_frame(size: int = 4) -> pd.DataFrame:
-    text = "abcd"
-    rows = [
-        (1, 50, 0, head, q, k, text[q], text[k], 1 / (q + 1) if k <= q else 0.0)
-        for head in range(2)
-        for q in range(size)
-        for k in range(size)
-    ]
-    columns = ["run_id", "step", "layer", "head", "query", "key", "query_char", "key_char"]
-    return pd.DataFrame(rows, columns=[*columns, "weight"])
-
-
-def params_components() -> pd.DataFrame:
-    return pd.DataFrame(
-        {"component": ["attn", "ffn", "norm"], "count": [100, 200, 10], "share": [0.3, 0.65, 0.05]}
-    )
-
-
-def params_layers() -> pd.DataFrame:
-    return pd.DataFrame(
-        {"layer": ["embed", "0", "0", "head"], "component": ["embed", "attn", "ffn", "head"]}
-    ).assign(count=[10, 100, 200, 10])
+from tests.helpers import (
+    FRAME_RUNS,
+    attn_frame,
+    hist_frame,
+    layer_frame,
+    params_components,
+    params_layers,
+    scalars_frame,
+)
 
 
 def walk(spec: Any, key: str) -> Iterator[Any]:

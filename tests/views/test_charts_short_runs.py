@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
-from typing import Any
 
 import altair as alt
 import numpy as np
@@ -18,6 +17,7 @@ from blockviz.dashboard.controls import preselected_runs
 from blockviz.store import RunRecord, RunStore
 from blockviz.views import charts
 from blockviz.views.export.render import chart_spec, chart_svg
+from tests.helpers import spec_dicts
 from tests.real_runs import RealRuns
 
 
@@ -28,23 +28,13 @@ def real(real_runs: RealRuns) -> Iterator[RunStore]:
     store.close()
 
 
-def _walk(node: Any) -> Iterator[dict]:
-    if isinstance(node, dict):
-        yield node
-        for value in node.values():
-            yield from _walk(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _walk(value)
-
-
 def _x_encodings(chart: alt.TopLevelMixin) -> list[dict]:
-    return [n["x"] for n in _walk(chart_spec(chart)) if isinstance(n.get("x"), dict)]
+    return [n["x"] for n in spec_dicts(chart_spec(chart)) if isinstance(n.get("x"), dict)]
 
 
 def _titles(chart: alt.TopLevelMixin) -> list[str]:
     found = []
-    for node in _walk(chart_spec(chart)):
+    for node in spec_dicts(chart_spec(chart)):
         title = node.get("title")
         text = title.get("text") if isinstance(title, dict) else title
         if isinstance(text, str):

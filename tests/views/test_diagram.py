@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from blockviz.core.config import ModelConfig
+from blockviz.views.charts.colours import readable
 from blockviz.views.diagram import block_dot, model_dot
 
 NODE = re.compile(r"^\s+(\w+) \[", re.MULTILINE)
@@ -166,3 +167,14 @@ def test_graphviz_accepts_the_dot(cfg: ModelConfig) -> None:
         )
         assert result.returncode == 0, result.stderr
         assert "<svg" in result.stdout
+
+
+@pytest.mark.parametrize("dot", [block_dot(ModelConfig()), model_dot(ModelConfig())])
+def test_lines_and_edge_labels_read_on_a_light_and_a_dark_page(dot: str) -> None:
+    """The graph is transparent: its lines and edge labels lie on the page, light or dark
+    (node labels lie on the nodes' own pale fills)."""
+    drawn = re.findall(r'\b(?:color|fontcolor)="([^"]+)"', dot)  # not fillcolor, bgcolor
+    assert drawn and [c for c in drawn if not readable(c)] == []
+    # An edge label without a colour of its own would be Graphviz's black.
+    labelled_edges = [line for line in dot.splitlines() if "->" in line and "label=" in line]
+    assert all("fontcolor=" in line for line in labelled_edges)

@@ -13,6 +13,7 @@ from typing import Any
 
 import streamlit as st
 
+from blockviz import CLI
 from blockviz.core import config as cfg
 from blockviz.core import studies, study_builtins, sweeps
 from blockviz.core.config import ConfigError
@@ -40,7 +41,7 @@ SWEEP_SEEDS = 2  # the sweep form's seeds on a CPU (`studies.GPU_SEEDS` on a GPU
 ELSEWHERE = {
     "init-gradients": "it trains nothing (it measures gradients at initialisation). The "
     "**Gradients at init** page draws its two figures for the sidebar's model, at the depths "
-    "and inits you pick there; `python -m blockviz study run init-gradients` runs it as a "
+    f"and inits you pick there; `{CLI} study run init-gradients` runs it as a "
     "study, which then shows below",
 }
 
@@ -94,7 +95,7 @@ def builtin_launcher(store: RunStore, writable: bool) -> None:
         "Study", keys, format_func=lambda k: f"{k} — {titles[k]}", key="studies.key"
     )
     for missing in (k for k in study_builtins.STUDY_KEYS if k not in keys):
-        where = ELSEWHERE.get(missing, f"run it with `python -m blockviz study run {missing}`")
+        where = ELSEWHERE.get(missing, f"run it with `{CLI} study run {missing}`")
         left.caption(f"`{missing}` is not in this list: {where}.")
     size = right.radio("Size", studies.SIZES, horizontal=True, key="studies.size")
     seeds = right.number_input(

@@ -11,6 +11,9 @@ tests build exactly the same chart. Conventions shared by every builder:
 - Line charts have tooltips (run, step, value, plus layer / component where relevant), a
   legend that highlights the clicked run or layer, and zoom / pan on the x axis.
 - Runs keep one colour everywhere: `run_color_scale` maps run id % 10 onto a fixed palette.
+- Every colour a line, point, rule or text is drawn in reads on a light and on a dark page
+  (`colours`: WCAG contrast >= 3:1 against both); colour scales are explicit, never the
+  renderer's default scheme.
 - Non-finite values (a diverged run's inf / NaN) are dropped from marks, never raised on;
   the step where they start is marked on loss and metric charts instead.
 - A linear loss axis stops at twice the runs' starting loss when a value lies above it
@@ -26,7 +29,6 @@ from blockviz.views.charts.base import (
     LAYER_SCHEME,
     MIN_SMOOTHED_POINTS,
     NO_DATA,
-    PALETTE,
     STEP_AXIS,
     UPDATE_RATIO_GUIDE,
     WAITING_FIRST_STEP,
@@ -38,7 +40,9 @@ from blockviz.views.charts.base import (
     no_data,
     run_color_scale,
     with_layer_names,
+    wrapped_legend,
 )
+from blockviz.views.charts.colours import NEUTRAL, PALETTE, depth_colours, readable
 from blockviz.views.charts.init_grads import (
     init_grad_means,
     init_grad_profile_chart,
@@ -71,6 +75,7 @@ __all__ = [
     "LAYER_SCHEME",
     "MARK_COLOR",
     "MIN_SMOOTHED_POINTS",
+    "NEUTRAL",
     "NO_DATA",
     "NO_TIME_NOTE",
     "PALETTE",
@@ -85,6 +90,7 @@ __all__ = [
     "attention_entropy_chart",
     "attention_heatmap",
     "chart_data",
+    "depth_colours",
     "ema",
     "grad_by_layer_chart",
     "histogram_over_time",
@@ -100,6 +106,7 @@ __all__ = [
     "no_data",
     "param_breakdown_chart",
     "param_layer_chart",
+    "readable",
     "run_clocks",
     "run_color_scale",
     "tap_stats_chart",
@@ -108,4 +115,5 @@ __all__ = [
     "with_layer_names",
     "with_step_mark",
     "with_x",
+    "wrapped_legend",
 ]

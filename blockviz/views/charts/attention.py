@@ -13,6 +13,7 @@ from blockviz.views.charts.base import (
     SMALL_WIDTH,
     STEP_AXIS,
     XAxis,
+    category_scale,
     finite_values,
     first_run,
     highlight_opacity,
@@ -77,7 +78,9 @@ def attention_entropy_chart(
         .encode(
             x=x_axis_encoding(x_axis, frame),
             y=alt.Y("value:Q", title=label, scale=scale),
-            color=alt.Color("head:O", title="head", scale=alt.Scale(scheme="category10")),
+            color=alt.Color(
+                "head:O", title="head", scale=category_scale(sorted(frame["head"].unique()))
+            ),
             opacity=highlight_opacity(heads),
             tooltip=tooltips("run:N", "layer:O", "head:O", "step:Q", value_tip()),
         )

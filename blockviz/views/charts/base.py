@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -11,26 +12,13 @@ import numpy as np
 import pandas as pd
 
 from blockviz.core import spec
+from blockviz.views.charts.colours import NEUTRAL, PALETTE
 
-# Vega's "tableau10" colours (distinguishable, colour-blind tolerable), reordered so that
-# runs with neighbouring ids never get neighbouring hues (orange next to red, say) and the
-# faint yellow and grey come last. A run's colour is PALETTE[run_id % 10], whatever else
-# is on the chart.
-PALETTE = (
-    "#4c78a8",  # blue
-    "#f58518",  # orange
-    "#54a24b",  # green
-    "#e45756",  # red
-    "#b279a2",  # purple
-    "#72b7b2",  # teal
-    "#9d755d",  # brown
-    "#ff9da6",  # pink
-    "#eeca3b",  # yellow
-    "#bab0ac",  # grey
-)
 LAYER_AXIS_TITLE = spec.LAYER_AXIS_TITLE
 DIVERGED_COLOR = "#d62728"
-LAYER_SCHEME = "viridis"  # sequential: depth reads as a gradient from first to last layer
+# Heat maps' cells: sequential, low to high. (Lines by depth take colours.depth_colours:
+# viridis's dark and light ends vanish on one page or the other.)
+LAYER_SCHEME = "viridis"
 WIDTH, HEIGHT = 600, 280  # pages stretch to the container; exports use this size
 SMALL_WIDTH, SMALL_HEIGHT = 150, 120  # one panel of small multiples; 4 across fit a laptop
 NO_DATA = "no data yet"
@@ -98,6 +86,13 @@ def run_color_scale(runs: pd.DataFrame | Mapping[int, str]) -> alt.Scale:
     return alt.Scale(domain=[by_id[i] for i in ids], range=[PALETTE[i % 10] for i in ids])
 
 
+def category_scale(values: Sequence[object]) -> alt.Scale:
+    """A colour scale over `values` in their order, PALETTE's colours in turn: explicit,
+    since the renderer's default scheme has colours too pale for a white page."""
+    domain = list(dict.fromkeys(values))
+    return alt.Scale(domain=domain, range=[PALETTE[i % len(PALETTE)] for i in range(len(domain))])
+
+
 def _run_names(runs: pd.DataFrame | Mapping[int, str]) -> dict[int, str]:
     """run id -> name from a runs frame (id, name), a tidy frame (run_id, run) or a mapping."""
     if isinstance(runs, pd.DataFrame):
@@ -105,6 +100,66 @@ def _run_names(runs: pd.DataFrame | Mapping[int, str]) -> dict[int, str]:
         pairs = runs[[id_col, name_col]].drop_duplicates()
         return {int(i): str(n) for i, n in zip(pairs[id_col], pairs[name_col], strict=True)}
     return {int(i): str(n) for i, n in runs.items()}
+
+
+# Legend labels wrap onto lines of at most LEGEND_LINE characters, so a long run name is
+# drawn whole (Vega cut it at 160 px with an ellipsis): a line ends after a "-" where one
+# is near, else after "_" or ".", else at the limit. One pattern for Vega and for Python.
+LEGEND_LINE = 24
+LINE_PATTERN = (
+    f".{{1,{LEGEND_LINE}}}$|.{{1,{LEGEND_LINE - 1}}}-|.{{1,{LEGEND_LINE - 1}}}[_.]"
+    f"|.{{1,{LEGEND_LINE}}}"
+)
+_BROKEN = f"replace(datum.label, regexp('({LINE_PATTERN})', 'g'), '$1\\n')"
+WRAPPED_LABEL = f"split(substring({_BROKEN}, 0, length({_BROKEN}) - 1), '\\n')"
+# Streamlit fits a chart's title, axes and legends into its height and cuts a legend
+# that is taller. There, a legend row is about ROW_PX plus LINE_PX per line of its
+# label, a legend's title and the gap above it TITLE_PX, the chart's title CHART_TITLE_PX
+# (measured at 1366x768 in chromium; the export's 10 px font needs less).
+LEGEND_ROW_PX, LEGEND_LINE_PX, LEGEND_TITLE_PX, CHART_TITLE_PX = 16, 14, 40, 32
+
+
+def wrapped_lines(label: str) -> list[str]:
+    """The lines a wrapped legend draws `label` on (WRAPPED_LABEL's, in Python)."""
+    return re.findall(LINE_PATTERN, label) or [label]
+
+
+def wrapped_legend(**options: object) -> alt.Legend:
+    """A legend with opaque symbols whose labels wrap (WRAPPED_LABEL) instead of being cut."""
+    return alt.Legend(symbolOpacity=1, labelExpr=WRAPPED_LABEL, labelLimit=0, **options)
+
+
+def height_for_legends(*legends: Sequence[str]) -> int:
+    """The chart height (HEIGHT at least) that fits these legends, one above the other,
+    each given as its labels: a taller legend than its chart was cut off on the page
+    (with ten runs, the series legend under the runs' was not drawn at all)."""
+    needed = CHART_TITLE_PX + sum(
+        LEGEND_TITLE_PX
+        + sum(LEGEND_ROW_PX + LEGEND_LINE_PX * len(wrapped_lines(str(x))) for x in labels)
+        for labels in legends
+        if len(labels)
+    )
+    return max(HEIGHT, needed)
+
+
+def dash_legend() -> alt.Legend:
+    """A strokeDash legend that shows the dash: each pattern drawn as a stroke in NEUTRAL
+    (give the dash to line layers only: with a point layer in it, Vega-Lite drew every
+    pattern as the same black dot)."""
+    return alt.Legend(
+        symbolType="stroke",
+        symbolStrokeColor=NEUTRAL,
+        symbolStrokeWidth=2,
+        symbolSize=400,  # a stroke 20 px long: two dashes of a dashed line
+        symbolOpacity=1,
+    )
+
+
+def neutral_legend_symbols(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
+    """`chart` with the symbols of its legends for other channels than colour (shape,
+    opacity) drawn in NEUTRAL: beside a colour encoding Vega-Lite draws them black, lost on
+    a dark page. A chart-level setting: apply it to a finished chart, never to a layer."""
+    return chart.configure_legend(symbolBaseFillColor=NEUTRAL, symbolBaseStrokeColor=NEUTRAL)
 
 
 def chart_data(chart: alt.TopLevelMixin) -> pd.DataFrame:
@@ -117,7 +172,7 @@ def no_data(frame: pd.DataFrame, title: str, message: str = NO_DATA) -> alt.Laye
     """A titled, chart-sized placeholder; its data is the (empty) frame it was given."""
     note = (
         alt.Chart(pd.DataFrame({"message": [message]}))
-        .mark_text(size=14, color="gray")
+        .mark_text(size=14, color=NEUTRAL)
         .encode(text="message:N")
     )
     return alt.LayerChart(data=frame, layer=[note]).properties(

@@ -11,7 +11,16 @@ import altair as alt
 import pandas as pd
 
 from blockviz.core import spec
-from blockviz.views.charts.base import HEIGHT, WIDTH, finite_values, no_data, tooltips
+from blockviz.views.charts.base import (
+    HEIGHT,
+    WIDTH,
+    category_scale,
+    finite_values,
+    neutral_legend_symbols,
+    no_data,
+    tooltips,
+)
+from blockviz.views.charts.colours import NEUTRAL
 
 ROW_COLUMNS = ("init", "norm_position", "depth", "seed", "layer", spec.GRAD_NORM)
 BLOCK_AXIS_TITLE = "block (0 = first)"
@@ -61,11 +70,12 @@ def init_grad_profile_chart(rows: pd.DataFrame, title: str | None = None) -> alt
         .properties(width=WIDTH // 2, height=HEIGHT)
     )
     # Inits differ by orders of magnitude (gpt2's N(0, 0.02) against N(0, 1)): own y per panel.
-    return (
+    chart = (
         lines.facet(column=alt.Column("init:N", title="init"))
         .resolve_scale(y="independent")
         .properties(title=title)
     )
+    return neutral_legend_symbols(chart)  # the depths' opacity legend
 
 
 def init_grad_ratio_chart(summary: pd.DataFrame, title: str | None = None) -> alt.LayerChart:
@@ -81,7 +91,7 @@ def init_grad_ratio_chart(summary: pd.DataFrame, title: str | None = None) -> al
         .encode(
             x=alt.X("depth:Q", title="depth (n_layer)", axis=alt.Axis(tickMinStep=1, format="d")),
             y=alt.Y("ratio:Q", title="post / pre (ratio of seed means)"),
-            color=alt.Color("init:N", title="init"),
+            color=alt.Color("init:N", title="init", scale=category_scale(frame["init"])),
             tooltip=tooltips(
                 "init:N",
                 "depth:Q",
@@ -95,7 +105,7 @@ def init_grad_ratio_chart(summary: pd.DataFrame, title: str | None = None) -> al
     )
     equal = (
         alt.Chart(pd.DataFrame({"ratio": [1.0]}))
-        .mark_rule(color="gray", strokeDash=[4, 4])
+        .mark_rule(color=NEUTRAL, strokeDash=[4, 4])
         .encode(y="ratio:Q")
     )
     return alt.LayerChart(data=frame, layer=[lines, equal]).properties(

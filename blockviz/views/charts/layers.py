@@ -41,6 +41,7 @@ from blockviz.views.charts.base import (
     x_zoom,
     y_scale_for,
 )
+from blockviz.views.charts.colours import NEUTRAL, depth_colours
 
 Layers = int | Mapping[int, int] | None
 
@@ -64,8 +65,9 @@ def _lines_by_layer(
 ) -> alt.Chart:
     """One line per layer over x, legend-highlight by layer, x zoom; data left to caller.
 
-    `order` is the layer names in depth order (colour runs along it); `points` marks each
-    value too (a line of one point draws nothing); `frame` is the data, for the x ticks.
+    `order` is the layer names in depth order (colour runs along it, blue to orange);
+    `points` marks each value too (a line of one point draws nothing); `frame` is the
+    data, for the x ticks.
     """
     layers = legend_highlight("layer_name")
     return (
@@ -78,7 +80,7 @@ def _lines_by_layer(
                 "layer_name:O",
                 title="layer",
                 sort=order,
-                scale=alt.Scale(scheme=LAYER_SCHEME, domain=order),
+                scale=alt.Scale(domain=order, range=depth_colours(len(order))),
             ),
             detail="run:N",
             opacity=highlight_opacity(layers),
@@ -365,8 +367,8 @@ def update_ratio_chart(
     guide = alt.Chart(guide_data).encode(
         y="y:Q", tooltip=[alt.Tooltip("about:N", title="dashed line")]
     )
-    rule = guide.mark_rule(color="gray", strokeDash=[5, 4])
-    label = guide.mark_text(align="left", baseline="bottom", x=4, dy=-2, color="gray").encode(
+    rule = guide.mark_rule(color=NEUTRAL, strokeDash=[5, 4])
+    label = guide.mark_text(align="left", baseline="bottom", x=4, dy=-2, color=NEUTRAL).encode(
         text="label:N"
     )
     title = title or f"Update ratio ‖Δθ‖/‖θ‖ per step, by layer ({what}) — {run}"

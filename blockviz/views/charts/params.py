@@ -7,11 +7,12 @@ import pandas as pd
 
 from blockviz.views.charts.base import (
     HEIGHT,
-    PALETTE,
     WIDTH,
+    category_scale,
     no_data,
     tooltips,
 )
+from blockviz.views.charts.colours import NEUTRAL, PALETTE
 
 
 def param_breakdown_chart(
@@ -31,7 +32,9 @@ def param_breakdown_chart(
         ),
     )
     bars = base.mark_bar(color=PALETTE[0])
-    labels = base.mark_text(align="left", dx=3).encode(text=alt.Text("share:Q", format=".1%"))
+    labels = base.mark_text(align="left", dx=3, color=NEUTRAL).encode(
+        text=alt.Text("share:Q", format=".1%")
+    )
     return alt.LayerChart(data=frame, layer=[bars, labels]).properties(
         title=title, width=WIDTH, height=alt.Step(22)
     )
@@ -51,7 +54,9 @@ def param_layer_chart(layers: pd.DataFrame, title: str = "Parameters by layer") 
         ),
     }
     if stacked:
-        encoding["color"] = alt.Color("component:N", title="component")
+        encoding["color"] = alt.Color(
+            "component:N", title="component", scale=category_scale(frame["component"])
+        )
     bars = alt.Chart().mark_bar(color=PALETTE[0]).encode(**encoding)
     return alt.LayerChart(data=frame, layer=[bars]).properties(
         title=title, width=WIDTH, height=HEIGHT

@@ -9,10 +9,10 @@ import pandas as pd
 
 from blockviz.core import spec
 from blockviz.views.charts.base import (
-    HEIGHT,
     LAYER_AXIS_TITLE,
     WIDTH,
     finite_values,
+    height_for_legends,
     highlight_opacity,
     legend_highlight,
     no_data,
@@ -20,6 +20,7 @@ from blockviz.views.charts.base import (
     tooltips,
     value_tip,
     with_layer_names,
+    wrapped_legend,
     x_zoom,
 )
 from blockviz.views.charts.layers import Layers, layer_stat_rows
@@ -92,7 +93,7 @@ def grad_by_layer_chart(
         .encode(
             x=alt.X("layer:Q", title=_layer_axis_title(frame), axis=_layer_axis(frame)),
             y=alt.Y("value:Q", title=spec.stat_label(spec.GRAD_NORM), scale=alt.Scale(type="log")),
-            color=alt.Color("line:N", title="run", scale=scale),
+            color=alt.Color("line:N", title="run", scale=scale, legend=wrapped_legend()),
             opacity=highlight_opacity(runs),
             tooltip=tooltips(
                 "run:N",
@@ -104,8 +105,9 @@ def grad_by_layer_chart(
         )
         .add_params(runs, x_zoom())
     )
+    entries = scale.domain if isinstance(scale.domain, list) else frame["line"].unique()
     return alt.LayerChart(data=frame, layer=[lines]).properties(
-        title=heading, width=WIDTH, height=HEIGHT
+        title=heading, width=WIDTH, height=height_for_legends(entries)
     )
 
 

@@ -12,13 +12,14 @@ import pandas as pd
 from blockviz.core import spec
 from blockviz.views.charts.base import (
     DIVERGED_COLOR,
-    HEIGHT,
     STEP_AXIS,
     WIDTH,
     XAxis,
     check_smoothing,
+    dash_legend,
     ema,
     finite_values,
+    height_for_legends,
     highlight_opacity,
     is_smoothed,
     labelled_rules,
@@ -28,6 +29,7 @@ from blockviz.views.charts.base import (
     run_color_scale,
     tooltips,
     value_tip,
+    wrapped_legend,
     x_axis_encoding,
     x_zoom,
     y_scale_for,
@@ -159,14 +161,16 @@ def _series_chart(
     colors = colors or run_color_scale(plotted)
     runs = legend_highlight("run")
     zoom = x_zoom()
-    # train solid, val dashed; further names get further patterns.
+    # train solid, val dashed; further names get further patterns. Only the lines carry
+    # the dash: the legend then draws each pattern as a stroke (with the points' layer in
+    # it, Vega-Lite drew every series as the same black dot), in a grey both pages read.
     dash_scale = alt.Scale(domain=list(names), range=[[1, 0], [6, 3], [2, 2], [8, 2, 2, 2]])
     dash = alt.StrokeDash(
         "name:N",
         title="series",
         sort=list(names),
         scale=dash_scale,
-        legend=alt.Legend(symbolOpacity=1) if len(names) > 1 else None,
+        legend=dash_legend() if len(names) > 1 else None,
     )
     marks = _place_marks(_diverged_frame(raw, diverged), raw, x_axis)
     drawn_x = pd.concat([plotted[[x_axis.field]], marks[[x_axis.field]]], ignore_index=True)
@@ -182,13 +186,13 @@ def _series_chart(
     base = alt.Chart().encode(
         x=x,
         # The faint raw layer draws first; without this its opacity would fade the legend.
-        color=alt.Color("run:N", title="run", scale=colors, legend=alt.Legend(symbolOpacity=1)),
-        strokeDash=dash,
+        color=alt.Color("run:N", title="run", scale=colors, legend=wrapped_legend()),
     )
     smooth_line = (
         base.mark_line(strokeWidth=2)
         .encode(
             y=alt.Y("smoothed:Q", title=y_title, scale=y_scale),
+            strokeDash=dash,
             opacity=highlight_opacity(runs),
             tooltip=tooltips(
                 "run:N", "name:N", "step:Q", value_tip(), value_tip("smoothed", "smoothed")
@@ -206,6 +210,7 @@ def _series_chart(
     if smoothing > 0:
         raw_line = base.mark_line(strokeWidth=1).encode(
             y="value:Q",
+            strokeDash=dash,
             opacity=highlight_opacity(runs, on=0.2, off=0.04),
         )
         layers.insert(0, raw_line)
@@ -214,8 +219,10 @@ def _series_chart(
     heading: str | alt.TitleParams = title
     if cut is not None:
         heading = alt.TitleParams(title, subtitle=ceiling_note(cut))
+    run_labels = colors.domain if isinstance(colors.domain, list) else plotted["run"].unique()
+    height = height_for_legends(run_labels, list(names) if len(names) > 1 else [])
     return alt.LayerChart(data=plotted, layer=layers).properties(
-        title=heading, width=WIDTH, height=HEIGHT
+        title=heading, width=WIDTH, height=height
     )
 
 

@@ -18,11 +18,13 @@ from blockviz.views.charts.base import (
     HEIGHT,
     STEP_AXIS,
     WIDTH,
+    category_scale,
     legend_highlight,
     no_data,
     tooltips,
     x_zoom,
 )
+from blockviz.views.charts.colours import NEUTRAL
 
 DIFFERENCE_COLUMNS = ["step", "series", "parent", "twin", "difference"]
 
@@ -101,13 +103,17 @@ def difference_chart(
                 title=f"twin − parent ({metric.label})",
                 axis=alt.Axis(format="~g"),
             ),
-            color=alt.Color("series:N", title=None),
+            color=alt.Color("series:N", title=None, scale=category_scale(frame["series"])),
             opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15)),
             tooltip=tooltips("series", "step", "parent", "twin", "difference"),
         )
         .add_params(pick, x_zoom())
     )
-    zero = alt.Chart(pd.DataFrame({"zero": [0.0]})).mark_rule(strokeDash=[4, 4]).encode(y="zero:Q")
+    zero = (
+        alt.Chart(pd.DataFrame({"zero": [0.0]}))
+        .mark_rule(strokeDash=[4, 4], color=NEUTRAL)
+        .encode(y="zero:Q")
+    )
     return alt.LayerChart(data=frame, layer=[lines, zero]).properties(
         title=title, width=WIDTH, height=HEIGHT
     )

@@ -2,7 +2,8 @@
 swept value with each run's outcome marked (Altair; tidy frames in, charts out).
 
 Every variant has one colour and one dash (`variant_styles`), written into each chart as
-an explicit scale in the study's variant order, so the page (whatever its theme) and the
+an explicit scale in the study's variant order (the run palette, `charts.colours`: every
+colour and shade readable on a light and a dark page), so the page (whatever its theme) and the
 zip draw a variant alike, and a variant keeps its colour while the study fills in.
 """
 
@@ -17,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from blockviz.core import spec
-from blockviz.views.charts.base import WIDTH, no_data, x_axis_encoding
+from blockviz.views.charts.base import WIDTH, neutral_legend_symbols, no_data, x_axis_encoding
+from blockviz.views.charts.colours import PALETTE, shade
 from blockviz.views.seed_groups import BAND_NOTE, MANY_GROUPS, band_frame
 
 OUTCOME_SHAPES = {
@@ -31,23 +33,7 @@ OUTCOME_FILLED = {"converged": True, "stalled": False, "diverged": True, "blew u
 # finite loss, and a blown-up run's (above ln V + 1) would squash everyone else's.
 OFF_SCALE = ("diverged", "blew up")
 
-# Vega's own category colours (tableau10), in its order: a variant's, or a family's hue.
-PALETTE = (
-    "#4c78a8",
-    "#f58518",
-    "#e45756",
-    "#72b7b2",
-    "#54a24b",
-    "#eeca3b",
-    "#b279a2",
-    "#ff9da6",
-    "#9d755d",
-    "#bab0ac",
-)
 DASHES = ((1, 0), (6, 3), (2, 2), (8, 3, 2, 3))  # solid, dashed, dotted, dash-dot
-# A family's shades run from its hue this far toward white to this far toward black (a
-# family of two or three spans less: its ends would look alike across hues, near black).
-LIGHTEST, DARKEST = 0.5, 0.35
 # The page fits title, axes and legend into a chart's height (280 left ~140 px of plot);
 # a curves chart grows so that its legend fits beside the plot: a row per variant (20 px
 # in Streamlit's theme) below the titles.
@@ -57,21 +43,13 @@ LEGEND_ROW, LEGEND_TOP = 21, 80
 Style = tuple[str, tuple[int, ...]]  # a colour (#rrggbb) and a stroke dash
 
 
-def _mix(colour: str, towards: int, amount: float) -> str:
-    """`colour` moved `amount` (0 to 1) of the way to white (255) or black (0)."""
-    channels = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
-    return "#" + "".join(f"{round(c + (towards - c) * amount):02x}" for c in channels)
-
-
 def _shade(colour: str, index: int, count: int) -> str:
-    """The `index`-th of `count` shades of a hue, light to dark (one alone: the hue)."""
+    """The `index`-th of `count` shades of a hue, light to dark (one alone: the hue),
+    each one readable on a light and on a dark page (`colours.shade`)."""
     if count < 2:
         return colour
     span = min(1.0, 0.55 + 0.15 * (count - 1))
-    position = span * (2 * index / (count - 1) - 1)  # -1 (lightest) .. +1 (darkest)
-    if position < 0:
-        return _mix(colour, 255, LIGHTEST * -position)
-    return _mix(colour, 0, DARKEST * position)
+    return shade(colour, span * (2 * index / (count - 1) - 1))  # -1 lightest .. +1 darkest
 
 
 def _ordered(values: pd.Series) -> bool:
@@ -250,6 +228,7 @@ def swept_chart(
         "diverged runs: crosses at the top (no finite loss); blew up: triangles at the top "
         "(above the uniform guess); stalled: hollow"
     )
-    return alt.layer(means, filled, hollow, data=points).properties(
+    chart = alt.layer(means, filled, hollow, data=points).properties(
         title=alt.Title(title_text, subtitle=subtitle), width=WIDTH, height=STUDY_HEIGHT
     )
+    return neutral_legend_symbols(chart)  # the outcomes' shapes

@@ -12,6 +12,7 @@ import pytest
 
 from blockviz.core import studies, study_builtins
 from blockviz.core.outcomes import swept_value
+from blockviz.views import charts
 from blockviz.views.studies import charts as study_charts
 from blockviz.views.studies import report as study_report
 
@@ -125,7 +126,7 @@ def test_a_family_of_variants_shares_a_hue_and_its_swept_chart_line_that_hue() -
     ((_, swept),) = study_report.swept_charts(results, plan)
     groups = colour_scale(swept.to_dict())
     assert groups["domain"] == ["pre", "post", "none"]
-    assert groups["range"] == list(study_charts.PALETTE[:3])
+    assert groups["range"] == list(charts.PALETTE[:3])
     for family, base in ((pre, groups["range"][0]), (post, groups["range"][1])):
         assert all(abs(hue(colour) - hue(base)) < 0.02 for colour, _ in family)
         assert len({colour for colour, _ in family}) == 7  # a shade per learning rate
