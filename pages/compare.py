@@ -410,7 +410,9 @@ def _choose_runs(store: RunStore) -> tuple[pd.DataFrame, dict[int, str]] | None:
     shown = tag_filter.tag_filter(all_runs, "compare.filter")
     if ui.COMPARE_KEY not in st.session_state:
         st.session_state[ui.COMPARE_KEY] = preselected_runs(shown, PRESELECTED)
-    chosen = ui.run_picker(store, "Runs to compare", multi=True, key="compare.runs", runs=shown)
+    chosen = ui.run_picker(
+        store, "Runs to compare", multi=True, key="compare.runs", runs=shown, every_run=all_runs
+    )
     if not chosen:
         st.info("Pick one or more runs above to overlay them.")
         return None

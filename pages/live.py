@@ -27,7 +27,7 @@ from blockviz.dashboard import relaunch, store_access, ui
 from blockviz.dashboard.code_download import code_download_button
 from blockviz.dashboard.controls import x_axis_choice, x_axis_widget
 from blockviz.dashboard.findings_panel import take_scroll
-from blockviz.dashboard.fork_panel import fork_caption, fork_panel
+from blockviz.dashboard.fork_panel import fork_caption, fork_panel, started_notice
 from blockviz.dashboard.live.header import (
     facts_sidebar,
     findings_block,
@@ -76,7 +76,7 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str], waiting_first: boo
     if fresh != seen:
         st.rerun()
     run = replace(run, status=fresh[run_id])  # what the picker shows, unchanged since read
-    shown = runner.shown_in(runs).get(run_id, run.status)  # queued -> starting
+    shown = runner.shown_in(runs)[run_id]  # the word the picker shows: queued -> starting
     for key, default in PREFERENCES.items():
         # Re-assigning keeps a control's value while its tab is closed (Streamlit would
         # otherwise forget the state of widgets that were not drawn).
@@ -171,6 +171,8 @@ if picked is not None:
     with st.sidebar:
         _sidebar(store, run_id)
     active = active or relaunch.recently_resumed()
+    with ui.guard("New twin"):
+        started_notice(store, run_id)
     # Quick looks until the first loss arrives (then `_live` reruns the page at REFRESH_S).
     waiting_first = active and run_id not in st.session_state.get(FIRST_SEEN_KEY, set())
     every = FIRST_POINT_REFRESH_S if waiting_first else REFRESH_S

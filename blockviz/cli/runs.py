@@ -18,7 +18,7 @@ from blockviz import CLI
 from blockviz.core import config as cfg
 from blockviz.core import disk, evaluation
 from blockviz.core.forks import changes_text
-from blockviz.core.spec import final_header
+from blockviz.core.spec import RUN_STATES, final_header
 from blockviz.core.tags import tags_text
 from blockviz.launch import runner
 from blockviz.store import RunRecord, RunStore, checked
@@ -58,6 +58,7 @@ def cli_runs(args: argparse.Namespace) -> int:
         warning = disk.over_warning(
             disk.checkpoint_bytes(store.runs_root), limit_mb, str(store.runs_root)
         )
+    words = runner.shown_in(frame)  # as the pages word them: a queued run may be starting
     if args.json:
         records = json.loads(frame.to_json(orient="records"))
         for record, size in zip(records, sizes, strict=True):
@@ -74,7 +75,7 @@ def cli_runs(args: argparse.Namespace) -> int:
         (
             str(row.id),
             str(row.name),
-            str(row.status),
+            words[int(row.id)],
             f"{_fmt(row.step)}/{_fmt(row.max_steps)}",
             _fmt(row.val_loss, ".4f"),
             str(row.device) if isinstance(row.device, str) and row.device else "-",
@@ -157,6 +158,9 @@ def cli_show(args: argparse.Namespace) -> int:
             "disk_bytes": disk.folder_bytes(run_dir),
             "ckpt_bytes": disk.checkpoint_bytes(run_dir),
         }
+        word = runner.shown_in(store.runs_frame())[int(run.id)]
+    if run.status == "queued":  # starting or queued: which, and what it waits for
+        word += f" ({RUN_STATES[word]})"
     last_sample = (
         None
         if samples.empty
@@ -188,8 +192,7 @@ def cli_show(args: argparse.Namespace) -> int:
         ("run", f"{run.id} ({run.name})"),
         (
             "status",
-            str(run.status)
-            + (f" at step {run.diverged_step}" if run.diverged_step is not None else ""),
+            word + (f" at step {run.diverged_step}" if run.diverged_step is not None else ""),
         ),
         ("step", f"{_fmt(run.step)}/{_fmt(run.max_steps)}"),
         ("created", _when(run.created)),

@@ -33,7 +33,7 @@ from blockviz.core.flags import (
     threads_arg,
 )
 from blockviz.core.presets import PRESETS
-from blockviz.launch import study_runner
+from blockviz.launch import study_estimate, study_runner
 from blockviz.store import RunStore
 from blockviz.store.location import redact
 
@@ -231,9 +231,9 @@ def _launch_and_watch(args: argparse.Namespace, study: studies.StudyDef) -> int:
             print(_no_worker_hint(store, study_id))
             return EXIT_OK
         workers = args.workers or study_runner.default_workers()
-        speed = study_runner.measured_speed(store)
-        estimate = study_runner.estimate_s(study, speed[0], workers)
-        assumes = study_runner.estimate_assumes(workers, threads=args.threads, speed=speed)
+        pace = study_estimate.measured_pace(store)
+        estimate = study_estimate.estimate_s(study, pace, workers, replica_limit)
+        assumes = study_estimate.estimate_assumes(study, workers, threads=args.threads, pace=pace)
         study_id = study_runner.launch(
             store,
             study,

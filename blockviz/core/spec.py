@@ -26,6 +26,21 @@ FINISHED_STATUSES = ("completed", "diverged")  # the run ran its course (not cut
 # call it "starting", never "waiting".
 STARTING = "starting"
 WAITING_FOR_SLOT = "waiting for a free slot"
+# The one table of the words a run's state is shown by, with what each means: Live's
+# picker and header, Compare's picker, the Runs table and summary, Train's progress, the
+# Playground and the CLI's `runs` and `show` all word a run through `shown_status` and this
+# table (docs/pages.md lists it). The stored statuses, with a queued run split in two.
+RUN_STATES = {
+    STARTING: "its process is getting ready (importing torch, loading the data); a slot is "
+    "free for it",
+    "queued": f"{WAITING_FOR_SLOT}: it starts when a running run ends (a study's run: when "
+    "one of its workers claims it)",
+    "running": "training",
+    "completed": "trained to its last step",
+    "diverged": "its loss became non-finite, so training stopped",
+    "failed": "its process ended with an error, or died",
+    "stopped": "stopped before its last step (Resume continues it)",
+}
 
 
 def shown_status(status: str, ahead: int, max_running: int) -> str:

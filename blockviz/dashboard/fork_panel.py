@@ -3,7 +3,9 @@
 Fork starts `python -m blockviz fork` from the kept checkpoint nearest before the marked
 step (a finding's Show marks one) or one the user picks, changed in the fields edited here;
 Replay starts `python -m blockviz replay` around the run's divergence or largest loss spike.
-Both runs appear in the run picker once registered; Compare draws a twin's differences.
+The start waits until the twin registers, so the page then names it (id and name), links
+it (`?run=ID`, as every page links a run) and offers to open it, above Live's header
+(`started_notice`); Compare draws a twin's differences.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ FORKABLE = (
     "logit_softcap",
 )
 EVENT_FINDINGS = ("diverged", "loss_spike")
+STARTED_KEY = "live.twin_started"  # session_state: {parent, twin, text} of the last start
 
 
 def _field_input(name: str, value: Any, key: str) -> Any:
@@ -132,16 +135,9 @@ def fork_panel(store: RunStore, run: RunRecord, writable: bool) -> None:
             )
             changes = _changes(run, prefix)
             if st.button("Fork", key=f"{prefix}.go", disabled=not writable):
-                try:
-                    with st.spinner("Starting the fork (a refusal shows here within seconds)…"):
-                        command = forking.fork_command(store, run_id, step, changes)
-                        forking.start(store, run_id, command)
-                except LaunchError as exc:
-                    st.error(ui.plain(str(exc)))
-                else:
-                    what = forks.changes_text(changes)
-                    ui.flash("success", f"Fork of {run.name} from step {step:,} started ({what}).")
-                    st.rerun()
+                changed = forks.changes_text(changes)
+                what = f"Fork of #{run_id} {run.name} from step {step:,} ({changed})"
+                _start(store, run_id, forking.fork_command(store, run_id, step, changes), what)
         event = _event(store, run)
         if event is not None:
             title, around = event
@@ -149,14 +145,8 @@ def fork_panel(store: RunStore, run: RunRecord, writable: bool) -> None:
             if st.button(
                 f"Replay around step {around:,}", key=f"{prefix}.replay", disabled=not writable
             ):
-                try:
-                    with st.spinner("Starting the replay…"):
-                        forking.start(store, run_id, forking.replay_command(store, run_id, around))
-                except LaunchError as exc:
-                    st.error(ui.plain(str(exc)))
-                else:
-                    ui.flash("success", f"Replay of {run.name} around step {around:,} started.")
-                    st.rerun()
+                what = f"Replay of #{run_id} {run.name} around step {around:,}"
+                _start(store, run_id, forking.replay_command(store, run_id, around), what)
         refusal = forking.last_refusal(store, run_id)
         if refusal:
             st.caption(ui.plain(f"The last fork or replay was refused: {refusal}"))
@@ -164,3 +154,50 @@ def fork_panel(store: RunStore, run: RunRecord, writable: bool) -> None:
             sentence = (replay.fork_info or {}).get("sentence")
             if sentence:
                 st.markdown(ui.plain(f"Replay {replay.id}: {sentence}"))
+
+
+def _start(store: RunStore, run_id: int, command: list[str], what: str) -> None:
+    """Start a fork or replay of `run_id` and wait for it to register; a refusal shows here,
+    a start reruns the page, which then names the twin (`started_notice`)."""
+    try:
+        with st.spinner("Starting (a refusal shows here; the new run is named once it registers)…"):
+            twin = forking.start(store, run_id, command)
+    except LaunchError as exc:
+        st.error(ui.plain(str(exc)))
+        return
+    st.session_state[STARTED_KEY] = {"parent": run_id, "twin": twin, "text": what}
+    st.rerun()
+
+
+def started_notice(store: RunStore, run_id: int) -> None:
+    """Above Live's header, while it shows the parent: the twin a Fork or Replay just
+    started, by id and name, its link and a button that opens it here."""
+    started = st.session_state.get(STARTED_KEY)
+    if not started or started["parent"] != run_id:
+        st.session_state.pop(STARTED_KEY, None)  # another run is shown: the news is old
+        return
+    twin_id = started["twin"]
+    if twin_id is None:  # said once: nothing here learns when it registers
+        st.session_state.pop(STARTED_KEY, None)
+        later = "it appears in the run picker once its process registers it"
+        st.info(ui.plain(f"{started['text']} started; {later}."))
+        return
+    try:
+        twin = store.get_run(int(twin_id))
+    except StoreError:  # deleted meanwhile
+        st.session_state.pop(STARTED_KEY, None)
+        return
+    named = f"#{twin_id} {twin.name}"
+    st.success(ui.plain(f"{started['text']} started as run {named}."))
+    with st.container(horizontal=True, vertical_alignment="center"):
+        st.page_link(
+            ui.LIVE_PAGE,
+            label=ui.plain(named),
+            query_params={"run": str(int(twin_id))},
+            icon=":material/link:",
+            help="A link to the new run on Live (open it in a new tab, or copy it).",
+        )
+        if st.button("Open in Live", key="live.twin_started.open", icon=":material/monitoring:"):
+            st.session_state.pop(STARTED_KEY, None)
+            ui.select_run(int(twin_id))
+            st.rerun()

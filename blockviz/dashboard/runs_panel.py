@@ -46,11 +46,8 @@ def summary_line(everything: pd.DataFrame, n_shown: int, store_path: object) -> 
 
     Statuses as the table shows them (a queued run with a free slot is `starting`).
     """
-    shown_as = runner.shown_in(everything)
-    statuses = [
-        shown_as.get(int(i), s) for i, s in zip(everything["id"], everything["status"], strict=True)
-    ]
-    counts = pd.Series(statuses, dtype=object).value_counts()
+    words = runner.shown_in(everything)
+    counts = pd.Series([words[int(i)] for i in everything["id"]], dtype=object).value_counts()
     hidden = len(everything) - n_shown
     return (
         f"{len(everything)} run(s) in {ui.literal(store_path)}: "

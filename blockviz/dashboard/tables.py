@@ -150,9 +150,7 @@ def runs_table(
         {
             "id": runs["id"].to_numpy(),
             "name": runs["name"].to_numpy(),
-            "status": [
-                shown.get(int(i), s) for i, s in zip(runs["id"], runs["status"], strict=True)
-            ],
+            "status": [shown[int(i)] for i in runs["id"]],
             "created": created,
             "duration": [format_duration(None if pd.isna(d) else d) for d in duration],
             "step": steps,

@@ -16,7 +16,9 @@ import pandas as pd
 import streamlit as st
 
 from blockviz.core.naming import is_id_text, run_id_from_text, shortened_id
+from blockviz.launch import runner
 from blockviz.store import RunStore
+from blockviz.views.charts.marks import defines_param
 from blockviz.views.export.outfolder import safe_filename
 from blockviz.views.export.render import chart_html, chart_png, chart_svg
 
@@ -119,9 +121,15 @@ def chart_with_downloads(
 
     Each file is built only when its button is clicked (vl-convert renders PNG and SVG
     then), so neither the menu nor a refresh costs an export. With `selection` (a selection
-    parameter of the chart) a click reruns the page and the selection event is returned.
+    parameter of the chart) a click reruns the page and the selection event is returned; a
+    chart drawn without it (a placeholder before the first step) is drawn without picking,
+    since Streamlit refuses a selection mode its spec does not define.
     """
-    picking = {"on_select": "rerun", "selection_mode": [selection]} if selection else {}
+    picking = (
+        {"on_select": "rerun", "selection_mode": [selection]}
+        if selection and defines_param(chart, selection)
+        else {}
+    )
     event = st.altair_chart(chart, width="stretch", key=f"{key}.chart", **picking)
     if data.empty:
         return event
@@ -158,18 +166,22 @@ def chart_with_downloads(
 
 
 def selected_run_id() -> int | None:
-    """The run chosen on any page: session state first, then the `?run=ID` query param.
+    """The run chosen on any page: the `?run=ID` query param, then session state.
 
-    A `?run=` that is not an id (`?run=²`, `?run=abc`) selects nothing; see
-    `selection_notice` for the message.
+    `select_run` writes both, so they differ only when a link (`?run=ID`, such as Live's
+    notice of a new fork) brought the user here: the link wins and becomes the session's
+    choice. A `?run=` that is not an id (`?run=²`, `?run=abc`) selects nothing by itself;
+    see `selection_notice` for the message.
     """
-    chosen = st.session_state.get(RUN_KEY)
-    if isinstance(chosen, int):
-        return chosen
     run_id = run_id_from_text(_run_param().strip())
     if run_id is not None:
-        st.session_state[RUN_KEY] = run_id
-    return run_id
+        if st.session_state.get(RUN_KEY) != run_id:
+            # Written again: a page link within the session leaves the address bar on the
+            # page it came from until the server sets the parameter.
+            select_run(run_id)
+        return run_id
+    chosen = st.session_state.get(RUN_KEY)
+    return chosen if isinstance(chosen, int) else None
 
 
 def _run_param() -> str:
@@ -245,13 +257,14 @@ def run_statuses(runs: pd.DataFrame) -> dict[int, str]:
     return {int(i): str(s) for i, s in zip(runs["id"], runs["status"], strict=True)}
 
 
-def run_label(row: pd.Series | dict) -> str:
-    """'#id name (status)': how a run is named in pickers.
+def run_label(row: pd.Series | dict, word: str | None = None) -> str:
+    """'#id name (state)': how a run is named in pickers, its state the word every page
+    shows it by (`word`, from `runner.shown_in`; default: its stored status).
 
     Plain text, as selectbox and multiselect options show it (only their labels take
     Markdown); wrap it in `plain` before it goes anywhere that renders Markdown.
     """
-    return f"#{int(row['id'])} {row['name']} ({row['status']})"
+    return f"#{int(row['id'])} {row['name']} ({word or row['status']})"
 
 
 def _sync_single(key: str) -> None:
@@ -263,18 +276,28 @@ def _sync_multi(key: str) -> None:
 
 
 def run_picker(
-    store: RunStore, label: str, multi: bool, key: str, runs: pd.DataFrame | None = None
+    store: RunStore,
+    label: str,
+    multi: bool,
+    key: str,
+    runs: pd.DataFrame | None = None,
+    every_run: pd.DataFrame | None = None,
 ) -> int | list[int] | None:
-    """Pick one run (int or None) or several (list) by '#id name (status)'.
+    """Pick one run (int or None) or several (list) by '#id name (state)'.
 
     The choice is shared across pages: one run via session_state["run_id"] (and `?run=`),
     several via session_state["compare_ids"]; callbacks copy a change there before the
     next run, so the shared value is always the one to show. `runs` is the page's own
-    read of store.runs_frame(), so the labels show the statuses the page shows.
+    read of store.runs_frame() (or the runs it offers), so the labels show the states the
+    page shows; `every_run` is the whole store's read when `runs` is filtered (a queued
+    run's word depends on every run ahead of it).
     """
     runs = store.runs_frame() if runs is None else runs
+    words = runner.shown_in(runs if every_run is None else every_run)
     ids = [int(i) for i in runs["id"]]
-    labels = {int(row["id"]): run_label(row) for _, row in runs.iterrows()}
+    labels = {
+        int(row["id"]): run_label(row, words.get(int(row["id"]))) for _, row in runs.iterrows()
+    }
 
     def fmt(run_id: int) -> str:
         return labels.get(run_id, f"#{run_id} (deleted)")

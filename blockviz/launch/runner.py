@@ -310,21 +310,22 @@ def stop(store: RunStore, run_id: int) -> str:
 
 
 def shown_in(runs: pd.DataFrame, max_running: int | None = None) -> dict[int, str]:
-    """`spec.shown_status` of every active run of `runs` (a `runs_frame` of the whole store)."""
+    """Every run of `runs` (a `runs_frame` of the whole store) -> the word every page and
+    the CLI show its state by (`spec.RUN_STATES`): its status, a queued run `starting`
+    while a slot is free for it (`spec.shown_status`)."""
     slots = default_max_running() if max_running is None else max_running
     running = int((runs["status"] == "running").sum())
     waiting = study_waiting(runs)
     queued = sorted(int(i) for i in runs.loc[(runs["status"] == "queued") & ~waiting, "id"])
-    shown = {int(i): "running" for i in runs.loc[runs["status"] == "running", "id"]}
-    # A study's run no worker has claimed yet waits for its study, not for a slot.
-    shown.update({int(i): "queued" for i in runs.loc[waiting, "id"]})
+    # A study's run no worker has claimed yet waits for its study, not for a slot: queued.
+    shown = {int(i): str(s) for i, s in zip(runs["id"], runs["status"], strict=True)}
     for position, run_id in enumerate(queued):  # the oldest queued run gets a slot first
         shown[run_id] = spec.shown_status("queued", running + position, slots)
     return shown
 
 
 def shown_statuses(store: RunStore, max_running: int | None = None) -> dict[int, str]:
-    """What the pages call each queued or running run: `starting` while a slot is free.
+    """What the pages call each run: a queued one `starting` while a slot is free.
 
     A just-launched run is 'queued' in the store until its process (importing torch,
     loading the data) claims a slot; it is only waiting when the slots are taken by the
@@ -356,8 +357,8 @@ def active(store: RunStore, max_running: int | None = None) -> list[ActiveRun]:
         step = 0 if pd.isna(row.step) else int(row.step)
         max_steps = 0 if pd.isna(row.max_steps) else int(row.max_steps)
         eta = eta_s(store, int(row.id), step, max_steps) if row.status == "running" else None
-        label = shown.get(int(row.id), row.status)
-        out.append(ActiveRun(int(row.id), row.name, row.status, step, max_steps, eta, label))
+        word = shown[int(row.id)]
+        out.append(ActiveRun(int(row.id), row.name, row.status, step, max_steps, eta, word))
     return out
 
 

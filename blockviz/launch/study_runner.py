@@ -10,7 +10,6 @@ scheduler running the same command); `progress` then sees them by their runs' he
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
@@ -19,10 +18,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from blockviz.core import hardware, procs
-from blockviz.core.config import ConfigError, RunConfig
+from blockviz.core import procs
+from blockviz.core.config import RunConfig
 from blockviz.core.files import atomic_write
-from blockviz.core.params import param_count
 from blockviz.core.studies import StudyDef
 from blockviz.launch import runner
 from blockviz.store import RunStore, run_alive
@@ -32,14 +30,6 @@ WORKER_LOG = "worker.log"
 # --slurm`): its process runs on another machine, so it has no pid here. It counts towards
 # each worker's share of the runs it claims, and tells `progress` that workers exist.
 ELSEWHERE_PID = 0
-# Fallback speed for estimates when the store has no finished run to learn from: model
-# FLOPs per second (6 · parameters · tokens / s) of one run, the median of the quick
-# lr-sensitivity runs on the 2-core development box, two at once with one thread each
-# (BENCHMARKS.md, "Studies that answer").
-DEFAULT_FLOPS_PER_S = 3.5e10
-PER_RUN_OVERHEAD_S = 0.5  # model, Trainer and data set-up of each run inside a worker
-WORKER_START_S = 6.0  # a worker's imports (torch, Lightning) before its first run
-INIT_MODEL_S = 0.3  # one model of the init-gradients study: build, forward, backward
 
 
 class StudyError(ValueError):
@@ -313,71 +303,3 @@ def resume(
         return queued
     start_workers(store, study_id, workers, max_running, threads, replicas)
     return queued
-
-
-def run_flops(config: RunConfig) -> float:
-    """Roughly the FLOPs of training a run: 6 · parameters · tokens seen."""
-    tokens = config.train.batch_size * config.model.block_size * config.train.max_steps
-    return 6.0 * param_count(config.model) * tokens
-
-
-def measured_speed(store: RunStore | None) -> tuple[float, int]:
-    """This machine's training speed in model FLOPs per second and the runs it rests on:
-    the median over the store's last 50 completed runs, else (DEFAULT_FLOPS_PER_S, 0)."""
-    if store is None:
-        return DEFAULT_FLOPS_PER_S, 0
-    rates = []
-    for run in store.runs_frame().tail(50).itertuples():
-        if run.status != "completed" or pd.isna(run.n_params):
-            continue
-        final = store.get_run(int(run.id)).final or {}
-        tokens_per_s = final.get("tokens_per_sec")
-        if isinstance(tokens_per_s, int | float) and math.isfinite(tokens_per_s):
-            rates.append(6.0 * float(run.n_params) * float(tokens_per_s))
-    if not rates:
-        return DEFAULT_FLOPS_PER_S, 0
-    rates.sort()
-    return rates[len(rates) // 2], len(rates)
-
-
-def flops_per_s(store: RunStore | None) -> float:
-    """This machine's training speed in model FLOPs per second, from its finished runs."""
-    return measured_speed(store)[0]
-
-
-def estimate_assumes(
-    workers: int,
-    max_running: int | None = None,
-    threads: int | None = None,
-    speed: tuple[float, int] = (DEFAULT_FLOPS_PER_S, 0),
-) -> str:
-    """What a study's time estimate assumes: workers, threads per run, the speed used, and
-    that the study has the store's run slots to itself (a run waits for a free slot)."""
-    slots = runner.default_max_running() if max_running is None else max_running
-    where = f" ({hardware.slots_source()})" if max_running is None else ""
-    each = threads or hardware.share_of_cores(slots)
-    rate, runs = speed
-    source = (
-        f"the median of this store's last {runs} completed run(s), each as fast as it "
-        "trained beside whatever ran with it"
-        if runs
-        else "a reference speed (a 2-core CPU, one thread per run) until this store has a "
-        "completed run"
-    )
-    return (
-        f"assumes {workers} worker(s) at once, {hardware.threads_text(each)} each, "
-        f"{rate:.2g} model FLOP/s per run: {source}; and no other run training here "
-        f"meanwhile: {slots} run(s) may train at once{where}, and a study's run waits for a "
-        "free slot"
-    )
-
-
-def estimate_s(study: StudyDef, rate: float, workers: int) -> float:
-    """Seconds a study should take here: its runs' FLOPs at `rate`, spread over workers."""
-    if not study.trains:  # one forward and backward pass per model, Pre-LN and Post-LN
-        return WORKER_START_S + INIT_MODEL_S * 2 * len(study.variants) * len(study.seeds)
-    try:
-        per_run = [run_flops(config) / rate + PER_RUN_OVERHEAD_S for _, _, config in study.grid()]
-    except ConfigError:
-        return math.nan
-    return WORKER_START_S + sum(per_run) / max(1, workers)

@@ -229,7 +229,7 @@ class Studies(Part):
                 time.sleep(CLAIM_RETRY_S)  # a fresh read sees the other worker's claim
             if not rows:
                 return []
-            chosen = _batch_of(rows, limit, key_of, workers)
+            chosen = batch_to_claim(rows, limit, key_of, workers)
             host, boot, now = hosts.this_host(), hosts.boot_id(), time.time()
             # A beat at the claim: the run's silence is counted from now, not from when
             # the study was stored (another host's reaper would fail it at once).
@@ -295,14 +295,15 @@ class Studies(Part):
         return [int(r[0]) for r in rows]
 
 
-def _batch_of(
+def batch_to_claim(
     rows: list[tuple[int, str | None]],
     limit: int,
     key_of: Callable[[str | None], str | None],
     workers: int,
 ) -> list[int]:
     """The runs to claim from the unclaimed (id, config) rows, oldest first: the oldest and
-    up to `limit` - 1 more of its key, in an even batch, within this worker's share."""
+    up to `limit` - 1 more of its key, in an even batch, within this worker's share (what a
+    worker claims, and what a study's time estimate plays through)."""
     key = key_of(rows[0][1]) if limit > 1 else None
     same = [int(rows[0][0])]
     if key is not None:

@@ -13,8 +13,10 @@ from collections.abc import Iterator
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from blockviz import cli
 from blockviz.core import spec
 from blockviz.dashboard import tables, ui
+from blockviz.dashboard.live.header import STATUS_COLORS
 from blockviz.launch import runner
 from blockviz.store import RunStore, default_store_path
 from tests import fakes
@@ -146,3 +148,43 @@ def test_live_watches_for_the_first_loss_then_reruns_once(store: RunStore) -> No
     at.run()
     assert not at.exception
     assert run in at.session_state["live.first_point_seen"]
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_every_surface_words_a_queued_run_alike(
+    store: RunStore, busy: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 35, 9: one word for one state in Live's picker and header, Compare's picker,
+    the Runs table and the CLI's `runs` and `show` (the picker said "(queued)" while the
+    header said "starting")."""
+    if busy:
+        _add(store, "running", "busy")
+    queued = _add(store, "queued", "watched")
+    word = "queued" if busy else spec.STARTING
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state[ui.RUN_KEY] = queued
+    at.session_state[ui.COMPARE_KEY] = [queued]
+    at.run()
+    at.switch_page("pages/live.py").run()
+    assert not at.exception
+    assert at.sidebar.selectbox(key="live.run").options[-1] == f"#{queued} watched ({word})"
+    assert _badges(at) == [f":{'gray' if busy else 'blue'}-badge[{word}]"]
+    at.switch_page("pages/compare.py").run()
+    assert f"#{queued} watched ({word})" in at.multiselect(key="compare.runs").options
+    at.switch_page("pages/runs.py").run()
+    [frame] = at.dataframe
+    assert dict(zip(frame.value["id"], frame.value["status"], strict=True))[queued] == word
+    assert cli.main(["runs", "--store", str(store.location.text)]) == 0
+    listed = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert next(cells for cells in listed if cells[0] == str(queued))[2] == word
+    assert cli.main(["show", str(queued), "--store", str(store.location.text)]) == 0
+    status = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("status"))
+    assert status.split()[1] == word
+
+
+def test_one_table_words_every_state_and_the_header_colours_each() -> None:
+    assert set(spec.RUN_STATES) == {*spec.STATUSES, spec.STARTING}
+    assert set(STATUS_COLORS) == set(spec.RUN_STATES)
+    pages = (ROOT / "docs" / "pages.md").read_text(encoding="utf-8")
+    for word, meaning in spec.RUN_STATES.items():
+        assert f"| `{word}` | {meaning} |" in pages, word

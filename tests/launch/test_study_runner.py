@@ -9,7 +9,7 @@ import pytest
 
 from blockviz import cli
 from blockviz.core import study_builtins, sweeps
-from blockviz.launch import study_runner
+from blockviz.launch import study_estimate, study_runner
 from blockviz.store import RunStore
 
 GONE = 2**22 + 4321  # no process has this pid here
@@ -67,13 +67,12 @@ def test_a_finished_study_has_nothing_to_resume(store):
 def test_estimates_grow_with_the_work() -> None:
     short = sweeps.sweep({"lr": [1e-3, 2e-3]}, size="quick", max_steps=100)
     long = sweeps.sweep({"lr": [1e-3, 2e-3]}, size="quick", max_steps=400)
-    rate = 1e10
-    a, b = (study_runner.estimate_s(s, rate, 1) for s in (short, long))
-    train_a = a - study_runner.WORKER_START_S - 2 * study_runner.PER_RUN_OVERHEAD_S
-    train_b = b - study_runner.WORKER_START_S - 2 * study_runner.PER_RUN_OVERHEAD_S
+    pace = study_estimate.measured_pace(None)  # nothing measured: the rough guess
+    a, b = (study_estimate.estimate_s(s, pace, 1) for s in (short, long))
+    train_a = a - study_estimate.WORKER_START_S - 2 * study_estimate.PER_RUN_OVERHEAD_S
+    train_b = b - study_estimate.WORKER_START_S - 2 * study_estimate.PER_RUN_OVERHEAD_S
     assert train_b == pytest.approx(4 * train_a)
-    assert study_runner.estimate_s(long, rate, 2) < b
-    assert study_runner.flops_per_s(None) == study_runner.DEFAULT_FLOPS_PER_S
+    assert study_estimate.estimate_s(long, pace, 2, replica_limit=1) < b
 
 
 def test_a_study_that_only_measures_at_init_gets_one_worker(store, monkeypatch):

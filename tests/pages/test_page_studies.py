@@ -13,7 +13,8 @@ from blockviz.core import evaluation, hardware, studies, study_builtins, sweeps
 from blockviz.core.outcomes import results_frame
 from blockviz.core.verdicts import judge
 from blockviz.dashboard.studies.launch import duration
-from blockviz.launch import study_runner
+from blockviz.dashboard.studies.view import VERDICT_ICONS
+from blockviz.launch import study_estimate
 from blockviz.store import RunStore
 from blockviz.views.studies import table as study_table
 from tests.helpers import fake_study
@@ -43,8 +44,10 @@ def test_an_empty_store_offers_the_builtin_studies() -> None:
     assert "GELU does at least as well as ReLU" in text.replace("\\", "")
     assert "4 variants × 2 seeds = 8 runs" in text
     assert "Estimated time here" in text
-    # The estimate says what it assumes: workers at once, threads each, the speed used.
-    assert "worker(s) at once" in text and " each, " in text and "FLOP/s per run" in text
+    # The estimate says what it rests on: with nothing measured yet, a rough guess; workers
+    # at once, threads each.
+    assert "from a rough guess: no completed run in this store measured" in text
+    assert "worker(s) at once" in text and " each, " in text
 
 
 def test_on_a_gpu_the_launchers_offer_more_seeds_and_say_why(
@@ -85,31 +88,30 @@ def test_the_builtin_the_launcher_leaves_out_is_named_with_where_it_lives() -> N
 def test_the_time_estimate_is_the_captions_only_time_and_says_what_it_assumes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """On a store whose runs trained slowly, quick norm-position takes about an hour here:
-    the caption says so and no "minutes on a laptop" beside it, nor the size's default
-    seed count beside the seeds chosen; the estimate names its speed, slots and load."""
+    """On a store whose runs of its shapes took 2 s a step, quick norm-position takes
+    hours here: the caption says so and no "minutes on a laptop" beside it, nor the size's
+    default seed count beside the seeds chosen; the estimate names its pace, slots and load."""
     monkeypatch.setenv(hardware.ENV_SLOTS, "2")
+    plan = study_builtins.builtin("norm-position", "quick", 3)
     with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
-        for index in range(3):
-            run_id = store.create_run(f"slow-{index}", "{}", status="completed", n_params=1e5)
-            store.update_run(run_id, final={"tokens_per_sec": 3300.0})
-        speed = study_runner.measured_speed(store)
-    assert speed == (6 * 1e5 * 3300.0, 3)
+        for variant, seed, config in plan.grid():
+            if seed == 1:
+                run_id = store.create_run(f"slow {variant}", config.to_json(), status="completed")
+                store.update_run(run_id, step=300, final={"time_s": 600.0})
+        pace = study_estimate.measured_pace(store)
+    assert pace.runs == 6
     at = _page().run()
     at.selectbox(key="studies.key").set_value("norm-position").run()
     at.number_input(key="studies.seeds.quick").set_value(3).run()
     assert not at.exception
-    plan = study_builtins.builtin("norm-position", "quick", 3)
-    expected = duration(study_runner.estimate_s(plan, speed[0], 2))
-    assert expected == "about 65 min"
+    expected = duration(study_estimate.estimate_s(plan, pace, 2))
+    assert expected == "about 1.5 h"  # 18 runs of 600.5 s on 2 workers, after 6 s
     (caption,) = [c.value for c in at.caption if "Estimated time here" in c.value]
     caption = caption.replace("\\", "")
     assert caption.startswith("6 variants × 3 seeds = 18 runs; ")
-    assert f"Estimated time here: {expected} (assumes 2 worker(s) at once, " in caption
+    assert f"Estimated time here: {expected} (from the pace this store's last 6" in caption
     assert "laptop" not in caption and "minutes" not in caption and "2 seeds" not in caption
-    assert "2e+09 model FLOP/s per run: the median of this store's last 3 completed run(s)" in (
-        caption
-    )
+    assert "18 of its 18 runs have a measured run of their shape" in caption
     assert (
         "no other run training here meanwhile: 2 run(s) may train at once "
         "(BLOCKVIZ_MAX_RUNNING=2), and a study's run waits for a free slot" in caption
@@ -129,7 +131,7 @@ def test_a_finished_study_shows_its_computed_verdicts_and_table() -> None:
     # Both intervals of GELU minus ReLU (the same seeds ran both, so they pair up).
     (intervals,) = study_table.interval_lines(expected)
     assert intervals.startswith("GELU minus ReLU: paired ") and intervals in text
-    table = at.dataframe[1].value
+    (table,) = [d.value for d in at.dataframe if "Variant" in d.value.columns]
     assert len(table) == 4
     assert any(b.label == "Resume study" and b.disabled for b in at.button)
     # Its runs carry no evaluation record: scored on their own seed's windows, and it says so.
@@ -186,6 +188,36 @@ def test_a_tiny_sweep_from_the_form_runs_to_its_results() -> None:
         assert set(store.study_runs(study_id)["status"]) <= {"completed", "diverged"}
     at.run()
     assert not at.exception
-    assert "4/4" in at.dataframe[0].value["runs done"].tolist()
-    assert len(at.dataframe[1].value) == 2  # one row per variant
+    (listed,) = [d.value for d in at.dataframe if "runs done" in d.value.columns]
+    assert "4/4" in listed["runs done"].tolist()
+    (table,) = [d.value for d in at.dataframe if "Variant" in d.value.columns]
+    assert len(table) == 2  # one row per variant
     assert at.get("vega_lite_chart")  # the curves, and final loss against lr
+
+
+def _in_order(node) -> list:
+    """Every element under `node`, in the order the page draws them."""
+    children = getattr(node, "children", None)
+    if not children:
+        return [node]
+    return [leaf for key in sorted(children) for leaf in _in_order(children[key])]
+
+
+def test_a_studys_verdicts_and_chart_come_first_then_its_details_then_the_launchers() -> None:
+    """Issue 35, 11: the results sat 2.4 screens down, under the launchers and the studies
+    table; now the picked study's verdicts and its chart lead the page."""
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        fake_study(store)
+    at = _page().run()
+    assert not at.exception
+    drawn = _in_order(at.main)
+
+    def first(kind: str, *says: str) -> int:
+        texts = [str(getattr(e, "value", "")) if e.type == kind else None for e in drawn]
+        return next(i for i, t in enumerate(texts) if t is not None and any(s in t for s in says))
+
+    verdict = first("markdown", *VERDICT_ICONS.values())
+    chart = next(i for i, e in enumerate(drawn) if e.type == "vega_lite_chart")
+    results = first("subheader", "Results")
+    launcher = next(i for i, e in enumerate(drawn) if getattr(e, "label", "") == "Run study")
+    assert verdict < chart < results < launcher

@@ -578,8 +578,8 @@ def test_live_picker_and_header_show_the_status_of_the_same_fresh_read(
     store.update_run(run_id, status="queued")
     at = _live(run_id).run()
     picker = at.selectbox(key="live.run")
-    assert f"#{run_id} {name} (queued)" in picker.options
-    # No other run is running, so its slot is free: the header says it is starting.
+    # No other run is running, so its slot is free: picker and header say it is starting.
+    assert f"#{run_id} {name} (starting)" in picker.options
     assert _badges(at) == [":blue-badge[starting]"]
 
     store.update_run(run_id, status="running")  # the run got its slot
@@ -777,3 +777,30 @@ def test_live_attention_map_labels_its_axes_with_the_probe_characters(store: Run
     # The y axis reads the probe text, one character per row.
     wanted = f"{json.dumps(expected, ensure_ascii=False)}[datum.value]"
     assert wanted in [json.loads(expr) for expr in exprs]
+
+
+@pytest.mark.parametrize("status", ["queued", "running"])
+def test_live_draws_a_run_with_no_step_yet_as_waiting_without_an_error(
+    store: RunStore, status: str
+) -> None:
+    """Issue 35, 8: right after Launch the loss chart (the one a click picks a step on)
+    has no point; it says so instead of Streamlit's "Selections are activated" error."""
+    (run_id,) = fakes.populate(store, n_runs=1, n_layer=2, statuses=["queued"])
+    store.update_run(run_id, status=status)
+    at = _live(run_id).run()
+    assert not at.exception
+    assert not at.error, [e.value for e in at.error]
+    drawn = pd.concat(_charts(at)["Loss"])
+    assert list(drawn["message"].dropna()) == ["waiting for the first step"]
+    assert not [b for b in at.download_button if b.label in EXPORT_LABELS]  # nothing to export
+
+
+def test_a_run_link_opens_its_run_in_a_session_that_showed_another(runs: dict[str, int]) -> None:
+    """Issue 35, 10: a link to a run (`?run=ID`, as Live's fork notice gives) shows that
+    run, though the session had another selected (it kept the parent before)."""
+    at = _live(runs["completed"])
+    at.query_params["run"] = str(runs["running"])
+    at.run()
+    assert not at.exception
+    assert at.session_state["run_id"] == runs["running"]
+    assert shown(at.subheader[0].value).startswith(f"#{runs['running']} ")

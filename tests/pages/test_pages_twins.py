@@ -3,8 +3,11 @@ and Replay from the run's kept checkpoints."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import sys
 import time
 from pathlib import Path
 
@@ -144,14 +147,17 @@ def test_fork_from_live_trains_a_twin_that_compare_draws(store: RunStore, tmp_pa
         "10",
     )
     assert cli.main(["train", *post, *flags, "--no_progress"]) == 0
-    at = AppTest.from_file(str(PAGES / "live.py"), default_timeout=60)
+    at = AppTest.from_file(str(PAGES.parent / "app.py"), default_timeout=60)  # links need it
     at.session_state["run_id"] = 1
     at.run()
+    at.switch_page("pages/live.py").run()
     step = next(s for s in at.sidebar.selectbox if s.label == "From the kept step")
     step.set_value(10).run()
     at.sidebar.selectbox(key="live.1.fork.norm_position").set_value("pre").run()
     next(b for b in at.sidebar.button if b.label == "Fork").click().run()
-    assert not at.exception and not at.error
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    said = " ".join(shown(s.value) for s in at.success)
+    assert "Fork of #1 " in said and "from step 10 (norm_position pre) started as run #2 " in said
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         runs = store.runs_frame()
@@ -166,3 +172,56 @@ def test_fork_from_live_trains_a_twin_that_compare_draws(store: RunStore, tmp_pa
     compare.run()
     drawn = next(f for f in _twin_frames(compare) if "difference" in f.columns)
     assert drawn["step"].min() >= 10 and drawn["difference"].abs().max() > 0
+
+
+# A stand-in for `python -m blockviz fork`: registers the twin as registration does (its
+# own pid), then keeps training (sleeps) until the test stops it.
+REGISTERS = (
+    "import os, sys, time\n"
+    "from blockviz.store import RunStore\n"
+    "with RunStore(sys.argv[1]) as store:\n"
+    "    store.create_run('fake-0 fork@20 lr=0.003', '{}', parent_id=int(sys.argv[2]),\n"
+    "                     fork_step=20, fork_kind='fork', status='running', pid=os.getpid())\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_fork_from_live_names_the_twin_links_it_and_opens_it(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35, 10: the message names the twin (id and name), links it, and a button opens
+    it on Live; before, it named no run and Live stayed on the parent."""
+    from blockviz.launch import forking
+
+    (parent,) = fakes.populate(store, n_runs=1, n_steps=60, n_layer=2, statuses=["completed"])
+    folder = store.run_dir(parent) / forks.CHECKPOINTS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / forks.kept_name(20)).write_bytes(b"")
+    fake = [sys.executable, "-c", REGISTERS, str(store.location.text), str(parent)]
+    monkeypatch.setattr(forking, "fork_command", lambda *args: fake)
+    at = AppTest.from_file(str(PAGES.parent / "app.py"), default_timeout=60)  # links need it
+    at.session_state["run_id"] = parent
+    at.run()
+    at.switch_page("pages/live.py").run()
+    next(b for b in at.sidebar.button if b.label == "Fork").click().run()
+    twins = store.twins_of(parent)
+    try:
+        assert not at.exception and not at.error, [e.value for e in at.error]
+        (twin,) = twins
+        said = " ".join(shown(s.value) for s in at.success)
+        assert f"started as run #{twin.id} {twin.name}." in said
+        links = [e.proto for e in at.get("page_link")]
+        assert any(
+            link.page.endswith("live")
+            and f"run={twin.id}" in link.query_string
+            and shown(link.label) == f"#{twin.id} {twin.name}"
+            for link in links
+        ), links
+        next(b for b in at.button if b.label == "Open in Live").click().run()
+        assert at.session_state["run_id"] == twin.id
+        assert shown(at.subheader[0].value) == f"#{twin.id} {twin.name}"  # Live shows it
+        assert not at.success  # the news is spent
+    finally:
+        for twin in twins:
+            with contextlib.suppress(ProcessLookupError, TypeError):
+                os.kill(twin.pid, signal.SIGTERM)

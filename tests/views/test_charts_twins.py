@@ -6,7 +6,7 @@ import pandas as pd
 
 from blockviz.core import spec
 from blockviz.views import charts
-from blockviz.views.charts.marks import STEP_PICK, picked_step, with_step_picker
+from blockviz.views.charts.marks import STEP_PICK, defines_param, picked_step, with_step_picker
 from blockviz.views.charts.twins import TWIN_METRICS, difference_chart, differences
 from tests.helpers import scalars_frame
 
@@ -71,3 +71,10 @@ def test_the_step_picker_selects_the_nearest_drawn_step() -> None:
     assert picked_step(SimpleNamespace(selection={STEP_PICK: [{"step": 12}]})) == 12
     assert picked_step(SimpleNamespace(selection={})) is None
     assert picked_step(None) is None
+    assert defines_param(picked, STEP_PICK)
+
+
+def test_an_empty_chart_gets_no_step_picker_and_says_it_has_none() -> None:
+    """What `ui.chart_with_downloads` asks before it turns on a selection (issue 35, 8)."""
+    empty = with_step_picker(charts.loss_chart(scalars_frame(steps=30).iloc[0:0]), charts.STEP_AXIS)
+    assert not defines_param(empty, STEP_PICK)

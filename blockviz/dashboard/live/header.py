@@ -23,9 +23,9 @@ from blockviz.launch import runner
 from blockviz.store import RunRecord, RunStore
 from blockviz.views import run_findings, summary
 
-STATUS_COLORS = {
-    "queued": "gray",
+STATUS_COLORS = {  # the badge of each state of spec.RUN_STATES
     spec.STARTING: "blue",
+    "queued": "gray",
     "running": "blue",
     "completed": "green",
     "diverged": "orange",
@@ -137,10 +137,8 @@ def status_message(store: RunStore, run: RunRecord, scalars: pd.DataFrame, shown
             st.code(tail or "(the run wrote no log)", language=None)
     elif status == "stopped":
         st.info(f"Stopped at step {step if step is not None else 0:,}.")
-    elif status == "queued" and shown == spec.STARTING:
-        st.info("Starting: the run's process is getting ready; it has a free slot.")
-    elif status == "queued":
-        st.info(f"Queued: {spec.WAITING_FOR_SLOT}. It starts when a running run ends.")
+    elif status == "queued":  # starting or queued, as the badge says
+        st.info(f"{shown.capitalize()}: {spec.RUN_STATES[shown]}.")
     elif status == "running" and scalars.empty:
         st.info("Starting up: the charts fill in from the first logged step.")
 

@@ -12,6 +12,7 @@ from blockviz.core.induction import repeat_half, uniform_prefix_score
 from blockviz.core.spec import (
     ABOVE_RANGE,
     ACTIVATION_STATS,
+    ACTIVE_STATUSES,
     BELOW_RANGE,
     COMPONENTS,
     FFN_TAP,
@@ -34,6 +35,7 @@ from blockviz.dashboard.live.state import (
     SAMPLES_SHOWN,
     colors,
     has_attention,
+    has_loss,
     marked,
     reader,
     run_depth,
@@ -77,6 +79,11 @@ def loss_tab(run: RunRecord, scalars: pd.DataFrame, x: XChoice) -> None:
     smoothing, log_scale, metric = chosen.smoothing, chosen.log_scale, chosen.metric
     placed = x.place(scalars)
     with ui.guard("Loss chart"):
+        if not has_loss(scalars):  # just launched: a placeholder, nothing to click or export
+            message = charts.WAITING_FIRST_STEP if run.status in ACTIVE_STATUSES else None
+            waiting = charts.no_data(pd.DataFrame(), "Loss", message or charts.NO_DATA)
+            ui.chart_with_downloads(waiting, pd.DataFrame(), f"{name} loss", "live.loss")
+            return
         step = run.diverged_step
         diverged = {name: int(step)} if step is not None else None
         chart = charts.loss_chart(

@@ -18,7 +18,7 @@ from blockviz.core import config as cfg
 from blockviz.core import studies, study_builtins, sweeps
 from blockviz.core.config import ConfigError
 from blockviz.dashboard import ui
-from blockviz.launch import study_runner
+from blockviz.launch import study_estimate, study_runner
 from blockviz.store import RunStore, StoreError
 
 SELECTED_KEY = "studies.selected"  # session_state: the study id the page shows
@@ -58,13 +58,13 @@ def duration(seconds: float) -> str:
 
 
 def _estimate(store: RunStore, study: studies.StudyDef) -> str:
-    """`about 4 min (assumes 2 worker(s) at once, 1 thread each, at ...)`."""
+    """`about 4 min (from the pace this store's last 6 completed run(s) measured ...)`."""
     workers = study_runner.default_workers()
-    speed = study_runner.measured_speed(store)
-    seconds = study_runner.estimate_s(study, speed[0], workers)
+    pace = study_estimate.measured_pace(store)
+    seconds = study_estimate.estimate_s(study, pace, workers)
     if not study.trains:
         return duration(seconds)
-    return f"{duration(seconds)} ({study_runner.estimate_assumes(workers, speed=speed)})"
+    return f"{duration(seconds)} ({study_estimate.estimate_assumes(study, workers, pace=pace)})"
 
 
 def _seeds_note() -> str:

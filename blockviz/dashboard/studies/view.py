@@ -47,16 +47,11 @@ def studies_table(frame: pd.DataFrame, labels: dict[int, str]) -> pd.DataFrame:
 
 
 def pick_study(store: RunStore) -> int | None:
-    """The studies table and a picker (defaults to the newest, or the one just launched)."""
+    """The study to show, picked by name (the newest, or the one just launched)."""
     frame = store.studies_frame()
     if frame.empty:
-        st.info("No studies yet: pick one above and press Run study.")
+        st.info("No studies yet: pick one below and press Run study.")
         return None
-    labels = {
-        int(i): study_runner.status_label(store, int(i), str(status))
-        for i, status in zip(frame["id"], frame["status"], strict=True)
-    }
-    st.dataframe(studies_table(frame, labels), hide_index=True, width="stretch")
     ids = [int(i) for i in frame["id"]][::-1]
     chosen = st.session_state.get(SELECTED_KEY)
     index = ids.index(chosen) if chosen in ids else 0
@@ -68,6 +63,19 @@ def pick_study(store: RunStore) -> int | None:
         format_func=lambda i: f"#{i} {names[i]}",
         key="studies.show",
     )
+
+
+def studies_list(store: RunStore) -> None:
+    """Every study of the store with its status and progress, folded under the launchers."""
+    frame = store.studies_frame()
+    if frame.empty:
+        return
+    labels = {
+        int(i): study_runner.status_label(store, int(i), str(status))
+        for i, status in zip(frame["id"], frame["status"], strict=True)
+    }
+    with st.expander(f"Every study ({len(frame)})"):
+        st.dataframe(studies_table(frame, labels), hide_index=True, width="stretch")
 
 
 def _actions(store: RunStore, study_id: int, now: study_runner.Progress, writable: bool) -> None:
@@ -177,6 +185,7 @@ def _results(store: RunStore, study_id: int, plan: studies.StudyDef) -> None:
             "pair up, with the unpaired interval beside it; diverged, blown-up and stalled "
             "runs counted); nothing here is written by hand."
         )
+    _charts(store, study_id, plan, runs, results)
     st.subheader("Results", anchor=False)
     st.dataframe(
         study_table.results_table(summary, plan.baseline), hide_index=True, width="stretch"
@@ -192,15 +201,6 @@ def _results(store: RunStore, study_id: int, plan: studies.StudyDef) -> None:
         st.subheader("Learning-rate sensitivity", anchor=False)
         st.dataframe(sensitivity, hide_index=True)
         st.caption(study_table.SENSITIVITY_NOTE)
-    built = []
-    with ui.guard("Charts"):
-        scalars = store.scalars([int(i) for i in runs["id"]], names=spec.VAL_LOSS)
-        built = study_report.result_charts(scalars, results, plan)
-    for stem, chart in built:
-        with ui.guard(stem):
-            ui.chart_with_downloads(
-                chart, charts.chart_data(chart), f"study {study_id} {stem}", f"st{study_id}.{stem}"
-            )
     st.download_button(
         "Download study (zip)",
         data=lambda: study_report.build_study_zip(store, study_id),
@@ -210,6 +210,25 @@ def _results(store: RunStore, study_id: int, plan: studies.StudyDef) -> None:
         key=f"studies.zip.{study_id}",
         on_click="ignore",
     )
+
+
+def _charts(
+    store: RunStore,
+    study_id: int,
+    plan: studies.StudyDef,
+    runs: pd.DataFrame,
+    results: pd.DataFrame,
+) -> None:
+    """The study's charts (loss curves with seed bands, final loss against the swept value)."""
+    built = []
+    with ui.guard("Charts"):
+        scalars = store.scalars([int(i) for i in runs["id"]], names=spec.VAL_LOSS)
+        built = study_report.result_charts(scalars, results, plan)
+    for stem, chart in built:
+        with ui.guard(stem):
+            ui.chart_with_downloads(
+                chart, charts.chart_data(chart), f"study {study_id} {stem}", f"st{study_id}.{stem}"
+            )
 
 
 def study_panel(store: RunStore, study_id: int, writable: bool) -> None:

@@ -22,6 +22,7 @@ LAYER_SCHEME = "viridis"
 WIDTH, HEIGHT = 600, 280  # pages stretch to the container; exports use this size
 SMALL_WIDTH, SMALL_HEIGHT = 150, 120  # one panel of small multiples; 4 across fit a laptop
 NO_DATA = "no data yet"
+WAITING_FIRST_STEP = "waiting for the first step"  # a run that trains but logged nothing yet
 # Smoothing is for dense, noisy series only. A validation series is a few evaluations, each
 # already an average over `eval_iters` batches; an EMA over a handful of points drags its
 # last point off the real value (issue 12: 3 points at weight 0.6 ended near 2.43 where the

@@ -83,6 +83,20 @@ def with_step_picker(chart: alt.TopLevelMixin, axis: XAxis) -> alt.TopLevelMixin
     return picked
 
 
+def defines_param(chart: alt.TopLevelMixin, name: str) -> bool:
+    """Whether `chart` (or one of its layers, or a facet's inner chart) declares the
+    parameter `name`: Streamlit refuses a selection mode the spec does not define."""
+    params = getattr(chart, "params", alt.Undefined)
+    if params is not alt.Undefined and any(getattr(p, "name", None) == name for p in params):
+        return True
+    inner = getattr(chart, "layer", alt.Undefined)
+    inner = [] if inner is alt.Undefined else list(inner)
+    spec = getattr(chart, "spec", alt.Undefined)
+    if spec is not alt.Undefined:
+        inner.append(spec)
+    return any(defines_param(part, name) for part in inner)
+
+
 def picked_step(event: object) -> int | None:
     """The step a STEP_PICK click chose, from `st.altair_chart`'s selection event."""
     selection = getattr(event, "selection", None) or {}
