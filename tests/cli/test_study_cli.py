@@ -38,7 +38,7 @@ def test_a_two_by_two_sweep_runs_to_the_end(tmp_path: Path, corpus: Path) -> Non
                  "--seeds", "2", "--workers", "1", "--threads", "1")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert "4 runs (2 variants × 2 seeds)" in done.stdout
-    assert "assumes 1 worker(s) at once, 1 thread each" in done.stdout
+    assert "; 1 worker(s) at once, 1 thread each, and no other run" in done.stdout
     with RunStore(store_path) as store:
         (study_id,) = store.studies_frame()["id"].tolist()
         assert store.get_study(study_id).status == "completed"
