@@ -115,7 +115,9 @@ def _register_and_fit(
         return Ran(EXIT_OK, ids)
     # The plan as registered: each member's run, and those that do not train masked out.
     registered = tuple(
-        dataclasses.replace(planned, run_id=member.run_id, finished=not member.training)
+        dataclasses.replace(
+            planned, run_id=member.run_id, name=member.name, finished=not member.training
+        )
         for planned, member in zip(plan.members, members, strict=True)
     )
     batch_dir = plan.batch_dir
@@ -176,7 +178,8 @@ def _register(store: RunStore, plan: Plan, index: int, datamodule: Any) -> _Memb
         run_id = patiently(store.create_run, member.name, config.to_json(), **fields)
         if fork is not None:
             patiently(store.copy_history, fork.parent_id, run_id, plan.start_step, EVAL_SCALARS)
-        return _Member(run_id, member.name, store.run_dir(run_id), {})
+        # The name as stored (sanitized, made unique): the one `show NAME` finds.
+        return _Member(run_id, store.get_run(run_id).name, store.run_dir(run_id), {})
     run_id = int(member.run_id)
     earlier: dict[str, Any] = {}
     if plan.checkpoint is not None:  # a resumed run's time so far counts on

@@ -1,5 +1,6 @@
 """`python -m blockviz fork`: kept checkpoints, exact twins, changed twins, refusals."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,13 @@ def test_a_fork_with_no_change_reproduces_its_parent_exactly(parent, step):
 def test_a_fork_copies_only_the_parents_past(parent, capsys):
     assert fork(parent, "--step", "20", "--max_steps", "25", "--lr", "2e-3") == 0
     child = newest(parent)
+    # The name it prints is the one the store keeps, so `show NAME` finds it (it printed
+    # 'fork@20' while the store kept 'fork-20').
+    printed = re.search(
+        rf"^blockviz: run {child} \((.*)\) fork of run 1", capsys.readouterr().out, re.M
+    )
+    assert printed is not None
+    assert cli.main(["show", printed.group(1), "--store", str(parent)]) == 0
     capsys.readouterr()
     assert cli.main(["show", str(child), "--store", str(parent)]) == 0
     forked = next(
