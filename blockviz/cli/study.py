@@ -271,7 +271,7 @@ def _launch_and_watch(args: argparse.Namespace, study: studies.StudyDef) -> int:
 
 
 def _no_worker_hint(store: RunStore, study_id: int) -> str:
-    work = redact(" ".join(["python", *study_runner.worker_args(store, study_id)]))
+    work = redact(" ".join([CLI, *study_runner.worker_args(store, study_id)[2:]]))  # no -m blockviz
     return (
         f"blockviz: start its workers with `{CLI} study launch {study_id} "
         f"--slurm --workers N` (or `--local N`), or run `{work}` on any machine that "

@@ -169,7 +169,7 @@ def test_a_study_stored_with_no_workers_says_how_to_start_them(tmp_path, capsys)
     assert "study 1 (sweep, custom): 2 runs stored, no worker started" in out
     launch = "`.venv/bin/python -m blockviz study launch 1 --slurm --workers N` (or `--local N`)"
     assert launch in out
-    assert f"`python -m blockviz study work 1 --store {where}`" in out
+    assert f"`.venv/bin/python -m blockviz study work 1 --store {where}`" in out
     with RunStore(where) as store:
         assert store.get_study(1).workers == ()
         assert study_runner.progress(store, 1).label == "waiting for workers"
