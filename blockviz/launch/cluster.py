@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -188,6 +189,27 @@ def jobs_folder(store: RunStore, study_id: int, folder: str | Path | None = None
     return path.absolute()
 
 
+@contextlib.contextmanager
+def _stdio_to_devnull() -> Iterator[None]:
+    """This process's stdout and stderr pointed at /dev/null while submitit starts the
+    local workers' controllers, which inherit them: else `study launch --local N | tee`
+    (or any caller reading a pipe) waits for the last worker to end, not for this command.
+    The workers write to their jobs' logs."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(fd) for fd in (1, 2)]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            os.dup2(devnull, fd)
+        yield
+    finally:
+        for fd, copy in zip((1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.close(devnull)
+
+
 def launch_local(
     store: RunStore,
     study_id: int,
@@ -213,7 +235,8 @@ def launch_local(
     )
     restored = {name: os.environ.get(name) for name in LOCAL_RESTORED_ENV}
     job = StudyWorkerJob(args, cwd=str(runner.PROJECT_DIR), env=restored)
-    jobs = _submit(executor, job, count)
+    with _stdio_to_devnull():
+        jobs = _submit(executor, job, count)
     started: list[list[float | int | None]] = []
     for submitted in jobs:
         me = procs.identity_of(int(submitted.job_id))

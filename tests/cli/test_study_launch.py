@@ -76,6 +76,9 @@ def test_launch_local_trains_every_run_once_on_two_workers(tmp_path: Path, pg_ur
     assert launched.returncode == 0, launched.stderr[-2000:]
     assert "started 2 worker(s) on this machine" in launched.stdout
     with RunStore(store) as opened:
+        # The command ended with the workers just started, not when they were done (their
+        # controllers once inherited its stdout, so a caller's pipe stayed open until then).
+        assert opened.get_study(1).status == "running"
         folder = opened.study_dir(1) / cluster.JOBS_DIR
         text = opened.location.text
     assert folder == tmp_path / "shared" / "studies" / "1" / cluster.JOBS_DIR
