@@ -104,7 +104,6 @@ def _launch(main, name: str, run_id: int) -> None:
 def _shoot(page, url: str, out: Path, steps: int, all_tabs: bool) -> None:
     from playwright.sync_api import expect
 
-    expect.set_options(timeout=60_000)  # a loaded machine reruns a page in seconds
     page.goto(url)
     sidebar = page.get_by_test_id("stSidebar")
     main = page.get_by_test_id("stMain")
@@ -305,7 +304,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--size {args.size!r}: give WIDTHxHEIGHT, e.g. 1366x768")
     VIEWPORT.update(width=width, height=height)
     args.out.mkdir(parents=True, exist_ok=True)
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=60_000)  # a loaded machine takes seconds to draw a page
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["BLOCKVIZ_STORE"] = str(Path(tmp) / "runs" / "blockviz.db")
