@@ -6,8 +6,9 @@
 Serves app.py on a free local port with a fresh store in a temporary workspace, then
 drives Debian's chromium (/usr/bin/chromium) with Playwright through issue 5's "done when":
 a Pre-LN run launched from the sidebar, Norm position flipped to post, a second launch,
-both watched on Live, then compared; then the Playground in a fresh session: the tiny
-preset, Auto-run on, Norm position flipped to post beside the chart, both auto-runs' losses.
+both watched on Live, then compared; then the Playground in a fresh session, at its own
+default (the `playground` preset): Auto-run on, Norm position flipped to post beside the
+chart, both auto-runs' losses.
 Writes train.png, live.png, compare.png and playground.png (README shows the 1440-px ones;
 `--size 1366x768 --out DIR` takes a laptop set to look at; `--playground-only` the last).
 `--findings-only` trains README's three starter runs from the command line, as its table
@@ -66,17 +67,38 @@ def _wait_healthy(port: int, timeout_s: float = 60.0) -> None:
 
 def _scroll_to_top(page) -> None:
     """Blur the last field typed in and scroll the sidebar back up (typing scrolled it)."""
-    page.keyboard.press("Tab")
+    _blur(page)
     page.evaluate(
         "document.querySelectorAll('[data-testid=stSidebarContent], [data-testid=stMain]')"
         ".forEach(e => e.scrollTop = 0)"
     )
 
 
+def _blur(page) -> None:
+    """No focus ring (the theme's red, which reads as an error) on the last box used."""
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+
+
+def _settled(page) -> None:
+    """Wait until no element is drawn stale (Streamlit fades one while its rerun is under
+    way, a redraw a loaded machine can make last seconds)."""
+    page.wait_for_function("!document.querySelector('[data-stale=\"true\"]')", timeout=60_000)
+
+
 def _set_number(sidebar, label: str, value: int) -> None:
     box = sidebar.get_by_role("spinbutton", name=label)
     box.fill(str(value))
     box.press("Enter")
+
+
+def _launch(main, name: str, run_id: int) -> None:
+    """Press Launch once the page has redrawn with the sidebar's new name (a click during
+    the redraw is lost), then wait for the run's confirmation."""
+    from playwright.sync_api import expect
+
+    expect(main.locator("code").get_by_text(name, exact=True)).to_be_visible()
+    main.locator(".st-key-launch button").click()
+    expect(main.get_by_text(f"Launched run #{run_id}")).to_be_visible()
 
 
 def _shoot(page, url: str, out: Path, steps: int, all_tabs: bool) -> None:
@@ -93,20 +115,19 @@ def _shoot(page, url: str, out: Path, steps: int, all_tabs: bool) -> None:
     _set_number(sidebar, "Steps (max_steps)", steps)
     sidebar.get_by_role("textbox", name="Run name").fill("pre-ln")
     sidebar.get_by_role("textbox", name="Run name").press("Enter")
-    main.locator(".st-key-launch button").click()
-    expect(main.get_by_text("Launched run #1")).to_be_visible()
+    _launch(main, "pre-ln", 1)
 
     # The same with the norms after the residual adds.
     sidebar.get_by_role("combobox", name="Norm position").click()
     page.get_by_role("option", name="post", exact=True).click()
     sidebar.get_by_role("textbox", name="Run name").fill("post-ln")
     sidebar.get_by_role("textbox", name="Run name").press("Enter")
-    main.locator(".st-key-launch button").click()
-    expect(main.get_by_text("Launched run #2")).to_be_visible()
+    _launch(main, "post-ln", 2)
     page.wait_for_timeout(8000)  # run #1 under way: progress bar and ETA
     _scroll_to_top(page)
     page.set_viewport_size({"width": VIEWPORT["width"], "height": TRAIN_HEIGHT})
     page.wait_for_timeout(2000)
+    _settled(page)
     page.screenshot(path=out / "train.png")
     page.set_viewport_size(VIEWPORT)
 
@@ -115,6 +136,8 @@ def _shoot(page, url: str, out: Path, steps: int, all_tabs: bool) -> None:
     page.get_by_role("option", name="#1 pre-ln", exact=False).click()
     expect(main.get_by_test_id("stVegaLiteChart").first).to_be_visible(timeout=60_000)
     page.wait_for_timeout(6000)
+    _blur(page)
+    _settled(page)
     page.screenshot(path=out / "live.png")
     if all_tabs:  # for reviewing the other tabs; the README shows the first
         page.set_viewport_size({"width": VIEWPORT["width"], "height": COMPARE_HEIGHT})
@@ -134,6 +157,7 @@ def _shoot(page, url: str, out: Path, steps: int, all_tabs: bool) -> None:
     # Streamlit scrolls inside its own container, so a full-page shot needs a tall window.
     page.set_viewport_size({"width": VIEWPORT["width"], "height": COMPARE_HEIGHT})
     page.wait_for_timeout(5000)
+    _settled(page)
     page.screenshot(path=out / "compare.png")
     page.set_viewport_size(VIEWPORT)
 
@@ -141,22 +165,22 @@ def _shoot(page, url: str, out: Path, steps: int, all_tabs: bool) -> None:
 
 
 def _playground(page, url: str, out: Path) -> None:
-    """A fresh session on the Playground: the tiny preset, Auto-run on, then Norm position
-    flipped to post beside the chart; both auto-runs' losses drawn without pressing Launch."""
+    """A fresh session on the Playground at its default (the `playground` preset, as a new
+    user meets it): Auto-run on, then Norm position flipped to post beside the chart; both
+    auto-runs' losses drawn without pressing Launch."""
     from playwright.sync_api import expect
+
+    from blockviz.core.presets import PLAYGROUND_PRESET
 
     expect.set_options(timeout=120_000)  # a replaced auto-run stops before the next starts
     page.set_viewport_size(VIEWPORT)
     page.goto(f"{url}/playground")
-    sidebar = page.get_by_test_id("stSidebar")
     main = page.get_by_test_id("stMain")
-    sidebar.get_by_role("combobox", name="Start from a preset").click()
-    page.get_by_role("option", name="tiny", exact=True).click()
-    expect(sidebar.get_by_text("Preset tiny", exact=False)).to_be_visible()
     main.get_by_text("Auto-run", exact=True).click()
     try:
-        # The first auto-run trains to its end (a few seconds for tiny), then the flip.
-        expect(main.get_by_text(" start: tiny (newest) · completed", exact=False)).to_be_visible()
+        # The first auto-run trains to its end (under a minute on a loaded 2-core box).
+        start = main.get_by_text(f" start: {PLAYGROUND_PRESET} (newest) · completed", exact=False)
+        expect(start).to_be_visible(timeout=600_000)
         main.get_by_role("combobox", name="Norm position").click()
         page.get_by_role("option", name="post", exact=True).click()
         expect(main.get_by_text("norm_position: pre → post", exact=False).first).to_be_visible()
@@ -168,7 +192,9 @@ def _playground(page, url: str, out: Path) -> None:
         page.wait_for_timeout(2000)
     page.wait_for_timeout(3000)
     page.mouse.move(0, 0)  # no tooltip over the shot
+    _blur(page)
     page.wait_for_timeout(2000)
+    _settled(page)
     page.screenshot(path=out / "playground.png")
 
 
@@ -207,27 +233,28 @@ def _studies(page, url: str, out: Path) -> None:
     page.mouse.move(0, 0)
     page.set_viewport_size({"width": VIEWPORT["width"], "height": STUDY_HEIGHT})
     page.wait_for_timeout(3000)
+    _settled(page)
     page.screenshot(path=out / "studies.png")
     page.set_viewport_size(VIEWPORT)
     chart.scroll_into_view_if_needed()
     chart.evaluate("e => e.scrollIntoView({block: 'start'})")
     page.wait_for_timeout(2000)
+    _settled(page)
     page.screenshot(path=out / "study-chart.png")
 
 
-STARTERS = (  # README's "Three runs to start with"
-    ("--warmup_steps", "0", "--lr", "0.01"),
-    ("--norm_position", "post", "--warmup_steps", "0", "--lr", "0.01"),
-    ("--norm_position", "none", "--grad_clip", "0", "--warmup_steps", "0", "--lr", "0.1"),
-)
 FINDINGS_HEIGHT = 1950  # the findings, then the Gradients tab's charts
 
 
 def _train_starters() -> None:
-    """README's three starter runs, from the command line, into this script's store."""
-    for flags in STARTERS:
-        command = [sys.executable, "-m", "blockviz", "train", "--preset", "baby-cpu"]
-        command += [*flags, "--max_steps", "300", "--no_progress"]
+    """README's three starter runs, from the command line as its table gives them (the
+    rows `benchmarks/starter_runs.py` checks, names included), into this script's store."""
+    from benchmarks.starter_runs import STARTERS
+
+    for starter in STARTERS:
+        if starter.command != ("train",):
+            continue  # the fork of the second: README's next section, not its table
+        command = [sys.executable, "-m", "blockviz", "train", *starter.flags, "--no_progress"]
         subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=900)
 
 
@@ -248,6 +275,7 @@ def _findings(page, url: str, out: Path) -> None:
     page.wait_for_timeout(5000)  # the charts draw
     page.mouse.move(5, 5)  # no tooltip over the shot
     page.wait_for_timeout(1500)
+    _settled(page)
     page.screenshot(path=out / "findings.png")
 
 
@@ -276,7 +304,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--size {args.size!r}: give WIDTHxHEIGHT, e.g. 1366x768")
     VIEWPORT.update(width=width, height=height)
     args.out.mkdir(parents=True, exist_ok=True)
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=60_000)  # a loaded machine takes seconds to draw a page
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["BLOCKVIZ_STORE"] = str(Path(tmp) / "runs" / "blockviz.db")
