@@ -19,7 +19,6 @@ import pandas as pd
 import streamlit as st
 
 from blockviz.core.config import RunConfig
-from blockviz.core.presets import PLAYGROUND_PRESET
 from blockviz.core.spec import ACTIVE_STATUSES, LOSS_NAMES
 from blockviz.core.tags import AUTO_TAG
 from blockviz.dashboard import sidebar_widgets, store_access, ui
@@ -93,14 +92,14 @@ def render(state: SidebarState, store: RunStore) -> None:
 
 
 def _quick_fields(state: SidebarState) -> None:
-    """The fields most worth flipping, with the sidebar's widgets' keys (one value); on
-    the Playground's own preset, under each field whose flip shows no visible gap there,
-    what was measured (`views.playground.NO_GAP_NOTES`)."""
-    at_start = state.preset == PLAYGROUND_PRESET
+    """The fields most worth flipping, with the sidebar's widgets' keys (one value); under
+    each field whose flip shows no visible gap at the Playground's own preset, what was
+    measured there, while the other fields hold that preset (`pg.no_gap_note`)."""
     for name in QUICK_FIELDS:
         sidebar_widgets.widget(SPECS[name], state.error, state.inert)
-        if at_start and name in pg.NO_GAP_NOTES:
-            st.caption(pg.NO_GAP_NOTES[name])
+        note = pg.no_gap_note(name, state.run_config, tuple(QUICK_FIELDS))
+        if note is not None:
+            st.caption(note)
     st.caption("Every other field is in the sidebar.")
 
 

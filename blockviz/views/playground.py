@@ -17,7 +17,7 @@ import pandas as pd
 
 from blockviz.core import config, spec
 from blockviz.core.config import RunConfig
-from blockviz.core.presets import PRESETS
+from blockviz.core.presets import PLAYGROUND_PRESET, PRESETS
 from blockviz.views import charts
 
 DEFAULT_STEPS = 800  # the toggles part the curves within them (docs/pages.md has the table)
@@ -48,6 +48,23 @@ NO_GAP_NOTES: dict[str, str] = {
     "n_layer": "At the playground preset (800 steps, seeds 1–3) 2 layers end within 0.07 "
     "nats of 4 (−0.07 to +0.01): a run this short gains nothing visible from depth.",
 }
+
+
+def no_gap_note(name: str, run_config: RunConfig | None, fields: tuple[str, ...]) -> str | None:
+    """The measured note under field `name`, while it describes what the page holds: every
+    other field of `fields` at the playground preset's value (the note measured flipping
+    `name` alone; once another field is flipped, it no longer says what this flip does)."""
+    if name not in NO_GAP_NOTES or run_config is None:
+        return None
+    start = config.preset(PLAYGROUND_PRESET)
+    for other in fields:
+        section = config.section_of(other)
+        ours = getattr(getattr(run_config, section), other)
+        if other != name and ours != getattr(getattr(start, section), other):
+            return None
+    return NO_GAP_NOTES[name]
+
+
 UNLABELLED = frozenset(
     {"vocab_size", "eval_interval", "probe_interval", "sample_interval", "ckpt_interval"}
 )

@@ -491,6 +491,12 @@ def test_a_field_without_a_visible_gap_at_the_start_says_why_on_the_page(
     captions = _texts(at, "caption")
     for name, note in pg.NO_GAP_NOTES.items():
         assert note.replace("\\", "") in captions, name
+    # They say what flipping one field alone does: Norm position flipped, none stays.
+    at.selectbox(key="cfg.norm_position").set_value("post").run()
+    captions = _texts(at, "caption")
+    assert not [n for n in pg.NO_GAP_NOTES.values() if n.replace("\\", "") in captions]
+    at.selectbox(key="cfg.norm_position").set_value("pre").run()
+    assert all(n.replace("\\", "") in _texts(at, "caption") for n in pg.NO_GAP_NOTES.values())
     # The notes are about the Playground's preset: another preset shows none of them.
     at.sidebar.selectbox(key="cfg.preset").set_value("baby-cpu").run()
     captions = _texts(at, "caption")
