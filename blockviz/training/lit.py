@@ -151,11 +151,26 @@ class OneStep(L.LightningModule):
     `on_before_optimizer_step` (the probes read unclipped gradients), clipping
     (`configure_gradient_clipping`), the update, then the schedule. `LitCharModel` and
     `LitReplicas` share it; each says what its `objective` is.
+
+    It also says which runs it trains, as `callbacks.TrainingMonitor` logs them: one here
+    (`live`, `run_lrs`, `log_run`); `LitReplicas` trains K.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.automatic_optimization = False
+        self.live = [True]  # which of the module's runs still train (here: its one run)
+
+    def run_lrs(self) -> list[float]:
+        """Each run's learning rate for the coming update (`global_step`)."""
+        return [self.trainer.optimizers[0].param_groups[0]["lr"]]
+
+    def log_run(self, index: int, metrics: dict[str, float], step: int) -> None:
+        """Run `index`'s metrics to its loggers at `step`."""
+        # Straight to the loggers with an explicit step: Lightning's own step counter for
+        # logged metrics is off by one against ours and would need a sync per self.log.
+        for logger in self.loggers:
+            logger.log_metrics(metrics, step=step)
 
     def objective(self, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The loss to minimise and what `on_train_batch_end` receives."""
@@ -305,14 +320,8 @@ class LitCharModel(OneStep):
         # callback_metrics only (ModelCheckpoint monitors val/loss); the store gets the
         # values once, with our step, below.
         self.log(spec.VAL_LOSS, mean_loss, logger=False, prog_bar=False)
-        self._log_to_loggers(metrics, self.global_step)
+        self.log_run(0, metrics, self.global_step)
         self.last_val = {"step": self.global_step, **metrics}
-
-    def _log_to_loggers(self, metrics: dict[str, float], step: int) -> None:
-        # Straight to the loggers with an explicit step: Lightning's own step counter for
-        # logged metrics is off by one against ours and would need a sync per self.log.
-        for logger in self.loggers:
-            logger.log_metrics(metrics, step=step)
 
     # -- optimisation ---------------------------------------------------------------------
 

@@ -265,7 +265,9 @@ def _fit_and_record(
 
     def record(index: int, outcome: Outcome, lit: Any, trainer: Any) -> None:
         if members[index].training:
-            _record_end(store, plan, members[index], outcome, final_metrics(lit, trainer, outcome))
+            _record_end(
+                store, plan, members[index], outcome, final_metrics(lit, trainer, outcome, index)
+            )
             ended.add(index)
 
     ids = [m.run_id for m in members]

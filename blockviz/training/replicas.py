@@ -217,14 +217,20 @@ class LitReplicas(OneStep):
         coefficient = torch.where(self.clip > 0, coefficient, torch.ones_like(coefficient))
         grad.mul_(column(coefficient, grad))
 
-    def lr_of(self, update: int) -> list[float]:
-        """Each replica's learning rate for optimizer update `update`, as its solo run's
-        LambdaLR computes it (on the host: what the monitors log)."""
+    def run_lrs(self) -> list[float]:
+        """Each replica's learning rate for the coming update, as its solo run's LambdaLR
+        computes it (on the host: what the monitor logs)."""
+        update = self.global_step
         # base lr times the schedule's multiplier, as LambdaLR computes it
         return [
             c.train.lr * (lr_at(update, c.train, self.schedule_steps) / c.train.lr)
             for c in self.configs
         ]
+
+    def log_run(self, index: int, metrics: dict[str, float], step: int) -> None:
+        """Replica `index`'s metrics to its own loggers at `step`."""
+        for logger in self.replica_loggers[index]:
+            logger.log_metrics(metrics, step=step)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         """ReplicaAdamW over the stack laid flat (no Lightning scheduler: the optimizer
@@ -359,6 +365,5 @@ class LitReplicas(OneStep):
             answers = self._answers[i] if self.is_ops else None
             table = self.is_ops and self._answer_table is not None
             metrics = val_metrics(mean_loss, answers, self._baseline if table else None)
-            for logger in self.replica_loggers[i]:
-                logger.log_metrics(metrics, step=self.global_step)
+            self.log_run(i, metrics, self.global_step)
             self.views[i].last_val = {"step": self.global_step, **metrics}

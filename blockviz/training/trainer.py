@@ -136,9 +136,9 @@ def make_trainer(
     probe's last sample, and a diverged step still has its probe records written.
     """
     train = run_cfg.train
-    # A batch of replicas (blockviz.training.replica_fit) brings a monitor per replica in
-    # `callbacks` and keeps only last.ckpt: "best"
-    # has no meaning for K runs at once, and a kept step's checkpoint would hold K models.
+    # A batch of replicas (blockviz.training.replica_fit) brings its monitor of K runs last
+    # in `callbacks` and keeps only last.ckpt: "best" has no meaning for K runs at once,
+    # and a kept step's checkpoint would hold K models.
     monitor = [] if replicas else [TrainingMonitor(train.log_interval)]
     checkpoints = [LastCheckpoint(Path(run_dir) / "checkpoints")]
     kept: list[Callback] = []
