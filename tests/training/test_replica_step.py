@@ -221,7 +221,7 @@ def test_the_objective_is_the_sum_of_each_replicas_own():
     x, y = next(iter(dm.train_dataloader()))
     batch = (torch.stack([x] * 3), torch.stack([y] * 3))
     loss, _ = lit.objective(batch)
-    logits, ce = lit._run(*batch)
+    logits, ce = lit.score(*batch)
     log_z = logits.float().logsumexp(dim=-1)
     expected = sum(ce[i] + 1e-2 * log_z[i].pow(2).mean() for i in range(3))
     assert math.isclose(float(loss.detach()), float(expected.detach()), rel_tol=1e-5)
@@ -231,7 +231,7 @@ def test_the_objective_is_the_sum_of_each_replicas_own():
 def test_a_batchs_probe_steps_reach_the_host_in_one_transfer(tmp_path, monkeypatch):
     from blockviz.core.plans import Member, Plan
     from blockviz.core.requests import Session
-    from blockviz.training import replica_fit
+    from blockviz.training import replicas as replica_module
     from blockviz.training.train import train
     from tests.fakes import CORPUS
 
@@ -248,13 +248,13 @@ def test_a_batchs_probe_steps_reach_the_host_in_one_transfer(tmp_path, monkeypat
         warmup_steps=1,
     )
     sizes: list[int] = []
-    real = replica_fit.to_host
+    real = replica_module.to_host
 
     def counted(pendings):
         sizes.append(len(pendings))
         return real(pendings)
 
-    monkeypatch.setattr(replica_fit, "to_host", counted)
+    monkeypatch.setattr(replica_module, "to_host", counted)
     shared: list[int] = []
     real_share = LitReplicas.share_grads
     monkeypatch.setattr(
