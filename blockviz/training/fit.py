@@ -27,7 +27,7 @@ from blockviz.training.lifecycle import Heartbeat, StopRequest
 from blockviz.training.lit import LitCharModel
 from blockviz.training.logger import RunLifecycle, StoreLogger
 from blockviz.training.probes import BlockProbe
-from blockviz.training.replicas import LitReplicas, ReplicaProbes
+from blockviz.training.replicas import LitReplicas
 from blockviz.training.sinks import LoggerSink, StoreSink
 from blockviz.training.trainer import make_trainer, run_loggers
 
@@ -72,19 +72,27 @@ def fit(
     ended = {
         i: Outcome("skipped", plan.start_step) for i, m in enumerate(plan.members) if m.finished
     }
-    # Rank 0's: each training member's loggers (its rows, its --logger files), probe and heartbeat.
+    # Rank 0's: each training member's loggers (its rows, its --logger files), probe sinks
+    # and heartbeat, and the probe of them all.
     loggers: list[list[Any]] = [[] for _ in plan.members]
-    probes: list[BlockProbe | None] = [None for _ in plan.members]
+    sinks: list[list[Any]] = [[] for _ in plan.members]
     heartbeats: dict[int, Heartbeat] = {}
+    watch: list[BlockProbe] = []
     if store is not None:
-        prompt = sample_prompt(datamodule)
         for i, member in enumerate(plan.members):
             if i not in ended:
-                watched = watchers(plan, member.config, store, run_ids[i], run_dirs[i], prompt)
-                loggers[i], probes[i] = watched
+                loggers[i], sinks[i] = watchers(plan, member.config, store, run_ids[i], run_dirs[i])
                 heartbeats[i] = Heartbeat(store, run_ids[i])
+        train = config.train
+        probe = BlockProbe(
+            run_sinks=sinks,
+            probe_interval=train.probe_interval,
+            sample_interval=train.sample_interval,
+            prompt=sample_prompt(datamodule),
+        )
+        watch = [probe]
     lifecycle = RunLifecycle(stop, list(heartbeats.values()), store, run_ids)
-    progress_line = [ConsoleProgress()] if progress else []
+    callbacks = [lifecycle, *watch, *([ConsoleProgress()] if progress else [])]
     if plan.batch:
 
         def on_diverged(index: int, step: int) -> None:
@@ -94,14 +102,11 @@ def fit(
             record(index, ended[index], lit.views[index], trainer)
 
         lit.replica_loggers = loggers  # each replica's, not the Trainer's
-        watch: list[Any] = [ReplicaProbes(probes, list(ended))]
+        lit.out = list(ended)
         monitor = TrainingMonitor(config.train.log_interval, runs=lit.k, on_diverged=on_diverged)
         shared = cfg.replace(config, grad_clip=0.0)  # clipping is per replica (the module's)
-        callbacks = [lifecycle, *watch, *progress_line]
         trainer = make_trainer(shared, callbacks, None, plan.batch_dir, monitor=monitor)
     else:
-        watch = [p for p in probes if p is not None]
-        callbacks = [lifecycle, *watch, *progress_line]
         trainer = make_trainer(config, callbacks, loggers[0] or None, run_dirs[0])
     on_ready(trainer, lit.run_modules())
     for heartbeat in heartbeats.values():
@@ -144,21 +149,14 @@ def _close(loggers: list[Any]) -> None:
 
 
 def watchers(
-    plan: Plan, config: Any, store: RunStore, run_id: int, run_dir: Path, prompt: str
-) -> tuple[list[Any], BlockProbe]:
+    plan: Plan, config: Any, store: RunStore, run_id: int, run_dir: Path
+) -> tuple[list[Any], list[Any]]:
     """A run's loggers (its store rows, and its --logger files in `run_dir`) and its
-    probe, writing to both."""
-    train = config.train
+    probe's sinks, writing to both."""
     resume_step = plan.start_step if plan.checkpoint is not None else None
-    extra = run_loggers(train, run_dir, resume_step)
+    extra = run_loggers(config.train, run_dir, resume_step)
     sinks = [StoreSink(store, run_id), *([LoggerSink(extra)] if extra else [])]
-    probe = BlockProbe(
-        sinks,
-        probe_interval=train.probe_interval,
-        sample_interval=train.sample_interval,
-        prompt=prompt,
-    )
-    return [StoreLogger(store, run_id), *extra], probe
+    return [StoreLogger(store, run_id), *extra], sinks
 
 
 def fit_loop(

@@ -27,7 +27,7 @@ from blockviz.core import spec
 from blockviz.core.config import RunConfig, TrainConfig
 from blockviz.core.vocab import CharVocab
 from blockviz.training.data import answer_accuracy, baseline_score
-from blockviz.training.model import CharTransformer, ModelInputError
+from blockviz.training.model import CharTransformer, ModelInputError, NonFiniteLogits
 
 LN2 = math.log(2.0)
 RNG_KEY = "blockviz_rng"  # checkpoint entry: torch's random state when it was written
@@ -407,6 +407,14 @@ class LitCharModel(OneStep):
             torch.cuda.set_rng_state(cuda, self.device)
 
     # -- generation -----------------------------------------------------------------------
+
+    def generate_all(self, prompt: str, **sampling: Any) -> list[str | None]:
+        """`generate` as every run's text (this module's one); None where the logits are
+        not finite (a diverged model has nothing to say)."""
+        try:
+            return [self.generate(prompt, **sampling)]
+        except NonFiniteLogits:
+            return [None]
 
     @torch.inference_mode()
     def generate(

@@ -23,9 +23,8 @@ carry it) turns False, its parameters, gradients and moments are zeroed and its 
 rate is 0, so it computes finite zeros from then on and the rest go on.
 
 Each replica also has a `LitCharModel` of its own whose parameters are views into the
-stacked tensors (`views`): the probes (`ReplicaProbes` drives each replica's `BlockProbe` on
-it, every replica's probe step in one transfer), text samples and final metrics use it as
-they use a solo run's module, reading the replica's slice without copying it. The Trainer's
+stacked tensors (`views`, `run_modules`): the probe, text samples and final metrics use it
+as they use a solo run's module, reading the replica's slice without copying it. The Trainer's
 one `TrainingMonitor` logs each replica's train/* rows (`live`, `run_lrs`, `log_run`).
 
 Equality to the solo runs: the same initial weights and data, and the same formulas in
@@ -36,14 +35,11 @@ and to the rounding of the run's precision (bf16-mixed) on a GPU (docs/replicas.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import functools
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback
 from torch import nn
 from torch.func import functional_call, stack_module_state
 
@@ -56,8 +52,7 @@ from blockviz.training.lit import (
     param_groups,
     prompt_ids,
 )
-from blockviz.training.model import ModelInputError, NonFiniteLogits
-from blockviz.training.probes import BlockProbe, to_host
+from blockviz.training.model import ModelInputError
 from blockviz.training.replica_optim import FlatStack, ReplicaAdamW, ReplicaSchedule, column
 
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s
@@ -131,6 +126,7 @@ class LitReplicas(OneStep):
         self.has_clip = any(clips)
         self.register_buffer("clip", torch.tensor(clips), persistent=False)
         self.replica_loggers: list[list[Any]] = [[] for _ in range(self.k)]
+        self.out: list[int] = []  # replicas that finished before this session (the fit's)
         self.flat: FlatStack | None = None  # made with the optimizer
         self._optimizer: ReplicaAdamW | None = None
         self._viewed: int | None = None  # data_ptr of the stack the views point into
@@ -168,7 +164,12 @@ class LitReplicas(OneStep):
 
     def run_modules(self) -> list[LitCharModel]:
         """Each replica's own module: its views into the stack."""
-        return self.views
+        return self.make_views()
+
+    def on_fit_start(self) -> None:
+        """Mask out the replicas that finished before this session (`out`)."""
+        for index in self.out:
+            self.mask(index)
 
     def score(self, x: torch.Tensor, y: torch.Tensor) -> Any:
         """(logits (K, B, T, V), losses (K,)) of token ids (K, B, T), or of one batch
@@ -326,101 +327,3 @@ class LitReplicas(OneStep):
             None if failed[i] else self.vocab.decode(out[i, 0, start:].tolist())
             for i in range(self.k)
         ]
-
-
-class ReplicaProbes(Callback):
-    """Drives each live replica's BlockProbe, on the replica's own `LitCharModel` (its
-    parameters views into the stack), as a solo fit drives its probe."""
-
-    def __init__(self, probes: list[BlockProbe | None], out: list[int]) -> None:
-        self.probes = probes  # each replica's (None: it trains no more)
-        self.out = out  # the replicas that finished before this session, masked out
-        self._probed = False  # this step's probes measured something to write
-
-    def _live(self, lit: LitReplicas) -> list[tuple[int, BlockProbe]]:
-        return [(i, p) for i, p in enumerate(self.probes) if lit.live[i] and p is not None]
-
-    def on_fit_start(self, trainer: L.Trainer, pl_module: LitReplicas) -> None:
-        """Make the views; start each replica's probe as a solo fit would."""
-        views = pl_module.make_views()
-        for index in self.out:
-            pl_module.mask(index)
-        for index, probe in self._live(pl_module):
-            probe.on_fit_start(trainer, views[index])
-
-    def on_before_optimizer_step(
-        self, trainer: L.Trainer, pl_module: LitReplicas, optimizer: Any
-    ) -> None:
-        """At probe and sample steps (and only then), each live replica's probe measures its
-        slice (gradients shared as views); the text samples of all of them in one pass."""
-        probe = self._probe()
-        step = trainer.global_step
-        if probe is None or not (probe.is_probe_step(step) or probe.is_sample_step(step)):
-            return
-        self._probed = True
-        live = self._live(pl_module)
-        with self._samples(pl_module, live, step if probe.is_sample_step(step) else None):
-            for index, replica_probe in live:
-                pl_module.share_grads(index)
-                replica_probe.on_before_optimizer_step(trainer, pl_module.views[index], optimizer)
-
-    def _probe(self) -> BlockProbe | None:
-        """One replica's probe: the cadence and sampling settings every replica shares."""
-        return next((p for p in self.probes if p is not None), None)
-
-    @contextlib.contextmanager
-    def _samples(self, lit: LitReplicas, live: list[tuple[int, Any]], step: int | None) -> Any:
-        """While the probes run: each replica's view answers `generate` with its text from
-        one stacked sampling pass (seeded with `step`); nothing when `step` is None."""
-        probe = self._probe()
-        if step is None or probe is None or lit.vocab is None:
-            yield
-            return
-        texts = lit.generate_all(
-            probe.prompt, probe.sample_chars, probe.temperature, probe.top_k, step
-        )
-        views = [lit.views[index] for index, _ in live]
-        for view, (index, _) in zip(views, live, strict=True):
-            view.generate = functools.partial(_sampled, texts[index])
-        try:
-            yield
-        finally:
-            for view in views:
-                del view.generate
-
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: LitReplicas, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        """The probes' records of this step, every replica's in one transfer."""
-        if not self._probed:
-            return
-        self._probed = False
-        pending = [(probe, probe.take_pending()) for _, probe in self._live(pl_module)]
-        pending = [(probe, item) for probe, item in pending if item is not None]
-        hosts = to_host([item for _, item in pending])
-        for (probe, item), host in zip(pending, hosts, strict=True):
-            probe.write_host(item, host)
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: LitReplicas) -> None:
-        """The last sample and attention map of each live replica."""
-        live = self._live(pl_module)
-        probe = self._probe()
-        step = trainer.global_step
-        sample = probe is not None and not probe.sampled_at(step)
-        with self._samples(pl_module, live, step if sample else None):
-            for index, replica_probe in live:
-                replica_probe.on_train_end(trainer, pl_module.views[index])
-
-
-def _sampled(text: str | None, *args: Any, **kwargs: Any) -> str:
-    """A replica's text from the batch's sampling pass, as its `generate` would give it."""
-    if text is None:
-        raise NonFiniteLogits("the model's next-character logits are not finite")
-    return text
-
-
-def _sampled(text: str | None, *args: Any, **kwargs: Any) -> str:
-    """A replica's text from the batch's sampling pass, as its `generate` would give it."""
-    if text is None:
-        raise NonFiniteLogits("the model's next-character logits are not finite")
-    return text
