@@ -16,6 +16,8 @@ import collections
 import math
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
@@ -44,72 +46,94 @@ class TrainingDiverged(Exception):
 
 
 class TrainingMonitor(Callback):
-    """train/loss, train/lr, train/step_time, train/tokens_per_sec and train/elapsed_s, and
-    the clocks.
+    """train/loss, train/lr, train/step_time, train/tokens_per_sec and train/elapsed_s of
+    each run the module trains, and the clocks.
 
-    train/loss is the cross-entropy (with z-loss on, without its term). The per-step
-    losses stay on the device; every `log_interval` steps (and at the last step) they
-    reach the host in one transfer and the mean loss, the lr and the throughput of those
-    steps are logged at the newest step. On a GPU that transfer is asynchronous (into
-    pinned memory) and read at the next logged step, by when it has long arrived, so no
-    training step waits for the device (`defer`; a CPU reads at once, as there is nothing
-    to wait for): the rows are the same, written one logged step later, and any still in
-    flight are read before a checkpoint, a validation and the end. Validation (and the
-    checkpointing after it) is left out of the throughput clock; the wall clock runs
-    from the first training step to the end of training. A non-finite loss raises
-    `TrainingDiverged` (not `should_stop`: Lightning would validate and checkpoint the
-    non-finite weights on the way out).
+    A module trains one run, or K replicas (`LitReplicas`, whose losses come as one (K,)
+    tensor a step); each run's rows go to its own loggers (`OneStep.log_run`), and a run
+    the module has masked out (`OneStep.live`) is logged no more. train/loss is the
+    cross-entropy (with z-loss on, without its term). The per-step losses stay on the
+    device; every `log_interval` steps (and at the last step) they reach the host in one
+    transfer, every run's together, and each run's mean loss and lr and the throughput of
+    those steps are logged at the newest step. On a GPU that transfer is asynchronous
+    (into pinned memory) and read at the next logged step, by when it has long arrived, so
+    no training step waits for the device (`defer`; a CPU reads at once, as there is
+    nothing to wait for): the rows are the same, written one logged step later, and any
+    still in flight are read before a checkpoint, a validation and the end. Validation
+    (and the checkpointing after it) is left out of the throughput clock; the wall clock
+    runs from the first training step to the end of training.
+
+    A non-finite loss ends its run: one of several is handed to `on_diverged(run, step)`
+    (which masks it out) and the others go on; when none is left, `TrainingDiverged` is
+    raised (not `should_stop`: Lightning would validate and checkpoint the non-finite
+    weights on the way out).
     """
+
+    # Read the losses one logged step late; None: on a CUDA device.
+    defer: bool | None = None
 
     def __init__(
         self,
         log_interval: int = 1,
         recent_losses: int = RECENT_LOSSES,
-        defer: bool | None = None,
+        runs: int = 1,
+        on_diverged: Callable[[int, int], None] | None = None,
     ) -> None:
         self.log_interval = log_interval
-        self.defer = defer  # read the losses one logged step late; None: on a CUDA device
-        self._in_flight: _Window | None = None
-        self._trainer: L.Trainer | None = None  # the one whose loggers take _in_flight
-        self._copies: HostCopies | None = None  # made at the first deferred window (a GPU)
-        self.last_train: dict[str, float] = {}  # the latest record, for the console line
+        self.on_diverged = on_diverged
+        self.runs = [_Run(collections.deque(maxlen=recent_losses)) for _ in range(runs)]
         self.train_time_s = 0.0  # seconds spent training, validation excluded
-        self.tokens_seen = 0
-        self._recent_losses: collections.deque[float] = collections.deque(maxlen=recent_losses)
-        self._pending_losses: list[torch.Tensor] = []  # device scalars not yet fetched
+        self.tokens_seen = 0  # by each run
+        self._fit: tuple[L.Trainer, Any] | None = None  # the fit whose runs are logged
+        self._in_flight: _Window | None = None
+        self._copies: HostCopies | None = None  # made at the first deferred window (a GPU)
+        self._pending_losses: list[torch.Tensor] = []  # each step's, on the device
         self._pending_steps: list[int] = []
-        self._pending_lr = 0.0
+        self._pending_lrs: list[float] = []  # each run's, at the step that closes a window
         self._step = 0
         self._fit_started: float | None = None
         self._fit_ended: float | None = None
         self._window_start = 0.0
         self._window_excluded = 0.0  # validation seconds inside the current window
         self._paused_at: float | None = None  # when the current validation began
-        # Losses of steps before a restore that were not logged yet (host floats): the first
-        # log after a resume or a fork averages what the uninterrupted run's would have.
-        self._carried: list[tuple[int, float]] = []
+
+    @property
+    def last_train(self) -> dict[str, float]:
+        """The first run's latest record (a solo run's console line)."""
+        return self.runs[0].last_train
 
     def state_dict(self) -> dict[str, Any]:
-        """In a checkpoint: the per-step losses not logged yet and the recent ones (one
-        device->host copy, at checkpoints only). Losses in flight are logged first, so
-        the store holds them before the checkpoint exists."""
+        """In a checkpoint: each run's per-step losses not logged yet and its recent ones
+        (one device->host copy, at checkpoints only); one run's alone, several under
+        "runs". Losses in flight are logged first, so the store holds them before the
+        checkpoint exists."""
         self.drain()
-        pending = torch.stack(self._pending_losses).float().tolist() if self._pending_losses else []
-        carried = [*self._carried, *zip(self._pending_steps, pending, strict=True)]
-        return {
-            "pending": [[int(step), float(loss)] for step, loss in carried],
-            "recent": [float(loss) for loss in self._recent_losses],
-        }
+        steps = self._pending_steps
+        pending: list[list[float]] = [[] for _ in self.runs]  # each run's losses of `steps`
+        if steps:
+            pending = torch.stack(self._pending_losses).float().view(len(steps), -1).T.tolist()
+        states = [
+            {
+                "pending": [
+                    [int(step), float(loss)]
+                    for step, loss in [*run.carried, *zip(steps, losses, strict=True)]
+                ],
+                "recent": [float(loss) for loss in run.recent],
+            }
+            for run, losses in zip(self.runs, pending, strict=True)
+        ]
+        return states[0] if len(states) == 1 else {"runs": states}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """The losses a restored run carries on with."""
-        pending = state_dict.get("pending") or []
-        self._carried = [(int(step), float(loss)) for step, loss in pending]
-        self._recent_losses.clear()
-        self._recent_losses.extend(float(loss) for loss in state_dict.get("recent") or [])
+        """The losses each restored run carries on with."""
+        for run, state in zip(self.runs, state_dict.get("runs") or [state_dict], strict=False):
+            run.carried = [(int(step), float(loss)) for step, loss in state.get("pending") or []]
+            run.recent.clear()
+            run.recent.extend(float(loss) for loss in state.get("recent") or [])
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Start the throughput and wall clocks."""
+        self._fit = (trainer, pl_module)
         self._window_start = self._fit_started = time.perf_counter()
         self._fit_ended = None
         self._window_excluded = 0.0
@@ -119,13 +143,15 @@ class TrainingMonitor(Callback):
         self._in_flight = None
 
     def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+        self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int
     ) -> None:
-        """Note the step and the lr its update will use; resume the clock after validation."""
+        """Note the step (and at a logged one, the lrs its update will use); resume the
+        clock after validation."""
         self.resume_clock()
         self._step = trainer.global_step
-        # Read before the update: Lightning steps the schedule before on_train_batch_end.
-        self._pending_lr = trainer.optimizers[0].param_groups[0]["lr"]
+        if self.due(self._step, trainer.max_steps):
+            # Read before the update: the schedule steps before on_train_batch_end.
+            self._pending_lrs = pl_module.run_lrs()
 
     def on_train_batch_end(
         self,
@@ -135,7 +161,7 @@ class TrainingMonitor(Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        """Keep the batch's loss; every log_interval steps send them to the host and log
+        """Keep the batch's losses; every log_interval steps send them to the host and log
         them (on a GPU, those sent at the logged step before)."""
         # Lightning's detached copy of training_step's loss, still on the device: fetching
         # it every step would stall a GPU once per step. With z-loss on, the objective adds
@@ -144,31 +170,30 @@ class TrainingMonitor(Callback):
         self._pending_steps.append(self._step)
         if not self.due(self._step, trainer.max_steps):
             return
-        values = torch.stack(self._pending_losses).float()  # (steps,) on the device
         steps = list(self._pending_steps)
+        values = torch.stack(self._pending_losses).float().view(len(steps), -1)  # (steps, runs)
         self._pending_losses.clear()
         self._pending_steps.clear()
-        tick = self.tick(trainer, len(steps), batch[0].numel())
+        tick = self._tick(trainer, len(steps), batch[0].numel() // len(self.runs))
         defer = self.defer if self.defer is not None else values.is_cuda
         ready = None
         if defer and values.is_cuda:
-            if self._copies is None or self._copies.size < len(steps):
-                self._copies = HostCopies(max(self.log_interval, len(steps)))
-            values, ready = self._copies.send(values)
-        if self._in_flight is not None:
-            self.drain()  # the window before: arrived long ago
+            if self._copies is None or self._copies.size < values.numel():
+                self._copies = HostCopies(max(self.log_interval * len(self.runs), values.numel()))
+            host, ready = self._copies.send(values.flatten())
+            values = host.view(values.shape)
+        window = _Window(steps, values, ready, tick, self._pending_lrs)
+        self.drain()  # the window before: arrived long ago
         if defer and self._step + 1 < trainer.max_steps:
-            self._in_flight = _Window(steps, values, ready, tick, self._pending_lr)
-            self._trainer = trainer
+            self._in_flight = window
         else:
-            self._log_losses(trainer, steps, read_host(values, ready), self._pending_lr, tick)
+            self._log(window)
 
     def drain(self) -> None:
         """Log the losses still on their way to the host (if any)."""
         window, self._in_flight = self._in_flight, None
         if window is not None:
-            losses = read_host(window.values, window.ready)
-            self._log_losses(self._trainer, window.steps, losses, window.lr, window.tick)
+            self._log(window)
 
     def due(self, step: int, max_steps: int) -> bool:
         """Whether step `step`'s loss is logged (with those before it not logged yet)."""
@@ -188,8 +213,8 @@ class TrainingMonitor(Callback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        """A stop or a failure: log the losses in flight (a divergence among them is
-        reported as the run's outcome)."""
+        """A stop or a failure: log the losses in flight (the last run's divergence among
+        them is reported as the fit's outcome)."""
         self.drain()
 
     def resume_clock(self) -> None:
@@ -200,16 +225,7 @@ class TrainingMonitor(Callback):
             self._window_excluded += time.perf_counter() - self._paused_at
             self._paused_at = None
 
-    def record(
-        self, trainer: L.Trainer, steps: list[int], losses: list[float], lr: float, tick: _Tick
-    ) -> None:
-        """Log mean loss, lr and throughput of a window of steps: `steps` and their
-        `losses` (host floats), the last one's `lr`, and the `tick` that closed the window.
-        A batch of replicas calls it for each replica with its column of the batch's one
-        transfer, as this monitor logs its own."""
-        self._log_losses(trainer, list(steps), list(losses), lr, tick)
-
-    def tick(self, trainer: L.Trainer, trained: int, tokens_per_batch: int) -> _Tick:
+    def _tick(self, trainer: L.Trainer, trained: int, tokens_per_batch: int) -> _Tick:
         """Close the throughput window of the `trained` steps since the last one, now."""
         now = time.perf_counter()
         elapsed = max(1e-9, now - self._window_start - self._window_excluded)
@@ -219,35 +235,58 @@ class TrainingMonitor(Callback):
         self.tokens_seen += world_tokens * trained
         return _Tick(now, elapsed / trained, world_tokens)
 
-    def _log_losses(
-        self, trainer: L.Trainer, steps: list[int], losses: list[float], lr: float, tick: _Tick
-    ) -> None:
-        """The rows of one window; a non-finite loss among them raises TrainingDiverged."""
-        if self._carried:
-            steps = [step for step, _ in self._carried] + steps
-            losses = [loss for _, loss in self._carried] + losses
-            self._carried = []
-        now, step_time, world_tokens = tick
+    def _log(self, window: _Window) -> None:
+        """Every live run's rows of one window (one wait for the transfer); a run whose loss
+        is not finite ends there (`on_diverged`, or TrainingDiverged for the last one)."""
+        trainer, pl_module = self._fit
+        rows = read_host(window.values, window.ready)  # (steps, runs) as lists
+        live = [index for index, alive in enumerate(pl_module.live) if alive]
+        diverged = []
+        for index in live:
+            losses = [row[index] for row in rows]
+            bad = self._log_run(trainer, pl_module, index, window, losses)
+            if bad is not None:
+                diverged.append(bad)
+        if self.on_diverged is not None:
+            for index, step, _ in diverged:
+                self.on_diverged(index, step)
+        if diverged and len(diverged) == len(live):
+            _, step, loss = diverged[-1]
+            raise TrainingDiverged(step, loss)
+
+    def _log_run(
+        self, trainer: L.Trainer, pl_module: Any, index: int, window: _Window, losses: list[float]
+    ) -> tuple[int, int, float] | None:
+        """Run `index`'s rows of one window, its `losses` on the host; (index, step, loss)
+        where its loss is not finite, else None."""
+        run = self.runs[index]
+        steps = window.steps
+        if run.carried:  # losses of steps before a restore not logged yet
+            steps = [step for step, _ in run.carried] + steps
+            losses = [loss for _, loss in run.carried] + losses
+            run.carried = []
+        now, step_time, world_tokens = window.tick
         bad = next((i for i, value in enumerate(losses) if not math.isfinite(value)), None)
         # Under DDP every rank must stop at the same step, whichever rank saw it.
         if trainer.strategy.reduce_boolean_decision(bad is not None, all=False):
             bad = bad if bad is not None else len(losses) - 1
-            self._recent_losses.extend(losses[:bad])
-            _log(trainer, {spec.TRAIN_LOSS: losses[bad]}, steps[bad])
-            self.last_train = {"step": steps[bad], "loss": losses[bad]}
-            raise TrainingDiverged(steps[bad], losses[bad])
-        self._recent_losses.extend(losses)
+            run.recent.extend(losses[:bad])
+            pl_module.log_run(index, {spec.TRAIN_LOSS: losses[bad]}, steps[bad])
+            run.last_train = {"step": steps[bad], "loss": losses[bad]}
+            return index, steps[bad], losses[bad]
+        run.recent.extend(losses)
         metrics = {
             spec.TRAIN_LOSS: sum(losses) / len(losses),
-            spec.TRAIN_LR: lr,
+            spec.TRAIN_LR: window.lrs[index],
             spec.TRAIN_STEP_TIME: step_time,
             spec.TRAIN_TOKENS_PER_SEC: world_tokens / step_time,
             # the wall clock at the end of this step (validation included): Live and
             # Compare place steps in time with it
             spec.TRAIN_ELAPSED_S: now - (self._fit_started or now),
         }
-        _log(trainer, metrics, steps[-1])
-        self.last_train = {"step": steps[-1], "loss": metrics[spec.TRAIN_LOSS], **metrics}
+        pl_module.log_run(index, metrics, steps[-1])
+        run.last_train = {"step": steps[-1], "loss": metrics[spec.TRAIN_LOSS], **metrics}
+        return None
 
     # -- what the final metrics report ----------------------------------------------------
 
@@ -258,14 +297,27 @@ class TrainingMonitor(Callback):
         return (self._fit_ended or time.perf_counter()) - self._fit_started
 
     def tokens_per_sec(self) -> float | None:
-        """Tokens per second while training, validation excluded (None before any)."""
+        """Tokens per second (each run's) while training, validation excluded (None before
+        any)."""
         return self.tokens_seen / self.train_time_s if self.train_time_s > 0 else None
 
-    def recent_train_loss(self) -> float | None:
-        """Mean of the last few per-step training losses (None before any)."""
-        if not self._recent_losses:
-            return self.last_train.get("loss")
-        return sum(self._recent_losses) / len(self._recent_losses)
+    def recent_train_loss(self, index: int = 0) -> float | None:
+        """Mean of run `index`'s last few per-step training losses (None before any)."""
+        run = self.runs[index]
+        if not run.recent:
+            return run.last_train.get("loss")
+        return sum(run.recent) / len(run.recent)
+
+
+@dataclass
+class _Run:
+    """What the monitor keeps of each run."""
+
+    recent: collections.deque[float]  # the last per-step losses (the final train_loss)
+    # Losses of steps before a restore that were not logged yet (host floats): the first
+    # log after a resume or a fork averages what the uninterrupted run's would have.
+    carried: list[tuple[int, float]] = field(default_factory=list)
+    last_train: dict[str, float] = field(default_factory=dict)  # the latest record
 
 
 class _Tick(NamedTuple):
@@ -273,17 +325,17 @@ class _Tick(NamedTuple):
 
     now: float  # perf_counter
     step_time: float  # seconds per step of the window, validation excluded
-    world_tokens: int  # tokens per step over all ranks
+    world_tokens: int  # tokens per step over all ranks (of each run)
 
 
 class _Window(NamedTuple):
     """Losses of the steps since the last log, on their way to the host."""
 
     steps: list[int]
-    values: torch.Tensor  # (steps,) float32: on the host once `ready`, or on a CPU device
+    values: torch.Tensor  # (steps, runs) float32: on the host once `ready`, or on a CPU
     ready: torch.cuda.Event | None  # recorded after the copy (None: none to wait for)
     tick: _Tick
-    lr: float
+    lrs: list[float]  # each run's, at the last step
 
 
 class HostCopies:
@@ -307,18 +359,11 @@ class HostCopies:
         return host, ready
 
 
-def read_host(values: torch.Tensor, ready: torch.cuda.Event | None) -> list[float]:
+def read_host(values: torch.Tensor, ready: torch.cuda.Event | None) -> list[Any]:
     """Losses as floats, once their copy is `ready` (the one wait on the device)."""
     if ready is not None:
         ready.synchronize()
     return values.tolist()
-
-
-def _log(trainer: L.Trainer, metrics: dict[str, float], step: int) -> None:
-    # Straight to the loggers with an explicit step: Lightning's own step counter for
-    # logged metrics is off by one against ours and would need a sync per self.log.
-    for logger in trainer.loggers:
-        logger.log_metrics(metrics, step=step)
 
 
 def training_monitor(trainer: L.Trainer) -> TrainingMonitor | None:
@@ -411,9 +456,17 @@ class ConsoleProgress(Callback):
         step, max_steps = trainer.global_step, trainer.max_steps
         parts = [f"step {step}/{max_steps}"]
         monitor = training_monitor(trainer)
+        runs = monitor.runs if monitor is not None else []
         last_train = monitor.last_train if monitor is not None else {}
         last_val = getattr(pl_module, "last_val", {})
-        if "loss" in last_train:
+        if len(runs) > 1:  # replicas: each one's loss, a dash for one that trains no more
+            live = pl_module.live
+            losses = [
+                f"{run.last_train['loss']:.4f}" if live[i] and "loss" in run.last_train else "—"
+                for i, run in enumerate(runs)
+            ]
+            parts.append(f"losses {' '.join(losses)}")
+        elif "loss" in last_train:
             parts.append(f"loss {last_train['loss']:.4f}")
         if spec.VAL_LOSS in last_val:
             parts.append(f"val {last_val[spec.VAL_LOSS]:.4f}")

@@ -31,12 +31,14 @@ def _finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def final_metrics(lit: Any, trainer: Any, outcome: Outcome) -> dict[str, float | int | None]:
-    """The recent train loss, the last evaluation, training time and throughput, and the
-    step the fit ended at; a value that is not finite as None."""
+def final_metrics(
+    lit: Any, trainer: Any, outcome: Outcome, run: int = 0
+) -> dict[str, float | int | None]:
+    """Run `run`'s recent train loss, the last evaluation (of `lit`, its model), training
+    time and throughput, and the step the fit ended at; a value that is not finite as None."""
     monitor = training_monitor(trainer)
     return {
-        "train_loss": _finite_or_none(monitor.recent_train_loss()),
+        "train_loss": _finite_or_none(monitor.recent_train_loss(run)),
         "val_loss": _finite_or_none(lit.last_val.get(VAL_LOSS)),
         "val_ppl": _finite_or_none(lit.last_val.get(VAL_PPL)),
         "val_bpc": _finite_or_none(lit.last_val.get(VAL_BPC)),

@@ -1,13 +1,14 @@
-"""One fit of one run, as every rank runs it: the model, the callbacks (lifecycle, probes,
-progress), the loggers and the Trainer, then `Trainer.fit`, read back as an `Outcome`
-(completed, diverged or stopped, at which step; `fit_loop`, which a batch of replicas
-shares). Rank 0 passes the store; the other ranks fit the same way without it. Also the
-exit codes of the `train` command.
+"""One fit of a plan, one run or a batch of replicas, as every rank runs it: the model,
+the callbacks (lifecycle, probes, progress), the loggers and the Trainer, then
+`Trainer.fit`, read back as an `Outcome` (completed, diverged or stopped, at which step).
+Rank 0 passes the store; the other ranks fit the same way without it. Also the exit codes
+of the `train` command.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,18 +18,22 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from blockviz.core import config as cfg
 from blockviz.core import hardware
 from blockviz.core.plans import Plan
 from blockviz.store import RunStore
-from blockviz.training.callbacks import ConsoleProgress, TrainingDiverged
+from blockviz.training.callbacks import ConsoleProgress, TrainingDiverged, TrainingMonitor
 from blockviz.training.lifecycle import Heartbeat, StopRequest
 from blockviz.training.lit import LitCharModel
 from blockviz.training.logger import RunLifecycle, StoreLogger
 from blockviz.training.probes import BlockProbe
+from blockviz.training.replicas import LitReplicas
 from blockviz.training.sinks import LoggerSink, StoreSink
 from blockviz.training.trainer import make_trainer, run_loggers
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+log = logging.getLogger(__name__)
 
 # What the fits hand back as each run ends: (member index, outcome, its model, its Trainer).
 Record = Callable[[int, "Outcome", Any, Any], None]
@@ -53,58 +58,105 @@ def fit(
     on_ready: Callable[[Any, list[Any]], None],
     record: Record,
 ) -> None:
-    """A plan of one run (`replica_fit.fit_replicas`'s signature): build model, callbacks
-    and Trainer, fit, and hand the end to `record`; every rank runs this the same way."""
-    config, run_dir, run_id = plan.config, run_dirs[0], run_ids[0]
-    loggers, probe = None, None  # rank 0's: its rows, --logger files and probe
+    """A plan's one fit, of one run (`LitCharModel`) or of its K members as replicas of
+    one batched model (`LitReplicas`, in the batch's folder): build the model, each run's
+    watchers and the Trainer, fit, and hand each member's end to `record` (a replica that
+    diverged at once, the others when the fit ends). Every rank runs this the same way;
+    only rank 0 has the store (and a batch has one rank)."""
+    config, vocab = plan.config, datamodule.vocab.to_json()
+    if plan.batch:
+        lit = LitReplicas([m.config.to_dict() for m in plan.members], vocab, plan.schedule_steps)
+    else:
+        L.seed_everything(config.train.seed, workers=False, verbose=False)
+        lit = LitCharModel(config.to_dict(), vocab, schedule_steps=plan.schedule_steps)
+    ended = {
+        i: Outcome("skipped", plan.start_step) for i, m in enumerate(plan.members) if m.finished
+    }
+    # Rank 0's: each training member's loggers (its rows, its --logger files), probe sinks
+    # and heartbeat, and the probe of them all.
+    loggers: list[list[Any]] = [[] for _ in plan.members]
+    sinks: list[list[Any]] = [[] for _ in plan.members]
+    heartbeats: dict[int, Heartbeat] = {}
+    watch: list[BlockProbe] = []
     if store is not None:
-        loggers, probe = watchers(plan, config, store, run_id, run_dir, sample_prompt(datamodule))
-    L.seed_everything(config.train.seed, workers=False, verbose=False)
-    lit = LitCharModel(
-        config.to_dict(), datamodule.vocab.to_json(), schedule_steps=plan.schedule_steps
-    )
-    heartbeat = Heartbeat(store, run_id) if store is not None else None
-    lifecycle = RunLifecycle(stop, [heartbeat] if heartbeat is not None else [], store, run_id)
-    callbacks: list[Any] = [lifecycle, *([probe] if probe is not None else [])]
-    if progress:
-        callbacks.append(ConsoleProgress())
-    trainer = make_trainer(config, callbacks, loggers, run_dir)
-    on_ready(trainer, [lit])
-    if heartbeat is not None:
+        for i, member in enumerate(plan.members):
+            if i not in ended:
+                loggers[i], sinks[i] = watchers(plan, member.config, store, run_ids[i], run_dirs[i])
+                heartbeats[i] = Heartbeat(store, run_ids[i])
+        train = config.train
+        probe = BlockProbe(
+            run_sinks=sinks,
+            probe_interval=train.probe_interval,
+            sample_interval=train.sample_interval,
+            prompt=sample_prompt(datamodule),
+        )
+        watch = [probe]
+    lifecycle = RunLifecycle(stop, list(heartbeats.values()), store, run_ids)
+    callbacks = [lifecycle, *watch, *([ConsoleProgress()] if progress else [])]
+    if plan.batch:
+
+        def on_diverged(index: int, step: int) -> None:
+            lit.mark_diverged(index, step)
+            ended[index] = Outcome("diverged", step)
+            heartbeats[index].stop()  # its row is final: no more beats, no more steps
+            record(index, ended[index], lit.views[index], trainer)
+
+        lit.replica_loggers = loggers  # each replica's, not the Trainer's
+        lit.out = list(ended)
+        monitor = TrainingMonitor(config.train.log_interval, runs=lit.k, on_diverged=on_diverged)
+        shared = cfg.replace(config, grad_clip=0.0)  # clipping is per replica (the module's)
+        trainer = make_trainer(shared, callbacks, None, plan.batch_dir, monitor=monitor)
+    else:
+        trainer = make_trainer(config, callbacks, loggers[0] or None, run_dirs[0])
+    on_ready(trainer, lit.run_modules())
+    for heartbeat in heartbeats.values():
         heartbeat.step = plan.start_step
         heartbeat.start()
+
+    def scored(step: int) -> bool:
+        modules = [m for m, alive in zip(lit.run_modules(), lit.live, strict=True) if alive]
+        return all(module.last_val.get("step") == step for module in modules)
 
     def finish() -> None:
         # Lightning skips the whole loop of a fit restored at max_steps, on_train_end with
         # it: the end's text sample and attention map are written here instead.
-        if probe is not None:
-            probe.on_train_end(trainer, lit)
+        for callback in watch:
+            callback.on_train_end(trainer, lit)
 
     try:
-        scored = lambda step: lit.last_val.get("step") == step  # noqa: E731
         outcome = fit_loop(trainer, lit, datamodule, plan, stop, lifecycle, scored, finish)
     finally:
-        if heartbeat is not None:
+        for heartbeat in heartbeats.values():
             heartbeat.stop()
-    record(0, outcome, lit, trainer)
+        if plan.batch:  # not the Trainer's loggers: closed here (a csv writer keeps rows
+            # until it saves; a TensorBoard writer holds a file and a thread)
+            _close([logger for run in loggers for logger in run[1:]])
+    if plan.batch and outcome.status == "diverged":  # the last one diverged (recorded)
+        outcome = Outcome("stopped", outcome.step)
+    for index, module in enumerate(lit.run_modules()):
+        if index not in ended:
+            record(index, outcome, module, trainer)
+
+
+def _close(loggers: list[Any]) -> None:
+    """Finalize `--logger` writers a Trainer does not own; one that cannot write never
+    fails the run."""
+    for logger in loggers:
+        try:
+            logger.finalize("success")
+        except Exception as exc:
+            log.warning("closing a logger: %s", exc)
 
 
 def watchers(
-    plan: Plan, config: Any, store: RunStore, run_id: int, run_dir: Path, prompt: str
-) -> tuple[list[Any], BlockProbe]:
+    plan: Plan, config: Any, store: RunStore, run_id: int, run_dir: Path
+) -> tuple[list[Any], list[Any]]:
     """A run's loggers (its store rows, and its --logger files in `run_dir`) and its
-    probe, writing to both."""
-    train = config.train
+    probe's sinks, writing to both."""
     resume_step = plan.start_step if plan.checkpoint is not None else None
-    extra = run_loggers(train, run_dir, resume_step)
+    extra = run_loggers(config.train, run_dir, resume_step)
     sinks = [StoreSink(store, run_id), *([LoggerSink(extra)] if extra else [])]
-    probe = BlockProbe(
-        sinks,
-        probe_interval=train.probe_interval,
-        sample_interval=train.sample_interval,
-        prompt=prompt,
-    )
-    return [StoreLogger(store, run_id), *extra], probe
+    return [StoreLogger(store, run_id), *extra], sinks
 
 
 def fit_loop(

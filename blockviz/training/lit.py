@@ -27,7 +27,7 @@ from blockviz.core import spec
 from blockviz.core.config import RunConfig, TrainConfig
 from blockviz.core.vocab import CharVocab
 from blockviz.training.data import answer_accuracy, baseline_score
-from blockviz.training.model import CharTransformer, ModelInputError
+from blockviz.training.model import CharTransformer, ModelInputError, NonFiniteLogits
 
 LN2 = math.log(2.0)
 RNG_KEY = "blockviz_rng"  # checkpoint entry: torch's random state when it was written
@@ -151,11 +151,27 @@ class OneStep(L.LightningModule):
     `on_before_optimizer_step` (the probes read unclipped gradients), clipping
     (`configure_gradient_clipping`), the update, then the schedule. `LitCharModel` and
     `LitReplicas` share it; each says what its `objective` is.
+
+    It also says which runs it trains, as `callbacks.TrainingMonitor` logs them: one here
+    (`live`, `run_lrs`, `log_run`); `LitReplicas` trains K.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.automatic_optimization = False
+        self.live = [True]  # which of the module's runs still train (here: its one run)
+        self._val_batches = 0  # batches of the evaluation under way
+
+    def run_lrs(self) -> list[float]:
+        """Each run's learning rate for the coming update (`global_step`)."""
+        return [self.trainer.optimizers[0].param_groups[0]["lr"]]
+
+    def log_run(self, index: int, metrics: dict[str, float], step: int) -> None:
+        """Run `index`'s metrics to its loggers at `step`."""
+        # Straight to the loggers with an explicit step: Lightning's own step counter for
+        # logged metrics is off by one against ours and would need a sync per self.log.
+        for logger in self.loggers:
+            logger.log_metrics(metrics, step=step)
 
     def objective(self, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The loss to minimise and what `on_train_batch_end` receives."""
@@ -178,6 +194,60 @@ class OneStep(L.LightningModule):
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Clip the gradients, after the callbacks (the probes) have read them."""
         self.configure_gradient_clipping(optimizer)
+
+    # -- validation: every run scores the same evaluation batches ------------------------
+
+    def score(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each run's logits (K, B, T, V) and loss (K,) of one evaluation batch (B, T)."""
+        raise NotImplementedError
+
+    def run_modules(self) -> list[Any]:
+        """Each run's own `LitCharModel` (its `last_val`, its generation)."""
+        raise NotImplementedError
+
+    def on_validation_epoch_start(self) -> None:
+        """Reset the accumulators of one evaluation."""
+        self._val_sum = torch.zeros(len(self.live), device=self.device)
+        self._val_batches = 0
+        self._answers = [[0, 0] for _ in self.live]  # each run's correct, total (ops only)
+        self._baseline = [0, 0]  # the trivial baseline's correct, total on the same answers
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
+        self._answer_table = getattr(datamodule, "answer_table", None)
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        """Accumulate each run's loss (and ops answers) of one batch on the device."""
+        x, y = batch  # (B, T), (B, T)
+        logits, losses = self.score(x, y)  # (K, B, T, V), (K,)
+        self._val_sum = self._val_sum + losses.detach().float()
+        self._val_batches += 1
+        if self.is_ops and self.vocab is not None:
+            predictions = logits.argmax(dim=-1)  # (K, B, T)
+            for answers, predicted in zip(self._answers, predictions, strict=True):
+                correct, total = answer_accuracy(x, y, predicted, self.vocab)
+                answers[0] += correct
+                answers[1] += total
+            if self._answer_table is not None:
+                right, scored = baseline_score(x, y, self.vocab, self._answer_table)
+                self._baseline[0] += right
+                self._baseline[1] += scored
+
+    def on_validation_epoch_end(self) -> None:
+        """Each live run's val/loss, val/bpc (= loss / ln 2), val/ppl (for ops val/answer_acc
+        and its baseline), to its loggers and its module's `last_val`."""
+        if not self._val_batches:
+            return
+        # One transfer; the means in Python. Every rank evaluates the same fixed batches, so
+        # no cross-rank reduction is needed.
+        means = [total / self._val_batches for total in self._val_sum.tolist()]
+        table = self.is_ops and self._answer_table is not None
+        for index, (module, mean_loss) in enumerate(zip(self.run_modules(), means, strict=True)):
+            if self.live[index]:
+                answers = self._answers[index] if self.is_ops else None
+                metrics = val_metrics(mean_loss, answers, self._baseline if table else None)
+                self.log_run(index, metrics, self.global_step)
+                module.last_val = {"step": self.global_step, **metrics}
+        if len(means) == 1:  # for ModelCheckpoint (a run's best.ckpt): callback_metrics only
+            self.log(spec.VAL_LOSS, means[0], logger=False, prog_bar=False)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """A checkpoint written under automatic optimization (before this module stepped
@@ -219,11 +289,6 @@ class LitCharModel(OneStep):
         # which holds the very same parameters.
         self.compiled: CompiledModel | None = None
         self.last_val: dict[str, float] = {}  # the latest evaluation, with its step
-        self._val_loss_sum: torch.Tensor | None = None
-        self._val_batches = 0
-        self._answers = [0, 0]  # correct, total (ops only)
-        self._baseline = [0, 0]  # the trivial baseline's correct, total on the same answers
-        self._answer_table: dict[str, str] | None = None  # from the datamodule, per evaluation
         self._restored_rng: dict[str, Any] | None = None  # a checkpoint's, for the next batch
 
     def setup(self, stage: str) -> None:
@@ -238,6 +303,15 @@ class LitCharModel(OneStep):
         """Logits (B, T, V) and the loss when targets are given."""
         model = self.model if self.compiled is None else self.compiled.wrapper
         return model(idx, targets)
+
+    def score(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits (1, B, T, V) and loss (1,) of one evaluation batch: the one run's."""
+        logits, loss = self.forward(x, y)
+        return logits.unsqueeze(0), loss.reshape(1)
+
+    def run_modules(self) -> list[LitCharModel]:
+        """The run's own module: this one."""
+        return [self]
 
     # -- training -------------------------------------------------------------------------
 
@@ -266,53 +340,6 @@ class LitCharModel(OneStep):
         """Clip the global gradient norm to `grad_clip` (0: no clipping)."""
         if self.config.train.grad_clip:
             clip_norm_(optimizer, self.config.train.grad_clip)
-
-    # -- validation -----------------------------------------------------------------------
-
-    def on_validation_epoch_start(self) -> None:
-        """Reset the accumulators of one evaluation."""
-        self._val_loss_sum = torch.zeros((), device=self.device)
-        self._val_batches = 0
-        self._answers = [0, 0]
-        self._baseline = [0, 0]
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
-        self._answer_table = getattr(datamodule, "answer_table", None)
-
-    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        """Accumulate the loss (and ops answers) of one validation batch on the device."""
-        x, y = batch  # (B, T), (B, T)
-        logits, loss = self.forward(x, y)
-        self._val_loss_sum = self._val_loss_sum + loss.detach().float()
-        self._val_batches += 1
-        if self.is_ops and self.vocab is not None:
-            correct, total = answer_accuracy(x, y, logits.argmax(dim=-1), self.vocab)
-            self._answers[0] += correct
-            self._answers[1] += total
-            if self._answer_table is not None:
-                right, scored = baseline_score(x, y, self.vocab, self._answer_table)
-                self._baseline[0] += right
-                self._baseline[1] += scored
-
-    def on_validation_epoch_end(self) -> None:
-        """val/loss, val/bpc (= loss / ln 2), val/ppl; for ops val/answer_acc and baseline."""
-        if not self._val_batches or self._val_loss_sum is None:
-            return
-        # Every rank evaluates the same fixed batches, so no cross-rank reduction is needed.
-        mean_loss = float(self._val_loss_sum) / self._val_batches
-        answers = self._answers if self.is_ops else None
-        baseline = self._baseline if self.is_ops and self._answer_table is not None else None
-        metrics = val_metrics(mean_loss, answers, baseline)
-        # callback_metrics only (ModelCheckpoint monitors val/loss); the store gets the
-        # values once, with our step, below.
-        self.log(spec.VAL_LOSS, mean_loss, logger=False, prog_bar=False)
-        self._log_to_loggers(metrics, self.global_step)
-        self.last_val = {"step": self.global_step, **metrics}
-
-    def _log_to_loggers(self, metrics: dict[str, float], step: int) -> None:
-        # Straight to the loggers with an explicit step: Lightning's own step counter for
-        # logged metrics is off by one against ours and would need a sync per self.log.
-        for logger in self.loggers:
-            logger.log_metrics(metrics, step=step)
 
     # -- optimisation ---------------------------------------------------------------------
 
@@ -380,6 +407,14 @@ class LitCharModel(OneStep):
             torch.cuda.set_rng_state(cuda, self.device)
 
     # -- generation -----------------------------------------------------------------------
+
+    def generate_all(self, prompt: str, **sampling: Any) -> list[str | None]:
+        """`generate` as every run's text (this module's one); None where the logits are
+        not finite (a diverged model has nothing to say)."""
+        try:
+            return [self.generate(prompt, **sampling)]
+        except NonFiniteLogits:
+            return [None]
 
     @torch.inference_mode()
     def generate(

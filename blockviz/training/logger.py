@@ -81,23 +81,24 @@ class StoreLogger(Logger):
 
 class RunLifecycle(Callback):
     """Heartbeat step, stop requests, and the store's rows made safe at each checkpoint
-    (`replica_fit.BatchLifecycle`: a batch's, every replica's)."""
+    (of the runs `run_ids`: one, or a batch's replicas)."""
 
     def __init__(
         self,
         stop: StopRequest,
         heartbeats: Sequence[Heartbeat] = (),
         store: RunStore | None = None,
-        run_id: int | None = None,
+        run_ids: Sequence[int | None] = (None,),
     ) -> None:
         self.stop = stop
         self.heartbeats = list(heartbeats)
         self.store = store
-        self.run_id = run_id
+        self.run_ids = list(run_ids)
         self.stopped_at: int | None = None
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
-        """Flush before the checkpoint exists; rows a locked store refused ride inside it.
+        """Flush before the checkpoint exists; rows a locked store refused ride inside it
+        (a batch's by run id).
 
         So a kill at any moment after a checkpoint at step S leaves every row up to S
         either in the store or in the checkpoint, and a resume from S loses none.
@@ -108,11 +109,8 @@ class RunLifecycle(Callback):
             self.store.flush()
         except StoreError as exc:
             log.warning("flush before checkpoint failed: %s", exc)
-        checkpoint[PENDING_ROWS_KEY] = self.pending_rows()
-
-    def pending_rows(self) -> Any:
-        """The rows the store has not taken yet, as the checkpoint carries them."""
-        return self.store.buffered_rows(self.run_id)
+        rows = {str(run_id): self.store.buffered_rows(run_id) for run_id in self.run_ids}
+        checkpoint[PENDING_ROWS_KEY] = rows if len(rows) > 1 else next(iter(rows.values()))
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Mark the end of Lightning's set-up for the start-up trace (benchmarks only)."""

@@ -44,7 +44,7 @@ from blockviz.training.induction import (
     induction_records,
     repeated_batch,
 )
-from blockviz.training.model import NonFiniteLogits, capture_attention
+from blockviz.training.model import capture_attention
 from blockviz.training.probe_stats import (
     TAP_GROUPS,
     ParamIndex,
@@ -101,6 +101,44 @@ def tap_hooks(
             handle.remove()
 
 
+def _run_modules(pl_module: L.LightningModule) -> list[nn.Module]:
+    """Each run's own module (`OneStep.run_modules`; any other module is its one run's)."""
+    run_modules = getattr(pl_module, "run_modules", None)
+    return run_modules() if run_modules is not None else [pl_module]
+
+
+def param_index(model: nn.Module) -> ParamIndex:
+    """The model's trainable parameters, each with its group (layer, component), its layer
+    and, for a weight matrix, its layer among those with matrices."""
+    n_layer = model.cfg.n_layer
+    names, params, keys = [], [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            clean = name.replace("_orig_mod.", "")  # torch.compile's prefix
+            names.append(clean)
+            params.append(param)
+            keys.append(param_component(clean, n_layer))
+    groups = sorted(set(keys))
+    layers = sorted({layer for layer, _ in keys})
+    is_matrix = [param.ndim == 2 for param in params]
+    matrix_layers = sorted({layer for (layer, _), m in zip(keys, is_matrix, strict=True) if m})
+    return ParamIndex(
+        names=names,
+        params=params,
+        groups=groups,
+        layers=layers,
+        group_of=torch.tensor([groups.index(k) for k in keys]),
+        layer_of=torch.tensor([layers.index(k[0]) for k in keys]),
+        matrix_layers=matrix_layers,
+        matrix_of=torch.tensor(
+            [
+                matrix_layers.index(layer) if m else -1
+                for (layer, _), m in zip(keys, is_matrix, strict=True)
+            ]
+        ),
+    )
+
+
 def to_host(pendings: Sequence[_PendingProbe]) -> list[dict[str, list[float]]]:
     """Every statistic of the pending probe steps on the host, in one device->host copy
     (replicas of a batch send all of theirs together); one {name: values} per pending."""
@@ -134,18 +172,22 @@ class _PendingProbe:
 
 
 class BlockProbe(Callback):
-    """Gradient, parameter, update, activation and attention statistics, to `sinks`.
+    """Gradient, parameter, update, activation and attention statistics of each run the
+    module trains, to its sinks.
 
-    `sinks` take each probe step's records (none: measure nothing, e.g. on ranks other
-    than 0); `prompt` seeds the text samples; `probe_batch` sequences of the validation
-    split form the fixed probe batch; the attention map shows the first `attention_chars`
-    of sequence 0; `induction` False leaves the induction statistics out (for measuring
-    what they cost).
+    `sinks` take each probe step's records of the module's one run (none: measure nothing,
+    e.g. on ranks other than 0); `run_sinks` instead gives each run's, for a module of
+    several (`LitReplicas`: each replica is measured on its own module, `run_modules`, its
+    text samples drawn in one pass, and every replica's probe step reaches the host in
+    one transfer). `prompt` seeds the text samples; `probe_batch` sequences of the
+    validation split form the fixed probe batch; the attention map shows the first
+    `attention_chars` of sequence 0; `induction` False leaves the induction statistics
+    out (for measuring what they cost).
     """
 
     def __init__(
         self,
-        sinks: Sequence[ProbeSink],
+        sinks: Sequence[ProbeSink] = (),
         probe_interval: int = 50,
         sample_interval: int = 200,
         probe_batch: int = 4,
@@ -157,8 +199,9 @@ class BlockProbe(Callback):
         hist_bins: int = HIST_BINS,
         hist_range: tuple[float, float] = HIST_RANGE,
         induction: bool = True,
+        run_sinks: Sequence[Sequence[ProbeSink]] | None = None,
     ) -> None:
-        self.sinks = list(sinks)
+        self.run_sinks = [list(run) for run in run_sinks or [sinks]]
         self.probe_interval = probe_interval
         self.sample_interval = sample_interval
         self.probe_batch = probe_batch
@@ -170,59 +213,46 @@ class BlockProbe(Callback):
         self.hist_bins = hist_bins
         self.hist_range = hist_range
         self.induction = induction
-        self._index: ParamIndex | None = None
+        self._indexes: list[ParamIndex] = []  # each run's parameters, once the fit starts
         self._n_layer = 0
         self._probe_x: torch.Tensor | None = None
         self._repeat_x: torch.Tensor | None = None  # the induction statistics' batch
-        self._pending: _PendingProbe | None = None
+        self._pending: dict[int, _PendingProbe] = {}  # by run: this step's, measured
         self._last_sample_step: int | None = None
         self._last_step: int | None = None  # the fit's last trained step, max_steps - 1
         self.probe_steps: list[int] = []  # gradient-probe steps run in this process
 
     # -- setup ----------------------------------------------------------------------------
 
+    @property
+    def sinks(self) -> list[ProbeSink]:
+        """The first run's sinks (a solo run's)."""
+        return self.run_sinks[0]
+
     def _active(self, trainer: L.Trainer) -> bool:
-        return bool(self.sinks) and trainer.is_global_zero
+        return any(self.run_sinks) and trainer.is_global_zero
+
+    def _runs(self, pl_module: L.LightningModule) -> list[tuple[int, nn.Module]]:
+        """(index, module) of each run this probe measures: one with sinks, still live."""
+        modules = _run_modules(pl_module)
+        live = getattr(pl_module, "live", [True] * len(modules))
+        return [(i, m) for i, m in enumerate(modules) if self.run_sinks[i] and live[i]]
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Index the parameters into groups and draw the fixed probe batch once."""
+        """Index each run's parameters into groups and draw the fixed probe batch once."""
         if not self._active(trainer):
             return
         # Batch max_steps - 1 is the last one whose gradient and update exist; a fit bounded
         # by epochs instead (max_steps -1) has no known last step.
         self._last_step = trainer.max_steps - 1 if trainer.max_steps > 0 else None
-        model = char_model(pl_module)
-        n_layer = self._n_layer = model.cfg.n_layer
-        names, params, keys = [], [], []
-        for name, param in model.named_parameters():
-            if param.requires_grad:
-                clean = name.replace("_orig_mod.", "")  # torch.compile's prefix
-                names.append(clean)
-                params.append(param)
-                keys.append(param_component(clean, n_layer))
-        groups = sorted(set(keys))
-        layers = sorted({layer for layer, _ in keys})
-        is_matrix = [param.ndim == 2 for param in params]
-        matrix_layers = sorted({layer for (layer, _), m in zip(keys, is_matrix, strict=True) if m})
-        self._index = ParamIndex(
-            names=names,
-            params=params,
-            groups=groups,
-            layers=layers,
-            group_of=torch.tensor([groups.index(k) for k in keys]),
-            layer_of=torch.tensor([layers.index(k[0]) for k in keys]),
-            matrix_layers=matrix_layers,
-            matrix_of=torch.tensor(
-                [
-                    matrix_layers.index(layer) if m else -1
-                    for (layer, _), m in zip(keys, is_matrix, strict=True)
-                ]
-            ),
-        )
-        self._probe_x = self._draw_probe_batch(trainer, model.cfg.block_size).to(params[0].device)
-        repeats = repeated_batch(model.cfg.vocab_size, model.cfg.block_size)
-        if self.induction and model.cfg.attention and repeats is not None:
-            self._repeat_x = repeats.to(params[0].device)
+        models = [char_model(module) for module in _run_modules(pl_module)]
+        self._indexes = [param_index(model) for model in models]
+        config, device = models[0].cfg, self._indexes[0].params[0].device
+        self._n_layer = config.n_layer
+        self._probe_x = self._draw_probe_batch(trainer, config.block_size).to(device)
+        repeats = repeated_batch(config.vocab_size, config.block_size)
+        if self.induction and config.attention and repeats is not None:
+            self._repeat_x = repeats.to(device)
 
     def _draw_probe_batch(self, trainer: L.Trainer, block_size: int) -> torch.Tensor:
         """`probe_batch` evenly spaced windows of the validation split: (B, T), no RNG."""
@@ -251,24 +281,30 @@ class BlockProbe(Callback):
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
-        """At probe and sample steps, measure the model as it is before update `step`."""
-        if self._index is None:
+        """At probe and sample steps, measure each run's model as it is before update
+        `step` (a module of several shares each run's gradients with its own module)."""
+        if not self._indexes:
             return
         step = trainer.global_step
         probe, sample = self.is_probe_step(step), self.is_sample_step(step)
         if not (probe or sample):
             return
-        pending = _PendingProbe(step=step)
-        if probe:
-            self._measure_gradients(pending)
-        self._measure_forward(trainer, pl_module, pending, probe=probe, sample=sample)
+        share_grads = getattr(pl_module, "share_grads", None)
+        for index, module in self._runs(pl_module):
+            pending = self._pending[index] = _PendingProbe(step=step)
+            if probe:
+                if share_grads is not None:
+                    share_grads(index)
+                self._measure_gradients(self._indexes[index], pending)
+            self._measure_forward(trainer, module, pending, probe=probe, sample=sample)
         if sample:
-            pending.sample = self._generate(pl_module, step)
-        self._pending = pending
+            texts = self._generate(pl_module, step)
+            for index, pending in self._pending.items():
+                pending.sample = texts[index]
 
     @torch.no_grad()
-    def _measure_gradients(self, pending: _PendingProbe) -> None:
-        params = self._index.params
+    def _measure_gradients(self, index: ParamIndex, pending: _PendingProbe) -> None:
+        params = index.params
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         # One fused kernel per list instead of one norm per tensor (what clip_grad_norm_ uses).
         grad_norm = torch.stack(torch._foreach_norm(grads)).float()  # (P,)
@@ -339,21 +375,20 @@ class BlockProbe(Callback):
             vocab = getattr(pl_module, "vocab", None) or trainer.datamodule.vocab
             pending.attention_tokens = list(vocab.decode(self._probe_x[0, :n].tolist()))
 
-    def _generate(self, pl_module: L.LightningModule, step: int) -> str | None:
-        generate = getattr(pl_module, "generate", None)
-        if generate is None or getattr(pl_module, "vocab", None) is None:
-            return None
+    def _generate(self, pl_module: L.LightningModule, step: int) -> list[str | None]:
+        """Each run's text sample of `step`, in one pass (None for a run whose logits are
+        not finite: a diverged model has nothing to say; the run says why)."""
+        generate_all = getattr(pl_module, "generate_all", None)
+        if generate_all is None or getattr(pl_module, "vocab", None) is None:
+            return [None] * len(self.run_sinks)
         self._last_sample_step = step
-        try:
-            return generate(
-                self.prompt,
-                max_new_tokens=self.sample_chars,
-                temperature=self.temperature,
-                top_k=self.top_k,
-                seed=step,
-            )
-        except NonFiniteLogits:  # a diverged model has nothing to say; the run says why
-            return None
+        return generate_all(
+            self.prompt,
+            max_new_tokens=self.sample_chars,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            seed=step,
+        )
 
     # -- after the optimizer step: update ratios, one transfer, the writes ----------------
 
@@ -366,58 +401,55 @@ class BlockProbe(Callback):
         batch_idx: int,
     ) -> None:
         """Finish a pending probe step: update ratios, then one transfer and the writes."""
-        pending = self.take_pending()
-        if pending is not None:
-            self._write(pending)
-
-    def take_pending(self) -> _PendingProbe | None:
-        """The probe step measured before this update, its update ratios added (None when
-        this step was not one); `write_host` writes it once its values are on the host."""
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return None
-        if pending.before is not None:
-            with torch.no_grad():
-                deltas = torch._foreach_sub(self._index.params, pending.before)
-                pending.parts["delta_norm"] = torch.stack(torch._foreach_norm(deltas)).float()
-            pending.before = None
-        if GRAD_NORM in pending.parts:
-            self.probe_steps.append(pending.step)
-        return pending
-
-    def write_host(self, pending: _PendingProbe, host: dict[str, list[float]]) -> None:
-        """Hand the records of `pending`, its values already on the host, to every sink."""
-        records = self._records_from_host(pending, host)
-        for sink in self.sinks:
-            sink.write(records)
+        pending, self._pending = self._pending, {}
+        if not pending:
+            return
+        for index, item in pending.items():
+            if item.before is not None:
+                with torch.no_grad():
+                    deltas = torch._foreach_sub(self._indexes[index].params, item.before)
+                    item.parts["delta_norm"] = torch.stack(torch._foreach_norm(deltas)).float()
+                item.before = None
+        self.probe_steps += [item.step for item in pending.values() if GRAD_NORM in item.parts][:1]
+        self._write(pending)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """A last attention map and text sample of the trained model."""
-        if self._index is None:
+        """A last attention map and text sample of each run's trained model."""
+        if not self._indexes:
             return
         step = trainer.global_step
         if self.sampled_at(step):
             return
-        pending = _PendingProbe(step=step)
-        self._measure_forward(trainer, pl_module, pending, probe=False, sample=True)
-        pending.sample = self._generate(pl_module, step)
+        pending = {}
+        for index, module in self._runs(pl_module):
+            pending[index] = _PendingProbe(step=step)
+            self._measure_forward(trainer, module, pending[index], probe=False, sample=True)
+        texts = self._generate(pl_module, step)
+        for index, item in pending.items():
+            item.sample = texts[index]
         self._write(pending)
-        for sink in self.sinks:
-            sink.flush()
+        for sinks in self.run_sinks:
+            for sink in sinks:
+                sink.flush()
 
-    def _write(self, pending: _PendingProbe) -> None:
-        """Move every statistic to the host in one transfer, then hand the records on."""
-        self.write_host(pending, to_host([pending])[0])
+    def _write(self, pending: dict[int, _PendingProbe]) -> None:
+        """Move every statistic of each run's pending step to the host in one transfer,
+        then hand each run's records to its sinks."""
+        hosts = to_host(list(pending.values()))
+        for (index, item), host in zip(pending.items(), hosts, strict=True):
+            records = self._records_from_host(index, item, host)
+            for sink in self.run_sinks[index]:
+                sink.write(records)
 
     def _records_from_host(
-        self, pending: _PendingProbe, host: dict[str, list[float]]
+        self, run: int, pending: _PendingProbe, host: dict[str, list[float]]
     ) -> ProbeRecords:
-        """The host-side records of one probe step from its values on the host."""
+        """The host-side records of run `run`'s probe step from its values on the host."""
         step = pending.step
         records = ProbeRecords(step=step, n_layer=self._n_layer)
         rows = records.layer_stats
         if GRAD_NORM in host:
-            rows += self._norm_rows(step, host)
+            rows += self._norm_rows(step, self._indexes[run], host)
             records.grad_norm = host["global_grad_norm"][0]
         if "output" in host:
             records.scalars = dict(zip(PROBE_SCALARS, host["output"], strict=True))
@@ -444,6 +476,8 @@ class BlockProbe(Callback):
             records.sample = Sample(self.prompt, pending.sample)
         return records
 
-    def _norm_rows(self, step: int, host: dict[str, list[float]]) -> list[LayerStat]:
+    def _norm_rows(
+        self, step: int, index: ParamIndex, host: dict[str, list[float]]
+    ) -> list[LayerStat]:
         """grad_norm, param_norm and update_ratio rows of the probed tensors and groups."""
-        return norm_rows(step, self._index, host)
+        return norm_rows(step, index, host)

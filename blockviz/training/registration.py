@@ -1,7 +1,7 @@
 """The one lifecycle of a plan in the store (rank 0 only), for one run and for K replicas
 alike: register its runs (create them, take over the runner's or a worker's rows, or
 resume them), write their config and vocab, open their train.logs, wait as 'queued' for a
-slot, fit (one run: `fit.fit`; replicas of one batched model: `replica_fit`; one call), and
+slot, fit (`fit.fit`: one run, or replicas of one batched model), and
 record how each ended (its status, step and final metrics, or the failure, with the
 traceback in train.log). Before a resume, the rows logged after the checkpoint are
 dropped and the ones it carried restored.
@@ -45,7 +45,6 @@ from blockviz.training.fit import (
 )
 from blockviz.training.lifecycle import StopRequest, patiently
 from blockviz.training.logger import FLUSH_EVERY_S
-from blockviz.training.replica_fit import fit_replicas
 from blockviz.training.run_log import close_log, open_log
 
 QUEUE_POLL_S = 1.0
@@ -265,14 +264,15 @@ def _fit_and_record(
 
     def record(index: int, outcome: Outcome, lit: Any, trainer: Any) -> None:
         if members[index].training:
-            _record_end(store, plan, members[index], outcome, final_metrics(lit, trainer, outcome))
+            _record_end(
+                store, plan, members[index], outcome, final_metrics(lit, trainer, outcome, index)
+            )
             ended.add(index)
 
     ids = [m.run_id for m in members]
     dirs = [m.run_dir for m in members]
-    fit_plan = fit_replicas if plan.batch else fit
     try:
-        fit_plan(plan, datamodule, dirs, ids, store, stop, session.progress, on_ready, record)
+        fit(plan, datamodule, dirs, ids, store, stop, session.progress, on_ready, record)
     except Exception as exc:
         return _record_failure(store, _unrecorded(members, ended), exc)
     except BaseException as exc:  # KeyboardInterrupt outside our handlers, SystemExit

@@ -23,8 +23,9 @@ carry it) turns False, its parameters, gradients and moments are zeroed and its 
 rate is 0, so it computes finite zeros from then on and the rest go on.
 
 Each replica also has a `LitCharModel` of its own whose parameters are views into the
-stacked tensors (`views`): the probes, text samples and final metrics use it as they use a
-solo run's module, reading the replica's slice without copying it.
+stacked tensors (`views`, `run_modules`): the probe, text samples and final metrics use it
+as they use a solo run's module, reading the replica's slice without copying it. The Trainer's
+one `TrainingMonitor` logs each replica's train/* rows (`live`, `run_lrs`, `log_run`).
 
 Equality to the solo runs: the same initial weights and data, and the same formulas in
 another order (one batched product where the solo run multiplies once per run, AdamW's
@@ -43,7 +44,6 @@ from torch import nn
 from torch.func import functional_call, stack_module_state
 
 from blockviz.core.config import RunConfig
-from blockviz.training.data import answer_accuracy, baseline_score
 from blockviz.training.lit import (
     CompiledModel,
     LitCharModel,
@@ -51,7 +51,6 @@ from blockviz.training.lit import (
     lr_at,
     param_groups,
     prompt_ids,
-    val_metrics,
 )
 from blockviz.training.model import ModelInputError
 from blockviz.training.replica_optim import FlatStack, ReplicaAdamW, ReplicaSchedule, column
@@ -127,14 +126,10 @@ class LitReplicas(OneStep):
         self.has_clip = any(clips)
         self.register_buffer("clip", torch.tensor(clips), persistent=False)
         self.replica_loggers: list[list[Any]] = [[] for _ in range(self.k)]
+        self.out: list[int] = []  # replicas that finished before this session (the fit's)
         self.flat: FlatStack | None = None  # made with the optimizer
         self._optimizer: ReplicaAdamW | None = None
         self._viewed: int | None = None  # data_ptr of the stack the views point into
-        self._val_sum: torch.Tensor | None = None
-        self._val_batches = 0
-        self._answers: list[list[int]] = []
-        self._baseline = [0, 0]
-        self._answer_table: dict[str, str] | None = None
 
     # -- the stacked parameters ----------------------------------------------------------
 
@@ -167,7 +162,16 @@ class LitReplicas(OneStep):
             param = view.model.get_parameter(names[0])
             param.grad = grad
 
-    def _run(self, x: torch.Tensor, y: torch.Tensor) -> Any:
+    def run_modules(self) -> list[LitCharModel]:
+        """Each replica's own module: its views into the stack."""
+        return self.make_views()
+
+    def on_fit_start(self) -> None:
+        """Mask out the replicas that finished before this session (`out`)."""
+        for index in self.out:
+            self.mask(index)
+
+    def score(self, x: torch.Tensor, y: torch.Tensor) -> Any:
         """(logits (K, B, T, V), losses (K,)) of token ids (K, B, T), or of one batch
         (B, T) that every replica scores: the model once, on the stacked parameters."""
         if x.dim() == 2:
@@ -193,7 +197,7 @@ class LitReplicas(OneStep):
     def objective(self, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, Any]:
         """The sum of the live replicas' objectives, and {"ce": each one's (K,) loss}."""
         x, y = batch  # (K, B, T) each
-        logits, ce = self._run(x, y)  # (K, B, T, V), (K,)
+        logits, ce = self.score(x, y)  # (K, B, T, V), (K,)
         # Each replica's objective as its solo run computes it: the cross-entropy, plus
         # PaLM's z-loss where its coefficient is not 0.
         objective = ce
@@ -217,14 +221,20 @@ class LitReplicas(OneStep):
         coefficient = torch.where(self.clip > 0, coefficient, torch.ones_like(coefficient))
         grad.mul_(column(coefficient, grad))
 
-    def lr_of(self, update: int) -> list[float]:
-        """Each replica's learning rate for optimizer update `update`, as its solo run's
-        LambdaLR computes it (on the host: what the monitors log)."""
+    def run_lrs(self) -> list[float]:
+        """Each replica's learning rate for the coming update, as its solo run's LambdaLR
+        computes it (on the host: what the monitor logs)."""
+        update = self.global_step
         # base lr times the schedule's multiplier, as LambdaLR computes it
         return [
             c.train.lr * (lr_at(update, c.train, self.schedule_steps) / c.train.lr)
             for c in self.configs
         ]
+
+    def log_run(self, index: int, metrics: dict[str, float], step: int) -> None:
+        """Replica `index`'s metrics to its own loggers at `step`."""
+        for logger in self.replica_loggers[index]:
+            logger.log_metrics(metrics, step=step)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         """ReplicaAdamW over the stack laid flat (no Lightning scheduler: the optimizer
@@ -317,48 +327,3 @@ class LitReplicas(OneStep):
             None if failed[i] else self.vocab.decode(out[i, 0, start:].tolist())
             for i in range(self.k)
         ]
-
-    # -- validation ----------------------------------------------------------------------
-
-    def on_validation_epoch_start(self) -> None:
-        """Reset the per-replica accumulators of one evaluation."""
-        self._val_sum = torch.zeros(self.k, device=self.device)
-        self._val_batches = 0
-        self._answers = [[0, 0] for _ in range(self.k)]
-        self._baseline = [0, 0]
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
-        self._answer_table = getattr(datamodule, "answer_table", None)
-
-    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        """Every replica scores the same evaluation batch (B, T): the text is one ruler."""
-        x, y = batch
-        logits, losses = self._run(x, y)  # (K, B, T, V), (K,)
-        self._val_sum = self._val_sum + losses.detach().float()
-        self._val_batches += 1
-        if self.is_ops and self.vocab is not None:
-            predictions = logits.argmax(dim=-1)  # (K, B, T)
-            for i in range(self.k):
-                correct, total = answer_accuracy(x, y, predictions[i], self.vocab)
-                self._answers[i][0] += correct
-                self._answers[i][1] += total
-            if self._answer_table is not None:
-                right, scored = baseline_score(x, y, self.vocab, self._answer_table)
-                self._baseline[0] += right
-                self._baseline[1] += scored
-
-    def on_validation_epoch_end(self) -> None:
-        """val/loss, val/bpc, val/ppl (and the ops answers) of each live replica, to its
-        loggers; each view's `last_val` as its solo module would hold it."""
-        if not self._val_batches or self._val_sum is None:
-            return
-        # One transfer; the mean in Python, as a solo run takes it.
-        means = [total / self._val_batches for total in self._val_sum.tolist()]
-        for i, mean_loss in enumerate(means):
-            if not self.live[i]:
-                continue
-            answers = self._answers[i] if self.is_ops else None
-            table = self.is_ops and self._answer_table is not None
-            metrics = val_metrics(mean_loss, answers, self._baseline if table else None)
-            for logger in self.replica_loggers[i]:
-                logger.log_metrics(metrics, step=self.global_step)
-            self.views[i].last_val = {"step": self.global_step, **metrics}

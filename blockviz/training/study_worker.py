@@ -99,7 +99,7 @@ def work(
 
     Each run takes `threads` CPU threads, by default its share of the cores (cores ÷ slots).
     Runs that share every shape are claimed together, up to `replica_limit`, and train as
-    replicas of one batched model (`blockviz.training.replica_fit`); 1 trains each alone.
+    replicas of one batched model (`blockviz.training.replicas`); 1 trains each alone.
     """
     # The worker's own torch work (the init-gradients measurement) takes the same share.
     apply_threads(threads, max_running)

@@ -16,7 +16,7 @@ other ranks (started by Lightning's launcher re-running this command) find the r
 folder in the environment.
 
 `train --seeds` trains one run per seed, several at once as replicas of one batched model
-(`replica_fit`); each replica is a run of its own, ending in its own status.
+(`replicas`); each replica is a run of its own, ending in its own status.
 
 This module takes the request `blockviz.cli` read from the flags, plans, checks the plan
 can start (`preflight`), and hands it to the one lifecycle every run kind shares

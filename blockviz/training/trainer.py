@@ -126,20 +126,21 @@ def make_trainer(
     logger: Logger | Iterable[Logger] | None = None,
     run_dir: str | Path = ".",
     *,
-    replicas: bool = False,
+    monitor: TrainingMonitor | None = None,
 ) -> L.Trainer:
     """A Trainer for the run: device, precision, DDP, cadence, checkpoints (the module
     clips its gradients itself: `lit.OneStep`).
 
-    Every Trainer gets a `TrainingMonitor` (train metrics, clocks, divergence), after
-    `callbacks` so that it sees each event after them: the wall clock includes the
-    probe's last sample, and a diverged step still has its probe records written.
+    Every Trainer gets a `TrainingMonitor` (train metrics, clocks, divergence; `monitor`,
+    or one of one run), after `callbacks` so that it sees each event after them: the
+    wall clock includes the probe's last sample, and a diverged step still has its probe
+    records written.
     """
     train = run_cfg.train
-    # A batch of replicas (blockviz.training.replica_fit) brings a monitor per replica in
-    # `callbacks` and keeps only last.ckpt: "best"
-    # has no meaning for K runs at once, and a kept step's checkpoint would hold K models.
-    monitor = [] if replicas else [TrainingMonitor(train.log_interval)]
+    monitor = monitor or TrainingMonitor(train.log_interval)
+    # A batch of replicas (a monitor of K runs) keeps only last.ckpt: "best" has no meaning
+    # for K runs at once, and a kept step's checkpoint would hold K models.
+    replicas = len(monitor.runs) > 1
     checkpoints = [LastCheckpoint(Path(run_dir) / "checkpoints")]
     kept: list[Callback] = []
     if not replicas:
@@ -161,7 +162,7 @@ def make_trainer(
         check_val_every_n_epoch=None,  # count val_check_interval in steps across "epochs"
         limit_val_batches=train.eval_iters,
         num_sanity_val_steps=0,
-        callbacks=[*checkpoints, *callbacks, *monitor, *kept],
+        callbacks=[*checkpoints, *callbacks, monitor, *kept],
         logger=list(logger) if isinstance(logger, Iterable) else (logger or False),
         log_every_n_steps=train.log_interval,
         enable_model_summary=False,

@@ -306,6 +306,26 @@ def test_deleting_any_member_of_a_batch_leaves_the_others_resumable(tmp_path, co
         assert not checkpoint.exists() and not checkpoint.parent.parent.exists()
 
 
+def test_a_resumed_batch_carries_each_replicas_recent_losses_as_a_solo_run_does(
+    tmp_path, corpus, capsys
+):
+    # The batch's checkpoint holds its monitor's state, every replica's: the final
+    # train_loss of the resumed session averages the last steps of both sessions.
+    store_path = tmp_path / "s.db"
+    assert _train(store_path, corpus, "--seeds", "0,1", "--max_steps", "8") == 0
+    capsys.readouterr()
+    argv = ["train", "--resume", "2", "--max_steps", "12", "--store", str(store_path)]
+    assert cli.main(argv) == 0  # with its progress line
+    with RunStore(store_path) as store:
+        for run_id in (1, 2):
+            losses = _series(store, run_id, "train/loss")
+            assert list(losses) == list(range(12))
+            final = store.get_run(run_id).final["train_loss"]
+            assert final == pytest.approx(sum(losses.values()) / 12, rel=1e-6)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("step 12/12 | losses ") and len(last.split(" | ")[1].split()) == 3
+
+
 def test_a_batch_whose_checkpoint_is_in_its_first_members_folder_still_resumes(tmp_path, corpus):
     # Batches trained before the batch folder kept their checkpoint in the first member's.
     import json
@@ -336,11 +356,11 @@ def test_a_batch_that_reads_its_losses_a_logged_step_late_records_the_same_rows(
     tmp_path, corpus, monkeypatch, log_interval
 ):
     # What a GPU does (the copy to the host overlaps the next steps), forced on the CPU.
-    from blockviz.training import replica_fit
+    from blockviz.training.callbacks import TrainingMonitor
 
     flags = ["--seeds", "0,1", "--log_interval", log_interval, "--probe_interval", "5"]
     assert _train(tmp_path / "now.db", corpus, *flags) == 0
-    monkeypatch.setattr(replica_fit.ReplicaCallbacks, "defer", True)
+    monkeypatch.setattr(TrainingMonitor, "defer", True)
     assert _train(tmp_path / "late.db", corpus, *flags) == 0
     with RunStore(tmp_path / "now.db") as now, RunStore(tmp_path / "late.db") as late:
         for run_id in (1, 2):

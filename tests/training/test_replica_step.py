@@ -221,7 +221,7 @@ def test_the_objective_is_the_sum_of_each_replicas_own():
     x, y = next(iter(dm.train_dataloader()))
     batch = (torch.stack([x] * 3), torch.stack([y] * 3))
     loss, _ = lit.objective(batch)
-    logits, ce = lit._run(*batch)
+    logits, ce = lit.score(*batch)
     log_z = logits.float().logsumexp(dim=-1)
     expected = sum(ce[i] + 1e-2 * log_z[i].pow(2).mean() for i in range(3))
     assert math.isclose(float(loss.detach()), float(expected.detach()), rel_tol=1e-5)
@@ -231,7 +231,7 @@ def test_the_objective_is_the_sum_of_each_replicas_own():
 def test_a_batchs_probe_steps_reach_the_host_in_one_transfer(tmp_path, monkeypatch):
     from blockviz.core.plans import Member, Plan
     from blockviz.core.requests import Session
-    from blockviz.training import replica_fit
+    from blockviz.training import probes
     from blockviz.training.train import train
     from tests.fakes import CORPUS
 
@@ -248,13 +248,13 @@ def test_a_batchs_probe_steps_reach_the_host_in_one_transfer(tmp_path, monkeypat
         warmup_steps=1,
     )
     sizes: list[int] = []
-    real = replica_fit.to_host
+    real = probes.to_host
 
     def counted(pendings):
         sizes.append(len(pendings))
         return real(pendings)
 
-    monkeypatch.setattr(replica_fit, "to_host", counted)
+    monkeypatch.setattr(probes, "to_host", counted)
     shared: list[int] = []
     real_share = LitReplicas.share_grads
     monkeypatch.setattr(
@@ -263,9 +263,9 @@ def test_a_batchs_probe_steps_reach_the_host_in_one_transfer(tmp_path, monkeypat
     configs = [cfg.replace(base, seed=s) for s in (0, 1, 2)]
     plan = Plan(tuple(Member(c, n) for c, n in zip(configs, "abc", strict=True)))
     assert train(plan, Session(str(tmp_path / "s.db")), create=True).exit_code == 0
-    # Probe steps 0, 2, 4 and the last (5): one transfer each for all three replicas,
-    # and no replica's probe touched on the ordinary steps 1 and 3.
-    assert sizes == [3, 3, 3, 3]
+    # Probe steps 0, 2, 4 and the last (5), then the end's sample: one transfer each for
+    # all three replicas, and no replica's probe touched on the ordinary steps 1 and 3.
+    assert sizes == [3, 3, 3, 3, 3]
     assert len(shared) == 4 * 3
 
 

@@ -109,7 +109,7 @@ def product_fit(tmp_path, defer: bool | None, extra=(), module=LitCharModel, **o
         sample_interval=train.sample_interval,
         sample_chars=8,
     )
-    lifecycle = RunLifecycle(StopRequest(), (), store, run_id)
+    lifecycle = RunLifecycle(StopRequest(), (), store, [run_id])
     reads = StepReads()
     torch.manual_seed(train.seed)
     lit = module(config.to_dict(), dm.vocab.to_json())
