@@ -42,6 +42,11 @@ def test_every_import_contract_is_kept() -> None:
         ("views/charts/series.py", "import lightning", "Only the training side imports torch"),
         ("training/model.py", "import streamlit", "Only the dashboard imports streamlit"),
         ("core/spec.py", "from blockviz.store import RunStore", "Each layer imports only"),
+        (
+            "core/studies/outcomes.py",
+            "from blockviz.core.studies import verdicts",
+            "the verdicts sit",
+        ),
     ],
 )
 def test_a_forbidden_import_breaks_its_contract(

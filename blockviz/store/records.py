@@ -84,7 +84,7 @@ class StudyRecord:
 
     id: int
     name: str
-    key: str  # the built-in study it runs (core.studies)
+    key: str  # the built-in study it runs (core.studies.builtins)
     size: str | None = None
     status: str | None = None  # running | stopped | completed
     created: float | None = None

@@ -1,6 +1,6 @@
 """The built-in studies: each one's question, claims (with their sources) and variants.
 
-Each `_<study>()` returns the parts of a `StudyDef` (`core.studies`) but its size and
+Each `_<study>()` returns the parts of a `StudyDef` (`studies.define`) but its size and
 seeds; `builtin(key, size, seeds)` builds one at a size, `describe()` lists them. The
 grids' values (depths, learning rates, FFN widths) and the margins the claims use are
 named here, with the calibration that chose them.
@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from blockviz.core.config import ConfigError
-from blockviz.core.studies import (
+from blockviz.core.studies.define import (
     Claim,
     StudyDef,
     Variant,
