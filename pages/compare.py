@@ -5,7 +5,7 @@ chosen run is still queued or running; when any run's status changes the whole p
 once, so the picker's labels show the statuses the table shows. The report button builds
 the zip only when clicked (in a background thread of the download) and the page shows its
 progress meanwhile. Under the gradient-by-layer charts, sentences computed from the runs
-drawn (views/findings_text.py) replace any fixed text; the paper's claim is a caption of
+drawn (views/grad_by_layer_text.py) replace any fixed text; the paper's claim is a caption of
 its own, labelled as a claim. The page lays out; its parts live in
 `blockviz.dashboard.compare` (the selection, the curves, twins, the final metrics, gradient
 by layer, the config differences, the report).
@@ -22,7 +22,7 @@ from blockviz.dashboard.compare import twins
 from blockviz.dashboard.compare.curves import curves
 from blockviz.dashboard.compare.diff import config_section
 from blockviz.dashboard.compare.final import final_metrics
-from blockviz.dashboard.compare.grad_layers import grad_by_layer
+from blockviz.dashboard.compare.grad_by_layer import grad_by_layer
 from blockviz.dashboard.compare.report import report_section
 from blockviz.dashboard.compare.selection import choose_runs
 from blockviz.store import RunStore

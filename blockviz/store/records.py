@@ -53,7 +53,7 @@ class RunRecord:
     study_id: int | None = None  # the study the run belongs to, its variant and seed
     variant: str | None = None
     seed: int | None = None
-    host: str | None = None  # where the process runs: host name and boot id (core.hosts)
+    host: str | None = None  # where the process runs: host name and boot id (core.procs)
     boot_id: str | None = None
     stop_requested: float | None = None  # when a Stop was asked through the store
     parent_id: int | None = None  # a fork or replay: the run it started from, at which step

@@ -11,7 +11,7 @@ from blockviz.core.spec import COMPONENTS, GRAD_NORM
 from blockviz.dashboard import ui
 from blockviz.dashboard.compare import twins
 from blockviz.store import RunRecord, RunStore
-from blockviz.views import charts, findings_text, summary
+from blockviz.views import charts, grad_by_layer_text, run_facts
 
 
 def grad_by_layer(store: RunStore, stored: list[RunRecord], colors: alt.Scale, tag: str) -> None:
@@ -70,7 +70,7 @@ def grad_by_layer(store: RunStore, stored: list[RunRecord], colors: alt.Scale, t
             ui.chart_with_downloads(chart, charts.chart_data(chart), label, "cmp.gradN")
             _not_at_step(store, run_ids, nearest, step)
             _findings(later, shapes, step, component)
-    st.caption(ui.plain(findings_text.PAPER_CLAIM))
+    st.caption(ui.plain(grad_by_layer_text.PAPER_CLAIM))
 
 
 def _layer_stats_at(store: RunStore, steps: dict[int, int], component: str) -> pd.DataFrame:
@@ -120,22 +120,22 @@ def _run_names(store: RunStore, run_ids: list[int]) -> dict[int, str]:
     return dict(zip(runs["id"].astype(int), runs["name"].astype(str), strict=True))
 
 
-def _run_shapes(stored: list[RunRecord]) -> dict[int, findings_text.RunShape]:
+def _run_shapes(stored: list[RunRecord]) -> dict[int, grad_by_layer_text.RunShape]:
     """Name, depth and norm position of each run whose stored config can be read."""
     shapes = {}
     for run in stored:
-        model = summary.stored_model_config(run)
+        model = run_facts.stored_model_config(run)
         if model is not None:
-            shapes[int(run.id)] = findings_text.RunShape(
+            shapes[int(run.id)] = grad_by_layer_text.RunShape(
                 str(run.name), model.n_layer, model.norm_position
             )
     return shapes
 
 
 def _findings(
-    grads: pd.DataFrame, shapes: dict[int, findings_text.RunShape], step: int, component: str
+    grads: pd.DataFrame, shapes: dict[int, grad_by_layer_text.RunShape], step: int, component: str
 ) -> None:
     """What the chart above shows, in sentences computed from its numbers (as plain text)."""
-    sentences = findings_text.grad_by_layer_sentences(grads, shapes, step, component)
+    sentences = grad_by_layer_text.grad_by_layer_sentences(grads, shapes, step, component)
     if sentences:
         st.caption("\n\n".join(ui.plain(sentence) for sentence in sentences))
