@@ -29,6 +29,21 @@ def test_every_builtin_study_builds_valid_configs_at_every_size(key: str, size: 
     assert config.validate() is config
 
 
+@pytest.mark.parametrize("key", builtins.STUDY_KEYS)
+def test_a_builtin_is_a_typed_study_under_its_own_key_that_its_size_only_adds_to(key: str) -> None:
+    defined = builtins.BUILTINS[key]()
+    assert isinstance(defined, define.StudyDef) and defined.key == key
+    sized = builtins.builtin(key, "standard", 3)
+    assert sized.key == key and sized.size == "standard" and sized.seeds == (1, 2, 3)
+    assert (sized.title, sized.claims, sized.variants) == (
+        defined.title,
+        defined.claims,
+        defined.variants,
+    )
+    assert {**define.SIZE_PRESETS["standard"], **defined.base} == dict(sized.base)
+    assert builtins.describe([key]) == [(key, defined.title, defined.question)]
+
+
 @pytest.mark.parametrize("size", define.SIZES)
 def test_every_size_probes_often_enough_for_the_findings(size: str) -> None:
     """At least 3 probes after step 0 (a state rule needs two in a row): the quick size

@@ -86,7 +86,7 @@ def _launch(store: RunStore, study: define.StudyDef, name: str | None = None) ->
 
 def builtin_launcher(store: RunStore, writable: bool) -> None:
     """Pick a built-in study and a size; see its question, claims and cost; launch."""
-    keys = [k for k in builtins.STUDY_KEYS if builtins.BUILTINS[k]().get("trains", True)]
+    keys = [k for k in builtins.STUDY_KEYS if builtins.BUILTINS[k]().trains]
     titles = {key: title for key, title, _ in builtins.describe(keys)}
     left, right = st.columns([2, 1])
     key = left.selectbox(
