@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from blockviz.core import config as cfg  # noqa: E402
-from blockviz.core.studies import SIZE_PRESETS  # noqa: E402
+from blockviz.core.studies.define import SIZE_PRESETS  # noqa: E402
 from blockviz.training.lit import LitCharModel  # noqa: E402
 from blockviz.training.replicas import LitReplicas  # noqa: E402
 

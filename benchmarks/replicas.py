@@ -8,7 +8,7 @@ Each case is a real `python -m blockviz train` subprocess (`--threads 1 --no_pro
 OMP_NUM_THREADS=1) into a fresh temporary store. Two shapes:
 
 quick     exactly what a quick study run trains: the baby-cpu defaults with the quick
-          size's overrides (`core.studies.SIZE_PRESETS["quick"]`: 2 layers, 2 heads,
+          size's overrides (`core.studies.define.SIZE_PRESETS["quick"]`: 2 layers, 2 heads,
           d_model 64, context 64, batch 16, 300 steps, eval and probes every 100, ...)
 baby-cpu  `--preset baby-cpu` as it stands (2,000 steps)
 
@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from blockviz.core import config as cfg  # noqa: E402
-from blockviz.core.studies import SIZE_PRESETS  # noqa: E402
+from blockviz.core.studies.define import SIZE_PRESETS  # noqa: E402
 from blockviz.store import RunStore  # noqa: E402
 
 # Each shape: the baby-cpu preset and flat overrides on it, passed as `--field value`.

@@ -25,9 +25,9 @@ from unittest import mock
 import pandas as pd
 
 from blockviz.core import config as cfg
-from blockviz.core import study_builtins
 from blockviz.core.findings import RunSeries
-from blockviz.core.studies import Claim, StudyDef, Variant
+from blockviz.core.studies import builtins
+from blockviz.core.studies.define import Claim, StudyDef, Variant
 
 if TYPE_CHECKING:
     from streamlit.testing.v1 import AppTest
@@ -172,7 +172,7 @@ def chart_specs(at: AppTest) -> dict[str, dict]:
 def fake_study(store: RunStore, key: str = "activation", scored: dict | None = None) -> int:
     """A finished study whose runs carry constructed, neutral numbers (no worker ran);
     `scored`: the runs' evaluation record (None: recorded before the evaluation set)."""
-    plan = study_builtins.builtin(key, "quick")
+    plan = builtins.builtin(key, "quick")
     runs = [
         {"variant": v.label, "seed": s, "config": c.to_json(), "max_steps": 300}
         for v, s, c in plan.grid()

@@ -201,7 +201,7 @@ def _download_report(page, main) -> Path:
 
     The click builds the zip and the browser saves it. Should that download not start
     (Streamlit drops a generated file that nothing on the page refers to; the page now
-    keeps it referred to, see pages/compare.py `_report_progress`), the page also offers
+    keeps it referred to, see dashboard/compare/report.py `_report_progress`), the page also offers
     the built zip as "Save the report again", which a user would click: so does this test,
     once, and on a miss there too it fails with what the page showed.
     """

@@ -22,8 +22,8 @@ from blockviz.core.spec import RUN_STATES, final_header
 from blockviz.core.tags import tags_text
 from blockviz.launch import runner
 from blockviz.store import RunRecord, RunStore, checked
+from blockviz.views.run_facts import read_divergence
 from blockviz.views.run_findings import finding_json, plain_lines, read_findings
-from blockviz.views.summary import read_divergence
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

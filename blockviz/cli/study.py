@@ -22,7 +22,6 @@ from blockviz import CLI
 from blockviz.cli import study_launch
 from blockviz.cli.runs import open_existing
 from blockviz.core import config as cfg
-from blockviz.core import studies, study_builtins, sweeps
 from blockviz.core.flags import (
     UsageError,
     check_threads,
@@ -33,6 +32,7 @@ from blockviz.core.flags import (
     threads_arg,
 )
 from blockviz.core.presets import PRESETS
+from blockviz.core.studies import builtins, define, sweeps
 from blockviz.launch import study_estimate, study_runner
 from blockviz.store import RunStore
 from blockviz.store.location import redact
@@ -51,7 +51,7 @@ def build(p: argparse.ArgumentParser) -> None:
     )
 
     run = sub.add_parser("run", help="run a built-in study", description="run a built-in study")
-    run.add_argument("study", choices=study_builtins.STUDY_KEYS, help="which study")
+    run.add_argument("study", choices=builtins.STUDY_KEYS, help="which study")
     _launch_args(run, store_help)
 
     sweep = sub.add_parser(
@@ -121,7 +121,7 @@ def build(p: argparse.ArgumentParser) -> None:
 def _launch_args(p: argparse.ArgumentParser, store_help: str) -> None:
     p.add_argument(
         "--size",
-        choices=studies.SIZES,
+        choices=define.SIZES,
         default=None,
         help="quick (minutes on a laptop), standard or full (a GPU); default quick",
     )
@@ -129,7 +129,7 @@ def _launch_args(p: argparse.ArgumentParser, store_help: str) -> None:
         "--seeds",
         type=int,
         default=None,
-        help=f"seeds per variant (default: the size's, a sweep's 1; {studies.GPU_SEEDS} on a GPU)",
+        help=f"seeds per variant (default: the size's, a sweep's 1; {define.GPU_SEEDS} on a GPU)",
     )
     p.add_argument("--name", help="study name (default: the study and its size)")
     p.add_argument("--store", help=store_help)
@@ -185,7 +185,7 @@ def _positive(name: str, value: int | None, least: int = 1) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     _positive("workers", args.workers, least=0)
-    study = study_builtins.builtin(args.study, args.size or "quick", args.seeds)
+    study = builtins.builtin(args.study, args.size or "quick", args.seeds)
     return _launch_and_watch(args, study)
 
 
@@ -218,7 +218,7 @@ def _sweep(args: argparse.Namespace) -> int:
     return _launch_and_watch(args, study)
 
 
-def _launch_and_watch(args: argparse.Namespace, study: studies.StudyDef) -> int:
+def _launch_and_watch(args: argparse.Namespace, study: define.StudyDef) -> int:
     check_threads(args.threads)
     replica_limit = replicas_from_args(args)
     with RunStore(args.store or None) as store:
@@ -254,7 +254,7 @@ def _launch_and_watch(args: argparse.Namespace, study: studies.StudyDef) -> int:
             f"store {store.where}",
             flush=True,
         )
-        note = None if args.seeds else studies.seeds_note(study.base.get("accelerator", "auto"))
+        note = None if args.seeds else define.seeds_note(study.base.get("accelerator", "auto"))
         if note and study.trains:
             print(f"blockviz: {note}", flush=True)
         if args.detach:
@@ -362,7 +362,7 @@ def _show(args: argparse.Namespace) -> int:
             print(json.dumps(study_text.summary_json(store, int(study.id)), indent=2))
             return EXIT_OK
         now = study_runner.progress(store, int(study.id))
-        plan = studies.plan_from_spec(study.spec)
+        plan = define.plan_from_spec(study.spec)
         print(f"study {study.id}: {study.name} ({plan.key}, {plan.size}) — {now.label}")
         print(f"question: {plan.question}")
         print(

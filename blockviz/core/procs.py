@@ -6,19 +6,30 @@ zombie) still answers `kill(pid, 0)`. So every run records its process's identit
 pid plus the process's start time as psutil reads it, and everything that asks "is the
 run alive?" or sends it a signal checks both. A run recorded before identities existed
 (no start time) counts as its own only while the process's command line names blockviz.
+
+A run also records which machine its process runs on, its host name and its boot, so
+liveness can tell its own machine's runs (whose pids it can check) from another machine's
+(judged by their heartbeat alone), and a pid recorded before this machine restarted from
+one that is alive now. `BLOCKVIZ_HOST` names the host instead of the system's host name:
+two workers on one machine can pretend to be two hosts (the tests do), and a cluster whose
+nodes share a host name can tell them apart.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
+import socket
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
 # Start times are read from the same kernel counter each time, so one process always
 # reports the same value; the tolerance only absorbs float rounding.
 START_TIME_TOLERANCE_S = 0.05
+BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
 
 
 @dataclass(frozen=True)
@@ -90,3 +101,30 @@ def signal_own(pid: int | None, started: float | None, signum: int = signal.SIGT
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
     return True
+
+
+# ---------------------------------------------------------------------------- the machine
+
+
+def this_host() -> str:
+    """$BLOCKVIZ_HOST, else the system's host name."""
+    return os.environ.get("BLOCKVIZ_HOST", "").strip()[:200] or socket.gethostname()
+
+
+@functools.cache
+def boot_id() -> str:
+    """This boot's id (Linux's boot_id), "" where the system does not say."""
+    try:
+        return BOOT_ID_FILE.read_text(encoding="ascii").strip()[:64]
+    except OSError:
+        return ""
+
+
+def is_this_machine(host: str | None, boot: str | None) -> bool:
+    """Whether a run recorded on (host, boot) lives on this machine in this boot.
+
+    A run recorded before hosts were (host None) counts as this machine's, as it did then.
+    """
+    if host is None:
+        return True
+    return host == this_host() and (not boot or not boot_id() or boot == boot_id())

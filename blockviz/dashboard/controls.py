@@ -7,10 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import pandas as pd
 import streamlit as st
 
-from blockviz.core.spec import FINISHED_STATUSES
 from blockviz.store import RunRecord
 from blockviz.views import charts
 
@@ -120,14 +118,3 @@ def x_axis_control(key_prefix: str, runs: Sequence[RunRecord], scalars: Any) -> 
     these runs (`x_axis_choice`)."""
     x_axis_widget(key_prefix)
     return x_axis_choice(key_prefix, runs, scalars)
-
-
-def preselected_runs(runs: pd.DataFrame, count: int = 2) -> list[int]:
-    """The runs Compare opens with: the latest finished ones (completed or diverged); runs
-    cut short (stopped, failed) or still going fill in only when too few have finished."""
-    finished = runs[runs["status"].isin(FINISHED_STATUSES)]
-    picked = [int(i) for i in finished["id"].tail(count)]
-    others = [int(i) for i in runs["id"] if int(i) not in picked]
-    need = count - len(picked)
-    fill = others[-need:] if need > 0 else []  # the latest of the rest
-    return sorted(fill + picked)

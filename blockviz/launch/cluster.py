@@ -33,7 +33,7 @@ import submitit
 from submitit.core.utils import FailedJobError, FailedSubmissionError
 
 from blockviz.core import procs
-from blockviz.core.studies import plan_from_spec
+from blockviz.core.studies.define import plan_from_spec
 from blockviz.launch import runner, study_runner
 from blockviz.store import RunStore, redact
 

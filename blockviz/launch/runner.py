@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from blockviz.core import hardware, hosts, procs, replicas, spec
+from blockviz.core import hardware, procs, replicas, spec
 from blockviz.core.config import RunConfig
 from blockviz.core.corpora import BUILTIN
 from blockviz.core.files import atomic_write
@@ -262,7 +262,7 @@ def stop_run(store: RunStore, run_id: int) -> StopOutcome:
     status, pid, began = run.status, run.pid, run.pid_started
     if status not in ACTIVE_STATUSES:
         return StopOutcome(f"already {status}")
-    if pid is not None and not hosts.is_this_machine(run.host, run.boot_id):
+    if pid is not None and not procs.is_this_machine(run.host, run.boot_id):
         # Another machine's process: no signal reaches it, the store does (its heartbeat
         # reads the request within a few seconds and it stops as if signalled). A queued
         # run is marked stopped at once: its process finds it so and never starts.

@@ -22,7 +22,7 @@ from statistics import median
 from blockviz.core import hardware, replicas
 from blockviz.core.config import ConfigError, ModelConfig, RunConfig
 from blockviz.core.params import param_count
-from blockviz.core.studies import StudyDef
+from blockviz.core.studies.define import StudyDef
 from blockviz.launch import runner
 from blockviz.store import RunStore
 from blockviz.store.studies import batch_to_claim

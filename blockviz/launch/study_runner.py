@@ -21,7 +21,7 @@ import pandas as pd
 from blockviz.core import procs
 from blockviz.core.config import RunConfig
 from blockviz.core.files import atomic_write
-from blockviz.core.studies import StudyDef
+from blockviz.core.studies.define import StudyDef
 from blockviz.launch import runner
 from blockviz.store import RunStore, run_alive
 

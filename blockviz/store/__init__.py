@@ -57,7 +57,7 @@ from blockviz.store.location import (
     redact,
 )
 from blockviz.store.naming import RunRef, check_name
-from blockviz.store.records import RunRecord, StudyRecord
+from blockviz.store.records import FinalMetrics, ForkInfo, RunRecord, StudyRecord
 from blockviz.store.runstore import RunStore, checked
 from blockviz.store.schema import (
     ATTENTION_FRAME,
@@ -92,6 +92,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "SQLITE_HEADER",
     "STALE_AFTER_S",
+    "FinalMetrics",
+    "ForkInfo",
     "Location",
     "RunRecord",
     "RunRef",

@@ -3,7 +3,7 @@
 A training process beats while it trains (every couple of seconds, lifecycle.Heartbeat).
 A reader that finds a queued or running run whose beat is stale and whose process is gone
 marks it failed, so a killed run never stays 'running'. Each run records its host and boot
-(core.hosts): a run of this machine's boot is judged by its process (`procs.is_alive`: pid
+(core.procs): a run of this machine's boot is judged by its process (`procs.is_alive`: pid
 and start time) once its beat is STALE_AFTER_S old; a run of another host, or of this host
 before it restarted, cannot be looked up and is failed only when its beat is
 REMOTE_STALE_AFTER_S old ($BLOCKVIZ_REMOTE_STALE_S sets another timeout).
@@ -18,7 +18,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from blockviz.core import hosts, procs
+from blockviz.core import procs
 from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.store.connection import Connection, Part, guarded
 from blockviz.store.naming import RunRef
@@ -56,7 +56,7 @@ def process_alive(
     """Whether a run's process is alive, as well as this machine can tell: one of this
     machine (this boot) by its pid and start time; another host's by a beat younger than
     `remote_after` (default: the remote timeout)."""
-    if hosts.is_this_machine(host, boot):
+    if procs.is_this_machine(host, boot):
         return procs.is_alive(pid, began)
     window = remote_stale_after_s() if remote_after is None else remote_after
     return beat is not None and time.time() - beat < window
@@ -142,7 +142,7 @@ class Liveness(Part):
             # Every candidate's beat is older than stale_after already.
             if process_alive(host, boot, pid, began, beat, max(remote, stale_after)):
                 continue
-            if hosts.is_this_machine(host, boot):
+            if procs.is_this_machine(host, boot):
                 who = f"process {pid}" if pid else "the run's process"
                 dead.append((run_id, pid, cutoff, f"{who} exited without reporting"))
             else:

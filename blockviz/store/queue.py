@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from blockviz.core import hosts
+from blockviz.core import procs
 from blockviz.store.connection import Connection, Part, guarded
 from blockviz.store.naming import RunRef
 
@@ -44,7 +44,7 @@ class Queue(Part):
         """
         run_id = self.lookup.id_of(run_id)
         self.liveness.reap_dead()
-        host = hosts.this_host()
+        host = procs.this_host()
         with self.db.transaction() as conn:
             if max_running > 0:
                 # The slots are this machine's: another host's runs take none of them.

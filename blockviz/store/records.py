@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from blockviz.store.values import decode_json
 
@@ -19,6 +19,41 @@ def _object(text: str | None) -> dict[str, Any] | None:
     """A JSON column that holds an object: the dict, or None (NULL, not JSON, not an object)."""
     value = decode_json(text)
     return value if isinstance(value, dict) else None
+
+
+class FinalMetrics(TypedDict, total=False):
+    """A run's `final` column (`training.final_metrics`): what it ended with, a value that
+    was not finite as None. A run that ended before writing them has none (the column is
+    NULL); one of an older version may lack the later keys."""
+
+    train_loss: float | None  # the recent train loss
+    val_loss: float | None  # the last evaluation
+    val_ppl: float | None
+    val_bpc: float | None
+    answer_acc: float | None  # ops runs only
+    answer_baseline: float | None
+    time_s: float | None  # training wall time, evaluations included
+    tokens_per_sec: float | None  # while training, evaluations excluded
+    steps: int | None  # the step the fit ended at
+
+
+# A fork's or replay's `fork_info` column. A fork: `changes`, the fields it changed and
+# their values (`training.fork`). A replay: the `event` it replays and its `event_step`;
+# once it has run, its `start`, the first statistic out of the parent's healthy range
+# (`break`, `core.flight.Break.to_dict()`, or None) and the `sentence` that says so
+# (`core.findings.replay.replay_result`). ("break" is a keyword: hence the call syntax.)
+ForkInfo = TypedDict(
+    "ForkInfo",
+    {
+        "changes": dict[str, Any],
+        "event": str,
+        "event_step": int,
+        "start": int,
+        "break": dict[str, Any] | None,
+        "sentence": str,
+    },
+    total=False,
+)
 
 
 @dataclass(frozen=True)
@@ -45,7 +80,7 @@ class RunRecord:
     step: int | None = None
     max_steps: int | None = None
     diverged_step: int | None = None
-    final: dict[str, Any] | None = None  # final metrics
+    final: FinalMetrics | None = None
     error: str | None = None
     pid_started: float | None = None
     tags: tuple[str, ...] | None = None  # None: never tagged
@@ -53,20 +88,23 @@ class RunRecord:
     study_id: int | None = None  # the study the run belongs to, its variant and seed
     variant: str | None = None
     seed: int | None = None
-    host: str | None = None  # where the process runs: host name and boot id (core.hosts)
+    host: str | None = None  # where the process runs: host name and boot id (core.procs)
     boot_id: str | None = None
     stop_requested: float | None = None  # when a Stop was asked through the store
     parent_id: int | None = None  # a fork or replay: the run it started from, at which step
     fork_step: int | None = None
     fork_kind: str | None = None  # fork | replay
-    fork_info: dict[str, Any] | None = None  # changed fields; a replay's event and result
+    fork_info: ForkInfo | None = None
 
     @classmethod
     def from_row(cls, columns: Sequence[str], row: Sequence[Any]) -> RunRecord:
         """The record of a runs row read as `SELECT <columns>`; JSON columns decoded."""
         values = dict(zip(columns, row, strict=True))
-        for column in ("config", "dataset", "final", "fork_info"):
+        for column in ("config", "dataset"):
             values[column] = _object(values.get(column))
+        # Read as stored (every key kept, none checked): the types say what is written.
+        values["final"] = cast(FinalMetrics | None, _object(values.get("final")))
+        values["fork_info"] = cast(ForkInfo | None, _object(values.get("fork_info")))
         tags = decode_json(values.get("tags"))
         values["tags"] = tuple(str(t) for t in tags) if isinstance(tags, list) else None
         return cls(**values)
@@ -84,7 +122,7 @@ class StudyRecord:
 
     id: int
     name: str
-    key: str  # the built-in study it runs (core.studies)
+    key: str  # the built-in study it runs (core.studies.builtins)
     size: str | None = None
     status: str | None = None  # running | stopped | completed
     created: float | None = None

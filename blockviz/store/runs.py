@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from blockviz.core import hosts, replicas
+from blockviz.core import procs, replicas
 from blockviz.core.naming import NAME_MAX, run_id_from_text
 from blockviz.core.spec import ACTIVE_STATUSES, STATUSES, TRAIN_LOSS, VAL_LOSS
 from blockviz.core.tags import TagError, clean_notes, parse_tags, tags_text
@@ -136,8 +136,8 @@ class Runs(Part):
         for column in JSON_COLUMNS:
             values[column] = encode_json(values.get(column))
         if values.get("pid") is not None:  # its process records where it lives, and beats
-            values.setdefault("host", hosts.this_host())
-            values.setdefault("boot_id", hosts.boot_id())
+            values.setdefault("host", procs.this_host())
+            values.setdefault("boot_id", procs.boot_id())
             values.setdefault("heartbeat", values["created"])
         with self.db.transaction() as conn:
             values["name"] = self.unique_name(check_name(name))
@@ -202,7 +202,7 @@ class Runs(Part):
         if values.get("pid") is not None and "host" not in values:
             # The process that takes the run over records where it lives (liveness.py),
             # and beats once: its silence counts from now.
-            values.update(host=hosts.this_host(), boot_id=hosts.boot_id())
+            values.update(host=procs.this_host(), boot_id=procs.boot_id())
             values.setdefault("heartbeat", time.time())
         assignments = ", ".join(f"{column} = ?" for column in values)
         condition = f" AND COALESCE(status, '') NOT IN ({placeholders(unless)})" if unless else ""
@@ -253,7 +253,7 @@ class Runs(Part):
                 (run_id,),
             ).fetchone()
             if status in ACTIVE_STATUSES and process_alive(host, boot, pid, began, beat):
-                where = f" on host {host}" if not hosts.is_this_machine(host, boot) else ""
+                where = f" on host {host}" if not procs.is_this_machine(host, boot) else ""
                 raise StoreError(
                     f"run {run_id} ({name}) is {status} in process {pid}{where}; stop it "
                     "before deleting"

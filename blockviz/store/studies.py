@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from blockviz.core import hosts
+from blockviz.core import procs
 from blockviz.core.naming import is_id_text, run_id_from_text, sanitize_name, shortened_id
 from blockviz.core.replicas import even_batch
 from blockviz.core.spec import ACTIVE_STATUSES
@@ -230,7 +230,7 @@ class Studies(Part):
             if not rows:
                 return []
             chosen = batch_to_claim(rows, limit, key_of, workers)
-            host, boot, now = hosts.this_host(), hosts.boot_id(), time.time()
+            host, boot, now = procs.this_host(), procs.boot_id(), time.time()
             # A beat at the claim: the run's silence is counted from now, not from when
             # the study was stored (another host's reaper would fail it at once).
             conn.executemany(

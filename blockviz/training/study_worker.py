@@ -30,7 +30,7 @@ from blockviz.core import config as cfg
 from blockviz.core import procs, replicas
 from blockviz.core.files import atomic_write
 from blockviz.core.requests import Session, WorkRequest
-from blockviz.core.studies import StudyDef, plan_from_spec
+from blockviz.core.studies.define import StudyDef, plan_from_spec
 from blockviz.store import RunStore
 from blockviz.store.studies import INIT_GRADS_FILE
 from blockviz.training import init_grads

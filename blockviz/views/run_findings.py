@@ -24,7 +24,7 @@ from blockviz.core.findings.base import Finding, RunSeries, Suggestion, run_seri
 from blockviz.core.findings.training import headline
 
 if TYPE_CHECKING:
-    from blockviz.store import RunRecord, RunStore
+    from blockviz.store import ForkInfo, RunRecord, RunStore
 
 # What the rules read: scalars by name, and per-layer statistics by kind, component, stat.
 # (train/grad_norm too: a divergence's story names every scalar that went non-finite.)
@@ -77,7 +77,7 @@ def findings_of(
     run: RunRecord,
     scalars: pd.DataFrame,
     layers: pd.DataFrame,
-    replays: tuple[dict[str, Any], ...] = (),
+    replays: tuple[ForkInfo, ...] = (),
 ) -> RunFindings:
     """The findings of a run from its row, the frames the rules read and what its replays
     found."""
@@ -94,7 +94,7 @@ def read_findings(store: RunStore, run: RunRecord) -> RunFindings:
     return findings_of(run, scalars, read_layers(store, run_id), replay_results(store, run_id))
 
 
-def replay_results(store: RunStore, run_id: int) -> tuple[dict[str, Any], ...]:
+def replay_results(store: RunStore, run_id: int) -> tuple[ForkInfo, ...]:
     """What each finished replay of the run found (training.replay), oldest first."""
     infos = (replay.fork_info or {} for replay in store.twins_of(run_id, "replay"))
     return tuple(info for info in infos if info.get("sentence"))

@@ -16,7 +16,7 @@ import pandas as pd
 
 from blockviz.core import spec
 from blockviz.core.config import ConfigError, RunConfig
-from blockviz.core.study_stats import mean_interval
+from blockviz.core.studies.stats import mean_interval
 from blockviz.views.charts.base import (
     HEIGHT,
     WIDTH,

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from blockviz.core import config as cfg
-from blockviz.core import hardware, sweeps
+from blockviz.core import hardware
+from blockviz.core.studies import sweeps
 from blockviz.launch import study_runner
 from blockviz.store import RunStore
 from tests.fakes import CORPUS

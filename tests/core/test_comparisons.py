@@ -1,4 +1,4 @@
-"""Two groups of runs compared paired by seed and unpaired (blockviz.core.comparisons), and
+"""Two groups of runs compared paired by seed and unpaired (blockviz.core.studies.comparisons), and
 the verdicts that rest on them. Variant names and numbers are neutral and made up."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from blockviz.core.comparisons import compare, match_columns, seed_pairs
-from blockviz.core.studies import StudyDef, Variant
-from blockviz.core.study_stats import difference_interval
-from blockviz.core.verdicts import judge
+from blockviz.core.studies.comparisons import compare, match_columns, seed_pairs
+from blockviz.core.studies.define import StudyDef, Variant
+from blockviz.core.studies.stats import difference_interval
+from blockviz.core.studies.verdicts import judge
 from blockviz.views.studies.table import interval_lines
 from tests.helpers import NEUTRAL, claim, frame
 

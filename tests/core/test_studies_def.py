@@ -1,4 +1,4 @@
-"""Study definitions, sizes and custom sweeps (blockviz.core.studies, study_builtins)."""
+"""Study definitions, sizes and custom sweeps (core.studies: define, builtins, sweeps)."""
 
 from __future__ import annotations
 
@@ -7,34 +7,49 @@ from collections.abc import Sequence
 
 import pytest
 
-from blockviz.core import studies, study_builtins, sweeps
 from blockviz.core.config import ConfigError, RunConfig
 from blockviz.core.probe_schedule import probe_steps
-from blockviz.core.verdicts import RULES
+from blockviz.core.studies import builtins, define, sweeps
+from blockviz.core.studies.verdicts import RULES
 
 
-@pytest.mark.parametrize("key", study_builtins.STUDY_KEYS)
-@pytest.mark.parametrize("size", studies.SIZES)
+@pytest.mark.parametrize("key", builtins.STUDY_KEYS)
+@pytest.mark.parametrize("size", define.SIZES)
 def test_every_builtin_study_builds_valid_configs_at_every_size(key: str, size: str) -> None:
-    study = study_builtins.builtin(key, size)
-    assert study.size == size and study.seeds == tuple(range(1, studies.SIZE_SEEDS[size] + 1))
+    study = builtins.builtin(key, size)
+    assert study.size == size and study.seeds == tuple(range(1, define.SIZE_SEEDS[size] + 1))
     assert study.baseline in {v.label for v in study.variants}
     for variant in study.variants:
         config = study.config_for(variant.label)
-        for name, value in studies.SIZE_PRESETS[size].items():
+        for name, value in define.SIZE_PRESETS[size].items():
             if name not in variant.overrides and name not in study.base:
-                assert studies.swept_value(study, variant.label, name) == value
+                assert define.swept_value(study, variant.label, name) == value
     for claim in study.claims:
         assert claim.rule in RULES and claim.source
     assert config.validate() is config
 
 
-@pytest.mark.parametrize("size", studies.SIZES)
+@pytest.mark.parametrize("key", builtins.STUDY_KEYS)
+def test_a_builtin_is_a_typed_study_under_its_own_key_that_its_size_only_adds_to(key: str) -> None:
+    defined = builtins.BUILTINS[key]()
+    assert isinstance(defined, define.StudyDef) and defined.key == key
+    sized = builtins.builtin(key, "standard", 3)
+    assert sized.key == key and sized.size == "standard" and sized.seeds == (1, 2, 3)
+    assert (sized.title, sized.claims, sized.variants) == (
+        defined.title,
+        defined.claims,
+        defined.variants,
+    )
+    assert {**define.SIZE_PRESETS["standard"], **defined.base} == dict(sized.base)
+    assert builtins.describe([key]) == [(key, defined.title, defined.question)]
+
+
+@pytest.mark.parametrize("size", define.SIZES)
 def test_every_size_probes_often_enough_for_the_findings(size: str) -> None:
     """At least 3 probes after step 0 (a state rule needs two in a row): the quick size
     used to probe at steps 0 and 299 only, so its runs' findings could never fire."""
-    for key in study_builtins.STUDY_KEYS:
-        study = study_builtins.builtin(key, size)
+    for key in builtins.STUDY_KEYS:
+        study = builtins.builtin(key, size)
         for variant in study.variants:
             train = study.config_for(variant.label).train
             steps = probe_steps(train.max_steps, train.probe_interval)
@@ -48,7 +63,7 @@ def test_every_size_probes_often_enough_for_the_findings(size: str) -> None:
 
 
 def test_claims_say_what_their_rule_judges() -> None:
-    claims = [c for key in study_builtins.STUDY_KEYS for c in study_builtins.builtin(key).claims]
+    claims = [c for key in builtins.STUDY_KEYS for c in builtins.builtin(key).claims]
     for claim in claims:
         if claim.rule == "fails_often":  # counts every way of failing to train
             assert all(
@@ -56,21 +71,21 @@ def test_claims_say_what_their_rule_judges() -> None:
             )
         if "at least as well" in claim.text:  # non-inferiority, not "lower"
             assert claim.rule == "not_worse"
-            assert claim.args["margin"] == study_builtins.NOT_WORSE_MARGIN
+            assert claim.args["margin"] == builtins.NOT_WORSE_MARGIN
     assert {c.rule for c in claims} >= {"fails_often", "not_worse"}
 
 
 def test_a_study_round_trips_through_its_stored_spec() -> None:
-    study = study_builtins.builtin("lr-sensitivity", "quick", seeds=3)
-    again = studies.plan_from_spec(json.loads(json.dumps(study.to_spec())))
+    study = builtins.builtin("lr-sensitivity", "quick", seeds=3)
+    again = define.plan_from_spec(json.loads(json.dumps(study.to_spec())))
     assert again == study
     assert study.n_runs == 21 * 3
-    lrs = sorted({studies.swept_value(study, v.label, "lr") for v in study.variants})
+    lrs = sorted({define.swept_value(study, v.label, "lr") for v in study.variants})
     assert lrs[0] == pytest.approx(3e-4) and lrs[-1] == pytest.approx(3e-1) and len(lrs) == 7
 
 
 def test_grid_sets_each_seed() -> None:
-    study = study_builtins.builtin("activation", "quick", seeds=2)
+    study = builtins.builtin("activation", "quick", seeds=2)
     grid = study.grid()
     assert [(v.label, s) for v, s, _ in grid][:2] == [("ReLU", 1), ("ReLU", 2)]
     assert [c.train.seed for _, _, c in grid][:2] == [1, 2]
@@ -78,8 +93,8 @@ def test_grid_sets_each_seed() -> None:
 
 
 def test_warmup_is_a_swept_column_of_norm_position() -> None:
-    study = study_builtins.builtin("norm-position")
-    values = {v.label: studies.swept_value(study, v.label, "warmup") for v in study.variants}
+    study = builtins.builtin("norm-position")
+    values = {v.label: define.swept_value(study, v.label, "warmup") for v in study.variants}
     assert values["Post-LN · depth 6"] == "off"
     assert values["Post-LN + warm-up · depth 6"] == "on"
 
@@ -90,12 +105,12 @@ def test_warmup_is_a_swept_column_of_norm_position() -> None:
         (("nope",), "study: 'nope' is not allowed"),
         (("activation", "huge"), "size: 'huge'"),
         (("activation", "quick", 0), "seeds: 0"),
-        (("activation", "quick", studies.MAX_SEEDS + 1), "seeds"),
+        (("activation", "quick", define.MAX_SEEDS + 1), "seeds"),
     ],
 )
 def test_bad_builtin_requests_name_the_problem(args: tuple, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        study_builtins.builtin(*args)
+        builtins.builtin(*args)
 
 
 def test_parse_values_lists_and_log_ranges() -> None:
@@ -163,7 +178,7 @@ def test_sweep_crosses_fields_and_keeps_the_lr_floor_valid() -> None:
     ]
     config = study.config_for(study.variants[0].label)
     assert config.train.min_lr <= config.train.lr == 1e-5
-    assert config.model.d_model == studies.SIZE_PRESETS["quick"]["d_model"]
+    assert config.model.d_model == define.SIZE_PRESETS["quick"]["d_model"]
 
 
 def test_sweep_starts_from_the_base_config_given() -> None:
@@ -192,7 +207,7 @@ class _Uncountable(Sequence):
     """A field's values that may be counted but not listed: listing them builds the grid."""
 
     def __len__(self) -> int:
-        return studies.MAX_VALUES
+        return define.MAX_VALUES
 
     def __getitem__(self, index: int) -> float:
         raise AssertionError("the sweep listed its values before counting its runs")
@@ -211,7 +226,7 @@ def test_a_huge_sweep_is_refused_by_its_count_before_a_combination_is_built() ->
 
 def test_a_sweep_of_exactly_the_cap_is_built() -> None:
     study = sweeps.sweep({"n_layer": [1, 2, 3, 4, 5], "ffn_mult": [1, 2, 3, 4, 5]}, seeds=20)
-    assert study.n_runs == studies.MAX_STUDY_RUNS == 500
+    assert study.n_runs == define.MAX_STUDY_RUNS == 500
     assert study.variants[1].overrides == {"n_layer": 1, "ffn_mult": 2}  # last field fastest
 
 
@@ -219,4 +234,4 @@ def test_fields_fixed_for_a_sweep_win_over_its_size() -> None:
     study = sweeps.sweep({"lr": [1e-3, 3e-3]}, size="quick", fixed={"n_layer": 12})
     config = study.config_for(study.variants[0].label)
     assert config.model.n_layer == 12
-    assert config.model.d_model == studies.SIZE_PRESETS["quick"]["d_model"]
+    assert config.model.d_model == define.SIZE_PRESETS["quick"]["d_model"]

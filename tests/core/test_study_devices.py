@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from blockviz import cli
-from blockviz.core import hardware, replicas, studies, study_builtins, sweeps
+from blockviz.core import hardware, replicas
 from blockviz.core.config import ConfigError
+from blockviz.core.studies import builtins, define, sweeps
 from blockviz.launch import study_runner
 from blockviz.store import RunStore
 
@@ -25,33 +26,33 @@ def gpus(monkeypatch: pytest.MonkeyPatch):
     return set_count
 
 
-@pytest.mark.parametrize("size", studies.SIZES)
+@pytest.mark.parametrize("size", define.SIZES)
 def test_on_a_cpu_a_builtin_study_keeps_its_sizes_seeds(gpus, size: str) -> None:
     gpus(0)
-    assert studies.SIZE_SEEDS == {"quick": 2, "standard": 3, "full": 5}
-    for key in study_builtins.STUDY_KEYS:
-        study = study_builtins.builtin(key, size)
-        assert study.seeds == tuple(range(1, studies.SIZE_SEEDS[size] + 1))
-    assert studies.seeds_note() is None
+    assert define.SIZE_SEEDS == {"quick": 2, "standard": 3, "full": 5}
+    for key in builtins.STUDY_KEYS:
+        study = builtins.builtin(key, size)
+        assert study.seeds == tuple(range(1, define.SIZE_SEEDS[size] + 1))
+    assert define.seeds_note() is None
 
 
-@pytest.mark.parametrize("size", studies.SIZES)
+@pytest.mark.parametrize("size", define.SIZES)
 def test_on_a_gpu_every_builtin_study_defaults_to_more_seeds(gpus, size: str) -> None:
     gpus(1)
-    for key in study_builtins.STUDY_KEYS:
-        study = study_builtins.builtin(key, size)
-        assert study.seeds == tuple(range(1, studies.GPU_SEEDS + 1))
-        assert study.n_runs <= studies.MAX_STUDY_RUNS
-    assert max(studies.SIZE_SEEDS.values()) < studies.GPU_SEEDS
+    for key in builtins.STUDY_KEYS:
+        study = builtins.builtin(key, size)
+        assert study.seeds == tuple(range(1, define.GPU_SEEDS + 1))
+        assert study.n_runs <= define.MAX_STUDY_RUNS
+    assert max(define.SIZE_SEEDS.values()) < define.GPU_SEEDS
     # Seeds asked for are seeds given, on either device.
-    assert study_builtins.builtin("activation", size, 3).seeds == (1, 2, 3)
+    assert builtins.builtin("activation", size, 3).seeds == (1, 2, 3)
 
 
 def test_a_sweeps_default_seeds_follow_the_runs_accelerator(gpus) -> None:
     gpus(0)
     assert sweeps.sweep({"lr": [1e-3, 2e-3]}).seeds == (1,)
     gpus(1)
-    assert len(sweeps.sweep({"lr": [1e-3, 2e-3]}).seeds) == studies.GPU_SEEDS
+    assert len(sweeps.sweep({"lr": [1e-3, 2e-3]}).seeds) == define.GPU_SEEDS
     # A sweep pinned to the CPU on a GPU machine keeps the CPU's default.
     assert sweeps.sweep({"lr": [1e-3, 2e-3]}, fixed={"accelerator": "cpu"}).seeds == (1,)
     assert sweeps.sweep({"lr": [1e-3, 2e-3]}, seeds=2).seeds == (1, 2)
@@ -61,18 +62,18 @@ def test_a_sweeps_default_seeds_follow_the_runs_accelerator(gpus) -> None:
 
 def test_accelerator_gpu_counts_as_a_gpu_and_cpu_never_does(gpus) -> None:
     gpus(0)
-    assert studies.on_gpu("gpu") and not studies.on_gpu("auto") and not studies.on_gpu("cpu")
+    assert define.on_gpu("gpu") and not define.on_gpu("auto") and not define.on_gpu("cpu")
     gpus(2)
-    assert studies.on_gpu("auto") and not studies.on_gpu("cpu") and not studies.on_gpu("mps")
+    assert define.on_gpu("auto") and not define.on_gpu("cpu") and not define.on_gpu("mps")
 
 
 def test_the_gpu_note_says_how_many_seeds_and_why(gpus) -> None:
     gpus(1)
-    note = studies.seeds_note()
-    assert f"{studies.GPU_SEEDS} seeds per variant" in note
+    note = define.seeds_note()
+    assert f"{define.GPU_SEEDS} seeds per variant" in note
     assert "quick 2, standard 3, full 5" in note
     assert f"up to {replicas.GPU_REPLICAS} at once" in note and "batched model" in note
-    assert studies.seeds_note("cpu") is None
+    assert define.seeds_note("cpu") is None
 
 
 def test_replicas_auto_is_the_cpu_default_of_before_and_bigger_on_a_gpu(gpus) -> None:
@@ -102,9 +103,9 @@ def test_the_cli_stores_the_devices_default_seeds(gpus, tmp_path: Path, capsys) 
     assert runs == 2
     gpus(1)
     out, runs = _stored(tmp_path / "gpu", capsys, "run", "activation")
-    assert runs == 4 * studies.GPU_SEEDS
+    assert runs == 4 * define.GPU_SEEDS
     out, runs = _stored(tmp_path / "gpu-sweep", capsys, "sweep", "--lr", "1e-3,2e-3")
-    assert runs == 2 * studies.GPU_SEEDS
+    assert runs == 2 * define.GPU_SEEDS
     out, runs = _stored(tmp_path / "gpu-3", capsys, "run", "activation", "--seeds", "3")
     assert runs == 4 * 3
 
@@ -120,7 +121,7 @@ def test_the_cli_says_why_a_gpu_study_has_more_seeds(
     gpus(1)
     assert cli.main(["study", "run", "activation", "--detach", "--store", store]) == 0
     out = capsys.readouterr().out
-    assert f"(4 variants × {studies.GPU_SEEDS} seeds)" in out and studies.seeds_note() in out
+    assert f"(4 variants × {define.GPU_SEEDS} seeds)" in out and define.seeds_note() in out
     # Seeds asked for need no explaining.
     args = ["study", "run", "activation", "--seeds", "2", "--detach", "--store", store]
     assert cli.main(args) == 0

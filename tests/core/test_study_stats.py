@@ -1,4 +1,4 @@
-"""Means and 95% t intervals over a few seeds (blockviz.core.study_stats)."""
+"""Means and 95% t intervals over a few seeds (blockviz.core.studies.stats)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from blockviz.core.study_stats import (
+from blockviz.core.studies.stats import (
     difference_interval,
     finite,
     mean_interval,

@@ -11,14 +11,14 @@ import math
 import pandas as pd
 import pytest
 
-from blockviz.core import outcomes
-from blockviz.core.rules_counts import max_stable
-from blockviz.core.rules_sweep import sensitivity_table
-from blockviz.core.studies import StudyDef
-from blockviz.core.study_stats import difference_interval
-from blockviz.core.study_summary import summarize
-from blockviz.core.verdict_base import select
-from blockviz.core.verdicts import RULES, judge
+from blockviz.core.studies import outcomes
+from blockviz.core.studies.define import StudyDef
+from blockviz.core.studies.rules.base import select
+from blockviz.core.studies.rules.counts import max_stable
+from blockviz.core.studies.rules.sweep import sensitivity_table
+from blockviz.core.studies.stats import difference_interval
+from blockviz.core.studies.summary import summarize
+from blockviz.core.studies.verdicts import RULES, judge
 from tests.helpers import NEUTRAL, claim, frame
 
 # ---------------------------------------------------------------- outcomes

@@ -30,7 +30,7 @@ ALLOWED = {
     # Seed bands and the per-variant table have a column "mean" (the mean over seeds).
     ("blockviz/views/seed_groups.py", spec.MEAN): "BAND_COLUMNS' mean over a group's seeds",
     ("blockviz/views/studies/charts.py", spec.MEAN): "the band frame's mean column",
-    ("blockviz/core/study_summary.py", spec.MEAN): "the per-variant table's mean over seeds",
+    ("blockviz/core/studies/summary.py", spec.MEAN): "the per-variant table's mean over seeds",
 }
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from blockviz import cli
-from blockviz.core import sweeps
+from blockviz.core.studies import sweeps
 from blockviz.launch import cluster, study_runner
 from blockviz.store import RunStore
 

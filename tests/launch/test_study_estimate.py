@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from blockviz.core import study_builtins
+from blockviz.core.studies import builtins
 from blockviz.launch import study_estimate
 from blockviz.store import RunStore
 
@@ -22,7 +22,7 @@ def store(tmp_path) -> RunStore:
 def _measured(store: RunStore, key: str, vocab_size: int = 103) -> None:
     """The study's runs as completed runs of this store, trained solo at STEP_S a step; their
     tokens/s (training only) says nothing of the evaluations, so it is made misleading."""
-    for variant, seed, config in study_builtins.builtin(key, "quick").grid():
+    for variant, seed, config in builtins.builtin(key, "quick").grid():
         stored = config.to_dict()
         stored["model"]["vocab_size"] = vocab_size  # set from the data when a run starts
         steps = config.train.max_steps
@@ -36,7 +36,7 @@ def test_the_estimate_plays_the_measured_seconds_a_step_through_the_workers_clai
     _measured(store, "sublayers")
     pace = study_estimate.measured_pace(store)
     assert pace.runs == 6 and sorted(pace.step_s.values()) == pytest.approx([STEP_S] * 3)
-    plan = study_builtins.builtin("sublayers", "quick")
+    plan = builtins.builtin("sublayers", "quick")
     # 3 shapes × 2 seeds, 2 workers: a pair each (share 3), then the last pair split (share 1).
     run_s = 300 * STEP_S + study_estimate.PER_RUN_OVERHEAD_S
     expected = study_estimate.WORKER_START_S + 3 * run_s
@@ -51,7 +51,7 @@ def test_the_estimate_plays_the_measured_seconds_a_step_through_the_workers_clai
 def test_a_shape_nobody_measured_is_scaled_from_the_nearest_by_flops(store):
     _measured(store, "sublayers")
     pace = study_estimate.measured_pace(store)
-    (wider,) = [c for v, s, c in study_builtins.builtin("ffn-ratio", "quick").grid() if s == 1][-1:]
+    (wider,) = [c for v, s, c in builtins.builtin("ffn-ratio", "quick").grid() if s == 1][-1:]
     flops = study_estimate.step_flops(wider)
     assert not pace.measured(flops)
     nearest = min(pace.step_s, key=lambda f: abs(f - flops))
@@ -61,7 +61,7 @@ def test_a_shape_nobody_measured_is_scaled_from_the_nearest_by_flops(store):
 def test_with_nothing_measured_the_estimate_is_a_rough_guess_and_says_so(store):
     pace = study_estimate.measured_pace(store)
     assert pace.runs == 0
-    plan = study_builtins.builtin("sublayers", "quick")
+    plan = builtins.builtin("sublayers", "quick")
     said = study_estimate.estimate_assumes(plan, 2, max_running=2, threads=1, pace=pace)
     assert said.startswith("from a rough guess: no completed run in this store measured")
     assert study_estimate.estimate_s(plan, pace, 2) > study_estimate.WORKER_START_S

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from blockviz import cli
-from blockviz.core import study_builtins, sweeps
+from blockviz.core.studies import builtins, sweeps
 from blockviz.launch import study_estimate, study_runner
 from blockviz.store import RunStore
 
@@ -82,7 +82,7 @@ def test_a_study_that_only_measures_at_init_gets_one_worker(store, monkeypatch):
     monkeypatch.setattr(
         study_runner, "start_workers", lambda s, i, workers, *a: asked.append(workers)
     )
-    study_runner.launch(store, study_builtins.builtin("init-gradients", "quick"), workers=3)
+    study_runner.launch(store, builtins.builtin("init-gradients", "quick"), workers=3)
     study_runner.launch(store, sweeps.sweep({"lr": [1e-3, 2e-3]}, size="quick"), workers=3)
     assert asked == [1, 3]
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from blockviz.core import evaluation, hardware, studies, study_builtins, sweeps
-from blockviz.core.outcomes import results_frame
-from blockviz.core.verdicts import judge
+from blockviz.core import evaluation, hardware
+from blockviz.core.studies import builtins, define, sweeps
+from blockviz.core.studies.outcomes import results_frame
+from blockviz.core.studies.verdicts import judge
 from blockviz.dashboard.studies.launch import duration
 from blockviz.dashboard.studies.view import VERDICT_ICONS
 from blockviz.launch import study_estimate
@@ -37,7 +38,7 @@ def test_an_empty_store_offers_the_builtin_studies() -> None:
     at = _page().run()
     assert not at.exception
     assert "No studies yet" in _text(at)
-    assert at.selectbox(key="studies.key").value == study_builtins.STUDY_KEYS[0]
+    assert at.selectbox(key="studies.key").value == builtins.STUDY_KEYS[0]
     assert any(b.label == "Run study" for b in at.button)
     at.selectbox(key="studies.key").set_value("activation").run()
     text = _text(at)
@@ -53,17 +54,17 @@ def test_an_empty_store_offers_the_builtin_studies() -> None:
 def test_on_a_gpu_the_launchers_offer_more_seeds_and_say_why(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 34: where a GPU is visible both launchers start at `studies.GPU_SEEDS` seeds
+    """Issue 34: where a GPU is visible both launchers start at `define.GPU_SEEDS` seeds
     and their captions say why; on a CPU (the test above) the sizes' own counts, no note."""
     monkeypatch.setattr(hardware, "visible_gpus", lambda: 1)
     at = _page().run()
     at.selectbox(key="studies.key").set_value("activation").run()
     assert not at.exception
-    assert at.number_input(key="studies.seeds.quick").value == studies.GPU_SEEDS
-    assert at.number_input(key="studies.sweep.seeds").value == studies.GPU_SEEDS
+    assert at.number_input(key="studies.seeds.quick").value == define.GPU_SEEDS
+    assert at.number_input(key="studies.sweep.seeds").value == define.GPU_SEEDS
     text = _text(at).replace("\\", "")
-    assert f"4 variants × {studies.GPU_SEEDS} seeds = {4 * studies.GPU_SEEDS} runs" in text
-    note = studies.seeds_note()
+    assert f"4 variants × {define.GPU_SEEDS} seeds = {4 * define.GPU_SEEDS} runs" in text
+    note = define.seeds_note()
     assert text.count(note[0].upper() + note[1:]) == 2  # the built-in's and the sweep's
     monkeypatch.setattr(hardware, "visible_gpus", lambda: 0)
     at = _page().run()
@@ -74,9 +75,7 @@ def test_on_a_gpu_the_launchers_offer_more_seeds_and_say_why(
 def test_the_builtin_the_launcher_leaves_out_is_named_with_where_it_lives() -> None:
     at = _page().run()
     offered = at.selectbox(key="studies.key").options
-    left_out = [
-        k for k in study_builtins.STUDY_KEYS if not any(o.startswith(f"{k} — ") for o in offered)
-    ]
+    left_out = [k for k in builtins.STUDY_KEYS if not any(o.startswith(f"{k} — ") for o in offered)]
     assert left_out == ["init-gradients"]  # it measures at initialisation; nothing to train
     (note,) = [c.value for c in at.caption if "init-gradients" in c.value]
     # The page it names is the app's "Gradients at init" (pages/init_grads.py).
@@ -92,7 +91,7 @@ def test_the_time_estimate_is_the_captions_only_time_and_says_what_it_assumes(
     hours here: the caption says so and no "minutes on a laptop" beside it, nor the size's
     default seed count beside the seeds chosen; the estimate names its pace, slots and load."""
     monkeypatch.setenv(hardware.ENV_SLOTS, "2")
-    plan = study_builtins.builtin("norm-position", "quick", 3)
+    plan = builtins.builtin("norm-position", "quick", 3)
     with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
         for variant, seed, config in plan.grid():
             if seed == 1:
@@ -121,7 +120,7 @@ def test_the_time_estimate_is_the_captions_only_time_and_says_what_it_assumes(
 def test_a_finished_study_shows_its_computed_verdicts_and_table() -> None:
     with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
         study_id = fake_study(store)
-        plan = studies.plan_from_spec(store.get_study(study_id).spec)
+        plan = define.plan_from_spec(store.get_study(study_id).spec)
         expected = judge(plan.claims[0], results_frame(store.study_runs(study_id), plan), plan)
     at = _page().run()
     assert not at.exception

@@ -6,6 +6,7 @@ them), so the records are checked against the file, not against the code that re
 
 from __future__ import annotations
 
+import ast
 import json
 import sqlite3
 import threading
@@ -14,9 +15,21 @@ from dataclasses import FrozenInstanceError, fields, replace
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
-from blockviz.store import RunRecord, RunStore, StoreError, StoreLocked, StudyRecord, writes
+from blockviz.cli.runs import fork_line
+from blockviz.core.findings.replay import replay_result
+from blockviz.store import (
+    FinalMetrics,
+    ForkInfo,
+    RunRecord,
+    RunStore,
+    StoreError,
+    StoreLocked,
+    StudyRecord,
+    writes,
+)
 from blockviz.store.schema import JSON_COLUMNS, RUN_COLUMNS
 from blockviz.store.studies import STUDY_COLUMNS
 
@@ -281,3 +294,65 @@ def test_a_deferring_writer_past_its_row_limit_waits_for_the_lock(written: Path,
             release.join()
         assert time.monotonic() - started >= 0.9
         assert store.scalars(8)["step"].tolist() == [0, 1, 2, 3]
+
+
+# ---------------------------------------------------------------------------- typed JSON columns
+
+
+def _dict_keys_returned(path: Path, function: str) -> set[str]:
+    """The keys of the dict literal(s) `function` in the module at `path` returns."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    (node,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function]
+    return {
+        key.value
+        for ret in ast.walk(node)
+        if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Dict)
+        for key in ret.value.keys
+        if isinstance(key, ast.Constant)
+    }
+
+
+def test_the_typed_json_columns_name_every_key_their_writers_write():
+    root = Path(__file__).resolve().parents[2] / "blockviz" / "training"
+    written = _dict_keys_returned(root / "final_metrics.py", "final_metrics")
+    assert written == set(FinalMetrics.__annotations__)
+    assert _dict_keys_returned(root / "final_metrics.py", "recorded_training") <= written
+    # A replay's result (here one that could not judge: no probes before it) and a fork's.
+    empty = pd.DataFrame(columns=["step", "name", "value"])
+    result = replay_result(empty, empty, empty, 40, 50, "loss spike", 2)
+    assert set(result) == {"event", "event_step", "start", "break", "sentence"}
+    assert {*result, "changes"} == set(ForkInfo.__annotations__)
+
+
+def test_an_old_stores_fork_info_reads_whole_and_the_readers_use_it(tmp_path: Path):
+    """A replay row as an earlier version wrote it (a key this version does not name
+    included) reads back whole, byte-identical as JSON, and `show` says what it found."""
+    stored = (
+        '{"event": "loss spike", "event_step": 412, "sentence": "grad norm broke first", '
+        '"old_key": [1, 2]}'
+    )
+    path = tmp_path / "runs.db"
+    RunStore(path).close()
+    _insert(path, "runs", {"id": 1, "name": "parent"})
+    _insert(
+        path, "runs", {**FULL_RUN, "id": 2, "name": "replay", "parent_id": 1, "fork_info": stored}
+    )
+    _insert(
+        path,
+        "runs",
+        {
+            "id": 3,
+            "name": "fork",
+            "parent_id": 1,
+            "fork_step": 5,
+            "fork_kind": "fork",
+            "fork_info": '{"changes": {"lr": 0.003}}',
+            "final": '{"val_loss": 2.0}',
+        },
+    )
+    with RunStore(path) as store:
+        replay, fork = store.get_run(2), store.get_run(3)
+    assert json.dumps(replay.fork_info) == stored
+    assert fork_line(replay) == "replay of run 1 from step 400: grad norm broke first"
+    assert fork_line(fork) == "fork of run 1 at step 5 (lr 0.003)"
+    assert fork.final == {"val_loss": 2.0}

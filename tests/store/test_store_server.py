@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from blockviz.core import hosts
+from blockviz.core import procs
 from blockviz.store import RunStore, StoreError, parse_location
 from blockviz.store.schema import SCHEMA_VERSION
 from tests.helpers import other_connection, spawn
@@ -197,7 +197,7 @@ def test_a_run_of_this_host_before_a_restart_is_judged_by_its_heartbeat(store_ur
         alive_pid = os.getpid()
         run_id = store.create_run("old boot", CONFIG, status="running", pid=alive_pid)
         store.update_run(run_id, boot_id="an-earlier-boot", heartbeat=time.time() - 200)
-        assert hosts.boot_id()  # Linux says which boot this is
+        assert procs.boot_id()  # Linux says which boot this is
         assert store.reap_dead() == [run_id]  # its pid, alive in this boot, is not its own
 
 

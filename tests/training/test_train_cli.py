@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from blockviz import cli
-from blockviz.core import forks, hardware, hosts
+from blockviz.core import forks, hardware, procs
 from blockviz.core.spec import FFN_UNIT_STATS, STREAM_STATS, TAP_STATS
 from blockviz.store import RunStore
 from blockviz.training.model import block_tap_names
@@ -166,7 +166,7 @@ def test_runs_and_show_commands(two_runs, capsys):
     assert "completed" in text and "last sample (step 30" in text
     assert "cpu, 1 thread, precision 32-true" in text
     host = store.get_run(ids["fp32"])
-    assert f"host         {hosts.this_host()}, process {host.pid}" in text
+    assert f"host         {procs.this_host()}, process {host.pid}" in text
     assert "from the evaluation seed" in next(ln for ln in text.splitlines() if "val loss on" in ln)
     assert cli.main(["stop", str(ids["fp32"]), "--store", str(store.path)]) == 0
     assert "already completed" in capsys.readouterr().out
@@ -222,7 +222,7 @@ def test_divergence_is_a_result_not_a_crash(tmp_path, corpus, capsys):
         assert list(loss.index) == [0, 1]
         assert not torch.isfinite(torch.tensor(loss[1]))  # the bad value is recorded
         assert store.layer_stats(1, kind="component").step.unique().tolist() == [0]
-    # `show` says where and how, in the Live page's words (views.summary), and as JSON.
+    # `show` says where and how, in the Live page's words (views.run_facts), and as JSON.
     assert cli.main(["show", "1", "--store", str(store_path)]) == 0
     shown = capsys.readouterr().out
     assert "This run diverged at step 1." in shown and "train/loss = " in shown

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from blockviz.core import spec
-from blockviz.dashboard.controls import preselected_runs
+from blockviz.dashboard.compare.selection import preselected_runs
 from blockviz.store import RunRecord, RunStore
 from blockviz.views import charts
 from blockviz.views.export.render import chart_spec, chart_svg

@@ -13,7 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from blockviz.core import config as cfg
-from blockviz.core.study_stats import t_quantile
+from blockviz.core.studies.stats import t_quantile
 from blockviz.store import RunRecord, RunStore
 from blockviz.views import seed_groups
 from blockviz.views.charts import chart_data

@@ -6,7 +6,7 @@ table and BENCHMARKS.md, "Findings", name the configs). Torch-free.
 
 from __future__ import annotations
 
-from blockviz.core.outcomes import STALL_MARGIN
+from blockviz.core.studies.outcomes import STALL_MARGIN
 
 # A state rule must hold at this many probe steps in a row, ending at the newest.
 PERSIST = 2

@@ -21,7 +21,7 @@ from blockviz.dashboard.findings_panel import findings_panel
 from blockviz.dashboard.live.state import TAB_KEY, has_loss
 from blockviz.launch import runner
 from blockviz.store import RunRecord, RunStore
-from blockviz.views import run_findings, summary
+from blockviz.views import run_facts, run_findings
 
 STATUS_COLORS = {  # the badge of each state of spec.RUN_STATES
     spec.STARTING: "blue",
@@ -57,7 +57,7 @@ def header(store: RunStore, run: RunRecord, scalars: pd.DataFrame, shown: str) -
     run_id, status = int(run.id), str(run.status)
     step, max_steps = newest_step(run, scalars), run.max_steps
     writable = store_access.writable(store)
-    tokens_per_sec = summary.recent_tokens_per_sec(scalars, window=spec.RECENT_LOGS)
+    tokens_per_sec = run_facts.recent_tokens_per_sec(scalars, window=spec.RECENT_LOGS)
     facts = ["Step —" if step is None else f"Step {step:,}"]
     if max_steps:
         facts[0] += f" of {int(max_steps):,}"

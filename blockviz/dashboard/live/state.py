@@ -13,7 +13,7 @@ from blockviz.core.spec import WEIGHTS_COMPONENT
 from blockviz.dashboard.controls import SMOOTHING_DEFAULT, XChoice
 from blockviz.dashboard.findings_panel import current_mark
 from blockviz.store import RunRecord
-from blockviz.views import charts, summary
+from blockviz.views import charts, run_facts
 from blockviz.views.incremental import IncrementalReader
 
 REFRESH_S = 1.5
@@ -45,12 +45,12 @@ def reader() -> IncrementalReader:
 
 
 def run_depth(run: RunRecord) -> int:
-    model = summary.stored_model_config(run)
+    model = run_facts.stored_model_config(run)
     return model.n_layer if model is not None else 1  # a damaged config: the one layer all have
 
 
 def has_attention(run: RunRecord) -> bool:
-    model = summary.stored_model_config(run)
+    model = run_facts.stored_model_config(run)
     return model.attention if model is not None else True
 
 

@@ -41,7 +41,7 @@ from blockviz.dashboard.live.state import (
     run_depth,
 )
 from blockviz.store import RunRecord, RunStore
-from blockviz.views import charts, summary
+from blockviz.views import charts, run_facts
 from blockviz.views.charts.marks import STEP_PICK, picked_step, with_step_picker
 
 
@@ -298,7 +298,7 @@ def induction_caption(stat: str, run: RunRecord) -> str:
             "attending to a token raises that token's logit; −1: lowers it. Norms, biases "
             "and the other layers are left out."
         )
-    model = summary.stored_model_config(run)
+    model = run_facts.stored_model_config(run)
     block_size = model.block_size if model is not None else None
     half = repeat_half(block_size) if block_size is not None else None
     baseline = f" Attending uniformly scores {uniform_prefix_score(half):.3f} here." if half else ""

@@ -15,8 +15,8 @@ import streamlit as st
 
 from blockviz import CLI
 from blockviz.core import config as cfg
-from blockviz.core import studies, study_builtins, sweeps
 from blockviz.core.config import ConfigError
+from blockviz.core.studies import builtins, define, sweeps
 from blockviz.dashboard import ui
 from blockviz.launch import study_estimate, study_runner
 from blockviz.store import RunStore, StoreError
@@ -36,7 +36,7 @@ SWEEP_FIELDS = (
     "init",
     "dropout",
 )
-SWEEP_SEEDS = 2  # the sweep form's seeds on a CPU (`studies.GPU_SEEDS` on a GPU)
+SWEEP_SEEDS = 2  # the sweep form's seeds on a CPU (`define.GPU_SEEDS` on a GPU)
 # The built-in studies the launcher leaves out (they train nothing), and where each lives.
 ELSEWHERE = {
     "init-gradients": "it trains nothing (it measures gradients at initialisation). The "
@@ -57,7 +57,7 @@ def duration(seconds: float) -> str:
     return f"about {seconds / 3600:.1f} h"
 
 
-def _estimate(store: RunStore, study: studies.StudyDef) -> str:
+def _estimate(store: RunStore, study: define.StudyDef) -> str:
     """`about 4 min (from the pace this store's last 6 completed run(s) measured ...)`."""
     workers = study_runner.default_workers()
     pace = study_estimate.measured_pace(store)
@@ -69,11 +69,11 @@ def _estimate(store: RunStore, study: studies.StudyDef) -> str:
 
 def _seeds_note() -> str:
     """On a GPU, why the seeds default to more (a sentence to append); nothing on a CPU."""
-    note = studies.seeds_note()
+    note = define.seeds_note()
     return f" {ui.plain(note[0].upper() + note[1:])}." if note else ""
 
 
-def _launch(store: RunStore, study: studies.StudyDef, name: str | None = None) -> None:
+def _launch(store: RunStore, study: define.StudyDef, name: str | None = None) -> None:
     try:
         study_id = study_runner.launch(store, study, name)
     except (study_runner.StudyError, ConfigError, StoreError, OSError) as exc:
@@ -86,27 +86,25 @@ def _launch(store: RunStore, study: studies.StudyDef, name: str | None = None) -
 
 def builtin_launcher(store: RunStore, writable: bool) -> None:
     """Pick a built-in study and a size; see its question, claims and cost; launch."""
-    keys = [
-        k for k in study_builtins.STUDY_KEYS if study_builtins.BUILTINS[k]().get("trains", True)
-    ]
-    titles = {key: title for key, title, _ in study_builtins.describe(keys)}
+    keys = [k for k in builtins.STUDY_KEYS if builtins.BUILTINS[k]().trains]
+    titles = {key: title for key, title, _ in builtins.describe(keys)}
     left, right = st.columns([2, 1])
     key = left.selectbox(
         "Study", keys, format_func=lambda k: f"{k} — {titles[k]}", key="studies.key"
     )
-    for missing in (k for k in study_builtins.STUDY_KEYS if k not in keys):
+    for missing in (k for k in builtins.STUDY_KEYS if k not in keys):
         where = ELSEWHERE.get(missing, f"run it with `{CLI} study run {missing}`")
         left.caption(f"`{missing}` is not in this list: {where}.")
-    size = right.radio("Size", studies.SIZES, horizontal=True, key="studies.size")
+    size = right.radio("Size", define.SIZES, horizontal=True, key="studies.size")
     seeds = right.number_input(
         "Seeds per variant",
         min_value=1,
-        max_value=studies.MAX_SEEDS,
-        value=studies.default_seeds(size),
+        max_value=define.MAX_SEEDS,
+        value=define.default_seeds(size),
         key=f"studies.seeds.{size}",
     )
     try:
-        study = study_builtins.builtin(key, size, int(seeds))
+        study = builtins.builtin(key, size, int(seeds))
     except ConfigError as exc:
         st.error(ui.plain(exc))
         return
@@ -115,7 +113,7 @@ def builtin_launcher(store: RunStore, writable: bool) -> None:
         left.markdown(f"- *Claim:* {ui.plain(claim.text)} — {ui.plain(claim.source)}")
     left.caption(
         f"{len(study.variants)} variants × {len(study.seeds)} seeds = {study.n_runs} runs; "
-        f"{ui.plain(studies.SIZE_DESCRIPTIONS[size])}. Estimated time here: "
+        f"{ui.plain(define.SIZE_DESCRIPTIONS[size])}. Estimated time here: "
         f"{_estimate(store, study)}." + _seeds_note()
     )
     if right.button(
@@ -165,12 +163,12 @@ def sweep_launcher(store: RunStore, writable: bool) -> None:
             )
             rows.append((name, text))
         left, middle, right = st.columns(3)
-        size = left.radio("Size", studies.SIZES, horizontal=True, key="studies.sweep.size")
+        size = left.radio("Size", define.SIZES, horizontal=True, key="studies.sweep.size")
         seeds = middle.number_input(
             "Seeds",
             min_value=1,
-            max_value=studies.MAX_SEEDS,
-            value=studies.GPU_SEEDS if studies.on_gpu() else SWEEP_SEEDS,
+            max_value=define.MAX_SEEDS,
+            value=define.GPU_SEEDS if define.on_gpu() else SWEEP_SEEDS,
             key="studies.sweep.seeds",
         )
         steps = right.number_input(

@@ -9,10 +9,11 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from blockviz.core import spec, studies
-from blockviz.core.outcomes import results_frame
-from blockviz.core.study_summary import summarize
-from blockviz.core.verdicts import verdicts
+from blockviz.core import spec
+from blockviz.core.studies import define
+from blockviz.core.studies.outcomes import results_frame
+from blockviz.core.studies.summary import summarize
+from blockviz.core.studies.verdicts import verdicts
 from blockviz.dashboard import ui
 from blockviz.dashboard.studies.launch import SELECTED_KEY
 from blockviz.launch import study_runner
@@ -156,7 +157,7 @@ def _runs_with_findings(store: RunStore, results: pd.DataFrame) -> pd.DataFrame:
     return table.rename(columns={"run_id": "run", "val_loss": "val loss"})
 
 
-def _results(store: RunStore, study_id: int, plan: studies.StudyDef) -> None:
+def _results(store: RunStore, study_id: int, plan: define.StudyDef) -> None:
     if not plan.trains:
         _init_gradients(store, study_id)
         return
@@ -215,7 +216,7 @@ def _results(store: RunStore, study_id: int, plan: studies.StudyDef) -> None:
 def _charts(
     store: RunStore,
     study_id: int,
-    plan: studies.StudyDef,
+    plan: define.StudyDef,
     runs: pd.DataFrame,
     results: pd.DataFrame,
 ) -> None:
@@ -234,7 +235,7 @@ def _charts(
 def study_panel(store: RunStore, study_id: int, writable: bool) -> None:
     """One study: header, progress, actions and results; refreshes itself while it runs."""
     study = store.get_study(study_id)
-    plan = studies.plan_from_spec(study.spec)
+    plan = define.plan_from_spec(study.spec)
     now = study_runner.progress(store, study_id)
     st.subheader(f"#{study_id} {ui.plain(study.name)} — {now.label}", anchor=False)
     st.markdown(f"**Question.** {ui.plain(plan.question)}")

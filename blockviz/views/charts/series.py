@@ -37,7 +37,7 @@ from blockviz.views.charts.base import (
 
 # A linear loss axis stops at this many times the runs' starting loss (the loss of a model
 # at initialisation, about ln(vocabulary size)) when some value lies above that. Training
-# lowers the loss from its start; twice the start is past what core.outcomes already calls
+# lowers the loss from its start; twice the start is past what core.studies.outcomes already calls
 # "blew up" (one nat above a uniform guess). A blown-up run's millions (7.6e6 in issue 23)
 # squashed every other curve to a flat line; now the axis ends at twice the start, values
 # above it are drawn on the top edge, and the chart's subtitle names their runs.

@@ -21,7 +21,7 @@ from blockviz.core import config as cfg
 from blockviz.core import spec
 from blockviz.core.tags import tags_text
 from blockviz.store import RunRecord, RunStore
-from blockviz.views import charts, summary
+from blockviz.views import charts, run_facts
 from blockviz.views.export.ablation import (
     final_metrics_table,
     format_cell,
@@ -61,7 +61,7 @@ def report_charts(
     then each run's attention maps at its latest recorded step (report_extras)."""
     runs = selected_runs(store, run_ids)
     ids = [r.id for r in runs]
-    depths = {r.id: m.n_layer for r in runs if (m := summary.stored_model_config(r))}
+    depths = {r.id: m.n_layer for r in runs if (m := run_facts.stored_model_config(r))}
     colors = charts.run_color_scale({r.id: r.name for r in runs})
     diverged = {r.name: r.diverged_step for r in runs if r.diverged_step is not None}
     scalars = store.scalars(ids, max_points=max_points)

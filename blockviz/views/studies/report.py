@@ -24,11 +24,11 @@ import altair as alt
 import pandas as pd
 
 from blockviz.core import spec
-from blockviz.core.outcomes import results_frame
-from blockviz.core.studies import StudyDef, plan_from_spec
-from blockviz.core.study_summary import summarize
-from blockviz.core.verdict_base import Verdict
-from blockviz.core.verdicts import verdicts
+from blockviz.core.studies.define import StudyDef, plan_from_spec
+from blockviz.core.studies.outcomes import results_frame
+from blockviz.core.studies.rules.base import Verdict
+from blockviz.core.studies.summary import summarize
+from blockviz.core.studies.verdicts import verdicts
 from blockviz.store import RunStore, StudyRecord
 from blockviz.store.studies import INIT_GRADS_FILE
 from blockviz.views import charts

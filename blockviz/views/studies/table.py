@@ -9,9 +9,9 @@ from typing import Any
 
 import pandas as pd
 
-from blockviz.core.outcomes import FAILED, outcome_counts
 from blockviz.core.spec import and_list
-from blockviz.core.study_summary import OUTCOME_COLUMNS
+from blockviz.core.studies.outcomes import FAILED, outcome_counts
+from blockviz.core.studies.summary import OUTCOME_COLUMNS
 from blockviz.views.export.ablation import html_table, latex_escape
 
 TABLE_COLUMNS = (
@@ -148,7 +148,7 @@ SENSITIVITY_NOTE = (
 def sensitivity_display(results: pd.DataFrame, swept: Sequence[str]) -> pd.DataFrame | None:
     """For a study that sweeps `lr` beside another field: one row per value of that field
     with its learning-rate sensitivity; None for any other study."""
-    from blockviz.core.rules_sweep import sensitivity_table
+    from blockviz.core.studies.rules.sweep import sensitivity_table
 
     others = [f for f in swept if f != "lr" and f in results.columns]
     if "lr" not in swept or not others or results.empty:

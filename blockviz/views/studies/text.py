@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from blockviz.core.outcomes import results_frame
-from blockviz.core.studies import StudyDef, plan_from_spec
-from blockviz.core.study_summary import summarize
-from blockviz.core.verdict_base import Verdict
-from blockviz.core.verdicts import judge
+from blockviz.core.studies.define import StudyDef, plan_from_spec
+from blockviz.core.studies.outcomes import results_frame
+from blockviz.core.studies.rules.base import Verdict
+from blockviz.core.studies.summary import summarize
+from blockviz.core.studies.verdicts import judge
 from blockviz.store import RunStore
 from blockviz.views.studies import table as study_table
 

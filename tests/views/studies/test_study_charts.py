@@ -10,8 +10,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from blockviz.core import studies, study_builtins
-from blockviz.core.outcomes import swept_value
+from blockviz.core.studies import builtins, define
+from blockviz.core.studies.outcomes import swept_value
 from blockviz.views import charts
 from blockviz.views.studies import charts as study_charts
 from blockviz.views.studies import report as study_report
@@ -20,11 +20,11 @@ MIN_HEIGHT = 360  # Streamlit fits title, axes and legend into it: ~140 px of pl
 
 
 @functools.cache
-def study_frames(key: str, seeds: int = 2) -> tuple[studies.StudyDef, pd.DataFrame, pd.DataFrame]:
+def study_frames(key: str, seeds: int = 2) -> tuple[define.StudyDef, pd.DataFrame, pd.DataFrame]:
     """A built-in study's plan, a finished results frame and val-loss curves for it:
     constructed, neutral numbers (every variant the same up to the seed). Read, never
     change: one copy serves every test."""
-    plan = study_builtins.builtin(key, "quick", seeds)
+    plan = builtins.builtin(key, "quick", seeds)
     rows, scalars = [], []
     run_id = 0
     for variant in plan.variants:
@@ -90,9 +90,7 @@ def test_study_charts_are_tall_enough_to_read_with_the_whole_legend(key: str) ->
         assert chart.to_dict()["height"] >= MIN_HEIGHT
 
 
-TRAINING_STUDIES = [
-    k for k in study_builtins.STUDY_KEYS if study_builtins.builtin(k, "quick").trains
-]
+TRAINING_STUDIES = [k for k in builtins.STUDY_KEYS if builtins.builtin(k, "quick").trains]
 
 
 @pytest.mark.parametrize("key", TRAINING_STUDIES)

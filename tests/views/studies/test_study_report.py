@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from blockviz.core import studies
-from blockviz.core.outcomes import results_frame
-from blockviz.core.verdicts import verdicts
+from blockviz.core.studies import define
+from blockviz.core.studies.outcomes import results_frame
+from blockviz.core.studies.verdicts import verdicts
 from blockviz.store import RunStore
 from blockviz.views.studies import report as study_report
 from blockviz.views.studies import table as study_table
@@ -33,7 +33,7 @@ def test_the_zip_holds_table_claims_charts_configs_and_a_safe_page() -> None:
         study_id = fake_study(store)
         store.update_study(study_id, name="<b>mine</b>")
         data = study_report.build_study_zip(store, study_id)
-        plan = studies.plan_from_spec(store.get_study(study_id).spec)
+        plan = define.plan_from_spec(store.get_study(study_id).spec)
         judged = verdicts(plan, results_frame(store.study_runs(study_id), plan))
         name = study_report.zip_name(store.get_study(study_id))
     archive = zipfile.ZipFile(io.BytesIO(data))
@@ -122,7 +122,7 @@ def test_the_page_and_the_zip_draw_each_variant_in_the_same_colour() -> None:
         for run_id in store.study_runs(study_id)["id"]:
             store.log_scalars(int(run_id), [(0, "val/loss", 4.2), (300, "val/loss", 2.0)])
         store.flush()
-        plan = studies.plan_from_spec(store.get_study(study_id).spec)
+        plan = define.plan_from_spec(store.get_study(study_id).spec)
         archive = zipfile.ZipFile(io.BytesIO(study_report.build_study_zip(store, study_id)))
     at = AppTest.from_file(str(PAGE), default_timeout=60).run()
     assert not at.exception

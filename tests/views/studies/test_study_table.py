@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from blockviz.core.study_summary import summarize
-from blockviz.core.verdicts import judge
+from blockviz.core.studies.summary import summarize
+from blockviz.core.studies.verdicts import judge
 from blockviz.views.studies import charts as study_charts
 from blockviz.views.studies import table as study_table
 from tests.helpers import NEUTRAL, claim, frame

@@ -7,9 +7,9 @@ seed-to-seed spread the two have in common cancels in their difference. `compare
 therefore gives both:
 
 - **paired**: one difference per seed both sides finished with a finite value, and the
-  one-sample 95% t interval of their mean (`study_stats.paired_interval`; n = those seeds);
+  one-sample 95% t interval of their mean (`stats.paired_interval`; n = those seeds);
 - **unpaired**: Welch's 95% interval of the difference of the two sides' means over all
-  their finite values (`study_stats.difference_interval`), as if no run had a partner.
+  their finite values (`stats.difference_interval`), as if no run had a partner.
 
 A verdict rests on the paired interval when at least 2 seeds pair up, else on Welch's
 (`Comparison.used`).
@@ -33,7 +33,7 @@ from typing import Any
 
 import pandas as pd
 
-from blockviz.core.study_stats import Interval, difference_interval, paired_interval
+from blockviz.core.studies.stats import Interval, difference_interval, paired_interval
 
 Group = str | Mapping[str, Any]
 

@@ -11,7 +11,7 @@ import pytest
 from blockviz.core import config as cfg
 from blockviz.core.divergence import Divergence, render_divergence, summarize_divergence
 from blockviz.store import RunRecord, RunStore
-from blockviz.views import summary
+from blockviz.views import run_facts
 
 
 def frame(rows: list[tuple[int, str, float]]) -> pd.DataFrame:
@@ -83,7 +83,7 @@ def test_read_divergence_reads_the_last_steps_whole(tmp_path) -> None:
         store.log_scalars(run_id, [*rows, (1000, "train/loss", math.inf)])
         store.flush()
         store.update_run(run_id, diverged_step=1000, step=1000, error="loss is inf")
-        facts = summary.read_divergence(store, store.get_run(run_id))
+        facts = run_facts.read_divergence(store, store.get_run(run_id))
     assert facts.step == 1000 and facts.last_finite_step == 999
     assert facts.last_finite_loss == pytest.approx(3.0 - 0.999)
     assert facts.nonfinite == (("train/loss", math.inf),)
@@ -104,7 +104,7 @@ def test_read_divergence_reads_the_last_steps_whole(tmp_path) -> None:
 def test_stored_model_config_is_none_when_missing_or_damaged(
     stored: Any, n_layer: int | None
 ) -> None:
-    model = summary.stored_model_config(RunRecord(id=1, name="r", config=stored))
+    model = run_facts.stored_model_config(RunRecord(id=1, name="r", config=stored))
     assert (model.n_layer if model else None) == n_layer
     if model is not None:
         assert model.attention is False
@@ -114,6 +114,6 @@ def test_recent_tokens_per_sec_is_the_median_of_the_last_finite_steps() -> None:
     steps = list(range(60))
     values = [1000.0] * 55 + [10.0, float("nan"), 3000.0, 3000.0, 3000.0]  # a slow probe step
     frame = pd.DataFrame({"step": steps, "name": "train/tokens_per_sec", "value": values})
-    assert summary.recent_tokens_per_sec(frame) == 1000.0
-    assert summary.recent_tokens_per_sec(frame, window=3) == 3000.0
-    assert summary.recent_tokens_per_sec(frame.iloc[:0]) is None
+    assert run_facts.recent_tokens_per_sec(frame) == 1000.0
+    assert run_facts.recent_tokens_per_sec(frame, window=3) == 3000.0
+    assert run_facts.recent_tokens_per_sec(frame.iloc[:0]) is None

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from blockviz.core import evaluation
-from blockviz.core.studies import StudyDef, swept_value
+from blockviz.core.studies.define import StudyDef, swept_value
 
 # A model that learnt anything beyond character frequencies beats the unigram entropy by
 # far more than this (the quick studies' converged runs end 0.5 to 1.5 nats below it on

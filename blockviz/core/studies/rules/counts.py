@@ -2,7 +2,7 @@
 
 converges and fails_often (pooled groups), fails_deep, lower_max_stable_lr (the largest
 learning rate at which every run converged, `max_stable`) and param_share, which needs
-no run. Each rule is described in `core.verdicts`.
+no run. Each rule is described in `studies.verdicts`.
 """
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ from typing import Any
 
 import pandas as pd
 
-from blockviz.core.comparisons import match_columns
-from blockviz.core.outcomes import FAILED
 from blockviz.core.params import param_breakdown
-from blockviz.core.rules_loss import below_zero, contrast
 from blockviz.core.spec import PARAM_GROUPS, and_list
-from blockviz.core.studies import Claim, StudyDef
-from blockviz.core.verdict_base import (
+from blockviz.core.studies.comparisons import match_columns
+from blockviz.core.studies.define import Claim, StudyDef
+from blockviz.core.studies.outcomes import FAILED
+from blockviz.core.studies.rules.base import (
     Verdict,
     failed_count,
     finished_runs,
@@ -27,6 +26,7 @@ from blockviz.core.verdict_base import (
     select,
     too_few,
 )
+from blockviz.core.studies.rules.loss import below_zero, contrast
 
 
 def _pooled(

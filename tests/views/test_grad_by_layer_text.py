@@ -7,8 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from blockviz.views import findings_text as ft
-from blockviz.views.findings_text import RunShape
+from blockviz.views import grad_by_layer_text as ft
+from blockviz.views.grad_by_layer_text import RunShape
 
 
 def grads(rows: dict[int, list[float]], step: int = 0, component: str = "block") -> pd.DataFrame:

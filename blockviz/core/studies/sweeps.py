@@ -14,7 +14,7 @@ from typing import Any
 
 from blockviz.core import config as cfg
 from blockviz.core.config import ConfigError, RunConfig
-from blockviz.core.studies import (
+from blockviz.core.studies.define import (
     MAX_STUDY_RUNS,
     MAX_VALUES,
     StudyDef,
@@ -110,7 +110,7 @@ def sweep(
     applies a size preset on top of it, `fixed` fields (set for every run, e.g. from the
     command line) go on top of that, and `max_steps` then sets the length of every run
     (the warm-up kept at most a tenth of it). `seeds` None is one seed per variant, or
-    `studies.GPU_SEEDS` where the runs train on a GPU. ConfigError names the first bad
+    `define.GPU_SEEDS` where the runs train on a GPU. ConfigError names the first bad
     field or value.
     """
     if not grid:

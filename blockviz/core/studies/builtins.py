@@ -1,18 +1,18 @@
 """The built-in studies: each one's question, claims (with their sources) and variants.
 
-Each `_<study>()` returns the parts of a `StudyDef` (`core.studies`) but its size and
-seeds; `builtin(key, size, seeds)` builds one at a size, `describe()` lists them. The
-grids' values (depths, learning rates, FFN widths) and the margins the claims use are
-named here, with the calibration that chose them.
+Each `_<study>()` returns its `StudyDef` (`studies.define`) at no size (its base holds only
+the study's own overrides; seeds and size are the defaults); `builtin(key, size, seeds)`
+sizes one, `describe()` lists them. The grids' values (depths, learning rates, FFN widths)
+and the margins the claims use are named here, with the calibration that chose them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from blockviz.core.config import ConfigError
-from blockviz.core.studies import (
+from blockviz.core.studies.define import (
     Claim,
     StudyDef,
     Variant,
@@ -49,7 +49,7 @@ NORM_POSITION_LR = 1e-2
 NOT_WORSE_MARGIN = 0.02
 
 
-def _norm_position() -> dict[str, Any]:
+def _norm_position() -> StudyDef:
     variants = []
     for depth in DEPTHS_NORM:
         variants += [
@@ -66,11 +66,12 @@ def _norm_position() -> dict[str, Any]:
             ),
         ]
     no_warmup = {"warmup": "off"}
-    return {
-        "title": "Post-LN or Pre-LN, with and without warm-up",
-        "question": "Does the norm's position decide whether a deep block trains at a high "
+    return StudyDef(
+        key="norm-position",
+        title="Post-LN or Pre-LN, with and without warm-up",
+        question="Does the norm's position decide whether a deep block trains at a high "
         "learning rate, and does a warm-up rescue Post-LN?",
-        "claims": (
+        claims=(
             Claim(
                 "Post-LN without a learning-rate warm-up often fails to train (diverges, blows "
                 "up or stalls).",
@@ -92,14 +93,14 @@ def _norm_position() -> dict[str, Any]:
                 {"groups": [{"norm_position": "pre", **no_warmup}]},
             ),
         ),
-        "variants": tuple(variants),
-        "swept": ("norm_position", "warmup", "n_layer"),
-        "baseline": f"Pre-LN · depth {DEPTHS_NORM[0]}",
-        "base": {"lr": NORM_POSITION_LR, "lr_schedule": "constant"},
-    }
+        variants=tuple(variants),
+        swept=("norm_position", "warmup", "n_layer"),
+        baseline=f"Pre-LN · depth {DEPTHS_NORM[0]}",
+        base={"lr": NORM_POSITION_LR, "lr_schedule": "constant"},
+    )
 
 
-def _lr_sensitivity() -> dict[str, Any]:
+def _lr_sensitivity() -> StudyDef:
     variants = tuple(
         Variant(
             f"{NORM_NAMES[position]} · {_lr_label(lr)}",
@@ -108,11 +109,12 @@ def _lr_sensitivity() -> dict[str, Any]:
         for position in ("pre", "post", "none")
         for lr in LR_GRID
     )
-    return {
-        "title": "Learning-rate sensitivity",
-        "question": "How much does the final loss depend on the learning rate with Pre-LN, "
+    return StudyDef(
+        key="lr-sensitivity",
+        title="Learning-rate sensitivity",
+        question="How much does the final loss depend on the learning rate with Pre-LN, "
         "Post-LN and no normalization?",
-        "claims": (
+        claims=(
             Claim(
                 "Pre-LN is easier to tune than Post-LN: its final loss depends less on the "
                 "learning rate.",
@@ -137,14 +139,13 @@ def _lr_sensitivity() -> dict[str, Any]:
                 },
             ),
         ),
-        "variants": variants,
-        "swept": ("lr", "norm_position"),
-        "baseline": f"Pre-LN · {_lr_label(LR_GRID[3])}",
-        "base": {},
-    }
+        variants=variants,
+        swept=("lr", "norm_position"),
+        baseline=f"Pre-LN · {_lr_label(LR_GRID[3])}",
+    )
 
 
-def _residual_depth() -> dict[str, Any]:
+def _residual_depth() -> StudyDef:
     variants = tuple(
         Variant(
             f"residual {'on' if on else 'off'} · depth {depth}", {"residual": on, "n_layer": depth}
@@ -153,10 +154,11 @@ def _residual_depth() -> dict[str, Any]:
         for depth in DEPTHS_RESIDUAL
     )
     deepest = DEPTHS_RESIDUAL[-1]
-    return {
-        "title": "Residual connections and depth",
-        "question": "Do deep stacks still train when the blocks have no residual path?",
-        "claims": (
+    return StudyDef(
+        key="residual-depth",
+        title="Residual connections and depth",
+        question="Do deep stacks still train when the blocks have no residual path?",
+        claims=(
             Claim(
                 "Without residual connections, deep stacks fail to train.",
                 f"{COURSE}; He et al. 2016, Deep Residual Learning for Image Recognition",
@@ -167,24 +169,24 @@ def _residual_depth() -> dict[str, Any]:
                 },
             ),
         ),
-        "variants": variants,
-        "swept": ("n_layer", "residual"),
-        "baseline": f"residual on · depth {DEPTHS_RESIDUAL[0]}",
-        "base": {},
-    }
+        variants=variants,
+        swept=("n_layer", "residual"),
+        baseline=f"residual on · depth {DEPTHS_RESIDUAL[0]}",
+    )
 
 
-def _normalization() -> dict[str, Any]:
+def _normalization() -> StudyDef:
     variants = (
         Variant("no norm", {"norm_position": "none"}),
         Variant("BatchNorm", {"norm_type": "batchnorm"}),
         Variant("LayerNorm", {"norm_type": "layernorm"}),
         Variant("RMSNorm", {"norm_type": "rmsnorm"}),
     )
-    return {
-        "title": "Which normalization",
-        "question": "Does the kind of normalization in a Pre-LN block change how well it trains?",
-        "claims": (
+    return StudyDef(
+        key="normalization",
+        title="Which normalization",
+        question="Does the kind of normalization in a Pre-LN block change how well it trains?",
+        claims=(
             Claim(
                 "LayerNorm trains a transformer to a lower loss than BatchNorm.",
                 f"{COURSE}; Shen et al. 2020, PowerNorm: Rethinking Batch Normalization in "
@@ -193,19 +195,20 @@ def _normalization() -> dict[str, Any]:
                 {"better": "LayerNorm", "worse": "BatchNorm"},
             ),
         ),
-        "variants": variants,
-        "swept": ("norm_type", "norm_position"),
-        "baseline": "LayerNorm",
-        "base": {"norm_position": "pre"},
-    }
+        variants=variants,
+        swept=("norm_type", "norm_position"),
+        baseline="LayerNorm",
+        base={"norm_position": "pre"},
+    )
 
 
-def _ffn_ratio() -> dict[str, Any]:
+def _ffn_ratio() -> StudyDef:
     variants = tuple(Variant(f"FFN {m}×", {"ffn_mult": m}) for m in FFN_MULTS)
-    return {
-        "title": "FFN width",
-        "question": "How wide should the FFN be relative to d_model?",
-        "claims": (
+    return StudyDef(
+        key="ffn-ratio",
+        title="FFN width",
+        question="How wide should the FFN be relative to d_model?",
+        claims=(
             Claim(
                 "4× is the sweet spot for the FFN's width.",
                 f"{COURSE}; Vaswani et al. 2017 use d_ff = 4 · d_model",
@@ -219,19 +222,19 @@ def _ffn_ratio() -> dict[str, Any]:
                 {"variant": "FFN 4×", "part": "ffn", "low": 0.6, "high": 0.72},
             ),
         ),
-        "variants": variants,
-        "swept": ("ffn_mult",),
-        "baseline": "FFN 4×",
-        "base": {},
-    }
+        variants=variants,
+        swept=("ffn_mult",),
+        baseline="FFN 4×",
+    )
 
 
-def _activation() -> dict[str, Any]:
+def _activation() -> StudyDef:
     names = {"relu": "ReLU", "gelu": "GELU", "silu": "SiLU (Swish)", "swiglu": "SwiGLU"}
-    return {
-        "title": "FFN activation",
-        "question": "Does the FFN's activation change the loss a block reaches?",
-        "claims": (
+    return StudyDef(
+        key="activation",
+        title="FFN activation",
+        question="Does the FFN's activation change the loss a block reaches?",
+        claims=(
             Claim(
                 "GELU does at least as well as ReLU.",
                 f"{COURSE}; Hendrycks & Gimpel 2016, Gaussian Error Linear Units",
@@ -239,18 +242,18 @@ def _activation() -> dict[str, Any]:
                 {"better": "GELU", "worse": "ReLU", "margin": NOT_WORSE_MARGIN},
             ),
         ),
-        "variants": tuple(Variant(name, {"activation": key}) for key, name in names.items()),
-        "swept": ("activation",),
-        "baseline": "GELU",
-        "base": {},
-    }
+        variants=tuple(Variant(name, {"activation": key}) for key, name in names.items()),
+        swept=("activation",),
+        baseline="GELU",
+    )
 
 
-def _sublayers() -> dict[str, Any]:
-    return {
-        "title": "Attention, FFN, or both",
-        "question": "What does each sublayer contribute on its own?",
-        "claims": (
+def _sublayers() -> StudyDef:
+    return StudyDef(
+        key="sublayers",
+        title="Attention, FFN, or both",
+        question="What does each sublayer contribute on its own?",
+        claims=(
             Claim(
                 "Attention alone trains to a higher loss than the full block.",
                 COURSE,
@@ -264,40 +267,39 @@ def _sublayers() -> dict[str, Any]:
                 {"better": "attention + FFN", "worse": "FFN only"},
             ),
         ),
-        "variants": (
+        variants=(
             Variant("attention only", {"ffn": False}),
             Variant("FFN only", {"attention": False}),
             Variant("attention + FFN", {}),
         ),
-        "swept": ("attention", "ffn"),
-        "baseline": "attention + FFN",
-        "base": {},
-    }
+        swept=("attention", "ffn"),
+        baseline="attention + FFN",
+    )
 
 
 INIT_DEPTHS = (3, 6, 12, 24)
 
 
-def _init_gradients() -> dict[str, Any]:
+def _init_gradients() -> StudyDef:
     variants = tuple(
         Variant(f"depth {depth} · {init} init", {"n_layer": depth, "init": init})
         for depth in INIT_DEPTHS
         for init in ("default", "gpt2", "xavier")
     )
-    return {
-        "title": "Gradients at initialisation",
-        "question": "How large is each layer's gradient before any training, Pre-LN against "
+    return StudyDef(
+        key="init-gradients",
+        title="Gradients at initialisation",
+        question="How large is each layer's gradient before any training, Pre-LN against "
         "Post-LN, by depth and initialisation?",
-        "claims": (),
-        "variants": variants,
-        "swept": ("n_layer", "init"),
-        "baseline": variants[0].label,
-        "base": {},
-        "trains": False,
-    }
+        claims=(),
+        variants=variants,
+        swept=("n_layer", "init"),
+        baseline=variants[0].label,
+        trains=False,
+    )
 
 
-BUILTINS = {
+BUILTINS: dict[str, Callable[[], StudyDef]] = {
     "norm-position": _norm_position,
     "lr-sensitivity": _lr_sensitivity,
     "residual-depth": _residual_depth,
@@ -314,18 +316,15 @@ def builtin(key: str, size: str = "quick", seeds: int | None = None) -> StudyDef
     """A built-in study at a size; ConfigError for an unknown key, size or seed count."""
     if key not in BUILTINS:
         raise ConfigError("study", key, "choose one of " + ", ".join(STUDY_KEYS))
-    parts = BUILTINS[key]()
-    base = sized_base(size, parts.pop("base"))
+    study = BUILTINS[key]()
+    base = sized_base(size, study.base)
     chosen = seeds_for(seeds, size, base.get("accelerator", "auto"))
-    study = StudyDef(key=key, base=base, seeds=chosen, size=size, **parts)
-    check_study(study)
-    return study
+    sized = replace(study, base=base, seeds=chosen, size=size)
+    check_study(sized)
+    return sized
 
 
 def describe(studies: Iterable[str] = STUDY_KEYS) -> list[tuple[str, str, str]]:
     """(key, title, question) of the built-in studies."""
-    out = []
-    for key in studies:
-        parts = BUILTINS[key]()
-        out.append((key, parts["title"], parts["question"]))
-    return out
+    defined = [BUILTINS[key]() for key in studies]
+    return [(study.key, study.title, study.question) for study in defined]

@@ -1,12 +1,12 @@
-"""The rules that turn a study's runs into verdicts (its per-variant table: study_summary).
+"""The rules that turn a study's runs into verdicts (its per-variant table: `summary`).
 
 This module holds the table of rules (`RULES`), `judge` and `verdicts`; the `Verdict` type
-and the group helpers are `core.verdict_base`, the rules themselves `core.rules_loss`
-(lower_loss, not_worse), `core.rules_counts` (converges, fails_often, fails_deep,
-lower_max_stable_lr, param_share) and `core.rules_sweep` (less_sensitive, sweet_spot).
+and the group helpers are `rules.base`, the rules themselves `rules.loss`
+(lower_loss, not_worse), `rules.counts` (converges, fails_often, fails_deep,
+lower_max_stable_lr, param_share) and `rules.sweep` (less_sensitive, sweet_spot).
 
-A claim names a rule and its arguments (`blockviz.core.studies.Claim`); `judge` applies
-the rule to the study's results frame (`blockviz.core.outcomes.results_frame`) and returns
+A claim names a rule and its arguments (`blockviz.core.studies.define.Claim`); `judge` applies
+the rule to the study's results frame (`studies.outcomes.results_frame`) and returns
 *supported*, *contradicted* or *inconclusive* with a sentence naming the numbers used.
 Nothing here knows what any configuration "should" do.
 
@@ -15,7 +15,7 @@ runs by their swept values ({"norm_position": "post", "warmup": "off"}). "Finish
 are those with an outcome (converged, diverged, blew up or stalled); "failed to train"
 means diverged, blew up or stalled (`outcomes.FAILED`).
 
-Differences of final val loss between two groups (`core.comparisons`) are computed two
+Differences of final val loss between two groups (`studies.comparisons`) are computed two
 ways, and a verdict carries both (`Verdict.comparisons`, and in `numbers`): **paired by
 seed** (one difference per seed both groups finished with a finite value, its one-sample
 95% t interval; a group with several runs per seed is matched on the swept columns
@@ -69,17 +69,17 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from blockviz.core.rules_counts import (
+from blockviz.core.studies.define import Claim, StudyDef
+from blockviz.core.studies.rules.base import Verdict
+from blockviz.core.studies.rules.counts import (
     converges,
     fails_deep,
     fails_often,
     lower_max_stable_lr,
     param_share,
 )
-from blockviz.core.rules_loss import lower_loss, not_worse
-from blockviz.core.rules_sweep import less_sensitive, sweet_spot
-from blockviz.core.studies import Claim, StudyDef
-from blockviz.core.verdict_base import Verdict
+from blockviz.core.studies.rules.loss import lower_loss, not_worse
+from blockviz.core.studies.rules.sweep import less_sensitive, sweet_spot
 
 RULES: dict[str, Callable[[Claim, pd.DataFrame, StudyDef], Verdict]] = {
     "converges": converges,

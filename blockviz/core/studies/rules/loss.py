@@ -2,7 +2,7 @@
 
 Also what other rules compare with: `contrast` (better − worse, paired by seed and
 unpaired, or the verdict that needs no interval) and `below_zero` (supported below 0,
-contradicted above, else inconclusive). Each rule is described in `core.verdicts`.
+contradicted above, else inconclusive). Each rule is described in `studies.verdicts`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from blockviz.core.comparisons import Comparison, compare, interval_text, match_columns
-from blockviz.core.outcomes import usable_losses
-from blockviz.core.studies import Claim, StudyDef
-from blockviz.core.verdict_base import (
+from blockviz.core.studies.comparisons import Comparison, compare, interval_text, match_columns
+from blockviz.core.studies.define import Claim, StudyDef
+from blockviz.core.studies.outcomes import usable_losses
+from blockviz.core.studies.rules.base import (
     Verdict,
     failed_count,
     finished_runs,

@@ -3,10 +3,10 @@
 A study is a grid of variants (config overrides) × seeds on one base config, sized by a
 preset: `quick` (minutes on a 2-core laptop CPU), `standard` (the baby-cpu model, 2,000
 steps, 3 seeds) or `full` (for a GPU). Each claim names a verdict rule
-(`blockviz.core.verdicts`) that decides from the measured runs whether the data support
-it; nothing here says what the answer is. This module holds the machinery: `Claim`,
+(`studies.verdicts`) that decides from the measured runs whether the data support it;
+nothing here says what the answer is. This module holds the machinery: `Claim`,
 `Variant`, `StudyDef`, the sizes and the checks every study passes. The built-in studies
-are `core/study_builtins.py`; a custom sweep (`core/sweeps.py`) is a study without claims.
+are `studies/builtins.py`; a custom sweep (`studies/sweeps.py`) is a study without claims.
 
 The definition is stored with the study as JSON (`to_spec`), so the page, the CLI and the
 export read back exactly what ran (`plan_from_spec`). Torch-free and streamlit-free.
@@ -96,7 +96,7 @@ class Claim:
 
     text: str
     source: str
-    rule: str  # a name in blockviz.core.verdicts.RULES
+    rule: str  # a name in blockviz.core.studies.verdicts.RULES
     args: Mapping[str, Any] = field(default_factory=dict)
 
 

@@ -3,7 +3,7 @@
 `sensitivity_table` is the learning-rate sensitivity of each group over the sweep, per
 seed and with its 95% interval (the study page draws it); less_sensitive compares two
 groups' sensitivities. sweet_spot compares one value with every other. Each rule is
-described in `core.verdicts`.
+described in `studies.verdicts`.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import Any
 
 import pandas as pd
 
-from blockviz.core.comparisons import Comparison, interval_text, match_columns
-from blockviz.core.outcomes import lr_sensitivity
-from blockviz.core.rules_loss import below_zero, contrast
 from blockviz.core.spec import and_list
-from blockviz.core.studies import Claim, StudyDef
-from blockviz.core.study_stats import mean_interval
-from blockviz.core.verdict_base import Verdict, group_name, select
+from blockviz.core.studies.comparisons import Comparison, interval_text, match_columns
+from blockviz.core.studies.define import Claim, StudyDef
+from blockviz.core.studies.outcomes import lr_sensitivity
+from blockviz.core.studies.rules.base import Verdict, group_name, select
+from blockviz.core.studies.rules.loss import below_zero, contrast
+from blockviz.core.studies.stats import mean_interval
 
 
 def _sensitivities(runs: pd.DataFrame, field_name: str) -> pd.DataFrame:

@@ -1,5 +1,5 @@
 """A study's per-variant table: counts of each outcome and the val loss's mean and 95%
-interval over the seeds (torch-free; the verdicts are `blockviz.core.verdicts`)."""
+interval over the seeds (torch-free; the verdicts are `blockviz.core.studies.verdicts`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 
 import pandas as pd
 
-from blockviz.core.outcomes import OUTCOMES, usable_losses
-from blockviz.core.study_stats import mean_interval
+from blockviz.core.studies.outcomes import OUTCOMES, usable_losses
+from blockviz.core.studies.stats import mean_interval
 
 # A summary column per outcome ("blew up" is "blew_up", a name itertuples keeps).
 OUTCOME_COLUMNS = {outcome: outcome.replace(" ", "_") for outcome in OUTCOMES}

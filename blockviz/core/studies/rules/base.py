@@ -2,7 +2,8 @@
 
 A group is a variant label or {results column: value} (`select`); the helpers name it,
 keep its finished runs, count its failures and say what its runs did. The rules are
-`rules_loss`, `rules_counts` and `rules_sweep`; `verdicts` dispatches a claim to its rule.
+`rules.loss`, `rules.counts` and `rules.sweep`; `studies.verdicts` dispatches a claim to
+its rule.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from typing import Any
 
 import pandas as pd
 
-from blockviz.core.comparisons import Comparison
-from blockviz.core.outcomes import FAILED, outcome_counts
-from blockviz.core.studies import Claim
+from blockviz.core.studies.comparisons import Comparison
+from blockviz.core.studies.define import Claim
+from blockviz.core.studies.outcomes import FAILED, outcome_counts
 
 VERDICTS = ("supported", "contradicted", "inconclusive")
 
