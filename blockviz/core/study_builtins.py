@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from blockviz.core.config import ConfigError
+from blockviz.core.fields import ConfigError
 from blockviz.core.studies import (
     Claim,
     StudyDef,

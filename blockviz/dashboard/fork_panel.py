@@ -26,19 +26,6 @@ from blockviz.store import RunStore, StoreError
 from blockviz.store.records import RunRecord
 from blockviz.views import run_findings
 
-# The fields offered for a fork, drawn as the sidebar draws them (config_fields.SPECS:
-# label, format, bounds); every one keeps the parameters' shapes.
-FORKABLE = (
-    "norm_position",
-    "lr",
-    "warmup_steps",
-    "grad_clip",
-    "weight_decay",
-    "z_loss",
-    "max_steps",
-    "dropout",
-    "logit_softcap",
-)
 EVENT_FINDINGS = ("diverged", "loss_spike")
 STARTED_KEY = "live.twin_started"  # session_state: {parent, twin, text} of the last start
 
@@ -47,7 +34,7 @@ def _field_input(name: str, value: Any, key: str) -> Any:
     """One forkable field's widget, starting at the run's value; the value it holds."""
     spec = SPECS[name]
     if spec.kind == "select":
-        return st.selectbox(spec.label, spec.options, index=spec.options.index(value), key=key)
+        return st.selectbox(spec.label, spec.choices, index=spec.choices.index(value), key=key)
     low, high = widget_range(name, spec.kind)
     number = to_widget(name, value)
     if spec.kind == "int":
@@ -64,7 +51,7 @@ def _changes(run: RunRecord, prefix: str) -> dict[str, Any]:
     """The forkable fields as edited, those that differ from the run's config."""
     config = cfg.RunConfig.from_dict(run.config or {})
     changes: dict[str, Any] = {}
-    for name in FORKABLE:
+    for name in forks.OFFERED_FIELDS:  # drawn as the sidebar draws them
         value = getattr(getattr(config, cfg.section_of(name)), name)
         edited = _field_input(name, value, f"{prefix}.{name}")
         if edited != value:

@@ -17,7 +17,8 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 
 from blockviz.core import spec
-from blockviz.core.config import RunConfig, TrainConfig
+from blockviz.core.config import RunConfig
+from blockviz.core.config_train import TrainConfig
 from blockviz.core.extras import check_logger_available
 from blockviz.training.callbacks import LastCheckpoint, TrainingMonitor
 from blockviz.training.keep import KeptCheckpoints

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 import pytest
 
 from blockviz.core import studies, study_builtins, sweeps
-from blockviz.core.config import ConfigError, RunConfig
+from blockviz.core.config import RunConfig
+from blockviz.core.fields import ConfigError
 from blockviz.core.probe_schedule import probe_steps
 from blockviz.core.verdicts import RULES
 

@@ -16,7 +16,7 @@ import streamlit as st
 from blockviz import CLI
 from blockviz.core import config as cfg
 from blockviz.core import studies, study_builtins, sweeps
-from blockviz.core.config import ConfigError
+from blockviz.core.fields import ConfigError
 from blockviz.dashboard import ui
 from blockviz.launch import study_estimate, study_runner
 from blockviz.store import RunStore, StoreError
