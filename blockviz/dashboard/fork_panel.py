@@ -18,7 +18,13 @@ import streamlit as st
 from blockviz.core import config as cfg
 from blockviz.core import forks
 from blockviz.dashboard import ui
-from blockviz.dashboard.config_fields import SPECS, to_widget, widget_range
+from blockviz.dashboard.config_fields import (
+    FINAL_NORM_CHOICES,
+    SPECS,
+    from_widget,
+    to_widget,
+    widget_range,
+)
 from blockviz.dashboard.findings_panel import current_mark
 from blockviz.launch import forking
 from blockviz.launch.runner import LaunchError
@@ -35,6 +41,17 @@ def _field_input(name: str, value: Any, key: str) -> Any:
     spec = SPECS[name]
     if spec.kind == "select":
         return st.selectbox(spec.label, spec.choices, index=spec.choices.index(value), key=key)
+    if spec.kind == "bool":
+        return st.toggle(spec.label, value, key=key, help=spec.help)
+    if spec.kind == "tristate":
+        shown = st.selectbox(
+            spec.label,
+            FINAL_NORM_CHOICES,
+            index=FINAL_NORM_CHOICES.index(to_widget(name, value)),
+            key=key,
+            help=spec.help,
+        )
+        return from_widget(name, shown)
     low, high = widget_range(name, spec.kind)
     number = to_widget(name, value)
     if spec.kind == "int":

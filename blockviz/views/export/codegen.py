@@ -47,6 +47,16 @@ from torch import nn
 # spells them (`ConfigField.code`, the comment beside each); a field left out is named in
 # the header.
 CONSTANTS = tuple(spec for spec in FIELDS.values() if spec.code is not None)
+# Fields that change what a run computes (a resume may not change them) but have no constant
+# here; the text and the vocabulary are the script's input, the ops fields named above.
+_UNBUILT = tuple(
+    spec
+    for spec in FIELDS.values()
+    if spec.code is None
+    and not spec.resume
+    and spec.section != "data"
+    and spec.name != "vocab_size"
+)
 
 
 def script_filename(name: str) -> str:
@@ -87,6 +97,13 @@ def not_reproduced(config: RunConfig) -> list[str]:
         )
     if train.logger != "none":
         notes.append(f"The run also wrote {train.logger} logs; the script only prints.")
+    values = {name: value for part in config.to_dict().values() for name, value in part.items()}
+    for spec in _UNBUILT:  # a field of the maths the script does not spell (a new toggle)
+        if values[spec.name] != spec.default:
+            notes.append(
+                f"The run set {spec.name} to {values[spec.name]!r}, which this script does "
+                "not build: its losses will not be blockviz's."
+            )
     notes.append(
         "blockviz's probes (gradient norms, activation statistics, update ratios, attention "
         "maps, samples during training), the run store and checkpoints are not part of it."
