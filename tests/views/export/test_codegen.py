@@ -492,12 +492,6 @@ def test_script_reads_text_as_blockviz_does(tmp_path: Path) -> None:
     assert read_text(str(messy)) == load_corpus(DataConfig(dataset=str(messy))).text
 
 
-def test_every_field_of_the_maths_is_built_by_the_script() -> None:
-    """A field a resume may not change (it changes what a run computes) is a constant of
-    the script, or the header names it (the next test); today none is left unbuilt."""
-    assert codegen._UNBUILT == ()
-
-
 def test_a_field_the_script_does_not_build_is_named_when_the_run_sets_it(monkeypatch) -> None:
     """A new toggle declared in the registry without `code`: the export says the script
     leaves it out, instead of silently training another model."""
