@@ -30,6 +30,7 @@ import torch
 
 from blockviz.core import config as cfg
 from blockviz.core import init_grads as core_init_grads
+from blockviz.core.config_model import INITS
 from blockviz.training import init_grads
 
 DEFAULT_TEXT = Path(__file__).resolve().parent.parent.parent / "shared/data/tinyshakespeare.txt"
@@ -50,7 +51,7 @@ def profiles(result: dict) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--text", type=Path, default=DEFAULT_TEXT)
-    parser.add_argument("--inits", nargs="+", default=["xavier"], choices=cfg.INITS)
+    parser.add_argument("--inits", nargs="+", default=["xavier"], choices=INITS)
     parser.add_argument("--depths", nargs="+", type=int, default=[3, 6, 12])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--d-model", type=int, default=128)

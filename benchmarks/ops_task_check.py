@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from blockviz.core import config as cfg
+from blockviz.core.config_train import DataConfig, TrainConfig
 from blockviz.training.data import (
     CharDataModule,
     answer_accuracy,
@@ -82,10 +83,10 @@ def window_answers(window: str) -> list[tuple[bool, str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=cfg.TrainConfig().seed)
-    parser.add_argument("--ops-seed", type=int, default=cfg.DataConfig().ops_seed)
-    parser.add_argument("--examples", type=int, default=cfg.DataConfig().ops_examples)
-    parser.add_argument("--batch-size", type=int, default=cfg.TrainConfig().batch_size)
+    parser.add_argument("--seed", type=int, default=TrainConfig().seed)
+    parser.add_argument("--ops-seed", type=int, default=DataConfig().ops_seed)
+    parser.add_argument("--examples", type=int, default=DataConfig().ops_examples)
+    parser.add_argument("--batch-size", type=int, default=TrainConfig().batch_size)
     args = parser.parse_args()
     run = cfg.RunConfig()
     data = cfg.replace(run, dataset="ops", ops_seed=args.ops_seed, ops_examples=args.examples)

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from blockviz.core import config  # noqa: E402  (after the path: run from a checkout)
 from blockviz.core.config import RunConfig  # noqa: E402
+from blockviz.core.config_model import ACTIVATIONS, NORM_POSITIONS, NORM_TYPES  # noqa: E402
 from blockviz.core.flags import coerce_fields  # noqa: E402
 from blockviz.core.presets import PLAYGROUND_PRESET  # noqa: E402
 from blockviz.dashboard.config_fields import QUICK_FIELDS  # noqa: E402
@@ -48,9 +49,9 @@ from blockviz.views import playground as pg  # noqa: E402
 # What each quick field is flipped to: every other choice of a select, the other value of
 # a switch, a tenth of the base's learning rate, and half its layers (two more from one).
 CHOICES: dict[str, tuple[Any, ...]] = {
-    "norm_position": config.NORM_POSITIONS,
-    "norm_type": config.NORM_TYPES,
-    "activation": config.ACTIVATIONS,
+    "norm_position": NORM_POSITIONS,
+    "norm_type": NORM_TYPES,
+    "activation": ACTIVATIONS,
 }
 VISIBLE_NATS = 0.05  # a gap a learner sees between two curves, when every seed agrees on its sign
 

@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from blockviz.core import config as cfg  # noqa: E402
+from blockviz.core.config_model import ModelConfig  # noqa: E402
+from blockviz.core.config_train import TrainConfig  # noqa: E402
 from blockviz.core.studies.define import SIZE_PRESETS  # noqa: E402
 from blockviz.training.lit import LitCharModel  # noqa: E402
 from blockviz.training.replicas import LitReplicas  # noqa: E402
@@ -43,7 +45,7 @@ def shape(name: str) -> cfg.RunConfig:
     """The run config of a shape: the quick study size, or baby-cpu as it is."""
     base = cfg.replace(cfg.preset("baby-cpu"), vocab_size=VOCAB, dropout=0.0)
     if name == "quick":
-        fields = cfg.field_types(cfg.ModelConfig) | cfg.field_types(cfg.TrainConfig)
+        fields = cfg.field_types(ModelConfig) | cfg.field_types(TrainConfig)
         quick = {k: v for k, v in SIZE_PRESETS["quick"].items() if k in fields}
         base = cfg.replace(base, **quick)
     return base.validate()

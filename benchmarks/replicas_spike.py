@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from blockviz.core import config as cfg  # noqa: E402
+from blockviz.core.config_model import ModelConfig  # noqa: E402
 from blockviz.training.model import CharTransformer  # noqa: E402
 
 VOCAB = 80
@@ -48,13 +49,13 @@ SHAPES = {
 KS = (1, 2, 4, 8)
 
 
-def shape(name: str) -> tuple[cfg.ModelConfig, int]:
+def shape(name: str) -> tuple[ModelConfig, int]:
     """The model config (dropout 0) and the batch size of a shape."""
     run = cfg.replace(cfg.preset("baby-cpu"), vocab_size=VOCAB, dropout=0.0, **SHAPES[name])
     return run.model, run.train.batch_size
 
 
-def models(model_cfg: cfg.ModelConfig, k: int) -> list[CharTransformer]:
+def models(model_cfg: ModelConfig, k: int) -> list[CharTransformer]:
     """K models, seeds 0..K-1."""
     out = []
     for seed in range(k):
@@ -71,7 +72,7 @@ def batches(k: int, batch: int, block: int, steps: int) -> list[torch.Tensor]:
     ]
 
 
-def solo(model_cfg: cfg.ModelConfig, data: list[torch.Tensor]) -> tuple[float, list[list[float]]]:
+def solo(model_cfg: ModelConfig, data: list[torch.Tensor]) -> tuple[float, list[list[float]]]:
     """The K replicas one after another at each step: seconds, losses (step x K)."""
     k = data[0].shape[0]
     replicas = models(model_cfg, k)
@@ -90,9 +91,7 @@ def solo(model_cfg: cfg.ModelConfig, data: list[torch.Tensor]) -> tuple[float, l
     return time.perf_counter() - start, losses
 
 
-def batched(
-    model_cfg: cfg.ModelConfig, data: list[torch.Tensor]
-) -> tuple[float, list[list[float]]]:
+def batched(model_cfg: ModelConfig, data: list[torch.Tensor]) -> tuple[float, list[list[float]]]:
     """The K replicas as one vmapped model, one AdamW over the stacked parameters (the
     update is elementwise, so it equals K AdamWs while lr and weight decay are shared)."""
     k = data[0].shape[0]

@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from blockviz.core import config
+from blockviz.core.config_model import INITS
 from blockviz.dashboard import init_grads, sidebar, ui
 from blockviz.views import charts
 
@@ -33,7 +33,7 @@ if not run_config.model.ffn:
 depth_col, init_col, seed_col = st.columns([2, 2, 1])
 # A few seconds by default (measured: 8 s on a quiet 2-core CPU); add depths, inits, seeds.
 depths = depth_col.multiselect("Depths (n_layer)", DEPTH_CHOICES, default=[3, 6, 12])
-inits = init_col.multiselect("Inits", config.INITS, default=["xavier"])
+inits = init_col.multiselect("Inits", INITS, default=["xavier"])
 n_seeds = seed_col.number_input("Seeds", min_value=1, max_value=10, value=2, step=1)
 
 if not depths or not inits:

@@ -31,6 +31,8 @@ import numpy as np
 
 from blockviz.core import config as cfg
 from blockviz.core import corpora, evaluation, params, procs
+from blockviz.core.config_model import ModelConfig
+from blockviz.core.config_train import TrainConfig
 from blockviz.core.induction import repeat_half
 from blockviz.core.spec import (
     ABOVE_RANGE,
@@ -119,7 +121,7 @@ class ParamTensor:
     matrix: bool
 
 
-def param_tensors(model: cfg.ModelConfig) -> list[ParamTensor]:
+def param_tensors(model: ModelConfig) -> list[ParamTensor]:
     """CharTransformer(model)'s trainable tensors in `named_parameters` order, torch-free.
 
     Which groups exist comes from the closed-form breakdown (core.params), which component
@@ -205,7 +207,7 @@ class Timeline:
     diverged: bool
 
 
-def timeline(train: cfg.TrainConfig, status: str, end: int) -> Timeline:
+def timeline(train: TrainConfig, status: str, end: int) -> Timeline:
     """What LitCharModel and BlockProbe have logged by the time a run with `status` stops.
 
     `end` is the run's step: the updates done, or for a diverged run the step whose loss

@@ -16,6 +16,8 @@ from typing import Any
 from blockviz.cli import requests
 from blockviz.core import config as cfg
 from blockviz.core import disk, startup_trace
+from blockviz.core.config_model import INITS
+from blockviz.core.fields import ConfigError
 from blockviz.core.flags import (
     EXIT_USAGE,
     ArgumentParser,
@@ -175,9 +177,7 @@ def _init_grads_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--depths", nargs="+", type=int, default=[3, 6, 12, 24], help="n_layer values (3 6 12 24)"
     )
-    p.add_argument(
-        "--inits", nargs="+", choices=cfg.INITS, default=list(cfg.INITS), help="inits (all)"
-    )
+    p.add_argument("--inits", nargs="+", choices=INITS, default=list(INITS), help="inits (all)")
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 averaged (default 3)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -187,7 +187,7 @@ def _init_grads_args(p: argparse.ArgumentParser) -> None:
     # Only the fields the measurement uses: the model (n_layer, norm_position and init are
     # replaced by each variant), the dataset, and the batch size.
     add_config_flags(p, ["model", "data"])
-    batch_metavar, batch_help = flag_metavar_and_help("batch_size", int, cfg.TrainConfig.batch_size)
+    batch_metavar, batch_help = flag_metavar_and_help(cfg.FIELDS["batch_size"])
     p.add_argument("--batch_size", dest="cfg_batch_size", metavar=batch_metavar, help=batch_help)
 
 
@@ -277,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler: Handler = getattr(importlib.import_module(module_name), func_name)
         startup_trace.mark(f"{module_name} imported")
         return handler(given)
-    except cfg.ConfigError as exc:
+    except ConfigError as exc:
         print(f"blockviz {args.command}: error: {flag_message(exc, args)}", file=sys.stderr)
         return EXIT_USAGE
     except UsageError as exc:

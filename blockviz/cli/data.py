@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from blockviz.core.config import DataConfig, check_int, from_dict
+from blockviz.core.config import check_int, from_dict
+from blockviz.core.config_train import DataConfig
 from blockviz.core.corpora import fingerprint, load_corpus
 from blockviz.core.download import DownloadProgress
 from blockviz.core.flags import config_overrides

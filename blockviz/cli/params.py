@@ -7,7 +7,7 @@ import dataclasses
 import json
 
 from blockviz.core import config
-from blockviz.core.config import ModelConfig
+from blockviz.core.config_model import ModelConfig
 from blockviz.core.flags import config_overrides
 from blockviz.core.params import format_table, param_breakdown
 

@@ -17,6 +17,7 @@ from typing import Any
 from blockviz import CLI
 from blockviz.core import config as cfg
 from blockviz.core import disk, evaluation
+from blockviz.core.fields import ConfigError
 from blockviz.core.forks import changes_text
 from blockviz.core.spec import RUN_STATES, final_header
 from blockviz.core.tags import tags_text
@@ -99,7 +100,7 @@ def _config_summary(config: dict[str, Any] | None) -> list[tuple[str, str]]:
         return []
     try:
         run_config = cfg.RunConfig.from_dict(config)
-    except cfg.ConfigError:
+    except ConfigError:
         return [("config", json.dumps(config))]
     m, t, d = run_config.model, run_config.train, run_config.data
     norm = "no norm" if m.norm_position == "none" else f"{m.norm_position}-{m.norm_type}"

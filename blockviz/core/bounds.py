@@ -1,9 +1,9 @@
-"""The range every numeric config field allows: `Bound` and the `BOUNDS` table.
+"""`Bound`, the allowed range of a number, and the few limits other checks share.
 
-`core.config`'s `validate()` enforces these ranges (`check_int`, `check_number`), the
-sidebar's number widgets take their min and max from them, the CLI's --help and the
-README quote them. Also the few limits other checks share: `MAX_VOCAB`, `MAX_STEPS`,
-`MAX_SEED`. Plain data, no imports from the rest of blockviz.
+Each numeric config field declares its `Bound` where it is declared (`core.config`, whose
+`BOUNDS` collects them); `MAX_VOCAB`, `MAX_STEPS` and `MAX_SEED` are also read by the data
+checks, the seed lists and the step counts. Plain data, no imports from the rest of
+blockviz.
 """
 
 from __future__ import annotations
@@ -39,50 +39,3 @@ class Bound:
         left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
         kind = "an integer" if integer else "a number"
         return f"{kind} in {left}{self.low}, {self.high}{right}"
-
-
-# Every numeric field's range, in one place: validate() enforces it, the sidebar's number
-# widgets take their min and max from it and the README quotes it. The limits are generous
-# for small character models on one machine or GPU box, yet keep every size a count or an
-# estimate can loop over, or a tensor can be allocated for, finite. Cross-field rules
-# (n_head divides d_model, min_lr <= lr, warmup_steps <= max_steps, ops_min_args <=
-# ops_max_args) are checked in validate() on top.
-BOUNDS: dict[str, Bound] = {
-    # ModelConfig
-    "vocab_size": Bound(1, MAX_VOCAB),
-    "n_layer": Bound(1, 256),
-    "n_head": Bound(1, 256),
-    "d_model": Bound(1, 16_384),
-    "block_size": Bound(1, 8_192),
-    "dropout": Bound(0.0, 1.0, high_open=True),
-    "residual_scale": Bound(0.0, 100.0),
-    "ffn_mult": Bound(1, 64),
-    "logit_softcap": Bound(0.0, 1000.0),
-    # TrainConfig
-    "batch_size": Bound(1, 65_536),
-    "max_steps": Bound(1, MAX_STEPS),
-    "lr": Bound(0.0, 10.0, low_open=True),
-    "min_lr": Bound(0.0, 10.0),
-    "warmup_steps": Bound(0, MAX_STEPS),
-    "weight_decay": Bound(0.0, 10.0),
-    "beta1": Bound(0.0, 1.0, high_open=True),
-    "beta2": Bound(0.0, 1.0, high_open=True),
-    "grad_clip": Bound(0.0, 1e6),
-    "z_loss": Bound(0.0, 1.0),
-    "devices": Bound(1, 1_024),
-    "num_nodes": Bound(1, 1_024),
-    "seed": Bound(0, MAX_SEED),
-    "log_interval": Bound(1, MAX_STEPS),
-    "eval_interval": Bound(1, MAX_STEPS),
-    "eval_iters": Bound(1, 100_000),
-    "probe_interval": Bound(1, MAX_STEPS),
-    "sample_interval": Bound(1, MAX_STEPS),
-    "ckpt_interval": Bound(0, MAX_STEPS),
-    "ckpt_keep": Bound(2, 64),
-    # DataConfig
-    "val_fraction": Bound(0.0, 0.5, low_open=True),
-    "ops_examples": Bound(10, 1_000_000),
-    "ops_min_args": Bound(1, 9),
-    "ops_max_args": Bound(1, 9),
-    "ops_seed": Bound(0, MAX_SEED),
-}

@@ -1,290 +1,29 @@
-"""Run configuration: model, training and data dataclasses, validation, JSON, diff and replace.
+"""Run configuration: `RunConfig` (model + train + data), the field registry, JSON, diff and
+replace.
 
 Every field is a plain value so a config is JSON on disk, a flag on the CLI and a widget in
-the sidebar. `validate()` raises `ConfigError` naming the field, the bad value and what is
-allowed; every numeric field has a lower and an upper bound, kept in `core.bounds.BOUNDS`.
-The named presets are `core.presets` (`preset()` here builds one). Nothing here imports
-torch, so the UI can validate on every keystroke.
+the sidebar, and every field is declared once, with `fields.knob`, in its section's
+dataclass (`config_model.ModelConfig`, `config_train.TrainConfig` and `DataConfig`): its
+default, label, help, range or words, and the rules the rest of blockviz reads about it.
+`FIELDS` is that registry, by name; `BOUNDS` its numeric ranges. `validate()` raises
+`ConfigError` naming the field, the bad value and what is allowed. The named presets are
+`core.presets` (`preset()` here builds one). Nothing here imports torch, so the UI can
+validate on every keystroke.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import sys
 from dataclasses import dataclass, field, fields
 from typing import Any, get_args, get_origin, get_type_hints
 
-from blockviz.core.bounds import BOUNDS
+from blockviz.core.bounds import Bound
+from blockviz.core.config_model import ModelConfig
+from blockviz.core.config_train import DataConfig, TrainConfig
+from blockviz.core.fields import ConfigError, ConfigField, fields_of
 from blockviz.core.presets import PRESETS
-
-NORM_POSITIONS = ("pre", "post", "none")
-NORM_TYPES = ("layernorm", "rmsnorm", "batchnorm")
-ACTIVATIONS = ("gelu", "relu", "silu", "swiglu")
-INITS = ("default", "gpt2", "xavier")
-LR_SCHEDULES = ("constant", "cosine", "linear")
-PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed")
-ACCELERATORS = ("auto", "cpu", "gpu", "mps")
-STRATEGIES = ("auto", "ddp")
-LOGGERS = ("none", "tensorboard", "csv")  # Lightning loggers a run writes besides the store
-
-
-def _shown(value: Any) -> str:
-    """repr(value) for a message, kept to one short line whatever the value is."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
-        # repr() of an int past 4300 digits raises; the size is what the user needs anyway
-        return f"an integer of {math.floor(value.bit_length() * math.log10(2)) + 1:,} digits"
-    text = repr(value)
-    if len(text) > 80:
-        return f"{text[:60]}… ({len(text):,} characters)"
-    return text
-
-
-class ConfigError(ValueError):
-    """A config field holds a value that is not allowed; the message names all three."""
-
-    def __init__(
-        self, field_name: str, value: Any, allowed: str, message: str | None = None
-    ) -> None:
-        self.field = field_name
-        self.value = value
-        self.allowed = allowed
-        super().__init__(message or f"{field_name}: {_shown(value)} is not allowed; {allowed}")
-
-
-def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(name, value, "choose one of " + ", ".join(choices))
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def check_int(name: str, value: Any) -> None:
-    """ConfigError unless `value` is an integer within BOUNDS[name]."""
-    bound = BOUNDS[name]
-    if not (_is_int(value) and bound.contains(value)):
-        raise ConfigError(name, value, "must be " + bound.describe(integer=True))
-
-
-def check_number(name: str, value: Any) -> None:
-    """ConfigError unless `value` is a finite number within BOUNDS[name]."""
-    bound = BOUNDS[name]
-    if not (_is_number(value) and bound.contains(value)):
-        raise ConfigError(name, value, "must be " + bound.describe(integer=False))
-
-
-def _number(name: str, value: Any, low: float, high: float) -> None:
-    """A number in [low, high], for ranges that depend on another field."""
-    if not (_is_number(value) and low <= value <= high):
-        raise ConfigError(name, value, f"must be a number in [{low}, {high}]")
-
-
-def _bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(name, value, "must be true or false")
-
-
-@dataclass
-class ModelConfig:
-    """Shape and wiring of the CharTransformer; every block toggle is a field."""
-
-    vocab_size: int = 65  # set from the dataset's vocabulary when a run starts
-    n_layer: int = 4
-    n_head: int = 4
-    d_model: int = 128
-    block_size: int = 64  # context length in characters
-    dropout: float = 0.0  # small models on small corpora rarely need it at first
-    bias: bool = True  # biases in Linear layers and norms (GPT-2 has them)
-    norm_position: str = "pre"  # pre: x + f(norm(x)); post: norm(x + f(x)); none: no norms
-    norm_type: str = "layernorm"  # rmsnorm drops the mean-centring and the bias; batchnorm
-    # normalises each channel over the batch and positions (running statistics in eval)
-    residual: bool = True  # off: x = f(x), the block without its skip path
-    residual_scale: float = 1.0  # multiplier on each branch before it joins the stream
-    attention: bool = True  # off: FFN-only blocks (no token mixing at all)
-    ffn: bool = True  # off: attention-only blocks
-    ffn_mult: int = 4  # d_ff = ffn_mult * d_model; 4 is the GPT-2 / original choice
-    activation: str = "gelu"  # swiglu gates: silu(x W) * (x V), then W_out
-    final_norm: bool | None = None  # None = auto: on for pre, off for post and none
-    tie_weights: bool = False  # share the token embedding with the LM head
-    init: str = "default"  # gpt2: N(0, 0.02) (residual projections smaller); xavier: Glorot
-    # Normalise each head's queries and keys before their dot product (Dehghani et al. 2023,
-    # Wortsman et al. 2023): the attention logits then no longer grow with the size of q and
-    # k, a growth that can collapse each softmax onto one key and destabilise training.
-    qk_norm: bool = False
-    # c > 0: logits = c·tanh(logits / c), so none leaves (-c, c) (Gemma 2 caps at 30); 0: off
-    logit_softcap: float = 0.0
-
-    @property
-    def d_ff(self) -> int:
-        """Hidden width of the FFN."""
-        return self.ffn_mult * self.d_model
-
-    @property
-    def head_dim(self) -> int:
-        """Width of one attention head."""
-        return self.d_model // self.n_head
-
-    @property
-    def use_final_norm(self) -> bool:
-        """Whether a norm sits before the LM head, resolving the `None` default."""
-        if self.norm_position == "none":
-            return False
-        if self.final_norm is None:
-            return self.norm_position == "pre"
-        return self.final_norm
-
-    def validate(self) -> ModelConfig:
-        """Raise ConfigError on the first bad field; return self when all are fine."""
-        check_int("vocab_size", self.vocab_size)
-        check_int("n_layer", self.n_layer)
-        check_int("n_head", self.n_head)
-        check_int("d_model", self.d_model)
-        check_int("block_size", self.block_size)
-        check_number("dropout", self.dropout)
-        _bool("bias", self.bias)
-        _choice("norm_position", self.norm_position, NORM_POSITIONS)
-        _choice("norm_type", self.norm_type, NORM_TYPES)
-        _bool("residual", self.residual)
-        check_number("residual_scale", self.residual_scale)
-        _bool("attention", self.attention)
-        _bool("ffn", self.ffn)
-        if not (self.attention or self.ffn):
-            raise ConfigError(
-                "ffn", self.ffn, "attention and ffn cannot both be off (the block would be empty)"
-            )
-        check_int("ffn_mult", self.ffn_mult)
-        _choice("activation", self.activation, ACTIVATIONS)
-        if self.final_norm is not None:
-            _bool("final_norm", self.final_norm)
-        _bool("tie_weights", self.tie_weights)
-        _choice("init", self.init, INITS)
-        _bool("qk_norm", self.qk_norm)
-        check_number("logit_softcap", self.logit_softcap)
-        if self.attention and self.d_model % self.n_head:
-            divisors = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
-            raise ConfigError(
-                "n_head",
-                self.n_head,
-                f"must divide d_model={self.d_model}; try one of {', '.join(map(str, divisors))}",
-            )
-        return self
-
-
-# Which tensors weight_decay reaches, as training.lit.param_groups builds AdamW's groups
-# (tests/training/test_lit.py checks that function tensor by tensor): the sidebar, the CLI's --help,
-# the generated script and README say this.
-WEIGHT_DECAY_HELP = (
-    "AdamW decay on the Linear weight matrices only: attention qkv and output, FFN in and "
-    "out, the LM head (a tied token embedding is the LM head's matrix, so it decays too); "
-    "none on biases, norm gains or the untied token and position embeddings"
-)
-
-
-@dataclass
-class TrainConfig:
-    """Optimisation, schedule, hardware and logging cadence of a run."""
-
-    batch_size: int = 12
-    max_steps: int = 2000
-    lr: float = 1e-3
-    min_lr: float = 1e-4  # floor of the cosine / linear decay
-    warmup_steps: int = 100  # linear warm-up; Post-LN needs it to survive high lr
-    lr_schedule: str = "cosine"
-    weight_decay: float = 0.1  # WEIGHT_DECAY_HELP says which tensors it reaches
-    beta1: float = 0.9
-    beta2: float = 0.99  # small batches of characters: a shorter second-moment memory helps
-    grad_clip: float = 1.0  # 0 disables clipping
-    # Adds z_loss·mean((log Z)²) to the objective, log Z the logsumexp of a position's logits
-    # (PaLM: 1e-4), pulling the softmax normaliser towards 1; 0: off. train/loss stays the
-    # cross-entropy alone, so runs with and without it compare on one scale.
-    z_loss: float = 0.0
-    precision: str = "auto"  # auto: bf16-mixed on a CUDA GPU that supports it, else 32-true
-    accelerator: str = "auto"
-    devices: int = 1
-    num_nodes: int = 1
-    strategy: str = "auto"  # ddp for several GPUs; Lightning does the rest
-    seed: int = 1337
-    log_interval: int = 1  # steps between train-loss / lr / throughput records
-    eval_interval: int = 100
-    eval_iters: int = 20  # validation batches per evaluation
-    probe_interval: int = 50  # steps between gradient / activation / update probes (and step 0)
-    sample_interval: int = 500  # steps between generated samples and attention maps
-    compile: bool = False  # torch.compile the model (worth it on a GPU, not on a laptop CPU)
-    logger: str = "none"  # tensorboard | csv: also write metrics and layer stats in run_dir
-    # Steps between kept checkpoints, the steps a fork or a replay can start from
-    # (`training.keep`); 0 keeps none. At most ckpt_keep are kept: one more doubles the
-    # spacing and drops the checkpoints off it (the first one stays).
-    ckpt_interval: int = 100
-    ckpt_keep: int = 8
-
-    def validate(self) -> TrainConfig:
-        """Raise ConfigError on the first bad field; return self when all are fine."""
-        check_int("batch_size", self.batch_size)
-        check_int("max_steps", self.max_steps)
-        check_number("lr", self.lr)
-        check_number("min_lr", self.min_lr)
-        _number("min_lr", self.min_lr, 0.0, self.lr)
-        check_int("warmup_steps", self.warmup_steps)
-        _choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
-        check_number("weight_decay", self.weight_decay)
-        check_number("beta1", self.beta1)
-        check_number("beta2", self.beta2)
-        check_number("grad_clip", self.grad_clip)
-        check_number("z_loss", self.z_loss)
-        _choice("precision", self.precision, PRECISIONS)
-        _choice("accelerator", self.accelerator, ACCELERATORS)
-        check_int("devices", self.devices)
-        check_int("num_nodes", self.num_nodes)
-        _choice("strategy", self.strategy, STRATEGIES)
-        check_int("seed", self.seed)
-        check_int("log_interval", self.log_interval)
-        check_int("eval_interval", self.eval_interval)
-        check_int("eval_iters", self.eval_iters)
-        check_int("probe_interval", self.probe_interval)
-        check_int("sample_interval", self.sample_interval)
-        _bool("compile", self.compile)
-        _choice("logger", self.logger, LOGGERS)
-        check_int("ckpt_interval", self.ckpt_interval)
-        check_int("ckpt_keep", self.ckpt_keep)
-        return self
-
-
-@dataclass
-class DataConfig:
-    """Which characters a run trains on and how they are split."""
-
-    dataset: str = "pydocs"  # pydocs | pycode | shakespeare | ops | a path to a UTF-8 file
-    val_fraction: float = 0.1  # the last 10% of the text is validation, never trained on
-    ops_examples: int = 20000  # lines generated for the synthetic `ops` task
-    ops_min_args: int = 2
-    ops_max_args: int = 5
-    ops_seed: int = 0
-
-    def validate(self) -> DataConfig:
-        """Raise ConfigError on the first bad field; return self when all are fine."""
-        if not isinstance(self.dataset, str) or not self.dataset.strip():
-            raise ConfigError(
-                "dataset",
-                self.dataset,
-                "name a built-in corpus (pydocs, pycode, shakespeare, ops) or a text file",
-            )
-        check_number("val_fraction", self.val_fraction)
-        check_int("ops_examples", self.ops_examples)
-        check_int("ops_min_args", self.ops_min_args)
-        check_int("ops_max_args", self.ops_max_args)
-        if self.ops_max_args < self.ops_min_args:
-            raise ConfigError(
-                "ops_max_args", self.ops_max_args, f"must be >= ops_min_args={self.ops_min_args}"
-            )
-        check_int("ops_seed", self.ops_seed)
-        return self
 
 
 @dataclass
@@ -356,6 +95,28 @@ class RunConfig:
 
 
 SECTIONS: dict[str, type] = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig}
+# Every config field, by name, in the sections' order and each section's declaration order.
+FIELDS: dict[str, ConfigField] = {
+    name: spec for cls in SECTIONS.values() for name, spec in fields_of(cls).items()
+}
+# Every numeric field's range: validate() enforces it, the sidebar's number widgets take
+# their min and max from it, the CLI's --help and the generated docs quote it. The limits
+# are generous for small character models on one machine or GPU box, yet keep every size a
+# count or an estimate can loop over, or a tensor can be allocated for, finite.
+BOUNDS: dict[str, Bound] = {
+    name: spec.bound for name, spec in FIELDS.items() if spec.bound is not None
+}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: Any) -> None:
+    """ConfigError unless `value` is an integer within BOUNDS[name]."""
+    bound = BOUNDS[name]
+    if not (_is_int(value) and bound.contains(value)):
+        raise ConfigError(name, value, "must be " + bound.describe(integer=True))
 
 
 def field_types(cls: type) -> dict[str, Any]:

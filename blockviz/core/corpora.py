@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from blockviz.core.config import DataConfig
+from blockviz.core.config_train import DataConfig
 from blockviz.core.download import Progress, cache_dir, download
 from blockviz.core.vocab import CharVocab, DataError, check_vocab_size, unigram_nats
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 
-from blockviz.core.config import ConfigError, TrainConfig
+from blockviz.core.config_train import TrainConfig
+from blockviz.core.fields import ConfigError
 
 
 def check_logger_available(train: TrainConfig) -> None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any, NoReturn, get_args, get_origin
+from typing import Any, NoReturn
 
 from blockviz.core import config as cfg
 from blockviz.core import hardware, replicas
-from blockviz.core.bounds import BOUNDS
+from blockviz.core.config import BOUNDS
 from blockviz.core.corpora import read_regular_file
+from blockviz.core.fields import ConfigError, ConfigField
 from blockviz.core.requests import ConfigSource
 from blockviz.core.vocab import DataError
 
@@ -32,66 +33,48 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-# The fields whose value is one of a few words, with those words (shown in --help).
-FIELD_CHOICES: dict[str, tuple[str, ...]] = {
-    "norm_position": cfg.NORM_POSITIONS,
-    "norm_type": cfg.NORM_TYPES,
-    "activation": cfg.ACTIVATIONS,
-    "init": cfg.INITS,
-    "lr_schedule": cfg.LR_SCHEDULES,
-    "precision": cfg.PRECISIONS,
-    "accelerator": cfg.ACCELERATORS,
-    "strategy": cfg.STRATEGIES,
-    "logger": cfg.LOGGERS,
-}
-_DATASET_HELP = "a built-in corpus (pydocs, pycode, shakespeare, ops) or a UTF-8 text file path"
-# Where the config flags' --help sends the reader for what each field does (a flag's own
-# help says its type, range and default).
-CONFIG_GROUP_NOTE = "what each field does, and the rules between fields: docs/config-guide.md"
-# What a flag does, where its name does not say enough (before its type and default).
-FIELD_NOTES: dict[str, str] = {"weight_decay": cfg.WEIGHT_DECAY_HELP}
+# Where the config flags' --help sends the reader for the rules between fields and the
+# model's wiring (each flag's own help says what its field does, its values and default).
+CONFIG_GROUP_NOTE = "the rules between fields and how a block is wired: docs/config-guide.md"
 
 
-def flag_metavar_and_help(name: str, annotation: Any, default: Any) -> tuple[str, str]:
-    """The metavar and help of one config flag: its type, its choices or range, its default."""
-    optional = get_origin(annotation) is not None and type(None) in get_args(annotation)
-    base = next(a for a in get_args(annotation) if a is not type(None)) if optional else annotation
-    shown_default = "auto" if default is None else str(default).lower() if base is bool else default
-    if name in FIELD_CHOICES:
-        choices = FIELD_CHOICES[name]
-        metavar, allowed = "{" + ",".join(choices) + "}", "one of " + ", ".join(choices)
-    elif base is bool:
-        metavar = "{auto,true,false}" if optional else "{true,false}"
-        allowed = "auto, true or false" if optional else "true or false"
-    elif base is int or base is float:
-        metavar = base.__name__.upper()
-        bound = BOUNDS.get(name)
-        kind = "an integer" if base is int else "a number"
-        allowed = bound.describe(integer=base is int) if bound else kind
-    elif name == "dataset":
-        metavar, allowed = "NAME|PATH", _DATASET_HELP
-    else:
-        metavar, allowed = "STR", "text"
-    note = f"{FIELD_NOTES[name]}; " if name in FIELD_NOTES else ""
+def flag_metavar_and_help(spec: ConfigField) -> tuple[str, str]:
+    """The metavar and help of one config flag: what the field does (the registry's
+    help), its choices or range, its default."""
+    kind, default = spec.kind, spec.default
+    shown_default = (
+        "auto" if default is None else str(default).lower() if kind == "bool" else default
+    )
+    metavar = {
+        "select": "{" + ",".join(spec.choices) + "}",
+        "bool": "{true,false}",
+        "tristate": "{auto,true,false}",
+        "int": "INT",
+        "float": "FLOAT",
+    }.get(kind, "NAME|PATH" if spec.name == "dataset" else "STR")
     # argparse formats help with %-style: a literal % must be doubled.
-    return metavar, f"{note}{allowed} (default: {shown_default})".replace("%", "%%")
+    text = f"{spec.help} Takes {spec.allowed()} (default: {shown_default})."
+    return metavar, text.replace("%", "%%")
 
 
 def add_config_flags(parser: argparse.ArgumentParser, sections: Sequence[str]) -> None:
     """One `--field` flag per field of the named config sections (values parsed later).
 
-    The help of each shows the field's type, its choices or range, and its default; the
+    The help of each says what the field does, its choices or range, and its default; the
     values are still parsed by `config_overrides`, so a bad one gets the field's message.
     """
     for section in sections:
-        cls = cfg.SECTIONS[section]
         group = parser.add_argument_group(f"{section} config", CONFIG_GROUP_NOTE)
-        defaults = cls()
-        for name, annotation in cfg.field_types(cls).items():
-            metavar, help_text = flag_metavar_and_help(name, annotation, getattr(defaults, name))
-            group.add_argument(
-                f"--{name}", dest=f"cfg_{name}", metavar=metavar, default=None, help=help_text
-            )
+        for spec in cfg.FIELDS.values():
+            if spec.section == section:
+                metavar, help_text = flag_metavar_and_help(spec)
+                group.add_argument(
+                    spec.flag,
+                    dest=f"cfg_{spec.name}",
+                    metavar=metavar,
+                    default=None,
+                    help=help_text,
+                )
 
 
 def given_fields(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
@@ -144,7 +127,7 @@ def read_config_file(path: str) -> cfg.RunConfig:
         ) from None
     try:
         return cfg.RunConfig.from_json(text)
-    except cfg.ConfigError as exc:
+    except ConfigError as exc:
         raise UsageError(f"--config {path}: {exc}") from None
 
 
@@ -191,7 +174,7 @@ def fit_warmup(source: ConfigSource) -> tuple[ConfigSource, str | None]:
     return dataclasses.replace(source, fields=fields), note
 
 
-def flag_message(exc: cfg.ConfigError, args: argparse.Namespace) -> str:
+def flag_message(exc: ConfigError, args: argparse.Namespace) -> str:
     """A config field's error in the command line's words: named by its flag when the
     user typed it; else saying which flag sets the field."""
     text = str(exc)

@@ -18,13 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from blockviz.core import config as cfg
+from blockviz.core.fields import FORK_FIXED, FORK_OFFERED
 from blockviz.core.flags import UsageError, coerce_fields
 from blockviz.core.spec import EVAL_SCALARS
 
 CHECKPOINTS_DIR = "checkpoints"
 KEPT_PATTERN = re.compile(r"^step-(\d{1,9})\.ckpt$")
 # Fields a fork may not change whatever the shapes: what the checkpoint is of.
-FIXED_FIELDS = ("dataset", "val_fraction", "ops_examples", "ops_min_args", "ops_max_args")
+FIXED_FIELDS = tuple(name for name, spec in cfg.FIELDS.items() if spec.fork == FORK_FIXED)
+# Fields Live's fork panel offers: each keeps every parameter's shape.
+OFFERED_FIELDS = tuple(name for name, spec in cfg.FIELDS.items() if spec.fork == FORK_OFFERED)
 
 
 def kept_name(step: int) -> str:

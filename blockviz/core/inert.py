@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from blockviz.core.config import DataConfig, RunConfig
+from blockviz.core.config import RunConfig
+from blockviz.core.config_train import DataConfig
 
 OPS_FIELDS = tuple(f.name for f in fields(DataConfig) if f.name.startswith("ops_"))
 

@@ -9,9 +9,9 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from blockviz.core import config as cfg
 from blockviz.core import spec
-from blockviz.core.bounds import BOUNDS
+from blockviz.core.config import BOUNDS
+from blockviz.core.config_model import INITS, ModelConfig
 from blockviz.core.flags import UsageError
 
 QUANTITY = "ffn.fc_out.weight"  # the per-layer gradient measured, by parameter name
@@ -19,7 +19,7 @@ POSITIONS = ("pre", "post")
 
 
 def check_request(
-    model_cfg: cfg.ModelConfig, depths: Sequence[int], inits: Sequence[str], seeds: Sequence[int]
+    model_cfg: ModelConfig, depths: Sequence[int], inits: Sequence[str], seeds: Sequence[int]
 ) -> None:
     """UsageError naming the first option that cannot be measured."""
     if not model_cfg.ffn:
@@ -31,8 +31,8 @@ def check_request(
         if isinstance(depth, bool) or not isinstance(depth, int) or not low <= depth <= high:
             raise UsageError(f"--depths {depth!r}: each must be an integer in [{low}, {high}]")
     for init in inits:
-        if init not in cfg.INITS:
-            raise UsageError(f"--inits {init!r}: choose from {', '.join(cfg.INITS)}")
+        if init not in INITS:
+            raise UsageError(f"--inits {init!r}: choose from {', '.join(INITS)}")
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -7,46 +7,14 @@ names unique (adding -2, -3) and refuses bare numbers, which read as run ids.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-
 from blockviz.core import config
 from blockviz.core.config import RunConfig
-from blockviz.core.corpora import BUILTIN
 from blockviz.core.inert import inert_fields
 from blockviz.core.presets import DEFAULT_PRESET
 
 NAME_MAX = 80
 NAME_EXTRA_CHARS = frozenset("-_.+= ")
 MAX_NAME_TOKENS = 5  # a longer difference is cut and says how many fields it left out
-
-# One token per field that differs, in this order (what a name is mostly about first);
-# any other field reads `<field><value>`, after these, in the config's field order.
-_TOKENS: dict[str, Callable[[Any], str]] = {
-    "norm_position": lambda v: {"pre": "pre-ln", "post": "post-ln", "none": "no-norm"}[v],
-    "norm_type": lambda v: v,
-    "residual": lambda v: "resid" if v else "no-resid",
-    "residual_scale": lambda v: f"rs{v:g}",
-    "attention": lambda v: "attn" if v else "no-attn",
-    "ffn": lambda v: "ffn" if v else "no-ffn",
-    "activation": lambda v: v,
-    "ffn_mult": lambda v: f"ffn{v}x",
-    "n_layer": lambda v: f"{v}L",
-    "n_head": lambda v: f"{v}H",
-    "d_model": lambda v: f"d{v}",
-    "block_size": lambda v: f"ctx{v}",
-    "bias": lambda v: "bias" if v else "nobias",
-    "final_norm": lambda v: {None: "finalnorm-auto", True: "finalnorm", False: "no-finalnorm"}[v],
-    "tie_weights": lambda v: "tied" if v else "untied",
-    "init": lambda v: f"{v}-init",
-    "qk_norm": lambda v: "qknorm" if v else "no-qknorm",
-    "logit_softcap": lambda v: f"softcap{v:g}" if v else "no-softcap",
-    "max_steps": lambda v: f"{v}steps",
-    "lr": lambda v: f"lr{v:g}",
-    "z_loss": lambda v: f"zloss{v:g}" if v else "no-zloss",
-    "dataset": lambda v: v if v in BUILTIN else Path(v).stem,
-}
 
 
 def sanitize_name(name: str) -> str:
@@ -87,9 +55,10 @@ def shortened_id(text: str, keep: int = 24) -> str:
 
 
 def _field_order() -> dict[str, int]:
-    names = list(_TOKENS)
-    for section in config.SECTIONS.values():
-        names += [name for name in config.field_types(section) if name not in _TOKENS]
+    """The fields with a name token first (what a name is mostly about), then the rest,
+    each in the registry's order."""
+    specs = config.FIELDS.values()
+    names = [s.name for s in specs if s.token] + [s.name for s in specs if not s.token]
     return {name: index for index, name in enumerate(names)}
 
 
@@ -107,7 +76,7 @@ def run_name(run_config: RunConfig, preset: str | None = None) -> str:
         changed.pop(name, None)
     order = _field_order()
     tokens = [
-        _TOKENS.get(name, lambda v, n=name: f"{n}{v}")(new)
+        config.FIELDS[name].name_token(new)
         for name, (_, new) in sorted(changed.items(), key=lambda item: order[item[0]])
     ]
     if not tokens:

@@ -16,7 +16,9 @@ from typing import Any
 
 import psutil
 
-from blockviz.core.config import ConfigError, ModelConfig, RunConfig, check_int
+from blockviz.core.config import RunConfig, check_int
+from blockviz.core.config_model import ModelConfig
+from blockviz.core.fields import ConfigError
 from blockviz.core.spec import PARAM_GROUPS, layer_label
 
 # The breakdown's rows are parameter groups, finer than the probes' components

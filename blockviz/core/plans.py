@@ -19,23 +19,8 @@ from blockviz.core.flags import UsageError, build_config, coerce_fields
 from blockviz.core.naming import run_name
 from blockviz.core.requests import TrainRequest
 
-# Train fields a resumed run may change: hardware and cadence, never the maths.
-RESUMABLE_FIELDS = (
-    "max_steps",
-    "accelerator",
-    "devices",
-    "num_nodes",
-    "strategy",
-    "precision",
-    "compile",
-    "log_interval",
-    "eval_interval",
-    "probe_interval",
-    "sample_interval",
-    "logger",
-    "ckpt_interval",
-    "ckpt_keep",
-)
+# Fields a resumed run may change: hardware and cadence, never the maths.
+RESUMABLE_FIELDS = tuple(name for name, spec in cfg.FIELDS.items() if spec.resume)
 
 Rows = Mapping[str, list[list[Any]]]
 

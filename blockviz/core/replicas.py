@@ -19,21 +19,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from blockviz.core import hardware
-from blockviz.core.config import ConfigError, RunConfig
+from blockviz.core.config import FIELDS, RunConfig
+from blockviz.core.fields import ConfigError
 
 # Fields a replica holds on its own (section, field); any other field is shared.
-PER_REPLICA_FIELDS: tuple[tuple[str, str], ...] = (
-    ("train", "seed"),
-    ("train", "lr"),
-    ("train", "min_lr"),
-    ("train", "warmup_steps"),
-    ("train", "lr_schedule"),
-    ("train", "weight_decay"),
-    ("train", "beta1"),
-    ("train", "beta2"),
-    ("train", "grad_clip"),
-    ("train", "z_loss"),
-    ("model", "init"),
+PER_REPLICA_FIELDS: tuple[tuple[str, str], ...] = tuple(
+    (spec.section, name) for name, spec in FIELDS.items() if spec.per_replica
 )
 
 # In each member's run folder: the batch it trained in (its members' run ids, its index).

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from blockviz.core.config import ModelConfig
+    from blockviz.core.config_model import ModelConfig
 
 # ------------------------------------------------------------------------- run status
 

@@ -6,7 +6,8 @@ from typing import Any
 
 import streamlit as st
 
-from blockviz.core.config import ConfigError, RunConfig
+from blockviz.core.config import RunConfig
+from blockviz.core.fields import ConfigError
 from blockviz.views.export import codegen
 
 LABEL = "Export as code"

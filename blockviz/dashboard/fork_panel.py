@@ -18,7 +18,13 @@ import streamlit as st
 from blockviz.core import config as cfg
 from blockviz.core import forks
 from blockviz.dashboard import ui
-from blockviz.dashboard.config_fields import SPECS, to_widget, widget_range
+from blockviz.dashboard.config_fields import (
+    FINAL_NORM_CHOICES,
+    SPECS,
+    from_widget,
+    to_widget,
+    widget_range,
+)
 from blockviz.dashboard.findings_panel import current_mark
 from blockviz.launch import forking
 from blockviz.launch.runner import LaunchError
@@ -26,19 +32,6 @@ from blockviz.store import RunStore, StoreError
 from blockviz.store.records import RunRecord
 from blockviz.views import run_findings
 
-# The fields offered for a fork, drawn as the sidebar draws them (config_fields.SPECS:
-# label, format, bounds); every one keeps the parameters' shapes.
-FORKABLE = (
-    "norm_position",
-    "lr",
-    "warmup_steps",
-    "grad_clip",
-    "weight_decay",
-    "z_loss",
-    "max_steps",
-    "dropout",
-    "logit_softcap",
-)
 EVENT_FINDINGS = ("diverged", "loss_spike")
 STARTED_KEY = "live.twin_started"  # session_state: {parent, twin, text} of the last start
 
@@ -47,7 +40,18 @@ def _field_input(name: str, value: Any, key: str) -> Any:
     """One forkable field's widget, starting at the run's value; the value it holds."""
     spec = SPECS[name]
     if spec.kind == "select":
-        return st.selectbox(spec.label, spec.options, index=spec.options.index(value), key=key)
+        return st.selectbox(spec.label, spec.choices, index=spec.choices.index(value), key=key)
+    if spec.kind == "bool":
+        return st.toggle(spec.label, value, key=key, help=spec.help)
+    if spec.kind == "tristate":
+        shown = st.selectbox(
+            spec.label,
+            FINAL_NORM_CHOICES,
+            index=FINAL_NORM_CHOICES.index(to_widget(name, value)),
+            key=key,
+            help=spec.help,
+        )
+        return from_widget(name, shown)
     low, high = widget_range(name, spec.kind)
     number = to_widget(name, value)
     if spec.kind == "int":
@@ -64,7 +68,7 @@ def _changes(run: RunRecord, prefix: str) -> dict[str, Any]:
     """The forkable fields as edited, those that differ from the run's config."""
     config = cfg.RunConfig.from_dict(run.config or {})
     changes: dict[str, Any] = {}
-    for name in FORKABLE:
+    for name in forks.OFFERED_FIELDS:  # drawn as the sidebar draws them
         value = getattr(getattr(config, cfg.section_of(name)), name)
         edited = _field_input(name, value, f"{prefix}.{name}")
         if edited != value:

@@ -15,7 +15,8 @@ from typing import Any
 import streamlit as st
 
 from blockviz.core import config, corpora
-from blockviz.core.config import ConfigError, RunConfig
+from blockviz.core.config import RunConfig
+from blockviz.core.fields import ConfigError
 from blockviz.core.presets import PRESETS
 from blockviz.core.vocab import DataError
 from blockviz.dashboard import sidebar, store_access, ui

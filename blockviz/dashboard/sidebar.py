@@ -6,7 +6,7 @@ and calls `keep_values` on the others, so no value is lost while its widget is n
 The RunConfig is built with blockviz.core.config and validated there; the sidebar only
 shows the ConfigError it raises, under the field it names. The config also lives in the
 URL query (`url_config`): a fresh session reads it, every drawn sidebar writes it back.
-Number widgets take their min and max from bounds.BOUNDS. Text the user supplied (upload
+Number widgets take their min and max from config.BOUNDS. Text the user supplied (upload
 names, run names, messages that quote them) is shown through `ui.plain`, never as Markdown.
 What each widget is lives in `config_fields`, uploads in `uploads`, run names in `run_names`.
 """
@@ -20,8 +20,11 @@ from typing import Any
 import streamlit as st
 
 from blockviz.core import config, corpora, params
-from blockviz.core.config import ConfigError, DataConfig, ModelConfig, RunConfig
+from blockviz.core.config import RunConfig
+from blockviz.core.config_model import ModelConfig
+from blockviz.core.config_train import DataConfig
 from blockviz.core.extras import check_logger_available
+from blockviz.core.fields import ConfigError, ConfigField
 from blockviz.core.inert import inert_fields
 from blockviz.core.presets import DEFAULT_PRESET, PRESET_DESCRIPTIONS, PRESETS
 from blockviz.core.vocab import CharVocab, DataError, check_split
@@ -33,7 +36,6 @@ from blockviz.dashboard.config_fields import (
     TRAINING,
     TRAINING_ADVANCED,
     UPLOAD_CHOICE,
-    Field,
     from_widget,
     to_widget,
     widget_range,
@@ -67,7 +69,7 @@ class SidebarState:
     upload: UploadInfo | None
     # The model to draw and count: None while the config does not validate, but set when
     # only the data is wrong (no upload yet), so the diagram and the count stay.
-    model_for_params: config.ModelConfig | None
+    model_for_params: ModelConfig | None
     name_error: str | None = None  # the run name cannot be used (a bare number)
     # The Architecture fields that do nothing under the rest of the config, and why (a
     # page drawing a field itself greys it out the same way).
@@ -340,7 +342,7 @@ def render_sidebar(elsewhere: Collection[str] = (), start: str = DEFAULT_PRESET)
     )
 
 
-def _left(specs: tuple[Field, ...], elsewhere: Collection[str]) -> tuple[Field, ...]:
+def _left(specs: tuple[ConfigField, ...], elsewhere: Collection[str]) -> tuple[ConfigField, ...]:
     """The fields of a group the sidebar draws: those the page does not draw itself."""
     return tuple(spec for spec in specs if spec.name not in elsewhere)
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import streamlit as st
 
-from blockviz.core.config import ConfigError
+from blockviz.core.fields import ConfigError, ConfigField
 from blockviz.dashboard import url_config
 from blockviz.dashboard.config_fields import (
     DATASET_CHOICES,
@@ -19,7 +19,6 @@ from blockviz.dashboard.config_fields import (
     OPS_FIELDS,
     UPLOAD_CHOICE,
     VAL_FRACTION,
-    Field,
     widget_range,
 )
 from blockviz.dashboard.ui import plain
@@ -43,7 +42,9 @@ def clamp_state(key: str, low: float, high: float) -> None:
         st.session_state[key] = min(max(value, low), high)
 
 
-def widget(spec: Field, error: ConfigError | None, inert: dict[str, str] | None = None) -> None:
+def widget(
+    spec: ConfigField, error: ConfigError | None, inert: dict[str, str] | None = None
+) -> None:
     """One field's widget, the error that names it under it; disabled where `inert` says."""
     key = PREFIX + spec.name
     why_off = (inert or {}).get(spec.name)
@@ -52,7 +53,7 @@ def widget(spec: Field, error: ConfigError | None, inert: dict[str, str] | None 
         help_text = f"Does nothing now: {why_off}." + (f" {spec.help}" if spec.help else "")
     disabled = why_off is not None
     if spec.kind in ("select", "tristate"):
-        options = FINAL_NORM_CHOICES if spec.kind == "tristate" else spec.options
+        options = FINAL_NORM_CHOICES if spec.kind == "tristate" else spec.choices
         st.selectbox(spec.label, options, key=key, help=help_text, disabled=disabled)
     elif spec.kind == "bool":
         st.toggle(spec.label, key=key, help=help_text, disabled=disabled)
@@ -78,7 +79,7 @@ def widget(spec: Field, error: ConfigError | None, inert: dict[str, str] | None 
 
 def group(
     title: str,
-    specs: Sequence[Field],
+    specs: Sequence[ConfigField],
     error: ConfigError | None,
     expanded: bool,
     inert: dict[str, str] | None = None,

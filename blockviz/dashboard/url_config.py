@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blockviz.core import config
-from blockviz.core.bounds import BOUNDS
-from blockviz.core.config import ConfigError
 from blockviz.core.corpora import BUILTIN
+from blockviz.core.fields import ConfigError, check_value
 from blockviz.core.presets import DEFAULT_PRESET, PRESETS
-from blockviz.dashboard.config_fields import ALL_FIELDS, SPECS, UPLOAD_CHOICE
+from blockviz.dashboard.config_fields import ALL_FIELDS, UPLOAD_CHOICE
 
 PRESET_PARAM = "preset"
 NAME_PARAM = "name"  # only a typed run name travels; a suggested one follows the fields
@@ -93,13 +92,7 @@ def _check_one(name: str, value: Any) -> None:
                 name, value, "a link can name a built-in corpus: " + ", ".join(BUILTIN)
             )
         return
-    if name in BOUNDS:
-        if SPECS[name].kind == "int":
-            config.check_int(name, value)
-        else:
-            config.check_number(name, value)
-    elif SPECS[name].options and value not in SPECS[name].options:
-        raise ConfigError(name, value, "choose one of " + ", ".join(SPECS[name].options))
+    check_value(config.FIELDS[name], value)
 
 
 def _types() -> dict[str, Any]:

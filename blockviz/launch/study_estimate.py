@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from statistics import median
 
 from blockviz.core import hardware, replicas
-from blockviz.core.config import ConfigError, ModelConfig, RunConfig
+from blockviz.core.config import RunConfig
+from blockviz.core.config_model import ModelConfig
+from blockviz.core.fields import ConfigError
 from blockviz.core.params import param_count
 from blockviz.core.studies.define import StudyDef
 from blockviz.launch import runner

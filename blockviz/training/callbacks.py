@@ -18,14 +18,11 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from blockviz.core import spec
 
@@ -477,40 +474,3 @@ class ConsoleProgress(Callback):
             elapsed = time.perf_counter() - self._start
             parts.append(f"ETA {_format_duration(elapsed / done * (max_steps - step))}")
         return " | ".join(parts)
-
-
-# ---------------------------------------------------------------------------- last.ckpt
-
-
-class LastCheckpoint(Callback):
-    """`last.ckpt`: the newest state, after every evaluation, at the end and on a stop.
-
-    (Lightning 2.6's `save_last` only rewrites last.ckpt when a top-k checkpoint was saved
-    in the same step, i.e. when validation improved, so it can lag far behind.)
-    """
-
-    def __init__(self, dirpath: str | Path) -> None:
-        self.path = Path(dirpath) / "last.ckpt"
-        self.saved_step: int | None = None
-
-    def save(self, trainer: L.Trainer) -> None:
-        """Write last.ckpt unless this step is already saved."""
-        if self.saved_step != trainer.global_step:
-            trainer.save_checkpoint(self.path, weights_only=False)  # full state, for resume
-            self.saved_step = trainer.global_step
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """After each evaluation during fit."""
-        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
-            self.save(trainer)
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """At the final step, so a resume with a larger max_steps starts there."""
-        self.save(trainer)
-
-    def on_exception(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
-    ) -> None:
-        """On SIGTERM / Ctrl-C: the state after the last finished step."""
-        if isinstance(exception, SIGTERMException):
-            self.save(trainer)

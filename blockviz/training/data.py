@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from blockviz.core import evaluation
-from blockviz.core.config import DataConfig
+from blockviz.core.config_train import DataConfig
 from blockviz.core.corpora import (
     Corpus,
     fingerprint,

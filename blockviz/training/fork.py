@@ -142,8 +142,7 @@ def check_shapes(state: dict[str, Any], config: cfg.RunConfig, changed: dict) ->
         raise UsageError(
             f"{fields} changes the parameters ({why}): a fork keeps its parent's "
             "weights, so only fields that keep every parameter's shape may change "
-            "(lr, warmup_steps, grad_clip, z_loss, dropout, weight_decay, norm_position, "
-            "logit_softcap, ...)"
+            f"({', '.join(forks.OFFERED_FIELDS)}, ...)"
         )
 
 

@@ -24,6 +24,7 @@ import torch
 
 from blockviz.core import config as cfg
 from blockviz.core import spec
+from blockviz.core.config_model import INITS, ModelConfig
 from blockviz.core.corpora import load_corpus
 from blockviz.core.flags import build_config
 from blockviz.core.init_grads import POSITIONS, QUANTITY, check_request, summarise, table
@@ -38,7 +39,7 @@ Progress = Callable[[int, int, str], None]  # (done, total, what is next)
 
 
 def layer_grad_norms(
-    model_cfg: cfg.ModelConfig, inputs: torch.Tensor, targets: torch.Tensor, seed: int
+    model_cfg: ModelConfig, inputs: torch.Tensor, targets: torch.Tensor, seed: int
 ) -> list[float]:
     """‖∇ ffn.fc_out.weight‖ of every block after one backward pass of a fresh model."""
     torch.manual_seed(seed)
@@ -69,7 +70,7 @@ def seed_batch(
 def measure(
     run_config: cfg.RunConfig,
     depths: Sequence[int] = DEFAULT_DEPTHS,
-    inits: Sequence[str] = cfg.INITS,
+    inits: Sequence[str] = INITS,
     seeds: Sequence[int] = tuple(range(DEFAULT_SEEDS)),
     progress: Progress | None = None,
 ) -> list[dict[str, Any]]:

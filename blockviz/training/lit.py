@@ -24,7 +24,8 @@ import torch
 from torch import nn
 
 from blockviz.core import spec
-from blockviz.core.config import RunConfig, TrainConfig
+from blockviz.core.config import RunConfig
+from blockviz.core.config_train import TrainConfig
 from blockviz.core.vocab import CharVocab
 from blockviz.training.data import answer_accuracy, baseline_score
 from blockviz.training.model import CharTransformer, ModelInputError, NonFiniteLogits

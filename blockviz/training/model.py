@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from blockviz.core.config import ModelConfig
+from blockviz.core.config_model import ModelConfig
 from blockviz.core.spec import TAPS, block_tap_names
 
 TAP_NAMES = TAPS  # the spec's taps, in forward order (see blockviz.core.spec)

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from blockviz.core import config as cfg
 from blockviz.core import procs, replicas, spec, startup_trace
+from blockviz.core.fields import ConfigError
 from blockviz.core.files import atomic_write
 from blockviz.core.plans import Plan
 from blockviz.core.requests import Session
@@ -364,7 +364,7 @@ def _record_failure(store: RunStore, members: list[_Member], exc: BaseException)
         except StoreError as store_exc:
             log.error("could not record the failure: %s", store_exc)
     what = ", ".join(f"{m.run_id} ({m.name})" for m in members)
-    if isinstance(exc, (DataError, cfg.ConfigError)):
+    if isinstance(exc, (DataError, ConfigError)):
         print(f"blockviz train: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     plural = "s" if len(members) > 1 else ""

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from blockviz.core.config import TrainConfig
+from blockviz.core.config_train import TrainConfig
 
 EPS = 1e-8  # torch.optim.AdamW's default, as solo runs use it
 CPU_CHUNK = 1 << 15  # columns of the stack a CPU updates at a time

@@ -26,8 +26,8 @@ import sys
 import time
 from types import FrameType
 
-from blockviz.core import config as cfg
 from blockviz.core import procs, replicas
+from blockviz.core.config_model import INITS
 from blockviz.core.files import atomic_write
 from blockviz.core.requests import Session, WorkRequest
 from blockviz.core.studies.define import StudyDef, plan_from_spec
@@ -156,7 +156,7 @@ def measure_at_init(store: RunStore, study_id: int, plan: StudyDef) -> int:
     inits (Pre-LN and Post-LN each), written to the study's folder as JSON."""
     configs = [plan.config_for(v.label) for v in plan.variants]
     depths = sorted({c.model.n_layer for c in configs})
-    inits = [i for i in cfg.INITS if i in {c.model.init for c in configs}]
+    inits = [i for i in INITS if i in {c.model.init for c in configs}]
     seeds = list(range(len(plan.seeds)))
     try:
         result = init_grads.run(configs[0], depths, inits, seeds)

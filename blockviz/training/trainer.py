@@ -15,11 +15,14 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from blockviz.core import spec
-from blockviz.core.config import RunConfig, TrainConfig
+from blockviz.core.config import RunConfig
+from blockviz.core.config_train import TrainConfig
 from blockviz.core.extras import check_logger_available
-from blockviz.training.callbacks import LastCheckpoint, TrainingMonitor
+from blockviz.training.callbacks import TrainingMonitor
 from blockviz.training.keep import KeptCheckpoints
 
 # Where `--logger` writes, inside the run's folder.
@@ -77,6 +80,40 @@ def release_lightning_log(handler: logging.Handler) -> None:
     """Detach a handler that `quiet_lightning` attached."""
     for name in _LIGHTNING_LOGGERS:
         logging.getLogger(name).removeHandler(handler)
+
+
+class LastCheckpoint(Callback):
+    """`last.ckpt`: the newest state, after every evaluation, at the end and on a stop.
+
+    (Lightning 2.6's `save_last` only rewrites last.ckpt when a top-k checkpoint was saved
+    in the same step, i.e. when validation improved, so it can lag far behind.)
+    """
+
+    def __init__(self, dirpath: str | Path) -> None:
+        self.path = Path(dirpath) / "last.ckpt"
+        self.saved_step: int | None = None
+
+    def save(self, trainer: L.Trainer) -> None:
+        """Write last.ckpt unless this step is already saved."""
+        if self.saved_step != trainer.global_step:
+            trainer.save_checkpoint(self.path, weights_only=False)  # full state, for resume
+            self.saved_step = trainer.global_step
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """After each evaluation during fit."""
+        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
+            self.save(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """At the final step, so a resume with a larger max_steps starts there."""
+        self.save(trainer)
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        """On SIGTERM / Ctrl-C: the state after the last finished step."""
+        if isinstance(exception, SIGTERMException):
+            self.save(trainer)
 
 
 def checkpoint_callbacks(run_dir: str | Path) -> list[Callback]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from blockviz.core.config import ModelConfig
+from blockviz.core.config_model import ModelConfig
 from blockviz.core.params import Breakdown
 from blockviz.core.spec import layer_label
 

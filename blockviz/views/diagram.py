@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from blockviz.core.config import ModelConfig
+from blockviz.core.config_model import ModelConfig
 from blockviz.views.charts.colours import NEUTRAL
 
 FONT = "Helvetica"

@@ -10,11 +10,13 @@ import numpy as np
 import pandas as pd
 
 from blockviz.core import spec
-from blockviz.core.config import ConfigError, ModelConfig, RunConfig
+from blockviz.core.config import RunConfig
+from blockviz.core.config_model import ModelConfig
 from blockviz.core.divergence import (
     Divergence,
     summarize_divergence,
 )
+from blockviz.core.fields import ConfigError
 
 if TYPE_CHECKING:
     from blockviz.store import RunRecord, RunStore

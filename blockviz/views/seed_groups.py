@@ -15,7 +15,8 @@ import altair as alt
 import pandas as pd
 
 from blockviz.core import spec
-from blockviz.core.config import ConfigError, RunConfig
+from blockviz.core.config import RunConfig
+from blockviz.core.fields import ConfigError
 from blockviz.core.studies.stats import mean_interval
 from blockviz.views.charts.base import (
     HEIGHT,

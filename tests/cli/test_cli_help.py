@@ -1,4 +1,5 @@
-"""Every config flag's --help shows its type, its choices or range, and its default."""
+"""Every config flag's --help says what its field does (the registry's help), its type,
+its choices or range, and its default."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 
 from blockviz.cli import build_parser
 from blockviz.core import config as cfg
-from blockviz.core.bounds import BOUNDS
-from blockviz.core.flags import FIELD_CHOICES
+from blockviz.core.config import BOUNDS
+from blockviz.core.config_train import ACCELERATORS, PRECISIONS, STRATEGIES
 
 # Which config sections each command takes flags for.
 COMMAND_SECTIONS = {
@@ -22,8 +23,9 @@ COMMAND_SECTIONS = {
 
 
 def command_help(command: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The --help text of one command, one flag per line (a wide terminal)."""
-    monkeypatch.setenv("COLUMNS", "400")
+    """The --help text of one command, one flag per line (a terminal wide enough for the
+    longest help)."""
+    monkeypatch.setenv("COLUMNS", "3000")
     parser = build_parser()
     subparsers = next(a for a in parser._actions if a.dest == "command")
     return subparsers.choices[command].format_help()
@@ -44,14 +46,19 @@ def expected_default(section: str, name: str) -> str:
 
 
 @pytest.mark.parametrize("command", sorted(COMMAND_SECTIONS))
-def test_every_config_flag_shows_type_choices_and_default(command, monkeypatch):
+def test_every_config_flag_explains_its_field_and_shows_type_choices_and_default(
+    command, monkeypatch
+):
     help_text = command_help(command, monkeypatch)
     for section in COMMAND_SECTIONS[command]:
         for name, annotation in cfg.field_types(cfg.SECTIONS[section]).items():
             line = flag_line(help_text, name)
+            spec = cfg.FIELDS[name]
+            # what the field does, in a sentence from the registry (once `{true,false}` alone)
+            assert spec.help.endswith(".") and spec.help in line, line
             assert f"(default: {expected_default(section, name)})" in line, line
-            if name in FIELD_CHOICES:
-                for choice in FIELD_CHOICES[name]:
+            if spec.choices:
+                for choice in spec.choices:
                     assert choice in line, (name, choice, line)
             elif annotation is int:
                 assert "INT" in line and "an integer in [" in line, line
@@ -71,9 +78,7 @@ def test_auto_choice_flags_list_their_real_choices(name, monkeypatch):
     """These three once read `AUTO|BOOL`: their default is the word auto, not a bool."""
     line = flag_line(command_help("train", monkeypatch), name)
     assert "BOOL" not in line
-    choices = {"precision": cfg.PRECISIONS, "accelerator": cfg.ACCELERATORS}.get(
-        name, cfg.STRATEGIES
-    )
+    choices = {"precision": PRECISIONS, "accelerator": ACCELERATORS}.get(name, STRATEGIES)
     assert "{" + ",".join(choices) + "}" in line, line
 
 
@@ -94,8 +99,8 @@ def test_weight_decay_help_says_which_tensors_decay_in_the_sidebar_and_the_cli(m
     line = flag_line(command_help("train", monkeypatch), "weight_decay")
     for text in (line, SPECS["weight_decay"].help):
         assert "Linear weight matrices only" in text
-        assert "a tied token embedding is the LM head's matrix, so it decays too" in text
-        assert "none on biases, norm gains or the untied token and position embeddings" in text
+        assert "the token embedding is the LM head's matrix, so it decays too" in text
+        assert "none on biases, norm gains (qk_norm's included) or the untied token" in text
     assert "a number in [0.0, 10.0] (default: 0.1)" in line
 
 

@@ -18,7 +18,8 @@ import pytest
 
 from blockviz.cli import build_parser, docs
 from blockviz.core import config as cfg
-from blockviz.core.bounds import BOUNDS
+from blockviz.core.config import BOUNDS
+from blockviz.core.config_model import ACTIVATIONS, INITS, NORM_POSITIONS, NORM_TYPES
 from blockviz.core.presets import PRESETS
 
 ROOT = docs.ROOT  # the repository: where the pages and README are
@@ -31,13 +32,13 @@ def read(path: str | Path) -> str:
 
 @pytest.mark.parametrize("path", sorted(docs.PAGES, key=str), ids=str)
 def test_generated_page_is_current(path):
-    assert read(path) == docs.PAGES[path](), docs.stale_message(path)
+    assert read(path) == docs.PAGES[path](read(path)), docs.stale_message(path)
 
 
 def test_check_names_a_stale_page_and_exits_1(tmp_path, monkeypatch, capsys):
     for path, render in docs.PAGES.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(render(), encoding="utf-8")
+        (tmp_path / path).write_text(render(read(path)), encoding="utf-8")
     monkeypatch.setattr(docs, "ROOT", tmp_path)
     assert docs.main(["--check"]) == 0
     edited = tmp_path / docs.CLI_MD
@@ -81,19 +82,26 @@ def test_configuration_md_has_every_field_bound_choice_and_preset():
     for name, bound in BOUNDS.items():
         row = next(line for line in text.splitlines() if line.startswith(f"| `{name}` |"))
         assert bound.describe(integer=isinstance(bound.low, int)).split(" in ")[1] in row, name
-    for choices in (cfg.NORM_POSITIONS, cfg.NORM_TYPES, cfg.ACTIVATIONS, cfg.INITS):
+    for choices in (NORM_POSITIONS, NORM_TYPES, ACTIVATIONS, INITS):
         assert ", ".join(f"`{c}`" for c in choices) in text
     for name in PRESETS:
         assert f"| `{name}` |" in text, f"preset {name} is missing"
 
 
-def test_config_guide_says_what_every_field_does():
+def test_config_guide_says_what_every_field_does_in_the_registry_s_words():
     text = read("docs/config-guide.md")
-    for section_cls in cfg.SECTIONS.values():
-        for name in cfg.field_types(section_cls):
-            assert f"| `{name}` |" in text, (
-                f"docs/config-guide.md has no row saying what {name} does"
-            )
+    for name, spec in cfg.FIELDS.items():
+        row = f"| `{name}` | {docs._cell(spec.help)} |"
+        assert row in text, f"docs/config-guide.md has no row saying what {name} does"
+
+
+def test_a_registry_help_change_makes_the_config_guide_stale():
+    """The guide's field tables are regenerated from the registry: text typed into them
+    by hand is a stale page, and regenerating restores the registry's words."""
+    current = read(docs.CONFIG_GUIDE_MD)
+    edited = current.replace("| Optimiser steps in the run. |", "| Steps, typed by hand. |")
+    assert edited != current
+    assert docs.PAGES[docs.CONFIG_GUIDE_MD](edited) == current
 
 
 def test_generator_does_not_import_torch():
@@ -101,6 +109,7 @@ def test_generator_does_not_import_torch():
         "import sys\n"
         "from blockviz.cli import docs\n"
         "docs.render_cli_md(); docs.render_configuration_md()\n"
+        "docs.render_config_guide_md(docs.CONFIG_GUIDE_MD.read_text())\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'lightning')))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

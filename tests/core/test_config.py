@@ -7,7 +7,11 @@ import pytest
 
 from blockviz import cli
 from blockviz.core import config as cfg
-from blockviz.core.bounds import BOUNDS, MAX_STEPS
+from blockviz.core.bounds import MAX_STEPS
+from blockviz.core.config import BOUNDS
+from blockviz.core.config_model import ModelConfig
+from blockviz.core.config_train import DataConfig
+from blockviz.core.fields import ConfigError
 from blockviz.core.flags import run_config_from_args
 from blockviz.core.presets import PRESETS
 
@@ -43,7 +47,7 @@ from blockviz.core.presets import PRESETS
     ],
 )
 def test_validation_error_names_field_and_value(overrides, field):
-    with pytest.raises(cfg.ConfigError) as info:
+    with pytest.raises(ConfigError) as info:
         cfg.replace(cfg.RunConfig(), **overrides).validate()
     assert info.value.field == field
     assert str(info.value).startswith(f"{field}: ")
@@ -55,7 +59,7 @@ def test_validation_error_names_field_and_value(overrides, field):
     ("name", "allowed"), [("logit_softcap", "[0.0, 1000.0]"), ("z_loss", "[0.0, 1.0]")]
 )
 def test_the_instability_fixes_refuse_out_of_range_values_by_name(name, allowed, value):
-    with pytest.raises(cfg.ConfigError) as info:
+    with pytest.raises(ConfigError) as info:
         cfg.replace(cfg.RunConfig(), **{name: value}).validate()
     assert str(info.value) == f"{name}: {value!r} is not allowed; must be a number in {allowed}"
 
@@ -73,12 +77,12 @@ def test_a_config_stored_before_the_instability_fixes_loads_with_them_off():
 
 
 def test_head_error_suggests_divisors():
-    with pytest.raises(cfg.ConfigError, match=r"must divide d_model=96; try one of .*\b3\b"):
-        cfg.ModelConfig(d_model=96, n_head=5).validate()
+    with pytest.raises(ConfigError, match=r"must divide d_model=96; try one of .*\b3\b"):
+        ModelConfig(d_model=96, n_head=5).validate()
 
 
 def test_head_count_is_free_when_attention_is_off():
-    cfg.ModelConfig(d_model=96, n_head=5, attention=False).validate()
+    ModelConfig(d_model=96, n_head=5, attention=False).validate()
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -103,12 +107,12 @@ def test_json_round_trip_keeps_every_non_default_value():
 
 
 def test_unknown_field_in_json_is_named():
-    with pytest.raises(cfg.ConfigError, match=r"^n_layers: "):
+    with pytest.raises(ConfigError, match=r"^n_layers: "):
         cfg.RunConfig.from_dict({"model": {"n_layers": 3}})
 
 
 def test_invalid_json_is_reported():
-    with pytest.raises(cfg.ConfigError, match="not valid JSON"):
+    with pytest.raises(ConfigError, match="not valid JSON"):
         cfg.RunConfig.from_json("{nope")
 
 
@@ -117,7 +121,7 @@ def test_invalid_json_is_reported():
     [("pre", None, True), ("post", None, False), ("none", None, False), ("post", True, True)],
 )
 def test_final_norm_default_depends_on_norm_position(position, explicit, expected):
-    model = cfg.ModelConfig(norm_position=position, final_norm=explicit)
+    model = ModelConfig(norm_position=position, final_norm=explicit)
     assert model.use_final_norm is expected
 
 
@@ -195,7 +199,7 @@ def test_values_past_either_end_are_refused_by_name(name):
     else:
         outside = [bound.high * 1.001 + 1e-9, bound.high * 1000.0, bound.low - 1.0]
     for value in outside:
-        with pytest.raises(cfg.ConfigError) as info:
+        with pytest.raises(ConfigError) as info:
             cfg.replace(cfg.RunConfig(), **{name: value}).validate()
         assert info.value.field == name
         assert str(info.value) == (
@@ -210,20 +214,20 @@ def test_the_ends_themselves_follow_the_table(name, end):
     value, is_open = (bound.low, bound.low_open) if end == "low" else (bound.high, bound.high_open)
     run = cfg.replace(cfg.RunConfig(), **{**PARTNERS.get((name, end), {}), name: value})
     if is_open:
-        with pytest.raises(cfg.ConfigError, match=f"^{name}: "):
+        with pytest.raises(ConfigError, match=f"^{name}: "):
             run.validate()
     else:
         assert run.validate() is run
 
 
 def test_huge_values_give_a_short_message():
-    with pytest.raises(cfg.ConfigError) as info:
-        cfg.ModelConfig(n_layer=10**5000).validate()
+    with pytest.raises(ConfigError) as info:
+        ModelConfig(n_layer=10**5000).validate()
     message = str(info.value)
     assert message.startswith("n_layer: an integer of 5,001 digits is not allowed")
     assert len(message) < 200
-    with pytest.raises(cfg.ConfigError, match=r"^dataset: ") as info:
-        cfg.DataConfig(dataset=["x"] * 10_000).validate()
+    with pytest.raises(ConfigError, match=r"^dataset: ") as info:
+        DataConfig(dataset=["x"] * 10_000).validate()
     assert len(str(info.value)) < 300
 
 
@@ -238,14 +242,14 @@ def test_huge_values_give_a_short_message():
     ids=["deep", "5000-digits", "list", "section-list"],
 )
 def test_unusable_json_is_one_config_error(text, reason):
-    with pytest.raises(cfg.ConfigError, match=reason) as info:
+    with pytest.raises(ConfigError, match=reason) as info:
         cfg.RunConfig.from_json(text)
     assert "\n" not in str(info.value) and len(str(info.value)) < 300
 
 
 def test_an_int_too_large_for_a_float_field_is_refused_not_an_overflow():
     run = cfg.RunConfig.from_dict({"train": {"lr": 10**400}})
-    with pytest.raises(cfg.ConfigError, match=r"^lr: an integer of 401 digits"):
+    with pytest.raises(ConfigError, match=r"^lr: an integer of 401 digits"):
         run.validate()
 
 
@@ -254,12 +258,12 @@ def test_an_int_too_large_for_a_float_field_is_refused_not_an_overflow():
 )
 def test_non_finite_flags_are_refused_by_name(name, text):
     value = cfg.coerce(name, text, float)
-    with pytest.raises(cfg.ConfigError, match=f"^{name}: "):
+    with pytest.raises(ConfigError, match=f"^{name}: "):
         cfg.replace(cfg.RunConfig(), **{name: value}).validate()
 
 
 def test_an_integer_flag_past_pythons_digit_limit_gives_the_range():
-    with pytest.raises(cfg.ConfigError) as info:
+    with pytest.raises(ConfigError) as info:
         cfg.coerce("max_steps", "9" * 5000, int)
     assert str(info.value).endswith("must be an integer in [1, 10000000]")
     assert len(str(info.value)) < 200

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from blockviz import cli
-from blockviz.core.config import DataConfig
+from blockviz.core.config_train import DataConfig
 from blockviz.core.corpora import SHAKESPEARE_BYTES, SHAKESPEARE_FILE, load_corpus
 from blockviz.core.download import cache_dir, download
 from blockviz.core.vocab import CharVocab, DataError

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from blockviz.core import config, corpora
+from blockviz.core.config_model import ACTIVATIONS, NORM_TYPES, ModelConfig
+from blockviz.core.config_train import DataConfig
 from blockviz.core.inert import OPS_FIELDS, inert_fields
 from blockviz.core.naming import run_name
 from blockviz.training.lit import lr_at
@@ -23,14 +25,14 @@ MODEL_CASES = {
     "no-attention-qk-norm": {"attention": False, "qk_norm": True},
     "no-norm-qk-norm": {"norm_position": "none", "qk_norm": True},
 }
-MODEL_FIELDS = {f.name for f in dataclasses.fields(config.ModelConfig)}
+MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelConfig)}
 
 
 def other_value(name: str, value: object) -> object:
     """A different allowed value of a model field."""
     choices = {
-        "norm_type": config.NORM_TYPES,
-        "activation": config.ACTIVATIONS,
+        "norm_type": NORM_TYPES,
+        "activation": ACTIVATIONS,
         "final_norm": (None, True, False),
     }
     if name in choices:
@@ -43,7 +45,7 @@ def other_value(name: str, value: object) -> object:
     return value + 1
 
 
-def built(model_cfg: config.ModelConfig) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def built(model_cfg: ModelConfig) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The model's weights and its logits on one fixed batch, from seed 0."""
     torch.manual_seed(0)
     model = CharTransformer(model_cfg).eval()
@@ -53,7 +55,7 @@ def built(model_cfg: config.ModelConfig) -> tuple[dict[str, torch.Tensor], torch
     return model.state_dict(), logits
 
 
-def same_model(a: config.ModelConfig, b: config.ModelConfig) -> bool:
+def same_model(a: ModelConfig, b: ModelConfig) -> bool:
     weights_a, logits_a = built(a)
     weights_b, logits_b = built(b)
     if weights_a.keys() != weights_b.keys():
@@ -118,7 +120,7 @@ def test_ops_fields_are_read_by_the_ops_dataset_only() -> None:
     changed = {"ops_examples": 500, "ops_max_args": 3, "ops_seed": 7}
     assert set(changed) <= set(OPS_FIELDS)
     for dataset in ("pydocs", "ops"):
-        base = config.DataConfig(dataset=dataset)
+        base = DataConfig(dataset=dataset)
         other = dataclasses.replace(base, **changed)
         same = corpora.load_corpus(base).text == corpora.load_corpus(other).text
         assert same == (dataset != "ops")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from blockviz.core import corpora
-from blockviz.core.config import DataConfig
+from blockviz.core.config_train import DataConfig
 from blockviz.core.spec import final_header
 from blockviz.core.vocab import CharVocab, DataError
 from blockviz.store import RunStore

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from blockviz import cli
-from blockviz.core.bounds import BOUNDS
-from blockviz.core.config import ConfigError, ModelConfig, RunConfig, replace
+from blockviz.core.config import BOUNDS, RunConfig, replace
+from blockviz.core.config_model import ModelConfig
+from blockviz.core.fields import ConfigError
 from blockviz.core.params import (
     PARAM_GROUP_NAMES,
     Breakdown,

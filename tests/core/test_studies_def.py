@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from blockviz.core.config import ConfigError, RunConfig
+from blockviz.core.config import RunConfig
+from blockviz.core.fields import ConfigError
 from blockviz.core.probe_schedule import probe_steps
 from blockviz.core.studies import builtins, define, sweeps
 from blockviz.core.studies.verdicts import RULES

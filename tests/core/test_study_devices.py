@@ -10,7 +10,7 @@ import pytest
 
 from blockviz import cli
 from blockviz.core import hardware, replicas
-from blockviz.core.config import ConfigError
+from blockviz.core.fields import ConfigError
 from blockviz.core.studies import builtins, define, sweeps
 from blockviz.launch import study_runner
 from blockviz.store import RunStore

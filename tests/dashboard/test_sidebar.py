@@ -10,7 +10,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from blockviz.core import config, corpora, params
-from blockviz.core.bounds import BOUNDS, MAX_VOCAB
+from blockviz.core.bounds import MAX_VOCAB
+from blockviz.core.config import BOUNDS
+from blockviz.core.config_model import ModelConfig
+from blockviz.core.config_train import DataConfig
 from blockviz.core.naming import MAX_NAME_TOKENS
 from blockviz.core.presets import DEFAULT_PRESET
 from blockviz.core.vocab import DataError
@@ -62,7 +65,7 @@ def test_every_config_field_has_a_widget() -> None:
     )
     assert {spec.name for spec in config_fields.ALL_FIELDS} == wanted
     # Architecture comes first and holds every ModelConfig widget.
-    model_fields = {f.name for f in dataclasses.fields(config.ModelConfig)} - {"vocab_size"}
+    model_fields = {f.name for f in dataclasses.fields(ModelConfig)} - {"vocab_size"}
     assert {spec.name for spec in config_fields.ARCHITECTURE} == model_fields
 
 
@@ -125,7 +128,7 @@ def test_accepted_upload_is_saved_under_its_hash_not_its_name() -> None:
 
 
 def dataset_vocab(dataset: str) -> int:
-    return len(set(corpora.load_corpus(config.DataConfig(dataset=dataset)).text))
+    return len(set(corpora.load_corpus(DataConfig(dataset=dataset)).text))
 
 
 def test_parameter_total_follows_the_widgets(app: AppTest) -> None:
@@ -134,7 +137,7 @@ def test_parameter_total_follows_the_widgets(app: AppTest) -> None:
     default = dataclasses.replace(
         config.preset(DEFAULT_PRESET).model, vocab_size=dataset_vocab("pydocs")
     )
-    assert default.vocab_size != config.ModelConfig().vocab_size  # pydocs has more than 65
+    assert default.vocab_size != ModelConfig().vocab_size  # pydocs has more than 65
     assert metric_total(app) == params.param_breakdown(default).total
     app.number_input(key="cfg.n_layer").set_value(7).run()
     assert (

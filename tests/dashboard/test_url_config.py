@@ -10,20 +10,21 @@ from urllib.parse import parse_qsl, urlencode
 import pytest
 
 from blockviz.core import config
-from blockviz.core.bounds import BOUNDS
+from blockviz.core.config import BOUNDS
+from blockviz.core.fields import ConfigField
 from blockviz.core.presets import DEFAULT_PRESET
 from blockviz.dashboard import url_config
-from blockviz.dashboard.config_fields import ALL_FIELDS, FINAL_NORM_CHOICES, UPLOAD_CHOICE, Field
+from blockviz.dashboard.config_fields import ALL_FIELDS, FINAL_NORM_CHOICES, UPLOAD_CHOICE
 
 
-def another_value(spec: Field, value: Any) -> Any:
+def another_value(spec: ConfigField, value: Any) -> Any:
     """An allowed value of the field that differs from `value`."""
     if spec.kind == "bool":
         return not value
     if spec.kind == "tristate":
         return next(v for v in (None, True, False) if v != value)
     if spec.kind == "select":
-        return next(option for option in spec.options if option != value)
+        return next(option for option in spec.choices if option != value)
     bound = BOUNDS[spec.name]
     if spec.kind == "int":
         return value + 1 if value + 1 <= bound.high else value - 1
@@ -37,7 +38,7 @@ def through_url(query: dict[str, str]) -> dict[str, str]:
 
 @pytest.mark.parametrize("preset", ["baby-cpu", "postln-original", "tiny"])
 @pytest.mark.parametrize("spec", ALL_FIELDS, ids=lambda spec: spec.name)
-def test_one_changed_field_round_trips(preset: str, spec: Field) -> None:
+def test_one_changed_field_round_trips(preset: str, spec: ConfigField) -> None:
     values = url_config.flat_values(config.preset(preset))
     values[spec.name] = another_value(spec, values[spec.name])
     query = url_config.encode(preset, values)

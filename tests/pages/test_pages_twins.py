@@ -120,6 +120,25 @@ def test_live_offers_a_fork_from_the_kept_steps(store: RunStore) -> None:
     assert any(b.label == "Fork" for b in at.sidebar.button)
 
 
+def test_the_fork_panel_draws_whatever_kind_of_field_the_registry_offers(
+    store: RunStore, monkeypatch
+) -> None:
+    """Fields come from the registry: an offered on/off or auto/on/off field is a toggle or
+    a menu (the panel once drew only words and numbers, so a boolean hid the Fork button)."""
+    monkeypatch.setattr(forks, "OFFERED_FIELDS", ("qk_norm", "final_norm", "lr"))
+    (run_id,) = fakes.populate(store, n_runs=1, n_steps=60, n_layer=2, statuses=["completed"])
+    folder = store.run_dir(run_id) / forks.CHECKPOINTS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / forks.kept_name(20)).write_bytes(b"")
+    at = AppTest.from_file(str(PAGES / "live.py"), default_timeout=60)
+    at.session_state["run_id"] = run_id
+    at.run()
+    assert not at.exception
+    assert [t.label for t in at.sidebar.toggle] == ["QK-norm"]
+    assert any(s.label == "Final norm" and s.value == "auto" for s in at.sidebar.selectbox)
+    assert any(b.label == "Fork" for b in at.sidebar.button)
+
+
 def test_live_says_when_a_run_keeps_no_checkpoints(store: RunStore) -> None:
     (run_id,) = fakes.populate(store, n_runs=1, n_steps=60, n_layer=2, statuses=["completed"])
     at = AppTest.from_file(str(PAGES / "live.py"), default_timeout=60)

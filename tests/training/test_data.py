@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from blockviz import cli
 from blockviz.core import corpora, evaluation
 from blockviz.core.bounds import MAX_VOCAB
-from blockviz.core.config import DataConfig
+from blockviz.core.config_train import DataConfig
 from blockviz.core.corpora import (
     BUILTIN,
     PYCODE_MAX_CHARS,

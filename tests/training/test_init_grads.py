@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from blockviz import cli
 from blockviz.core import config as cfg
 from blockviz.core import init_grads as core_init_grads
+from blockviz.core.config_model import ModelConfig
 from blockviz.training import init_grads
 from blockviz.training.data import CharDataModule
 from blockviz.training.model import CharTransformer
@@ -37,7 +38,7 @@ def test_the_numbers_equal_a_direct_computation() -> None:
     x, y = next(iter(datamodule.train_dataloader()))  # (B, T), (B, T)
     for init in ("default", "gpt2"):
         for position in ("pre", "post"):
-            model_cfg = cfg.ModelConfig(
+            model_cfg = ModelConfig(
                 vocab_size=datamodule.vocab.size,
                 n_layer=depth,
                 n_head=2,

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from blockviz.core import config as cfg
+from blockviz.core.config_train import TrainConfig
 from blockviz.core.corpora import Corpus
 from blockviz.core.vocab import CharVocab
 from blockviz.training.callbacks import ConsoleProgress
@@ -70,12 +71,12 @@ SCHEDULE = {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 10, "max_steps": 110}
     ],
 )
 def test_lr_schedule_values(schedule, step, expected):
-    train = cfg.TrainConfig(**SCHEDULE, lr_schedule=schedule)
+    train = TrainConfig(**SCHEDULE, lr_schedule=schedule)
     assert lr_at(step, train) == pytest.approx(expected, rel=1e-9)
 
 
 def test_no_warmup_starts_at_the_peak():
-    train = cfg.TrainConfig(lr=3e-3, warmup_steps=0, max_steps=100)
+    train = TrainConfig(lr=3e-3, warmup_steps=0, max_steps=100)
     assert lr_at(0, train) == pytest.approx(3e-3)
 
 

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from blockviz.core.config import ACTIVATIONS, INITS, NORM_POSITIONS, NORM_TYPES, ModelConfig
+from blockviz.core.config_model import ACTIVATIONS, INITS, NORM_POSITIONS, NORM_TYPES, ModelConfig
 from blockviz.core.params import param_breakdown, param_component
 from blockviz.training import model as model_module
 from blockviz.training.model import (

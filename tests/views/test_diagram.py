@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from blockviz.core.config import ModelConfig
+from blockviz.core.config_model import ModelConfig
 from blockviz.views.charts.colours import readable
 from blockviz.views.diagram import block_dot, model_dot
 

@@ -8,8 +8,7 @@ of these runs. Every suggestion's values pass the config's validation on the run
 
 from __future__ import annotations
 
-from blockviz.core.bounds import BOUNDS
-from blockviz.core.config import RunConfig
+from blockviz.core.config import BOUNDS, RunConfig
 from blockviz.core.findings.base import RunSeries, Suggestion
 from blockviz.core.findings.thresholds import PERSIST
 from blockviz.core.probe_schedule import probe_steps

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from blockviz.core.config import ConfigError
+from blockviz.core.fields import ConfigError
 from blockviz.core.studies.define import (
     Claim,
     StudyDef,

@@ -22,7 +22,8 @@ from typing import Any
 
 from blockviz.core import config as cfg
 from blockviz.core import hardware, replicas
-from blockviz.core.config import ConfigError, RunConfig
+from blockviz.core.config import RunConfig
+from blockviz.core.fields import ConfigError
 
 SIZES = ("quick", "standard", "full")
 MAX_STUDY_RUNS = 500  # a bigger grid is refused: it would take days on a laptop

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from blockviz.core import config as cfg
-from blockviz.core.config import ConfigError, RunConfig
+from blockviz.core.config import RunConfig
+from blockviz.core.fields import ConfigError
 from blockviz.core.studies.define import (
     MAX_STUDY_RUNS,
     MAX_VALUES,

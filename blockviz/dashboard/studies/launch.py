@@ -15,7 +15,7 @@ import streamlit as st
 
 from blockviz import CLI
 from blockviz.core import config as cfg
-from blockviz.core.config import ConfigError
+from blockviz.core.fields import ConfigError
 from blockviz.core.studies import builtins, define, sweeps
 from blockviz.dashboard import ui
 from blockviz.launch import study_estimate, study_runner

@@ -21,8 +21,7 @@ from typing import Any
 
 from blockviz import __version__
 from blockviz.core import evaluation
-from blockviz.core.bounds import BOUNDS
-from blockviz.core.config import RunConfig
+from blockviz.core.config import BOUNDS, FIELDS, RunConfig
 from blockviz.core.corpora import BUILTIN
 from blockviz.core.naming import sanitize_name
 from blockviz.store import RunRecord, RunStore
@@ -44,51 +43,19 @@ import torch.nn.functional as F
 from torch import nn
 """
 
-# The constants of the config block, in order, with what a reader needs to know of each.
-# (section, field, comment); a field of RunConfig left out here is named in the header.
-_CONSTANTS: tuple[tuple[str, str, str], ...] = (
-    ("model", "n_layer", "blocks"),
-    ("model", "n_head", "attention heads; must divide D_MODEL"),
-    ("model", "d_model", "width of the residual stream"),
-    ("model", "block_size", "context length in characters"),
-    ("model", "dropout", ""),
-    ("model", "bias", "biases in Linear layers and LayerNorms"),
-    ("model", "norm_position", "pre | post | none"),
-    ("model", "norm_type", "layernorm | rmsnorm | batchnorm"),
-    ("model", "residual", "False: each block is x = f(x), without its skip path"),
-    ("model", "residual_scale", "multiplier on each branch before it joins the stream"),
-    ("model", "attention", "False: FFN-only blocks"),
-    ("model", "ffn", "False: attention-only blocks"),
-    ("model", "ffn_mult", "d_ff = FFN_MULT * D_MODEL"),
-    ("model", "activation", "gelu | relu | silu | swiglu"),
-    ("model", "final_norm", "None = auto: on for pre, off for post and none"),
-    ("model", "tie_weights", "share the token embedding with the LM head"),
-    ("model", "init", "default (PyTorch's) | gpt2 | xavier"),
-    ("model", "qk_norm", "normalise each head's q and k (LayerNorm; RMSNorm under rmsnorm)"),
-    ("model", "logit_softcap", "C > 0: logits = C * tanh(logits / C); 0: off"),
-    ("train", "batch_size", ""),
-    ("train", "max_steps", "--max_steps's default"),
-    ("train", "lr", "peak learning rate; --lr's default"),
-    ("train", "min_lr", "where the cosine / linear decay ends"),
-    ("train", "warmup_steps", "linear warm-up"),
-    ("train", "lr_schedule", "constant | cosine | linear"),
-    (
-        "train",
-        "weight_decay",
-        "Linear weights, a tied embedding too; no bias, norm or untied embedding",
-    ),
-    ("train", "beta1", "AdamW"),
-    ("train", "beta2", "AdamW"),
-    ("train", "grad_clip", "max global gradient norm; 0: no clipping"),
-    ("train", "z_loss", "trains on loss + Z_LOSS * mean(logsumexp(logits)^2); 0: off"),
-    ("train", "precision", "auto | 32-true | bf16-mixed | 16-mixed"),
-    ("train", "accelerator", "auto | cpu | gpu | mps; --device's default"),
-    ("train", "seed", "--seed's default"),
-    ("train", "log_interval", "steps between printed train losses (their mean)"),
-    ("train", "eval_interval", "steps between validation losses"),
-    ("train", "eval_iters", "validation batches per evaluation"),
-    ("train", "compile", "torch.compile the model"),
-    ("data", "val_fraction", "the last VAL_FRACTION of the text is validation"),
+# The constants of the config block: the fields whose registry entry says how the script
+# spells them (`ConfigField.code`, the comment beside each); a field left out is named in
+# the header.
+CONSTANTS = tuple(spec for spec in FIELDS.values() if spec.code is not None)
+# Fields that change what a run computes (a resume may not change them) but have no constant
+# here; the text and the vocabulary are the script's input, the ops fields named above.
+_UNBUILT = tuple(
+    spec
+    for spec in FIELDS.values()
+    if spec.code is None
+    and not spec.resume
+    and spec.section != "data"
+    and spec.name != "vocab_size"
 )
 
 
@@ -130,6 +97,13 @@ def not_reproduced(config: RunConfig) -> list[str]:
         )
     if train.logger != "none":
         notes.append(f"The run also wrote {train.logger} logs; the script only prints.")
+    values = {name: value for part in config.to_dict().values() for name, value in part.items()}
+    for spec in _UNBUILT:  # a field of the maths the script does not spell (a new toggle)
+        if values[spec.name] != spec.default:
+            notes.append(
+                f"The run set {spec.name} to {values[spec.name]!r}, which this script does "
+                "not build: its losses will not be blockviz's."
+            )
     notes.append(
         "blockviz's probes (gradient norms, activation statistics, update ratios, attention "
         "maps, samples during training), the run store and checkpoints are not part of it."
@@ -232,15 +206,15 @@ def _constants(config: RunConfig) -> str:
         "",
     ]
     section = None
-    for part, field_name, comment in _CONSTANTS:
-        if part != section:
+    for spec in CONSTANTS:
+        if spec.section != section:
             if section is not None:
                 lines.append("")
-            lines.append(f"# {part}")
-            section = part
-        value: Any = parts[part][field_name]
-        line = f"{field_name.upper()} = {_literal(value)}"
-        lines.append(f"{line}  # {comment}" if comment else line)
+            lines.append(f"# {spec.section}")
+            section = spec.section
+        value: Any = parts[spec.section][spec.name]
+        line = f"{spec.name.upper()} = {_literal(value)}"
+        lines.append(f"{line}  # {spec.code}" if spec.code else line)
     lines.append(f"DATASET = {_literal(default_text(config.data.dataset))}  # --data's default")
     lines.append(f"EVAL_SEED = {evaluation.EVAL_SEED}  # validation windows' seed, for every run")
     lines.append(f"EVAL_DRAW = {evaluation.EVAL_DRAW}  # windows drawn at a time")

@@ -19,6 +19,7 @@ import vl_convert as vlc
 
 from blockviz.core import config as cfg
 from blockviz.core import spec
+from blockviz.core.fields import ConfigError
 from blockviz.core.tags import tags_text
 from blockviz.store import RunRecord, RunStore
 from blockviz.views import charts, run_facts
@@ -150,7 +151,7 @@ def _configs(runs: Sequence[RunRecord]) -> dict[str, cfg.RunConfig]:
     for run in runs:
         try:
             parsed[run.name] = cfg.RunConfig.from_dict(run.config or {})
-        except cfg.ConfigError:
+        except ConfigError:
             continue
     return parsed
 

@@ -26,7 +26,8 @@ from streamlit.testing.v1 import AppTest
 
 from blockviz import cli
 from blockviz.core import config as cfg
-from blockviz.core.bounds import BOUNDS
+from blockviz.core.config import BOUNDS
+from blockviz.core.config_train import DataConfig
 from blockviz.core.presets import PRESETS
 from blockviz.dashboard import code_download
 from blockviz.store import RunStore
@@ -485,7 +486,19 @@ def test_script_reads_text_as_blockviz_does(tmp_path: Path) -> None:
     from blockviz.core.corpora import load_corpus
 
     read_text = script_function(codegen.script_text(tiny(), "x"), "read_text")
-    assert read_text("pydocs") == load_corpus(cfg.DataConfig(dataset="pydocs")).text
+    assert read_text("pydocs") == load_corpus(DataConfig(dataset="pydocs")).text
     messy = tmp_path / "messy.txt"
     messy.write_bytes(b"\xef\xbb\xbfline one\r\nline two \xc3\xa9\r\n\rend")
-    assert read_text(str(messy)) == load_corpus(cfg.DataConfig(dataset=str(messy))).text
+    assert read_text(str(messy)) == load_corpus(DataConfig(dataset=str(messy))).text
+
+
+def test_a_field_the_script_does_not_build_is_named_when_the_run_sets_it(monkeypatch) -> None:
+    """A new toggle declared in the registry without `code`: the export says the script
+    leaves it out, instead of silently training another model."""
+    monkeypatch.setattr(codegen, "_UNBUILT", (cfg.FIELDS["qk_norm"],))
+    doc = " ".join(
+        ast.get_docstring(ast.parse(codegen.script_text(tiny(qk_norm=True), "x"))).split()
+    )
+    assert "The run set qk_norm to True, which this script does not build" in doc
+    plain = ast.get_docstring(ast.parse(codegen.script_text(tiny(), "x")))
+    assert "qk_norm" not in plain
