@@ -57,7 +57,7 @@ from blockviz.store.location import (
     redact,
 )
 from blockviz.store.naming import RunRef, check_name
-from blockviz.store.records import FinalMetrics, ForkInfo, RunRecord, StudyRecord
+from blockviz.store.records import FinalMetrics, ForkInfo, RunRecord, StoredConfig, StudyRecord
 from blockviz.store.runstore import RunStore, checked
 from blockviz.store.schema import (
     ATTENTION_FRAME,
@@ -101,6 +101,7 @@ __all__ = [
     "StoreError",
     "StoreLocked",
     "StoreUnreachable",
+    "StoredConfig",
     "StudyRecord",
     "check_name",
     "checked",

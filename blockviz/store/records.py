@@ -21,6 +21,16 @@ def _object(text: str | None) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+class StoredConfig(TypedDict, total=False):
+    """A run's `config` column: `RunConfig.to_dict()`, one object per section, each field by
+    name (`core.config.FIELDS`). `RunConfig.from_dict` reads it back and checks it; one of
+    an older version may lack later fields (their defaults apply)."""
+
+    model: dict[str, Any]
+    train: dict[str, Any]
+    data: dict[str, Any]
+
+
 class FinalMetrics(TypedDict, total=False):
     """A run's `final` column (`training.final_metrics`): what it ended with, a value that
     was not finite as None. A run that ended before writing them has none (the column is
@@ -70,7 +80,7 @@ class RunRecord:
     started: float | None = None
     ended: float | None = None
     status: str | None = None  # core.spec.STATUSES
-    config: dict[str, Any] | None = None  # RunConfig.to_dict()
+    config: StoredConfig | None = None
     dataset: dict[str, Any] | None = None  # the dataset's fingerprint
     device: str | None = None
     precision: str | None = None
@@ -100,9 +110,9 @@ class RunRecord:
     def from_row(cls, columns: Sequence[str], row: Sequence[Any]) -> RunRecord:
         """The record of a runs row read as `SELECT <columns>`; JSON columns decoded."""
         values = dict(zip(columns, row, strict=True))
-        for column in ("config", "dataset"):
-            values[column] = _object(values.get(column))
+        values["dataset"] = _object(values.get("dataset"))
         # Read as stored (every key kept, none checked): the types say what is written.
+        values["config"] = cast(StoredConfig | None, _object(values.get("config")))
         values["final"] = cast(FinalMetrics | None, _object(values.get("final")))
         values["fork_info"] = cast(ForkInfo | None, _object(values.get("fork_info")))
         tags = decode_json(values.get("tags"))

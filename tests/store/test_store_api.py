@@ -19,12 +19,14 @@ import pandas as pd
 import pytest
 
 from blockviz.cli.runs import fork_line
+from blockviz.core.config import RunConfig
 from blockviz.core.findings.replay import replay_result
 from blockviz.store import (
     FinalMetrics,
     ForkInfo,
     RunRecord,
     RunStore,
+    StoredConfig,
     StoreError,
     StoreLocked,
     StudyRecord,
@@ -322,6 +324,7 @@ def test_the_typed_json_columns_name_every_key_their_writers_write():
     result = replay_result(empty, empty, empty, 40, 50, "loss spike", 2)
     assert set(result) == {"event", "event_step", "start", "break", "sentence"}
     assert {*result, "changes"} == set(ForkInfo.__annotations__)
+    assert set(StoredConfig.__annotations__) == set(RunConfig().to_dict())  # its sections
 
 
 def test_an_old_stores_fork_info_reads_whole_and_the_readers_use_it(tmp_path: Path):
