@@ -379,6 +379,62 @@ def test_a_damaged_checkpoint_on_resume_is_one_line(small_run, corpus, damage):
     assert len(err.strip().splitlines()) == 1 and "last.ckpt" in err, err
 
 
+def test_a_damaged_last_checkpoint_resumes_from_the_newest_good_kept_one(tmp_path, corpus):
+    """A last.ckpt a full disk or a kill left corrupt: the resume says so and goes on from
+    the newest kept checkpoint that reads, every step once (it said "delete it to start
+    over" and would not resume)."""
+    store_path = tmp_path / "blockviz.db"
+    code, _, err = finish(_train(store_path, corpus, "--max_steps", "30", "--ckpt_interval", "10"))
+    assert code == 0, err
+    folder = tmp_path / "blockviz.db.runs" / "1" / "checkpoints"
+    ckpt = folder / "last.ckpt"
+    ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 3])
+    (folder / "step-30.ckpt").write_bytes(b"")  # the newest kept one is damaged too
+    code, out, err = finish(_resume(store_path, "--max_steps", "40"))
+    assert code == 0, err
+    assert "resuming from step 20 (last.ckpt is damaged; from step-20.ckpt" in out, out
+    _assert_continuous(store_path, 1, 40)
+
+
+_WRITER = """
+import sys, torch
+from blockviz.core import config as cfg
+from blockviz.training.trainer import make_trainer
+trainer = make_trainer(cfg.preset("tiny"), run_dir=sys.argv[2])
+io = trainer.strategy.checkpoint_io
+io.save_checkpoint({"version": torch.zeros(4)}, sys.argv[1])
+print("first", flush=True)
+io.save_checkpoint({"version": torch.ones(80_000_000)}, sys.argv[1])  # 320 MB
+"""
+
+
+def test_a_kill_during_a_checkpoint_write_leaves_the_last_one_whole_and_nothing_in_tmp(tmp_path):
+    """kill -9 while the trainer writes a checkpoint: the file before it stays whole and no
+    temporary file is left in the temp folder (Lightning's writer put one in /tmp and
+    copied it over the target: each interrupted write left one behind)."""
+    temp, folder = tmp_path / "tmp", tmp_path / "run" / "checkpoints"
+    temp.mkdir()
+    target = folder / "last.ckpt"
+    env = {**os.environ, "TMPDIR": str(temp), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(target), str(tmp_path / "run")],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "first"
+    _wait(lambda: any(p.stat().st_size > 1e6 for p in [*temp.iterdir(), *folder.iterdir()]))
+    proc.kill()
+    proc.wait()
+    assert [p.name for p in temp.iterdir() if p.is_file()] == []  # (torch makes a cache folder)
+    assert torch.equal(torch.load(target, weights_only=True)["version"], torch.zeros(4))
+    # The next write of that checkpoint clears what the killed one left beside it.
+    from blockviz.training.trainer import AtomicCheckpointIO
+
+    AtomicCheckpointIO().save_checkpoint({"version": torch.ones(2)}, target)
+    assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt"]
+
+
 def test_a_full_disk_fails_the_run_in_one_line_with_a_consistent_step(tmp_path, corpus):
     with _tmpfs(tmp_path / "full", "600k") as mount:
         store_path = mount / "blockviz.db"

@@ -61,6 +61,7 @@ class Plan:
     fork: Fork | None = None
     # Where a resumed batch keeps its checkpoints (a new batch gets its own folder).
     batch_dir: Path | None = None
+    checkpoint_note: str | None = None  # why a resume starts from another checkpoint
 
     @property
     def config(self) -> cfg.RunConfig:
@@ -82,6 +83,8 @@ class Plan:
         """What the plan's runs are about to do, as its first line says it: `run 3 (name)
         started`, `runs 4, 5 (2 replicas of one batch) resuming from step 200`, ..."""
         verb = f"resuming from step {self.start_step}" if self.checkpoint else "started"
+        if self.checkpoint_note:
+            verb += f" ({self.checkpoint_note})"
         if self.fork is not None:
             verb = f"{self.fork.kind} of run {self.fork.parent_id} from step {self.start_step}"
         if self.finishing:

@@ -9,6 +9,7 @@ recorded.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pickle
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 
 from blockviz.core import config as cfg
-from blockviz.core import evaluation, params, replicas
+from blockviz.core import evaluation, forks, params, replicas
 from blockviz.core.download import DownloadProgress
 from blockviz.core.flags import UsageError, build_config
 from blockviz.core.naming import run_name
@@ -73,7 +74,7 @@ def plan_resume(request: TrainRequest, store: RunStore) -> Plan:
     checkpoint = replicas.checkpoint_path(run_dir, store.run_dir)
     if not checkpoint.is_file():
         raise UsageError(f"--resume: {what} has no checkpoint at {checkpoint}")
-    state = read_checkpoint(checkpoint, f"--resume: {what}'s checkpoint")
+    checkpoint, state, note = resumable_checkpoint(checkpoint, f"--resume: {what}'s checkpoint")
     overrides = resume_overrides(request.source.fields)
     start = state["global_step"]
     pending = state["pending_rows"] or {}
@@ -102,6 +103,7 @@ def plan_resume(request: TrainRequest, store: RunStore) -> Plan:
         schedule_steps=schedule_horizon(state, members[0].config),
         legacy_eval=bool(recorded) and not evaluation.same_text(recorded),
         batch_dir=checkpoint.parent.parent if batch is not None else None,
+        checkpoint_note=note,
     )
 
 
@@ -172,6 +174,27 @@ def _resumed(
     return Member(config, str(run.name), run_id, finished=done or stopped, pending_rows=pending)
 
 
+class DamagedCheckpoint(UsageError):
+    """A checkpoint file that is truncated or garbled (not one that was altered)."""
+
+
+def resumable_checkpoint(checkpoint: Path, what: str) -> tuple[Path, dict[str, Any], str | None]:
+    """(path, state, note) of the checkpoint a resume starts from: `checkpoint`, or when it
+    is damaged the newest kept checkpoint beside it that reads (the note says so);
+    UsageError when none does."""
+    try:
+        return checkpoint, read_checkpoint(checkpoint, what), None
+    except DamagedCheckpoint as damaged:
+        folder = checkpoint.parent.parent
+        for step in reversed(forks.kept_steps(folder)):
+            kept = forks.kept_path(folder, step)
+            with contextlib.suppress(UsageError):
+                state = read_checkpoint(kept, what)
+                note = f"{checkpoint.name} is damaged; from {kept.name}, the newest good one"
+                return kept, state, note
+        raise damaged from None
+
+
 def read_checkpoint(path: Path, what: str) -> dict[str, Any]:
     """A checkpoint's step, hyperparameters and carried rows; UsageError naming the problem.
 
@@ -187,7 +210,7 @@ def read_checkpoint(path: Path, what: str) -> dict[str, Any]:
             "it was not written by blockviz or has been altered"
         ) from None
     except Exception as exc:  # truncated or garbled: torch raises RuntimeError, EOFError...
-        raise UsageError(
+        raise DamagedCheckpoint(
             f"{what} {path} is truncated or corrupt ({type(exc).__name__}); it cannot be "
             "resumed from: delete it to start over, or restore it"
         ) from None

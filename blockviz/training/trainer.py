@@ -10,11 +10,13 @@ import logging
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -22,6 +24,7 @@ from blockviz.core import spec
 from blockviz.core.config import RunConfig
 from blockviz.core.config_train import TrainConfig
 from blockviz.core.extras import check_logger_available
+from blockviz.core.files import atomic_file
 from blockviz.training.callbacks import TrainingMonitor
 from blockviz.training.keep import KeptCheckpoints
 
@@ -116,6 +119,24 @@ class LastCheckpoint(Callback):
             self.save(trainer)
 
 
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Every checkpoint (last, best, kept) written beside its target and renamed over it
+    (`core.files.atomic_file`): a full disk or a kill during the write leaves the file
+    before it whole, and nothing in /tmp. (Lightning's own writes through an fsspec
+    transaction whose temporary file sits in /tmp and is then copied over the target: a
+    full disk left `last.ckpt` corrupt, a kill -9 during the copy an empty one.)"""
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for stale in target.parent.glob(f".{target.name[:40]}.*.part"):  # a killed write's
+            stale.unlink(missing_ok=True)
+        with atomic_file(target) as handle:
+            torch.save(checkpoint, handle)
+
+
 def checkpoint_callbacks(run_dir: str | Path) -> list[Callback]:
     """best.ckpt on the lowest val/loss and last.ckpt as LastCheckpoint keeps it."""
     dirpath = Path(run_dir) / "checkpoints"
@@ -206,4 +227,5 @@ def make_trainer(
         enable_progress_bar=False,  # ConsoleProgress, when wanted, is one of `callbacks`
         use_distributed_sampler=False,  # the data module gives each rank its own windows
         default_root_dir=str(run_dir),
+        plugins=[AtomicCheckpointIO()],
     )
