@@ -362,9 +362,12 @@ class Writes(Part):
             )
         if self.pending_beats:
             beats = sorted(self.pending_beats.items())  # one row order for every writer
+            # A beat held through an outage may reach the store after the run's end wrote
+            # a later step: the step only moves forward here (truncate_after rewinds it).
             conn.executemany(
-                "UPDATE runs SET heartbeat = ?, step = ? WHERE id = ?",
-                [(beat, step, run_id) for run_id, (beat, step) in beats],
+                "UPDATE runs SET heartbeat = ?, "
+                "step = CASE WHEN step IS NULL OR step < ? THEN ? ELSE step END WHERE id = ?",
+                [(beat, step, step, run_id) for run_id, (beat, step) in beats],
             )
             if "stop_requested" in self.db.run_columns:
                 ids = [run_id for run_id, _ in beats]

@@ -430,6 +430,20 @@ def test_heartbeat_is_written_at_once_then_throttled(store, monkeypatch):
     assert store.get_run(run_id).step == 8
 
 
+def test_a_heartbeat_held_through_an_outage_never_moves_the_step_back(store, monkeypatch):
+    """A beat held while the server was down, flushed after the run recorded its last
+    step, once set a finished run back (`completed 290/300`)."""
+    monkeypatch.setattr(liveness, "HEARTBEAT_WRITE_S", 3600.0)
+    run_id = new_run(store)
+    store.heartbeat(run_id, 280)
+    store.heartbeat(run_id, 290)  # held (the outage: not written)
+    store.update_run(run_id, step=300, status="completed")  # the end, written after it
+    store.flush()
+    assert store.get_run(run_id).step == 300
+    store.truncate_after(run_id, 100)  # a resume's own rewind still moves it back
+    assert store.get_run(run_id).step == 100
+
+
 def test_non_finite_values_survive(store):
     run_id = new_run(store)
     store.log_scalars(run_id, [(0, "train/loss", 2.0), (1, "train/loss", math.inf)])
