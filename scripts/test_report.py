@@ -152,16 +152,16 @@ def block(
     target's seconds, pytest summary and the load average just before it started."""
     cores = os.cpu_count()
     took = "\n".join(
-        f"  - `make {target}`: **{minutes(seconds)}** ({summary}); load average before it "
-        f"{load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f} (1, 5, 15 min)"
+        f"  - `make {target}`: **{minutes(seconds)}** ({summary});\n    load average just "
+        f"before it {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f} (1, 5, 15 min)"
         for target, (seconds, summary, load) in timed.items()
     )
     today = datetime.date.today().isoformat()
     rows = "\n".join(f"| {s:.1f} | `{test_id(name)}` |" for s, name in top)
     return f"""{BEGIN}
 {counts_line(counts)}
-- Measured {today} on {cores} cores ({cpu_model()}), pytest's wall time without make's
-  setup:
+- Measured {today} on {cores} cores ({cpu_model()}); pytest's wall time,
+  without make's setup:
 {took}
 - `make test`'s {SLOWEST} slowest tests, in seconds of setup, call and teardown (a module's shared
   fixture counts in its first test):
