@@ -1,11 +1,12 @@
 # Two commands on a fresh machine with Python 3.11+:
 #   make run   set up .venv (once, again only when the dependencies change) and start the app
 #              at http://localhost:8501; make run PORT=8502 serves it on another port
-#   make test  the same setup plus the dev tools (pytest, ruff, playwright, import-linter),
-#              then the whole test suite
+#   make test  the same setup plus the dev tools (pytest, pytest-xdist, ruff, playwright,
+#              import-linter), then the whole test suite
 #   make test-fast  the inner loop: the same, without the tests marked slow (real training
-#              or processes) or browser (chromium), in two pytest processes, one per core:
-#              the page and dashboard tests beside the rest (about 1.5 min on 2 cores)
+#              or processes) or browser (chromium)
+# Both run one pytest-xdist worker per core; docs/development.md has their counts and times
+# (scripts/test_report.py measures them).
 # The package is installed editable with its runtime dependencies from pyproject.toml;
 # requirements.txt pins torch to the build this project is tested with.
 PYTHON ?= python3
@@ -35,18 +36,17 @@ run: $(RUNTIME)
 	@$(PY) -m blockviz.dashboard.port $(PORT)
 	$(PY) -m streamlit run app.py --server.port $(PORT)
 
-test: $(DEV)
-	$(PY) -m pytest
+# One pytest-xdist worker per core. A test file stays on one worker, so its module-scoped
+# fixtures (most train a run) are built once; files go out in collection order, which
+# tests/conftest.py starts with the slow files. scripts/test_report.py reads these two lines.
+XDIST := -n auto --dist loadfile --no-loadscope-reorder
+FAST := -m "not slow and not browser"
 
-FAST := -m "not slow and not browser" -p no:cacheprovider
-FAST_LOG := .test-fast-pages.log
+test: $(DEV)
+	$(PY) -m pytest $(XDIST)
 
 test-fast: $(DEV)
-	@$(PY) -m pytest $(FAST) -q tests/pages tests/dashboard > $(FAST_LOG) 2>&1 & pages=$$!; \
-	$(PY) -m pytest $(FAST) tests --ignore=tests/pages --ignore=tests/dashboard; rest=$$?; \
-	wait $$pages; pages_rc=$$?; \
-	echo "--- tests/pages and tests/dashboard (the other process):"; cat $(FAST_LOG); \
-	rm -f $(FAST_LOG); test $$rest -eq 0 && test $$pages_rc -eq 0
+	$(PY) -m pytest $(XDIST) $(FAST)
 
 lint: $(DEV)
 	$(VENV)/bin/ruff check .

@@ -1,14 +1,13 @@
 """Shared test setup: keep every test offline, on one thread, inside tmp dirs."""
 
+import fcntl
 import functools
+import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -48,68 +47,70 @@ def _components_scanned_once() -> Iterator[None]:
         yield
 
 
+Trained = TypeVar("Trained", RealRuns, findings.FindingRuns)
+
+
+def _trained_once(
+    factory: pytest.TempPathFactory,
+    name: str,
+    kind: type[Trained],
+    train: Callable[[Path], Trained],
+) -> Trained:
+    """What `train(folder)` returns, trained once per test run. Under pytest-xdist every
+    worker asks: the first trains into a folder they share (the parent of their base temp
+    folders, this run's own) while the others wait on its lock, then read its record."""
+    root = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    record = root / f"{name}.json"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        if record.exists():
+            saved = json.loads(record.read_text(encoding="utf-8"))
+            return kind(Path(saved["path"]), saved["ids"], saved["seconds"])
+        folder = root / name
+        folder.mkdir()
+        runs = train(folder)
+        saved = {"path": str(runs.path), "ids": runs.ids, "seconds": runs.seconds}
+        record.write_text(json.dumps(saved), encoding="utf-8")
+        return runs
+
+
 @pytest.fixture(scope="session")
-def real_runs(tmp_path_factory) -> RealRuns:
-    """Real tiny runs (tests/real_runs.py), trained once per session in a few seconds.
+def real_runs(tmp_path_factory: pytest.TempPathFactory) -> RealRuns:
+    """Real tiny runs (tests/real_runs.py), trained once per test run in a few seconds.
 
     Their store is shared: read it, or copy runs out of it with `real_runs.copy_run`;
     never write it.
     """
-    return train_real_runs(tmp_path_factory.mktemp("real-runs"))
-
-
-# The findings runs train in a subprocess from the start of the test run on
-# (tests/finding_runs.py); never while collecting, so `pytest --collect-only` starts nothing.
-_FINDINGS = pytest.StashKey[tuple[Path, subprocess.Popen, float]]()
-
-
-def _start_findings(config: pytest.Config) -> tuple[Path, subprocess.Popen, float]:
-    folder = Path(tempfile.mkdtemp(prefix="blockviz-findings-"))
-    started = (folder, findings.start(folder), time.perf_counter())
-    config.stash[_FINDINGS] = started
-    return started
+    return _trained_once(tmp_path_factory, "real-runs", RealRuns, train_real_runs)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that uses the findings runs is slow: they train for about 30 s of a core
-    (before `-m "not slow"` deselects, hence first)."""
+    (before `-m "not slow"` deselects, hence first). Then the files with a slow or browser
+    test go first, each file's tests in their order: pytest-xdist (`--dist loadfile
+    --no-loadscope-reorder`) hands out files in this order, so the long files start early
+    and the many quick ones fill the end, rather than a long one starting last."""
     for item in items:
         if "finding_runs" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtestloop(session: pytest.Session) -> None:
-    """As the tests start to run, start training the findings runs if a selected test
-    needs them, so they train beside the tests before it; not for --collect-only or
-    --setup-plan, which run no test."""
-    if session.config.option.collectonly or session.config.option.setupplan:
-        return
-    if any("finding_runs" in getattr(item, "fixturenames", ()) for item in session.items):
-        _start_findings(session.config)
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """Stop the findings runs' subprocess if it is still going; remove its folder."""
-    started = config.stash.get(_FINDINGS, None)
-    if started is not None:
-        folder, process, _ = started
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        shutil.rmtree(folder, ignore_errors=True)
+    long_files = {
+        item.path
+        for item in items
+        if any(item.iter_markers("slow")) or any(item.iter_markers("browser"))
+    }
+    items.sort(key=lambda item: item.path not in long_files)  # stable: False sorts first
 
 
 @pytest.fixture(scope="session")
-def finding_runs(pytestconfig: pytest.Config) -> findings.FindingRuns:
+def finding_runs(tmp_path_factory: pytest.TempPathFactory) -> findings.FindingRuns:
     """Real tiny runs that show what each findings rule looks for (tests/finding_runs.py),
-    started as the test run began; read their store, never write it."""
-    started = pytestconfig.stash.get(_FINDINGS, None)
-    if started is None:  # run some other way: start now
-        started = _start_findings(pytestconfig)
-    folder, process, begun = started
-    return findings.finish(process, folder, begun)
+    trained once per test run when the first test asks; read their store, never write it."""
+    return _trained_once(
+        tmp_path_factory, "finding-runs", findings.FindingRuns, findings.train_finding_runs
+    )
 
 
 # PostgreSQL: throwaway servers of the tests' own (tests/pgserver.py). Without the server

@@ -5,9 +5,9 @@ subprocess with one CPU thread, into a store of their own. Each config was chose
 training it and reading what it did (BENCHMARKS.md, "Findings"), not by what the
 literature says it should do; the tests assert what these runs of this code show.
 
-They take about 30 s of one core, so conftest starts the subprocess as the test run
-begins, when a selected test uses them (`start`; collecting alone starts nothing), and the
-first such test waits for it (`finish`): on two cores it trains beside the rest of the suite.
+They take about 30 s of one core: conftest's `finding_runs` trains them when the first test
+asks (collecting alone starts nothing), once per test run, however many pytest-xdist
+workers ask.
 """
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ class FindingRuns:
     seconds: float
 
 
-def start(folder: Path) -> subprocess.Popen[str]:
-    """Write the text files and start training every run of RUNS into folder/findings.db."""
+def train_finding_runs(folder: Path) -> FindingRuns:
+    """Write the text files and train every run of RUNS into folder/findings.db."""
     files = {"spiky": folder / "spiky.txt", "small": folder / "small.txt"}
     files["spiky"].write_text(spiky_text(), encoding="utf-8")
     files["small"].write_text(small_text(), encoding="utf-8")
@@ -103,32 +103,23 @@ def start(folder: Path) -> subprocess.Popen[str]:
         for label, flags in RUNS.items()
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "BLOCKVIZ_CACHE": str(folder / "cache")}
-    return subprocess.Popen(
+    started = time.perf_counter()
+    result = subprocess.run(
         [sys.executable, "-c", TRAIN_ALL, json.dumps(commands)],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        timeout=600,
     )
-
-
-def finish(process: subprocess.Popen[str], folder: Path, started: float) -> FindingRuns:
-    """Wait for `start`'s subprocess; the runs it trained."""
-    _, stderr = process.communicate(timeout=600)
     seconds = time.perf_counter() - started
-    if process.returncode != 0:
-        raise RuntimeError(f"training the findings runs failed:\n{stderr[-3000:]}")
+    if result.returncode != 0:
+        raise RuntimeError(f"training the findings runs failed:\n{result.stderr[-3000:]}")
     path = folder / "findings.db"
     with RunStore(path, readonly=True) as store:
         runs = store.runs_frame()
-    ids = dict(zip(runs["name"], runs["id"].astype(int), strict=True))
+    ids = {name: int(run_id) for name, run_id in zip(runs["name"], runs["id"], strict=True)}
     if set(ids) != set(RUNS):
         raise RuntimeError(f"expected runs {sorted(RUNS)} in {path}, found {sorted(ids)}")
     return FindingRuns(path, ids, seconds)
-
-
-def train_finding_runs(folder: Path) -> FindingRuns:
-    """Train every run of RUNS into folder/findings.db and wait for them."""
-    started = time.perf_counter()
-    return finish(start(folder), folder, started)

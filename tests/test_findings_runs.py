@@ -1,6 +1,6 @@
 """Each findings rule fires on a real tiny run that shows it, and a healthy run says so.
 
-The runs (tests/finding_runs.py) train once per session beside the rest of the suite.
+The runs (tests/finding_runs.py) train once per test run, when the first test asks.
 """
 
 from __future__ import annotations

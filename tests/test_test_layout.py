@@ -131,3 +131,16 @@ def test_the_test_folders_mirror_the_package() -> None:
         assert (package / "__init__.py").is_file(), f"tests/{folder} mirrors no package"
     names = [path.name for path in TESTS.rglob("test_*.py")]
     assert len(names) == len(set(names)), "two test files share a name"
+
+
+def test_the_test_counts_docs_development_quotes_are_the_suites() -> None:
+    """The counts in docs/development.md's generated block are what `make test` and `make
+    test-fast` collect now (`scripts/test_report.py --counts` rewrites them)."""
+    result = subprocess.run(
+        [sys.executable, "scripts/test_report.py", "--check"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
