@@ -20,7 +20,7 @@ from typing import Any
 
 from blockviz import CLI
 from blockviz.cli import study_launch
-from blockviz.cli.runs import open_existing
+from blockviz.cli.runs import command_line, open_existing
 from blockviz.core import config as cfg
 from blockviz.core.flags import (
     UsageError,
@@ -35,7 +35,6 @@ from blockviz.core.presets import PRESETS
 from blockviz.core.studies import builtins, define, sweeps
 from blockviz.launch import study_estimate, study_runner
 from blockviz.store import RunStore
-from blockviz.store.location import redact
 
 EXIT_OK = 0
 POLL_S = 1.0
@@ -258,7 +257,9 @@ def _launch_and_watch(args: argparse.Namespace, study: define.StudyDef) -> int:
         if note and study.trains:
             print(f"blockviz: {note}", flush=True)
         if args.detach:
-            print(f"blockviz: watch it with `{CLI} study show {study_id}`")
+            print(
+                f"blockviz: watch it with `{command_line(store, 'study', 'show', str(study_id))}`"
+            )
             return EXIT_OK
         try:
             _watch(store, study_id)
@@ -271,11 +272,11 @@ def _launch_and_watch(args: argparse.Namespace, study: define.StudyDef) -> int:
 
 
 def _no_worker_hint(store: RunStore, study_id: int) -> str:
-    work = redact(" ".join([CLI, *study_runner.worker_args(store, study_id)[2:]]))  # no -m blockviz
+    launch = command_line(store, "study", "launch", str(study_id), "--slurm", "--workers", "N")
+    work = command_line(store, "study", "work", str(study_id))
     return (
-        f"blockviz: start its workers with `{CLI} study launch {study_id} "
-        f"--slurm --workers N` (or `--local N`), or run `{work}` on any machine that "
-        "reaches the store"
+        f"blockviz: start its workers with `{launch}` (or `--local N`), or run `{work}` on "
+        "any machine that reaches the store"
     )
 
 

@@ -7,9 +7,10 @@ the command runs.
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import Any
 
-from blockviz import CLI
+from blockviz.cli.runs import command_line
 from blockviz.core import replicas
 from blockviz.core.flags import (
     UsageError,
@@ -113,7 +114,7 @@ def cli_main(args: argparse.Namespace) -> int:
             )
             what = f"started {len(done.job_ids)} worker(s) on this machine"
     print(f"blockviz: study {study_id}: {what}, job(s) {', '.join(done.job_ids)}")
-    print(f"blockviz: each runs `{redact(' '.join(['python', *done.command]))}`")
+    print(f"blockviz: each runs `{redact(shlex.join(['python', *done.command]))}`")
     print(f"blockviz: the jobs' logs: {done.folder}")
-    print(f"blockviz: watch it with `{CLI} study show {study_id}`")
+    print(f"blockviz: watch it with `{command_line(store, 'study', 'show', str(study_id))}`")
     return EXIT_OK

@@ -104,6 +104,10 @@ class Connection:
         wait_for_server: bool | None = None,
     ) -> None:
         self.location = location
+        if location.password is not None:
+            # The processes this one starts open the store from `location.text`, which has
+            # no password: libpq reads it from here (never from their command lines).
+            os.environ["PGPASSWORD"] = location.password
         # The file; a server store's workspace folder (uploads, run and study folders).
         self.path = location.workspace_or_file()
         self.where = location.where  # how messages name the store (no password)

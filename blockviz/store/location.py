@@ -13,14 +13,16 @@ every worker sees (a shared file system):
 
 Without it the folder is `runs/<database>` under the working directory. The parameter is
 blockviz's own and is taken off the URL before it reaches the driver; a password in the
-URL is never printed (`where`).
+URL is never printed (`where`, `redact`), nor handed to another process on its command
+line: `text` leaves it out, and the processes blockviz starts read it from `PGPASSWORD`,
+which opening the store sets (`password`), as libpq does for any client.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
@@ -46,6 +48,7 @@ class Location:
     url: str | None = None
     where: str = ""
     workspace: Path = Path()
+    password: str | None = field(default=None, repr=False)  # the URL's, kept out of `text`
 
     @property
     def is_server(self) -> bool:
@@ -111,6 +114,12 @@ def _server(text: str) -> Location:
     query = parse_qsl(parts.query, keep_blank_values=True)
     runs = [value for key, value in query if key == RUNS_PARAM]
     rest = [(key, value) for key, value in query if key != RUNS_PARAM]
+    given = [value for key, value in rest if key == "password"]
+    password = given[-1] if given else unquote(parts.password) if parts.password else None
+    # What another process is given: the URL without its password, in either form.
+    user, _, host = parts.netloc.rpartition("@")
+    netloc = f"{user.split(':', 1)[0]}@{host}" if user else host
+    public = [(key, value) for key, value in rest if key != "password"]
     url = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(rest), ""))
     database = unquote(parts.path.lstrip("/")) or unquote(parts.username or "") or "postgres"
     if runs and runs[-1].strip():
@@ -122,18 +131,20 @@ def _server(text: str) -> Location:
     child = urlunsplit(
         (
             "postgresql",
-            parts.netloc,
+            netloc,
             parts.path,
-            urlencode([*rest, (RUNS_PARAM, str(workspace))], safe="/"),
+            urlencode([*public, (RUNS_PARAM, str(workspace))], safe="/"),
             "",
         )
     )
     host = parts.hostname or "localhost"
     where = f"postgresql://{host}{f':{port}' if port else ''}/{database}"
-    return Location(text=child, url=url, where=where, workspace=workspace)
+    return Location(text=child, url=url, where=where, workspace=workspace, password=password)
 
 
 def redact(text: str) -> str:
-    """Text with the password of any URL in it replaced by ***: `user:secret@host` up to
-    the last @ before the host (a password may hold a raw @)."""
-    return re.sub(r"(://[^/:@\s]*:)[^/\s]*@", r"\1***@", text)
+    """Text with the password of any URL in it replaced by ***, in each form libpq takes:
+    `user:secret@host` (up to the last @ before the host: a password may hold a raw @),
+    `?password=secret` / `&password=secret`, and `password=secret` in a key=value string."""
+    text = re.sub(r"(://[^/:@\s]*:)[^/\s]*@", r"\1***@", text)
+    return re.sub(r"(?i)(\bpassword\s*=\s*)('[^']*'|[^&\s'\"#]*)", r"\1***", text)

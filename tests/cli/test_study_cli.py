@@ -216,3 +216,21 @@ def test_a_worker_hands_freed_memory_back_after_every_run(
     assert events == ["batch of 3", "trim"]
     # The real release: True with glibc, False elsewhere; it never raises.
     assert isinstance(real_release(), bool)
+
+
+def test_the_hints_after_a_stored_study_paste_as_printed(tmp_path: Path, capsys) -> None:
+    """`study sweep --workers 0` printed `study launch 1 --slurm ...` and `study work ...`
+    without `--store` (pasted, they read the default store and created runs/blockviz.db)
+    and unquoted (an `&` in the path or URL broke the shell)."""
+    import shlex
+
+    from blockviz import cli
+
+    store = tmp_path / "a b&c" / "runs.db"
+    argv = ["study", "sweep", "--lr", "1e-3,2e-3", "--workers", "0", "--store", str(store)]
+    assert cli.main(argv) == 0
+    hints = re.findall(r"`([^`]*study (?:launch|work|show) [^`]*)`", capsys.readouterr().out)
+    assert len(hints) >= 2, hints
+    for hint in hints:
+        words = shlex.split(hint)
+        assert words[words.index("--store") + 1] == str(store), hint

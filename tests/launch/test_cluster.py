@@ -70,7 +70,8 @@ def test_slurm_launch_submits_one_array_of_study_workers(store, tmp_path, monkey
     folder = store.study_dir(study_id) / cluster.JOBS_DIR
     assert "submitted 4 worker(s) to SLURM, job(s) 4242_0, 4242_1, 4242_2, 4242_3" in out
     assert f"the jobs' logs: {folder}" in out
-    assert f"`.venv/bin/python -m blockviz study show {study_id}`" in out
+    shown = f"`.venv/bin/python -m blockviz study show {study_id} --store {store.location.text}`"
+    assert shown in out
     # No --replicas: the default, auto, is each worker's to resolve on its node.
     command = f"python -m blockviz study work {study_id} --store {store.path}"
     assert f"each runs `{command}`" in out
@@ -167,8 +168,8 @@ def test_a_study_stored_with_no_workers_says_how_to_start_them(tmp_path, capsys)
     assert cli.main(sweep) == 0
     out = capsys.readouterr().out
     assert "study 1 (sweep, custom): 2 runs stored, no worker started" in out
-    launch = "`.venv/bin/python -m blockviz study launch 1 --slurm --workers N` (or `--local N`)"
-    assert launch in out
+    launch = f"`.venv/bin/python -m blockviz study launch 1 --slurm --workers N --store {where}`"
+    assert f"{launch} (or `--local N`)" in out
     assert f"`.venv/bin/python -m blockviz study work 1 --store {where}`" in out
     with RunStore(where) as store:
         assert store.get_study(1).workers == ()

@@ -40,9 +40,11 @@ def test_a_postgresql_url_names_its_server_and_its_run_folder(tmp_path):
     assert found.workspace == tmp_path / "shared"
     assert found.url == "postgresql://me:secret@db.lan:6543/lab"  # blockviz's own part off
     assert "secret" not in found.where and found.where == "postgresql://db.lan:6543/lab"
-    # Another process given `text` opens the same store with the same run folder.
+    # Another process given `text` opens the same store with the same run folder; the
+    # password reaches it through PGPASSWORD, not through `text`.
     again = parse_location(found.text)
-    assert (again.url, again.workspace) == (found.url, found.workspace)
+    assert "secret" not in found.text and found.password == "secret"
+    assert (again.url, again.workspace) == ("postgresql://me@db.lan:6543/lab", found.workspace)
     default = parse_location("postgres://me@db.lan/lab")
     assert default.workspace == Path("runs").absolute() / "lab"
 
@@ -318,6 +320,43 @@ def test_a_password_is_never_printed(tmp_path):
     assert redact("postgresql://me:p@ss@db:5/x") == "postgresql://me:***@db:5/x"
     text = "study work 1 --store postgresql://u:pw@h/d?runs=/a@b --threads 1"
     assert redact(text) == "study work 1 --store postgresql://u:***@h/d?runs=/a@b --threads 1"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("postgresql://u@h/d?password=pw&sslmode=require", "postgresql://u@h/d?password=***&"),
+        ("postgresql://h/d?sslmode=x&PASSWORD=pw", "postgresql://h/d?sslmode=x&PASSWORD=***"),
+        ("host=h dbname=d password=pw user=u", "host=h dbname=d password=*** user=u"),
+        ("host=h password='p w' user=u", "host=h password=*** user=u"),
+    ],
+)
+def test_a_password_in_any_form_libpq_takes_is_masked(text, shown):
+    """Only `user:pw@` was masked: `?password=` reached study sweep's hint, study launch's
+    lines and the job logs in clear."""
+    from blockviz.store import redact
+
+    assert redact(text).startswith(shown) and "pw" not in redact(text).replace("pwd", "")
+
+
+def test_a_password_never_reaches_another_process_command_line(pg_url, tmp_path, monkeypatch):
+    """What a worker, a run or a fork is started with names the store without its password;
+    the process reads it from PGPASSWORD, which opening the store sets."""
+    from blockviz.launch import forking, study_runner
+
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    url = f"{pg_url}?password=s3cret&runs={tmp_path / 'runs'}"
+    with RunStore(url, flush_seconds=None) as store:
+        assert "s3cret" not in store.location.text
+        commands = [
+            study_runner.worker_args(store, 1),
+            forking.fork_command(store, 1, 10, {"lr": 0.01}),
+            forking.replay_command(store, 1, 10),
+        ]
+        assert not any("s3cret" in " ".join(command) for command in commands)
+        assert os.environ["PGPASSWORD"] == "s3cret"
+    with RunStore(store.location.text, flush_seconds=None) as again:  # as a child opens it
+        assert again.location.where == store.location.where
 
 
 def test_an_sqlite_too_old_for_the_store_is_one_line(tmp_path, monkeypatch):
