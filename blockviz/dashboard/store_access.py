@@ -20,6 +20,7 @@ from blockviz.store import (
     RunStore,
     StoreError,
     StoreLocked,
+    StoreUnreachable,
     checked,
     default_store_path,
     default_store_text,
@@ -80,7 +81,9 @@ def store_or_stop() -> RunStore:
     try:
         return _open_store(store_location().text)
     except (StoreError, OSError) as exc:
-        if isinstance(exc, StoreLocked):
+        if isinstance(exc, StoreUnreachable):
+            advice = "The app reconnects by itself once the server answers: reload the page then."
+        elif isinstance(exc, StoreLocked):
             advice = "Reload the page to try again."
         else:
             advice = (

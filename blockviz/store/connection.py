@@ -315,7 +315,7 @@ class Connection:
         """A StoreError that says what went wrong with which store."""
         if isinstance(exc, sqlite3.Error):
             return store_error(exc, self.path, self.busy_timeout_s, opening=opening)
-        if server.connection_lost(exc) and not opening:
+        if server.connection_lost(exc):  # opening or in use: the server may come back
             return StoreUnreachable(str(server.server_error(exc, self.where)))
         return server.server_error(exc, self.where, opening=opening)
 

@@ -222,8 +222,16 @@ def _nan_as_null_dumper() -> type:
     return NanAsNull
 
 
-# A connection that fails for one of these reasons will fail the same way again.
-PERMANENT = ("does not exist", "authentication", "password", "pg_hba", "permission denied")
+# A connection that fails for one of these reasons will fail the same way again (libpq
+# says "invalid" of a bad option in the URL: `invalid sslmode value`, ...).
+PERMANENT = (
+    "does not exist",
+    "authentication",
+    "password",
+    "pg_hba",
+    "permission denied",
+    "invalid",
+)
 # SQLSTATEs of a connection the server ended: class 08 (connection exception), and the
 # server shutting down or crashing (admin_shutdown, crash_shutdown, cannot_connect_now).
 SERVER_GONE = ("57P01", "57P02", "57P03")

@@ -16,7 +16,7 @@ import time
 from types import FrameType
 from typing import Any
 
-from blockviz.store import RunStore, StoreError, StoreLocked
+from blockviz.store import RunStore, StoreError, StoreLocked, StoreUnreachable
 
 HEARTBEAT_S = 2.0
 # How long a lifecycle write (status, start, end) keeps retrying a locked store before
@@ -126,11 +126,16 @@ def patiently(action: Any, *args: Any, **kwargs: Any) -> Any:
     while True:
         try:
             return action(*args, **kwargs)
-        except StoreLocked:
+        except StoreLocked as exc:
             now = time.monotonic()
             if waiting_since is None:
                 waiting_since = now
-                log.warning("the run store is locked by another process; waiting to write")
+                why = (
+                    "the run store's server does not answer"
+                    if isinstance(exc, StoreUnreachable)
+                    else "the run store is locked by another process"
+                )
+                log.warning("%s; waiting to write", why)
             elif now - waiting_since > LIFECYCLE_PATIENCE_S:
                 raise
             time.sleep(0.5)

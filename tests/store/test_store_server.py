@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from blockviz.core import procs
-from blockviz.store import RunStore, StoreError, parse_location
+from blockviz.store import RunStore, StoreError, StoreUnreachable, parse_location
 from blockviz.store.schema import SCHEMA_VERSION
 from tests.helpers import other_connection, spawn
 
@@ -357,6 +357,15 @@ def test_a_password_never_reaches_another_process_command_line(pg_url, tmp_path,
         assert os.environ["PGPASSWORD"] == "s3cret"
     with RunStore(store.location.text, flush_seconds=None) as again:  # as a child opens it
         assert again.location.where == store.location.where
+
+
+def test_a_bad_option_in_the_url_is_named_not_called_an_unreachable_server(pg_url):
+    """`?sslmode=bogus` read "cannot reach the run store ...; is the server running?"."""
+    with pytest.raises(StoreError) as raised:
+        RunStore(f"{pg_url}?sslmode=bogus")
+    message = str(raised.value)
+    assert "sslmode" in message and "cannot reach" not in message, message
+    assert not isinstance(raised.value, StoreUnreachable)
 
 
 def test_an_sqlite_too_old_for_the_store_is_one_line(tmp_path, monkeypatch):
