@@ -228,7 +228,11 @@ def status_label(store: RunStore, study_id: int, status: str) -> str:
 
 
 def progress(store: RunStore, study_id: int) -> Progress:
-    """The study's runs counted, and whether anything still works on them."""
+    """The study's runs counted, and whether anything still works on them. A running
+    study whose runs have all ended with no worker of this machine left (its workers were
+    killed, its runs reaped since) is settled first: it no longer reads "running"."""
+    if not store.db.readonly and workers_alive(store, study_id) == 0:
+        store.settle_study(study_id)
     runs = store.study_runs(study_id)
     status = runs["status"] if not runs.empty else pd.Series(dtype=str)
     running = status == "running"
@@ -279,7 +283,7 @@ def resume(
     Finished runs (completed or diverged) are kept; stopped and failed runs start over.
     `workers=0` queues them and starts no worker (`study launch` or `study work` do).
     """
-    now = progress(store, study_id)
+    now = progress(store, study_id)  # settles a study whose workers died after its runs
     if now.status == "running" and not now.unattended:
         raise StudyError(f"study {study_id} is still running")
     runs = store.study_runs(study_id)

@@ -220,6 +220,7 @@ class RunStore:
     stop_unclaimed = Delegated("studies", Studies.stop_unclaimed)
     requeue_runs = Delegated("studies", Studies.requeue_runs)
     study_active_runs = Delegated("studies", Studies.study_active_runs)
+    settle_study = Delegated("studies", Studies.settle_study)
 
     claim_slot = Delegated("queue", Queue.claim_slot)
     queued_still = Delegated("queue", Queue.queued_still)

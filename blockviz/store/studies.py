@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from blockviz import CLI
 from blockviz.core import procs
 from blockviz.core.naming import is_id_text, run_id_from_text, sanitize_name, shortened_id
 from blockviz.core.replicas import even_batch
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # pandas is imported where a frame is built, never by a train
     from blockviz.store.writes import Writes
 
 STUDY_STATUSES = ("running", "stopped", "completed")
+FINISHED = ("completed", "diverged")  # a run's ends that need no more training
 # A server claim that finds every unclaimed run held by another worker's claim reads again
 # this often, for up to the store's busy timeout, before it says there is nothing to claim.
 CLAIM_RETRY_S = 0.02
@@ -293,6 +295,36 @@ class Studies(Part):
             (_study_id(study_id), *ACTIVE_STATUSES),
         ).fetchall()
         return [int(r[0]) for r in rows]
+
+    @guarded
+    def settle_study(self, study_id: int | str) -> str | None:
+        """End a running study that has no run left to train (queued or running): completed
+        when every run finished (completed or diverged), else stopped, its error counting
+        the runs that did not and naming the command that trains them again. The status it
+        set (None: the study was not running, or runs are left)."""
+        sid = _study_id(study_id)
+        with self.db.transaction() as conn:
+            (status,) = conn.execute("SELECT status FROM studies WHERE id = ?", (sid,)).fetchone()
+            counts = dict(
+                conn.execute(
+                    "SELECT status, COUNT(*) FROM runs WHERE study_id = ? GROUP BY status", (sid,)
+                ).fetchall()
+            )
+            if status != "running" or any(counts.get(s) for s in ACTIVE_STATUSES):
+                return None
+            left = sum(n for state, n in counts.items() if state not in FINISHED)
+            error = None
+            if left:
+                error = (
+                    f"{left} of {sum(counts.values())} runs failed or stopped; "
+                    f"`{CLI} study resume {sid}` trains them again"
+                )
+            settled = "stopped" if left else "completed"
+            conn.execute(
+                "UPDATE studies SET status = ?, ended = ?, error = ? WHERE id = ?",
+                (settled, time.time(), error, sid),
+            )
+        return settled
 
 
 def batch_to_claim(

@@ -173,10 +173,9 @@ def measure_at_init(store: RunStore, study_id: int, plan: StudyDef) -> int:
 
 
 def _finish(store: RunStore, study_id: int) -> None:
-    """Mark the study completed once no run of it is left to train."""
-    study = store.get_study(study_id)
-    if study.status == "running" and not store.study_active_runs(study_id):
-        store.update_study(study_id, status="completed", ended=time.time())
+    """End the study once no run of it is left to train (completed only when every run
+    finished: `RunStore.settle_study`)."""
+    store.settle_study(study_id)
 
 
 def main(request: WorkRequest) -> int:

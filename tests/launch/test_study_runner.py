@@ -44,6 +44,21 @@ def test_a_running_study_without_live_workers_is_interrupted_and_resumes(store, 
     assert store.get_run(run_ids[0]).pid is None
 
 
+def test_a_study_whose_killed_worker_left_only_reaped_runs_is_no_longer_running(store, monkeypatch):
+    """Its worker killed, its runs reaped (failed): the study stayed "running" for good,
+    `study resume` said "still running" and the page's Resume was disabled."""
+    started: list[int] = []
+    monkeypatch.setattr(study_runner, "start_workers", lambda s, i, *a, **k: started.append(i))
+    study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(2))
+    store.update_study(study_id, workers=[[GONE, time.time()]])
+    store.update_run(run_ids[0], status="completed")
+    store.update_run(run_ids[1], status="failed")  # what reaping its dead process left
+    assert study_runner.status_label(store, study_id, "running") == "stopped"
+    assert "1 of 2 runs failed or stopped" in store.get_study(study_id).error
+    assert study_runner.resume(store, study_id) == 1
+    assert started == [study_id]
+
+
 def test_stop_skips_the_queued_runs_and_resume_refuses_a_running_study(store, monkeypatch):
     study_id, _ = store.create_study("s", "sweep", "quick", {}, _runs(2))
     monkeypatch.setattr(study_runner, "workers_alive", lambda s, i: 1)

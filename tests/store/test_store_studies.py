@@ -182,3 +182,26 @@ def test_the_runs_table_names_a_runs_study(tmp_path) -> None:
         study_id, _ = store.create_study("s", "sweep", "quick", {}, _runs(1))
         table = tables.runs_table(store.runs_frame(), now=0.0)
         assert table["study"].tolist() == ["", f"#{study_id}"]
+
+
+def test_a_study_is_completed_only_when_every_run_finished(store_url) -> None:
+    """The last worker out marked a study completed with runs failed or stopped
+    (`completed 0/2` after a time limit, `completed 3/4` after a host loss)."""
+    with RunStore(store_url) as store:
+        study_id, ids = store.create_study("s", "sweep", "quick", {}, _runs(4))
+        store.update_study(study_id, status="running")
+        for run_id, status in zip(ids, ["completed", "diverged", "failed", "queued"], strict=True):
+            store.update_run(run_id, status=status)
+        assert store.settle_study(study_id) is None  # a run is left to train: still running
+        store.update_run(ids[3], status="stopped")
+        assert store.settle_study(study_id) == "stopped"
+        study = store.get_study(study_id)
+        assert study.status == "stopped" and study.ended is not None
+        assert study.error.startswith("2 of 4 runs failed or stopped; ")
+        assert f"study resume {study_id}` trains them again" in study.error
+        for run_id in ids[2:]:
+            store.update_run(run_id, status="completed")
+        store.update_study(study_id, status="running", error=None)
+        assert store.settle_study(study_id) == "completed"
+        assert store.get_study(study_id).error is None
+        assert store.settle_study(study_id) is None  # not running any more
