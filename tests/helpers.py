@@ -28,11 +28,10 @@ from blockviz.core import config as cfg
 from blockviz.core.findings import RunSeries
 from blockviz.core.studies import builtins
 from blockviz.core.studies.define import Claim, StudyDef, Variant
+from blockviz.store import RunStore
 
 if TYPE_CHECKING:
     from streamlit.testing.v1 import AppTest
-
-    from blockviz.store import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -515,3 +514,56 @@ def spawn(target: Callable[..., Any], args_list: list[tuple[Any, ...]]) -> list[
         if main_file is not None:
             main.__file__ = main_file
     return children
+
+
+# ------------------------------------------------- the fault suites (tests/test_faults*.py)
+
+# Short evaluations and checkpoints every 10 steps, probes every 5, samples every 10.
+FAULT_CADENCE = [
+    *("--eval_interval", "10", "--probe_interval", "5", "--sample_interval", "10"),
+    *("--eval_iters", "2"),
+]
+
+
+def fault_train(store: Path, corpus: Path, *flags: str) -> subprocess.Popen:
+    return start(train_command(store, corpus, *FAULT_CADENCE, *flags))
+
+
+def fault_resume(store: Path, *flags: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "blockviz", "train", "--store", str(store), "--no_progress"]
+    return start([*command, "--resume", "1", *flags])
+
+
+def logged_steps(store_path: Path, run_id: int, name: str) -> list[int]:
+    with RunStore(store_path) as store:
+        return store.scalars(run_id, names=name)["step"].tolist()
+
+
+def wait_until(predicate, timeout: float = 90.0, every: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(every)
+    raise AssertionError(f"condition not reached in {timeout} s")
+
+
+def checkpoint_step(path: Path) -> int:
+    import torch  # only the fault suites need it
+
+    return int(torch.load(path, map_location="cpu", weights_only=True)["global_step"])
+
+
+def assert_continuous(store_path: Path, run_id: int, max_steps: int) -> None:
+    """Every logged series holds each of its steps exactly once, with no gap."""
+    assert logged_steps(store_path, run_id, "train/loss") == list(range(max_steps))
+    assert logged_steps(store_path, run_id, "val/loss") == list(range(10, max_steps + 1, 10))
+    with RunStore(store_path) as store:
+        probed = store.layer_steps(run_id, kind="component", stat="grad_norm")
+        # every 5 steps, and the last trained step (issue 12: the last step is probed)
+        assert probed == sorted({*range(0, max_steps, 5), max_steps - 1})
+        samples = store.samples(run_id)["step"].tolist()
+        assert sorted(samples) == sorted(set(samples))  # one sample per step
+        assert set(range(0, max_steps, 10)) <= set(samples)
+        run = store.get_run(run_id)
+    assert run.status == "completed" and run.step == max_steps

@@ -6,6 +6,7 @@ it), each worker running `python -m blockviz study work ID --store STORE`."""
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -83,9 +84,9 @@ def test_launch_local_trains_every_run_once_on_two_workers(tmp_path: Path, pg_ur
         text = opened.location.text
     assert folder == tmp_path / "shared" / "studies" / "1" / cluster.JOBS_DIR
     assert f"the jobs' logs: {folder}" in launched.stdout
-    assert f"python -m blockviz study work 1 --store {text} --threads 1 --replicas 1" in (
-        launched.stdout
-    )
+    # As a shell takes it: the URL quoted (its `?` and `&`), no password in it.
+    work = ["study", "work", "1", "--store", text, "--threads", "1", "--replicas", "1"]
+    assert f"python -m blockviz {shlex.join(work)}`" in launched.stdout
     shown = study(store, "show", "1", timeout=60)
     assert "interrupted" not in shown.stdout  # its workers are alive here
     _trained_once_by_two_workers(store, folder, "*_log.out")
