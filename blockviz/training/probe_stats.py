@@ -205,7 +205,7 @@ class RunStack:
     def of(cls, model: nn.Module) -> RunStack:
         """One model as a stack of one (views of its parameters and gradients)."""
         names, aliases = parameter_names(model)
-        params = [model.get_parameter(name) for name in names]
+        params = list(model.parameters())  # in `names` order (a tied matrix once)
         grads = [None if p.grad is None else p.grad.unsqueeze(0) for p in params]
         return cls(model, names, [p.detach().unsqueeze(0) for p in params], grads, aliases)
 
