@@ -218,23 +218,22 @@ class CausalSelfAttention(nn.Module):
         sink: AttentionMaps,
         lead: list[int],
     ) -> torch.Tensor:
-        """softmax(q k^T / sqrt(hs), causal) v, storing the weights and max logits in `sink`
-        (unfolded: (*lead, nh, T, T) and (*lead[:-1], nh), each replica's apart)."""
+        """softmax(q k^T / sqrt(hs), causal) v, storing the weights and max logits in `sink`,
+        each replica's apart."""
         T = q.size(-2)
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (K·B, nh, T, T)
         causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()  # (T, T)
         # Attention-logit growth (Dehghani et al. 2023) shows in the largest logits a head
         # computes, of either sign; the masked pairs never count (0 for |logit|, -inf here).
-        # Each replica's over its batch, query and key: dims (B, T, T) of (*lead, nh, T, T).
-        over = (-4, -2, -1)
-        magnitude = scores.detach().float().abs().masked_fill(~causal, 0.0)
-        sink.max_abs_logits[self.layer_index] = magnitude.view(*lead, -1, T, T).amax(dim=over)
+        # Each replica's over its batch, queries and keys: (*lead, nh, T, T) -> (*lead[:-1], nh)
+        unfolded, over = (*lead, -1, T, T), (-4, -2, -1)
+        magnitude = scores.detach().float().abs().masked_fill(~causal, 0.0).view(unfolded)
+        sink.max_abs_logits[self.layer_index] = magnitude.amax(dim=over)
         scores = scores.masked_fill(~causal, float("-inf"))
-        largest = scores.detach().float().view(*lead, -1, T, T).amax(dim=over)  # (..., nh)
-        sink.max_logits[self.layer_index] = largest
+        sink.max_logits[self.layer_index] = scores.detach().float().view(unfolded).amax(dim=over)
         # Softmax in float32 so the maps sum to 1 under bf16 autocast too.
         weights = scores.float().softmax(dim=-1)  # (K·B, nh, T, T)
-        sink[self.layer_index] = weights.detach().view(*lead, -1, T, T)
+        sink[self.layer_index] = weights.detach().view(unfolded)
         return self.attn_drop(weights.to(v.dtype)) @ v  # (K·B, nh, T, hs)
 
 

@@ -22,6 +22,7 @@ probe forward pass, so ordinary steps run the bare model. Only global rank 0 pro
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -106,13 +107,9 @@ def to_host(pending: _PendingProbe, k: int) -> list[dict[str, list[float]]]:
     names = list(pending.parts)
     rows = [pending.parts[name].reshape(k, -1).float() for name in names]  # (K, n_i) each
     values = torch.cat(rows, dim=1).tolist() if rows else [[] for _ in range(k)]  # (K, n)
-    hosts: list[dict[str, list[float]]] = [{} for _ in range(k)]
-    offset = 0
-    for name, row in zip(names, rows, strict=True):
-        for host, run in zip(hosts, values, strict=True):
-            host[name] = run[offset : offset + row.size(1)]
-        offset += row.size(1)
-    return hosts
+    ends = list(itertools.accumulate(row.size(1) for row in rows))
+    spans = list(zip(names, [0, *ends][: len(ends)], ends, strict=True))
+    return [{name: run[start:end] for name, start, end in spans} for run in values]
 
 
 @dataclass
@@ -124,9 +121,8 @@ class _PendingProbe:
     runs: list[int]  # the runs whose records are written (with sinks, still live)
     parts: dict[str, torch.Tensor] = field(default_factory=dict)
     before: list[torch.Tensor] | None = None  # parameter snapshot, for the update ratio
-    tap_keys: list[tuple[int, str]] = field(default_factory=list)
-    # (layer, tap) of each row of parts["stream"] and parts["units"]
-    extra_keys: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    # (layer, tap) of each row of parts["taps"], ["stream"] and ["units"]
+    tap_keys: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     attention_layers: list[int] = field(default_factory=list)
     attention_tokens: list[str] | None = None
     samples: list[str | None] = field(default_factory=list)  # each run's text sample
@@ -289,17 +285,16 @@ class BlockProbe(Callback):
         def reduce(activation: torch.Tensor) -> torch.Tensor:
             return tap_statistics(activation, self.hist_bins, self.hist_range)
 
+        # Every tap's TAP_STATS ("taps"), and each TapGroup's at its tap: {part: reduce, taps}
+        hooked = {"taps": (reduce, None)} | {g.part: (g.reduce, (g.tap,)) for g in TAP_GROUPS}
         # The probe sees the same numerics as training (autocast under mixed precision).
         precision_context = getattr(trainer.precision_plugin, "forward_context", nullcontext)
-        extras: dict[str, dict[tuple[int, str], torch.Tensor]] = {}
+        found: dict[str, dict[tuple[int, str], torch.Tensor]] = {}
         try:
             with ExitStack() as hooks:
                 hooks.enter_context(precision_context())
-                tap_stats = hooks.enter_context(tap_hooks(model, reduce)) if probe else {}
-                if probe:
-                    for group in TAP_GROUPS:
-                        hooked = tap_hooks(model, group.reduce, (group.tap,))
-                        extras[group.part] = hooks.enter_context(hooked)
+                for part, (reducer, taps) in hooked.items() if probe else ():
+                    found[part] = hooks.enter_context(tap_hooks(model, reducer, taps))
                 attention = hooks.enter_context(capture_attention(model))
                 logits = stack(self._probe_x)  # (K, B, T, V)
             if probe and self._repeat_x is not None:
@@ -308,14 +303,10 @@ class BlockProbe(Callback):
             model.train(was_training)
         if probe:
             pending.parts["output"] = output_statistics(logits)  # (K, len(PROBE_SCALARS))
-        if probe and tap_stats:
-            pending.tap_keys = sorted(tap_stats)
-            pending.parts["taps"] = torch.stack([tap_stats[k] for k in pending.tap_keys], dim=1)
-        for part, found in extras.items():
-            if found:
-                pending.extra_keys[part] = sorted(found)
-                rows = [found[k] for k in pending.extra_keys[part]]
-                pending.parts[part] = torch.stack(rows, dim=1)  # (K, keys, stats)
+        for part, stats in found.items():
+            if stats:
+                pending.tap_keys[part] = sorted(stats)  # (K, keys, stats) each
+                pending.parts[part] = torch.stack([stats[k] for k in sorted(stats)], dim=1)
         layers = sorted(attention)
         if not layers:
             return  # attention is off in this model
@@ -409,12 +400,12 @@ class BlockProbe(Callback):
         if "output" in host:
             records.scalars = dict(zip(PROBE_SCALARS, host["output"], strict=True))
         if "taps" in host:
-            keys, bins, value_range = pending.tap_keys, self.hist_bins, self.hist_range
+            keys, bins, value_range = pending.tap_keys["taps"], self.hist_bins, self.hist_range
             tap_rows, records.histograms = tap_records(step, keys, host["taps"], bins, value_range)
             rows += tap_rows
         for group in TAP_GROUPS:
             if group.part in host:
-                rows += group_rows(step, group, pending.extra_keys[group.part], host[group.part])
+                rows += group_rows(step, group, pending.tap_keys[group.part], host[group.part])
         if "heads" in host:
             rows += head_rows(step, pending.attention_layers, host["heads"])
         if PREFIX_PART in host:
