@@ -99,7 +99,7 @@ def fit(
             lit.mark_diverged(index, step)
             ended[index] = Outcome("diverged", step)
             heartbeats[index].stop()  # its row is final: no more beats, no more steps
-            record(index, ended[index], lit.views[index], trainer)
+            record(index, ended[index], lit.runs[index], trainer)
 
         lit.replica_loggers = loggers  # each replica's, not the Trainer's
         lit.out = list(ended)

@@ -20,16 +20,17 @@ from contextlib import AbstractContextManager
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from blockviz.core.induction import repeat_half
 from blockviz.core.spec import COPY_SCORE, PREFIX_SCORE, PROBE_REPEAT_GAIN
 from blockviz.training.model import capture_attention
+from blockviz.training.probe_stats import RunStack
 from blockviz.training.sinks import LayerStat
 
 INDUCTION_SEED = 27  # the repeated batch's own generator: the same tokens at every probe
 INDUCTION_BATCH = 4  # sequences in the repeated batch
 PREFIX_PART, OV_PART, GAIN_PART = "induction_prefix", "induction_ov", "induction_gain"
+COPY_PART = "induction_copying"  # on the host only: the scores of OV_PART's circuits
 
 
 def repeated_batch(
@@ -47,28 +48,32 @@ def repeated_batch(
 
 def prefix_scores(weights: torch.Tensor, half: int) -> torch.Tensor:
     """Each head's mean weight from query i of the second repeat to key i - half + 1:
-    (B, nh, 2L, 2L) -> (nh,)."""
+    (..., B, nh, 2L, 2L) -> (..., nh)."""
     # The diagonal at offset -(half - 1) pairs query j + half - 1 with key j; its first
     # entry is the last query of the first repeat, the rest are the second repeat's.
     diagonal = torch.diagonal(weights.float(), offset=-(half - 1), dim1=-2, dim2=-1)
-    return diagonal[..., 1:].mean(dim=(0, 2))  # (nh,)
+    return diagonal[..., 1:].mean(dim=(-3, -1))  # (..., nh)
 
 
 @torch.no_grad()
-def ov_circuits(model: nn.Module, layers: Sequence[int]) -> torch.Tensor:
-    """W_V^h W_E W_U W_O^h of every head of `layers`: (L, nh, hs, hs), in float32."""
-    embed = model.tok_emb.weight.float()  # (V, C): W_E transposed
-    unembed = model.lm_head.weight.float()  # (V, C): W_U
-    through = embed.T @ unembed  # (C, C): W_E W_U
+def ov_circuits(stack: RunStack, layers: Sequence[int]) -> torch.Tensor:
+    """W_V^h W_E W_U W_O^h of every head of `layers`, of each run of the stack:
+    (K, L, nh, hs, hs), in float32."""
+    params = stack.by_alias()
+    embed = params["tok_emb.weight"].float()  # (K, V, C): W_E transposed
+    unembed = params["lm_head.weight"].float()  # (K, V, C): W_U
+    through = (embed.transpose(1, 2) @ unembed).unsqueeze(1)  # (K, 1, C, C): W_E W_U
+    K, _, C = embed.shape
+    nh = stack.model.cfg.n_head
+    hs = C // nh
     circuits = []
     for layer in layers:
-        attn = model.blocks[layer].attn
-        nh, C = attn.n_head, embed.size(1)
-        hs = C // nh
-        w_v = attn.qkv.weight[2 * C :].float().view(nh, hs, C)  # (nh, hs, C)
-        w_o = attn.proj.weight.float().view(C, nh, hs).transpose(0, 1)  # (nh, C, hs)
-        circuits.append(w_v @ through @ w_o)  # (nh, hs, hs)
-    return torch.stack(circuits)  # (L, nh, hs, hs)
+        qkv = params[f"blocks.{layer}.attn.qkv.weight"]  # (K, 3C, C)
+        w_v = qkv[:, 2 * C :].float().reshape(K, nh, hs, C)  # (K, nh, hs, C)
+        proj = params[f"blocks.{layer}.attn.proj.weight"].float()  # (K, C, C)
+        w_o = proj.reshape(K, C, nh, hs).transpose(1, 2)  # (K, nh, C, hs)
+        circuits.append(w_v @ through @ w_o)  # (K, nh, hs, hs)
+    return torch.stack(circuits, dim=1)  # (K, L, nh, hs, hs)
 
 
 def copying_scores(circuits: np.ndarray) -> np.ndarray:
@@ -87,50 +92,63 @@ def copying_scores(circuits: np.ndarray) -> np.ndarray:
 
 
 def repeat_gain(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """The mean loss predicting the first repeat's tokens 1..L-1 minus that predicting the
-    second repeat's L+1..2L-1 (nats; L - 1 predictions each): (1,)."""
+    """Each run's mean loss predicting the first repeat's tokens 1..L-1 minus that
+    predicting the second repeat's L+1..2L-1 (nats; L - 1 predictions each), of its logits
+    (K, B, 2L, V) on `tokens` (B, 2L): (K, 1)."""
     half = tokens.size(1) // 2
-    loss = F.cross_entropy(
-        logits[:, :-1].float().transpose(1, 2), tokens[:, 1:], reduction="none"
-    )  # (B, 2L - 1): position t predicting t + 1
-    first, second = loss[:, : half - 1], loss[:, half:]
-    return (first.mean() - second.mean()).reshape(1)
+    targets = tokens[:, 1:].expand(logits.size(0), -1, -1)  # (K, B, 2L - 1)
+    scores = logits[:, :, :-1].float().movedim(-1, 1)  # (K, V, B, 2L - 1)
+    loss = F.cross_entropy(scores, targets, reduction="none")  # position t predicting t + 1
+    first, second = loss[..., : half - 1], loss[..., half:]
+    return (first.mean(dim=(1, 2)) - second.mean(dim=(1, 2))).unsqueeze(1)
 
 
 @torch.no_grad()
 def induction_parts(
-    model: nn.Module,
+    stack: RunStack,
     tokens: torch.Tensor,
     precision: Callable[[], AbstractContextManager[object]],
 ) -> dict[str, torch.Tensor]:
-    """A probe step's device tensors of the induction statistics: one forward pass of the
-    repeated batch `tokens` (B, 2L) under `precision`, attention captured; {} when the
-    model has no attention."""
-    with precision(), capture_attention(model) as attention:
-        logits, _ = model(tokens)  # (B, 2L, V)
+    """A probe step's device tensors of the induction statistics of every run of `stack`
+    ((K, ...) each): one stacked forward pass of the repeated batch `tokens` (B, 2L) under
+    `precision`, attention captured; {} when the model has no attention."""
+    with precision(), capture_attention(stack.model) as attention:
+        logits = stack(tokens)  # (K, B, 2L, V)
     layers = sorted(attention)
     if not layers:
         return {}
     half = tokens.size(1) // 2
+    prefix = [prefix_scores(attention[layer], half) for layer in layers]  # L x (K, nh)
     return {
-        PREFIX_PART: torch.stack([prefix_scores(attention[layer], half) for layer in layers]),
-        OV_PART: ov_circuits(model, layers),  # (L, nh, hs, hs)
-        GAIN_PART: repeat_gain(logits, tokens),  # (1,)
+        PREFIX_PART: torch.stack(prefix, dim=1),  # (K, L, nh)
+        OV_PART: ov_circuits(stack, layers),  # (K, L, nh, hs, hs)
+        GAIN_PART: repeat_gain(logits, tokens),  # (K, 1)
     }
+
+
+def add_copying(hosts: Sequence[dict[str, list[float]]]) -> None:
+    """Each run's copy_score of every head into its host values (COPY_PART), from the OV
+    circuits of `induction_parts`: one eigenvalue call for every run of a probe step."""
+    runs = [host for host in hosts if OV_PART in host]
+    if not runs:
+        return
+    flat = np.asarray([host[OV_PART] for host in runs], dtype=np.float64)  # (K, L·nh·hs·hs)
+    heads = len(runs[0][PREFIX_PART])
+    size = math.isqrt(flat.shape[1] // heads)
+    scores = copying_scores(flat.reshape(len(runs), heads, size, size))  # (K, L·nh)
+    for host, copying in zip(runs, scores, strict=True):
+        host[COPY_PART] = copying.tolist()
 
 
 def induction_records(
     step: int, layers: Sequence[int], host: Mapping[str, Sequence[float]]
 ) -> tuple[list[LayerStat], dict[str, float]]:
     """The prefix_score and copy_score rows of every head, and the repeat-gain scalar,
-    from the host values of `induction_parts`."""
+    from the host values of `induction_parts` (with `add_copying`'s scores)."""
     prefix = host[PREFIX_PART]
     n_head = len(prefix) // len(layers)
-    flat = np.asarray(host[OV_PART], dtype=np.float64)
-    size = math.isqrt(len(flat) // len(prefix))
-    copying = copying_scores(flat.reshape(len(prefix), size, size))  # (L * nh,)
     rows = []
-    for i, (matching, copies) in enumerate(zip(prefix, copying, strict=True)):
+    for i, (matching, copies) in enumerate(zip(prefix, host[COPY_PART], strict=True)):
         layer, head = layers[i // n_head], str(i % n_head)
         rows.append(LayerStat(step, layer, "head", head, PREFIX_SCORE, float(matching)))
         rows.append(LayerStat(step, layer, "head", head, COPY_SCORE, float(copies)))

@@ -29,6 +29,7 @@ from blockviz.core.config_train import TrainConfig
 from blockviz.core.vocab import CharVocab
 from blockviz.training.data import answer_accuracy, baseline_score
 from blockviz.training.model import CharTransformer, ModelInputError, NonFiniteLogits
+from blockviz.training.probe_stats import RunStack
 
 LN2 = math.log(2.0)
 RNG_KEY = "blockviz_rng"  # checkpoint entry: torch's random state when it was written
@@ -203,7 +204,12 @@ class OneStep(L.LightningModule):
         raise NotImplementedError
 
     def run_modules(self) -> list[Any]:
-        """Each run's own `LitCharModel` (its `last_val`, its generation)."""
+        """Each run's own `LitCharModel` (its `last_val`, its size)."""
+        raise NotImplementedError
+
+    def stack(self) -> RunStack:
+        """Every run's parameters and gradients, (K, ...) each, and the model that runs
+        them: what a probe step measures, all K at once."""
         raise NotImplementedError
 
     def on_validation_epoch_start(self) -> None:
@@ -313,6 +319,10 @@ class LitCharModel(OneStep):
     def run_modules(self) -> list[LitCharModel]:
         """The run's own module: this one."""
         return [self]
+
+    def stack(self) -> RunStack:
+        """The one run as a stack of one (views of the eager model's parameters)."""
+        return RunStack.of(self.model)
 
     # -- training -------------------------------------------------------------------------
 

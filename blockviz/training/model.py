@@ -152,7 +152,8 @@ def make_head_norm(cfg: ModelConfig) -> nn.Module:
 class AttentionMaps(dict[int, torch.Tensor]):
     """{layer: attention weights (B, n_head, T, T)}; in `max_logits` {layer: (n_head,)}, each
     head's largest pre-softmax logit q·k/sqrt(hs) over the causal pairs of the batch, and in
-    `max_abs_logits` {layer: (n_head,)} its largest |logit| (a large negative logit too)."""
+    `max_abs_logits` {layer: (n_head,)} its largest |logit| (a large negative logit too).
+    Of K stacked replicas: (K, B, n_head, T, T) and (K, n_head), each replica's own."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -204,7 +205,7 @@ class CausalSelfAttention(nn.Module):
             dropout_p = self.dropout if self.training else 0.0
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
         else:
-            y = self._explicit_attention(q, k, v, self.weights_sink)  # (B, nh, T, hs)
+            y = self._explicit_attention(q, k, v, self.weights_sink, lead)  # (K·B, nh, T, hs)
         y = y.view(*lead, *y.shape[-3:]).transpose(-3, -2)  # (..., T, nh, hs)
         y = y.contiguous().view(*lead, T, C)  # (..., T, C): heads side by side
         return self.resid_drop(self.proj(y))  # (..., T, C)
@@ -215,21 +216,25 @@ class CausalSelfAttention(nn.Module):
         k: torch.Tensor,
         v: torch.Tensor,
         sink: AttentionMaps,
+        lead: list[int],
     ) -> torch.Tensor:
-        """softmax(q k^T / sqrt(hs), causal) v, storing the weights and max logits in `sink`."""
+        """softmax(q k^T / sqrt(hs), causal) v, storing the weights and max logits in `sink`,
+        each replica's apart."""
         T = q.size(-2)
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (K·B, nh, T, T)
         causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()  # (T, T)
         # Attention-logit growth (Dehghani et al. 2023) shows in the largest logits a head
         # computes, of either sign; the masked pairs never count (0 for |logit|, -inf here).
-        magnitude = scores.detach().float().abs().masked_fill(~causal, 0.0)  # (B, nh, T, T)
-        sink.max_abs_logits[self.layer_index] = magnitude.amax(dim=(0, 2, 3))  # (nh,)
+        # Each replica's over its batch, queries and keys: (*lead, nh, T, T) -> (*lead[:-1], nh)
+        unfolded, over = (*lead, -1, T, T), (-4, -2, -1)
+        magnitude = scores.detach().float().abs().masked_fill(~causal, 0.0).view(unfolded)
+        sink.max_abs_logits[self.layer_index] = magnitude.amax(dim=over)
         scores = scores.masked_fill(~causal, float("-inf"))
-        sink.max_logits[self.layer_index] = scores.detach().float().amax(dim=(0, 2, 3))  # (nh,)
+        sink.max_logits[self.layer_index] = scores.detach().float().view(unfolded).amax(dim=over)
         # Softmax in float32 so the maps sum to 1 under bf16 autocast too.
-        weights = scores.float().softmax(dim=-1)  # (B, nh, T, T)
-        sink[self.layer_index] = weights.detach()
-        return self.attn_drop(weights.to(v.dtype)) @ v  # (B, nh, T, hs)
+        weights = scores.float().softmax(dim=-1)  # (K·B, nh, T, T)
+        sink[self.layer_index] = weights.detach().view(unfolded)
+        return self.attn_drop(weights.to(v.dtype)) @ v  # (K·B, nh, T, hs)
 
 
 class FeedForward(nn.Module):

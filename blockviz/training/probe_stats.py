@@ -17,7 +17,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.func import functional_call
 
+from blockviz.core.params import param_component
 from blockviz.core.spec import (
     ABOVE_RANGE,
     ATTENTION_HEAD_STATS,
@@ -52,85 +54,106 @@ from blockviz.training.sinks import AttentionMap, Histogram, LayerStat
 
 
 def stacked(values: Mapping[str, torch.Tensor], names: Sequence[str]) -> torch.Tensor:
-    """The statistics `values` ({name: tensor}, equal shapes) stacked in the order of
-    `names`, which must name each of them once: (len(names), *shape)."""
+    """The statistics `values` ({name: (K, ...) tensor}, equal shapes) stacked in the order
+    of `names`, which must name each of them once: (K, len(names), ...)."""
     if len(names) != len(values) or set(names) != set(values):
         raise ValueError(f"statistics {sorted(values)} computed, {list(names)} expected")
-    return torch.stack([values[name] for name in names])
+    return torch.stack([values[name] for name in names], dim=1)
+
+
+def histograms(x: torch.Tensor, bins: int, value_range: tuple[float, float]) -> torch.Tensor:
+    """`torch.histc` of each row of x (K, N), all rows in one scatter: (K, bins).
+
+    A value's bin is histc's, floor((x - lo) · bins / (hi - lo)) in x's dtype, with hi in
+    the last bin; values outside [lo, hi] (and NaN) are in none."""
+    lo, hi = value_range
+    inside = (x >= lo) & (x <= hi)  # (K, N)
+    position = torch.where(inside, (x - lo) * bins / (hi - lo), 0.0).long().clamp_(max=bins - 1)
+    rows = torch.arange(x.size(0), device=x.device).unsqueeze(1) * bins  # (K, 1)
+    counts = torch.zeros(x.size(0) * bins, device=x.device)
+    counts.index_add_(0, (position + rows).reshape(-1), inside.float().reshape(-1))
+    return counts.view(-1, bins)  # (K, bins)
 
 
 def tap_statistics(
     activation: torch.Tensor, bins: int = HIST_BINS, value_range: tuple[float, float] = HIST_RANGE
 ) -> torch.Tensor:
-    """One activation's TAP_STATS (in that order), then its histogram's `bins` counts.
+    """Each run's TAP_STATS (in that order), then its histogram's `bins` counts, of one
+    tap's activations (K, ...): (K, len(TAP_STATS) + bins).
 
     Computed on the activation's device. The histogram has `bins` equal bins over
     `value_range` and counts only the values inside it (both ends included); below_range
     and above_range are the fractions of values beyond each end, so bins + below + above
     cover every finite value and an outlier is never drawn as if it lay in an end bin.
     """
-    x = activation.float().reshape(-1)  # (N,)
+    x = activation.float().reshape(activation.size(0), -1)  # (K, N)
     lo, hi = value_range
+    mean = x.mean(dim=1)  # (K,)
+    root_n = math.sqrt(x.size(1))
     moments = {
-        MEAN: x.mean(),
-        STD: x.std(unbiased=False),
-        RMS: x.square().mean().sqrt(),
-        MAX_ABS: x.abs().max(),
-        ZERO_FRAC: (x == 0).float().mean(),
-        BELOW_RANGE: (x < lo).float().mean(),
-        ABOVE_RANGE: (x > hi).float().mean(),
+        MEAN: mean,
+        # two passes through a norm: a tenth of the time of std's one-pass update on a CPU
+        STD: torch.linalg.vector_norm(x - mean.unsqueeze(1), dim=1) / root_n,
+        RMS: torch.linalg.vector_norm(x, dim=1) / root_n,
+        MAX_ABS: x.abs().amax(dim=1),
+        ZERO_FRAC: (x == 0).float().mean(dim=1),
+        BELOW_RANGE: (x < lo).float().mean(dim=1),
+        ABOVE_RANGE: (x > hi).float().mean(dim=1),
     }
-    counts = torch.histc(x, bins=bins, min=lo, max=hi)  # (bins,) values outside are ignored
-    return torch.cat([stacked(moments, TAP_STATS), counts])  # (len(TAP_STATS) + bins,)
+    return torch.cat([stacked(moments, TAP_STATS), histograms(x, bins, value_range)], dim=1)
 
 
 def stream_statistics(activation: torch.Tensor) -> torch.Tensor:
-    """STREAM_STATS (token_cos, max_over_median) of a (B, T, C) stream, in that order.
+    """Each run's STREAM_STATS (token_cos, max_over_median) of a (K, B, T, C) stream, in
+    that order: (K, 2).
 
     token_cos is the mean, over the windows and over every pair of different positions
     i != j in a window, of cos(x_i, x_j): with unit vectors u_i, the sum over i != j is
     |sum_i u_i|^2 - sum_i |u_i|^2, so no T x T matrix is needed. NaN for one position.
     """
-    x = activation.float()  # (B, T, C)
-    T = x.size(1)
-    unit = torch.nn.functional.normalize(x, dim=-1)  # (B, T, C); a zero vector stays 0
-    pair_sum = unit.sum(dim=1).square().sum(dim=-1) - unit.square().sum(dim=(1, 2))  # (B,)
-    token_cos = (pair_sum / (T * (T - 1))).mean() if T > 1 else x.new_tensor(math.nan)
-    magnitude = x.abs().reshape(-1)  # (N,)
-    max_over_median = magnitude.max() / magnitude.median()  # inf when most values are 0
+    x = activation.float()  # (K, B, T, C)
+    K, T = x.size(0), x.size(2)
+    unit = torch.nn.functional.normalize(x, dim=-1)  # (K, B, T, C); a zero vector stays 0
+    pair_sum = unit.sum(dim=2).square().sum(dim=-1) - unit.square().sum(dim=(2, 3))  # (K, B)
+    token_cos = (pair_sum / (T * (T - 1))).mean(dim=1) if T > 1 else x.new_full((K,), math.nan)
+    magnitude = x.abs().reshape(K, -1)  # (K, N)
+    # inf where most values are 0
+    max_over_median = magnitude.amax(dim=1) / magnitude.median(dim=1).values
     return stacked({TOKEN_COS: token_cos, MAX_OVER_MEDIAN: max_over_median}, STREAM_STATS)
 
 
 def ffn_unit_statistics(hidden: torch.Tensor) -> torch.Tensor:
-    """FFN_UNIT_STATS (dead_frac) of FFN hidden activations (B, T, d_ff): the fraction of
-    the d_ff units that are exactly zero at every position of every window."""
-    alive = (hidden != 0).reshape(-1, hidden.size(-1)).any(dim=0)  # (d_ff,)
-    return stacked({DEAD_FRAC: 1.0 - alive.float().mean()}, FFN_UNIT_STATS)  # (1,)
+    """Each run's FFN_UNIT_STATS (dead_frac) of FFN hidden activations (K, B, T, d_ff): the
+    fraction of the d_ff units that are exactly zero at every position of every window."""
+    K, d_ff = hidden.size(0), hidden.size(-1)
+    alive = (hidden != 0).reshape(K, -1, d_ff).any(dim=1)  # (K, d_ff)
+    return stacked({DEAD_FRAC: 1.0 - alive.float().mean(dim=1)}, FFN_UNIT_STATS)  # (K, 1)
 
 
 def output_statistics(logits: torch.Tensor) -> torch.Tensor:
-    """PROBE_SCALARS (largest |logit|, mean log Z) of output logits (B, T, V), in that
-    order; log Z = logsumexp over the vocabulary, the quantity z-loss penalises."""
+    """Each run's PROBE_SCALARS (largest |logit|, mean log Z) of output logits (K, B, T, V),
+    in that order: (K, 2); log Z = logsumexp over the vocabulary, what z-loss penalises."""
     z = logits.float()
+    K = z.size(0)
     measured = {
-        PROBE_LOGIT_MAX_ABS: z.abs().max(),
-        PROBE_LOG_Z: torch.logsumexp(z, dim=-1).mean(),
+        PROBE_LOGIT_MAX_ABS: z.abs().reshape(K, -1).amax(dim=1),
+        PROBE_LOG_Z: torch.logsumexp(z, dim=-1).reshape(K, -1).mean(dim=1),
     }
-    return stacked(measured, PROBE_SCALARS)  # (2,)
+    return stacked(measured, PROBE_SCALARS)  # (K, 2)
 
 
 def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
-    """Mean entropy (nats) of each head's attention rows: (B, nh, T, T) -> (nh,)."""
+    """Mean entropy (nats) of each head's attention rows: (..., B, nh, T, T) -> (..., nh)."""
     p = weights.float()
-    row_entropy = -(p * p.clamp_min(1e-12).log()).sum(dim=-1)  # (B, nh, T)
-    return row_entropy.mean(dim=(0, 2))  # (nh,)
+    row_entropy = -(p * p.clamp_min(1e-12).log()).sum(dim=-1)  # (..., B, nh, T)
+    return row_entropy.mean(dim=(-3, -1))  # (..., nh)
 
 
 def head_statistics(
     entropies: torch.Tensor, logit_max: torch.Tensor, logit_max_abs: torch.Tensor
 ) -> torch.Tensor:
-    """ATTENTION_HEAD_STATS of every layer's heads, each (L, nh), stacked:
-    (len(ATTENTION_HEAD_STATS), L, nh). (The INDUCTION_STATS come from training/induction.py.)"""
+    """ATTENTION_HEAD_STATS of every run's layers' heads, each (K, L, nh), stacked:
+    (K, len(ATTENTION_HEAD_STATS), L, nh). (The INDUCTION_STATS come from training/induction.py.)"""
     measured = {
         ATTN_ENTROPY: entropies,
         ATTN_LOGIT_MAX: logit_max,
@@ -156,74 +179,119 @@ TAP_GROUPS = (
 )
 
 
+def parameter_names(model: nn.Module) -> tuple[list[str], list[list[str]]]:
+    """The model's parameters' names (a tied matrix once, as `named_parameters` lists it)
+    and every name each one goes by (a tied embedding is also the head)."""
+    aliases: dict[int, list[str]] = {}  # in the order named_parameters lists them
+    for name, param in model.named_parameters(remove_duplicate=False):
+        aliases.setdefault(id(param), []).append(name)
+    return [names[0] for names in aliases.values()], list(aliases.values())
+
+
+@dataclass(frozen=True)
+class RunStack:
+    """Every run a module trains, as one stack: each parameter one (K, ...) tensor, K the
+    runs (a solo run's parameters unsqueezed: K = 1), its gradient, and the model that runs
+    the stack (whose taps and attention a probe hooks). A probe step measures all K at
+    once from these, whatever K."""
+
+    model: nn.Module
+    names: list[str]  # each parameter's name, a tied matrix once
+    params: list[torch.Tensor]  # (K, ...) each, in `names` order
+    grads: list[torch.Tensor | None]  # (K, ...) each; None before a backward pass
+    aliases: list[list[str]]  # every name each parameter goes by
+
+    @classmethod
+    def of(cls, model: nn.Module) -> RunStack:
+        """One model as a stack of one (views of its parameters and gradients)."""
+        names, aliases = parameter_names(model)
+        params = list(model.parameters())  # in `names` order (a tied matrix once)
+        grads = [None if p.grad is None else p.grad.unsqueeze(0) for p in params]
+        return cls(model, names, [p.detach().unsqueeze(0) for p in params], grads, aliases)
+
+    def by_alias(self) -> dict[str, torch.Tensor]:
+        """The stacked parameters by every name the model knows them by."""
+        return {
+            alias: param
+            for names, param in zip(self.aliases, self.params, strict=True)
+            for alias in names
+        }
+
+    def __call__(self, idx: torch.Tensor) -> torch.Tensor:
+        """Every run's logits (K, B, T, V) of token ids (B, T): one stacked forward."""
+        k = self.params[0].size(0)
+        logits, _ = functional_call(self.model, self.by_alias(), (idx.expand(k, *idx.shape),))
+        return logits
+
+
+def row_norms(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Each run's norm of each tensor (K, ...): (K, P), in float32."""
+    norms = [torch.linalg.vector_norm(t.flatten(1), dim=1) for t in tensors]  # P x (K,)
+    return torch.stack(norms, dim=1).float()
+
+
 # -- the host side: flat values back into named rows ------------------------------------
 
 
-def summed_squares(norms: torch.Tensor, members: torch.Tensor, size: int) -> torch.Tensor:
-    """(size,) sum of the squared `norms` of the tensors in each group (`members`: (P,))."""
-    return torch.zeros(size, dtype=torch.float64).index_add_(0, members, norms.square())
-
-
-@dataclass
+@dataclass(frozen=True)
 class ParamIndex:
-    """Which (layer, component) group and which layer each probed tensor belongs to."""
+    """The probed tensors, each tensor's layer, and the groups their norms combine into:
+    each (layer, component), each whole layer ("block") and each layer's weight matrices
+    alone ("weights"); per grouping, each tensor's group (-1: none) and the groups."""
 
     names: list[str]
-    params: list[nn.Parameter]
-    groups: list[tuple[int, str]]  # (layer, component) per group, component != block
-    layers: list[int]  # layer per layer group
-    group_of: torch.Tensor  # (P,) group index of each tensor (host)
-    layer_of: torch.Tensor  # (P,) layer-group index of each tensor (host)
-    matrix_layers: list[int]  # layer per "weights" group (a layer's 2-D tensors only)
-    matrix_of: torch.Tensor  # (P,) weights-group index of each tensor, -1 if not 2-D (host)
+    layers: list[int]
+    groupings: list[tuple[list[int], list[tuple[int, str]]]]
+
+    @classmethod
+    def of(cls, names: Sequence[str], params: Sequence[torch.Tensor], n_layer: int) -> ParamIndex:
+        """The index of the tensors `names` ((K, ...) each, `params`) of an n_layer model."""
+        keys = [param_component(name, n_layer) for name in names]
+        blocks = [(layer, "block") for layer, _ in keys]
+        matrices = [  # (K, out, in): a layer's 2-D tensors
+            (layer, WEIGHTS_COMPONENT) if p.dim() == 3 else None
+            for (layer, _), p in zip(keys, params, strict=True)
+        ]
+        groupings = []
+        for grouped in (keys, blocks, matrices):
+            groups = sorted({group for group in grouped if group is not None})
+            groupings.append(([-1 if g is None else groups.index(g) for g in grouped], groups))
+        return cls(list(names), [layer for layer, _ in keys], groupings)
+
+
+def summed_squares(norms: Sequence[float], members: Sequence[int], size: int) -> list[float]:
+    """The sum of the squared `norms` of the tensors in each of `size` groups (`members`:
+    each tensor's group, -1 for none), in float64, tensor by tensor."""
+    sums = [0.0] * size
+    for norm, group in zip(norms, members, strict=True):
+        if group >= 0:
+            sums[group] += norm * norm
+    return sums
 
 
 def norm_rows(step: int, index: ParamIndex, host: Mapping[str, Sequence[float]]) -> list[LayerStat]:
-    """Per-tensor, per-component and per-layer grad_norm, param_norm and update_ratio.
-
-    Component groups: each (layer, component), the whole layer ("block"), and the
-    layer's weight matrices alone ("weights").
-    """
-    grad = torch.tensor(host[GRAD_NORM], dtype=torch.float64)  # (P,)
-    param = torch.tensor(host[PARAM_NORM], dtype=torch.float64)  # (P,)
-    delta = host.get("delta_norm")
-    delta_t = torch.tensor(delta, dtype=torch.float64) if delta is not None else None
+    """Per-tensor, per-component and per-layer grad_norm, param_norm and update_ratio, in
+    plain floats on the host (a few dozen numbers a run; no tensor call after the transfer).
+    A group's norm combines its tensors as one vector: sqrt of the summed squares."""
+    grad, param, delta = host[GRAD_NORM], host[PARAM_NORM], host.get("delta_norm")
     rows: list[LayerStat] = []
 
-    def ratio(step_norm: float, size: float) -> float:
-        return step_norm / size if size > 0 else math.nan
+    def add(layer: int, kind: str, name: str, norms: Sequence[Sequence[float]], i: int) -> None:
+        grad_norm, param_norm = norms[0][i], norms[1][i]
+        rows.append(LayerStat(step, layer, kind, name, GRAD_NORM, grad_norm))
+        rows.append(LayerStat(step, layer, kind, name, PARAM_NORM, param_norm))
+        if delta is not None:
+            ratio = norms[2][i] / param_norm if param_norm > 0 else math.nan
+            rows.append(LayerStat(step, layer, kind, name, UPDATE_RATIO, ratio))
 
+    measured = [grad, param, *([delta] if delta is not None else [])]
     for i, name in enumerate(index.names):
-        layer, _ = index.groups[int(index.group_of[i])]
-        rows.append(LayerStat(step, layer, "param", name, GRAD_NORM, float(grad[i])))
-        rows.append(LayerStat(step, layer, "param", name, PARAM_NORM, float(param[i])))
-        if delta_t is not None:
-            value = ratio(float(delta_t[i]), float(param[i]))
-            rows.append(LayerStat(step, layer, "param", name, UPDATE_RATIO, value))
-    # Group norms combine tensors as one vector: sqrt of the summed squares (host side,
-    # on a few dozen numbers). `chosen` picks the tensors a grouping sums over.
-    every = torch.ones(len(index.names), dtype=torch.bool)
-    matrix = index.matrix_of >= 0
-    for members, keys, chosen in (
-        (index.group_of, list(index.groups), every),
-        (index.layer_of, [(layer, "block") for layer in index.layers], every),
-        (
-            index.matrix_of,
-            [(layer, WEIGHTS_COMPONENT) for layer in index.matrix_layers],
-            matrix,
-        ),
-    ):
-        members, size = members[chosen], len(keys)
-        grad_g = summed_squares(grad[chosen], members, size)
-        param_g = summed_squares(param[chosen], members, size)
-        delta_g = summed_squares(delta_t[chosen], members, size) if delta_t is not None else None
-        for g, (layer, component) in enumerate(keys):
-            grad_norm, param_norm = float(grad_g[g].sqrt()), float(param_g[g].sqrt())
-            rows.append(LayerStat(step, layer, "component", component, GRAD_NORM, grad_norm))
-            rows.append(LayerStat(step, layer, "component", component, PARAM_NORM, param_norm))
-            if delta_g is not None:
-                value = ratio(float(delta_g[g].sqrt()), param_norm)
-                rows.append(LayerStat(step, layer, "component", component, UPDATE_RATIO, value))
+        add(index.layers[i], "param", name, measured, i)
+    for members, groups in index.groupings:
+        sums = [summed_squares(norms, members, len(groups)) for norms in measured]
+        norms = [[math.sqrt(total) for total in summed] for summed in sums]
+        for g, (layer, component) in enumerate(groups):
+            add(layer, "component", component, norms, g)
     return rows
 
 

@@ -11,14 +11,18 @@ maps of one fixed probe sequence and a text sample. docs/internals.md ("What a r
 lists every statistic and where the store keeps it.
 
 Everything a probe step measures is computed on the device, each statistic under its
-name in core.spec's registry (`blockviz.training.probe_stats`), and reaches the host in one
-transfer, becomes one `ProbeRecords` and goes to every sink (`blockviz.training.sinks`:
+name in core.spec's registry (`blockviz.training.probe_stats`), for every run the module
+trains at once: K replicas' statistics come from tensor work over their stacked (K, ...)
+parameters and one stacked probe forward (a solo run is a stack of one), so a probe
+step's device and host calls do not grow with K. The values reach the host in one
+transfer, become one `ProbeRecords` per run and go to its sinks (`blockviz.training.sinks`:
 the run store, Lightning loggers). Forward hooks exist only inside `tap_hooks`, for one
 probe forward pass, so ordinary steps run the bare model. Only global rank 0 probes.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -29,7 +33,6 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 
-from blockviz.core.params import param_component
 from blockviz.core.probe_schedule import is_probe_step
 from blockviz.core.spec import (
     GRAD_NORM,
@@ -40,6 +43,7 @@ from blockviz.core.spec import (
 )
 from blockviz.training.induction import (
     PREFIX_PART,
+    add_copying,
     induction_parts,
     induction_records,
     repeated_batch,
@@ -48,6 +52,7 @@ from blockviz.training.model import capture_attention
 from blockviz.training.probe_stats import (
     TAP_GROUPS,
     ParamIndex,
+    RunStack,
     attention_entropy,
     attention_maps,
     group_rows,
@@ -55,16 +60,11 @@ from blockviz.training.probe_stats import (
     head_statistics,
     norm_rows,
     output_statistics,
+    row_norms,
     tap_records,
     tap_statistics,
 )
-from blockviz.training.sinks import LayerStat, ProbeRecords, ProbeSink, Sample
-
-
-def char_model(module: nn.Module) -> nn.Module:
-    """The CharTransformer inside a LightningModule and/or a torch.compile wrapper."""
-    model = getattr(module, "model", module)
-    return getattr(model, "_orig_mod", model)
+from blockviz.training.sinks import ProbeRecords, ProbeSink, Sample
 
 
 @contextmanager
@@ -73,8 +73,8 @@ def tap_hooks(
     reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
     taps: Collection[str] | None = None,
 ) -> Iterator[dict[tuple[int, str], torch.Tensor]]:
-    """Forward hooks on every tap of every block (or only the `taps` named), removed on
-    exit whatever happens.
+    """Forward hooks on every tap of every block of a CharTransformer (or only the `taps`
+    named), removed on exit whatever happens.
 
     Yields {(layer, tap): reduce(activation)} filled by forward passes run inside the
     block; without `reduce` the detached activation itself is kept.
@@ -90,7 +90,7 @@ def tap_hooks(
         return hook
 
     try:
-        for layer, block in enumerate(char_model(model).blocks):
+        for layer, block in enumerate(model.blocks):
             for tap_name, tap in block.taps.items():
                 if taps is not None and tap_name not in taps:
                     continue
@@ -101,74 +101,31 @@ def tap_hooks(
             handle.remove()
 
 
-def _run_modules(pl_module: L.LightningModule) -> list[nn.Module]:
-    """Each run's own module (`OneStep.run_modules`; any other module is its one run's)."""
-    run_modules = getattr(pl_module, "run_modules", None)
-    return run_modules() if run_modules is not None else [pl_module]
-
-
-def param_index(model: nn.Module) -> ParamIndex:
-    """The model's trainable parameters, each with its group (layer, component), its layer
-    and, for a weight matrix, its layer among those with matrices."""
-    n_layer = model.cfg.n_layer
-    names, params, keys = [], [], []
-    for name, param in model.named_parameters():
-        if param.requires_grad:
-            clean = name.replace("_orig_mod.", "")  # torch.compile's prefix
-            names.append(clean)
-            params.append(param)
-            keys.append(param_component(clean, n_layer))
-    groups = sorted(set(keys))
-    layers = sorted({layer for layer, _ in keys})
-    is_matrix = [param.ndim == 2 for param in params]
-    matrix_layers = sorted({layer for (layer, _), m in zip(keys, is_matrix, strict=True) if m})
-    return ParamIndex(
-        names=names,
-        params=params,
-        groups=groups,
-        layers=layers,
-        group_of=torch.tensor([groups.index(k) for k in keys]),
-        layer_of=torch.tensor([layers.index(k[0]) for k in keys]),
-        matrix_layers=matrix_layers,
-        matrix_of=torch.tensor(
-            [
-                matrix_layers.index(layer) if m else -1
-                for (layer, _), m in zip(keys, is_matrix, strict=True)
-            ]
-        ),
-    )
-
-
-def to_host(pendings: Sequence[_PendingProbe]) -> list[dict[str, list[float]]]:
-    """Every statistic of the pending probe steps on the host, in one device->host copy
-    (replicas of a batch send all of theirs together); one {name: values} per pending."""
-    flat = [
-        (index, name, tensor.reshape(-1).float())
-        for index, pending in enumerate(pendings)
-        for name, tensor in pending.parts.items()
-    ]
-    values = torch.cat([tensor for _, _, tensor in flat]).tolist() if flat else []
-    hosts: list[dict[str, list[float]]] = [{} for _ in pendings]
-    offset = 0
-    for index, name, tensor in flat:
-        hosts[index][name] = values[offset : offset + tensor.numel()]
-        offset += tensor.numel()
-    return hosts
+def to_host(pending: _PendingProbe, k: int) -> list[dict[str, list[float]]]:
+    """Every statistic of a pending probe step of `k` runs (each part (K, ...)) on the host,
+    in one device->host copy; one {name: values} per run."""
+    names = list(pending.parts)
+    rows = [pending.parts[name].reshape(k, -1).float() for name in names]  # (K, n_i) each
+    values = torch.cat(rows, dim=1).tolist() if rows else [[] for _ in range(k)]  # (K, n)
+    ends = list(itertools.accumulate(row.size(1) for row in rows))
+    spans = list(zip(names, [0, *ends][: len(ends)], ends, strict=True))
+    return [{name: run[start:end] for name, start, end in spans} for run in values]
 
 
 @dataclass
 class _PendingProbe:
-    """Device tensors of one probe step, waiting for the post-step half."""
+    """Device tensors of one probe step of every run, (K, ...) each, waiting for the
+    post-step half."""
 
     step: int
+    runs: list[int]  # the runs whose records are written (with sinks, still live)
     parts: dict[str, torch.Tensor] = field(default_factory=dict)
     before: list[torch.Tensor] | None = None  # parameter snapshot, for the update ratio
-    tap_keys: list[tuple[int, str]] = field(default_factory=list)
-    # (layer, tap) of each row of parts["stream"] and parts["units"]
-    extra_keys: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    # (layer, tap) of each row of parts["taps"], ["stream"] and ["units"]
+    tap_keys: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     attention_layers: list[int] = field(default_factory=list)
     attention_tokens: list[str] | None = None
-    sample: str | None = None
+    samples: list[str | None] = field(default_factory=list)  # each run's text sample
 
 
 class BlockProbe(Callback):
@@ -177,12 +134,13 @@ class BlockProbe(Callback):
 
     `sinks` take each probe step's records of the module's one run (none: measure nothing,
     e.g. on ranks other than 0); `run_sinks` instead gives each run's, for a module of
-    several (`LitReplicas`: each replica is measured on its own module, `run_modules`, its
-    text samples drawn in one pass, and every replica's probe step reaches the host in
-    one transfer). `prompt` seeds the text samples; `probe_batch` sequences of the
-    validation split form the fixed probe batch; the attention map shows the first
-    `attention_chars` of sequence 0; `induction` False leaves the induction statistics
-    out (for measuring what they cost).
+    several (`LitReplicas`). Every run is measured at once, on the module's `stack()`
+    (each parameter (K, ...), a solo run's a stack of one): norms per row, one stacked
+    probe forward with the taps hooked, statistics reduced over every dimension but K,
+    text samples in one pass, and one transfer for all K. `prompt` seeds the text
+    samples; `probe_batch` sequences of the validation split form the fixed probe batch;
+    the attention map shows the first `attention_chars` of sequence 0; `induction` False
+    leaves the induction statistics out (for measuring what they cost).
     """
 
     def __init__(
@@ -213,11 +171,11 @@ class BlockProbe(Callback):
         self.hist_bins = hist_bins
         self.hist_range = hist_range
         self.induction = induction
-        self._indexes: list[ParamIndex] = []  # each run's parameters, once the fit starts
+        self._index: ParamIndex | None = None  # the parameters' groups, once the fit starts
         self._n_layer = 0
         self._probe_x: torch.Tensor | None = None
         self._repeat_x: torch.Tensor | None = None  # the induction statistics' batch
-        self._pending: dict[int, _PendingProbe] = {}  # by run: this step's, measured
+        self._pending: _PendingProbe | None = None  # this step's, measured
         self._last_sample_step: int | None = None
         self._last_step: int | None = None  # the fit's last trained step, max_steps - 1
         self.probe_steps: list[int] = []  # gradient-probe steps run in this process
@@ -232,23 +190,22 @@ class BlockProbe(Callback):
     def _active(self, trainer: L.Trainer) -> bool:
         return any(self.run_sinks) and trainer.is_global_zero
 
-    def _runs(self, pl_module: L.LightningModule) -> list[tuple[int, nn.Module]]:
-        """(index, module) of each run this probe measures: one with sinks, still live."""
-        modules = _run_modules(pl_module)
-        live = getattr(pl_module, "live", [True] * len(modules))
-        return [(i, m) for i, m in enumerate(modules) if self.run_sinks[i] and live[i]]
+    def _runs(self, pl_module: L.LightningModule) -> list[int]:
+        """The runs whose records are written: those with sinks, still live."""
+        live = pl_module.live
+        return [i for i, sinks in enumerate(self.run_sinks) if sinks and live[i]]
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Index each run's parameters into groups and draw the fixed probe batch once."""
+        """Index the parameters into groups and draw the fixed probe batch once."""
         if not self._active(trainer):
             return
         # Batch max_steps - 1 is the last one whose gradient and update exist; a fit bounded
         # by epochs instead (max_steps -1) has no known last step.
         self._last_step = trainer.max_steps - 1 if trainer.max_steps > 0 else None
-        models = [char_model(module) for module in _run_modules(pl_module)]
-        self._indexes = [param_index(model) for model in models]
-        config, device = models[0].cfg, self._indexes[0].params[0].device
+        stack = pl_module.stack()
+        config, device = stack.model.cfg, stack.params[0].device
         self._n_layer = config.n_layer
+        self._index = ParamIndex.of(stack.names, stack.params, config.n_layer)
         self._probe_x = self._draw_probe_batch(trainer, config.block_size).to(device)
         repeats = repeated_batch(config.vocab_size, config.block_size)
         if self.induction and config.attention and repeats is not None:
@@ -281,108 +238,100 @@ class BlockProbe(Callback):
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
-        """At probe and sample steps, measure each run's model as it is before update
-        `step` (a module of several shares each run's gradients with its own module)."""
-        if not self._indexes:
+        """At probe and sample steps, measure every run's model as it is before update
+        `step`, all K at once."""
+        if self._index is None:
             return
         step = trainer.global_step
         probe, sample = self.is_probe_step(step), self.is_sample_step(step)
-        if not (probe or sample):
+        runs = self._runs(pl_module)
+        if not (probe or sample) or not runs:
             return
-        share_grads = getattr(pl_module, "share_grads", None)
-        for index, module in self._runs(pl_module):
-            pending = self._pending[index] = _PendingProbe(step=step)
-            if probe:
-                if share_grads is not None:
-                    share_grads(index)
-                self._measure_gradients(self._indexes[index], pending)
-            self._measure_forward(trainer, module, pending, probe=probe, sample=sample)
+        stack = pl_module.stack()
+        pending = self._pending = _PendingProbe(step=step, runs=runs)
+        if probe:
+            self._measure_gradients(stack, pending)
+        self._measure_forward(trainer, pl_module, stack, pending, probe=probe, sample=sample)
         if sample:
-            texts = self._generate(pl_module, step)
-            for index, pending in self._pending.items():
-                pending.sample = texts[index]
+            pending.samples = self._generate(pl_module, step)
 
     @torch.no_grad()
-    def _measure_gradients(self, index: ParamIndex, pending: _PendingProbe) -> None:
-        params = index.params
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        # One fused kernel per list instead of one norm per tensor (what clip_grad_norm_ uses).
-        grad_norm = torch.stack(torch._foreach_norm(grads)).float()  # (P,)
-        param_norm = torch.stack(torch._foreach_norm(params)).float()  # (P,)
+    def _measure_gradients(self, stack: RunStack, pending: _PendingProbe) -> None:
+        pairs = zip(stack.params, stack.grads, strict=True)
+        grads = [g if g is not None else torch.zeros_like(p) for p, g in pairs]
+        grad_norm = row_norms(grads)  # (K, P)
         pending.parts[GRAD_NORM] = grad_norm
-        pending.parts[PARAM_NORM] = param_norm
-        pending.parts["global_grad_norm"] = grad_norm.square().sum().sqrt().reshape(1)  # (1,)
-        pending.before = [p.detach().clone() for p in params]
+        pending.parts[PARAM_NORM] = row_norms(stack.params)  # (K, P)
+        pending.parts["global_grad_norm"] = grad_norm.square().sum(dim=1).sqrt()  # (K,)
+        pending.before = [p.clone() for p in stack.params]
 
     @torch.no_grad()
     def _measure_forward(
         self,
         trainer: L.Trainer,
         pl_module: L.LightningModule,
+        stack: RunStack,
         pending: _PendingProbe,
         *,
         probe: bool,
         sample: bool,
     ) -> None:
-        """One forward pass of the probe batch with taps hooked and attention captured."""
-        model = char_model(pl_module)
+        """One stacked forward pass of the probe batch, every run at once, with taps hooked
+        and attention captured."""
+        model = stack.model
         was_training = model.training
         model.eval()  # no dropout: statistics comparable across steps
 
         def reduce(activation: torch.Tensor) -> torch.Tensor:
             return tap_statistics(activation, self.hist_bins, self.hist_range)
 
+        # Every tap's TAP_STATS ("taps"), and each TapGroup's at its tap: {part: reduce, taps}
+        hooked = {"taps": (reduce, None)} | {g.part: (g.reduce, (g.tap,)) for g in TAP_GROUPS}
         # The probe sees the same numerics as training (autocast under mixed precision).
         precision_context = getattr(trainer.precision_plugin, "forward_context", nullcontext)
-        extras: dict[str, dict[tuple[int, str], torch.Tensor]] = {}
+        found: dict[str, dict[tuple[int, str], torch.Tensor]] = {}
         try:
-            with ExitStack() as stack:
-                stack.enter_context(precision_context())
-                tap_stats = stack.enter_context(tap_hooks(model, reduce)) if probe else {}
-                if probe:
-                    for group in TAP_GROUPS:
-                        hooks = tap_hooks(model, group.reduce, (group.tap,))
-                        extras[group.part] = stack.enter_context(hooks)
-                attention = stack.enter_context(capture_attention(model))
-                logits, _ = model(self._probe_x)  # (B, T, V)
+            with ExitStack() as hooks:
+                hooks.enter_context(precision_context())
+                for part, (reducer, taps) in hooked.items() if probe else ():
+                    found[part] = hooks.enter_context(tap_hooks(model, reducer, taps))
+                attention = hooks.enter_context(capture_attention(model))
+                logits = stack(self._probe_x)  # (K, B, T, V)
             if probe and self._repeat_x is not None:
-                pending.parts.update(induction_parts(model, self._repeat_x, precision_context))
+                pending.parts.update(induction_parts(stack, self._repeat_x, precision_context))
         finally:
             model.train(was_training)
         if probe:
-            pending.parts["output"] = output_statistics(logits)  # (len(PROBE_SCALARS),)
-        if probe and tap_stats:
-            pending.tap_keys = sorted(tap_stats)
-            pending.parts["taps"] = torch.stack([tap_stats[k] for k in pending.tap_keys])
-        for part, found in extras.items():
-            if found:
-                pending.extra_keys[part] = sorted(found)
-                pending.parts[part] = torch.stack([found[k] for k in pending.extra_keys[part]])
+            pending.parts["output"] = output_statistics(logits)  # (K, len(PROBE_SCALARS))
+        for part, stats in found.items():
+            if stats:
+                pending.tap_keys[part] = sorted(stats)  # (K, keys, stats) each
+                pending.parts[part] = torch.stack([stats[k] for k in sorted(stats)], dim=1)
         layers = sorted(attention)
         if not layers:
             return  # attention is off in this model
         pending.attention_layers = layers
         if probe:
-            pending.parts["heads"] = head_statistics(  # (len(ATTENTION_HEAD_STATS), L, nh)
-                torch.stack([attention_entropy(attention[layer]) for layer in layers]),
-                torch.stack([attention.max_logits[layer] for layer in layers]),
-                torch.stack([attention.max_abs_logits[layer] for layer in layers]),
+            pending.parts["heads"] = head_statistics(  # (K, len(ATTENTION_HEAD_STATS), L, nh)
+                torch.stack([attention_entropy(attention[layer]) for layer in layers], dim=1),
+                torch.stack([attention.max_logits[layer] for layer in layers], dim=1),
+                torch.stack([attention.max_abs_logits[layer] for layer in layers], dim=1),
             )
         if sample:
             n = min(self.attention_chars, self._probe_x.size(1))
-            maps = [attention[layer][0, :, :n, :n].float() for layer in layers]  # L x (nh, n, n)
-            pending.parts["attention"] = torch.stack(maps)  # (L, nh, n, n)
+            # sequence 0's map of every run: L x (K, nh, n, n)
+            maps = [attention[layer][:, 0, :, :n, :n].float() for layer in layers]
+            pending.parts["attention"] = torch.stack(maps, dim=1)  # (K, L, nh, n, n)
             vocab = getattr(pl_module, "vocab", None) or trainer.datamodule.vocab
             pending.attention_tokens = list(vocab.decode(self._probe_x[0, :n].tolist()))
 
     def _generate(self, pl_module: L.LightningModule, step: int) -> list[str | None]:
         """Each run's text sample of `step`, in one pass (None for a run whose logits are
         not finite: a diverged model has nothing to say; the run says why)."""
-        generate_all = getattr(pl_module, "generate_all", None)
-        if generate_all is None or getattr(pl_module, "vocab", None) is None:
+        if getattr(pl_module, "vocab", None) is None:
             return [None] * len(self.run_sinks)
         self._last_sample_step = step
-        return generate_all(
+        return pl_module.generate_all(
             self.prompt,
             max_new_tokens=self.sample_chars,
             temperature=self.temperature,
@@ -401,44 +350,41 @@ class BlockProbe(Callback):
         batch_idx: int,
     ) -> None:
         """Finish a pending probe step: update ratios, then one transfer and the writes."""
-        pending, self._pending = self._pending, {}
-        if not pending:
+        pending, self._pending = self._pending, None
+        if pending is None:
             return
-        for index, item in pending.items():
-            if item.before is not None:
-                with torch.no_grad():
-                    deltas = torch._foreach_sub(self._indexes[index].params, item.before)
-                    item.parts["delta_norm"] = torch.stack(torch._foreach_norm(deltas)).float()
-                item.before = None
-        self.probe_steps += [item.step for item in pending.values() if GRAD_NORM in item.parts][:1]
-        self._write(pending)
+        if pending.before is not None:
+            with torch.no_grad():
+                deltas = torch._foreach_sub(pl_module.stack().params, pending.before)
+                pending.parts["delta_norm"] = row_norms(deltas)  # (K, P)
+            pending.before = None
+            self.probe_steps.append(pending.step)
+        self._write(pending, pl_module)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """A last attention map and text sample of each run's trained model."""
-        if not self._indexes:
+        if self._index is None:
             return
         step = trainer.global_step
-        if self.sampled_at(step):
-            return
-        pending = {}
-        for index, module in self._runs(pl_module):
-            pending[index] = _PendingProbe(step=step)
-            self._measure_forward(trainer, module, pending[index], probe=False, sample=True)
-        texts = self._generate(pl_module, step)
-        for index, item in pending.items():
-            item.sample = texts[index]
-        self._write(pending)
+        runs = self._runs(pl_module)
+        if runs and not self.sampled_at(step):
+            stack = pl_module.stack()
+            pending = _PendingProbe(step=step, runs=runs)
+            self._measure_forward(trainer, pl_module, stack, pending, probe=False, sample=True)
+            pending.samples = self._generate(pl_module, step)
+            self._write(pending, pl_module)
         for sinks in self.run_sinks:
             for sink in sinks:
                 sink.flush()
 
-    def _write(self, pending: dict[int, _PendingProbe]) -> None:
-        """Move every statistic of each run's pending step to the host in one transfer,
+    def _write(self, pending: _PendingProbe, pl_module: L.LightningModule) -> None:
+        """Move every statistic of every run's pending step to the host in one transfer,
         then hand each run's records to its sinks."""
-        hosts = to_host(list(pending.values()))
-        for (index, item), host in zip(pending.items(), hosts, strict=True):
-            records = self._records_from_host(index, item, host)
-            for sink in self.run_sinks[index]:
+        hosts = to_host(pending, len(pl_module.live))
+        add_copying([hosts[run] for run in pending.runs])
+        for run in pending.runs:
+            records = self._records_from_host(run, pending, hosts[run])
+            for sink in self.run_sinks[run]:
                 sink.write(records)
 
     def _records_from_host(
@@ -449,17 +395,17 @@ class BlockProbe(Callback):
         records = ProbeRecords(step=step, n_layer=self._n_layer)
         rows = records.layer_stats
         if GRAD_NORM in host:
-            rows += self._norm_rows(step, self._indexes[run], host)
+            rows += norm_rows(step, self._index, host)
             records.grad_norm = host["global_grad_norm"][0]
         if "output" in host:
             records.scalars = dict(zip(PROBE_SCALARS, host["output"], strict=True))
         if "taps" in host:
-            keys, bins, value_range = pending.tap_keys, self.hist_bins, self.hist_range
+            keys, bins, value_range = pending.tap_keys["taps"], self.hist_bins, self.hist_range
             tap_rows, records.histograms = tap_records(step, keys, host["taps"], bins, value_range)
             rows += tap_rows
         for group in TAP_GROUPS:
             if group.part in host:
-                rows += group_rows(step, group, pending.extra_keys[group.part], host[group.part])
+                rows += group_rows(step, group, pending.tap_keys[group.part], host[group.part])
         if "heads" in host:
             rows += head_rows(step, pending.attention_layers, host["heads"])
         if PREFIX_PART in host:
@@ -472,12 +418,6 @@ class BlockProbe(Callback):
             records.attention = attention_maps(
                 pending.attention_layers, pending.attention_tokens, host["attention"]
             )
-        if pending.sample is not None:
-            records.sample = Sample(self.prompt, pending.sample)
+        if pending.samples and pending.samples[run] is not None:
+            records.sample = Sample(self.prompt, pending.samples[run])
         return records
-
-    def _norm_rows(
-        self, step: int, index: ParamIndex, host: dict[str, list[float]]
-    ) -> list[LayerStat]:
-        """grad_norm, param_norm and update_ratio rows of the probed tensors and groups."""
-        return norm_rows(step, index, host)

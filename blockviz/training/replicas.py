@@ -22,9 +22,10 @@ A replica whose loss stops being finite is masked out: `alive` (a buffer, so che
 carry it) turns False, its parameters, gradients and moments are zeroed and its learning
 rate is 0, so it computes finite zeros from then on and the rest go on.
 
-Each replica also has a `LitCharModel` of its own whose parameters are views into the
-stacked tensors (`views`, `run_modules`): the probe, text samples and final metrics use it
-as they use a solo run's module, reading the replica's slice without copying it. The Trainer's
+The probe measures all K replicas at once on `stack()` (the stacked parameters and their
+gradients, run by the template model), as it measures a solo run as a stack of one. Each
+replica keeps the `LitCharModel` it was built as (`runs`, `run_modules`; its weights moved
+out to the stack): its latest evaluation and its size, for its final metrics. The Trainer's
 one `TrainingMonitor` logs each replica's train/* rows (`live`, `run_lrs`, `log_run`).
 
 Equality to the solo runs: the same initial weights and data, and the same formulas in
@@ -53,6 +54,7 @@ from blockviz.training.lit import (
     prompt_ids,
 )
 from blockviz.training.model import ModelInputError
+from blockviz.training.probe_stats import RunStack, parameter_names
 from blockviz.training.replica_optim import FlatStack, ReplicaAdamW, ReplicaSchedule, column
 
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s
@@ -83,14 +85,14 @@ class LitReplicas(OneStep):
         self.k = len(self.configs)
         self.schedule_steps = schedule_steps or self.configs[0].train.max_steps
         # Each replica built as its solo run builds its module, so its initial weights are
-        # the solo run's; plain list: these modules are views, not this module's children.
-        self.views: list[LitCharModel] = []
+        # the solo run's; plain list: these modules are records, not this module's children.
+        self.runs: list[LitCharModel] = []
         for config in self.configs:
             L.seed_everything(config.train.seed, workers=False, verbose=False)
-            self.views.append(
+            self.runs.append(
                 LitCharModel(config.to_dict(), vocab_json, schedule_steps=self.schedule_steps)
             )
-        models = [view.model for view in self.views]
+        models = [run.model for run in self.runs]
         params, buffers = stack_module_state(models)
         if buffers:
             raise ValueError(f"replicas cannot batch a model with buffers ({sorted(buffers)})")
@@ -101,12 +103,10 @@ class LitReplicas(OneStep):
         decay_ids = {id(p) for p in param_groups(models[0], 1.0)[0]["params"]}
         by_name = dict(models[0].named_parameters())
         self.decays = [id(by_name[n]) in decay_ids for n in self.names]
-        # Every name each stacked tensor goes by (a tied embedding is also the head).
-        aliases: dict[int, list[str]] = {}
-        for name, param in models[0].named_parameters(remove_duplicate=False):
-            aliases.setdefault(id(param), []).append(name)
-        self.aliases = [aliases[id(by_name[n])] for n in self.names]
+        _, self.aliases = parameter_names(models[0])  # a tied embedding is also the head
         self.template = CompiledModel(copy.deepcopy(models[0]).to("meta"))
+        for model in models:  # the stack holds the weights; a run keeps its size, last_val
+            model.to("meta")
         # `compile true`: the batched forward through torch.compile (the stacked
         # parameters are its inputs, so one graph serves every step).
         forward = self._stacked_forward
@@ -116,8 +116,8 @@ class LitReplicas(OneStep):
         # checkpoint keeps; `on_load_checkpoint` reads it back)
         self.live = [True] * self.k
         self.register_buffer("diverged_at", torch.full((self.k,), -1, dtype=torch.long))
-        self.vocab = self.views[0].vocab
-        self.is_ops = self.views[0].is_ops
+        self.vocab = self.runs[0].vocab
+        self.is_ops = self.runs[0].is_ops
         # Per-replica z-loss and clipping, as buffers so they follow the module's device.
         z_loss = [c.train.z_loss for c in self.configs]
         self.has_z_loss = any(z_loss)
@@ -129,7 +129,6 @@ class LitReplicas(OneStep):
         self.out: list[int] = []  # replicas that finished before this session (the fit's)
         self.flat: FlatStack | None = None  # made with the optimizer
         self._optimizer: ReplicaAdamW | None = None
-        self._viewed: int | None = None  # data_ptr of the stack the views point into
 
     # -- the stacked parameters ----------------------------------------------------------
 
@@ -137,34 +136,16 @@ class LitReplicas(OneStep):
         """The (K, ...) parameters, in `names` order."""
         return [self.stacked[_key(n)] for n in self.names]
 
-    def make_views(self) -> list[LitCharModel]:
-        """Point each replica's LitCharModel at its slice of the stacked tensors (again after
-        a move to another device or into the flat buffer); the views share storage with
-        the stack."""
-        device = self.stacked_params()[0].device
-        if self._viewed == self.stacked_params()[0].data_ptr():
-            return self.views
-        for i, view in enumerate(self.views):
-            for stacked, names in zip(self.stacked_params(), self.aliases, strict=True):
-                slice_param = nn.Parameter(stacked.detach()[i])
-                for name in names:
-                    owner, _, leaf = name.rpartition(".")
-                    setattr(view.model.get_submodule(owner), leaf, slice_param)
-            view.to(device)
-        self._viewed = self.stacked_params()[0].data_ptr()
-        return self.views
-
-    def share_grads(self, index: int) -> None:
-        """Give replica `index`'s view the gradient slices (for the probes to read)."""
-        view = self.views[index]
-        for stacked, names in zip(self.stacked_params(), self.aliases, strict=True):
-            grad = stacked.grad[index] if stacked.grad is not None else None
-            param = view.model.get_parameter(names[0])
-            param.grad = grad
-
     def run_modules(self) -> list[LitCharModel]:
-        """Each replica's own module: its views into the stack."""
-        return self.make_views()
+        """Each replica's own module (its `last_val`; its model's weights are in the stack)."""
+        return self.runs
+
+    def stack(self) -> RunStack:
+        """The stacked parameters and their gradients (views of the flat buffers), run by
+        the template model: what the steps and the probe call."""
+        params = self.stacked_params()
+        grads = [p.grad for p in params]
+        return RunStack(self.template.wrapper, self.names, params, grads, self.aliases)
 
     def on_fit_start(self) -> None:
         """Mask out the replicas that finished before this session (`out`)."""
@@ -176,16 +157,8 @@ class LitReplicas(OneStep):
         (B, T) that every replica scores: the model once, on the stacked parameters."""
         if x.dim() == 2:
             x, y = x.expand(self.k, *x.shape), y.expand(self.k, *y.shape)
-        return self._forward(self._params(), x, y)
-
-    def _params(self) -> dict[str, torch.Tensor]:
-        """The stacked parameters by every name the model knows them by (moving the template
-        to "meta" unties a tied embedding, so each alias is named)."""
-        return {
-            alias: p
-            for names, p in zip(self.aliases, self.stacked_params(), strict=True)
-            for alias in names
-        }
+        # every alias named: moving the template to "meta" untied a tied embedding
+        return self._forward(self.stack().by_alias(), x, y)
 
     def _stacked_forward(
         self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
@@ -304,7 +277,7 @@ class LitReplicas(OneStep):
         first = self.stacked_params()[0]
         context = prompt_ids(self.vocab, prompt, self.configs[0].model.block_size, first.device)
         context = context.expand(self.k, *context.shape).contiguous()  # (K, 1, T)
-        params = self._params()
+        params = self.stack().by_alias()
         broken = torch.zeros(self.k, dtype=torch.bool, device=first.device)
 
         def forward(ids: torch.Tensor) -> tuple[torch.Tensor, None]:

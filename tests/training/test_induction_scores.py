@@ -9,6 +9,7 @@ import torch
 from blockviz.core import spec
 from blockviz.core.induction import uniform_prefix_score
 from blockviz.training.induction import (
+    add_copying,
     copying_scores,
     induction_parts,
     induction_records,
@@ -18,6 +19,7 @@ from blockviz.training.induction import (
     repeated_batch,
 )
 from blockviz.training.model import CharTransformer
+from blockviz.training.probe_stats import RunStack
 from tests import helpers
 
 torch.set_num_threads(1)
@@ -98,7 +100,7 @@ def test_ov_circuits_are_the_heads_value_output_maps_through_embedding_and_unemb
             w_v = torch.randn(8, 8)
             attn.qkv.weight[16:].copy_(w_v)
             attn.proj.weight.copy_(sign * w_v.T)  # head h's W_O^h is (W_V^h)^T
-    circuits = ov_circuits(model, [0, 1])
+    circuits = ov_circuits(RunStack.of(model), [0, 1])[0]  # a stack of one
     assert circuits.shape == (2, 2, hs, hs)
     w_v0 = model.blocks[0].attn.qkv.weight[16:20]
     expected = w_v0 @ w_v0.T  # head 0 of layer 0
@@ -126,16 +128,17 @@ def test_repeat_gain_is_the_first_repeats_loss_minus_the_seconds():
     logits = torch.zeros(2, 8, 5)
     for t in range(4, 7):
         logits[torch.arange(2), t, tokens[:, t + 1]] = 50.0
-    assert repeat_gain(logits, tokens).item() == pytest.approx(math.log(5), abs=1e-4)
-    assert repeat_gain(torch.zeros(2, 8, 5), tokens).item() == pytest.approx(0.0, abs=1e-6)
+    assert repeat_gain(logits[None], tokens).item() == pytest.approx(math.log(5), abs=1e-4)
+    assert repeat_gain(torch.zeros(1, 2, 8, 5), tokens).item() == pytest.approx(0.0, abs=1e-6)
 
 
 def test_induction_parts_and_records_name_every_head_once():
     config = helpers.tiny_config(n_layer=2, n_head=2, d_model=16, block_size=12)
     model = CharTransformer(config.model).eval()
     tokens = repeated_batch(config.model.vocab_size, config.model.block_size)
-    parts = induction_parts(model, tokens, torch.no_grad)
+    parts = induction_parts(RunStack.of(model), tokens, torch.no_grad)
     host = {name: tensor.reshape(-1).tolist() for name, tensor in parts.items()}
+    add_copying([host])
     rows, scalars = induction_records(7, [0, 1], host)
     keys = {(row.layer, row.component, row.stat) for row in rows}
     assert keys == {
@@ -150,4 +153,5 @@ def test_induction_parts_and_records_name_every_head_once():
     assert list(scalars) == [spec.PROBE_REPEAT_GAIN]
     assert math.isfinite(scalars[spec.PROBE_REPEAT_GAIN])
     no_attention = helpers.tiny_config(attention=False)
-    assert induction_parts(CharTransformer(no_attention.model), tokens, torch.no_grad) == {}
+    no_heads = RunStack.of(CharTransformer(no_attention.model))
+    assert induction_parts(no_heads, tokens, torch.no_grad) == {}

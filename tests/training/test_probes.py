@@ -79,7 +79,7 @@ def test_tap_hooks_are_removed_when_the_forward_fails():
 
 def test_tap_statistics_values_and_histogram_of_the_values_inside_its_range():
     x = torch.tensor([-10.0, -8.0, -1.0, 0.0, 0.0, 1.0, 3.0, 8.0, 10.0, 12.0])
-    stats = tap_statistics(x, bins=4, value_range=(-8.0, 8.0))
+    stats = tap_statistics(x[None], bins=4, value_range=(-8.0, 8.0))[0]  # a stack of one
     width = len(TAP_STATS)
     values = dict(zip(TAP_STATS, stats[:width].tolist(), strict=True))
     assert values["mean"] == pytest.approx(1.5)
@@ -103,12 +103,15 @@ def test_statistics_are_filed_by_name_whatever_the_order_of_their_tuples(monkeyp
     nothing, and a tuple that misses a computed statistic fails instead of shifting the others."""
     # (B, T, C), every statistic a different value: a swap of two shows
     x = torch.tensor([[[-10.0, -1.0, 0.0], [0.25, 3.0, 12.0]], [[13.0, 14.0, 0.5], [2, 0, 1.25]]])
-    heads = [torch.tensor([[1.0, 2.0]]) * k for k in (1, 3, 5)]  # (L, nh) each
+    heads = [torch.tensor([[[1.0, 2.0]]]) * k for k in (1, 3, 5)]  # (K, L, nh) each
 
     def filed() -> set[tuple[str, str, float]]:
-        taps, _ = probe_stats.tap_records(0, [(0, "t")], tap_statistics(x, 4).tolist(), 4, (-8, 8))
+        tapped = tap_statistics(x[None], 4)[0].tolist()
+        taps, _ = probe_stats.tap_records(0, [(0, "t")], tapped, 4, (-8, 8))
         group = probe_stats.TAP_GROUPS[0]
-        stream = probe_stats.group_rows(0, group, [(0, "s")], stream_statistics(x).tolist())
+        stream = probe_stats.group_rows(
+            0, group, [(0, "s")], stream_statistics(x[None])[0].tolist()
+        )
         per_head = probe_stats.head_rows(
             0, [0], probe_stats.head_statistics(*heads).flatten().tolist()
         )
@@ -124,7 +127,7 @@ def test_statistics_are_filed_by_name_whatever_the_order_of_their_tuples(monkeyp
     assert filed() == expected
     monkeypatch.setattr(probe_stats, "TAP_STATS", spec.TAP_STATS[1:])
     with pytest.raises(ValueError, match="expected"):
-        tap_statistics(x)
+        tap_statistics(x[None])
 
 
 def test_attention_entropy_of_uniform_and_one_hot_rows():
@@ -150,7 +153,7 @@ def direct_token_cos(x: torch.Tensor) -> float:
 
 def test_stream_statistics_match_a_pair_by_pair_computation():
     x = torch.randn(3, 7, 5, generator=torch.Generator().manual_seed(0)) + 0.5
-    token_cos, max_over_median = stream_statistics(x).tolist()
+    token_cos, max_over_median = stream_statistics(x[None])[0].tolist()
     assert token_cos == pytest.approx(direct_token_cos(x), abs=1e-6)
     magnitudes = sorted(abs(v) for v in x.reshape(-1).tolist())
     median = magnitudes[(len(magnitudes) - 1) // 2]  # torch's median: the lower middle
@@ -159,26 +162,49 @@ def test_stream_statistics_match_a_pair_by_pair_computation():
 
 def test_token_cos_is_one_for_identical_positions_and_near_zero_for_orthogonal_ones():
     same = torch.tensor([1.0, -2.0, 0.5]).expand(2, 4, 3)  # every position the same vector
-    assert stream_statistics(same)[0].item() == pytest.approx(1.0)
+    assert stream_statistics(same[None])[0, 0].item() == pytest.approx(1.0)
     orthogonal = torch.eye(4).expand(2, 4, 4)  # position i is the unit vector e_i
-    assert stream_statistics(orthogonal)[0].item() == pytest.approx(0.0, abs=1e-7)
-    assert math.isnan(stream_statistics(torch.ones(2, 1, 3))[0].item())  # no pair at all
+    assert stream_statistics(orthogonal[None])[0, 0].item() == pytest.approx(0.0, abs=1e-7)
+    assert math.isnan(stream_statistics(torch.ones(1, 2, 1, 3))[0, 0].item())  # no pair at all
 
 
 def test_dead_units_are_those_zero_at_every_position_of_every_window():
     hidden = torch.rand(2, 3, 8) + 0.1  # (B, T, d_ff): every unit alive
     hidden[:, :, [1, 5]] = 0.0  # two units never fire
     hidden[0, 0, 2] = hidden[1, :, 3] = 0.0  # zero somewhere, alive elsewhere: not dead
-    assert ffn_unit_statistics(hidden).item() == pytest.approx(2 / 8)
+    assert ffn_unit_statistics(hidden[None]).item() == pytest.approx(2 / 8)
 
 
 def test_output_statistics_are_the_largest_logit_and_the_mean_log_partition():
     logits = torch.randn(2, 5, 11, generator=torch.Generator().manual_seed(1)) * 3
-    largest, log_z = output_statistics(logits).tolist()
+    largest, log_z = output_statistics(logits[None])[0].tolist()
     assert largest == pytest.approx(logits.abs().max().item())
     rows = logits.reshape(-1, 11).tolist()
     direct = sum(math.log(sum(math.exp(v) for v in row)) for row in rows) / len(rows)
     assert log_z == pytest.approx(direct, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("statistics", "shape"),
+    [
+        (tap_statistics, (2, 3, 5)),
+        (stream_statistics, (2, 3, 5)),
+        (ffn_unit_statistics, (2, 3, 8)),
+        (output_statistics, (2, 5, 11)),
+        (attention_entropy, (2, 3, 4, 4)),
+    ],
+)
+def test_each_run_of_a_stack_gets_the_statistics_it_would_get_alone(statistics, shape):
+    """A probe reduces every dimension but K: each row of a stack of three is that run's
+    statistics as a stack of one, to the last bit (histograms included)."""
+    generator = torch.Generator().manual_seed(2)
+    runs = [torch.randn(shape, generator=generator) * scale for scale in (0.5, 3.0, 9.0)]
+    runs[1][0, 0] = 0.0  # a zero and values beyond the histogram's range in some runs only
+    if statistics is attention_entropy:
+        runs = [run.softmax(dim=-1) for run in runs]
+    together = statistics(torch.stack(runs))
+    for index, run in enumerate(runs):
+        assert torch.equal(together[index], statistics(run[None])[0]), index
 
 
 def causal_logits(config: cfg.RunConfig, block: torch.nn.Module, x: torch.Tensor, head: int):
@@ -516,11 +542,10 @@ class HostReads(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.reads: list[str] = []
-        self.paused = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
-        if not self.paused and name in self.READS:
+        if name in self.READS:
             self.reads.append(name)
         return func(*args, **(kwargs or {}))
 
@@ -530,21 +555,8 @@ def test_a_probe_step_reaches_the_host_in_one_transfer(tmp_path, monkeypatch):
 
     def counted(method):
         def run(self, trainer, *args):
-            with HostReads() as mode:
-                original_rows = self._norm_rows
-
-                def host_side(*rows_args):  # sums a few dozen host numbers, after the copy
-                    mode.paused = True
-                    try:
-                        return original_rows(*rows_args)
-                    finally:
-                        mode.paused = False
-
-                self._norm_rows = host_side
-                try:
-                    method(self, trainer, *args)
-                finally:
-                    del self._norm_rows
+            with HostReads() as mode:  # the host side after the copy reads plain floats
+                method(self, trainer, *args)
             reads.setdefault(trainer.global_step, []).extend(mode.reads)
 
         return run

@@ -17,6 +17,7 @@ from torch.func import functional_call, stack_module_state
 from blockviz.core import config as cfg
 from blockviz.training.lit import lr_at
 from blockviz.training.model import CharTransformer
+from blockviz.training.probe_stats import RunStack
 from blockviz.training.replica_optim import FlatStack, ReplicaAdamW, ReplicaSchedule
 from blockviz.training.replicas import LitReplicas
 from tests.helpers import tiny_config, tiny_datamodule
@@ -161,23 +162,39 @@ def test_each_replica_is_clipped_by_its_own_norm_as_clip_grad_norm_does():
             torch.testing.assert_close(p.grad[i], e, rtol=1e-5, atol=1e-9)
 
 
-def test_replicas_start_from_their_solo_weights_and_views_share_storage():
+def _solo_of(lit: LitReplicas, index: int):
+    """Replica `index` as a LitCharModel of its own: its slice of the stack copied out."""
+    from blockviz.training.lit import LitCharModel
+
+    solo = LitCharModel(lit.configs[index].to_dict(), lit.hparams.vocab_json)
+    with torch.no_grad():
+        for name, stacked in zip(lit.names, lit.stacked_params(), strict=True):
+            solo.model.get_parameter(name).copy_(stacked[index])
+    return solo
+
+
+def test_replicas_start_from_their_solo_weights_and_the_probe_reads_the_stack():
     from blockviz.training.lit import LitCharModel
 
     lit, dm = _lit()
-    lit.configure_optimizers()  # the stack laid flat first: the views follow it
-    views = lit.make_views()
-    for i, view in enumerate(views):
+    lit.configure_optimizers()  # the stack laid flat first: the probe's stack follows it
+    stack = lit.stack()
+    assert stack.names == [name for name, _ in lit.runs[0].model.named_parameters()]
+    for i in range(lit.k):
         torch.manual_seed(i)
         solo = LitCharModel(lit.configs[i].to_dict(), dm.vocab.to_json())
-        for (name, ours), theirs in zip(
-            view.model.named_parameters(), solo.model.parameters(), strict=True
+        for name, ours, theirs in zip(
+            stack.names, stack.params, solo.model.parameters(), strict=True
         ):
-            assert torch.equal(ours, theirs), name
-    first = lit.stacked_params()[0]
+            assert torch.equal(ours[i], theirs), name
+    # what the probe reads is the stack itself (no copy), its gradients the flat buffer's
     with torch.no_grad():
         lit.flat.data[1].add_(1.0)
-    assert torch.equal(next(views[1].model.parameters()), first[1])
+        lit.flat.grad[2].fill_(3.0)
+    assert torch.equal(stack.params[0][1], lit.stacked_params()[0][1])
+    assert (lit.stack().grads[0][2] == 3.0).all()
+    # each replica's own module keeps no copy of the weights
+    assert all(p.is_meta for run in lit.runs for p in run.model.parameters())
 
 
 def test_a_masked_replica_is_inert_and_the_others_are_untouched():
@@ -250,23 +267,24 @@ def test_a_batchs_probe_steps_reach_the_host_in_one_transfer(tmp_path, monkeypat
     sizes: list[int] = []
     real = probes.to_host
 
-    def counted(pendings):
-        sizes.append(len(pendings))
-        return real(pendings)
+    def counted(pending, k):
+        sizes.append(k)
+        return real(pending, k)
 
     monkeypatch.setattr(probes, "to_host", counted)
-    shared: list[int] = []
-    real_share = LitReplicas.share_grads
+    forwards: list[int] = []
+    real_call = RunStack.__call__
     monkeypatch.setattr(
-        LitReplicas, "share_grads", lambda self, i: (shared.append(i), real_share(self, i))
+        RunStack, "__call__", lambda self, idx: (forwards.append(1), real_call(self, idx))[1]
     )
     configs = [cfg.replace(base, seed=s) for s in (0, 1, 2)]
     plan = Plan(tuple(Member(c, n) for c, n in zip(configs, "abc", strict=True)))
     assert train(plan, Session(str(tmp_path / "s.db")), create=True).exit_code == 0
     # Probe steps 0, 2, 4 and the last (5), then the end's sample: one transfer each for
-    # all three replicas, and no replica's probe touched on the ordinary steps 1 and 3.
+    # all three replicas, and at each probe step two stacked forward passes for all three
+    # (the probe batch, the induction batch), one at the end; none on the steps 1 and 3.
     assert sizes == [3, 3, 3, 3, 3]
-    assert len(shared) == 4 * 3
+    assert len(forwards) == 4 * 2 + 1
 
 
 @pytest.mark.slow
@@ -302,10 +320,10 @@ def test_a_compiled_batch_steps_as_the_eager_one_without_recompiling(monkeypatch
 def test_a_batch_samples_every_replica_in_one_pass_as_its_own_model_would():
     lit, _ = _lit()
     lit.configure_optimizers()
-    views = lit.make_views()
     texts = lit.generate_all("the ", max_new_tokens=12, temperature=0.0, seed=3)
-    for view, text in zip(views, texts, strict=True):  # greedy: each replica's own argmax
-        assert text == view.generate("the ", max_new_tokens=12, temperature=0.0)
+    for index, text in enumerate(texts):  # greedy: each replica's own argmax
+        solo = _solo_of(lit, index)
+        assert text == solo.generate("the ", max_new_tokens=12, temperature=0.0)
     with torch.no_grad():
         lit.flat.data[1].fill_(float("nan"))
     texts = lit.generate_all("the ", max_new_tokens=5, temperature=1.0, seed=3)
