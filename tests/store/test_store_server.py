@@ -344,7 +344,7 @@ def test_a_password_never_reaches_another_process_command_line(pg_url, tmp_path,
     the process reads it from PGPASSWORD, which opening the store sets."""
     from blockviz.launch import forking, study_runner
 
-    monkeypatch.delenv("PGPASSWORD", raising=False)
+    monkeypatch.setenv("PGPASSWORD", "before")  # restored after the test, whatever it was
     url = f"{pg_url}?password=s3cret&runs={tmp_path / 'runs'}"
     with RunStore(url, flush_seconds=None) as store:
         assert "s3cret" not in store.location.text
