@@ -13,6 +13,7 @@ import pytest
 
 from tests import finding_runs as findings
 from tests import pgserver
+from tests.fakes import CORPUS
 from tests.real_runs import RealRuns, train_real_runs
 
 # Two CPU cores in CI: one intra-op thread per process keeps parallel subprocess runs sane.
@@ -155,3 +156,12 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     # Its run folders go under tmp_path too (the URL's `runs` parameter), never into the
     # working directory.
     return f"{request.getfixturevalue('pg_url')}?runs={tmp_path / 'runs'}"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """The fox corpus (`tests.fakes.CORPUS`) as a text file, one per test module: what
+    the tests that train real runs in processes read (a module may define its own)."""
+    path = tmp_path_factory.mktemp("data") / "fox.txt"
+    path.write_text(CORPUS, encoding="utf-8")
+    return path

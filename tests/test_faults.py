@@ -20,7 +20,6 @@ import pytest
 
 from blockviz.launch import runner
 from blockviz.store import RunStore
-from tests.fakes import CORPUS
 from tests.helpers import (
     assert_continuous,
     checkpoint_step,
@@ -33,13 +32,6 @@ from tests.helpers import (
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("faults") / "fox.txt"
-    path.write_text(CORPUS, encoding="utf-8")
-    return path
 
 
 def _kill_after_checkpoint_then_resume(tmp_path: Path, corpus: Path, kill_at: float) -> None:

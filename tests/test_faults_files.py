@@ -20,7 +20,6 @@ import torch
 from blockviz.core import procs
 from blockviz.launch import runner
 from blockviz.store import RunStore, StoreError
-from tests.fakes import CORPUS
 from tests.helpers import (
     assert_continuous,
     fault_resume,
@@ -30,13 +29,6 @@ from tests.helpers import (
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("faults") / "fox.txt"
-    path.write_text(CORPUS, encoding="utf-8")
-    return path
 
 
 # ------------------------------------------------------------ processes and liveness

@@ -15,7 +15,6 @@ import pytest
 
 from blockviz.core import procs
 from blockviz.store import RunStore
-from tests.fakes import CORPUS
 from tests.helpers import (
     assert_continuous,
     checkpoint_step,
@@ -28,13 +27,6 @@ from tests.helpers import (
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("faults") / "fox.txt"
-    path.write_text(CORPUS, encoding="utf-8")
-    return path
 
 
 # ------------------------------------------------------------ studies and many writers

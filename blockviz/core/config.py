@@ -22,7 +22,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 from blockviz.core.bounds import Bound
 from blockviz.core.config_model import ModelConfig
 from blockviz.core.config_train import DataConfig, TrainConfig
-from blockviz.core.fields import ConfigError, ConfigField, fields_of
+from blockviz.core.fields import ConfigError, ConfigField, check_value, fields_of, is_int
 from blockviz.core.presets import PRESETS
 
 
@@ -108,15 +108,10 @@ BOUNDS: dict[str, Bound] = {
 }
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def check_int(name: str, value: Any) -> None:
-    """ConfigError unless `value` is an integer within BOUNDS[name]."""
-    bound = BOUNDS[name]
-    if not (_is_int(value) and bound.contains(value)):
-        raise ConfigError(name, value, "must be " + bound.describe(integer=True))
+    """ConfigError unless `value` is an integer within the field's bound (the registry's
+    check, for a value outside a config)."""
+    check_value(FIELDS[name], value)
 
 
 def field_types(cls: type) -> dict[str, Any]:
@@ -169,7 +164,7 @@ def from_dict(cls: type, values: dict[str, Any]) -> Any:
     kwargs = {}
     for name, value in values.items():
         # JSON has no int/float distinction for whole numbers: 1.0 is a fine lr.
-        if types[name] is float and _is_int(value) and abs(value) < 2**1023:
+        if types[name] is float and is_int(value) and abs(value) < 2**1023:
             value = float(value)  # a larger int stays one, for validate() to refuse
         kwargs[name] = value
     return cls(**kwargs)

@@ -153,7 +153,8 @@ class ConfigError(ValueError):
         super().__init__(message or f"{field_name}: {_shown(value)} is not allowed; {allowed}")
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
+    """An int that is not a bool."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -175,7 +176,7 @@ def check_value(spec: ConfigField, value: Any) -> None:
     elif kind in ("int", "float"):
         integer = kind == "int"
         bound = spec.bound
-        if not ((_is_int(value) if integer else _is_number(value)) and bound.contains(value)):
+        if not ((is_int(value) if integer else _is_number(value)) and bound.contains(value)):
             raise ConfigError(spec.name, value, "must be " + bound.describe(integer=integer))
     elif not isinstance(value, str) or not value.strip():
         raise ConfigError(spec.name, value, "name " + spec.allowed())

@@ -231,7 +231,8 @@ def progress(store: RunStore, study_id: int) -> Progress:
     """The study's runs counted, and whether anything still works on them. A running
     study whose runs have all ended with no worker of this machine left (its workers were
     killed, its runs reaped since) is settled first: it no longer reads "running"."""
-    if not store.db.readonly and workers_alive(store, study_id) == 0:
+    alive = workers_alive(store, study_id)
+    if not store.db.readonly and alive == 0:
         store.settle_study(study_id)
     runs = store.study_runs(study_id)
     status = runs["status"] if not runs.empty else pd.Series(dtype=str)
@@ -248,7 +249,7 @@ def progress(store: RunStore, study_id: int) -> Progress:
         running=int(running.sum()),
         queued=int((status == "queued").sum()),
         unfinished=int(status.isin(("stopped", "failed")).sum()),
-        workers_alive=workers_alive(store, study_id),
+        workers_alive=alive,
         status=str(study.status),
         beating=beating,
         workers_here=sum(1 for pid in pids if pid != ELSEWHERE_PID),

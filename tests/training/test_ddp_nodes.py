@@ -121,13 +121,6 @@ def series(store: RunStore, run_id: int, name: str) -> dict[int, float]:
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("data") / "fox.txt"
-    path.write_text(CORPUS, encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
 def one_node_two_ranks(tmp_path_factory, corpus) -> dict[str, dict[int, float]]:
     """The same run on one node with two ranks (Lightning starts the second): the loss
     series two nodes of one rank each must reproduce."""

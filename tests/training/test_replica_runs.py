@@ -19,7 +19,6 @@ from blockviz.core.plans import Member, Plan
 from blockviz.core.requests import Session
 from blockviz.store import RunStore
 from blockviz.training.train import train
-from tests.fakes import CORPUS
 
 pytestmark = pytest.mark.slow
 
@@ -30,13 +29,6 @@ CADENCE = [
     *("--max_steps", "12", "--warmup_steps", "3", "--eval_interval", "4", "--eval_iters", "2"),
     *("--sample_interval", "6", "--accelerator", "cpu", "--no_progress"),
 ]
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("replicas") / "fox.txt"
-    path.write_text(CORPUS, encoding="utf-8")
-    return path
 
 
 def _train(store: Path, corpus: Path, *flags: str) -> int:

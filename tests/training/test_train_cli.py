@@ -16,7 +16,6 @@ from blockviz.core.spec import FFN_UNIT_STATS, STREAM_STATS, TAP_STATS
 from blockviz.store import RunStore
 from blockviz.training.model import block_tap_names
 from tests import fakes
-from tests.fakes import CORPUS  # repetitive enough that 30 steps visibly overfit it
 from tests.helpers import finish, start, train_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,13 +25,6 @@ DIVERGING = [  # lr 10 without warm-up, clipping or norms: non-finite at step 1
 ]
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("data") / "fox.txt"
-    path.write_text(CORPUS, encoding="utf-8")
-    return path
 
 
 def wait_for_rows(store_path: Path, count: int, timeout: float = 90) -> None:
