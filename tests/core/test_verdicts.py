@@ -437,3 +437,52 @@ def test_sensitivity_table_per_group() -> None:
     assert table.loc["a", "seeds"] == 2 and table.loc["a", "low"] < table.loc["a", "high"]
     assert table.loc["b", "sensitivity"] == pytest.approx((0 + 1 + 2) / 3)  # nan -> init 4
     assert math.isnan(table.loc["b", "low"])
+
+
+# ----------------------------------------------- adversarial frames (issue 38's audit)
+
+
+def test_a_diverged_seed_of_the_winning_side_is_evidence_not_absence() -> None:
+    """LayerNorm diverged in 1 of 3 seeds and was lower in the other 2: main said
+    'supported, over 2 pairs' (the diverged seed dropped), while a stall in that seed made
+    it inconclusive. A divergence is the worst outcome: never better than a stall."""
+    norm = [("a", 1, "converged", 2.0), ("a", 2, "converged", 2.01)]
+    batch = [("b", s, "converged", 2.1 + s / 100) for s in (1, 2, 3)]
+    args = {"better": "a", "worse": "b"}
+    diverged = judge(
+        claim("lower_loss", **args), frame([*norm, ("a", 3, "diverged", math.nan), *batch]), NEUTRAL
+    )
+    stalled = judge(
+        claim("lower_loss", **args), frame([*norm, ("a", 3, "stalled", 3.2), *batch]), NEUTRAL
+    )
+    assert stalled.verdict == "inconclusive"
+    assert diverged.verdict == "inconclusive"
+    assert diverged.reason.endswith(
+        "below zero, but a failed to train in 1 seed where b trained: a failure is the worst "
+        "outcome, not a missing one."
+    )
+    blew_up = frame([*norm, ("a", 3, "blew up", 31.0), *batch])
+    assert judge(claim("lower_loss", **args), blew_up, NEUTRAL).verdict == "inconclusive"
+    margin = claim("not_worse", margin=0.05, **args)
+    assert judge(
+        margin, frame([*norm, ("a", 3, "diverged", math.nan), *batch]), NEUTRAL
+    ).verdict == ("inconclusive")
+    assert judge(margin, frame([*norm, *batch[:2]]), NEUTRAL).verdict == "supported"
+
+
+def test_a_failure_of_the_losing_side_never_weakens_the_winner() -> None:
+    """A capped or dropped failure must not widen the winner's interval into 'inconclusive':
+    the loser failing alone in a seed is named and the verdict stands."""
+    trained = [("a", s, "converged", 2.3 + s / 100) for s in (1, 2)]
+    batch = [("b", s, "converged", 2.1 + s / 100) for s in (1, 2, 3)]
+    rows = [*trained, ("a", 3, "diverged", math.nan), *batch]
+    verdict = judge(claim("lower_loss", better="b", worse="a"), frame(rows), NEUTRAL)
+    assert verdict.verdict == "supported"
+    assert "below zero; a failed to train in 1 seed where b trained." in verdict.reason
+    # Both sides failed in the same seed: no seed where one failed alone.
+    both = [*rows, ("b", 4, "diverged", math.nan), ("a", 4, "diverged", math.nan)]
+    verdict = judge(claim("lower_loss", better="b", worse="a"), frame(both), NEUTRAL)
+    assert verdict.comparisons[0].lone_failures == (0, 1)  # (b's, a's): seed 3 only
+    # Claimed the other way round: a is higher and failed alone too, a contradiction.
+    reverse = judge(claim("lower_loss", better="a", worse="b"), frame(rows), NEUTRAL)
+    assert reverse.verdict == "contradicted"

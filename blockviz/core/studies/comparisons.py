@@ -49,6 +49,8 @@ class Comparison:
     counts: tuple[int, int]  # finite values of A and of B
     means: tuple[float, float]  # their means (NaN where none)
     unit: str = "runs"  # what a value is: a run, or a seed's whole sweep
+    # seeds where A (then B) has no value (its runs diverged or blew up) and the other does
+    lone_failures: tuple[int, int] = (0, 0)
 
     @property
     def used(self) -> Interval | None:
@@ -140,6 +142,23 @@ def seed_pairs(
     return per_seed.reset_index()
 
 
+def lone_failures(
+    a: pd.DataFrame, b: pd.DataFrame, values: str = "val_loss", on: Sequence[str] = ()
+) -> tuple[int, int]:
+    """Seeds where one side has no finite value (its run diverged or blew up) in a cell
+    (matched on `on`) where the other side has one: (A's, B's). Such a seed is evidence,
+    the worst outcome for the side without a value, that no interval can hold."""
+    keys = ["seed", *(c for c in on if c in a.columns and c in b.columns)]
+    sides = [
+        side[keys].assign(ok=pd.to_numeric(side[values], errors="coerce").map(math.isfinite))
+        for side in (a, b)
+    ]
+    cells = sides[0].merge(sides[1], on=keys, suffixes=("_a", "_b"))
+    a_alone = cells.loc[~cells["ok_a"] & cells["ok_b"], "seed"].nunique()
+    b_alone = cells.loc[cells["ok_a"] & ~cells["ok_b"], "seed"].nunique()
+    return int(a_alone), int(b_alone)
+
+
 def compare(
     a: pd.DataFrame,
     b: pd.DataFrame,
@@ -162,4 +181,5 @@ def compare(
             float(fb.mean()) if len(fb) else math.nan,
         ),
         unit=unit,
+        lone_failures=lone_failures(a, b, values, on),
     )

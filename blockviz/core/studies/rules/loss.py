@@ -80,17 +80,48 @@ def _said(compared: Comparison, what: str) -> str:
     return f"{what} of {a} minus {b}, {compared.method()}: {interval_text(interval)}"
 
 
+def _alone(compared: Comparison, side: int) -> str:
+    """`a failed to train in 1 seed where b trained` ('' when it did in none)."""
+    n = compared.lone_failures[side]
+    if not n:
+        return ""
+    failed, other = compared.names[side], compared.names[1 - side]
+    return f"{failed} failed to train in {n} seed{'' if n == 1 else 's'} where {other} trained"
+
+
+def _decide(
+    claim: Claim, compared: Comparison, said: str, lower: bool, higher: bool, numbers: dict
+) -> Verdict:
+    """The verdict of an interval that lies below (`lower`) or above (`higher`) its bound,
+    with the seeds where one side failed alone as evidence no interval holds: a side that
+    failed where the other trained is never the one found better."""
+    lone_a, lone_b = _alone(compared, 0), _alone(compared, 1)
+    notes = "; ".join(x for x in (lone_a, lone_b) if x)
+    both = f"{said}; {notes}" if notes else said
+    if lower and not lone_a:
+        return Verdict(claim, "supported", f"{both}.", numbers, (compared,))
+    if higher and not lone_b:
+        return Verdict(claim, "contradicted", f"{both}.", numbers, (compared,))
+    if lower or higher:
+        against = lone_a if lower else lone_b
+        why = f"{said}, but {against}: a failure is the worst outcome, not a missing one"
+        rest = lone_b if lower else lone_a
+        return Verdict(
+            claim, "inconclusive", f"{why}{'; ' + rest if rest else ''}.", numbers, (compared,)
+        )
+    return Verdict(claim, "inconclusive", f"{both}.", numbers, (compared,))
+
+
 def below_zero(claim: Claim, compared: Verdict | Comparison, what: str) -> Verdict:
-    """Supported if the interval lies below 0, contradicted if above, else inconclusive."""
+    """Supported if the interval lies below 0, contradicted if above, else inconclusive;
+    a side that failed to train in a seed where the other trained is never found better."""
     if isinstance(compared, Verdict):
         return compared
     interval, said, numbers = compared.used, _said(compared, what), compared.numbers()
     assert interval is not None
-    if interval.high < 0:
-        return Verdict(claim, "supported", f"{said}, below zero.", numbers, (compared,))
-    if interval.low > 0:
-        return Verdict(claim, "contradicted", f"{said}, above zero.", numbers, (compared,))
-    return Verdict(claim, "inconclusive", f"{said}, which includes zero.", numbers, (compared,))
+    lower, higher = interval.high < 0, interval.low > 0
+    where = "below zero" if lower else "above zero" if higher else "which includes zero"
+    return _decide(claim, compared, f"{said}, {where}", lower, higher, numbers)
 
 
 def _better_minus_worse(
@@ -128,9 +159,9 @@ def not_worse(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
     bound = f"the margin of {margin:+.3f} nats"
     a, b = compared.names
     if interval.high < margin:
-        why = f"{said}; its upper bound is below {bound}, so {a} does as well as {b} within it"
-        return Verdict(claim, "supported", f"{why}.", numbers, (compared,))
-    if interval.low > margin:
-        why = f"{said}; its lower bound is above {bound}, so {a} does worse than {b} by more"
-        return Verdict(claim, "contradicted", f"{why}.", numbers, (compared,))
-    return Verdict(claim, "inconclusive", f"{said}, which includes {bound}.", numbers, (compared,))
+        said = f"{said}; its upper bound is below {bound}, so {a} does as well as {b} within it"
+    elif interval.low > margin:
+        said = f"{said}; its lower bound is above {bound}, so {a} does worse than {b} by more"
+    else:
+        said = f"{said}, which includes {bound}"
+    return _decide(claim, compared, said, interval.high < margin, interval.low > margin, numbers)
