@@ -26,6 +26,7 @@ VERDICT_ICONS = {  # Streamlit's own icon font: shown even where no emoji font i
     "supported": ":green[:material/check_circle:]",
     "contradicted": ":red[:material/cancel:]",
     "inconclusive": ":gray[:material/help:]",
+    "pending": ":blue[:material/hourglass_empty:]",
 }
 REFRESH_S = 5.0  # a page redraw costs CPU the study's runs need on a 2-core box
 
@@ -184,7 +185,9 @@ def _results(store: RunStore, study_id: int, plan: define.StudyDef) -> None:
             "A verdict is computed from the runs by the rule docs/studies.md "
             "documents (95% intervals over seeds, paired by seed where two or more seeds "
             "pair up, with the unpaired interval beside it; diverged, blown-up and stalled "
-            "runs counted); nothing here is written by hand."
+            "runs counted, a seed where one side failed and the other trained held against "
+            "it; pending until every run a claim rests on has ended); nothing here is "
+            "written by hand."
         )
     _charts(store, study_id, plan, runs, results)
     st.subheader("Results", anchor=False)

@@ -30,7 +30,8 @@ def test_the_stability_column_says_how_each_failed_run_failed() -> None:
 
 
 def test_the_verdicts_table_shows_both_intervals() -> None:
-    rows = [*ROWS[:2], ("b", 1, "converged", 2.9, {"ffn_mult": 4}), *ROWS[3:]]
+    # Every run ended (a verdict waits for a running one).
+    rows = [*ROWS[:2], ("b", 1, "converged", 2.9, {"ffn_mult": 4}), ROWS[3]]
     verdict = judge(claim("lower_loss", better="a", worse="b"), frame(rows), NEUTRAL)
     table = study_table.verdicts_table([verdict])
     (intervals,) = table["Intervals"]

@@ -18,7 +18,7 @@ from blockviz.core.studies.comparisons import Comparison
 from blockviz.core.studies.define import Claim
 from blockviz.core.studies.outcomes import FAILED, outcome_counts
 
-VERDICTS = ("supported", "contradicted", "inconclusive")
+VERDICTS = ("supported", "contradicted", "inconclusive", "pending")
 
 
 @dataclass(frozen=True)
@@ -74,4 +74,4 @@ def outcomes_text(runs: pd.DataFrame) -> str:
 
 def too_few(claim: Claim, what: str, n: int, unit: str = "finished run(s)") -> Verdict:
     """The inconclusive verdict of a side with fewer than 2 runs (or seeds) to judge."""
-    return Verdict(claim, "inconclusive", f"only {n} {unit} of {what}; 2 needed", {})
+    return Verdict(claim, "inconclusive", f"cannot judge: only {n} {unit} of {what}; 2 needed", {})

@@ -137,16 +137,27 @@ def lower_max_stable_lr(claim: Claim, results: pd.DataFrame, study: StudyDef) ->
 
 
 def fails_deep(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
-    """Supported if more than half of the deep group's finished runs failed to train."""
+    """Supported if more than half of the deep group's finished runs failed to train while
+    fewer than half of its contrast's (the reference) did: a depth at which the reference
+    fails too says nothing about what the deep group lacks."""
     deep, reference = claim.args["deep"], claim.args["reference"]
     runs = finished_runs(select(results, deep))
+    ref = finished_runs(select(results, reference))
     n, failed = len(runs), failed_count(runs)
     if n < 2:
         return too_few(claim, group_name(deep), n)
     said = f"of {n} finished runs of {group_name(deep)}, {_failures(runs)}"
     numbers: dict[str, Any] = {"finished": n, "failed": failed}
     if failed > n / 2:
-        return Verdict(claim, "supported", f"{said}.", numbers)
+        if len(ref) < 2:
+            return too_few(claim, f"{group_name(reference)}, the contrast", len(ref))
+        ref_failed = failed_count(ref)
+        numbers.update({"reference finished": len(ref), "reference failed": ref_failed})
+        against = f"of {len(ref)} of {group_name(reference)}, {_failures(ref)}"
+        if 2 * ref_failed < len(ref):
+            return Verdict(claim, "supported", f"{said}; {against}.", numbers)
+        why = f"{said}; but {against} as well, so the failure is not the deep group's own"
+        return Verdict(claim, "inconclusive", f"{why}.", numbers)
     compared = below_zero(
         claim,
         contrast(
