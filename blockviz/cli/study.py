@@ -20,7 +20,7 @@ from typing import Any
 
 from blockviz import CLI
 from blockviz.cli import study_launch
-from blockviz.cli.runs import command_line, open_existing
+from blockviz.cli.runs import open_existing
 from blockviz.core import config as cfg
 from blockviz.core.flags import (
     UsageError,
@@ -35,6 +35,7 @@ from blockviz.core.presets import PRESETS
 from blockviz.core.studies import builtins, define, sweeps
 from blockviz.launch import study_estimate, study_runner
 from blockviz.store import RunStore
+from blockviz.views.commands import command_line
 
 EXIT_OK = 0
 POLL_S = 1.0
