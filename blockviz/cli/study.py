@@ -127,9 +127,11 @@ def _launch_args(p: argparse.ArgumentParser, store_help: str) -> None:
     )
     p.add_argument(
         "--seeds",
-        type=int,
         default=None,
-        help=f"seeds per variant (default: the size's, a sweep's 1; {define.GPU_SEEDS} on a GPU)",
+        metavar="SEEDS",
+        help=f"the seeds every variant runs: {define.SEEDS_HELP}; seeds disjoint from an "
+        "earlier study's replicate its verdicts (default: the size's count, a sweep's 1; "
+        f"{define.GPU_SEEDS} on a GPU)",
     )
     p.add_argument("--name", help="study name (default: the study and its size)")
     p.add_argument("--store", help=store_help)

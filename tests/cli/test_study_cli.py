@@ -100,6 +100,8 @@ def test_a_stopped_study_resumes_and_finishes(tmp_path: Path, corpus: Path) -> N
         (["sweep", "--lr", "1e-3,x"], "lr: 'x' is not allowed"),
         (["sweep", "--n_layer", "2"], "name at least one field with two or more values"),
         (["run", "activation", "--seeds", "0"], "seeds: 0"),
+        (["run", "activation", "--seeds", "8-5"], "seeds: the range '8-5' runs backwards"),
+        (["sweep", "--lr", "1e-3,3e-3", "--seeds", "1,x"], "seeds: 'x' is not a seed"),
         (
             ["run", "activation", "--workers", "-1"],
             "--workers: -1 is not allowed; must be at least 0",
