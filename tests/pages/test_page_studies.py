@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -148,6 +149,23 @@ def test_the_launcher_takes_a_seed_range_and_names_a_bad_one() -> None:
     (error,) = [e.value.replace("\\", "") for e in at.error]
     assert error == "seeds: '5,6,5' names seed 5 twice"
     assert not any(b.label == "Run study" for b in at.button)
+
+
+def test_a_study_shows_each_seed_set_its_replication_and_the_seeds_it_needs() -> None:
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        first = fake_study(store, seeds="1-2")
+        second = fake_study(store, seeds="3-4")
+    at = _page().run()
+    at.selectbox(key="studies.show").set_value(first).run()
+    assert not at.exception
+    text = _text(at).replace("\\", "")
+    assert f"seed sets of this definition: seeds 1–2 (study {first}, this one); seeds 3–4 " \
+        f"(study {second})" in text  # fmt: skip
+    assert f"seeds 1–2 (study {first}): " in text and f"seeds 3–4 (study {second}): " in text
+    assert "seeds needed: " in text and "Run them on fresh seeds" in text
+    (command,) = [c.value for c in at.get("code")]
+    # fresh seeds after the highest either set used (4)
+    assert re.search(r" study run activation --size quick --seeds 5-\d+$", command), command
 
 
 def test_a_study_scored_on_one_evaluation_set_gives_no_scoring_warning() -> None:
