@@ -168,10 +168,13 @@ def chart_specs(at: AppTest) -> dict[str, dict]:
     return found
 
 
-def fake_study(store: RunStore, key: str = "activation", scored: dict | None = None) -> int:
+def fake_study(
+    store: RunStore, key: str = "activation", scored: dict | None = None, seeds: str | None = None
+) -> int:
     """A finished study whose runs carry constructed, neutral numbers (no worker ran);
-    `scored`: the runs' evaluation record (None: recorded before the evaluation set)."""
-    plan = builtins.builtin(key, "quick")
+    `scored`: the runs' evaluation record (None: recorded before the evaluation set);
+    `seeds` as `study run --seeds` takes them (None: the size's)."""
+    plan = builtins.builtin(key, "quick", seeds)
     runs = [
         {"variant": v.label, "seed": s, "config": c.to_json(), "max_steps": 300}
         for v, s, c in plan.grid()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shlex
 import sys
 import time
 from dataclasses import asdict
@@ -23,7 +22,7 @@ from blockviz.core.forks import changes_text
 from blockviz.core.spec import RUN_STATES, final_header
 from blockviz.core.tags import tags_text
 from blockviz.launch import runner
-from blockviz.store import RunRecord, RunStore, checked, parse_location
+from blockviz.store import RunRecord, RunStore, checked
 from blockviz.views.run_facts import read_divergence
 from blockviz.views.run_findings import finding_json, plain_lines, read_findings
 
@@ -36,16 +35,6 @@ def open_existing(store: str | None) -> RunStore:
     tables, is an error naming where it looked), and a server that does not answer is
     said at once; a damaged file is reported as corrupt rather than read."""
     return checked(RunStore.open_readable(store, create=False, wait_for_server=False))
-
-
-def command_line(store: RunStore, *words: str) -> str:
-    """`.venv/bin/python -m blockviz WORDS [--store STORE]` as one line a shell takes as
-    printed: the store named unless it is the default one (its URL without a password),
-    every word quoted where it needs to be."""
-    parts = list(words)
-    if store.location.text != parse_location(None).text:
-        parts += ["--store", store.location.text]
-    return " ".join([CLI, *map(shlex.quote, parts)])
 
 
 def _fmt(value: Any, spec: str = "") -> str:

@@ -20,7 +20,7 @@ from typing import Any
 
 from blockviz import CLI
 from blockviz.cli import study_launch
-from blockviz.cli.runs import command_line, open_existing
+from blockviz.cli.runs import open_existing
 from blockviz.core import config as cfg
 from blockviz.core.flags import (
     UsageError,
@@ -35,6 +35,7 @@ from blockviz.core.presets import PRESETS
 from blockviz.core.studies import builtins, define, sweeps
 from blockviz.launch import study_estimate, study_runner
 from blockviz.store import RunStore
+from blockviz.views.commands import command_line
 
 EXIT_OK = 0
 POLL_S = 1.0
@@ -126,9 +127,11 @@ def _launch_args(p: argparse.ArgumentParser, store_help: str) -> None:
     )
     p.add_argument(
         "--seeds",
-        type=int,
         default=None,
-        help=f"seeds per variant (default: the size's, a sweep's 1; {define.GPU_SEEDS} on a GPU)",
+        metavar="SEEDS",
+        help=f"the seeds every variant runs: {define.SEEDS_HELP}; seeds disjoint from an "
+        "earlier study's replicate its verdicts (default: the size's count, a sweep's 1; "
+        f"{define.GPU_SEEDS} on a GPU)",
     )
     p.add_argument("--name", help="study name (default: the study and its size)")
     p.add_argument("--store", help=store_help)

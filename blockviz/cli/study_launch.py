@@ -10,7 +10,6 @@ import argparse
 import shlex
 from typing import Any
 
-from blockviz.cli.runs import command_line
 from blockviz.core import replicas
 from blockviz.core.flags import (
     UsageError,
@@ -21,6 +20,7 @@ from blockviz.core.flags import (
 )
 from blockviz.store import RunStore
 from blockviz.store.location import redact
+from blockviz.views.commands import command_line
 
 EXIT_OK = 0
 

@@ -122,34 +122,31 @@ def group(items: Sequence[tuple[T, RunConfig]], limit: int) -> list[list[T]]:
     return [batch for _, batch in sorted(placed, key=lambda entry: entry[0])]
 
 
-def parse_seeds(text: str) -> list[int]:
-    """`0,1,2` or `0-3` (or both, `0,5-7`) as a list of distinct seeds; ValueError says why."""
+def parse_seeds(text: str, limit: int = MAX_SEEDS_FLAG) -> list[int]:
+    """`0,1,2` or `0-3` (or both, `0,5-7`) as a list of distinct seeds, at most `limit` of
+    them (a range is counted before it is expanded); ValueError says why."""
     seeds: list[int] = []
     for part in str(text).split(","):
         part = part.strip()
         if not part:
             raise ValueError(f"{text!r} has an empty item; write seeds as 0,1,2 or 0-3")
         low, dash, high = part.partition("-")
+        ends = (low, high) if dash and low else (part, part)  # `-1` is one (negative) seed
         try:
-            if dash and low:
-                first, last = int(low), int(high)
-                if last < first:
-                    raise ValueError(f"the range {part!r} runs backwards")
-                if len(seeds) + last - first + 1 > MAX_SEEDS_FLAG:
-                    raise ValueError(f"{text!r} names more than {MAX_SEEDS_FLAG} seeds")
-                seeds.extend(range(first, last + 1))
-            else:
-                seeds.append(int(part))
-        except ValueError as exc:
-            if "backwards" in str(exc) or "more than" in str(exc):
-                raise ValueError(f"{text!r}: {exc}") from None
+            first, last = int(ends[0]), int(ends[1])
+        except ValueError:
             raise ValueError(f"{part!r} is not a seed; write seeds as 0,1,2 or 0-3") from None
-        if len(seeds) > MAX_SEEDS_FLAG:
-            raise ValueError(f"{text!r} names more than {MAX_SEEDS_FLAG} seeds")
-    if any(seed < 0 for seed in seeds):
-        raise ValueError(f"{text!r}: a seed must be >= 0")
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"{text!r} names a seed twice")
+        if last < first:
+            raise ValueError(f"the range {part!r} runs backwards; write it as {last}-{first}")
+        if len(seeds) + last - first + 1 > limit:
+            raise ValueError(f"{text!r} names more than {limit} seeds")
+        seeds.extend(range(first, last + 1))
+    negative = [seed for seed in seeds if seed < 0]
+    if negative:
+        raise ValueError(f"{text!r} names seed {negative[0]}; a seed must be >= 0")
+    twice = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+    if twice:
+        raise ValueError(f"{text!r} names seed {twice[0]} twice")
     return seeds
 
 

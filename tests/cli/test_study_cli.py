@@ -62,6 +62,29 @@ def test_a_two_by_two_sweep_runs_to_the_end(tmp_path: Path, corpus: Path) -> Non
     assert "4/4 done" in shown.stdout
 
 
+def test_a_study_on_a_second_seed_set_is_shown_beside_the_first(
+    tmp_path: Path, corpus: Path
+) -> None:
+    """Issue 38: `--seeds 3-4` runs new seeds (not 1..N), and `study show` names both sets
+    of the one definition, each judged alone."""
+    store_path = tmp_path / "runs.db"
+    for seeds in ("1-2", "3-4"):
+        done = study(store_path, "sweep", "--size", "quick", *TINY[2:], "--dataset",
+                     str(corpus), "--lr", "1e-3,3e-3", "--seeds", seeds, "--workers", "1",
+                     "--threads", "1")  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "4 runs (2 variants × 2 seeds)" in done.stdout
+    with RunStore(store_path) as store:
+        assert store.study_runs(2)["seed"].tolist() == [3, 4, 3, 4]
+    for shown_id, other_id, own, other in ((1, 2, "1–2", "3–4"), (2, 1, "3–4", "1–2")):
+        shown = study(store_path, "show", str(shown_id))
+        assert shown.returncode == 0, shown.stderr
+        assert (
+            f"seed sets of this definition: seeds {own} (study {shown_id}, this one); "
+            f"seeds {other} (study {other_id})"
+        ) in shown.stdout
+
+
 def test_a_stopped_study_resumes_and_finishes(tmp_path: Path, corpus: Path) -> None:
     store_path = tmp_path / "runs.db"
     started = study(store_path, "sweep", *TINY, "--dataset", str(corpus), "--lr",
@@ -100,6 +123,8 @@ def test_a_stopped_study_resumes_and_finishes(tmp_path: Path, corpus: Path) -> N
         (["sweep", "--lr", "1e-3,x"], "lr: 'x' is not allowed"),
         (["sweep", "--n_layer", "2"], "name at least one field with two or more values"),
         (["run", "activation", "--seeds", "0"], "seeds: 0"),
+        (["run", "activation", "--seeds", "8-5"], "seeds: the range '8-5' runs backwards"),
+        (["sweep", "--lr", "1e-3,3e-3", "--seeds", "1,x"], "seeds: 'x' is not a seed"),
         (
             ["run", "activation", "--workers", "-1"],
             "--workers: -1 is not allowed; must be at least 0",

@@ -104,7 +104,7 @@ def test_seed_lists(text, seeds):
         ("1,,2", "empty"),
         ("a", "not a seed"),
         ("3-1", "backwards"),
-        ("1,1", "twice"),
+        ("0-2,1", "names seed 1 twice"),
         ("0-300", "more than 256"),
     ],
 )

@@ -114,6 +114,53 @@ def test_bad_builtin_requests_name_the_problem(args: tuple, message: str) -> Non
         builtins.builtin(*args)
 
 
+@pytest.mark.parametrize(
+    ("text", "seeds"),
+    [
+        ("4", (1, 2, 3, 4)),  # a count, as before: seeds 1..4
+        ("5-8", (5, 6, 7, 8)),
+        ("5,7,9", (5, 7, 9)),
+        ("1, 5-6", (1, 5, 6)),
+        ("0-1", (0, 1)),
+        (f"1-{define.MAX_SEEDS}", tuple(range(1, define.MAX_SEEDS + 1))),
+    ],
+)
+def test_seeds_are_a_count_a_range_or_a_list(text: str, seeds: tuple[int, ...]) -> None:
+    assert define.parse_seeds(text) == seeds
+    assert builtins.builtin("activation", "quick", text).seeds == seeds
+    assert sweeps.sweep({"lr": [1e-3, 3e-3]}, seeds=text).seeds == seeds
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "seeds: none given; give a count (4: seeds 1-4), a range (5-8) or a list (5,7,9)"),
+        ("0", "seeds: 0 is not allowed; a count must be from 1 to 20 (or give a range or list)"),
+        ("-2", "seeds: '-2' names seed -2; a seed must be >= 0"),
+        ("8-5", "seeds: the range '8-5' runs backwards; write it as 5-8"),
+        ("5,6,5", "seeds: '5,6,5' names seed 5 twice"),
+        ("1-4,3", "seeds: '1-4,3' names seed 3 twice"),
+        ("21", "seeds: 21 is not allowed; a count must be from 1 to 20"),
+        ("1-21", "seeds: '1-21' names more than 20 seeds"),
+        ("0-1000000000", "seeds: '0-1000000000' names more than 20 seeds"),
+        ("five", "seeds: 'five' is not a seed; write seeds as a count"),
+        ("5-", "seeds: '5-' is not a seed"),
+        ("1,,2", "seeds: '1,,2' has an empty item"),
+    ],
+)
+def test_bad_seeds_get_one_line_naming_the_problem(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        define.parse_seeds(text)
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_seeds_are_written_as_ranges_where_they_run_on() -> None:
+    assert define.seeds_text((5, 6, 7, 8)) == "5–8"
+    assert define.seeds_text((9, 10)) == "9–10"
+    assert define.seeds_text((5, 7, 9)) == "5, 7, 9"
+    assert define.seeds_text((3,)) == "3"
+
+
 def test_parse_values_lists_and_log_ranges() -> None:
     assert sweeps.parse_values("lr", "1e-4:1e-2:3") == [1e-4, 1e-3, 1e-2]
     assert sweeps.parse_values("norm_position", "pre, post") == ["pre", "post"]

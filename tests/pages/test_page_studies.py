@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def test_an_empty_store_offers_the_builtin_studies() -> None:
     at.selectbox(key="studies.key").set_value("activation").run()
     text = _text(at)
     assert "GELU does at least as well as ReLU" in text.replace("\\", "")
-    assert "4 variants × 2 seeds = 8 runs" in text
+    assert "4 variants × 2 seeds (1–2) = 8 runs" in text
     assert "Estimated time here" in text
     # The estimate says what it rests on: with nothing measured yet, a rough guess; workers
     # at once, threads each.
@@ -60,15 +61,15 @@ def test_on_a_gpu_the_launchers_offer_more_seeds_and_say_why(
     at = _page().run()
     at.selectbox(key="studies.key").set_value("activation").run()
     assert not at.exception
-    assert at.number_input(key="studies.seeds.quick").value == define.GPU_SEEDS
-    assert at.number_input(key="studies.sweep.seeds").value == define.GPU_SEEDS
+    assert at.text_input(key="studies.seeds.quick").value == str(define.GPU_SEEDS)
+    assert at.text_input(key="studies.sweep.seeds").value == str(define.GPU_SEEDS)
     text = _text(at).replace("\\", "")
-    assert f"4 variants × {define.GPU_SEEDS} seeds = {4 * define.GPU_SEEDS} runs" in text
+    assert f"4 variants × {define.GPU_SEEDS} seeds (1–{define.GPU_SEEDS}) = " in text
     note = define.seeds_note()
     assert text.count(note[0].upper() + note[1:]) == 2  # the built-in's and the sweep's
     monkeypatch.setattr(hardware, "visible_gpus", lambda: 0)
     at = _page().run()
-    assert at.number_input(key="studies.sweep.seeds").value == 2
+    assert at.text_input(key="studies.sweep.seeds").value == "2"
     assert "on a GPU" not in _text(at) and "On a GPU" not in _text(at)
 
 
@@ -101,13 +102,13 @@ def test_the_time_estimate_is_the_captions_only_time_and_says_what_it_assumes(
     assert pace.runs == 6
     at = _page().run()
     at.selectbox(key="studies.key").set_value("norm-position").run()
-    at.number_input(key="studies.seeds.quick").set_value(3).run()
+    at.text_input(key="studies.seeds.quick").set_value("3").run()
     assert not at.exception
     expected = duration(study_estimate.estimate_s(plan, pace, 2))
     assert expected == "about 1.5 h"  # 18 runs of 600.5 s on 2 workers, after 6 s
     (caption,) = [c.value for c in at.caption if "Estimated time here" in c.value]
     caption = caption.replace("\\", "")
-    assert caption.startswith("6 variants × 3 seeds = 18 runs; ")
+    assert caption.startswith("6 variants × 3 seeds (1–3) = 18 runs; ")
     assert f"Estimated time here: {expected} (from the pace this store's last 6" in caption
     assert "laptop" not in caption and "minutes" not in caption and "2 seeds" not in caption
     assert "18 of its 18 runs have a measured run of their shape" in caption
@@ -138,6 +139,35 @@ def test_a_finished_study_shows_its_computed_verdicts_and_table() -> None:
     assert warning.startswith("8 of 8 finished runs were scored on validation windows drawn")
 
 
+def test_the_launcher_takes_a_seed_range_and_names_a_bad_one() -> None:
+    at = _page().run()
+    at.selectbox(key="studies.key").set_value("activation").run()
+    at.text_input(key="studies.seeds.quick").set_value("5-8").run()
+    assert not at.exception
+    assert "4 variants × 4 seeds (5–8) = 16 runs" in _text(at).replace("\\", "")
+    at.text_input(key="studies.seeds.quick").set_value("5,6,5").run()
+    (error,) = [e.value.replace("\\", "") for e in at.error]
+    assert error == "seeds: '5,6,5' names seed 5 twice"
+    assert not any(b.label == "Run study" for b in at.button)
+
+
+def test_a_study_shows_each_seed_set_its_replication_and_the_seeds_it_needs() -> None:
+    with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
+        first = fake_study(store, seeds="1-2")
+        second = fake_study(store, seeds="3-4")
+    at = _page().run()
+    at.selectbox(key="studies.show").set_value(first).run()
+    assert not at.exception
+    text = _text(at).replace("\\", "")
+    assert f"seed sets of this definition: seeds 1–2 (study {first}, this one); seeds 3–4 " \
+        f"(study {second})" in text  # fmt: skip
+    assert f"seeds 1–2 (study {first}): " in text and f"seeds 3–4 (study {second}): " in text
+    assert "seeds needed: " in text and "Run them on fresh seeds" in text
+    (command,) = [c.value for c in at.get("code")]
+    # fresh seeds after the highest either set used (4)
+    assert re.search(r" study run activation --size quick --seeds 5-\d+$", command), command
+
+
 def test_a_study_scored_on_one_evaluation_set_gives_no_scoring_warning() -> None:
     with RunStore(os.environ["BLOCKVIZ_STORE"]) as store:
         fake_study(store, scored=evaluation.record(160, 64))
@@ -157,7 +187,7 @@ def test_a_huge_sweep_from_the_form_is_refused_without_building_it(
     at.text_input(key="studies.sweep.values0").set_value("1e-4:1e-1:50")
     at.selectbox(key="studies.sweep.field1").set_value("dropout")
     at.text_input(key="studies.sweep.values1").set_value("1e-3:0.5:50")
-    at.number_input(key="studies.sweep.seeds").set_value(20)
+    at.text_input(key="studies.sweep.seeds").set_value("20")
     at.button(key="FormSubmitter:studies.sweep-Run sweep").click().run()
     assert not at.exception, [e.value for e in at.exception]
     (error,) = [e.value.replace("\\", "") for e in at.error]
@@ -173,7 +203,7 @@ def test_a_huge_sweep_from_the_form_is_refused_without_building_it(
 def test_a_tiny_sweep_from_the_form_runs_to_its_results() -> None:
     at = _page().run()
     at.text_input(key="studies.sweep.values0").set_value("1e-3,3e-3")
-    at.number_input(key="studies.sweep.seeds").set_value(2)
+    at.text_input(key="studies.sweep.seeds").set_value("2")
     at.number_input(key="studies.sweep.steps").set_value(20)
     at.button(key="FormSubmitter:studies.sweep-Run sweep").click().run()
     assert not at.exception

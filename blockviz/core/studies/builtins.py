@@ -312,8 +312,9 @@ BUILTINS: dict[str, Callable[[], StudyDef]] = {
 STUDY_KEYS = tuple(BUILTINS)
 
 
-def builtin(key: str, size: str = "quick", seeds: int | None = None) -> StudyDef:
-    """A built-in study at a size; ConfigError for an unknown key, size or seed count."""
+def builtin(key: str, size: str = "quick", seeds: int | str | None = None) -> StudyDef:
+    """A built-in study at a size with its seeds (`define.seeds_for`: a count, or text such
+    as `5-8`); ConfigError for an unknown key, size or bad seeds."""
     if key not in BUILTINS:
         raise ConfigError("study", key, "choose one of " + ", ".join(STUDY_KEYS))
     study = BUILTINS[key]()

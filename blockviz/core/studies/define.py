@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +29,7 @@ SIZES = ("quick", "standard", "full")
 MAX_STUDY_RUNS = 500  # a bigger grid is refused: it would take days on a laptop
 MAX_SEEDS = 20
 MAX_VALUES = 50  # values of one swept field
-FIRST_SEED = 1  # seeds are FIRST_SEED, FIRST_SEED + 1, ...
+FIRST_SEED = 1  # a seed count n means FIRST_SEED ... FIRST_SEED + n - 1 (`parse_seeds`)
 
 # What each size trains: flat config overrides on RunConfig() (= the baby-cpu preset),
 # and the seeds each variant gets. Logging is sparse: a study reads final numbers and a
@@ -213,12 +213,51 @@ def seeds_note(accelerator: str = "auto") -> str | None:
     )
 
 
-def seeds_for(n: int | None, size: str | None, accelerator: str = "auto") -> tuple[int, ...]:
-    """Seeds FIRST_SEED, FIRST_SEED + 1, ...: n of them, else `default_seeds`."""
-    count = default_seeds(size, accelerator) if n is None else n
+SEEDS_HELP = "a count (4: seeds 1-4), a range (5-8) or a list (5,7,9)"
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """A study's seeds from text: a count `4` (seeds FIRST_SEED, FIRST_SEED + 1, ...), a
+    range `5-8` or a list `5,7,9` (both at once too: `1,5-7`), at most MAX_SEEDS of them;
+    ConfigError names what is wrong (empty, negative, reversed, a seed twice, too many, not
+    a number). The CLI's `--seeds` and the Studies page's field both read seeds here."""
+    words = str(text).strip()
+    if not words:
+        raise ConfigError("seeds", words, "", message=f"seeds: none given; give {SEEDS_HELP}")
+    if words.isascii() and words.isdigit():
+        count = int(words)
+        if not 1 <= count <= MAX_SEEDS:
+            raise ConfigError(
+                "seeds", count, f"a count must be from 1 to {MAX_SEEDS} (or give a range or list)"
+            )
+        return tuple(range(FIRST_SEED, FIRST_SEED + count))
+    try:
+        seeds = replicas.parse_seeds(words, limit=MAX_SEEDS)
+    except ValueError as exc:
+        why = str(exc).replace("0,1,2 or 0-3", SEEDS_HELP)
+        raise ConfigError("seeds", words, why, message=f"seeds: {why}") from None
+    return tuple(seeds)
+
+
+def seeds_for(
+    seeds: int | str | None, size: str | None, accelerator: str = "auto"
+) -> tuple[int, ...]:
+    """The seeds a study runs: None is `default_seeds` of them from FIRST_SEED; a number n
+    is FIRST_SEED ... FIRST_SEED + n - 1; text is read by `parse_seeds`."""
+    if isinstance(seeds, str):
+        return parse_seeds(seeds)
+    count = default_seeds(size, accelerator) if seeds is None else seeds
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_SEEDS:
         raise ConfigError("seeds", count, f"must be a whole number from 1 to {MAX_SEEDS}")
     return tuple(range(FIRST_SEED, FIRST_SEED + count))
+
+
+def seeds_text(seeds: Sequence[int]) -> str:
+    """Seeds as people write them: `1–4` for a run of consecutive ones, else `1, 3, 5`."""
+    ordered = sorted(seeds)
+    if len(ordered) > 1 and ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"{ordered[0]}–{ordered[-1]}"
+    return ", ".join(map(str, ordered))
 
 
 def check_study(study: StudyDef) -> None:

@@ -99,7 +99,7 @@ def _check_size(grid: Mapping[str, Sequence[Any]], n_seeds: int) -> None:
 
 def sweep(
     grid: Mapping[str, Sequence[Any]],
-    seeds: int | None = None,
+    seeds: int | str | None = None,
     base: RunConfig | None = None,
     size: str | None = None,
     max_steps: int | None = None,
@@ -110,7 +110,8 @@ def sweep(
     `base` is the config the sweep starts from (default RunConfig()); `size`, when given,
     applies a size preset on top of it, `fixed` fields (set for every run, e.g. from the
     command line) go on top of that, and `max_steps` then sets the length of every run
-    (the warm-up kept at most a tenth of it). `seeds` None is one seed per variant, or
+    (the warm-up kept at most a tenth of it). `seeds` as `define.seeds_for` takes them (a
+    count, or text such as `5-8`); None is one seed per variant, or
     `define.GPU_SEEDS` where the runs train on a GPU. ConfigError names the first bad
     field or value.
     """

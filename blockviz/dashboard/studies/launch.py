@@ -73,6 +73,20 @@ def _seeds_note() -> str:
     return f" {ui.plain(note[0].upper() + note[1:])}." if note else ""
 
 
+def seeds_input(where: Any, count: int, key: str) -> str:
+    """The seeds field: a count, a range or a list as text, read by `define.parse_seeds`
+    (through `builtins.builtin` or `sweeps.sweep`), which names what is wrong with it."""
+    return where.text_input(
+        "Seeds",
+        value=str(count),
+        key=key,
+        max_chars=80,
+        help=f"{define.SEEDS_HELP[0].upper()}{define.SEEDS_HELP[1:]}, at most "
+        f"{define.MAX_SEEDS}. A second study on seeds disjoint from a first one's replicates "
+        "its verdicts.",
+    )
+
+
 def _launch(store: RunStore, study: define.StudyDef, name: str | None = None) -> None:
     try:
         study_id = study_runner.launch(store, study, name)
@@ -96,15 +110,9 @@ def builtin_launcher(store: RunStore, writable: bool) -> None:
         where = ELSEWHERE.get(missing, f"run it with `{CLI} study run {missing}`")
         left.caption(f"`{missing}` is not in this list: {where}.")
     size = right.radio("Size", define.SIZES, horizontal=True, key="studies.size")
-    seeds = right.number_input(
-        "Seeds per variant",
-        min_value=1,
-        max_value=define.MAX_SEEDS,
-        value=define.default_seeds(size),
-        key=f"studies.seeds.{size}",
-    )
+    seeds = seeds_input(right, define.default_seeds(size), f"studies.seeds.{size}")
     try:
-        study = builtins.builtin(key, size, int(seeds))
+        study = builtins.builtin(key, size, seeds)
     except ConfigError as exc:
         st.error(ui.plain(exc))
         return
@@ -112,7 +120,8 @@ def builtin_launcher(store: RunStore, writable: bool) -> None:
     for claim in study.claims:
         left.markdown(f"- *Claim:* {ui.plain(claim.text)} — {ui.plain(claim.source)}")
     left.caption(
-        f"{len(study.variants)} variants × {len(study.seeds)} seeds = {study.n_runs} runs; "
+        f"{len(study.variants)} variants × {len(study.seeds)} seeds "
+        f"({define.seeds_text(study.seeds)}) = {study.n_runs} runs; "
         f"{ui.plain(define.SIZE_DESCRIPTIONS[size])}. Estimated time here: "
         f"{_estimate(store, study)}." + _seeds_note()
     )
@@ -164,12 +173,8 @@ def sweep_launcher(store: RunStore, writable: bool) -> None:
             rows.append((name, text))
         left, middle, right = st.columns(3)
         size = left.radio("Size", define.SIZES, horizontal=True, key="studies.sweep.size")
-        seeds = middle.number_input(
-            "Seeds",
-            min_value=1,
-            max_value=define.MAX_SEEDS,
-            value=define.GPU_SEEDS if define.on_gpu() else SWEEP_SEEDS,
-            key="studies.sweep.seeds",
+        seeds = seeds_input(
+            middle, define.GPU_SEEDS if define.on_gpu() else SWEEP_SEEDS, "studies.sweep.seeds"
         )
         steps = right.number_input(
             "Steps per run (0: the size's)",
@@ -188,7 +193,7 @@ def sweep_launcher(store: RunStore, writable: bool) -> None:
         if not grid:
             raise ConfigError("values", "", "give at least one field's values")
         study = sweeps.sweep(
-            grid, seeds=int(seeds), base=cfg.RunConfig(), size=size, max_steps=int(steps) or None
+            grid, seeds=seeds, base=cfg.RunConfig(), size=size, max_steps=int(steps) or None
         )
     except ConfigError as exc:
         st.error(ui.plain(exc))

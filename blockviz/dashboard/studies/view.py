@@ -11,14 +11,13 @@ import streamlit as st
 
 from blockviz.core import spec
 from blockviz.core.studies import define
-from blockviz.core.studies.outcomes import results_frame
 from blockviz.core.studies.summary import summarize
-from blockviz.core.studies.verdicts import verdicts
 from blockviz.dashboard import ui
 from blockviz.dashboard.studies.launch import SELECTED_KEY
 from blockviz.launch import study_runner
 from blockviz.store import RunStore, StoreError
 from blockviz.views import charts, run_findings
+from blockviz.views.studies import replication
 from blockviz.views.studies import report as study_report
 from blockviz.views.studies import table as study_table
 
@@ -158,12 +157,32 @@ def _runs_with_findings(store: RunStore, results: pd.DataFrame) -> pd.DataFrame:
     return table.rename(columns={"run_id": "run", "val_loss": "val loss"})
 
 
+def _claim(claim: replication.ClaimReplication) -> None:
+    """One claim: its verdict here and why, its intervals, each seed set's verdict, and the
+    seeds its interval needs with the command that runs them."""
+    verdict = claim.verdict
+    icon = VERDICT_ICONS.get(verdict.verdict, VERDICT_ICONS["inconclusive"])
+    lines = [*study_table.interval_lines(verdict), *replication.replication_lines(claim)]
+    needed = replication.needed_lines(claim)
+    if claim.rerun:  # the command goes in a code block below, where it copies as it is
+        needed = [needed[0], "Run them on fresh seeds (a disjoint set, judged on its own):"]
+    st.markdown(
+        f"{icon} **{ui.plain(verdict.verdict.capitalize())}** — "
+        f"{ui.plain(verdict.claim.text)}  \n"
+        f"*{ui.plain(verdict.claim.source)}*  \n{ui.plain(verdict.reason)}"
+        + "".join(f"  \n{ui.plain(line)}" for line in [*lines, *needed])
+    )
+    if claim.rerun:
+        st.code(claim.rerun, language="bash", wrap_lines=True)
+
+
 def _results(store: RunStore, study_id: int, plan: define.StudyDef) -> None:
     if not plan.trains:
         _init_gradients(store, study_id)
         return
     runs = store.study_runs(study_id)
-    results = results_frame(runs, plan)
+    sets = replication.seed_sets(store, study_id)
+    results = sets.results
     finished = int((results["outcome"] != "").sum()) if not results.empty else 0
     if finished < len(results):
         st.caption(f"Partial results: {finished} of {len(results)} runs finished so far.")
@@ -173,21 +192,17 @@ def _results(store: RunStore, study_id: int, plan: define.StudyDef) -> None:
         st.warning(ui.plain(note), icon=":material/rule:")
     if plan.claims:
         st.subheader("Claims and what this machine measured", anchor=False)
-        for verdict in verdicts(plan, results):
-            icon = VERDICT_ICONS.get(verdict.verdict, VERDICT_ICONS["inconclusive"])
-            st.markdown(
-                f"{icon} **{ui.plain(verdict.verdict.capitalize())}** — "
-                f"{ui.plain(verdict.claim.text)}  \n"
-                f"*{ui.plain(verdict.claim.source)}*  \n{ui.plain(verdict.reason)}"
-                + "".join(f"  \n{ui.plain(line)}" for line in study_table.interval_lines(verdict))
-            )
+        st.caption(ui.plain(replication.sets_line(sets)))
+        for claim in replication.claims(store, sets):
+            _claim(claim)
         st.caption(
             "A verdict is computed from the runs by the rule docs/studies.md "
             "documents (95% intervals over seeds, paired by seed where two or more seeds "
             "pair up, with the unpaired interval beside it; diverged, blown-up and stalled "
             "runs counted, a seed where one side failed and the other trained held against "
             "it; pending until every run a claim rests on has ended); nothing here is "
-            "written by hand."
+            "written by hand. Each seed set is judged on its own runs, never pooled with "
+            "another's."
         )
     _charts(store, study_id, plan, runs, results)
     st.subheader("Results", anchor=False)

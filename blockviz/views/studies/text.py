@@ -5,17 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from blockviz.core.studies.define import StudyDef, plan_from_spec
-from blockviz.core.studies.outcomes import results_frame
-from blockviz.core.studies.rules.base import Verdict
+from blockviz.core.studies.define import plan_from_spec
 from blockviz.core.studies.summary import summarize
-from blockviz.core.studies.verdicts import judge
 from blockviz.store import RunStore
+from blockviz.views.studies import replication
 from blockviz.views.studies import table as study_table
-
-
-def _verdicts(plan: StudyDef, results: Any) -> list[Verdict]:
-    return [judge(claim, results, plan) for claim in plan.claims]
 
 
 def json_safe(value: Any) -> Any:
@@ -30,8 +24,8 @@ def json_safe(value: Any) -> Any:
 def summary_json(store: RunStore, study_id: int) -> dict[str, Any]:
     """What `study show --json` prints: the study, its per-variant table and its verdicts."""
     study = store.get_study(study_id)
-    plan = plan_from_spec(study.spec)
-    results = results_frame(store.study_runs(study_id), plan)
+    sets = replication.seed_sets(store, study_id)
+    plan, results = sets.plan, sets.results
     summary = summarize(results)
     return {
         "id": int(study.id),
@@ -41,6 +35,10 @@ def summary_json(store: RunStore, study_id: int) -> dict[str, Any]:
         "status": study.status,
         "question": plan.question,
         "seeds": list(plan.seeds),
+        "seed_sets": [
+            {"study": s.study_id, "seeds": list(s.seeds), "unfinished_runs": s.unfinished}
+            for s in (sets.own, *sets.others)
+        ],
         "scoring_note": study_table.scoring_note(results),
         "variants": [
             {key: json_safe(value) for key, value in row.items()}
@@ -53,14 +51,15 @@ def summary_json(store: RunStore, study_id: int) -> dict[str, Any]:
         ),
         "claims": [
             {
-                "claim": v.claim.text,
-                "source": v.claim.source,
-                "verdict": v.verdict,
-                "reason": v.reason,
-                "intervals": study_table.interval_lines(v),
-                "numbers": {k: json_safe(x) for k, x in dict(v.numbers).items()},
+                "claim": c.verdict.claim.text,
+                "source": c.verdict.claim.source,
+                "verdict": c.verdict.verdict,
+                "reason": c.verdict.reason,
+                "intervals": study_table.interval_lines(c.verdict),
+                "numbers": {k: json_safe(x) for k, x in dict(c.verdict.numbers).items()},
+                **replication.claim_json(c),
             }
-            for v in _verdicts(plan, results)
+            for c in replication.claims(store, sets)
         ],
     }
 
@@ -72,7 +71,8 @@ def summary_text(store: RunStore, study_id: int) -> str:
     if not plan.trains:
         folder = store.study_dir(study_id)
         return f"gradients at initialisation: {folder / 'init_grads.json'}"
-    results = results_frame(store.study_runs(study_id), plan)
+    sets = replication.seed_sets(store, study_id)
+    results = sets.results
     table = study_table.results_table(summarize(results), plan.baseline)
     lines = [study_table.table_markdown(table)]
     note = study_table.scoring_note(results)
@@ -81,8 +81,12 @@ def summary_text(store: RunStore, study_id: int) -> str:
     sensitivity = study_table.sensitivity_display(results, plan.swept)
     if sensitivity is not None:
         lines += [study_table.table_markdown(sensitivity), study_table.SENSITIVITY_NOTE, ""]
-    for verdict in _verdicts(plan, results):
+    lines.append(replication.sets_line(sets))
+    for claim in replication.claims(store, sets):
+        verdict = claim.verdict
         lines.append(f"[{verdict.verdict}] {verdict.claim.text} ({verdict.claim.source})")
         lines.append(f"    {verdict.reason}")
         lines += [f"    intervals: {line}" for line in study_table.interval_lines(verdict)]
+        lines += [f"    {line}" for line in replication.replication_lines(claim)]
+        lines += [f"    {line}" for line in replication.needed_lines(claim)]
     return "\n".join(lines)
