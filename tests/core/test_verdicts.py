@@ -437,6 +437,14 @@ def test_sensitivity_table_per_group() -> None:
     assert table.loc["a", "seeds"] == 2 and table.loc["a", "low"] < table.loc["a", "high"]
     assert table.loc["b", "sensitivity"] == pytest.approx((0 + 1 + 2) / 3)  # nan -> init 4
     assert math.isnan(table.loc["b", "low"])
+    # The best loss over the sweep: each seed's lowest finite loss, then their mean.
+    assert table.loc["a", "best"] == pytest.approx(2.0)
+    assert table.loc["b", "best"] == pytest.approx(2.0) and math.isnan(table.loc["b", "best_low"])
+    uneven = _sweep("c", 1, [2.2, 2.0, 2.1]) + _sweep("c", 2, [2.4, 2.3, math.nan])
+    rows = [(v, s, o, x, {**extra, "group": v}) for v, s, o, x, extra in uneven]
+    table = sensitivity_table(frame(rows), "lr", "group").set_index("group")
+    assert table.loc["c", "best"] == pytest.approx((2.0 + 2.3) / 2)
+    assert table.loc["c", "best_low"] < 2.15 < table.loc["c", "best_high"]
 
 
 # ----------------------------------------------- adversarial frames (issue 38's audit)

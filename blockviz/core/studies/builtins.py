@@ -145,6 +145,65 @@ def _lr_sensitivity() -> StudyDef:
     )
 
 
+# Wortsman et al. 2023 sweep learning rates up to 1 for their small models; the instabilities
+# qk-layernorm and the z-loss address (attention logits, output logits that grow without
+# bound) show at the top of such a sweep, above the lr-sensitivity study's 0.3.
+STABILITY_LR_GRID = log_space(1e-3, 1.0, 7)
+STABILITY = "Wortsman et al. 2023, Small-scale proxies for large-scale Transformer training "
+STABILITY += "instabilities (arXiv:2309.14322)"
+Z_LOSS = 1e-4  # the coefficient PaLM used, and Wortsman et al. with it
+STABILIZERS = {  # label: overrides; the claims compare each with "neither"
+    "neither": {"qk_norm": False, "z_loss": 0.0},
+    "qk-layernorm": {"qk_norm": True, "z_loss": 0.0},
+    "z-loss": {"qk_norm": False, "z_loss": Z_LOSS},
+    "both": {"qk_norm": True, "z_loss": Z_LOSS},
+}
+
+
+def _stability() -> StudyDef:
+    variants = tuple(
+        Variant(f"{name} · {_lr_label(lr)}", {**overrides, "lr": lr, "min_lr": 0.0})
+        for name, overrides in STABILIZERS.items()
+        for lr in STABILITY_LR_GRID
+    )
+    neither = STABILIZERS["neither"]
+    return StudyDef(
+        key="qk-norm-z-loss",
+        title="qk-layernorm, z-loss and the learning rate",
+        question="Do qk-layernorm and the z-loss make the final loss depend less on the "
+        "learning rate, and keep a block stable at learning rates where it fails without "
+        "them?",
+        claims=(
+            Claim(
+                "qk-layernorm makes the final loss depend less on the learning rate.",
+                f"{STABILITY}: qk-layernorm against attention logit growth",
+                "less_sensitive",
+                {"better": STABILIZERS["qk-layernorm"], "worse": neither, "field": "lr"},
+            ),
+            Claim(
+                "The z-loss makes the final loss depend less on the learning rate.",
+                f"{STABILITY}: the z-loss against output logit divergence",
+                "less_sensitive",
+                {"better": STABILIZERS["z-loss"], "worse": neither, "field": "lr"},
+            ),
+            Claim(
+                "Without qk-layernorm the largest stable learning rate is lower.",
+                STABILITY,
+                "lower_max_stable_lr",
+                {
+                    "lower": neither,
+                    "than": STABILIZERS["qk-layernorm"],
+                    "field": "lr",
+                    "factor": 3,  # at least one step of the grid (3.16×) lower
+                },
+            ),
+        ),
+        variants=variants,
+        swept=("lr", "qk_norm", "z_loss"),
+        baseline=f"neither · {_lr_label(STABILITY_LR_GRID[2])}",
+    )
+
+
 def _residual_depth() -> StudyDef:
     variants = tuple(
         Variant(
@@ -302,6 +361,7 @@ def _init_gradients() -> StudyDef:
 BUILTINS: dict[str, Callable[[], StudyDef]] = {
     "norm-position": _norm_position,
     "lr-sensitivity": _lr_sensitivity,
+    "qk-norm-z-loss": _stability,
     "residual-depth": _residual_depth,
     "normalization": _normalization,
     "ffn-ratio": _ffn_ratio,

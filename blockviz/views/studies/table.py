@@ -141,20 +141,37 @@ def verdicts_table(verdicts: Sequence[Any]) -> pd.DataFrame:
 SENSITIVITY_NOTE = (
     "Learning-rate sensitivity (Wortsman et al. 2023): over the learning rates swept, the mean "
     "of min(loss, loss at init) minus the best loss of the sweep, per seed; 0 means every "
-    "learning rate reached the best loss. Mean over seeds, 95% t interval."
+    "learning rate reached the best loss. Best loss: a seed's lowest final val loss over the "
+    "sweep. Mean over seeds, 95% t interval."
 )
 
 
 def sensitivity_display(results: pd.DataFrame, swept: Sequence[str]) -> pd.DataFrame | None:
-    """For a study that sweeps `lr` beside another field: one row per value of that field
-    with its learning-rate sensitivity; None for any other study."""
+    """For a study that sweeps `lr` beside other fields: one row per setting of those fields
+    (`qk_norm True, z_loss 0.0001` where there are several) with its learning-rate
+    sensitivity and its best loss over the sweep, each with its interval; None for any
+    other study."""
     from blockviz.core.studies.rules.sweep import sensitivity_table
 
     others = [f for f in swept if f != "lr" and f in results.columns]
     if "lr" not in swept or not others or results.empty:
         return None
-    by = others[0]
+    by = others[0] if len(others) == 1 else "setting"
+    if len(others) > 1:
+        results = results.assign(
+            setting=[
+                ", ".join(f"{name} {value}" for name, value in zip(others, row, strict=True))
+                for row in results[others].itertuples(index=False)
+            ]
+        )
     table = sensitivity_table(results, "lr", by)
+
+    def interval(low: pd.Series, high: pd.Series) -> list[str]:
+        return [
+            "" if _missing(lo) else f"{lo:.3f} to {hi:.3f}"
+            for lo, hi in zip(low, high, strict=True)
+        ]
+
     return pd.DataFrame(
         {
             by: table[by].astype(str),
@@ -162,10 +179,14 @@ def sensitivity_display(results: pd.DataFrame, swept: Sequence[str]) -> pd.DataF
                 _loss(m, lo, hi)
                 for m, lo, hi in zip(table["sensitivity"], table["low"], table["high"], strict=True)
             ],
-            "95% interval": [
-                "" if _missing(lo) else f"{lo:.3f} to {hi:.3f}"
-                for lo, hi in zip(table["low"], table["high"], strict=True)
+            "95% interval": interval(table["low"], table["high"]),
+            "best loss": [
+                _loss(m, lo, hi)
+                for m, lo, hi in zip(
+                    table["best"], table["best_low"], table["best_high"], strict=True
+                )
             ],
+            "best loss, 95% interval": interval(table["best_low"], table["best_high"]),
             "seeds": table["seeds"].astype(int),
         }
     )

@@ -70,3 +70,26 @@ def test_runs_scored_on_different_evaluation_sizes_are_called_out() -> None:
     note = study_table.scoring_note(results)
     assert note is not None and note.startswith("The finished runs were scored on 80 and 160")
     assert study_table.scoring_note(results.assign(eval_windows=160)) is None
+
+
+def test_the_sensitivity_table_names_each_setting_of_several_swept_fields() -> None:
+    """qk-norm-z-loss sweeps lr beside qk_norm and z_loss: one row per setting of both,
+    never the z_loss variants pooled under one qk_norm value."""
+    rows = []
+    for qk, z, slope in ((False, 0.0, 1.0), (True, 0.0, 0.1), (False, 1e-4, 0.5)):
+        for seed in (1, 2):
+            for i, lr in enumerate((0.01, 0.1, 1.0)):
+                loss = 2.0 + slope * i + seed / 100
+                rows.append(("v", seed, "converged", loss, {"lr": lr, "qk_norm": qk, "z_loss": z}))
+    table = study_table.sensitivity_display(frame(rows), ("lr", "qk_norm", "z_loss"))
+    assert table is not None
+    assert table["setting"].tolist() == [
+        "qk_norm False, z_loss 0.0",
+        "qk_norm True, z_loss 0.0",
+        "qk_norm False, z_loss 0.0001",
+    ]
+    by_setting = table.set_index("setting")
+    # (0 + slope + 2 slope) / 3 in each seed, so the same in the mean, with no spread.
+    assert by_setting.loc["qk_norm True, z_loss 0.0", "LR sensitivity"].startswith("0.100")
+    assert by_setting.loc["qk_norm False, z_loss 0.0", "best loss"].startswith("2.015")
+    assert list(table.columns[-3:]) == ["best loss", "best loss, 95% interval", "seeds"]

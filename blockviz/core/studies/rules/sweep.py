@@ -41,29 +41,31 @@ def _sensitivities(runs: pd.DataFrame, field_name: str) -> pd.DataFrame:
         value = lr_sensitivity(
             list(by_seed[field_name]), list(by_seed["val_loss"]), float(init.iloc[0])
         )
-        rows.append({"seed": seed, "sensitivity": value, "outcome": "converged"})
-    return pd.DataFrame(rows, columns=["seed", "sensitivity", "outcome"])
+        finite = pd.to_numeric(usable_losses(by_seed)["val_loss"], errors="coerce").dropna()
+        best = float(finite.min()) if len(finite) else math.nan
+        rows.append({"seed": seed, "sensitivity": value, "best": best, "outcome": "converged"})
+    return pd.DataFrame(rows, columns=["seed", "sensitivity", "best", "outcome"])
 
 
 def sensitivity_table(results: pd.DataFrame, field_name: str, by: str) -> pd.DataFrame:
-    """The learning-rate sensitivity of each value of `by` over `field_name`'s sweep: mean
-    over seeds with its 95% t interval (NaN with one seed) and the seeds it rests on."""
+    """The learning-rate sensitivity of each value of `by` over `field_name`'s sweep, and
+    its best loss over the sweep (a seed's lowest finite val loss): means over seeds with
+    their 95% t intervals (NaN with one seed) and the seeds they rest on."""
     rows = []
     if field_name in results.columns and by in results.columns:
         for value in dict.fromkeys(results[by]):
             per_seed = _sensitivities(results[results[by] == value], field_name)
-            interval = mean_interval(per_seed["sensitivity"])
-            spread = interval is not None and interval.n > 1
-            rows.append(
-                {
-                    by: value,
-                    "sensitivity": interval.mean if interval else math.nan,
-                    "low": interval.low if spread else math.nan,
-                    "high": interval.high if spread else math.nan,
-                    "seeds": interval.n if interval else 0,
-                }
-            )
-    return pd.DataFrame(rows, columns=[by, "sensitivity", "low", "high", "seeds"])
+            row: dict[str, Any] = {by: value}
+            for column, prefix in (("sensitivity", ""), ("best", "best_")):
+                interval = mean_interval(per_seed[column].dropna())
+                spread = interval is not None and interval.n > 1
+                row[prefix + "low"] = interval.low if spread else math.nan
+                row[prefix + "high"] = interval.high if spread else math.nan
+                row[column] = interval.mean if interval else math.nan
+            row["seeds"] = int(per_seed["sensitivity"].map(math.isfinite).sum())
+            rows.append(row)
+    columns = [by, "sensitivity", "low", "high", "best", "best_low", "best_high", "seeds"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def less_sensitive(claim: Claim, results: pd.DataFrame, study: StudyDef) -> Verdict:
