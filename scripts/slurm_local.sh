@@ -7,7 +7,9 @@
 #
 # Needs Debian's slurm-wlm and munge (apt-get install -y slurm-wlm munge) and root. No
 # cgroups: processes are tracked by /proc (proctrack/linuxproc), no task plugin, no
-# accounting (sacct has nothing to say; squeue and sinfo work).
+# accounting (sacct has nothing to say; squeue and sinfo work). A requeued job may start
+# again 10 s after its requeue (cred_expire=10; SLURM's default is 120 s), so the tests of
+# jobs requeued after a time limit do not wait two minutes for each.
 set -euo pipefail
 
 action=${1:-start}
@@ -55,7 +57,7 @@ SlurmctldHost=$host(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$dir/munge/munge.socket
+AuthInfo=socket=$dir/munge/munge.socket,cred_expire=10
 CredType=cred/munge
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
