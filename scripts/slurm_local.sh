@@ -17,9 +17,17 @@ dir=${2:-/tmp/blockviz-slurm}
 conf=$dir/slurm.conf
 
 stop() {
+    # Each daemon is waited for: slurmctld saves its state and removes its pid file as it
+    # leaves, so one still leaving would delete a new one's pid file (the next stop then
+    # left that running) and hold the port (the next start then failed to bind it).
     for name in slurmd slurmctld munged; do
         if [[ -f $dir/$name.pid ]]; then
-            kill "$(cat "$dir/$name.pid")" 2>/dev/null || true
+            pid=$(cat "$dir/$name.pid")
+            kill "$pid" 2>/dev/null || true
+            for _ in $(seq 100); do
+                kill -0 "$pid" 2>/dev/null || break
+                sleep 0.1
+            done
             rm -f "$dir/$name.pid"
         fi
     done
