@@ -7,7 +7,9 @@
 #
 # Needs Debian's slurm-wlm and munge (apt-get install -y slurm-wlm munge) and root. No
 # cgroups: processes are tracked by /proc (proctrack/linuxproc), no task plugin, no
-# accounting (sacct has nothing to say; squeue and sinfo work).
+# accounting (sacct has nothing to say; squeue and sinfo work). A requeued job may start
+# again 10 s after its requeue (cred_expire=10; SLURM's default is 120 s), so the tests of
+# jobs requeued after a time limit do not wait two minutes for each.
 set -euo pipefail
 
 action=${1:-start}
@@ -15,9 +17,17 @@ dir=${2:-/tmp/blockviz-slurm}
 conf=$dir/slurm.conf
 
 stop() {
+    # Each daemon is waited for: slurmctld saves its state and removes its pid file as it
+    # leaves, so one still leaving would delete a new one's pid file (the next stop then
+    # left that running) and hold the port (the next start then failed to bind it).
     for name in slurmd slurmctld munged; do
         if [[ -f $dir/$name.pid ]]; then
-            kill "$(cat "$dir/$name.pid")" 2>/dev/null || true
+            pid=$(cat "$dir/$name.pid")
+            kill "$pid" 2>/dev/null || true
+            for _ in $(seq 100); do
+                kill -0 "$pid" 2>/dev/null || break
+                sleep 0.1
+            done
             rm -f "$dir/$name.pid"
         fi
     done
@@ -55,7 +65,7 @@ SlurmctldHost=$host(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$dir/munge/munge.socket
+AuthInfo=socket=$dir/munge/munge.socket,cred_expire=10
 CredType=cred/munge
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none

@@ -45,6 +45,13 @@ def build(sub: Any, store_help: str) -> None:
         help="minutes each worker may run before it is stopped (SLURM's time limit; "
         "default 1440, a day)",
     )
+    p.add_argument(
+        "--requeues",
+        type=int,
+        metavar="INT",
+        help="times a worker stopped by its time limit or a preemption is requeued, resuming "
+        "the study's stopped runs (default 3; 0: never; at most 5 with --local)",
+    )
     p.add_argument("--folder", help="folder for the jobs' logs (default <store>.studies/<id>/jobs)")
     threads_arg(p)
     replicas_arg(p)
@@ -72,6 +79,7 @@ def cli_main(args: argparse.Namespace) -> int:
     auto = str(args.replicas).strip().lower() == replicas.AUTO
     replica_limit = None if auto else replicas_from_args(args)
     time_min = cluster.DEFAULT_TIME_MIN if args.time_min is None else args.time_min
+    requeues = cluster.DEFAULT_REQUEUES if args.requeues is None else args.requeues
     if args.local is not None:
         given = [
             f"--{name}"
@@ -87,6 +95,9 @@ def cli_main(args: argparse.Namespace) -> int:
         if given:
             raise UsageError(f"{given[0]} is for --slurm; --local N starts N workers here")
         cluster.check_count("--local", args.local)
+        cluster.check_requeues(requeues, cluster.LOCAL_MAX_REQUEUES)
+    else:
+        cluster.check_requeues(requeues)
     with RunStore(args.store or None, create=False) as store:
         study_id = int(store.get_study(args.id).id)
         if args.slurm:
@@ -97,6 +108,7 @@ def cli_main(args: argparse.Namespace) -> int:
                 cpus_per_task=args.cpus_per_task,
                 array_parallelism=args.array_parallelism,
                 time_min=time_min,
+                requeues=requeues,
             )
             done = cluster.launch_slurm(
                 store, study_id, options, args.threads, replica_limit, args.folder
@@ -111,6 +123,7 @@ def cli_main(args: argparse.Namespace) -> int:
                 replica_limit,
                 time_min,
                 args.folder,
+                requeues,
             )
             what = f"started {len(done.job_ids)} worker(s) on this machine"
     print(f"blockviz: study {study_id}: {what}, job(s) {', '.join(done.job_ids)}")

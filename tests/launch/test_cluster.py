@@ -232,3 +232,172 @@ def test_slurms_time_limit_warning_stops_the_worker_until_it_leaves(tmp_path, mo
     assert job() == 7
     assert ready.read_text() == "ready, ignores SIGUSR2: True"
     assert signal.getsignal(signal.SIGUSR2) == before
+
+
+# ------------------------------------------------------- requeued after a time limit
+
+
+def test_slurm_launch_warns_short_jobs_at_half_their_limit_and_counts_the_requeues(
+    store, tmp_path, monkeypatch
+):
+    study_id = _stored_study(store)
+    _fake_slurm(tmp_path, monkeypatch, FAKE_SBATCH)
+    launch = ["study", "launch", str(study_id), "--slurm", "--time_min", "1", "--requeues", "2"]
+    assert cli.main([*launch, "--store", str(store.path)]) == 0
+    folder = store.study_dir(study_id) / cluster.JOBS_DIR
+    # A one-minute job is warned 30 s before its limit, not 90 s (before it started).
+    assert "#SBATCH --signal=USR2@30" in (tmp_path / "submitted.sh").read_text().splitlines()
+    (pickled,) = folder.glob("*_submitted.pkl")
+    submitted = pickle.loads(pickled.read_bytes())
+    assert submitted.function.requeues == cluster.Requeues(store.location.text, study_id, 2)
+    assert submitted._timeout_countdown == 2  # submitit's own count of time limits agrees
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--slurm", "--requeues", "-1"], "--requeues: -1 is not allowed; must be 0 or more"),
+        (
+            ["--local", "1", "--requeues", "6"],
+            "--requeues: 6 is not allowed with --local; submitit's local executor restarts a "
+            "job at most 5 times",
+        ),
+    ],
+)
+def test_a_bad_requeue_count_gets_one_line(store, capsys, args, message):
+    study_id = _stored_study(store)
+    assert cli.main(["study", "launch", str(study_id), *args, "--store", str(store.path)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [f"blockviz study: error: {message}"]
+    assert store.get_study(study_id).workers == ()
+
+
+def test_checkpoint_is_the_same_job_with_one_requeue_fewer():
+    job = cluster.StudyWorkerJob(["-c", "pass"], "/x", {"A": None}, cluster.Requeues("s.db", 4, 2))
+    again = job.checkpoint(3)
+    assert again.args == (3,)
+    assert again.function.args == job.args and again.function.env == {"A": None}
+    assert again.function.requeues == cluster.Requeues("s.db", 4, left=1, done=1)
+    last = again.function.checkpoint(3).function
+    assert last.requeues == cluster.Requeues("s.db", 4, left=0, done=2)
+    assert last.checkpoint(3) is None  # none left: submitit does not requeue it
+    assert cluster.StudyWorkerJob(["-c", "pass"]).checkpoint() is None
+
+
+def _warned_job(tmp_path, monkeypatch, left: int):
+    """A job whose worker (CHILD) is warned by SIGUSR2 while submitit's own handler is
+    installed for it, as in a submitted job (its local flavour: a requeue exits 144)."""
+    from submitit.core.job_environment import SignalHandler
+    from submitit.core.utils import DelayedSubmission, JobPaths
+    from submitit.local.local import LocalJobEnvironment
+
+    monkeypatch.setattr(cluster, "STOP_AGAIN_S", 0.1)
+    monkeypatch.setattr(cluster, "WAIT_S", 0.02)
+    ready = tmp_path / "ready"
+    job = cluster.StudyWorkerJob(
+        ["-c", CHILD, str(ready)], requeues=cluster.Requeues("s.db", 1, left)
+    )
+    delayed = DelayedSubmission(job, 0)
+    delayed.set_timeout(60, 3)
+    paths = JobPaths(tmp_path, job_id="77")
+    handler = SignalHandler(LocalJobEnvironment(), paths, delayed)
+    monkeypatch.setenv("SUBMITIT_LOCAL_JOB_ID", "77")
+
+    def warn() -> None:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGUSR2)
+
+    previous = signal.signal(signal.SIGUSR2, handler.checkpoint_and_try_requeue)
+    threading.Thread(target=warn, daemon=True).start()
+    return job, paths, previous
+
+
+def test_a_warned_job_is_requeued_by_submitit_once_its_worker_has_left(
+    tmp_path, monkeypatch, capsys
+):
+    job, paths, previous = _warned_job(tmp_path, monkeypatch, left=2)
+    try:
+        with pytest.raises(SystemExit) as exited:
+            job()
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert exited.value.code == 144  # submitit's local "requeue me"
+    out = capsys.readouterr().out
+    # The worker stopped and left first (its SIGTERMs counted to 2, then exit 7).
+    assert "worker 0 exited with status 7" in out
+    assert "interrupted (time limit or preemption); requeued (1 more requeue(s) left)" in out
+    requeued = pickle.loads(paths.submitted_pickle.read_bytes())
+    assert requeued.function.requeues == cluster.Requeues("s.db", 1, left=1, done=1)
+
+
+def test_a_warned_job_with_no_requeue_left_ends_with_its_workers_status(
+    tmp_path, monkeypatch, capsys
+):
+    job, paths, previous = _warned_job(tmp_path, monkeypatch, left=0)
+    try:
+        assert job() == 7
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    out = capsys.readouterr().out
+    assert "not requeued: its 0 requeue(s) (--requeues) are used up" in out
+    assert not paths.submitted_pickle.exists()
+
+
+def _stopped_by_a_time_limit(store: RunStore) -> int:
+    """A two-run study whose one worker was stopped by a time limit: one run completed,
+    the other stopped, the study settled 'stopped' by the last worker out."""
+    study_id = _stored_study(store)
+    first, second = store.study_active_runs(study_id)
+    store.update_study(study_id, workers=[[study_runner.ELSEWHERE_PID, None]] * 2)
+    store.update_run(first, status="completed", ended=time.time())
+    store.update_run(second, status="stopped", ended=time.time())
+    assert store.settle_study(study_id) == "stopped"
+    return study_id
+
+
+def test_a_requeued_job_resumes_its_study_before_its_worker_starts(store, capsys):
+    study_id = _stopped_by_a_time_limit(store)
+    requeues = cluster.Requeues(store.location.text, study_id, left=1, done=1)
+    job = cluster.StudyWorkerJob(["-c", "pass"], requeues=requeues)
+    assert job(0) == 0
+    assert (
+        "requeued job: study 1: 1 stopped or failed run(s) queued again" in capsys.readouterr().out
+    )
+    study = store.get_study(study_id)
+    assert (study.status, study.error) == ("running", None)
+    assert store.study_runs(study_id)["status"].tolist() == ["completed", "queued"]
+    # Still two workers of the launch, so each claims its share.
+    assert study.workers == ((study_runner.ELSEWHERE_PID, None),) * 2
+
+
+def test_a_job_requeued_by_slurm_itself_resumes_its_study_too(store, monkeypatch, capsys):
+    study_id = _stopped_by_a_time_limit(store)
+    job = cluster.StudyWorkerJob(
+        ["-c", "pass"], requeues=cluster.Requeues(store.location.text, study_id, left=3)
+    )
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # a preemption SLURM requeued
+    assert job(0) == 0
+    assert store.study_runs(study_id)["status"].tolist() == ["completed", "queued"]
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")  # a first start resumes nothing
+    assert not job.restarted()
+
+
+def test_a_requeued_job_leaves_a_study_a_person_stopped(store, capsys):
+    study_id = _stored_study(store)
+    study_runner.stop(store, study_id)  # `study stop` while the job waited to start again
+    requeues = cluster.Requeues(store.location.text, study_id, left=1, done=1)
+    assert cluster.StudyWorkerJob(["-c", "pass"], requeues=requeues)(0) == 0
+    assert "study 1 was stopped by `study stop`; it stays stopped" in capsys.readouterr().out
+    assert store.get_study(study_id).status == "stopped"
+    assert set(store.study_runs(study_id)["status"]) == {"stopped"}
+
+
+def test_a_requeued_job_that_cannot_reach_its_store_says_so_in_one_line(tmp_path, capsys):
+    gone = tmp_path / "gone.db"
+    requeues = cluster.Requeues(str(gone), 1, left=1, done=1)
+    assert cluster.StudyWorkerJob(["-c", "pass"], requeues=requeues)(0) == 0
+    out = capsys.readouterr().out
+    assert f"requeued job: could not resume study 1: no run store at {gone}" in out
+    assert "Traceback" not in out and not gone.exists()
