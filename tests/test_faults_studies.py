@@ -4,6 +4,7 @@ and four runs on one store."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -151,6 +152,107 @@ def test_a_study_worker_killed_mid_run_is_resumed_with_each_run_trained_once(
             assert len(store.runs_frame()) == 2  # trained again in its own row, not a new one
     finally:
         _end_workers(store_path)
+
+
+def _resumed_from(log: Path) -> int:
+    """The step a run's train.log says its last session resumed from."""
+    found = re.findall(r"resuming from step (\d+)", log.read_text(encoding="utf-8"))
+    assert found, log.read_text(encoding="utf-8")[-2000:]
+    return int(found[-1])
+
+
+@pytest.mark.parametrize("replicas", ["off", "8"])
+def test_a_stopped_study_resumes_its_runs_from_their_checkpoints(tmp_path, corpus, replicas):
+    # `study resume` deleted a stopped run's rows and trained it from step 0 again, so a run
+    # longer than a job's time limit could never finish.
+    store_path = tmp_path / "runs.db"
+    try:
+        sweep = [*STUDY_SWEEP, "--max_steps", "60", "--lr", "1e-3,2e-3", "--dataset",
+                 str(corpus), "--detach", "--replicas", replicas]  # fmt: skip
+        started = study(store_path, "sweep", *sweep)
+        assert started.returncode == 0, started.stderr[-2000:]
+        checkpoints = tmp_path / "runs.db.runs" / ("1" if replicas == "off" else "batches/1")
+        last = checkpoints / "checkpoints" / "last.ckpt"
+        wait_until(lambda: last.exists() and len(logged_steps(store_path, 1, "train/loss")) > 15)
+        stopped = study(store_path, "stop", "1")
+        assert stopped.returncode == 0, stopped.stderr
+        wait_until(lambda: not _study_state(store_path, 1)[1].count("running"), timeout=60)
+        with RunStore(store_path) as store:
+            ((pid, began),) = store.get_study(1).workers
+            wait_until(lambda: not procs.is_alive(pid, began), timeout=60)
+            step = store.get_run(1).step
+        assert 10 <= step < 60 and step == checkpoint_step(last)
+
+        again = study(store_path, "resume", "1")
+        assert again.returncode == 0, again.stderr
+        said = again.stdout
+        assert f"run 1 resumes from step {step}\n" in said
+        if replicas == "off":  # the second run was still queued: it never trained
+            assert "run 2 trains from the start (no checkpoint)" in said
+        else:  # one batch: both stopped at the batch's checkpoint
+            assert f"run 2 resumes from step {step}\n" in said
+        wait_until(lambda: _study_state(store_path, 1)[0] != "running", timeout=120)
+        assert _study_state(store_path, 1) == ("completed", ["completed"] * 2)
+        assert _resumed_from(tmp_path / "runs.db.runs" / "1" / "train.log") == step
+        for run_id in (1, 2):
+            _assert_each_row_once(store_path, run_id, 60)
+    finally:
+        _end_workers(store_path)
+
+
+def _host_worker(store: str, host: str, stale_s: float | None) -> subprocess.Popen:
+    """`study work 1` as a process of host `host`, judging other hosts' runs lost after
+    `stale_s` seconds of silence (None: the default)."""
+    env = {**os.environ, "BLOCKVIZ_HOST": host, "OMP_NUM_THREADS": "1"}
+    env.pop("BLOCKVIZ_REMOTE_STALE_S", None)
+    if stale_s is not None:
+        env["BLOCKVIZ_REMOTE_STALE_S"] = str(stale_s)
+    command = [sys.executable, "-m", "blockviz", "study", "work", "1", "--store", store,
+               "--replicas", "off", "--threads", "1"]  # fmt: skip
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_the_worker_left_finishes_the_run_of_a_killed_host_from_its_checkpoint(
+    store_url, tmp_path, corpus
+):
+    # A killed host's run stayed failed (after 120 s, and only when something read the
+    # store) until someone typed `study resume`, which trained it from step 0.
+    stored = study(store_url, "sweep", *STUDY_SWEEP, "--max_steps", "60", "--lr",
+                   "1e-3,2e-3", "--dataset", str(corpus), "--workers", "0",
+                   "--replicas", "off")  # fmt: skip
+    assert stored.returncode == 0, stored.stderr[-2000:]
+    # Host A calls another host's run lost after 10 s of silence; host B (killed) keeps
+    # the default, so it never takes A's run for lost while both train.
+    survivor = _host_worker(store_url, "host-a", 10)
+    victim = _host_worker(store_url, "host-b", None)
+    try:
+        with RunStore(store_url) as store:
+
+            def b_checkpointed() -> int | None:
+                for run_id in store.study_active_runs(1):
+                    run = store.get_run(run_id)
+                    last = store.run_dir(run_id) / "checkpoints" / "last.ckpt"
+                    if run.host == "host-b" and last.exists() and run.step > 15:
+                        return run_id
+                return None
+
+            wait_until(lambda: b_checkpointed() is not None, timeout=120)
+            lost = b_checkpointed()
+            victim.kill()  # kill -9: the host is gone, nothing is written
+            victim.wait()
+            assert survivor.wait(180) == 0, survivor.stdout.read().decode()[-3000:]
+            run = store.get_run(lost)
+            assert (run.status, run.host) == ("completed", "host-a"), run.error
+            assert store.get_study(1).status == "completed"
+            assert run.lost == 1
+        step = _resumed_from(Path(store.run_dir(lost)) / "train.log")
+        assert step >= 10
+        for run_id in (1, 2):
+            _assert_each_row_once(store_url, run_id, 60)
+    finally:
+        for worker in (survivor, victim):
+            if worker.poll() is None:
+                worker.kill()
 
 
 def test_two_studies_sharing_one_store_at_once_keep_their_own_runs_and_rows(tmp_path, corpus):

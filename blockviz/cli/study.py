@@ -79,7 +79,7 @@ def build(p: argparse.ArgumentParser) -> None:
     for name, text in (
         ("show", "progress, results and verdicts of a study"),
         ("stop", "stop a study (running runs checkpoint, queued ones are skipped)"),
-        ("resume", "train a stopped study's unfinished runs"),
+        ("resume", "continue a stopped study's unfinished runs from their checkpoints"),
         ("export", "a study's zip: table, charts, configs, claims and an HTML page"),
     ):
         one = sub.add_parser(name, help=text, description=text)
@@ -397,8 +397,10 @@ def _resume(args: argparse.Namespace) -> int:
             threads=args.threads,
             replicas=replica_limit,
         )
-        if queued:
-            print(f"blockviz: study {study.id}: {queued} run(s) queued again")
+        if queued.count:
+            print(f"blockviz: study {study.id}: {queued.summary()}")
+            for line in queued.lines():
+                print(f"  {line}")
             if args.workers == 0:
                 print(_no_worker_hint(store, int(study.id)))
         else:

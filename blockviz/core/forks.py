@@ -12,7 +12,10 @@ and 2000; once thinned, a run's kept checkpoints use at most `ckpt_keep` checkpo
 
 from __future__ import annotations
 
+import io
+import pickle
 import re
+import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,47 @@ def kept_name(step: int) -> str:
 def kept_path(run_dir: Path, step: int) -> Path:
     """Where the kept checkpoint of `step` lives in a run's folder."""
     return Path(run_dir) / CHECKPOINTS_DIR / kept_name(step)
+
+
+class _Opaque(dict):  # type: ignore[type-arg]
+    """Whatever a checkpoint's pickle builds besides plain data (tensors, storages): an
+    empty stand-in, so nothing the file names is imported or run."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def append(self, item: Any) -> None:
+        pass
+
+    def extend(self, items: Any) -> None:
+        pass
+
+
+class _StepReader(pickle.Unpickler):
+    """Reads a checkpoint's plain data only: every class it names is `_Opaque`, every
+    tensor's storage None."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        return _Opaque
+
+    def persistent_load(self, pid: Any) -> None:
+        return None
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The step a training checkpoint was written at, read without torch (its zip's pickle,
+    no tensor loaded, nothing it names imported); None when the file does not read so."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            pickled = [n for n in archive.namelist() if n.rsplit("/", 1)[-1] == "data.pkl"]
+            state = _StepReader(io.BytesIO(archive.read(pickled[0]))).load()
+    except Exception:  # missing, truncated, not a zip, not a pickle: no step to tell
+        return None
+    step = state.get("global_step") if isinstance(state, dict) else None
+    return step if type(step) is int and step >= 0 else None
 
 
 def kept_steps(run_dir: Path) -> list[int]:

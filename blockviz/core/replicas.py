@@ -236,6 +236,17 @@ def checkpoint_path(run_dir: Path, run_dirs_of: Any) -> Path:
     return folder / "checkpoints" / "last.ckpt"
 
 
+def resumed_together(run_id: int, run_dirs_of: Any) -> list[int] | None:
+    """The runs that continue with run `run_id` from its checkpoint: the members of its
+    batch (the batch's checkpoint holds all of them), or the run alone; None when it has
+    no checkpoint here (`run_dirs_of(id)` gives a run's folder)."""
+    run_dir = Path(run_dirs_of(run_id))
+    if not checkpoint_path(run_dir, run_dirs_of).is_file():
+        return None
+    batch = read_batch_file(run_dir)
+    return [int(run_id)] if batch is None else [int(i) for i in batch["runs"]]
+
+
 def folder_left_behind(run_dir: Path, run_dirs_of: Any, present: Any) -> Path | None:
     """The batch folder a deleted member leaves behind once no other member holds it
     (`present(ids)`: those of `ids` still in the store; a member that trained again alone

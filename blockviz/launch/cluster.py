@@ -207,7 +207,8 @@ def resume_after_requeue(requeues: Requeues, index: int) -> None:
     """A requeued job's first act: queue the study's stopped and failed runs again
     (`study_runner.resume`, which resumes each from its checkpoint), and keep its record of
     the launch's workers. Not when a person stopped the study meanwhile (`study stop`: no
-    error recorded), nor while another worker still trains it (this one joins it)."""
+    error recorded); while another worker still trains it, only its stopped and failed runs
+    are queued again (`study_runner.requeue`) and this one joins it."""
     study_id = requeues.study_id
 
     def say(text: str) -> None:
@@ -222,11 +223,14 @@ def resume_after_requeue(requeues: Requeues, index: int) -> None:
             try:
                 queued = study_runner.resume(store, study_id, workers=0)
             except study_runner.StudyError as exc:
-                say(f"{exc}; this worker joins it")
+                # Other workers still train it: queue what stopped (this job's own run
+                # among them) without touching the study, and join them.
+                joined = study_runner.requeue(store, study_id)
+                say(f"{exc}; {joined.count} stopped or failed run(s) queued again; joining")
                 return
-            if queued:
+            if queued.count:
                 store.update_study(study_id, workers=[list(w) for w in study.workers])
-            say(f"study {study_id}: {queued} stopped or failed run(s) queued again")
+            say(f"study {study_id}: {queued.count} stopped or failed run(s) queued again")
     except StoreError as exc:
         say(f"could not resume study {study_id}: {exc}")
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from blockviz.core import procs
+from blockviz.core import forks, procs
 from blockviz.core.config import RunConfig
 from blockviz.core.files import atomic_write
 from blockviz.core.studies.define import StudyDef
@@ -271,6 +271,63 @@ def stop(store: RunStore, study_id: int) -> str:
     return f"stopped: {stopped} running run(s) asked to stop, {skipped} queued run(s) skipped"
 
 
+@dataclass(frozen=True)
+class Requeued:
+    """The runs `resume` queued again: those that continue from a checkpoint (run id and
+    its step, None where this machine cannot read it) and those that start over (no
+    checkpoint here)."""
+
+    resumed: tuple[tuple[int, int | None], ...] = ()
+    restarted: tuple[int, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.resumed) + len(self.restarted)
+
+    def summary(self) -> str:
+        """`3 run(s) queued again: 2 resume from their checkpoints, 1 from the start`."""
+        return (
+            f"{self.count} run(s) queued again: {len(self.resumed)} resume from their "
+            f"checkpoints, {len(self.restarted)} from the start"
+        )
+
+    def lines(self) -> list[str]:
+        """One line per run: `run 3 resumes from step 200`, `run 4 trains from the start (no
+        checkpoint)`."""
+        lines = [
+            f"run {run_id} resumes from "
+            + (f"step {step}" if step is not None else "its newest checkpoint that reads")
+            for run_id, step in self.resumed
+        ]
+        restarted = [f"run {i} trains from the start (no checkpoint)" for i in self.restarted]
+        return lines + restarted
+
+
+def _what_resumes(store: RunStore, run_ids: list[int]) -> Requeued:
+    """Which of these runs continue from a checkpoint, as this machine sees the run
+    folders (a worker that cannot see one starts its run over), and from which step."""
+    resumed: list[tuple[int, int | None]] = []
+    restarted: list[int] = []
+    for run_id in run_ids:
+        checkpoint = runner.checkpoint_path(store, run_id)
+        if store.get_run(run_id).started is not None and checkpoint.is_file():
+            resumed.append((run_id, forks.checkpoint_step(checkpoint)))
+        else:
+            restarted.append(run_id)
+    return Requeued(tuple(resumed), tuple(restarted))
+
+
+def requeue(store: RunStore, study_id: int) -> Requeued:
+    """Queue the study's stopped and failed runs again, each to continue from its
+    checkpoint; which they are. Nothing checks that no worker trains the study: `resume`
+    checks first; a scheduler's job that works on the study itself may call this while the
+    study's other workers still run."""
+    runs = store.study_runs(study_id)
+    again = [int(i) for i in runs.loc[runs["status"].isin(("stopped", "failed")), "id"]]
+    store.requeue_runs(again)
+    return _what_resumes(store, again)
+
+
 def resume(
     store: RunStore,
     study_id: int,
@@ -278,18 +335,19 @@ def resume(
     max_running: int | None = None,
     threads: int | None = None,
     replicas: int | None = None,
-) -> int:
-    """Train a stopped or unattended study's unfinished runs again; how many are queued.
+) -> Requeued:
+    """Queue a stopped or unattended study's unfinished runs again; which they are.
 
-    Finished runs (completed or diverged) are kept; stopped and failed runs start over.
-    `workers=0` queues them and starts no worker (`study launch` or `study work` do).
+    Finished runs (completed or diverged) are kept; stopped and failed runs continue from
+    their last good checkpoint (a batch's members together), and a run with none starts
+    over. `workers=0` queues them and starts no worker (`study launch` or `study work` do).
     """
     now = progress(store, study_id)  # settles a study whose workers died after its runs
     if now.status == "running" and not now.unattended:
         raise StudyError(f"study {study_id} is still running")
     runs = store.study_runs(study_id)
     if now.unattended:
-        # Runs its dead workers held: failed (or about to be reaped); start them over.
+        # Runs its dead workers held: failed (or about to be reaped); queue them again.
         for run_id in runs.loc[runs["status"].isin(("queued", "running")), "id"]:
             store.update_run(
                 int(run_id),
@@ -297,12 +355,10 @@ def resume(
                 ended=time.time(),
                 error="its study worker exited without finishing it",
             )
-        runs = store.study_runs(study_id)
-    again = [int(i) for i in runs.loc[runs["status"].isin(("stopped", "failed")), "id"]]
-    queued = store.requeue_runs(again)
-    if queued == 0:
+    queued = requeue(store, study_id)
+    if queued.count == 0:
         store.update_study(study_id, status="completed", ended=time.time())
-        return 0
+        return queued
     if workers == 0:
         store.update_study(study_id, status="running", workers=[], ended=None, error=None)
         return queued

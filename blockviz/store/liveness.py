@@ -6,7 +6,10 @@ marks it failed, so a killed run never stays 'running'. Each run records its hos
 (core.procs): a run of this machine's boot is judged by its process (`procs.is_alive`: pid
 and start time) once its beat is STALE_AFTER_S old; a run of another host, or of this host
 before it restarted, cannot be looked up and is failed only when its beat is
-REMOTE_STALE_AFTER_S old ($BLOCKVIZ_REMOTE_STALE_S sets another timeout).
+REMOTE_STALE_AFTER_S old ($BLOCKVIZ_REMOTE_STALE_S sets another timeout). A reaped run
+of a running study is queued again at once, to continue from its checkpoint on whichever
+worker of the study claims it next (`studies.requeue_lost`: once per loss, at most
+`studies.MAX_LOST` times).
 
 A Stop can be asked through the store (`request_stop`): the run's process reads it with
 the heartbeat it writes and stops as if signalled, on whatever host it runs.
@@ -22,6 +25,7 @@ from blockviz.core import procs
 from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.store.connection import Connection, Part, guarded
 from blockviz.store.naming import RunRef
+from blockviz.store.studies import requeue_lost
 from blockviz.store.values import placeholders
 
 if TYPE_CHECKING:
@@ -109,7 +113,8 @@ class Liveness(Part):
     def reap_dead(
         self, stale_after: float = STALE_AFTER_S, remote_stale_after: float | None = None
     ) -> list[int]:
-        """Mark queued/running runs whose process is gone and beat is stale as failed.
+        """Mark queued/running runs whose process is gone and beat is stale as failed (a
+        running study's run: queued again, `requeue_lost`); their ids.
 
         On this machine "gone" means no live, non-zombie process with the run's pid and
         start time (`procs.is_alive`): a pid now used by another process does not keep a
@@ -153,6 +158,7 @@ class Liveness(Part):
         reaped: list[int] = []
         with self.db.transaction() as conn:
             for run_id, pid, before, why in sorted(dead):  # the row order a flush keeps
+                why = f"{why} (killed or out of memory?)"
                 cursor = conn.execute(
                     "UPDATE runs SET status = 'failed', ended = ?, error = ? "
                     "WHERE id = ? AND (pid = ? OR (pid IS NULL AND ? IS NULL)) "
@@ -160,7 +166,7 @@ class Liveness(Part):
                     "AND COALESCE(heartbeat, started, created, 0) < ?",
                     (
                         now,
-                        f"{why} (killed or out of memory?)",
+                        why,
                         run_id,
                         pid,
                         pid,
@@ -171,6 +177,7 @@ class Liveness(Part):
                 if cursor.rowcount:
                     reaped.append(run_id)
                     self._settle_step(run_id)
+                    requeue_lost(conn, run_id, why)
         return reaped
 
     def _settle_step(self, run_id: int) -> None:

@@ -105,6 +105,7 @@ class RunRecord:
     fork_step: int | None = None
     fork_kind: str | None = None  # fork | replay
     fork_info: ForkInfo | None = None
+    lost: int | None = None  # times lost with its process in a study and queued again
 
     @classmethod
     def from_row(cls, columns: Sequence[str], row: Sequence[Any]) -> RunRecord:

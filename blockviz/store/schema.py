@@ -1,6 +1,6 @@
 """The store's tables, their version, and the frames the read API returns.
 
-Schema (version 6; `meta.schema_version` says which one a store holds). SQLite's DDL is
+Schema (version 7; `meta.schema_version` says which one a store holds). SQLite's DDL is
 below; a PostgreSQL store has the same tables and columns (server.py: identity ids,
 DOUBLE PRECISION for REAL, BIGINT for INTEGER):
 
@@ -21,8 +21,10 @@ DOUBLE PRECISION for REAL, BIGINT for INTEGER):
          host TEXT, boot_id TEXT,                     where its process runs (liveness)
          stop_requested REAL,                         a Stop asked through the store
          parent_id INTEGER, fork_step INTEGER,        a fork or replay: the run it started
-         fork_kind TEXT, fork_info TEXT)              from, at which step; fork | replay;
+         fork_kind TEXT, fork_info TEXT,              from, at which step; fork | replay;
                                                       JSON: changed fields, replay result
+         lost INTEGER)                                times its process was lost in a study
+                                                      and it was queued again (liveness.py)
     scalars(run_id, step, name, value)                PRIMARY KEY (run_id, name, step)
     layer_stats(run_id, step, layer, kind,            PRIMARY KEY (run_id, kind, stat, step,
                 component, stat, value)                            layer, component)
@@ -44,7 +46,7 @@ moved under `<store>.runs/` and before process start times) gains the column and
 unique index, and the runs it already holds keep their old `<workspace>/<id>` folders;
 version 2 gains the tags and notes columns (empty for its runs); version 3 the studies
 table; version 4 host, boot_id and stop_requested; version 5 parent_id, fork_step,
-fork_kind and fork_info.
+fork_kind and fork_info; version 6 lost.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ from blockviz.store.errors import StoreError, missing_store
 if TYPE_CHECKING:
     import pandas as pd
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 SCHEMA_LOCK_KEY = 0x626C6B73  # "blks": the advisory lock a server's schema changes take
 # Version 5: where a run's process lives (host, boot id) and a stop asked through the store.
 HOST_COLUMNS = (("host", "TEXT"), ("boot_id", "TEXT"), ("stop_requested", "REAL"))
@@ -73,6 +75,8 @@ FORK_COLUMNS = (
     ("fork_kind", "TEXT"),
     ("fork_info", "TEXT"),
 )
+# Version 7: how many times a study's run was lost with its process and queued again.
+LOST_COLUMNS = (("lost", "INTEGER"),)
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -96,7 +100,8 @@ CREATE TABLE IF NOT EXISTS runs (
     tags TEXT, notes TEXT,
     study_id INTEGER REFERENCES studies(id) ON DELETE SET NULL, variant TEXT, seed INTEGER,
     host TEXT, boot_id TEXT, stop_requested REAL,
-    parent_id INTEGER, fork_step INTEGER, fork_kind TEXT, fork_info TEXT
+    parent_id INTEGER, fork_step INTEGER, fork_kind TEXT, fork_info TEXT,
+    lost INTEGER
 );
 CREATE TABLE IF NOT EXISTS scalars (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -174,6 +179,7 @@ RUN_COLUMNS = (
     "fork_step",
     "fork_kind",
     "fork_info",
+    "lost",
 )
 JSON_COLUMNS = ("config", "dataset", "final", "tags", "fork_info")
 METRIC_TABLES = ("scalars", "layer_stats", "histograms", "samples", "attention")
@@ -394,7 +400,7 @@ def check_schema(conn: Any, where: str, readonly: bool, create: bool = True) -> 
 
 
 def upgrade(conn: Any) -> None:
-    """Version 1 to 5 -> 6, in one transaction (a concurrent opener finds it done).
+    """Version 1 to 6 -> 7, in one transaction (a concurrent opener finds it done).
 
     A server store began at version 5; its upgrades start from there (the steps below 5
     are SQLite's alone)."""
@@ -440,11 +446,12 @@ def upgrade(conn: Any) -> None:
             for column, kind in HOST_COLUMNS:
                 if column not in have:
                     conn.execute(_ddl(conn, f"ALTER TABLE runs ADD COLUMN {column} {kind}"))
-        if int(version) < 6:
-            have = _columns(conn, "runs")
-            for column, kind in FORK_COLUMNS:
-                if column not in have:
-                    conn.execute(_ddl(conn, f"ALTER TABLE runs ADD COLUMN {column} {kind}"))
+        for below, columns in ((6, FORK_COLUMNS), (7, LOST_COLUMNS)):
+            if int(version) < below:
+                have = _columns(conn, "runs")
+                for column, kind in columns:
+                    if column not in have:
+                        conn.execute(_ddl(conn, f"ALTER TABLE runs ADD COLUMN {column} {kind}"))
         if int(version) < SCHEMA_VERSION:
             conn.execute(
                 "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)

@@ -5,6 +5,12 @@ A study's runs are created with it, all at once, as 'queued' rows without a proc
 replicas at once (`claim_study_runs`). Such unclaimed
 rows are not reaped as dead: no process was ever theirs. Whether anything still works on
 a study is the study runner's question (it knows the workers), not the reaper's.
+
+A run that trained before is queued again with its rows (`requeue_runs`: `study resume`;
+`requeue_lost`: its process was lost while the study ran). The worker that claims it
+continues it from its checkpoint, with the rest of its batch when it trained as a replica;
+a run whose checkpoint the claiming worker cannot see has its rows dropped in the claim and
+trains again from the start.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from blockviz import CLI
 from blockviz.core import procs
 from blockviz.core.naming import is_id_text, run_id_from_text, sanitize_name, shortened_id
-from blockviz.core.replicas import even_batch
+from blockviz.core.replicas import even_batch, resumed_together
 from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.store.connection import Connection, Part, guarded
 from blockviz.store.errors import StoreError
@@ -37,6 +43,16 @@ FINISHED = ("completed", "diverged")  # a run's ends that need no more training
 # this often, for up to the store's busy timeout, before it says there is nothing to claim.
 CLAIM_RETRY_S = 0.02
 STUDY_FIELDS = ("name", "status", "ended", "error", "workers")
+# A run lost with its process while its study runs is queued again at most this many times;
+# lost once more, it stays failed (`study resume` then trains it again, and counts anew).
+MAX_LOST = 3
+# What queues a run again, with `error` and `lost` set beside it (its rows, step, start and
+# final metrics stay until a worker claims it: it continues from its checkpoint, or drops
+# them and starts over).
+REQUEUED = (
+    "status = 'queued', pid = NULL, pid_started = NULL, ended = NULL, heartbeat = NULL, "
+    "diverged_step = NULL, host = NULL, boot_id = NULL, stop_requested = NULL"
+)
 INIT_GRADS_FILE = "init_grads.json"  # what the init-gradients study writes into its folder
 
 
@@ -205,8 +221,9 @@ class Studies(Part):
 
         A batch of replicas is claimed at once, as large as splitting the runs of its key
         into even batches of at most `limit` makes it (`even_batch`), and at most its share
-        of the unclaimed runs among the study's `workers`. Empty when every run is claimed
-        or done.
+        of the unclaimed runs among the study's `workers`. A run queued again after it
+        trained comes with the rest of its checkpoint's batch (`_to_claim`). Empty when
+        every run is claimed or done, or those left wait for a batch mate still held.
         Atomic: two workers never get one run.
         """
         sid = _study_id(study_id)
@@ -220,7 +237,7 @@ class Studies(Part):
         with self.db.transaction(serial=not server) as conn:
             while True:
                 rows = conn.execute(
-                    f"SELECT id, config {unclaimed} ORDER BY id"
+                    f"SELECT id, config, started {unclaimed} ORDER BY id"
                     + (" FOR UPDATE SKIP LOCKED" if server else ""),
                     (sid,),
                 ).fetchall()
@@ -229,9 +246,11 @@ class Studies(Part):
                 if conn.execute(f"SELECT COUNT(*) {unclaimed}", (sid,)).fetchone()[0] == 0:
                     break
                 time.sleep(CLAIM_RETRY_S)  # a fresh read sees the other worker's claim
-            if not rows:
+            chosen, again = self._to_claim(conn, rows, limit, key_of, workers)
+            if not chosen:
                 return []
-            chosen = batch_to_claim(rows, limit, key_of, workers)
+            if again:  # trained before, no checkpoint to continue from here: from the start
+                self._start_over(conn, again)
             host, boot, now = procs.this_host(), procs.boot_id(), time.time()
             # A beat at the claim: the run's silence is counted from now, not from when
             # the study was stored (another host's reaper would fail it at once).
@@ -241,6 +260,60 @@ class Studies(Part):
                 [(int(pid), pid_started, host, boot, now, run_id) for run_id in chosen],
             )
         return chosen
+
+    def _to_claim(
+        self,
+        conn: Any,
+        rows: list[tuple[int, str | None, float | None]],
+        limit: int,
+        key_of: Callable[[str | None], str | None],
+        workers: int,
+    ) -> tuple[list[int], list[int]]:
+        """(the runs to claim, those of them that trained before and start over) from the
+        unclaimed (id, config, started) rows, oldest first.
+
+        A run that trained before (`started`) and has a checkpoint here continues from it
+        with the others its checkpoint holds (its batch's queued members), whatever the
+        replica limit, and only once none of them is held by a process; every other run is
+        claimed as a new one is (`batch_to_claim`).
+        """
+        groups = {
+            int(run_id): resumed_together(int(run_id), self.db.run_dir)
+            for run_id, _, started in rows
+            if started is not None
+        }
+        waiting = {int(row[0]) for row in rows}
+        fresh = [(int(row[0]), row[1]) for row in rows if groups.get(int(row[0])) is None]
+        for run_id, _, _ in rows:
+            together = groups.get(int(run_id))
+            if together is None:
+                chosen = batch_to_claim(fresh, limit, key_of, workers)
+                return chosen, [i for i in chosen if int(i) in groups]
+            if self._free(conn, together, waiting):
+                return [i for i in together if i in waiting], []
+        return [], []
+
+    @staticmethod
+    def _free(conn: Any, together: list[int], waiting: set[int]) -> bool:
+        """Whether runs that continue from one checkpoint may be claimed: each is waiting
+        unclaimed, or no process holds it (ended, or deleted)."""
+        held = conn.execute(
+            f"SELECT id FROM runs WHERE id IN ({placeholders(together)}) "
+            f"AND status IN ({placeholders(ACTIVE_STATUSES)})",
+            (*together, *ACTIVE_STATUSES),
+        ).fetchall()
+        return all(int(row[0]) in waiting for row in held)
+
+    def _start_over(self, conn: Any, run_ids: list[int]) -> None:
+        """Runs that train again from the start: their rows deleted, their step, start and
+        final metrics cleared."""
+        for run_id in run_ids:
+            self.writes.drop_buffered(run_id)
+            for table in METRIC_TABLES:
+                conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            conn.execute(
+                "UPDATE runs SET started = NULL, step = 0, final = NULL WHERE id = ?", (run_id,)
+            )
 
     @guarded
     def stop_unclaimed(self, study_id: int | str) -> int:
@@ -255,36 +328,22 @@ class Studies(Part):
 
     @guarded
     def requeue_runs(self, run_ids: Sequence[int]) -> int:
-        """Reset unfinished runs to fresh 'queued' rows (their metrics deleted); how many.
+        """Queue unfinished runs (stopped or failed) again for the study's workers; how many.
 
-        Only runs that are not active and did not finish (stopped or failed) are reset; a
-        resumed study trains them again from the start.
+        Their rows stay: the worker that claims one continues it from its checkpoint, or
+        drops them and starts over when it has none (`claim_study_runs`). The count of its
+        losses starts anew.
         """
         ids = [int(i) for i in run_ids]
         if not ids:
             return 0
-        for run_id in ids:
-            self.writes.drop_buffered(run_id)
         with self.db.transaction() as conn:
-            eligible = [
-                row[0]
-                for row in conn.execute(
-                    f"SELECT id FROM runs WHERE id IN ({placeholders(ids)}) "
-                    "AND status IN ('stopped', 'failed')",
-                    ids,
-                )
-            ]
-            for run_id in eligible:
-                for table in METRIC_TABLES:
-                    conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
-                conn.execute(
-                    "UPDATE runs SET status = 'queued', pid = NULL, pid_started = NULL, "
-                    "started = NULL, ended = NULL, heartbeat = NULL, step = 0, final = NULL, "
-                    "error = NULL, diverged_step = NULL, host = NULL, boot_id = NULL, "
-                    "stop_requested = NULL WHERE id = ?",
-                    (run_id,),
-                )
-        return len(eligible)
+            cursor = conn.execute(
+                f"UPDATE runs SET {REQUEUED}, error = NULL, lost = NULL "
+                f"WHERE id IN ({placeholders(ids)}) AND status IN ('stopped', 'failed')",
+                ids,
+            )
+        return max(cursor.rowcount, 0)
 
     @guarded
     def study_active_runs(self, study_id: int | str) -> list[int]:
@@ -325,6 +384,32 @@ class Studies(Part):
                 (settled, time.time(), error, sid),
             )
         return settled
+
+
+def requeue_lost(conn: Any, run_id: int, why: str) -> bool:
+    """A run the reaper has just failed (`why`: its process was lost), queued again when its
+    study is running and it was lost at most MAX_LOST times, else left failed saying so;
+    whether it was queued. Inside the reaper's transaction, so each loss counts once."""
+    row = conn.execute(
+        "SELECT r.lost, s.id, s.status FROM runs AS r JOIN studies AS s ON s.id = r.study_id "
+        "WHERE r.id = ?",
+        (run_id,),
+    ).fetchone()
+    if row is None or row[2] != "running":
+        return False
+    lost, study_id = int(row[0] or 0) + 1, int(row[1])
+    if lost > MAX_LOST:
+        error = (
+            f"{why}; lost {lost} times, more than the {MAX_LOST} its study's workers take "
+            f"again by themselves: `{CLI} study resume {study_id}` trains it again"
+        )
+        conn.execute("UPDATE runs SET lost = ?, error = ? WHERE id = ?", (lost, error, run_id))
+        return False
+    conn.execute(
+        f"UPDATE runs SET {REQUEUED}, lost = ?, error = ? WHERE id = ?",
+        (lost, f"{why}; queued again ({lost} of at most {MAX_LOST} times)", run_id),
+    )
+    return True
 
 
 def batch_to_claim(

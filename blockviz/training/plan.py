@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -18,14 +19,14 @@ from typing import Any
 import torch
 
 from blockviz.core import config as cfg
-from blockviz.core import evaluation, forks, params, replicas
+from blockviz.core import evaluation, forks, params, procs, replicas
 from blockviz.core.download import DownloadProgress
 from blockviz.core.flags import UsageError, build_config
 from blockviz.core.naming import run_name
 from blockviz.core.plans import Member, Plan, resume_overrides, schedule_horizon
-from blockviz.core.requests import TrainRequest
+from blockviz.core.requests import Session, TrainRequest
 from blockviz.core.spec import ACTIVE_STATUSES
-from blockviz.store import RunStore, StoreError, run_alive
+from blockviz.store import RunRecord, RunStore, StoreError, run_alive
 from blockviz.training.data import CharDataModule
 from blockviz.training.logger import PENDING_ROWS_KEY
 
@@ -48,7 +49,10 @@ def plan_new(request: TrainRequest, store: RunStore | None) -> Plan:
 
 def plan_claimed(store: RunStore, run_ids: list[int]) -> Plan:
     """A study worker's queued runs (one, or replicas of one batch), each with its
-    config.json."""
+    config.json; runs that trained before (queued again with their rows) continue from
+    their checkpoint, as `--resume` of the first does."""
+    if store.get_run(run_ids[0]).started is not None:
+        return plan_resume(TrainRequest(Session(), resume=str(run_ids[0])), store)
     members = [Member(read_config(store, i), store.get_run(i).name, i) for i in run_ids]
     return Plan(tuple(members))
 
@@ -148,7 +152,7 @@ def _resumed(
     if run is None:  # out of the batch (masked in its checkpoint, or gone): it stays out
         config = cfg.replace(saved[0], **overrides).validate() if overrides else saved[0]
         return Member(config, f"run {run_id}", run_id, finished=True)
-    if run.status in ACTIVE_STATUSES and run_alive(run):
+    if run.status in ACTIVE_STATUSES and run_alive(run) and not _claimed_here(run):
         raise UsageError(f"--resume: run {run_id} ({run.name}) is {run.status}; stop it first")
     config = read_config(store, run_id, "--resume: ")
     if saved is not None:
@@ -172,6 +176,11 @@ def _resumed(
     stopped = saved is not None and run.status == "diverged"
     pending = rows if isinstance(rows, dict) else None
     return Member(config, str(run.name), run_id, finished=done or stopped, pending_rows=pending)
+
+
+def _claimed_here(run: RunRecord) -> bool:
+    """Whether this process holds the run (a study worker resuming runs it claimed)."""
+    return run.pid == os.getpid() and procs.is_this_machine(run.host, run.boot_id)
 
 
 class DamagedCheckpoint(UsageError):

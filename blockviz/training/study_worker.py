@@ -6,6 +6,12 @@ run, each still its own run (its own row, status, log folder and slot in the que
 the same `train` lifecycle. Several workers share a study: each claims the next unclaimed
 run (`RunStore.claim_study_run`), so none trains a run twice.
 
+A run that trained before (queued again by `study resume`, or because its process was lost)
+continues from its checkpoint, with the rest of its batch. A worker with nothing left to
+claim stays while other runs of its study train elsewhere, looking every IDLE_POLL_S: when
+one of them is lost (its process gone, or another host silent past the remote window,
+`store.liveness`), reaping queues it again and this worker takes it over.
+
 Stopping: SIGTERM while a run trains stops that run (it records 'stopped'); the worker then
 looks at its study and carries on only while the study is still 'running'. SIGTERM between
 runs ends the worker. The last worker out marks the study completed. A worker whose store
@@ -41,6 +47,8 @@ from blockviz.training.train import apply_threads, train
 from blockviz.training.trainer import quiet_lightning
 
 log = logging.getLogger(__name__)
+
+IDLE_POLL_S = 2.0  # a worker with nothing to claim looks again this often for lost runs
 
 
 class _Quit:
@@ -129,6 +137,7 @@ def work(
                 if study.status != "running":
                     break
                 workers = len(study.workers or ()) or 1
+                patiently(store.reap_dead)  # lost runs of the study are queued again
                 run_ids = patiently(
                     store.claim_study_runs,
                     study_id,
@@ -139,7 +148,10 @@ def work(
                     workers,
                 )
                 if not run_ids:
-                    break
+                    if not patiently(store.study_active_runs, study_id):
+                        break
+                    time.sleep(IDLE_POLL_S)  # the others may yet be lost
+                    continue
                 train_runs(store, run_ids, max_running, threads)
                 trained += len(run_ids)
                 release_freed_memory()

@@ -247,11 +247,6 @@ def test_a_preempted_slurm_job_is_requeued_up_to_its_bound(tmp_path: Path) -> No
 LONG_STEPS = 2500  # about 40 s of training on one quiet core: more than one 1-minute job
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a stopped run resumes from its checkpoint only with issue 37's defect 1 "
-    "(branch h-requeue): until then run 2 starts over in every job and never finishes",
-)
 def test_a_run_longer_than_the_time_limit_finishes_across_requeued_jobs(tmp_path: Path) -> None:
     """The fault: a study whose run outlasts SLURM's time limit (1 minute, warned 30 s
     before) completes through `study launch --slurm` with no command typed after it, every

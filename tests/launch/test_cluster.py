@@ -401,3 +401,21 @@ def test_a_requeued_job_that_cannot_reach_its_store_says_so_in_one_line(tmp_path
     out = capsys.readouterr().out
     assert f"requeued job: could not resume study 1: no run store at {gone}" in out
     assert "Traceback" not in out and not gone.exists()
+
+
+def test_a_requeued_job_beside_a_live_worker_queues_the_stopped_runs_and_joins(store, capsys):
+    """A job that starts again while another worker of its study still trains: `study
+    resume` refuses a running study, so the job queues the stopped run itself (its own, left
+    by its time limit) without touching the study, and joins."""
+    study_id = _stored_study(store)
+    first, second = store.study_active_runs(study_id)
+    # The other worker, started by the scheduler, trains on another host: its run beats.
+    store.update_study(study_id, workers=[[study_runner.ELSEWHERE_PID, None]] * 2)
+    store.update_run(first, status="running", pid=1, host="host-b", heartbeat=time.time())
+    store.update_run(second, status="stopped", ended=time.time())
+    requeues = cluster.Requeues(store.location.text, study_id, left=1, done=1)
+    assert cluster.StudyWorkerJob(["-c", "pass"], requeues=requeues)(0) == 0
+    out = capsys.readouterr().out
+    assert "is still running; 1 stopped or failed run(s) queued again; joining" in out
+    assert store.study_runs(study_id)["status"].tolist() == ["running", "queued"]
+    assert store.get_study(study_id).status == "running"

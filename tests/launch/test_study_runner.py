@@ -37,7 +37,7 @@ def test_a_running_study_without_live_workers_is_interrupted_and_resumes(store, 
     assert (now.total, now.finished, now.queued, now.workers_alive) == (3, 1, 2, 0)
     assert now.interrupted and now.label == "interrupted"
     assert study_runner.status_label(store, study_id, "running") == "interrupted"
-    assert study_runner.resume(store, study_id) == 2
+    assert study_runner.resume(store, study_id).count == 2
     assert started == [study_id]
     again = store.study_runs(study_id).set_index("id")["status"]
     assert again[run_ids[0]] == "queued" and again[run_ids[1]] == "completed"
@@ -55,7 +55,7 @@ def test_a_study_whose_killed_worker_left_only_reaped_runs_is_no_longer_running(
     store.update_run(run_ids[1], status="failed")  # what reaping its dead process left
     assert study_runner.status_label(store, study_id, "running") == "stopped"
     assert "1 of 2 runs failed or stopped" in store.get_study(study_id).error
-    assert study_runner.resume(store, study_id) == 1
+    assert study_runner.resume(store, study_id).count == 1
     assert started == [study_id]
 
 
@@ -68,14 +68,14 @@ def test_stop_skips_the_queued_runs_and_resume_refuses_a_running_study(store, mo
     assert store.get_study(study_id).status == "stopped"
     assert study_runner.stop(store, study_id) == "already stopped"
     monkeypatch.setattr(study_runner, "start_workers", lambda *a, **k: [])
-    assert study_runner.resume(store, study_id) == 2
+    assert study_runner.resume(store, study_id).count == 2
 
 
 def test_a_finished_study_has_nothing_to_resume(store):
     study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(1))
     store.update_run(run_ids[0], status="completed")
     store.update_study(study_id, status="stopped")
-    assert study_runner.resume(store, study_id) == 0
+    assert study_runner.resume(store, study_id).count == 0
     assert store.get_study(study_id).status == "completed"
 
 
@@ -103,7 +103,8 @@ def test_a_study_that_only_measures_at_init_gets_one_worker(store, monkeypatch):
 
 
 def test_study_show_and_list_reap_a_dead_run_as_runs_does(store, monkeypatch, capsys):
-    """They called the run of a study whose worker was killed 'running' for good."""
+    """They called the run of a study whose worker was killed 'running' for good. Reaped,
+    a running study's run is queued again (for a live worker to continue)."""
     monkeypatch.setattr(study_runner, "start_workers", lambda *a, **k: [])
     study_id = study_runner.launch(store, sweeps.sweep({"lr": [1e-3, 2e-3]}, size="quick"))
     store.update_study(study_id, workers=[[GONE, time.time()]])
@@ -114,13 +115,16 @@ def test_study_show_and_list_reap_a_dead_run_as_runs_does(store, monkeypatch, ca
 
     assert cli.main(["study", "show", str(study_id), *where]) == 0
     shown = capsys.readouterr().out
-    assert "0 running, 1 queued, 1 stopped or failed" in shown
-    assert store.get_run(run_id).status == "failed"  # what `runs` would say
+    assert "0 running, 2 queued, 0 stopped or failed" in shown
+    reaped = store.get_run(run_id)
+    assert (reaped.status, reaped.lost) == ("queued", 1)  # what `runs` would say
+    assert "interrupted" in shown  # and no worker is left here to take it
 
+    store.claim_study_run(study_id, GONE, time.time())
     store.update_run(run_id, status="running", heartbeat=time.time() - 3600)
     assert cli.main(["study", "list", "--json", *where]) == 0
     (listed,) = json.loads(capsys.readouterr().out)
-    assert (listed["running"], listed["unfinished"]) == (0, 1)
+    assert (listed["running"], listed["queued"], listed["unfinished"]) == (0, 2, 0)
 
 
 def test_a_study_whose_runs_beat_is_running_with_no_worker_started_here(store, monkeypatch):
@@ -164,7 +168,46 @@ def test_a_study_stored_with_no_workers_waits_and_resumes_with_none(store, monke
     ]  # fmt: skip
 
     study_runner.stop(store, study_id)
-    assert study_runner.resume(store, study_id, workers=0) == 2
+    assert study_runner.resume(store, study_id, workers=0).count == 2
     study = store.get_study(study_id)
     assert (study.status, study.workers) == ("running", ())
     assert study_runner.progress(store, study_id).label == "waiting for workers"
+
+
+def _checkpoint(path, step: int) -> None:
+    """A file laid out as torch.save writes a checkpoint at `step` (torch-free)."""
+    import pickle
+    import zipfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", pickle.dumps({"global_step": step}))
+
+
+def test_resume_says_which_runs_continue_from_which_step_and_which_start_over(
+    store, monkeypatch, capsys
+):
+    """`study resume` deleted every stopped run's rows: it trained from step 0 again even
+    with a checkpoint at step 20."""
+    monkeypatch.setattr(study_runner, "start_workers", lambda *a, **k: [])
+    study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(4))
+    stopped, damaged, never, done = run_ids
+    for run_id in (stopped, damaged, never):
+        store.update_run(run_id, status="stopped", started=time.time(), step=20)
+        store.log_metrics(run_id, 19, {"train/loss": 2.0})
+    store.update_run(done, status="completed")
+    store.flush()
+    _checkpoint(store.run_dir(stopped) / "checkpoints" / "last.ckpt", 20)
+    (store.run_dir(damaged) / "checkpoints").mkdir(parents=True)
+    (store.run_dir(damaged) / "checkpoints" / "last.ckpt").write_bytes(b"")
+    store.update_study(study_id, status="stopped")
+
+    assert cli.main(["study", "resume", str(study_id), "--store", str(store.path)]) == 0
+    said = capsys.readouterr().out
+    assert "3 run(s) queued again: 2 resume from their checkpoints, 1 from the start" in said
+    assert f"run {stopped} resumes from step 20\n" in said
+    assert f"run {damaged} resumes from its newest checkpoint that reads" in said
+    assert f"run {never} trains from the start (no checkpoint)" in said
+    for run_id in (stopped, damaged, never):  # each keeps its rows until a worker claims it
+        assert store.get_run(run_id).status == "queued"
+        assert store.scalars(run_id)["step"].tolist() == [19]

@@ -69,6 +69,7 @@ FULL_RUN: dict[str, Any] = {
     "fork_step": 400,
     "fork_kind": "replay",
     "fork_info": '{"event": "loss spike", "event_step": 412}',
+    "lost": 2,
 }
 STUDY_ROW: dict[str, Any] = {
     "id": 3,

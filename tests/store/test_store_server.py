@@ -104,15 +104,15 @@ def test_a_server_store_upgrades_from_version_4(pg_url, tmp_path):
     with RunStore(url) as store:
         old = store.create_run("old", CONFIG)
         with other_connection(store) as execute:
-            for column in ("host", "boot_id", "stop_requested"):
+            for column in ("host", "boot_id", "stop_requested", "lost"):
                 execute(f"ALTER TABLE runs DROP COLUMN {column}")
             execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     with RunStore(url) as store:
-        assert store.get_run(old).host is None
+        assert (store.get_run(old).host, store.get_run(old).lost) == (None, None)
         assert store.request_stop(old)
         with other_connection(store) as execute:
             (version,) = execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    assert int(version) == SCHEMA_VERSION == 6
+    assert int(version) == SCHEMA_VERSION == 7
 
 
 def test_a_newer_or_foreign_database_is_refused(pg_url, tmp_path):

@@ -10,6 +10,7 @@ import pytest
 
 from blockviz.store import RunStore, StoreError
 from blockviz.store.schema import SCHEMA_VERSION
+from blockviz.store.studies import MAX_LOST
 from tests.helpers import other_connection
 
 
@@ -103,11 +104,14 @@ def test_unclaimed_study_runs_are_not_reaped_but_claimed_dead_ones_are(store_url
         assert store.get_run(run_ids[1]).status == "queued"
 
 
-def test_stop_unclaimed_and_requeue(store_url) -> None:
+def test_requeued_runs_keep_their_rows_until_a_claim_starts_them_over(store_url) -> None:
+    # Requeueing used to delete a stopped run's rows at once: it trained from step 0 even
+    # with a checkpoint to continue from. Now the claim decides: no checkpoint, start over.
     with RunStore(store_url) as store:
         study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(3))
         first = store.claim_study_run(study_id, os.getpid(), None)
         store.update_run(first, status="completed", final={"val_loss": 1.0})
+        store.update_run(run_ids[1], started=time.time(), step=5, final={"time_s": 3.0})
         store.log_metrics(run_ids[1], 5, {"train/loss": 2.0})
         store.flush()
         assert store.stop_unclaimed(study_id) == 2
@@ -115,9 +119,83 @@ def test_stop_unclaimed_and_requeue(store_url) -> None:
         assert store.requeue_runs(run_ids) == 2  # the completed run stays as it is
         assert store.get_run(first).status == "completed"
         again = store.get_run(run_ids[1])
-        assert (again.status, again.pid, again.step) == ("queued", None, 0)
-        assert store.scalars(run_ids[1]).empty
+        assert (again.status, again.pid, again.step, again.final) == (
+            "queued", None, 5, {"time_s": 3.0}
+        )  # fmt: skip
+        assert len(store.scalars(run_ids[1])) == 1
         assert store.study_active_runs(study_id) == run_ids[1:]
+
+        assert store.claim_study_runs(study_id, os.getpid(), None, 8, lambda c: "k") == run_ids[1:]
+        fresh = store.get_run(run_ids[1])
+        assert (fresh.started, fresh.step, fresh.final) == (None, 0, None)
+        assert store.scalars(run_ids[1]).empty
+
+
+def _checkpointed_batch(store: RunStore, run_ids: list[int]) -> None:
+    """What a batch of replicas that trained and checkpointed leaves: each member's
+    replicas.json and the batch's last.ckpt (its bytes are never read by a claim)."""
+    from blockviz.core import replicas
+
+    for index, run_id in enumerate(run_ids):
+        replicas.write_batch_file(store.run_dir(run_id), run_ids, index, batch=run_ids[0])
+        store.update_run(run_id, started=time.time(), step=20)
+        store.log_metrics(run_id, 19, {"train/loss": 2.0})
+    store.flush()
+    checkpoint = replicas.checkpoint_path(store.run_dir(run_ids[0]), store.run_dir)
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"a checkpoint")
+
+
+def test_a_requeued_batch_with_a_checkpoint_is_claimed_whole_once_none_is_held(store_url):
+    with RunStore(store_url) as store:
+        study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(4))
+        batch = run_ids[1:3]
+        _checkpointed_batch(store, batch)
+        for run_id in batch:
+            store.update_run(run_id, status="stopped")
+        store.update_run(batch[1], status="running", pid=os.getpid())  # still held
+        assert store.requeue_runs(batch) == 1
+        # Only fresh runs to claim while a member of the batch is held; one at a time.
+        one = lambda config: None  # noqa: E731  (no two runs share a batch key)
+        assert store.claim_study_runs(study_id, 11, None, 1, one) == [run_ids[0]]
+        assert store.claim_study_runs(study_id, 12, None, 1, one) == [run_ids[3]]
+        assert store.claim_study_runs(study_id, 13, None, 1, one) == []
+        store.update_run(batch[1], status="stopped")
+        assert store.requeue_runs(batch) == 1
+        # The batch's checkpoint holds both: claimed together, past the limit of 1.
+        assert store.claim_study_runs(study_id, 14, None, 1, one) == batch
+        for run_id in batch:
+            run = store.get_run(run_id)
+            assert (run.status, run.pid, run.step) == ("queued", 14, 20)
+            assert store.scalars(run_id)["step"].tolist() == [19]
+
+
+def test_a_lost_run_of_a_running_study_is_queued_again_a_bounded_number_of_times(store_url):
+    with RunStore(store_url) as store:
+        study_id, run_ids = store.create_study("s", "sweep", "quick", {}, _runs(2))
+        run_id = run_ids[0]
+
+        def lose() -> None:  # claimed by a process that is gone, silent long ago
+            assert store.claim_study_run(study_id, 2**22 + 12345, time.time()) == run_id
+            store.update_run(run_id, status="running", started=1.0, heartbeat=1.0)
+            assert store.reap_dead() == [run_id]
+
+        for times in range(1, MAX_LOST + 1):
+            lose()
+            run = store.get_run(run_id)
+            assert (run.status, run.pid, run.lost) == ("queued", None, times)
+            assert f"queued again ({times} of at most {MAX_LOST} times)" in run.error
+        lose()
+        run = store.get_run(run_id)
+        assert (run.status, run.lost) == ("failed", MAX_LOST + 1)
+        assert f"lost {MAX_LOST + 1} times" in run.error
+        assert f"study resume {study_id}" in run.error
+        assert store.requeue_runs([run_id]) == 1  # a resume you type counts anew
+        assert store.get_run(run_id).lost is None
+
+        store.update_study(study_id, status="stopped")  # a stopped study's lost run stays so
+        lose()
+        assert store.get_run(run_id).status == "failed"
 
 
 def test_study_fields_and_ids_are_checked(store_url) -> None:
@@ -155,7 +233,7 @@ def test_a_version_3_store_gains_studies(tmp_path) -> None:
         assert len(store.study_runs(study_id)) == 1
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    assert int(version) == SCHEMA_VERSION == 6
+    assert int(version) == SCHEMA_VERSION == 7
 
 
 def test_unclaimed_study_runs_wait_for_their_study_not_for_a_slot(tmp_path) -> None:

@@ -104,7 +104,7 @@ def _actions(store: RunStore, study_id: int, now: study_runner.Progress, writabl
     ):
         try:
             queued = study_runner.resume(store, study_id)
-            ui.flash("success", f"Study #{study_id}: {queued} run(s) queued again.")
+            ui.flash("success", f"Study #{study_id}: {queued.summary()}.")
         except (study_runner.StudyError, StoreError) as exc:
             ui.flash("error", f"Could not resume study #{study_id}: {exc}")
         st.rerun(scope="app")
