@@ -22,6 +22,7 @@ from blockviz.launch import runner
 from blockviz.store import RunStore, StoreError
 from tests.helpers import (
     assert_continuous,
+    checkpoint_step,
     fault_resume,
     fault_train,
     finish,
@@ -255,3 +256,30 @@ def test_a_model_too_big_for_memory_is_refused_before_training(tmp_path, capsys)
     err = capsys.readouterr().err
     assert "needs about" in err and "available" in err and len(err.strip().splitlines()) == 1
     assert not store.exists()
+
+
+def test_a_full_disk_during_a_checkpoint_write_loses_no_step(small_run, tmp_path, corpus):
+    """The run folder on a disk that fills up while a checkpoint is written (issue 37's
+    fault suite): the run fails naming the full disk, its last checkpoint stays whole, and
+    once there is room again the resume continues from it with every step logged once."""
+    size = (small_run.parent / "blockviz.db.runs" / "1" / "checkpoints" / "last.ckpt").stat()
+    store = tmp_path / "full" / "blockviz.db"
+    store.parent.mkdir()
+    # Room for the log and about three checkpoints: the run's later writes cannot fit.
+    room = 3 * size.st_size + 256 * 1024
+    with _tmpfs(tmp_path / "full" / "blockviz.db.runs", f"{room}") as runs:
+        code, _, err = finish(
+            fault_train(store, corpus, "--max_steps", "60", "--ckpt_interval", "10")
+        )
+        assert code != 0
+        assert len(err.strip().splitlines()) == 1 and "[Errno 28] the disk of " in err, err
+        assert "is full" in err and "the checkpoint before it is whole" in err
+        last = runs / "1" / "checkpoints" / "last.ckpt"
+        step = checkpoint_step(last)  # loads: whole, not the write that failed
+        assert 10 <= step < 60
+        subprocess.run(["mount", "-o", "remount,size=256m", str(runs)], check=True)
+        code, _, err = finish(fault_resume(store, "--max_steps", "60"))
+        assert code == 0, err
+        assert_continuous(store, 1, 60)
+        leftovers = [p.name for p in (runs / "1" / "checkpoints").iterdir() if ".part" in p.name]
+        assert leftovers == []

@@ -92,8 +92,9 @@ def writer_store(session: Session, create: bool) -> Iterator[RunStore]:
     finally:
         try:
             store.close()
-        except StoreError as exc:  # a last flush that fails (a full disk) was reported
-            log.error("closing the run store: %s", exc)
+        except StoreError as exc:  # a last flush that fails (a full disk)
+            if str(exc) not in _STORE_FAILURES_SAID:  # else the run's failure line said it
+                log.error("closing the run store: %s", exc)
 
 
 def run_plan(plan: Plan, datamodule: Any, store: RunStore, session: Session) -> Ran:
@@ -343,6 +344,11 @@ def wait_for_slot(store: RunStore, run_id: int, max_running: int, stop: StopRequ
     return False
 
 
+# The store errors a run's failure line has printed in this process: closing the store
+# after such a failure fails the same way, and need not say it a second time.
+_STORE_FAILURES_SAID: set[str] = set()
+
+
 def _record_failure(store: RunStore, members: list[_Member], exc: BaseException) -> int:
     """The members still active end failed with a one-line error (the traceback goes to
     train.log); the exit status (2 for a bad config or dataset, 1 otherwise)."""
@@ -368,6 +374,8 @@ def _record_failure(store: RunStore, members: list[_Member], exc: BaseException)
         print(f"blockviz train: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     plural = "s" if len(members) > 1 else ""
+    if isinstance(exc, StoreError):
+        _STORE_FAILURES_SAID.add(str(exc))
     print(
         f"blockviz: run{plural} {what} failed: {message} (traceback in train.log)", file=sys.stderr
     )

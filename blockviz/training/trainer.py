@@ -6,7 +6,9 @@ and in Lightning, never in the LightningModule (`blockviz.training.lit`).
 
 from __future__ import annotations
 
+import errno
 import logging
+import shutil
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -30,6 +32,9 @@ from blockviz.training.keep import KeptCheckpoints
 
 # Where `--logger` writes, inside the run's folder.
 TENSORBOARD_DIR = "tensorboard"
+# A checkpoint write that fails with less than this free on its disk failed for want of
+# room: torch's writer reports a short write as a RuntimeError without the ENOSPC behind it.
+FULL_BELOW_BYTES = 1 << 20
 CSV_DIR = "csv"
 
 
@@ -134,7 +139,18 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         for stale in target.parent.glob(f".{target.name[:40]}.*.part"):  # a killed write's
             stale.unlink(missing_ok=True)
         with atomic_file(target) as handle:
-            torch.save(checkpoint, handle)
+            try:
+                torch.save(checkpoint, handle)
+            except RuntimeError as exc:  # torch's writer hides ENOSPC ("unexpected pos")
+                free = shutil.disk_usage(target.parent).free
+                if free >= FULL_BELOW_BYTES:
+                    raise
+                raise OSError(
+                    errno.ENOSPC,
+                    f"the disk of {target.parent} is full ({free:,} bytes free) while "
+                    f"writing {target.name}; the checkpoint before it is whole: free some "
+                    "space, then resume the run (train --resume RUN)",
+                ) from exc
 
 
 def checkpoint_callbacks(run_dir: str | Path) -> list[Callback]:
