@@ -143,13 +143,16 @@ def test_a_resume_with_more_steps_keeps_the_lr_schedule_horizon(tmp_path, corpus
     assert all(lr[step] == pytest.approx(0.0002) for step in range(30, 50))
 
 
-def test_a_lock_held_past_the_busy_timeout_never_fails_the_run(tmp_path, corpus):
+def test_a_lock_held_past_the_busy_timeout_never_fails_the_run(tmp_path, corpus, monkeypatch):
+    # The run's busy timeout lowered from its 30 s default, so the lock outlasts it in
+    # seconds rather than half a minute (the run process inherits the variable).
+    monkeypatch.setenv("BLOCKVIZ_BUSY_TIMEOUT_S", "2")
     store_path = tmp_path / "blockviz.db"
     proc = fault_train(store_path, corpus, "--max_steps", "400", "--eval_interval", "100")
     wait_until(lambda: store_path.exists() and len(logged_steps(store_path, 1, "train/loss")) > 5)
     locker = sqlite3.connect(store_path, isolation_level=None)
-    locker.execute("BEGIN EXCLUSIVE")  # another program holds the file for 32 s
-    time.sleep(32.0)  # longer than the 30 s busy timeout that used to end the run
+    locker.execute("BEGIN EXCLUSIVE")  # another program holds the file for 4 s
+    time.sleep(4.0)  # twice the busy timeout, which used to end the run
     locker.execute("COMMIT")
     locker.close()
     code, out, err = finish(proc)
