@@ -31,6 +31,7 @@ from blockviz.core.studies.define import Claim, StudyDef, Variant
 from blockviz.store import RunStore
 
 if TYPE_CHECKING:
+    import pytest
     from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -445,17 +446,20 @@ def probed_at(steps: tuple[int, ...]) -> RunSeries:
 # --------------------------------------------------------------- the CLI in subprocesses
 
 
-def train_command(store: Path, corpus: Path, *flags: str) -> list[str]:
-    """The tiny preset on the small corpus; flags after it override."""
+def train_args(store: Path, corpus: Path, *flags: str) -> list[str]:
+    """`blockviz train`'s arguments for the tiny preset on the small corpus; flags after it
+    override. `cli.main(train_args(...))` trains in this process: no interpreter to start."""
     return [
-        sys.executable,
-        "-m",
-        "blockviz",
         "train",
         *("--preset", "tiny", "--dataset", str(corpus), "--store", str(store)),
         "--no_progress",
         *flags,
     ]
+
+
+def train_command(store: Path, corpus: Path, *flags: str) -> list[str]:
+    """`train_args` as a command: `python -m blockviz train ...`, for `start`."""
+    return [sys.executable, "-m", "blockviz", *train_args(store, corpus, *flags)]
 
 
 def start(command: list[str]) -> subprocess.Popen:
@@ -532,9 +536,25 @@ def fault_train(store: Path, corpus: Path, *flags: str) -> subprocess.Popen:
     return start(train_command(store, corpus, *FAULT_CADENCE, *flags))
 
 
+def resume_args(store: Path, *flags: str) -> list[str]:
+    """`blockviz train --resume 1`'s arguments; flags after it add to them."""
+    return ["train", "--store", str(store), "--no_progress", "--resume", "1", *flags]
+
+
 def fault_resume(store: Path, *flags: str) -> subprocess.Popen:
-    command = [sys.executable, "-m", "blockviz", "train", "--store", str(store), "--no_progress"]
-    return start([*command, "--resume", "1", *flags])
+    return start([sys.executable, "-m", "blockviz", *resume_args(store, *flags)])
+
+
+def train_here(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """`cli.main(argv)` in this process, on one thread: `finish`'s (exit status, stdout,
+    stderr) without a process to start, for a run or a resume whose process is not what a
+    test looks at (no signal, no kill, no second writer)."""
+    from blockviz import cli
+
+    capsys.readouterr()  # what the test printed before is not this run's
+    code = cli.main([*argv, "--threads", "1"])
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def logged_steps(store_path: Path, run_id: int, name: str) -> list[int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,11 +22,15 @@ from blockviz.core import procs
 from blockviz.launch import runner
 from blockviz.store import RunStore, StoreError
 from tests.helpers import (
+    FAULT_CADENCE,
     assert_continuous,
     checkpoint_step,
     fault_resume,
     fault_train,
     finish,
+    resume_args,
+    train_args,
+    train_here,
     wait_until,
 )
 
@@ -99,12 +104,20 @@ def test_cli_stop_and_runner_stop_share_one_implementation(tmp_path):
 # ------------------------------------------------------------ files: read-only, corrupt
 
 
-@pytest.fixture
-def small_run(tmp_path, corpus) -> Path:
-    store_path = tmp_path / "ws" / "blockviz.db"
+@pytest.fixture(scope="module")
+def trained_small_run(tmp_path_factory, corpus) -> Path:
+    """A 10-step run's workspace (store and run folder), trained once for this module."""
+    store_path = tmp_path_factory.mktemp("small") / "ws" / "blockviz.db"
     code, _, err = finish(fault_train(store_path, corpus, "--max_steps", "10"))
     assert code == 0, err
     return store_path
+
+
+@pytest.fixture
+def small_run(trained_small_run, tmp_path) -> Path:
+    """This test's own copy of that workspace, to damage as it likes; its store's path."""
+    shutil.copytree(trained_small_run.parent, tmp_path / "ws")
+    return tmp_path / "ws" / trained_small_run.name
 
 
 @contextlib.contextmanager
@@ -166,20 +179,19 @@ def test_a_damaged_checkpoint_on_resume_is_one_line(small_run, corpus, damage):
     assert len(err.strip().splitlines()) == 1 and "last.ckpt" in err, err
 
 
-def test_a_damaged_last_checkpoint_resumes_from_the_newest_good_kept_one(tmp_path, corpus):
+def test_a_damaged_last_checkpoint_resumes_from_the_newest_good_kept_one(tmp_path, corpus, capsys):
     """A last.ckpt a full disk or a kill left corrupt: the resume says so and goes on from
     the newest kept checkpoint that reads, every step once (it said "delete it to start
     over" and would not resume)."""
     store_path = tmp_path / "blockviz.db"
-    code, _, err = finish(
-        fault_train(store_path, corpus, "--max_steps", "30", "--ckpt_interval", "10")
-    )
+    flags = (*FAULT_CADENCE, "--max_steps", "30", "--ckpt_interval", "10")
+    code, _, err = train_here(train_args(store_path, corpus, *flags), capsys)
     assert code == 0, err
     folder = tmp_path / "blockviz.db.runs" / "1" / "checkpoints"
     ckpt = folder / "last.ckpt"
     ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 3])
     (folder / "step-30.ckpt").write_bytes(b"")  # the newest kept one is damaged too
-    code, out, err = finish(fault_resume(store_path, "--max_steps", "40"))
+    code, out, err = train_here(resume_args(store_path, "--max_steps", "40"), capsys)
     assert code == 0, err
     assert "resuming from step 20 (last.ckpt is damaged; from step-20.ckpt" in out, out
     assert_continuous(store_path, 1, 40)

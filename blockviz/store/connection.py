@@ -37,13 +37,34 @@ from blockviz.store.errors import (
 from blockviz.store.location import Location
 from blockviz.store.schema import RUN_COLUMNS, check_schema
 
+# How long a call waits for another process's lock (or for a server that went away)
+# before it fails; $BLOCKVIZ_BUSY_TIMEOUT_S sets another (`default_busy_timeout_s`).
 BUSY_TIMEOUT_S = 30.0
+BUSY_TIMEOUT_ENV = "BLOCKVIZ_BUSY_TIMEOUT_S"
 MIN_SQLITE = (3, 35)  # RETURNING (3.35) and INSERT ... ON CONFLICT DO UPDATE (3.24)
 RUN_DIRS_SUFFIX = ".runs"  # <workspace>/<store file name>.runs/<id>: each store its own
 STUDY_DIRS_SUFFIX = ".studies"  # <workspace>/<store file name>.studies/<id>
 # A training writer (defer_when_busy) that finds the store locked keeps its rows in memory
 # and retries, waiting this long per try so training goes on meanwhile (see writes.py).
 DEFER_BUSY_TIMEOUT_S = 1.0
+
+
+def default_busy_timeout_s() -> float:
+    """$BLOCKVIZ_BUSY_TIMEOUT_S, else BUSY_TIMEOUT_S: a store's busy timeout in seconds
+    when its opener gives none. StoreError when the variable is no positive number."""
+    text = os.environ.get(BUSY_TIMEOUT_ENV, "").strip()
+    if not text:
+        return BUSY_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise StoreError(
+            f"{BUSY_TIMEOUT_ENV}={text[:40]!r} is not allowed; it must be a positive number "
+            f"of seconds (unset: {BUSY_TIMEOUT_S:g})"
+        )
+    return value
 
 
 AnyPart = TypeVar("AnyPart", bound="Part")
@@ -99,7 +120,7 @@ class Connection:
         *,
         readonly: bool,
         create: bool,
-        busy_timeout_s: float,
+        busy_timeout_s: float | None,
         defer_when_busy: bool,
         wait_for_server: bool | None = None,
     ) -> None:
@@ -125,7 +146,10 @@ class Connection:
         # reads, which says at once that it cannot reach the store.
         self.wait_for_server = not create if wait_for_server is None else wait_for_server
         # How long a statement waits for another process's lock before giving up: long for
-        # training writers, short for a page that should say so rather than hang.
+        # training writers, short for a page that should say so rather than hang; None:
+        # $BLOCKVIZ_BUSY_TIMEOUT_S, else BUSY_TIMEOUT_S.
+        if busy_timeout_s is None:
+            busy_timeout_s = default_busy_timeout_s()
         self.busy_timeout_s = busy_timeout_s
         # A training writer: a flush that finds the store locked keeps its rows and
         # returns, so a long lock held by another process never stops training.

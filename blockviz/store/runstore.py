@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
 
-from blockviz.store.connection import BUSY_TIMEOUT_S, Connection
+from blockviz.store.connection import Connection
 from blockviz.store.errors import StoreError, StoreLocked, is_readonly_error
 from blockviz.store.liveness import Liveness
 from blockviz.store.location import Location, parse_location
@@ -74,7 +74,7 @@ class RunStore:
         readonly: bool = False,
         flush_rows: int = 5000,
         flush_seconds: float | None = 2.0,
-        busy_timeout_s: float = BUSY_TIMEOUT_S,
+        busy_timeout_s: float | None = None,
         defer_when_busy: bool = False,
         create: bool = True,
         wait_for_server: bool | None = None,
@@ -84,6 +84,8 @@ class RunStore:
         # worked on). defer_when_busy: a training writer, whose flush keeps its rows when
         # another process holds the lock (writes.py). wait_for_server: whether opening
         # waits out a server that does not answer (default: when create=False).
+        # busy_timeout_s: how long a call waits for a lock or a lost server (None:
+        # $BLOCKVIZ_BUSY_TIMEOUT_S, else 30 s; connection.default_busy_timeout_s).
         self.db = Connection(
             location,
             readonly=readonly,

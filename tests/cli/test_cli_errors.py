@@ -120,6 +120,13 @@ def test_too_many_symbols_are_refused_before_training(command: str, tmp_path: Pa
     assert not default_store_path().exists()
 
 
+def test_a_bad_busy_timeout_in_the_environment_is_one_line(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("BLOCKVIZ_BUSY_TIMEOUT_S", "soon")
+    code, err = run_cli(["runs"], capsys)
+    assert_one_line(code, err, "BLOCKVIZ_BUSY_TIMEOUT_S='soon' is not allowed")
+    assert not default_store_path().exists()
+
+
 def test_the_blockviz_console_script_runs_the_cli() -> None:
     """`pip install -e .` (what make does) puts a `blockviz` command beside the interpreter."""
     import shutil

@@ -265,6 +265,39 @@ def test_a_locked_store_fails_the_begin_with_nothing_to_roll_back(written: Path)
     assert _notes(written, 8) == "x"
 
 
+def test_the_busy_timeout_comes_from_the_environment_unless_the_opener_gives_one(
+    written: Path, monkeypatch
+):
+    with RunStore(written) as store:
+        assert store.db.busy_timeout_s == 30.0  # the default
+    monkeypatch.setenv("BLOCKVIZ_BUSY_TIMEOUT_S", "0.2")
+    with RunStore(written, busy_timeout_s=5.0) as store:
+        assert store.db.busy_timeout_s == 5.0  # a page's own timeout wins
+    holder = _hold_write_lock(written)
+    try:
+        with RunStore(written) as store:
+            started = time.monotonic()
+            with pytest.raises(StoreLocked, match=r"locked by another process for 0\.2 s"):
+                store.update_run(8, notes="x")
+            assert time.monotonic() - started < 5  # not the 30 s default
+    finally:
+        holder.close()
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-3", "inf", "nan"])
+def test_a_busy_timeout_that_is_no_positive_number_is_refused_by_name(
+    tmp_path: Path, monkeypatch, value: str
+):
+    monkeypatch.setenv("BLOCKVIZ_BUSY_TIMEOUT_S", value)
+    with pytest.raises(StoreError) as refused:
+        RunStore(tmp_path / "runs.db")
+    assert str(refused.value) == (
+        f"BLOCKVIZ_BUSY_TIMEOUT_S={value!r} is not allowed; it must be a positive number of "
+        "seconds (unset: 30)"
+    )
+    assert not (tmp_path / "runs.db").exists()
+
+
 def test_a_deferring_writer_keeps_its_rows_while_locked_and_writes_them_after(written: Path):
     with RunStore(written, busy_timeout_s=0.2, defer_when_busy=True, flush_seconds=None) as store:
         holder = _hold_write_lock(written)

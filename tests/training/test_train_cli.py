@@ -1,4 +1,6 @@
-"""`python -m blockviz train / runs / show / stop`: real runs in subprocesses, end to end."""
+"""`python -m blockviz train / runs / show / stop`: real runs end to end, in subprocesses
+where a process is what is tested (concurrent writers, signals, kill -9, DDP, a slot), in
+this process where only the run is (no interpreter and torch import to wait for)."""
 
 import json
 import os
@@ -16,7 +18,7 @@ from blockviz.core.spec import FFN_UNIT_STATS, STREAM_STATS, TAP_STATS
 from blockviz.store import RunStore
 from blockviz.training.model import block_tap_names
 from tests import fakes
-from tests.helpers import finish, start, train_command
+from tests.helpers import finish, start, train_args, train_command, train_here
 
 ROOT = Path(__file__).resolve().parents[2]
 DIVERGING = [  # lr 10 without warm-up, clipping or norms: non-finite at step 1
@@ -179,8 +181,8 @@ def test_show_says_which_train_loss_and_which_throughput(tmp_path, capsys):
 def test_a_run_with_every_instability_fix_trains_and_says_so(tmp_path, corpus, capsys):
     store_path = tmp_path / "blockviz.db"
     fixes = ("--qk_norm", "true", "--logit_softcap", "30", "--z_loss", "1e-4")
-    command = train_command(store_path, corpus, "--max_steps", "5", "--accelerator", "cpu", *fixes)
-    code, _out, err = finish(start(command))
+    flags = ("--max_steps", "5", "--accelerator", "cpu", *fixes)
+    code, _out, err = train_here(train_args(store_path, corpus, *flags), capsys)
     assert code == 0, err
     with RunStore(store_path) as store:
         run = store.get_run(1)
@@ -204,7 +206,7 @@ def test_a_run_with_every_instability_fix_trains_and_says_so(tmp_path, corpus, c
 
 def test_divergence_is_a_result_not_a_crash(tmp_path, corpus, capsys):
     store_path = tmp_path / "blockviz.db"
-    code, out, err = finish(start(train_command(store_path, corpus, *DIVERGING)))
+    code, out, err = train_here(train_args(store_path, corpus, *DIVERGING), capsys)
     assert code == 0, err
     assert "diverged at step 1" in out
     with RunStore(store_path) as store:
@@ -223,11 +225,11 @@ def test_divergence_is_a_result_not_a_crash(tmp_path, corpus, capsys):
     assert divergence["step"] == 1 and divergence["nonfinite_step"] == 1
 
 
-def test_a_divergence_on_a_sample_step_is_still_diverged(tmp_path, corpus):
+def test_a_divergence_on_a_sample_step_is_still_diverged(tmp_path, corpus, capsys):
     """Sampling from the blown-up model must not turn the result into a crash (failed)."""
     store_path = tmp_path / "blockviz.db"
-    command = train_command(store_path, corpus, *DIVERGING, "--sample_interval", "1")
-    code, _out, err = finish(start(command))
+    command = train_args(store_path, corpus, *DIVERGING, "--sample_interval", "1")
+    code, _out, err = train_here(command, capsys)
     assert code == 0, err
     with RunStore(store_path) as store:
         run = store.get_run(1)
