@@ -12,6 +12,7 @@ import math
 
 import pytest
 
+from blockviz.core.fields import ConfigError
 from blockviz.core.studies import builtins, define, sweeps
 from blockviz.core.studies import replication as rep
 from blockviz.core.studies.verdicts import judge
@@ -180,3 +181,12 @@ def test_without_two_pairs_it_cannot_say_and_other_rules_get_no_number() -> None
     assert needed is not None and needed.n is None and needed.reason.startswith("cannot say")
     converges = claim("converges", groups=["a"])
     assert rep.seeds_needed(seed_set(1, LOW, converges).verdicts[0]) is None
+
+
+def test_the_rerun_of_a_study_too_big_for_its_seeds_names_why() -> None:
+    """qk-norm-z-loss has 28 variants: 20 fresh seeds are 560 runs, past the 500 a study
+    may hold; the command is refused with the reason, not called 'not a built-in'."""
+    plan = builtins.builtin("qk-norm-z-loss", "quick", "1-2")
+    assert rep.rerun_words(plan, (3, 4)) is not None
+    with pytest.raises(ConfigError, match="500"):
+        rep.rerun_words(plan, tuple(range(6, 26)))

@@ -30,7 +30,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from blockviz.core.fields import ConfigError
 from blockviz.core.studies import builtins
 from blockviz.core.studies.define import MAX_SEEDS, Claim, StudyDef, seeds_text
 from blockviz.core.studies.rules.base import Verdict
@@ -230,14 +229,12 @@ def next_seeds(sets: Sequence[SeedSet], n: int) -> tuple[int, ...]:
 def rerun_words(plan: StudyDef, seeds: Sequence[int]) -> tuple[str, ...] | None:
     """The `study run` words that store `plan`'s definition again on `seeds`; None unless
     it is a built-in whose definition today is the one stored (a sweep, or a built-in
-    changed since, has no such command)."""
+    changed since, has no such command). ConfigError where that study would be refused
+    (too many runs or seeds: its message says which)."""
     if plan.key not in builtins.BUILTINS:
         return None
     flag = f"{min(seeds)}-{max(seeds)}"
-    try:
-        again = builtins.builtin(plan.key, plan.size, flag)
-    except ConfigError:
-        return None
+    again = builtins.builtin(plan.key, plan.size, flag)
     if not same_definition(again.to_spec(), plan.to_spec()):
         return None
     return ("study", "run", plan.key, "--size", plan.size, "--seeds", flag)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from blockviz.core.fields import ConfigError
 from blockviz.core.studies import replication as rep
 from blockviz.core.studies.define import StudyDef, plan_from_spec, seeds_text
 from blockviz.core.studies.outcomes import results_frame
@@ -34,6 +35,7 @@ class ClaimReplication:
     replication: rep.Replication
     needed: rep.SeedsNeeded | None
     rerun: str | None  # the command, None where none re-runs this definition
+    refused: str = ""  # why the study that would run them is refused (too many runs)
 
 
 @dataclass(frozen=True)
@@ -76,11 +78,14 @@ def claims(store: RunStore, sets: SeedSets) -> list[ClaimReplication]:
         sets.own.verdicts, rep.replicate(sets.own, sets.others), strict=True
     ):
         needed = rep.seeds_needed(verdict)
-        rerun = None
+        rerun, refused = None, ""
         if needed is not None and needed.n is not None:
-            words = rep.rerun_words(sets.plan, rep.next_seeds(everyone, needed.n))
+            try:
+                words = rep.rerun_words(sets.plan, rep.next_seeds(everyone, needed.n))
+            except ConfigError as exc:
+                words, refused = None, str(exc)
             rerun = command_line(store, *words) if words else None
-        out.append(ClaimReplication(verdict, replicated, needed, rerun))
+        out.append(ClaimReplication(verdict, replicated, needed, rerun, refused))
     return out
 
 
@@ -110,6 +115,8 @@ def needed_lines(claim: ClaimReplication) -> list[str]:
         lines.append(
             f"run them on fresh seeds: `{claim.rerun}` (a disjoint set, judged on its own)"
         )
+    elif claim.refused:
+        lines.append(f"no command runs them: that study would be refused ({claim.refused})")
     elif claim.needed.n is not None:
         lines.append("no command re-runs this definition (not a built-in study as it is today)")
     return lines
