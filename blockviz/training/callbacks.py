@@ -94,11 +94,6 @@ class TrainingMonitor(Callback):
         self._window_excluded = 0.0  # validation seconds inside the current window
         self._paused_at: float | None = None  # when the current validation began
 
-    @property
-    def last_train(self) -> dict[str, float]:
-        """The first run's latest record (a solo run's console line)."""
-        return self.runs[0].last_train
-
     def state_dict(self) -> dict[str, Any]:
         """In a checkpoint: each run's per-step losses not logged yet and its recent ones
         (one device->host copy, at checkpoints only); one run's alone, several under
@@ -454,8 +449,8 @@ class ConsoleProgress(Callback):
         parts = [f"step {step}/{max_steps}"]
         monitor = training_monitor(trainer)
         runs = monitor.runs if monitor is not None else []
-        last_train = monitor.last_train if monitor is not None else {}
-        last_val = getattr(pl_module, "last_val", {})
+        last_train = runs[0].last_train if runs else {}
+        last_val = pl_module.last_vals[0] if len(pl_module.live) == 1 else {}
         if len(runs) > 1:  # replicas: each one's loss, a dash for one that trains no more
             live = pl_module.live
             losses = [

@@ -243,12 +243,12 @@ def _fit_and_record(
         os.environ[ENV_RUN_DIR] = str(members[0].run_dir)
         os.environ[ENV_LEGACY_EVAL] = "1" if plan.legacy_eval else "0"
 
-    def on_ready(trainer: Any, lits: list[Any]) -> None:
+    def on_ready(trainer: Any, lit: Any) -> None:
         startup_trace.mark("model and Trainer built")
         device = describe_device(trainer)
         if plan.batch:
             device += f", {len(members)} replicas"
-        for member, lit in zip(members, lits, strict=True):
+        for member in members:
             if member.training:
                 # Backdated by the earlier sessions' time, so started..ended spans it all.
                 patiently(
@@ -258,7 +258,7 @@ def _fit_and_record(
                     started=time.time() - member.earlier_s,
                     device=device,
                     precision=str(trainer.precision),
-                    n_params=lit.model.n_params(),
+                    n_params=lit.n_params(),
                     step=plan.start_step,
                 )
 
