@@ -38,29 +38,22 @@ class StopRequest:
         self.requested = False
         self._previous: dict[int, Any] = {}
 
-    def install(self) -> None:
+    def __enter__(self) -> StopRequest:
         """Install the handlers (main thread only; elsewhere signals cannot be caught)."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for signum, handler in (
-            (signal.SIGTERM, self._on_sigterm),
-            (signal.SIGINT, self._on_sigint),
-        ):
-            self._previous[signum] = signal.getsignal(signum)
-            signal.signal(signum, handler)
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in (
+                (signal.SIGTERM, self._on_sigterm),
+                (signal.SIGINT, self._on_sigint),
+            ):
+                self._previous[signum] = signal.getsignal(signum)
+                signal.signal(signum, handler)
+        return self
 
-    def uninstall(self) -> None:
+    def __exit__(self, *exc: object) -> None:
         """Restore the handlers that were there before."""
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
-
-    def __enter__(self) -> StopRequest:
-        self.install()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.uninstall()
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True

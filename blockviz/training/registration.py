@@ -97,61 +97,41 @@ def writer_store(session: Session, create: bool) -> Iterator[RunStore]:
 
 
 def run_plan(plan: Plan, datamodule: Any, store: RunStore, session: Session) -> Ran:
-    """Register the plan's runs, wait for a slot, fit, and record each one's end."""
+    """Register the plan's runs, wait for a slot, fit, and record each one's end; a failure
+    fails every member that trains and has not recorded its end."""
     # Installed before the runs exist, so no signal can leave one 'queued' forever.
     with StopRequest() as stop:
         plan = plan.with_vocab(datamodule.vocab.size)
-        return _register_and_fit(plan, datamodule, store, session, stop)
-
-
-def _register_and_fit(
-    plan: Plan, datamodule: Any, store: RunStore, session: Session, stop: StopRequest
-) -> Ran:
-    members = [_register(store, plan, index, datamodule) for index in range(len(plan.members))]
-    ids = tuple(m.run_id for m in members)
-    training = [m for m in members if m.training]
-    if not training:
-        return Ran(EXIT_OK, ids)
-    # The plan as registered: each member's run, and those that do not train masked out.
-    registered = tuple(
-        dataclasses.replace(
-            planned, run_id=member.run_id, name=member.name, finished=not member.training
-        )
-        for planned, member in zip(plan.members, members, strict=True)
-    )
-    batch_dir = plan.batch_dir
-    if plan.batch and batch_dir is None:  # a new batch: a folder of its own
-        batch_dir = replicas.batch_folder(members[0].run_dir, ids[0])
-    plan = dataclasses.replace(plan, members=registered, batch_dir=batch_dir)
-    handlers = []
-    try:
-        for index, member in enumerate(members):
-            if member.training:
-                _write_files(plan, index, member, ids, datamodule)
-                handlers.append(open_log(member.run_dir))
-        started = plan.start_text()  # its first line: printed, and in train.log with its config
-        print(f"blockviz: {started}; store {store.where}", flush=True)
-        log.info("%s with config %s", started, plan.config.to_json(indent=None))
-        for member, planned in zip(members, plan.members, strict=True):
-            if member.training and plan.checkpoint is not None:
-                _continue_series(store, member.run_id, plan, planned.pending_rows)
-        note = plan.horizon_note()
-        if note is not None:
-            print(f"blockviz: run {training[0].run_id}: {note}", flush=True)
-            log.info(note)
-        if not wait_for_slot(store, training[0].run_id, session.max_running, stop):
-            for member in training:
-                patiently(store.update_run, member.run_id, status="stopped", ended=time.time())
-                what = f"run {member.run_id} ({member.name})"
-                print(f"blockviz: {what} stopped while queued", flush=True)
+        members = [_register(store, plan, index, datamodule) for index in range(len(plan.members))]
+        ids = tuple(m.run_id for m in members)
+        ended = {index for index, member in enumerate(members) if not member.training}
+        if len(ended) == len(members):
             return Ran(EXIT_OK, ids)
-        startup_trace.mark("slot claimed")
-        return Ran(_fit_and_record(plan, datamodule, store, session, stop, members), ids)
-    except Exception as exc:  # before the fit (files, rows): every member that trains fails
-        return Ran(_record_failure(store, training, exc), ids)
-    finally:
-        for handler in handlers:
-            close_log(handler)
+        # The plan as registered: each member's run, those that do not train masked out,
+        # and a new batch's folder of its own.
+        registered = tuple(
+            dataclasses.replace(planned, run_id=m.run_id, name=m.name, finished=not m.training)
+            for planned, m in zip(plan.members, members, strict=True)
+        )
+        batch_dir = plan.batch_dir
+        if plan.batch and batch_dir is None:
+            batch_dir = replicas.batch_folder(members[0].run_dir, ids[0])
+        plan = dataclasses.replace(plan, members=registered, batch_dir=batch_dir)
+        handlers = []
+        try:
+            for index, member in enumerate(members):
+                if member.training:
+                    _write_files(plan, index, member, ids, datamodule)
+                    handlers.append(open_log(member.run_dir))
+            return Ran(_start(plan, datamodule, store, session, stop, members, ended), ids)
+        except Exception as exc:
+            return Ran(_record_failure(store, _unrecorded(members, ended), exc), ids)
+        except BaseException as exc:  # KeyboardInterrupt outside our handlers, SystemExit
+            _record_failure(store, _unrecorded(members, ended), exc)
+            raise
+        finally:
+            for handler in handlers:
+                close_log(handler)
 
 
 def _register(store: RunStore, plan: Plan, index: int, datamodule: Any) -> _Member:
@@ -228,17 +208,36 @@ def _continue_series(store: RunStore, run_id: int, plan: Plan, rows: Any) -> Non
     )
 
 
-def _fit_and_record(
+def _start(
     plan: Plan,
     datamodule: Any,
     store: RunStore,
     session: Session,
     stop: StopRequest,
     members: list[_Member],
+    ended: set[int],
 ) -> int:
-    """Fit the plan (one run, or replicas of one batched model) and record each member's
-    end as it comes; a failure fails the members not recorded yet. The exit status."""
-    ended: set[int] = set()
+    """The registered plan's start (its first line, a resume's series continued), its wait
+    for a slot and its fit (one run, or replicas of one batched model), each member's end
+    recorded (into `ended`) as it comes. The exit status."""
+    training = [m for m in members if m.training]
+    started = plan.start_text()  # its first line: printed, and in train.log with its config
+    print(f"blockviz: {started}; store {store.where}", flush=True)
+    log.info("%s with config %s", started, plan.config.to_json(indent=None))
+    for member, planned in zip(members, plan.members, strict=True):
+        if member.training and plan.checkpoint is not None:
+            _continue_series(store, member.run_id, plan, planned.pending_rows)
+    note = plan.horizon_note()
+    if note is not None:
+        print(f"blockviz: run {training[0].run_id}: {note}", flush=True)
+        log.info(note)
+    if not wait_for_slot(store, training[0].run_id, session.max_running, stop):
+        for member in training:
+            patiently(store.update_run, member.run_id, status="stopped", ended=time.time())
+            what = f"run {member.run_id} ({member.name})"
+            print(f"blockviz: {what} stopped while queued", flush=True)
+        return EXIT_OK
+    startup_trace.mark("slot claimed")
     if not plan.batch:
         os.environ[ENV_RUN_DIR] = str(members[0].run_dir)
         os.environ[ENV_LEGACY_EVAL] = "1" if plan.legacy_eval else "0"
@@ -248,42 +247,33 @@ def _fit_and_record(
         device = describe_device(trainer)
         if plan.batch:
             device += f", {len(members)} replicas"
-        for member in members:
-            if member.training:
-                # Backdated by the earlier sessions' time, so started..ended spans it all.
-                patiently(
-                    store.update_run,
-                    member.run_id,
-                    status="running",
-                    started=time.time() - member.earlier_s,
-                    device=device,
-                    precision=str(trainer.precision),
-                    n_params=lit.n_params(),
-                    step=plan.start_step,
-                )
+        for member in training:
+            # Backdated by the earlier sessions' time, so started..ended spans it all.
+            patiently(
+                store.update_run,
+                member.run_id,
+                status="running",
+                started=time.time() - member.earlier_s,
+                device=device,
+                precision=str(trainer.precision),
+                n_params=lit.n_params(),
+                step=plan.start_step,
+            )
 
     def record(index: int, outcome: Outcome, lit: Any, trainer: Any) -> None:
-        if members[index].training:
-            _record_end(
-                store, plan, members[index], outcome, final_metrics(lit, trainer, outcome, index)
-            )
-            ended.add(index)
+        final = final_metrics(lit, trainer, outcome, index)
+        _record_end(store, plan, members[index], outcome, final)
+        ended.add(index)
 
     ids = [m.run_id for m in members]
     dirs = [m.run_dir for m in members]
-    try:
-        fit(plan, datamodule, dirs, ids, store, stop, session.progress, on_ready, record)
-    except Exception as exc:
-        return _record_failure(store, _unrecorded(members, ended), exc)
-    except BaseException as exc:  # KeyboardInterrupt outside our handlers, SystemExit
-        _record_failure(store, _unrecorded(members, ended), exc)
-        raise
+    fit(plan, datamodule, dirs, ids, store, stop, session.progress, on_ready, record)
     store.flush()
     return EXIT_OK
 
 
 def _unrecorded(members: list[_Member], ended: set[int]) -> list[_Member]:
-    return [m for index, m in enumerate(members) if m.training and index not in ended]
+    return [m for index, m in enumerate(members) if index not in ended]
 
 
 def _record_end(

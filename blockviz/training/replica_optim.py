@@ -20,11 +20,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from blockviz.core.config_train import TrainConfig
+from blockviz.core.config_train import LR_SCHEDULES, TrainConfig
 
 EPS = 1e-8  # torch.optim.AdamW's default, as solo runs use it
 CPU_CHUNK = 1 << 15  # columns of the stack a CPU updates at a time
-SCHEDULES = ("constant", "cosine", "linear")
 
 # A stacked parameter is a strided view of the flat buffer, and so is its gradient, on
 # purpose (autograd adds into it in place); torch warns that such a pair is unusual.
@@ -91,7 +90,7 @@ class ReplicaSchedule:
         self.lr = values(lambda t: t.lr)
         self.min_lr = values(lambda t: t.min_lr)
         self.warmup = values(lambda t: t.warmup_steps)
-        self.kind = torch.tensor([SCHEDULES.index(t.lr_schedule) for t in trains], device=device)
+        self.kind = torch.tensor([LR_SCHEDULES.index(t.lr_schedule) for t in trains], device=device)
         self.decay_steps = torch.clamp(horizon - self.warmup, min=1.0)
 
     def __call__(self, update: int) -> torch.Tensor:
