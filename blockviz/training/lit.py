@@ -154,16 +154,24 @@ class OneStep(L.LightningModule):
     (`configure_gradient_clipping`), the update, then the schedule. `LitCharModel` and
     `LitReplicas` share it; each says what its `objective` is.
 
-    It also says which runs it trains, as `callbacks.TrainingMonitor` logs them: one here
-    (`live`, `run_lrs`, `log_run`); `LitReplicas` trains K. `last_vals` holds each run's
-    latest evaluation (what its final metrics report).
+    It also says which runs it trains (`configs`: one for `LitCharModel`, K for
+    `LitReplicas`), as `callbacks.TrainingMonitor` logs them (`live`, `run_lrs`, `log_run`).
+    `last_vals` holds each run's latest evaluation (what its final metrics report).
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, run_configs: list[dict[str, Any]], vocab_json: str | None, schedule_steps: int | None
+    ) -> None:
         super().__init__()
         self.automatic_optimization = False
-        self.live = [True]  # which of the module's runs still train (here: its one run)
-        self.last_vals: list[dict[str, float]] = [{}]  # each run's latest evaluation, its step
+        self.configs = [RunConfig.from_dict(c).validate() for c in run_configs]
+        # The step where the lr decay ends: max_steps, or what the runs first had when a
+        # resume extends it (the checkpoint's hyperparameters carry it on).
+        self.schedule_steps = schedule_steps or self.configs[0].train.max_steps
+        self.vocab = CharVocab.from_json(vocab_json) if vocab_json else None
+        self.is_ops = self.configs[0].data.dataset == "ops"
+        self.live = [True for _ in self.configs]  # which of the module's runs still train
+        self.last_vals: list[dict[str, float]] = [{} for _ in self.configs]  # with its step
         self._val_batches = 0  # batches of the evaluation under way
 
     def run_lrs(self) -> list[float]:
@@ -284,15 +292,10 @@ class LitCharModel(OneStep):
         vocab_json: str | None = None,
         schedule_steps: int | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__([run_config], vocab_json, schedule_steps)
         self.save_hyperparameters()
-        self.config = RunConfig.from_dict(run_config).validate()
-        # The step where the lr decay ends: max_steps, or what the run first had when a
-        # resume extends it (the checkpoint's hyperparameters carry it on).
-        self.schedule_steps = schedule_steps or self.config.train.max_steps
+        self.config = self.configs[0]
         self.model = CharTransformer(self.config.model)
-        self.vocab = CharVocab.from_json(vocab_json) if vocab_json else None
-        self.is_ops = self.config.data.dataset == "ops"
         # The steps call the model through torch.compile when asked (made in `setup`, for
         # the device the Trainer chose); probes and generation keep using the eager model,
         # which holds the very same parameters.

@@ -42,8 +42,6 @@ import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state
 
-from blockviz.core.config import RunConfig
-from blockviz.core.vocab import CharVocab
 from blockviz.training.lit import CompiledModel, OneStep, lr_at, param_groups, prompt_ids
 from blockviz.training.model import CharTransformer, ModelInputError
 from blockviz.training.probe_stats import RunStack, parameter_names
@@ -71,11 +69,9 @@ class LitReplicas(OneStep):
         vocab_json: str | None = None,
         schedule_steps: int | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(run_configs, vocab_json, schedule_steps)
         self.save_hyperparameters()
-        self.configs = [RunConfig.from_dict(c).validate() for c in run_configs]
         self.k = len(self.configs)
-        self.schedule_steps = schedule_steps or self.configs[0].train.max_steps
         # Each replica's model built as its solo run builds it (`fit.fit`, LitCharModel), so
         # its initial weights are the solo run's.
         models = []
@@ -98,14 +94,10 @@ class LitReplicas(OneStep):
         # parameters are its inputs, so one graph serves every step).
         forward = self._stacked_forward
         self._forward = torch.compile(forward) if self.configs[0].train.compile else forward
+        # `live` is `alive` on the host: read every step without a device sync (the buffer
+        # is what a checkpoint keeps; `on_load_checkpoint` reads it back)
         self.register_buffer("alive", torch.ones(self.k, dtype=torch.bool))
-        # `alive` on the host: read every step without a device sync (the buffer is what a
-        # checkpoint keeps; `on_load_checkpoint` reads it back)
-        self.live = [True] * self.k
-        self.last_vals = [{} for _ in range(self.k)]
         self.register_buffer("diverged_at", torch.full((self.k,), -1, dtype=torch.long))
-        self.vocab = CharVocab.from_json(vocab_json) if vocab_json else None
-        self.is_ops = self.configs[0].data.dataset == "ops"
         # Per-replica z-loss and clipping, as buffers so they follow the module's device.
         z_loss = [c.train.z_loss for c in self.configs]
         self.has_z_loss = any(z_loss)
