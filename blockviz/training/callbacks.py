@@ -1,9 +1,9 @@
-"""Callbacks that watch training: train metrics and clocks, the console line, last.ckpt.
+"""Callbacks that watch training: train metrics and clocks, and the console line.
 
 `TrainingMonitor` logs the train/* scalars (loss, lr, step time, tokens/s), keeps the
 clocks the final metrics report and stops a run whose loss is no longer finite;
 `make_trainer` adds one to every Trainer. `ConsoleProgress` draws the status line from
-it. `LastCheckpoint` keeps last.ckpt current. (The probes are `blockviz.training.probes`.)
+it. (The probes are `blockviz.training.probes`, the checkpoints `blockviz.training.trainer`'s.)
 
 Metric steps: a number recorded "at step s" describes the model after s optimizer
 updates. The training loss at step s is the loss of batch s (computed with those
@@ -72,13 +72,12 @@ class TrainingMonitor(Callback):
     def __init__(
         self,
         log_interval: int = 1,
-        recent_losses: int = RECENT_LOSSES,
         runs: int = 1,
         on_diverged: Callable[[int, int], None] | None = None,
     ) -> None:
         self.log_interval = log_interval
         self.on_diverged = on_diverged
-        self.runs = [_Run(collections.deque(maxlen=recent_losses)) for _ in range(runs)]
+        self.runs = [_Run(collections.deque(maxlen=RECENT_LOSSES)) for _ in range(runs)]
         self.train_time_s = 0.0  # seconds spent training, validation excluded
         self.tokens_seen = 0  # by each run
         self._fit: tuple[L.Trainer, Any] | None = None  # the fit whose runs are logged

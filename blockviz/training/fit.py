@@ -73,22 +73,26 @@ def fit(
         i: Outcome("skipped", plan.start_step) for i, m in enumerate(plan.members) if m.finished
     }
     # Rank 0's: each training member's loggers (its rows, its --logger files), probe sinks
-    # and heartbeat, and the probe of them all.
+    # (to both) and heartbeat, and the probe of them all.
     loggers: list[list[Any]] = [[] for _ in plan.members]
     sinks: list[list[Any]] = [[] for _ in plan.members]
     heartbeats: dict[int, Heartbeat] = {}
     watch: list[BlockProbe] = []
     if store is not None:
+        resume_step = plan.start_step if plan.checkpoint is not None else None
         for i, member in enumerate(plan.members):
             if i not in ended:
-                loggers[i], sinks[i] = watchers(plan, member.config, store, run_ids[i], run_dirs[i])
+                extra = run_loggers(member.config.train, run_dirs[i], resume_step)
+                loggers[i] = [StoreLogger(store, run_ids[i]), *extra]
+                sinks[i] = [StoreSink(store, run_ids[i]), *([LoggerSink(extra)] if extra else [])]
                 heartbeats[i] = Heartbeat(store, run_ids[i])
         train = config.train
         probe = BlockProbe(
             run_sinks=sinks,
             probe_interval=train.probe_interval,
             sample_interval=train.sample_interval,
-            prompt=sample_prompt(datamodule),
+            # the text samples' prompt: a newline, or the text's first character
+            prompt="\n" if "\n" in datamodule.vocab else datamodule.corpus.text[0],
         )
         watch = [probe]
     lifecycle = RunLifecycle(stop, list(heartbeats.values()), store, run_ids)
@@ -137,17 +141,6 @@ def _close(loggers: list[Any]) -> None:
             log.warning("closing a logger: %s", exc)
 
 
-def watchers(
-    plan: Plan, config: Any, store: RunStore, run_id: int, run_dir: Path
-) -> tuple[list[Any], list[Any]]:
-    """A run's loggers (its store rows, and its --logger files in `run_dir`) and its
-    probe's sinks, writing to both."""
-    resume_step = plan.start_step if plan.checkpoint is not None else None
-    extra = run_loggers(config.train, run_dir, resume_step)
-    sinks = [StoreSink(store, run_id), *([LoggerSink(extra)] if extra else [])]
-    return [StoreLogger(store, run_id), *extra], sinks
-
-
 def fit_loop(
     trainer: Any,
     lit: Any,
@@ -191,11 +184,6 @@ def fit_loop(
             with contextlib.suppress(SIGTERMException):
                 trainer.validate(lit, datamodule=datamodule, verbose=False, weights_only=True)
         return Outcome("stopped", step)
-
-
-def sample_prompt(datamodule: Any) -> str:
-    """The fixed prompt of text samples: a newline, or the text's first character."""
-    return "\n" if "\n" in datamodule.vocab else datamodule.corpus.text[0]
 
 
 def describe_device(trainer: Any) -> str:

@@ -194,20 +194,6 @@ def _write_files(
     atomic_write(run_dir / "vocab.json", datamodule.vocab.to_json())
 
 
-def _continue_series(store: RunStore, run_id: int, plan: Plan, rows: Any) -> None:
-    """Before a resume: drop rows logged after the checkpoint, restore rows it carried."""
-    dropped = patiently(store.truncate_after, run_id, plan.start_step)
-    restored = store.restore_rows(run_id, rows) if rows else 0
-    log.info(
-        "run %s resuming at step %s: dropped %s rows logged after the checkpoint, restored "
-        "%s rows it carried",
-        run_id,
-        plan.start_step,
-        dropped,
-        restored,
-    )
-
-
 def _start(
     plan: Plan,
     datamodule: Any,
@@ -226,7 +212,14 @@ def _start(
     log.info("%s with config %s", started, plan.config.to_json(indent=None))
     for member, planned in zip(members, plan.members, strict=True):
         if member.training and plan.checkpoint is not None:
-            _continue_series(store, member.run_id, plan, planned.pending_rows)
+            # A resume: drop the rows logged after the checkpoint, restore the rows it carried.
+            dropped = patiently(store.truncate_after, member.run_id, plan.start_step)
+            rows = planned.pending_rows
+            restored = store.restore_rows(member.run_id, rows) if rows else 0
+            log.info(
+                f"run {member.run_id} resuming at step {plan.start_step}: dropped {dropped} "
+                f"rows logged after the checkpoint, restored {restored} rows it carried"
+            )
     note = plan.horizon_note()
     if note is not None:
         print(f"blockviz: run {training[0].run_id}: {note}", flush=True)
