@@ -281,13 +281,6 @@ def answer_accuracy(
     return int(correct.sum()), int(ends.sum())
 
 
-def baseline_score(
-    x: torch.Tensor, y: torch.Tensor, vocab: CharVocab, table: dict[str, str]
-) -> tuple[int, int]:
-    """(correct, total) of the trivial baseline on the ops answers a batch scores."""
-    return answer_accuracy(x, y, baseline_predictions(x, vocab, table), vocab)
-
-
 def baseline_predictions(x: torch.Tensor, vocab: CharVocab, table: dict[str, str]) -> torch.Tensor:
     """The trivial baseline's teacher-forced predictions (B, T) for the answers in `x`.
 

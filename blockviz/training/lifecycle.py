@@ -81,10 +81,9 @@ class Heartbeat:
     checkpoint.
     """
 
-    def __init__(self, store: RunStore, run_id: int, interval_s: float = HEARTBEAT_S) -> None:
+    def __init__(self, store: RunStore, run_id: int) -> None:
         self.store = store
         self.run_id = run_id
-        self.interval_s = interval_s
         self.step = 0
         self._stop = threading.Event()
         self._signalled = False
@@ -102,7 +101,7 @@ class Heartbeat:
             self._thread.join(timeout=10)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.wait(HEARTBEAT_S):
             try:
                 self.store.heartbeat(self.run_id, self.step)
             except StoreError as exc:  # a busy store must not kill training; try again

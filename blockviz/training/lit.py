@@ -27,7 +27,7 @@ from blockviz.core import spec
 from blockviz.core.config import RunConfig
 from blockviz.core.config_train import TrainConfig
 from blockviz.core.vocab import CharVocab
-from blockviz.training.data import answer_accuracy, baseline_score
+from blockviz.training.data import answer_accuracy, baseline_predictions
 from blockviz.training.model import CharTransformer, ModelInputError, NonFiniteLogits
 from blockviz.training.probe_stats import RunStack
 
@@ -244,7 +244,8 @@ class OneStep(L.LightningModule):
                 answers[0] += correct
                 answers[1] += total
             if self._answer_table is not None:
-                right, scored = baseline_score(x, y, self.vocab, self._answer_table)
+                guesses = baseline_predictions(x, self.vocab, self._answer_table)
+                right, scored = answer_accuracy(x, y, guesses, self.vocab)
                 self._baseline[0] += right
                 self._baseline[1] += scored
 

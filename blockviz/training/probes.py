@@ -134,11 +134,8 @@ class BlockProbe(Callback):
 
     `run_sinks` gives each run's sinks (one list for a solo run, K for `LitReplicas`; a
     run without sinks, or a rank other than 0, measures nothing). Every run is measured at
-    once, on the module's `stack()` (each parameter (K, ...), a solo run's a stack of one):
-    norms per row, one stacked probe forward with the taps hooked, statistics reduced over
-    every dimension but K, text samples in one pass, and one transfer for all K. `prompt`
-    seeds the text samples; `induction` False leaves the induction statistics out (for
-    measuring what they cost).
+    once, on the module's `stack()`, as the module docstring says. `prompt` seeds the text
+    samples; `induction` False leaves the induction statistics out (for measuring their cost).
     """
 
     probe_batch = 4  # sequences of the validation split in the fixed probe batch

@@ -292,13 +292,19 @@ def _record_end(
     log.info("%s: %s", what, json.dumps(final))
 
 
-def fail_unstarted(store: RunStore, run_ids: list[int], message: str) -> None:
-    """Runs created for this process (the runner's, a worker's) that could not start (a
-    bad config or dataset): failed with the one-line message, unless they ended already."""
+def fail_runs(store: RunStore, run_ids: list[int], message: str) -> None:
+    """Runs that could not start (a bad config or dataset) or that a failure ended: failed
+    with the one-line message and their step settled on their rows, unless they ended
+    already; a store that cannot record it is logged."""
     for run_id in run_ids:
-        with contextlib.suppress(StoreError):
-            if store.get_run(run_id).status in ("queued", "running"):
-                store.update_run(run_id, status="failed", ended=time.time(), error=message)
+        try:
+            if store.get_run(run_id).status in ACTIVE_STATUSES:
+                patiently(
+                    store.update_run, run_id, status="failed", ended=time.time(), error=message
+                )
+                store.settle_step(run_id)
+        except StoreError as exc:
+            log.error("could not record the failure: %s", exc)
 
 
 def wait_for_slot(store: RunStore, run_id: int, max_running: int, stop: StopRequest) -> bool:
@@ -333,19 +339,7 @@ def _record_failure(store: RunStore, members: list[_Member], exc: BaseException)
     log.error("failed:\n%s", "".join(traceback.format_exception(exc)))
     with contextlib.suppress(StoreError):
         store.flush()  # what can still be written, so the step below matches the rows
-    for member in members:
-        try:
-            if store.get_run(member.run_id).status in ACTIVE_STATUSES:
-                patiently(
-                    store.update_run,
-                    member.run_id,
-                    status="failed",
-                    ended=time.time(),
-                    error=message,
-                )
-                store.settle_step(member.run_id)
-        except StoreError as store_exc:
-            log.error("could not record the failure: %s", store_exc)
+    fail_runs(store, [m.run_id for m in members], message)
     what = ", ".join(f"{m.run_id} ({m.name})" for m in members)
     if isinstance(exc, (DataError, ConfigError)):
         print(f"blockviz train: error: {exc}", file=sys.stderr)

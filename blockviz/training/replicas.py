@@ -1,14 +1,13 @@
 """Replicas: K runs of the same shapes trained as one batched model.
 
-`LitReplicas` is the LightningModule of a batch. Each replica is first built exactly as
-its solo run builds its model (`seed_everything(seed)`, then its `CharTransformer`), so it
-starts from the solo run's weights; the K models' parameters are then stacked, one (K, ...) tensor
-per parameter, and a training step calls the model once through `functional_call` on the
-stacked parameters and K batches, (K, B, T). The model takes stacked parameters natively
-(`blockviz.training.model`): batched matrix products, and attention with the replicas
-folded into the batch, so a stack runs the fused attention kernels a solo run uses; no
-vmap, no loop over the replicas. The replicas share no arithmetic: the objective is the
-sum of their losses, so each replica's gradient is its own loss's gradient.
+`LitReplicas` is the LightningModule of a batch. Each replica's model is first built
+exactly as its solo run builds it (`seed_everything(seed)`, then `CharTransformer`), so it
+starts from the solo run's weights; the K models' parameters are then stacked, one (K, ...)
+tensor per parameter, and a training step calls the model once through `functional_call`
+on the stacked parameters and K batches, (K, B, T): the model takes stacked parameters
+natively (`blockviz.training.model` says how, fused attention kernels included), so no
+vmap and no loop over the replicas. The replicas share no arithmetic: the objective is
+the sum of their losses, so each replica's gradient is its own loss's gradient.
 
 What each replica keeps on its own (`core.replicas.PER_REPLICA_FIELDS`): its seed (its
 initial weights and its data order), the AdamW hyperparameters (lr and its schedule,

@@ -40,7 +40,7 @@ from blockviz.training.registration import (
     ENV_LEGACY_EVAL,
     ENV_RUN_DIR,
     Ran,
-    fail_unstarted,
+    fail_runs,
     run_plan,
     writer_store,
 )
@@ -71,7 +71,7 @@ def main(request: TrainRequest) -> int:
             datamodule = preflight(plan)
         except (UsageError, ValueError) as exc:
             if request.run_id is not None and not request.resume:
-                fail_unstarted(store, [request.run_id], str(exc))
+                fail_runs(store, [request.run_id], str(exc))
             raise
         return run_plan(plan, datamodule, store, request.session).exit_code
 
