@@ -83,7 +83,7 @@ def fit_ms(config: cfg.RunConfig, induction: bool) -> tuple[float, float]:
     dm = CharDataModule(config.data, config.model.block_size, config.train.batch_size)
     dm.setup()
     config = cfg.replace(config, vocab_size=dm.vocab.size)
-    probe = BlockProbe([DropSink()], probe_interval=2, sample_interval=10**9, induction=induction)
+    probe = BlockProbe([[DropSink()]], probe_interval=2, sample_interval=10**9, induction=induction)
     timer = StepTimer()
     lit = LitCharModel(config.to_dict(), dm.vocab.to_json())
     with tempfile.TemporaryDirectory() as run_dir:

@@ -1,9 +1,9 @@
-"""Callbacks that watch training: train metrics and clocks, the console line, last.ckpt.
+"""Callbacks that watch training: train metrics and clocks, and the console line.
 
 `TrainingMonitor` logs the train/* scalars (loss, lr, step time, tokens/s), keeps the
 clocks the final metrics report and stops a run whose loss is no longer finite;
 `make_trainer` adds one to every Trainer. `ConsoleProgress` draws the status line from
-it. `LastCheckpoint` keeps last.ckpt current. (The probes are `blockviz.training.probes`.)
+it. (The probes are `blockviz.training.probes`, the checkpoints `blockviz.training.trainer`'s.)
 
 Metric steps: a number recorded "at step s" describes the model after s optimizer
 updates. The training loss at step s is the loss of batch s (computed with those
@@ -72,13 +72,12 @@ class TrainingMonitor(Callback):
     def __init__(
         self,
         log_interval: int = 1,
-        recent_losses: int = RECENT_LOSSES,
         runs: int = 1,
         on_diverged: Callable[[int, int], None] | None = None,
     ) -> None:
         self.log_interval = log_interval
         self.on_diverged = on_diverged
-        self.runs = [_Run(collections.deque(maxlen=recent_losses)) for _ in range(runs)]
+        self.runs = [_Run(collections.deque(maxlen=RECENT_LOSSES)) for _ in range(runs)]
         self.train_time_s = 0.0  # seconds spent training, validation excluded
         self.tokens_seen = 0  # by each run
         self._fit: tuple[L.Trainer, Any] | None = None  # the fit whose runs are logged
@@ -93,11 +92,6 @@ class TrainingMonitor(Callback):
         self._window_start = 0.0
         self._window_excluded = 0.0  # validation seconds inside the current window
         self._paused_at: float | None = None  # when the current validation began
-
-    @property
-    def last_train(self) -> dict[str, float]:
-        """The first run's latest record (a solo run's console line)."""
-        return self.runs[0].last_train
 
     def state_dict(self) -> dict[str, Any]:
         """In a checkpoint: each run's per-step losses not logged yet and its recent ones
@@ -144,7 +138,11 @@ class TrainingMonitor(Callback):
     ) -> None:
         """Note the step (and at a logged one, the lrs its update will use); resume the
         clock after validation."""
-        self.resume_clock()
+        # Validation ends in callbacks, ModelCheckpoint's best.ckpt last of all; the next
+        # training batch is the first moment after all of them.
+        if self._paused_at is not None:
+            self._window_excluded += time.perf_counter() - self._paused_at
+            self._paused_at = None
         self._step = trainer.global_step
         if self.due(self._step, trainer.max_steps):
             # Read before the update: the schedule steps before on_train_batch_end.
@@ -179,7 +177,7 @@ class TrainingMonitor(Callback):
                 self._copies = HostCopies(max(self.log_interval * len(self.runs), values.numel()))
             host, ready = self._copies.send(values.flatten())
             values = host.view(values.shape)
-        window = _Window(steps, values, ready, tick, self._pending_lrs)
+        window = _Window(steps, values, ready, *tick, self._pending_lrs)
         self.drain()  # the window before: arrived long ago
         if defer and self._step + 1 < trainer.max_steps:
             self._in_flight = window
@@ -214,23 +212,18 @@ class TrainingMonitor(Callback):
         them is reported as the fit's outcome)."""
         self.drain()
 
-    def resume_clock(self) -> None:
-        """Restart the throughput clock paused by a validation (if one is paused)."""
-        # Validation ends in callbacks, ModelCheckpoint's best.ckpt last of all; the next
-        # training batch is the first moment after all of them.
-        if self._paused_at is not None:
-            self._window_excluded += time.perf_counter() - self._paused_at
-            self._paused_at = None
-
-    def _tick(self, trainer: L.Trainer, trained: int, tokens_per_batch: int) -> _Tick:
-        """Close the throughput window of the `trained` steps since the last one, now."""
+    def _tick(
+        self, trainer: L.Trainer, trained: int, tokens_per_batch: int
+    ) -> tuple[float, float, int]:
+        """Close the throughput window of the `trained` steps since the last one, now: the
+        `_Window`'s now, step_time and world_tokens."""
         now = time.perf_counter()
         elapsed = max(1e-9, now - self._window_start - self._window_excluded)
         self._window_start, self._window_excluded = now, 0.0
         self.train_time_s += elapsed
         world_tokens = tokens_per_batch * trainer.world_size
         self.tokens_seen += world_tokens * trained
-        return _Tick(now, elapsed / trained, world_tokens)
+        return now, elapsed / trained, world_tokens
 
     def _log(self, window: _Window) -> None:
         """Every live run's rows of one window (one wait for the transfer); a run whose loss
@@ -262,7 +255,6 @@ class TrainingMonitor(Callback):
             steps = [step for step, _ in run.carried] + steps
             losses = [loss for _, loss in run.carried] + losses
             run.carried = []
-        now, step_time, world_tokens = window.tick
         bad = next((i for i, value in enumerate(losses) if not math.isfinite(value)), None)
         # Under DDP every rank must stop at the same step, whichever rank saw it.
         if trainer.strategy.reduce_boolean_decision(bad is not None, all=False):
@@ -275,11 +267,11 @@ class TrainingMonitor(Callback):
         metrics = {
             spec.TRAIN_LOSS: sum(losses) / len(losses),
             spec.TRAIN_LR: window.lrs[index],
-            spec.TRAIN_STEP_TIME: step_time,
-            spec.TRAIN_TOKENS_PER_SEC: world_tokens / step_time,
+            spec.TRAIN_STEP_TIME: window.step_time,
+            spec.TRAIN_TOKENS_PER_SEC: window.world_tokens / window.step_time,
             # the wall clock at the end of this step (validation included): Live and
             # Compare place steps in time with it
-            spec.TRAIN_ELAPSED_S: now - (self._fit_started or now),
+            spec.TRAIN_ELAPSED_S: window.now - (self._fit_started or window.now),
         }
         pl_module.log_run(index, metrics, steps[-1])
         run.last_train = {"step": steps[-1], "loss": metrics[spec.TRAIN_LOSS], **metrics}
@@ -317,21 +309,16 @@ class _Run:
     last_train: dict[str, float] = field(default_factory=dict)  # the latest record
 
 
-class _Tick(NamedTuple):
-    """The throughput clock when a window of steps closed."""
-
-    now: float  # perf_counter
-    step_time: float  # seconds per step of the window, validation excluded
-    world_tokens: int  # tokens per step over all ranks (of each run)
-
-
 class _Window(NamedTuple):
-    """Losses of the steps since the last log, on their way to the host."""
+    """Losses of the steps since the last log, on their way to the host, and the
+    throughput clock when the window closed."""
 
     steps: list[int]
     values: torch.Tensor  # (steps, runs) float32: on the host once `ready`, or on a CPU
     ready: torch.cuda.Event | None  # recorded after the copy (None: none to wait for)
-    tick: _Tick
+    now: float  # perf_counter
+    step_time: float  # seconds per step of the window, validation excluded
+    world_tokens: int  # tokens per step over all ranks (of each run)
     lrs: list[float]  # each run's, at the last step
 
 
@@ -393,14 +380,10 @@ class ConsoleProgress(Callback):
     file, a pipe) a full line is printed every `every_n_steps` steps and at the end.
     """
 
-    def __init__(
-        self,
-        stream: TextIO | None = None,
-        refresh_s: float = 0.25,
-        every_n_steps: int | None = None,
-    ) -> None:
+    refresh_s = 0.25
+
+    def __init__(self, stream: TextIO | None = None, every_n_steps: int | None = None) -> None:
         self.stream = stream or sys.stderr
-        self.refresh_s = refresh_s
         self.every_n_steps = every_n_steps
         self.interactive = bool(getattr(self.stream, "isatty", lambda: False)())
         self._last_draw = 0.0
@@ -454,8 +437,8 @@ class ConsoleProgress(Callback):
         parts = [f"step {step}/{max_steps}"]
         monitor = training_monitor(trainer)
         runs = monitor.runs if monitor is not None else []
-        last_train = monitor.last_train if monitor is not None else {}
-        last_val = getattr(pl_module, "last_val", {})
+        last_train = runs[0].last_train if runs else {}
+        last_val = pl_module.last_vals[0] if len(pl_module.live) == 1 else {}
         if len(runs) > 1:  # replicas: each one's loss, a dash for one that trains no more
             live = pl_module.live
             losses = [

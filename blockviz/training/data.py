@@ -196,21 +196,14 @@ class CharDataModule(L.LightningDataModule):
         if self.data_cfg.dataset == "ops":
             self.answer_table = ops_baseline_table(corpus.text[:n_train])
 
-    def _start_step(self) -> int:
-        """The step training starts at: the restored checkpoint's (Lightning restores it
-        before it asks for the training loader), 0 for a fresh fit."""
-        trainer = getattr(self, "trainer", None)
-        return int(getattr(trainer, "global_step", 0) or 0)
-
-    def _rank(self) -> int:
-        trainer = getattr(self, "trainer", None)
-        return int(trainer.global_rank) if trainer is not None else 0
-
     def train_dataloader(self) -> DataLoader:
         """Endless random training batches (x, y), each (batch_size, block_size) int64 (with
         replica seeds: (replicas, batch_size, block_size), one stream per seed)."""
         self.setup()
-        skip = self._start_step()
+        # The step training starts at: a restored checkpoint's (Lightning restores it before
+        # it asks for this loader), 0 for a fresh fit; batch k is the k-th draw.
+        trainer = getattr(self, "trainer", None)
+        skip = int(getattr(trainer, "global_step", 0) or 0)
         if self.replica_seeds is not None:
             stacked = _ReplicaWindows(
                 self.train_ids, self.block_size, self.batch_size, self.replica_seeds, skip
@@ -218,8 +211,9 @@ class CharDataModule(L.LightningDataModule):
             return DataLoader(stacked, batch_size=None, num_workers=0)
         # Each DDP rank draws its own windows; a run restarted with the same seed repeats,
         # and one restored at step N (a resume, a fork) goes on with batch N.
+        rank = int(trainer.global_rank) if trainer is not None else 0
         windows = _RandomWindows(
-            self.train_ids, self.block_size, self.batch_size, self.seed + self._rank(), skip
+            self.train_ids, self.block_size, self.batch_size, self.seed + rank, skip
         )
         return DataLoader(windows, batch_size=None, num_workers=0)
 
@@ -285,13 +279,6 @@ def answer_accuracy(
     ends = newline & in_answer & question_whole  # (B, T): one True per scored answer
     correct = ends & (mistakes.gather(1, start) == 0)  # (B, T)
     return int(correct.sum()), int(ends.sum())
-
-
-def baseline_score(
-    x: torch.Tensor, y: torch.Tensor, vocab: CharVocab, table: dict[str, str]
-) -> tuple[int, int]:
-    """(correct, total) of the trivial baseline on the ops answers a batch scores."""
-    return answer_accuracy(x, y, baseline_predictions(x, vocab, table), vocab)
 
 
 def baseline_predictions(x: torch.Tensor, vocab: CharVocab, table: dict[str, str]) -> torch.Tensor:

@@ -34,16 +34,18 @@ def _finite_or_none(value: float | None) -> float | None:
 def final_metrics(
     lit: Any, trainer: Any, outcome: Outcome, run: int = 0
 ) -> dict[str, float | int | None]:
-    """Run `run`'s recent train loss, the last evaluation (of `lit`, its model), training
-    time and throughput, and the step the fit ended at; a value that is not finite as None."""
+    """Run `run`'s recent train loss, its last evaluation (of `lit`, the module that trained
+    it), training time and throughput, and the step the fit ended at; a value that is not
+    finite as None."""
     monitor = training_monitor(trainer)
+    last_val = lit.last_vals[run]
     return {
         "train_loss": _finite_or_none(monitor.recent_train_loss(run)),
-        "val_loss": _finite_or_none(lit.last_val.get(VAL_LOSS)),
-        "val_ppl": _finite_or_none(lit.last_val.get(VAL_PPL)),
-        "val_bpc": _finite_or_none(lit.last_val.get(VAL_BPC)),
-        "answer_acc": _finite_or_none(lit.last_val.get(VAL_ANSWER_ACC)),
-        "answer_baseline": _finite_or_none(lit.last_val.get(VAL_ANSWER_BASELINE)),
+        "val_loss": _finite_or_none(last_val.get(VAL_LOSS)),
+        "val_ppl": _finite_or_none(last_val.get(VAL_PPL)),
+        "val_bpc": _finite_or_none(last_val.get(VAL_BPC)),
+        "answer_acc": _finite_or_none(last_val.get(VAL_ANSWER_ACC)),
+        "answer_baseline": _finite_or_none(last_val.get(VAL_ANSWER_BASELINE)),
         "time_s": round(monitor.wall_time_s(), 3),  # training wall time, evaluations included
         "tokens_per_sec": monitor.tokens_per_sec(),  # while training, evaluations excluded
         "steps": outcome.step,

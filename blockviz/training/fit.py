@@ -35,7 +35,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 log = logging.getLogger(__name__)
 
-# What the fits hand back as each run ends: (member index, outcome, its model, its Trainer).
+# What the fits hand back as each run ends: (member index, outcome, the module, its Trainer).
 Record = Callable[[int, "Outcome", Any, Any], None]
 
 
@@ -55,7 +55,7 @@ def fit(
     store: RunStore | None,
     stop: StopRequest,
     progress: bool,
-    on_ready: Callable[[Any, list[Any]], None],
+    on_ready: Callable[[Any, Any], None],
     record: Record,
 ) -> None:
     """A plan's one fit, of one run (`LitCharModel`) or of its K members as replicas of
@@ -73,22 +73,26 @@ def fit(
         i: Outcome("skipped", plan.start_step) for i, m in enumerate(plan.members) if m.finished
     }
     # Rank 0's: each training member's loggers (its rows, its --logger files), probe sinks
-    # and heartbeat, and the probe of them all.
+    # (to both) and heartbeat, and the probe of them all.
     loggers: list[list[Any]] = [[] for _ in plan.members]
     sinks: list[list[Any]] = [[] for _ in plan.members]
     heartbeats: dict[int, Heartbeat] = {}
     watch: list[BlockProbe] = []
     if store is not None:
+        resume_step = plan.start_step if plan.checkpoint is not None else None
         for i, member in enumerate(plan.members):
             if i not in ended:
-                loggers[i], sinks[i] = watchers(plan, member.config, store, run_ids[i], run_dirs[i])
+                extra = run_loggers(member.config.train, run_dirs[i], resume_step)
+                loggers[i] = [StoreLogger(store, run_ids[i]), *extra]
+                sinks[i] = [StoreSink(store, run_ids[i]), *([LoggerSink(extra)] if extra else [])]
                 heartbeats[i] = Heartbeat(store, run_ids[i])
         train = config.train
         probe = BlockProbe(
             run_sinks=sinks,
             probe_interval=train.probe_interval,
             sample_interval=train.sample_interval,
-            prompt=sample_prompt(datamodule),
+            # the text samples' prompt: a newline, or the text's first character
+            prompt="\n" if "\n" in datamodule.vocab else datamodule.corpus.text[0],
         )
         watch = [probe]
     lifecycle = RunLifecycle(stop, list(heartbeats.values()), store, run_ids)
@@ -99,7 +103,7 @@ def fit(
             lit.mark_diverged(index, step)
             ended[index] = Outcome("diverged", step)
             heartbeats[index].stop()  # its row is final: no more beats, no more steps
-            record(index, ended[index], lit.runs[index], trainer)
+            record(index, ended[index], lit, trainer)
 
         lit.replica_loggers = loggers  # each replica's, not the Trainer's
         lit.out = list(ended)
@@ -108,23 +112,12 @@ def fit(
         trainer = make_trainer(shared, callbacks, None, plan.batch_dir, monitor=monitor)
     else:
         trainer = make_trainer(config, callbacks, loggers[0] or None, run_dirs[0])
-    on_ready(trainer, lit.run_modules())
+    on_ready(trainer, lit)
     for heartbeat in heartbeats.values():
         heartbeat.step = plan.start_step
         heartbeat.start()
-
-    def scored(step: int) -> bool:
-        modules = [m for m, alive in zip(lit.run_modules(), lit.live, strict=True) if alive]
-        return all(module.last_val.get("step") == step for module in modules)
-
-    def finish() -> None:
-        # Lightning skips the whole loop of a fit restored at max_steps, on_train_end with
-        # it: the end's text sample and attention map are written here instead.
-        for callback in watch:
-            callback.on_train_end(trainer, lit)
-
     try:
-        outcome = fit_loop(trainer, lit, datamodule, plan, stop, lifecycle, scored, finish)
+        outcome = fit_loop(trainer, lit, datamodule, plan, stop, lifecycle, watch)
     finally:
         for heartbeat in heartbeats.values():
             heartbeat.stop()
@@ -133,9 +126,9 @@ def fit(
             _close([logger for run in loggers for logger in run[1:]])
     if plan.batch and outcome.status == "diverged":  # the last one diverged (recorded)
         outcome = Outcome("stopped", outcome.step)
-    for index, module in enumerate(lit.run_modules()):
+    for index in range(len(plan.members)):
         if index not in ended:
-            record(index, outcome, module, trainer)
+            record(index, outcome, lit, trainer)
 
 
 def _close(loggers: list[Any]) -> None:
@@ -148,17 +141,6 @@ def _close(loggers: list[Any]) -> None:
             log.warning("closing a logger: %s", exc)
 
 
-def watchers(
-    plan: Plan, config: Any, store: RunStore, run_id: int, run_dir: Path
-) -> tuple[list[Any], list[Any]]:
-    """A run's loggers (its store rows, and its --logger files in `run_dir`) and its
-    probe's sinks, writing to both."""
-    resume_step = plan.start_step if plan.checkpoint is not None else None
-    extra = run_loggers(config.train, run_dir, resume_step)
-    sinks = [StoreSink(store, run_id), *([LoggerSink(extra)] if extra else [])]
-    return [StoreLogger(store, run_id), *extra], sinks
-
-
 def fit_loop(
     trainer: Any,
     lit: Any,
@@ -166,20 +148,27 @@ def fit_loop(
     plan: Plan,
     stop: StopRequest,
     lifecycle: RunLifecycle,
-    scored: Callable[[int], bool],
-    finish: Callable[[], None],
+    watch: list[BlockProbe],
 ) -> Outcome:
     """`Trainer.fit` from the plan's checkpoint, read back as an Outcome; the last
-    evaluation done when the fit ended without it (`scored(step)`: whether it has one at
-    `step`). `finish` writes what the end of training writes, for a plan only finishing."""
+    evaluation done when the fit ended without it. For a plan only finishing, the probes
+    (`watch`) write what the end of training writes."""
     train = plan.config.train
+
+    def scored(step: int) -> bool:  # whether every live run has its evaluation of `step`
+        latest = [last for last, alive in zip(lit.last_vals, lit.live, strict=True) if alive]
+        return all(last.get("step") == step for last in latest)
+
     if stop.requested:
         return Outcome("stopped", plan.start_step)
     try:
         trainer.fit(lit, datamodule=datamodule, ckpt_path=plan.checkpoint, weights_only=True)
         step = trainer.global_step
         if plan.finishing:
-            finish()
+            # Lightning skips the whole loop of a fit restored at max_steps, on_train_end
+            # with it: the end's text sample and attention map are written here instead.
+            for probe in watch:
+                probe.on_train_end(trainer, lit)
         if step < train.max_steps:  # ended early without an exception (on_train_end saved)
             return Outcome("stopped", step)
         if not scored(step):
@@ -195,11 +184,6 @@ def fit_loop(
             with contextlib.suppress(SIGTERMException):
                 trainer.validate(lit, datamodule=datamodule, verbose=False, weights_only=True)
         return Outcome("stopped", step)
-
-
-def sample_prompt(datamodule: Any) -> str:
-    """The fixed prompt of text samples: a newline, or the text's first character."""
-    return "\n" if "\n" in datamodule.vocab else datamodule.corpus.text[0]
 
 
 def describe_device(trainer: Any) -> str:

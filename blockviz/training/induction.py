@@ -34,14 +34,14 @@ COPY_PART = "induction_copying"  # on the host only: the scores of OV_PART's cir
 
 
 def repeated_batch(
-    vocab_size: int, block_size: int, batch: int = INDUCTION_BATCH, seed: int = INDUCTION_SEED
+    vocab_size: int, block_size: int, batch: int = INDUCTION_BATCH
 ) -> torch.Tensor | None:
     """(batch, 2L) token ids, each row a uniformly random half of L = block_size // 2 tokens
     followed by the same half; None when L < 2 (no query has a previous token to match)."""
     half = repeat_half(block_size)
     if half < 2:
         return None
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(INDUCTION_SEED)
     first = torch.randint(vocab_size, (batch, half), generator=generator)  # (B, L)
     return torch.cat([first, first], dim=1)  # (B, 2L)
 

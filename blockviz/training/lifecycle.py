@@ -38,29 +38,22 @@ class StopRequest:
         self.requested = False
         self._previous: dict[int, Any] = {}
 
-    def install(self) -> None:
+    def __enter__(self) -> StopRequest:
         """Install the handlers (main thread only; elsewhere signals cannot be caught)."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for signum, handler in (
-            (signal.SIGTERM, self._on_sigterm),
-            (signal.SIGINT, self._on_sigint),
-        ):
-            self._previous[signum] = signal.getsignal(signum)
-            signal.signal(signum, handler)
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in (
+                (signal.SIGTERM, self._on_sigterm),
+                (signal.SIGINT, self._on_sigint),
+            ):
+                self._previous[signum] = signal.getsignal(signum)
+                signal.signal(signum, handler)
+        return self
 
-    def uninstall(self) -> None:
+    def __exit__(self, *exc: object) -> None:
         """Restore the handlers that were there before."""
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
-
-    def __enter__(self) -> StopRequest:
-        self.install()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.uninstall()
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True
@@ -88,10 +81,9 @@ class Heartbeat:
     checkpoint.
     """
 
-    def __init__(self, store: RunStore, run_id: int, interval_s: float = HEARTBEAT_S) -> None:
+    def __init__(self, store: RunStore, run_id: int) -> None:
         self.store = store
         self.run_id = run_id
-        self.interval_s = interval_s
         self.step = 0
         self._stop = threading.Event()
         self._signalled = False
@@ -109,7 +101,7 @@ class Heartbeat:
             self._thread.join(timeout=10)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.wait(HEARTBEAT_S):
             try:
                 self.store.heartbeat(self.run_id, self.step)
             except StoreError as exc:  # a busy store must not kill training; try again

@@ -27,7 +27,7 @@ from blockviz.core import spec
 from blockviz.core.config import RunConfig
 from blockviz.core.config_train import TrainConfig
 from blockviz.core.vocab import CharVocab
-from blockviz.training.data import answer_accuracy, baseline_score
+from blockviz.training.data import answer_accuracy, baseline_predictions
 from blockviz.training.model import CharTransformer, ModelInputError, NonFiniteLogits
 from blockviz.training.probe_stats import RunStack
 
@@ -154,14 +154,24 @@ class OneStep(L.LightningModule):
     (`configure_gradient_clipping`), the update, then the schedule. `LitCharModel` and
     `LitReplicas` share it; each says what its `objective` is.
 
-    It also says which runs it trains, as `callbacks.TrainingMonitor` logs them: one here
-    (`live`, `run_lrs`, `log_run`); `LitReplicas` trains K.
+    It also says which runs it trains (`configs`: one for `LitCharModel`, K for
+    `LitReplicas`), as `callbacks.TrainingMonitor` logs them (`live`, `run_lrs`, `log_run`).
+    `last_vals` holds each run's latest evaluation (what its final metrics report).
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, run_configs: list[dict[str, Any]], vocab_json: str | None, schedule_steps: int | None
+    ) -> None:
         super().__init__()
         self.automatic_optimization = False
-        self.live = [True]  # which of the module's runs still train (here: its one run)
+        self.configs = [RunConfig.from_dict(c).validate() for c in run_configs]
+        # The step where the lr decay ends: max_steps, or what the runs first had when a
+        # resume extends it (the checkpoint's hyperparameters carry it on).
+        self.schedule_steps = schedule_steps or self.configs[0].train.max_steps
+        self.vocab = CharVocab.from_json(vocab_json) if vocab_json else None
+        self.is_ops = self.configs[0].data.dataset == "ops"
+        self.live = [True for _ in self.configs]  # which of the module's runs still train
+        self.last_vals: list[dict[str, float]] = [{} for _ in self.configs]  # with its step
         self._val_batches = 0  # batches of the evaluation under way
 
     def run_lrs(self) -> list[float]:
@@ -203,14 +213,14 @@ class OneStep(L.LightningModule):
         """Each run's logits (K, B, T, V) and loss (K,) of one evaluation batch (B, T)."""
         raise NotImplementedError
 
-    def run_modules(self) -> list[Any]:
-        """Each run's own `LitCharModel` (its `last_val`, its size)."""
-        raise NotImplementedError
-
     def stack(self) -> RunStack:
         """Every run's parameters and gradients, (K, ...) each, and the model that runs
         them: what a probe step measures, all K at once."""
         raise NotImplementedError
+
+    def n_params(self) -> int:
+        """Each run's number of parameters (a tied matrix once)."""
+        return sum(param[0].numel() for param in self.stack().params)
 
     def on_validation_epoch_start(self) -> None:
         """Reset the accumulators of one evaluation."""
@@ -234,25 +244,26 @@ class OneStep(L.LightningModule):
                 answers[0] += correct
                 answers[1] += total
             if self._answer_table is not None:
-                right, scored = baseline_score(x, y, self.vocab, self._answer_table)
+                guesses = baseline_predictions(x, self.vocab, self._answer_table)
+                right, scored = answer_accuracy(x, y, guesses, self.vocab)
                 self._baseline[0] += right
                 self._baseline[1] += scored
 
     def on_validation_epoch_end(self) -> None:
         """Each live run's val/loss, val/bpc (= loss / ln 2), val/ppl (for ops val/answer_acc
-        and its baseline), to its loggers and its module's `last_val`."""
+        and its baseline), to its loggers and its `last_vals`."""
         if not self._val_batches:
             return
         # One transfer; the means in Python. Every rank evaluates the same fixed batches, so
         # no cross-rank reduction is needed.
         means = [total / self._val_batches for total in self._val_sum.tolist()]
         table = self.is_ops and self._answer_table is not None
-        for index, (module, mean_loss) in enumerate(zip(self.run_modules(), means, strict=True)):
+        for index, mean_loss in enumerate(means):
             if self.live[index]:
                 answers = self._answers[index] if self.is_ops else None
                 metrics = val_metrics(mean_loss, answers, self._baseline if table else None)
                 self.log_run(index, metrics, self.global_step)
-                module.last_val = {"step": self.global_step, **metrics}
+                self.last_vals[index] = {"step": self.global_step, **metrics}
         if len(means) == 1:  # for ModelCheckpoint (a run's best.ckpt): callback_metrics only
             self.log(spec.VAL_LOSS, means[0], logger=False, prog_bar=False)
 
@@ -282,20 +293,14 @@ class LitCharModel(OneStep):
         vocab_json: str | None = None,
         schedule_steps: int | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__([run_config], vocab_json, schedule_steps)
         self.save_hyperparameters()
-        self.config = RunConfig.from_dict(run_config).validate()
-        # The step where the lr decay ends: max_steps, or what the run first had when a
-        # resume extends it (the checkpoint's hyperparameters carry it on).
-        self.schedule_steps = schedule_steps or self.config.train.max_steps
+        self.config = self.configs[0]
         self.model = CharTransformer(self.config.model)
-        self.vocab = CharVocab.from_json(vocab_json) if vocab_json else None
-        self.is_ops = self.config.data.dataset == "ops"
         # The steps call the model through torch.compile when asked (made in `setup`, for
         # the device the Trainer chose); probes and generation keep using the eager model,
         # which holds the very same parameters.
         self.compiled: CompiledModel | None = None
-        self.last_val: dict[str, float] = {}  # the latest evaluation, with its step
         self._restored_rng: dict[str, Any] | None = None  # a checkpoint's, for the next batch
 
     def setup(self, stage: str) -> None:
@@ -315,10 +320,6 @@ class LitCharModel(OneStep):
         """Logits (1, B, T, V) and loss (1,) of one evaluation batch: the one run's."""
         logits, loss = self.forward(x, y)
         return logits.unsqueeze(0), loss.reshape(1)
-
-    def run_modules(self) -> list[LitCharModel]:
-        """The run's own module: this one."""
-        return [self]
 
     def stack(self) -> RunStack:
         """The one run as a stack of one (views of the eager model's parameters)."""

@@ -35,9 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from blockviz.core.config_model import ModelConfig
-from blockviz.core.spec import TAPS, block_tap_names
-
-TAP_NAMES = TAPS  # the spec's taps, in forward order (see blockviz.core.spec)
+from blockviz.core.spec import block_tap_names
 
 
 class ModelInputError(ValueError):

@@ -132,44 +132,30 @@ class BlockProbe(Callback):
     """Gradient, parameter, update, activation and attention statistics of each run the
     module trains, to its sinks.
 
-    `sinks` take each probe step's records of the module's one run (none: measure nothing,
-    e.g. on ranks other than 0); `run_sinks` instead gives each run's, for a module of
-    several (`LitReplicas`). Every run is measured at once, on the module's `stack()`
-    (each parameter (K, ...), a solo run's a stack of one): norms per row, one stacked
-    probe forward with the taps hooked, statistics reduced over every dimension but K,
-    text samples in one pass, and one transfer for all K. `prompt` seeds the text
-    samples; `probe_batch` sequences of the validation split form the fixed probe batch;
-    the attention map shows the first `attention_chars` of sequence 0; `induction` False
-    leaves the induction statistics out (for measuring what they cost).
+    `run_sinks` gives each run's sinks (one list for a solo run, K for `LitReplicas`; a
+    run without sinks, or a rank other than 0, measures nothing). Every run is measured at
+    once, on the module's `stack()`, as the module docstring says. `prompt` seeds the text
+    samples; `induction` False leaves the induction statistics out (for measuring their cost).
     """
+
+    probe_batch = 4  # sequences of the validation split in the fixed probe batch
+    attention_chars = 48  # the attention map shows the first characters of sequence 0
+    temperature, top_k = 0.8, None  # how the text samples are drawn
 
     def __init__(
         self,
-        sinks: Sequence[ProbeSink] = (),
+        run_sinks: Sequence[Sequence[ProbeSink]],
         probe_interval: int = 50,
         sample_interval: int = 200,
-        probe_batch: int = 4,
         prompt: str = "\n",
         sample_chars: int = 120,
-        attention_chars: int = 48,
-        temperature: float = 0.8,
-        top_k: int | None = None,
-        hist_bins: int = HIST_BINS,
-        hist_range: tuple[float, float] = HIST_RANGE,
         induction: bool = True,
-        run_sinks: Sequence[Sequence[ProbeSink]] | None = None,
     ) -> None:
-        self.run_sinks = [list(run) for run in run_sinks or [sinks]]
+        self.run_sinks = [list(run) for run in run_sinks]
         self.probe_interval = probe_interval
         self.sample_interval = sample_interval
-        self.probe_batch = probe_batch
         self.prompt = prompt
         self.sample_chars = sample_chars
-        self.attention_chars = attention_chars
-        self.temperature = temperature
-        self.top_k = top_k
-        self.hist_bins = hist_bins
-        self.hist_range = hist_range
         self.induction = induction
         self._index: ParamIndex | None = None  # the parameters' groups, once the fit starts
         self._n_layer = 0
@@ -182,14 +168,6 @@ class BlockProbe(Callback):
 
     # -- setup ----------------------------------------------------------------------------
 
-    @property
-    def sinks(self) -> list[ProbeSink]:
-        """The first run's sinks (a solo run's)."""
-        return self.run_sinks[0]
-
-    def _active(self, trainer: L.Trainer) -> bool:
-        return any(self.run_sinks) and trainer.is_global_zero
-
     def _runs(self, pl_module: L.LightningModule) -> list[int]:
         """The runs whose records are written: those with sinks, still live."""
         live = pl_module.live
@@ -197,7 +175,7 @@ class BlockProbe(Callback):
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Index the parameters into groups and draw the fixed probe batch once."""
-        if not self._active(trainer):
+        if not any(self.run_sinks) or not trainer.is_global_zero:
             return
         # Batch max_steps - 1 is the last one whose gradient and update exist; a fit bounded
         # by epochs instead (max_steps -1) has no known last step.
@@ -225,10 +203,6 @@ class BlockProbe(Callback):
         """Whether `step` gets gradient / activation statistics: every interval and the last."""
         return is_probe_step(step, self.probe_interval, self._last_step)
 
-    def is_sample_step(self, step: int) -> bool:
-        """Whether `step` gets attention maps and a text sample."""
-        return step % self.sample_interval == 0
-
     def sampled_at(self, step: int) -> bool:
         """Whether the latest text sample is of `step` (the end then needs no other)."""
         return self._last_sample_step == step
@@ -243,7 +217,7 @@ class BlockProbe(Callback):
         if self._index is None:
             return
         step = trainer.global_step
-        probe, sample = self.is_probe_step(step), self.is_sample_step(step)
+        probe, sample = self.is_probe_step(step), step % self.sample_interval == 0
         runs = self._runs(pl_module)
         if not (probe or sample) or not runs:
             return
@@ -282,11 +256,10 @@ class BlockProbe(Callback):
         was_training = model.training
         model.eval()  # no dropout: statistics comparable across steps
 
-        def reduce(activation: torch.Tensor) -> torch.Tensor:
-            return tap_statistics(activation, self.hist_bins, self.hist_range)
-
         # Every tap's TAP_STATS ("taps"), and each TapGroup's at its tap: {part: reduce, taps}
-        hooked = {"taps": (reduce, None)} | {g.part: (g.reduce, (g.tap,)) for g in TAP_GROUPS}
+        hooked = {"taps": (tap_statistics, None)} | {
+            g.part: (g.reduce, (g.tap,)) for g in TAP_GROUPS
+        }
         # The probe sees the same numerics as training (autocast under mixed precision).
         precision_context = getattr(trainer.precision_plugin, "forward_context", nullcontext)
         found: dict[str, dict[tuple[int, str], torch.Tensor]] = {}
@@ -400,8 +373,10 @@ class BlockProbe(Callback):
         if "output" in host:
             records.scalars = dict(zip(PROBE_SCALARS, host["output"], strict=True))
         if "taps" in host:
-            keys, bins, value_range = pending.tap_keys["taps"], self.hist_bins, self.hist_range
-            tap_rows, records.histograms = tap_records(step, keys, host["taps"], bins, value_range)
+            keys = pending.tap_keys["taps"]
+            tap_rows, records.histograms = tap_records(
+                step, keys, host["taps"], HIST_BINS, HIST_RANGE
+            )
             rows += tap_rows
         for group in TAP_GROUPS:
             if group.part in host:

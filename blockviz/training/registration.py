@@ -98,61 +98,41 @@ def writer_store(session: Session, create: bool) -> Iterator[RunStore]:
 
 
 def run_plan(plan: Plan, datamodule: Any, store: RunStore, session: Session) -> Ran:
-    """Register the plan's runs, wait for a slot, fit, and record each one's end."""
+    """Register the plan's runs, wait for a slot, fit, and record each one's end; a failure
+    fails every member that trains and has not recorded its end."""
     # Installed before the runs exist, so no signal can leave one 'queued' forever.
     with StopRequest() as stop:
         plan = plan.with_vocab(datamodule.vocab.size)
-        return _register_and_fit(plan, datamodule, store, session, stop)
-
-
-def _register_and_fit(
-    plan: Plan, datamodule: Any, store: RunStore, session: Session, stop: StopRequest
-) -> Ran:
-    members = [_register(store, plan, index, datamodule) for index in range(len(plan.members))]
-    ids = tuple(m.run_id for m in members)
-    training = [m for m in members if m.training]
-    if not training:
-        return Ran(EXIT_OK, ids)
-    # The plan as registered: each member's run, and those that do not train masked out.
-    registered = tuple(
-        dataclasses.replace(
-            planned, run_id=member.run_id, name=member.name, finished=not member.training
-        )
-        for planned, member in zip(plan.members, members, strict=True)
-    )
-    batch_dir = plan.batch_dir
-    if plan.batch and batch_dir is None:  # a new batch: a folder of its own
-        batch_dir = replicas.batch_folder(members[0].run_dir, ids[0])
-    plan = dataclasses.replace(plan, members=registered, batch_dir=batch_dir)
-    handlers = []
-    try:
-        for index, member in enumerate(members):
-            if member.training:
-                _write_files(plan, index, member, ids, datamodule)
-                handlers.append(open_log(member.run_dir))
-        started = plan.start_text()  # its first line: printed, and in train.log with its config
-        print(f"blockviz: {started}; store {store.where}", flush=True)
-        log.info("%s with config %s", started, plan.config.to_json(indent=None))
-        for member, planned in zip(members, plan.members, strict=True):
-            if member.training and plan.checkpoint is not None:
-                _continue_series(store, member.run_id, plan, planned.pending_rows)
-        note = plan.horizon_note()
-        if note is not None:
-            print(f"blockviz: run {training[0].run_id}: {note}", flush=True)
-            log.info(note)
-        if not wait_for_slot(store, training[0].run_id, session.max_running, stop):
-            for member in training:
-                patiently(store.update_run, member.run_id, status="stopped", ended=time.time())
-                what = f"run {member.run_id} ({member.name})"
-                print(f"blockviz: {what} stopped while queued", flush=True)
+        members = [_register(store, plan, index, datamodule) for index in range(len(plan.members))]
+        ids = tuple(m.run_id for m in members)
+        ended = {index for index, member in enumerate(members) if not member.training}
+        if len(ended) == len(members):
             return Ran(EXIT_OK, ids)
-        startup_trace.mark("slot claimed")
-        return Ran(_fit_and_record(plan, datamodule, store, session, stop, members), ids)
-    except Exception as exc:  # before the fit (files, rows): every member that trains fails
-        return Ran(_record_failure(store, training, exc), ids)
-    finally:
-        for handler in handlers:
-            close_log(handler)
+        # The plan as registered: each member's run, those that do not train masked out,
+        # and a new batch's folder of its own.
+        registered = tuple(
+            dataclasses.replace(planned, run_id=m.run_id, name=m.name, finished=not m.training)
+            for planned, m in zip(plan.members, members, strict=True)
+        )
+        batch_dir = plan.batch_dir
+        if plan.batch and batch_dir is None:
+            batch_dir = replicas.batch_folder(members[0].run_dir, ids[0])
+        plan = dataclasses.replace(plan, members=registered, batch_dir=batch_dir)
+        handlers = []
+        try:
+            for index, member in enumerate(members):
+                if member.training:
+                    _write_files(plan, index, member, ids, datamodule)
+                    handlers.append(open_log(member.run_dir))
+            return Ran(_start(plan, datamodule, store, session, stop, members, ended), ids)
+        except Exception as exc:
+            return Ran(_record_failure(store, _unrecorded(members, ended), exc), ids)
+        except BaseException as exc:  # KeyboardInterrupt outside our handlers, SystemExit
+            _record_failure(store, _unrecorded(members, ended), exc)
+            raise
+        finally:
+            for handler in handlers:
+                close_log(handler)
 
 
 def _register(store: RunStore, plan: Plan, index: int, datamodule: Any) -> _Member:
@@ -215,76 +195,79 @@ def _write_files(
     atomic_write(run_dir / "vocab.json", datamodule.vocab.to_json())
 
 
-def _continue_series(store: RunStore, run_id: int, plan: Plan, rows: Any) -> None:
-    """Before a resume: drop rows logged after the checkpoint, restore rows it carried."""
-    dropped = patiently(store.truncate_after, run_id, plan.start_step)
-    restored = store.restore_rows(run_id, rows) if rows else 0
-    log.info(
-        "run %s resuming at step %s: dropped %s rows logged after the checkpoint, restored "
-        "%s rows it carried",
-        run_id,
-        plan.start_step,
-        dropped,
-        restored,
-    )
-
-
-def _fit_and_record(
+def _start(
     plan: Plan,
     datamodule: Any,
     store: RunStore,
     session: Session,
     stop: StopRequest,
     members: list[_Member],
+    ended: set[int],
 ) -> int:
-    """Fit the plan (one run, or replicas of one batched model) and record each member's
-    end as it comes; a failure fails the members not recorded yet. The exit status."""
-    ended: set[int] = set()
+    """The registered plan's start (its first line, a resume's series continued), its wait
+    for a slot and its fit (one run, or replicas of one batched model), each member's end
+    recorded (into `ended`) as it comes. The exit status."""
+    training = [m for m in members if m.training]
+    started = plan.start_text()  # its first line: printed, and in train.log with its config
+    print(f"blockviz: {started}; store {store.where}", flush=True)
+    log.info("%s with config %s", started, plan.config.to_json(indent=None))
+    for member, planned in zip(members, plan.members, strict=True):
+        if member.training and plan.checkpoint is not None:
+            # A resume: drop the rows logged after the checkpoint, restore the rows it carried.
+            dropped = patiently(store.truncate_after, member.run_id, plan.start_step)
+            rows = planned.pending_rows
+            restored = store.restore_rows(member.run_id, rows) if rows else 0
+            log.info(
+                f"run {member.run_id} resuming at step {plan.start_step}: dropped {dropped} "
+                f"rows logged after the checkpoint, restored {restored} rows it carried"
+            )
+    note = plan.horizon_note()
+    if note is not None:
+        print(f"blockviz: run {training[0].run_id}: {note}", flush=True)
+        log.info(note)
+    if not wait_for_slot(store, training[0].run_id, session.max_running, stop):
+        for member in training:
+            patiently(store.update_run, member.run_id, status="stopped", ended=time.time())
+            what = f"run {member.run_id} ({member.name})"
+            print(f"blockviz: {what} stopped while queued", flush=True)
+        return EXIT_OK
+    startup_trace.mark("slot claimed")
     if not plan.batch:
         os.environ[ENV_RUN_DIR] = str(members[0].run_dir)
         os.environ[ENV_LEGACY_EVAL] = "1" if plan.legacy_eval else "0"
 
-    def on_ready(trainer: Any, lits: list[Any]) -> None:
+    def on_ready(trainer: Any, lit: Any) -> None:
         startup_trace.mark("model and Trainer built")
         device = describe_device(trainer)
         if plan.batch:
             device += f", {len(members)} replicas"
-        for member, lit in zip(members, lits, strict=True):
-            if member.training:
-                # Backdated by the earlier sessions' time, so started..ended spans it all.
-                patiently(
-                    store.update_run,
-                    member.run_id,
-                    status="running",
-                    started=time.time() - member.earlier_s,
-                    device=device,
-                    precision=str(trainer.precision),
-                    n_params=lit.model.n_params(),
-                    step=plan.start_step,
-                )
+        for member in training:
+            # Backdated by the earlier sessions' time, so started..ended spans it all.
+            patiently(
+                store.update_run,
+                member.run_id,
+                status="running",
+                started=time.time() - member.earlier_s,
+                device=device,
+                precision=str(trainer.precision),
+                n_params=lit.n_params(),
+                step=plan.start_step,
+            )
 
     def record(index: int, outcome: Outcome, lit: Any, trainer: Any) -> None:
-        if members[index].training:
-            _record_end(
-                store, plan, members[index], outcome, final_metrics(lit, trainer, outcome, index)
-            )
-            ended.add(index)
+        final = final_metrics(lit, trainer, outcome, index)
+        _record_end(store, plan, members[index], outcome, final)
+        ended.add(index)
 
     ids = [m.run_id for m in members]
     dirs = [m.run_dir for m in members]
-    try:
-        fit(plan, datamodule, dirs, ids, store, stop, session.progress, on_ready, record)
-    except Exception as exc:
-        return _record_failure(store, _unrecorded(members, ended), exc)
-    except BaseException as exc:  # KeyboardInterrupt outside our handlers, SystemExit
-        _record_failure(store, _unrecorded(members, ended), exc)
-        raise
+    fit(plan, datamodule, dirs, ids, store, stop, session.progress, on_ready, record)
     store.flush()
     return EXIT_OK
 
 
 def _unrecorded(members: list[_Member], ended: set[int]) -> list[_Member]:
-    return [m for index, m in enumerate(members) if m.training and index not in ended]
+    return [m for index, m in enumerate(members) if index not in ended]
 
 
 def _record_end(
@@ -310,13 +293,19 @@ def _record_end(
     log.info("%s: %s", what, json.dumps(final))
 
 
-def fail_unstarted(store: RunStore, run_ids: list[int], message: str) -> None:
-    """Runs created for this process (the runner's, a worker's) that could not start (a
-    bad config or dataset): failed with the one-line message, unless they ended already."""
+def fail_runs(store: RunStore, run_ids: list[int], message: str) -> None:
+    """Runs that could not start (a bad config or dataset) or that a failure ended: failed
+    with the one-line message and their step settled on their rows, unless they ended
+    already; a store that cannot record it is logged."""
     for run_id in run_ids:
-        with contextlib.suppress(StoreError):
-            if store.get_run(run_id).status in ("queued", "running"):
-                store.update_run(run_id, status="failed", ended=time.time(), error=message)
+        try:
+            if store.get_run(run_id).status in ACTIVE_STATUSES:
+                patiently(
+                    store.update_run, run_id, status="failed", ended=time.time(), error=message
+                )
+                store.settle_step(run_id)
+        except StoreError as exc:
+            log.error("could not record the failure: %s", exc)
 
 
 def wait_for_slot(store: RunStore, run_id: int, max_running: int, stop: StopRequest) -> bool:
@@ -356,19 +345,7 @@ def _record_failure(store: RunStore, members: list[_Member], exc: BaseException)
     log.error("failed:\n%s", "".join(traceback.format_exception(exc)))
     with contextlib.suppress(StoreError):
         store.flush()  # what can still be written, so the step below matches the rows
-    for member in members:
-        try:
-            if store.get_run(member.run_id).status in ACTIVE_STATUSES:
-                patiently(
-                    store.update_run,
-                    member.run_id,
-                    status="failed",
-                    ended=time.time(),
-                    error=message,
-                )
-                store.settle_step(member.run_id)
-        except StoreError as store_exc:
-            log.error("could not record the failure: %s", store_exc)
+    fail_runs(store, [m.run_id for m in members], message)
     what = ", ".join(f"{m.run_id} ({m.name})" for m in members)
     if isinstance(exc, (DataError, ConfigError)):
         print(f"blockviz train: error: {exc}", file=sys.stderr)

@@ -20,15 +20,21 @@ from typing import Any
 import torch
 from torch import nn
 
-from blockviz.core.config_train import TrainConfig
+from blockviz.core.config_train import LR_SCHEDULES, TrainConfig
 
 EPS = 1e-8  # torch.optim.AdamW's default, as solo runs use it
 CPU_CHUNK = 1 << 15  # columns of the stack a CPU updates at a time
-SCHEDULES = ("constant", "cosine", "linear")
 
 # A stacked parameter is a strided view of the flat buffer, and so is its gradient, on
 # purpose (autograd adds into it in place); torch warns that such a pair is unusual.
 warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout")
+
+
+def replica_values(numbers: Sequence[float], device: torch.device) -> torch.Tensor:
+    """Per-replica numbers as a (K,) tensor on `device`: float64 where the device has it,
+    as Python's floats are."""
+    dtype = torch.float32 if device.type == "mps" else torch.float64
+    return torch.tensor([float(n) for n in numbers], dtype=dtype, device=device)
 
 
 def column(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -83,15 +89,10 @@ class ReplicaSchedule:
     where the device has it, as lr_at computes in Python floats."""
 
     def __init__(self, trains: Sequence[TrainConfig], horizon: int, device: torch.device) -> None:
-        dtype = torch.float32 if device.type == "mps" else torch.float64
-
-        def values(get: Callable[[TrainConfig], float]) -> torch.Tensor:
-            return torch.tensor([float(get(t)) for t in trains], dtype=dtype, device=device)
-
-        self.lr = values(lambda t: t.lr)
-        self.min_lr = values(lambda t: t.min_lr)
-        self.warmup = values(lambda t: t.warmup_steps)
-        self.kind = torch.tensor([SCHEDULES.index(t.lr_schedule) for t in trains], device=device)
+        self.lr = replica_values([t.lr for t in trains], device)
+        self.min_lr = replica_values([t.min_lr for t in trains], device)
+        self.warmup = replica_values([t.warmup_steps for t in trains], device)
+        self.kind = torch.tensor([LR_SCHEDULES.index(t.lr_schedule) for t in trains], device=device)
         self.decay_steps = torch.clamp(horizon - self.warmup, min=1.0)
 
     def __call__(self, update: int) -> torch.Tensor:
@@ -130,14 +131,9 @@ class ReplicaAdamW(torch.optim.Optimizer):
         self.schedule = schedule
         self.alive = alive
         device = flat.data.device
-        dtype = torch.float32 if device.type == "mps" else torch.float64
-
-        def values(numbers: Sequence[float]) -> torch.Tensor:
-            return torch.tensor([float(n) for n in numbers], dtype=dtype, device=device)
-
-        self.weight_decay = values(weight_decay)
-        self.beta1 = values([b1 for b1, _ in betas])
-        self.beta2 = values([b2 for _, b2 in betas])
+        self.weight_decay = replica_values(weight_decay, device)
+        self.beta1 = replica_values([b1 for b1, _ in betas], device)
+        self.beta2 = replica_values([b2 for _, b2 in betas], device)
         self.exp_avg = torch.zeros_like(flat.data)
         self.exp_avg_sq = torch.zeros_like(flat.data)
         self._point_state()

@@ -1,14 +1,13 @@
 """Replicas: K runs of the same shapes trained as one batched model.
 
-`LitReplicas` is the LightningModule of a batch. Each replica is first built exactly as
-its solo run builds its model (`seed_everything(seed)`, then `LitCharModel`), so it starts
-from the solo run's weights; the K models' parameters are then stacked, one (K, ...) tensor
-per parameter, and a training step calls the model once through `functional_call` on the
-stacked parameters and K batches, (K, B, T). The model takes stacked parameters natively
-(`blockviz.training.model`): batched matrix products, and attention with the replicas
-folded into the batch, so a stack runs the fused attention kernels a solo run uses; no
-vmap, no loop over the replicas. The replicas share no arithmetic: the objective is the
-sum of their losses, so each replica's gradient is its own loss's gradient.
+`LitReplicas` is the LightningModule of a batch. Each replica's model is first built
+exactly as its solo run builds it (`seed_everything(seed)`, then `CharTransformer`), so it
+starts from the solo run's weights; the K models' parameters are then stacked, one (K, ...)
+tensor per parameter, and a training step calls the model once through `functional_call`
+on the stacked parameters and K batches, (K, B, T): the model takes stacked parameters
+natively (`blockviz.training.model` says how, fused attention kernels included), so no
+vmap and no loop over the replicas. The replicas share no arithmetic: the objective is
+the sum of their losses, so each replica's gradient is its own loss's gradient.
 
 What each replica keeps on its own (`core.replicas.PER_REPLICA_FIELDS`): its seed (its
 initial weights and its data order), the AdamW hyperparameters (lr and its schedule,
@@ -24,9 +23,8 @@ rate is 0, so it computes finite zeros from then on and the rest go on.
 
 The probe measures all K replicas at once on `stack()` (the stacked parameters and their
 gradients, run by the template model), as it measures a solo run as a stack of one. Each
-replica keeps the `LitCharModel` it was built as (`runs`, `run_modules`; its weights moved
-out to the stack): its latest evaluation and its size, for its final metrics. The Trainer's
-one `TrainingMonitor` logs each replica's train/* rows (`live`, `run_lrs`, `log_run`).
+replica's latest evaluation is in `last_vals`, for its final metrics. The Trainer's one
+`TrainingMonitor` logs each replica's train/* rows (`live`, `run_lrs`, `log_run`).
 
 Equality to the solo runs: the same initial weights and data, and the same formulas in
 another order (one batched product where the solo run multiplies once per run, AdamW's
@@ -36,7 +34,6 @@ and to the rounding of the run's precision (bf16-mixed) on a GPU (docs/replicas.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import lightning as L
@@ -44,16 +41,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state
 
-from blockviz.core.config import RunConfig
-from blockviz.training.lit import (
-    CompiledModel,
-    LitCharModel,
-    OneStep,
-    lr_at,
-    param_groups,
-    prompt_ids,
-)
-from blockviz.training.model import ModelInputError
+from blockviz.training.lit import CompiledModel, OneStep, lr_at, param_groups, prompt_ids
+from blockviz.training.model import CharTransformer, ModelInputError
 from blockviz.training.probe_stats import RunStack, parameter_names
 from blockviz.training.replica_optim import FlatStack, ReplicaAdamW, ReplicaSchedule, column
 
@@ -79,20 +68,15 @@ class LitReplicas(OneStep):
         vocab_json: str | None = None,
         schedule_steps: int | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(run_configs, vocab_json, schedule_steps)
         self.save_hyperparameters()
-        self.configs = [RunConfig.from_dict(c).validate() for c in run_configs]
         self.k = len(self.configs)
-        self.schedule_steps = schedule_steps or self.configs[0].train.max_steps
-        # Each replica built as its solo run builds its module, so its initial weights are
-        # the solo run's; plain list: these modules are records, not this module's children.
-        self.runs: list[LitCharModel] = []
+        # Each replica's model built as its solo run builds it (`fit.fit`, LitCharModel), so
+        # its initial weights are the solo run's.
+        models = []
         for config in self.configs:
             L.seed_everything(config.train.seed, workers=False, verbose=False)
-            self.runs.append(
-                LitCharModel(config.to_dict(), vocab_json, schedule_steps=self.schedule_steps)
-            )
-        models = [run.model for run in self.runs]
+            models.append(CharTransformer(config.model))
         params, buffers = stack_module_state(models)
         if buffers:
             raise ValueError(f"replicas cannot batch a model with buffers ({sorted(buffers)})")
@@ -104,20 +88,15 @@ class LitReplicas(OneStep):
         by_name = dict(models[0].named_parameters())
         self.decays = [id(by_name[n]) in decay_ids for n in self.names]
         _, self.aliases = parameter_names(models[0])  # a tied embedding is also the head
-        self.template = CompiledModel(copy.deepcopy(models[0]).to("meta"))
-        for model in models:  # the stack holds the weights; a run keeps its size, last_val
-            model.to("meta")
+        self.template = CompiledModel(models[0].to("meta"))  # the stack holds the weights
         # `compile true`: the batched forward through torch.compile (the stacked
         # parameters are its inputs, so one graph serves every step).
         forward = self._stacked_forward
         self._forward = torch.compile(forward) if self.configs[0].train.compile else forward
+        # `live` is `alive` on the host: read every step without a device sync (the buffer
+        # is what a checkpoint keeps; `on_load_checkpoint` reads it back)
         self.register_buffer("alive", torch.ones(self.k, dtype=torch.bool))
-        # `alive` on the host: read every step without a device sync (the buffer is what a
-        # checkpoint keeps; `on_load_checkpoint` reads it back)
-        self.live = [True] * self.k
         self.register_buffer("diverged_at", torch.full((self.k,), -1, dtype=torch.long))
-        self.vocab = self.runs[0].vocab
-        self.is_ops = self.runs[0].is_ops
         # Per-replica z-loss and clipping, as buffers so they follow the module's device.
         z_loss = [c.train.z_loss for c in self.configs]
         self.has_z_loss = any(z_loss)
@@ -135,10 +114,6 @@ class LitReplicas(OneStep):
     def stacked_params(self) -> list[nn.Parameter]:
         """The (K, ...) parameters, in `names` order."""
         return [self.stacked[_key(n)] for n in self.names]
-
-    def run_modules(self) -> list[LitCharModel]:
-        """Each replica's own module (its `last_val`; its model's weights are in the stack)."""
-        return self.runs
 
     def stack(self) -> RunStack:
         """The stacked parameters and their gradients (views of the flat buffers), run by

@@ -154,7 +154,9 @@ class LoggerSink:
         self.kinds = frozenset(kinds)
 
     def write(self, records: ProbeRecords) -> None:
-        """One `log_metrics` call per logger; histograms and samples where supported."""
+        """One `log_metrics` call per logger; histograms and samples to TensorBoard."""
+        from lightning.pytorch.loggers import TensorBoardLogger
+
         metrics: dict[str, float] = dict(records.scalars)
         if records.grad_norm is not None:
             metrics[TRAIN_GRAD_NORM] = records.grad_norm
@@ -164,9 +166,8 @@ class LoggerSink:
         for logger in self.loggers:
             if metrics:
                 logger.log_metrics(metrics, step=records.step)
-            writer = _summary_writer(logger)
-            if writer is not None:
-                _write_tensorboard_extras(writer, records)
+            if isinstance(logger, TensorBoardLogger):
+                _write_tensorboard_extras(logger.experiment, records)
 
     def flush(self) -> None:
         """Let each logger write what it buffers (CSV keeps rows in memory until then)."""
@@ -174,15 +175,9 @@ class LoggerSink:
             logger.save()
 
 
-def _summary_writer(logger: Logger) -> Any:
-    """The TensorBoard SummaryWriter behind a TensorBoardLogger; None for other loggers."""
-    from lightning.pytorch.loggers import TensorBoardLogger
-
-    return logger.experiment if isinstance(logger, TensorBoardLogger) else None
-
-
 def _write_tensorboard_extras(writer: Any, records: ProbeRecords) -> None:
-    """Histograms as TensorBoard histograms, the sample as a preformatted text block."""
+    """Histograms as TensorBoard histograms, the sample as a preformatted text block, to a
+    TensorBoardLogger's SummaryWriter."""
     for hist in records.histograms:
         bins = len(hist.counts)
         width = (hist.hi - hist.lo) / bins

@@ -42,7 +42,7 @@ from blockviz.store.studies import INIT_GRADS_FILE
 from blockviz.training import init_grads
 from blockviz.training.lifecycle import patiently
 from blockviz.training.plan import plan_claimed
-from blockviz.training.registration import fail_unstarted
+from blockviz.training.registration import fail_runs
 from blockviz.training.train import apply_threads, train
 from blockviz.training.trainer import quiet_lightning
 
@@ -74,7 +74,7 @@ def train_runs(
         what = f"run {run_ids[0]}" if len(run_ids) == 1 else f"runs {run_ids}"
         log.error("study %s could not start: %s", what, message)
         print(f"blockviz: {what} failed to start: {message}", file=sys.stderr, flush=True)
-        fail_unstarted(store, run_ids, message)
+        fail_runs(store, run_ids, message)
         return 1
 
 

@@ -1,26 +1,16 @@
-"""`python -m blockviz train`: the run lifecycle around `Trainer.fit`.
-
-`python -m blockviz train` creates (or takes over, or resumes) a run in the store, waits
-for a slot when asked, trains with `LitCharModel` + `BlockProbe` + `StoreLogger`, and
-leaves the run in exactly one final status: completed, diverged, stopped (with a
-checkpoint, resumable) or failed (docs/internals.md, "How a run ends", gives each one's
-exit status).
-
-A killed process (kill -9, out of memory) cannot report; `RunStore.reap_dead` marks it
-failed once its heartbeat is stale. Rows logged before a checkpoint are in the store (or,
-when the store was locked, inside the checkpoint) before the checkpoint exists, and a
-resume first drops what the killed process logged after it, so every series holds each
-step once. A store locked by another process never stops a run: rows wait in memory and
-lifecycle writes retry. Under DDP only global rank 0 touches the store; the
-other ranks (started by Lightning's launcher re-running this command) find the run's
-folder in the environment.
-
-`train --seeds` trains one run per seed, several at once as replicas of one batched model
-(`replicas`); each replica is a run of its own, ending in its own status.
+"""`python -m blockviz train`: one run (or one per seed) recorded into the store.
 
 This module takes the request `blockviz.cli` read from the flags, plans, checks the plan
 can start (`preflight`), and hands it to the one lifecycle every run kind shares
-(docs/architecture.md, "The run lifecycle", maps its parts).
+(`registration.run_plan`; docs/architecture.md, "The run lifecycle", maps its parts), which
+leaves each run in exactly one final status: completed, diverged, stopped (with a
+checkpoint, resumable) or failed (docs/internals.md, "How a run ends", gives each one's
+exit status). `train --seeds` trains one run per seed, several at once as replicas of one
+batched model (`replicas`); each replica is a run of its own, ending in its own status.
+
+Under DDP only global rank 0 touches the store; the other ranks (started by Lightning's
+launcher re-running this command) fit the same way without it, finding the run's folder
+in the environment (`_follower_main`).
 """
 
 from __future__ import annotations
@@ -50,7 +40,7 @@ from blockviz.training.registration import (
     ENV_LEGACY_EVAL,
     ENV_RUN_DIR,
     Ran,
-    fail_unstarted,
+    fail_runs,
     run_plan,
     writer_store,
 )
@@ -81,7 +71,7 @@ def main(request: TrainRequest) -> int:
             datamodule = preflight(plan)
         except (UsageError, ValueError) as exc:
             if request.run_id is not None and not request.resume:
-                fail_unstarted(store, [request.run_id], str(exc))
+                fail_runs(store, [request.run_id], str(exc))
             raise
         return run_plan(plan, datamodule, store, request.session).exit_code
 

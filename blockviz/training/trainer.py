@@ -153,22 +153,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 ) from exc
 
 
-def checkpoint_callbacks(run_dir: str | Path) -> list[Callback]:
-    """best.ckpt on the lowest val/loss and last.ckpt as LastCheckpoint keeps it."""
-    dirpath = Path(run_dir) / "checkpoints"
-    best = ModelCheckpoint(
-        dirpath=dirpath,
-        filename="best",
-        monitor=spec.VAL_LOSS,
-        mode="min",
-        save_top_k=1,
-        save_last=False,
-        auto_insert_metric_name=False,
-        enable_version_counter=False,
-    )
-    return [best, LastCheckpoint(dirpath)]
-
-
 def run_loggers(train: TrainConfig, run_dir: str | Path, resume_step: int | None) -> list[Logger]:
     """The Lightning loggers `train.logger` asks for, writing into the run's folder.
 
@@ -212,13 +196,24 @@ def make_trainer(
     """
     train = run_cfg.train
     monitor = monitor or TrainingMonitor(train.log_interval)
+    dirpath = Path(run_dir) / "checkpoints"
+    checkpoints: list[Callback] = [LastCheckpoint(dirpath)]
+    kept: list[Callback] = []
     # A batch of replicas (a monitor of K runs) keeps only last.ckpt: "best" has no meaning
     # for K runs at once, and a kept step's checkpoint would hold K models.
-    replicas = len(monitor.runs) > 1
-    checkpoints = [LastCheckpoint(Path(run_dir) / "checkpoints")]
-    kept: list[Callback] = []
-    if not replicas:
-        checkpoints = checkpoint_callbacks(run_dir)
+    if len(monitor.runs) == 1:
+        # best.ckpt on the lowest val/loss
+        best = ModelCheckpoint(
+            dirpath=dirpath,
+            filename="best",
+            monitor=spec.VAL_LOSS,
+            mode="min",
+            save_top_k=1,
+            save_last=False,
+            auto_insert_metric_name=False,
+            enable_version_counter=False,
+        )
+        checkpoints = [best, *checkpoints]
         if train.ckpt_interval:
             # Last: the step's records are handed on and its loss known finite first.
             kept = [

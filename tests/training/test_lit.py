@@ -191,7 +191,7 @@ def test_progress_lines_show_step_loss_rate_and_eta(fitted):
 
 def test_validation_metrics_are_consistent(fitted):
     _, lit, _, _ = fitted
-    val = lit.last_val
+    val = lit.last_vals[0]
     assert val["step"] == 6
     assert val["val/bpc"] == pytest.approx(val["val/loss"] / LN2)
     assert val["val/ppl"] == pytest.approx(math.exp(val["val/loss"]))
@@ -233,7 +233,7 @@ def test_answer_accuracy_is_logged_for_ops(tmp_path):
     dm.setup()
     lit = lit_for(config, dm)
     make_trainer(config, run_dir=tmp_path).fit(lit, datamodule=dm)
-    assert 0.0 <= lit.last_val["val/answer_acc"] <= 1.0
+    assert 0.0 <= lit.last_vals[0]["val/answer_acc"] <= 1.0
     # The trivial baseline, scored on the same answers of the same batches, is logged beside it.
     right = scored = 0
     for starts in dm.val_starts:
@@ -242,7 +242,7 @@ def test_answer_accuracy_is_logged_for_ops(tmp_path):
             x, y, baseline_predictions(x, dm.vocab, dm.answer_table), dm.vocab
         )
         right, scored = right + correct, scored + total
-    assert scored > 0 and lit.last_val["val/answer_baseline"] == pytest.approx(right / scored)
+    assert scored > 0 and lit.last_vals[0]["val/answer_baseline"] == pytest.approx(right / scored)
 
 
 # ------------------------------------------------------------------------ z-loss
@@ -336,6 +336,6 @@ def test_one_checkpoint_scores_the_same_under_any_training_seed(tmp_path):
         rescored = LitCharModel.load_from_checkpoint(checkpoint, weights_only=True)
         other = make_trainer(seeded, run_dir=tmp_path / f"seed{seed}")
         other.validate(rescored, datamodule=datamodule_for(seeded), verbose=False)
-        losses.append(rescored.last_val["val/loss"])
+        losses.append(rescored.last_vals[0]["val/loss"])
     assert losses[0] == losses[1]
-    assert losses[0] == pytest.approx(lit.last_val["val/loss"], abs=1e-6)
+    assert losses[0] == pytest.approx(lit.last_vals[0]["val/loss"], abs=1e-6)

@@ -11,9 +11,9 @@ import torch
 
 from blockviz.core.config_model import ACTIVATIONS, INITS, NORM_POSITIONS, NORM_TYPES, ModelConfig
 from blockviz.core.params import param_breakdown, param_component
+from blockviz.core.spec import TAPS
 from blockviz.training import model as model_module
 from blockviz.training.model import (
-    TAP_NAMES,
     BatchNorm,
     Block,
     CharTransformer,
@@ -327,7 +327,7 @@ def test_swiglu_ffn_has_one_and_a_half_times_the_weights():
 def test_taps_present_where_documented_and_hooks_fire_with_shapes(position, attention, ffn):
     cfg = tiny(norm_position=position, attention=attention, ffn=ffn)
     model = CharTransformer(cfg)
-    expected = set(TAP_NAMES)
+    expected = set(TAPS)
     if not attention:
         expected -= {"norm1_out", "attn_out", "resid_mid"}
     if not ffn:

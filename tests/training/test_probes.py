@@ -290,7 +290,7 @@ def probed_fit(tmp_path, store: RunStore | None, **overrides):
     dm, config = helpers.tiny_datamodule(config)
     run_id = store.create_run("probe-test", config.to_json(), status="running") if store else 0
     sinks = [StoreSink(store, run_id), ListSink()] if store is not None else []
-    probe = BlockProbe(sinks, probe_interval=2, sample_interval=3, sample_chars=20)
+    probe = BlockProbe([sinks], probe_interval=2, sample_interval=3, sample_chars=20)
     spy = HookSpy()
     lit = LitCharModel(config.to_dict(), dm.vocab.to_json())
     make_trainer(config, [probe, spy], run_dir=tmp_path).fit(lit, datamodule=dm)
@@ -426,7 +426,7 @@ def test_step_zero_records_the_new_statistics_of_the_initial_model(tmp_path):
     lit = LitCharModel(config.to_dict(), dm.vocab.to_json())
     initial = copy.deepcopy(lit.model).eval()
     sink = ListSink()
-    probe = BlockProbe([sink], probe_interval=2, sample_interval=1000)
+    probe = BlockProbe([[sink]], probe_interval=2, sample_interval=1000)
     make_trainer(config, [probe], run_dir=tmp_path).fit(lit, datamodule=dm)
     records = next(r for r in sink.records if r.step == 0)
     stats = {(row.layer, row.component, row.stat): row.value for row in records.layer_stats}
@@ -482,7 +482,7 @@ def test_the_probe_says_which_step_its_latest_sample_is_of(probed):
 
 def test_every_sink_gets_the_records_the_store_got(probed):
     store, _, _, probe, _, run_id = probed
-    listed = probe.sinks[1]
+    listed = probe.run_sinks[0][1]
     # probe steps 0, 2, 4 and the last (5); sample steps 0, 3 and the end (6); one flush
     assert [records.step for records in listed.records] == [0, 2, 3, 4, 5, 6]
     assert listed.flushes == 1
@@ -569,7 +569,7 @@ def test_a_probe_step_reaches_the_host_in_one_transfer(tmp_path, monkeypatch):
     config = tiny_config(max_steps=5)
     dm, config = helpers.tiny_datamodule(config)
     # sample steps (generation, attention maps) only at step 0: steps 2 and 4 probe alone
-    probe = BlockProbe([ListSink()], probe_interval=2, sample_interval=1000)
+    probe = BlockProbe([[ListSink()]], probe_interval=2, sample_interval=1000)
     lit = LitCharModel(config.to_dict(), dm.vocab.to_json())
     make_trainer(config, [probe], run_dir=tmp_path).fit(lit, datamodule=dm)
     assert probe.probe_steps == [0, 2, 4]

@@ -179,10 +179,10 @@ def test_replicas_start_from_their_solo_weights_and_the_probe_reads_the_stack():
     lit, dm = _lit()
     lit.configure_optimizers()  # the stack laid flat first: the probe's stack follows it
     stack = lit.stack()
-    assert stack.names == [name for name, _ in lit.runs[0].model.named_parameters()]
     for i in range(lit.k):
         torch.manual_seed(i)
         solo = LitCharModel(lit.configs[i].to_dict(), dm.vocab.to_json())
+        assert stack.names == [name for name, _ in solo.model.named_parameters()]
         for name, ours, theirs in zip(
             stack.names, stack.params, solo.model.parameters(), strict=True
         ):
@@ -193,8 +193,9 @@ def test_replicas_start_from_their_solo_weights_and_the_probe_reads_the_stack():
         lit.flat.grad[2].fill_(3.0)
     assert torch.equal(stack.params[0][1], lit.stacked_params()[0][1])
     assert (lit.stack().grads[0][2] == 3.0).all()
-    # each replica's own module keeps no copy of the weights
-    assert all(p.is_meta for run in lit.runs for p in run.model.parameters())
+    # the stack is the one copy of the weights: the template that runs it holds none
+    assert all(p.is_meta for p in lit.template.wrapper.parameters())
+    assert sum(p.numel() for p in lit.parameters()) == lit.k * lit.n_params()
 
 
 def test_a_masked_replica_is_inert_and_the_others_are_untouched():

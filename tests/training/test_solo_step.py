@@ -104,7 +104,7 @@ def product_fit(tmp_path, defer: bool | None, extra=(), module=LitCharModel, **o
     run_id = store.create_run("solo", config.to_json(), status="running")
     train = config.train
     probe = BlockProbe(
-        [StoreSink(store, run_id)],
+        [[StoreSink(store, run_id)]],
         probe_interval=train.probe_interval,
         sample_interval=train.sample_interval,
         sample_chars=8,
