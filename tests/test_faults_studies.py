@@ -33,6 +33,9 @@ pytestmark = pytest.mark.slow
 # ------------------------------------------------------------ studies and many writers
 
 # Two variants of a 40-step tiny run: an evaluation, probe and sample every 10 steps.
+# Long enough that a stop or a kill lands mid-run: the tiny model trains 60 steps in about a
+# second, faster than the store shows its rows, and a 60-step run had ended before the stop.
+MID_RUN_STEPS = 300
 STUDY_SWEEP = [
     *("--preset", "tiny", "--max_steps", "40", "--warmup_steps", "2"),
     *("--eval_interval", "10", "--probe_interval", "10", "--sample_interval", "10"),
@@ -167,7 +170,7 @@ def test_a_stopped_study_resumes_its_runs_from_their_checkpoints(tmp_path, corpu
     # longer than a job's time limit could never finish.
     store_path = tmp_path / "runs.db"
     try:
-        sweep = [*STUDY_SWEEP, "--max_steps", "60", "--lr", "1e-3,2e-3", "--dataset",
+        sweep = [*STUDY_SWEEP, "--max_steps", str(MID_RUN_STEPS), "--lr", "1e-3,2e-3", "--dataset",
                  str(corpus), "--detach", "--replicas", replicas]  # fmt: skip
         started = study(store_path, "sweep", *sweep)
         assert started.returncode == 0, started.stderr[-2000:]
@@ -181,7 +184,7 @@ def test_a_stopped_study_resumes_its_runs_from_their_checkpoints(tmp_path, corpu
             ((pid, began),) = store.get_study(1).workers
             wait_until(lambda: not procs.is_alive(pid, began), timeout=60)
             step = store.get_run(1).step
-        assert 10 <= step < 60 and step == checkpoint_step(last)
+        assert 10 <= step < MID_RUN_STEPS and step == checkpoint_step(last)
 
         again = study(store_path, "resume", "1")
         assert again.returncode == 0, again.stderr
@@ -195,7 +198,7 @@ def test_a_stopped_study_resumes_its_runs_from_their_checkpoints(tmp_path, corpu
         assert _study_state(store_path, 1) == ("completed", ["completed"] * 2)
         assert _resumed_from(tmp_path / "runs.db.runs" / "1" / "train.log") == step
         for run_id in (1, 2):
-            _assert_each_row_once(store_path, run_id, 60)
+            _assert_each_row_once(store_path, run_id, MID_RUN_STEPS)
     finally:
         _end_workers(store_path)
 
@@ -217,7 +220,7 @@ def test_the_worker_left_finishes_the_run_of_a_killed_host_from_its_checkpoint(
 ):
     # A killed host's run stayed failed (after 120 s, and only when something read the
     # store) until someone typed `study resume`, which trained it from step 0.
-    stored = study(store_url, "sweep", *STUDY_SWEEP, "--max_steps", "60", "--lr",
+    stored = study(store_url, "sweep", *STUDY_SWEEP, "--max_steps", str(MID_RUN_STEPS), "--lr",
                    "1e-3,2e-3", "--dataset", str(corpus), "--workers", "0",
                    "--replicas", "off")  # fmt: skip
     assert stored.returncode == 0, stored.stderr[-2000:]
@@ -248,7 +251,7 @@ def test_the_worker_left_finishes_the_run_of_a_killed_host_from_its_checkpoint(
         step = _resumed_from(Path(store.run_dir(lost)) / "train.log")
         assert step >= 10
         for run_id in (1, 2):
-            _assert_each_row_once(store_url, run_id, 60)
+            _assert_each_row_once(store_url, run_id, MID_RUN_STEPS)
     finally:
         for worker in (survivor, victim):
             if worker.poll() is None:
