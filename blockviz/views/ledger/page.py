@@ -4,13 +4,13 @@ Every card is plain HTML (the claim, its source, each seed set's verdict with it
 and intervals, the replication, size, machine, date and re-run command), so the page reads
 without any script. A claim judged across a swept field (learning-rate sensitivity, the
 largest stable lr, the FFN's sweet spot) also gets its final-loss chart (the study page's
-`swept_chart`: each seed's run a point, a line through the means), drawn by Vega-Embed from
-the bundle vl-convert ships (`vl_convert.javascript_bundle`: Vega, Vega-Lite and Vega-Embed
-with their dependencies, no import or URL to fetch), inlined once, with each chart's data
-inlined in its spec. Nothing refers to the network: no script or stylesheet source, no
-link. User text (claims, sources, reasons, names, hosts) is escaped, never markup; the
-charts' specs sit in a JSON script element with `<`, `>` and `&` escaped, so no text in
-them can close it.
+`swept_chart`: each seed's run a point, a line through the means over the seeds' spread),
+drawn by Vega-Embed from the bundle vl-convert ships (`vl_convert.javascript_bundle`:
+Vega, Vega-Lite and Vega-Embed with their dependencies, no import or URL to fetch),
+inlined once, with each chart's data inlined in its spec. Nothing refers to the network:
+no script or stylesheet source, no link. User text (claims, sources, reasons, names,
+hosts) is escaped, never markup; the charts' specs sit in a JSON script element with
+`<`, `>` and `&` escaped, so no text in them can close it.
 """
 
 from __future__ import annotations
