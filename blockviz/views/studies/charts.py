@@ -233,11 +233,11 @@ def swept_chart(
         .mark_area(opacity=0.12)
         .encode(x=x, y=alt.Y("low:Q", title=y_title, scale=y_scale), y2="high:Q", color=color)
     )
-    subtitle = (
-        "line: the mean of the runs that trained, band: their lowest to highest seed; "
+    subtitle = [  # two lines: one would run past the plot's width
+        "line: the mean of the runs that trained, band: their lowest to highest seed",
         "diverged runs: crosses at the top (no finite loss); blew up: triangles at the top "
-        "(above the uniform guess); stalled: hollow"
-    )
+        "(above the uniform guess); stalled: hollow",
+    ]
     chart = alt.layer(spread, means, filled, hollow, data=points).properties(
         title=alt.Title(title_text, subtitle=subtitle), width=WIDTH, height=STUDY_HEIGHT
     )
