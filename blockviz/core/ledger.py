@@ -101,12 +101,19 @@ class Measurement:
 
     origin: Origin
     size: str
+    variants: int  # the grid: variants (each set runs every one on each of its seeds)
+    swept: tuple[str, ...]  # the fields the variants set
     replication: str
     replication_reason: str
     sets: tuple[SeedSetResult, ...]
     rerun: str | None  # None: no command re-runs this definition (a built-in changed since)
     field: str | None = None
     points: tuple[Point, ...] = ()
+
+    def grid(self) -> str:
+        """`21 variants (lr × norm_position) × each set's seeds`."""
+        fields = f" ({' × '.join(self.swept)})" if self.swept else ""
+        return f"{self.variants} variants{fields} × each set's seeds"
 
     def identity(self) -> tuple[str, str, str, int | None]:
         """What makes two measurements one: the origin and its first (oldest) study, which
@@ -235,6 +242,8 @@ def _measurement_json(m: Measurement) -> dict[str, Any]:
     return {
         "origin": _origin_json(m.origin),
         "size": m.size,
+        "variants": m.variants,
+        "swept": list(m.swept),
         "replication": {"state": m.replication, "reason": m.replication_reason},
         "rerun": m.rerun,
         "sets": [
@@ -401,6 +410,8 @@ def _measurement(obj: Any, path: str) -> Measurement:
     return Measurement(
         origin=_origin(_get(obj, path, "origin"), f"{path}.origin"),
         size=str(_text(obj, path, "size")),
+        variants=_whole(_get(obj, path, "variants"), f"{path}.variants"),
+        swept=_texts(obj, path, "swept"),
         replication=_word(replication, where, "state", STATES),
         replication_reason=str(_text(replication, where, "reason")),
         sets=_each(obj, path, "sets", _seed_set),

@@ -34,6 +34,8 @@ def _measurement(origin: ldg.Origin = HERE, studies=(1,), state: str = "no secon
     return ldg.Measurement(
         origin=origin,
         size="quick",
+        variants=3,
+        swept=("attention", "ffn"),
         replication=state,
         replication_reason="no disjoint seed set of this study's definition is stored yet",
         sets=tuple(_set(s) for s in studies),

@@ -76,3 +76,12 @@ def test_an_upload_is_imported_once_and_a_bad_one_is_one_line(tmp_path: Path) ->
     (error,) = at.error
     said = error.value.replace("\\", "")
     assert "bad.json is not a ledger export blockviz reads: format: expected" in said
+
+
+def test_a_swept_claim_draws_its_final_loss_against_the_learning_rate() -> None:
+    with RunStore() as store:
+        fake_study(store, "lr-sensitivity")
+    at = _page().run()
+    assert not at.exception
+    assert len(at.get("vega_lite_chart")) == 2  # both lr-sensitivity claims, none else
+    assert "grid 21 variants (lr × norm_position) × each set's seeds" in _text(at)

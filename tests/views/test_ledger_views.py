@@ -66,6 +66,7 @@ def test_each_seed_set_of_a_definition_is_judged_alone_with_its_machine_date_and
     assert measurement.sets[1].machine() == "host not recorded: cpu, 1 thread"
     assert measurement.sets[0].date is not None and len(measurement.sets[0].date) == 10
     assert measurement.origin == build.origin_of(store)
+    assert measurement.grid() == "4 variants (activation) × each set's seeds"
     # Fresh seeds after the highest either set used.
     assert measurement.rerun is not None and "--seeds 5-" in measurement.rerun
 
@@ -168,7 +169,7 @@ def _page_of(text: str, side: str) -> str:
         "x-1", text, text, "less_sensitive", "x", text, f"run {text}",
         (
             ldg.Measurement(
-                ldg.Origin(text, text), "quick", "pending", text,
+                ldg.Origin(text, text), "quick", 1, (text,), "pending", text,
                 (ldg.SeedSetResult(1, (1,), "pending", text, (text,), 2, 1, (text,), (text,), 0,
                                    text),),
                 text, "lr", (ldg.Point(1, 1, 1e-3, side, 2.0, "converged"),),

@@ -19,7 +19,8 @@ def _icon(word: str) -> str:
 
 def _measurement(measurement: ldg.Measurement, key: str) -> None:
     st.markdown(
-        f"Size **{ui.plain(measurement.size)}**, measured in "
+        f"Size **{ui.plain(measurement.size)}**, grid {ui.plain(measurement.grid())}, "
+        "measured in "
         f"{ui.plain(measurement.origin.text())}. Replication: {_icon(measurement.replication)} "
         f"**{ui.plain(measurement.replication)}**: {ui.plain(measurement.replication_reason)}"
     )

@@ -161,6 +161,8 @@ def _measurements(
         measurement = ldg.Measurement(
             origin=origin,
             size=first.plan.size,
+            variants=len(first.plan.variants),
+            swept=first.plan.swept,
             replication=replication.state,
             replication_reason=replication.reason,
             sets=tuple(sets),

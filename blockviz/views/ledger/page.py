@@ -106,7 +106,8 @@ def _measurement(measurement: ldg.Measurement, chart_id: str | None) -> str:
     )
     chart = f"<div class='chart' id='{chart_id}'></div>" if chart_id else ""
     return (
-        f"<p class='meta'>Size <b>{esc(measurement.size)}</b>, measured in "
+        f"<p class='meta'>Size <b>{esc(measurement.size)}</b>, grid "
+        f"{esc(measurement.grid())}, measured in "
         f"{esc(measurement.origin.text())}. Replication: {_verdict(measurement.replication)} "
         f"{esc(measurement.replication_reason)}</p>"
         f"{_sets_table(measurement)}<p class='meta'>{rerun}</p>{chart}"

@@ -56,6 +56,7 @@ def card_lines(entry: ldg.Entry) -> list[str]:
             f"measured at size {measurement.size} in {measurement.origin.text()}: "
             f"{measurement.replication} ({measurement.replication_reason})"
         )
+        lines.append(f"  grid: {measurement.grid()}")
         for seed_set in measurement.sets:
             lines += [
                 f"  {set_label(seed_set)}, {seed_set.date or 'date not recorded'}, "
