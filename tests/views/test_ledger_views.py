@@ -128,6 +128,18 @@ def test_an_imported_file_damaged_later_is_left_out_and_said(store: RunStore) ->
     assert problem.startswith("left out: ") and "is not JSON" in problem
 
 
+def test_a_study_this_version_cannot_judge_is_left_out_and_said(store: RunStore) -> None:
+    fake_study(store, "sublayers")
+    plan = builtins.builtin("activation", "quick")
+    spec = {**plan.to_spec(), "a_field_from_elsewhere": 1}  # another version's spec
+    store.create_study("odd", "activation", "quick", spec, [])
+    merged = build.merged(store)
+    (problem,) = merged.problems
+    assert problem.startswith("left out: study 2 cannot be judged by this version: ")
+    assert _entry(merged.entries, "sublayers-1").measurements  # the others are still read
+    assert not _entry(merged.entries, "activation-1").measurements
+
+
 # ------------------------------------------------------------------------ the page
 
 

@@ -71,17 +71,23 @@ def _machine(
     return tuple(hosts), tuple(devices), unrecorded
 
 
-def _stored(store: RunStore) -> list[_Stored]:
-    """Every stored study that tests a claim, oldest first, judged alone."""
+def _stored(store: RunStore, problems: list[str]) -> list[_Stored]:
+    """Every stored study that tests a claim, oldest first, judged alone; a study this
+    version cannot read (a spec from another version) is left out with a line in
+    `problems`."""
     out = []
     for study_id in store.studies_frame()["id"].astype(int):
         record = store.get_study(int(study_id))
         if not record.spec or not record.spec.get("claims"):
             continue
-        plan = plan_from_spec(record.spec)
-        results = results_frame(store.study_runs(int(study_id)), plan)
+        try:
+            plan = plan_from_spec(record.spec)
+            results = results_frame(store.study_runs(int(study_id)), plan)
+            judged = tuple(verdicts(plan, results))
+        except (TypeError, ValueError, KeyError) as exc:
+            problems.append(f"left out: study {study_id} cannot be judged by this version: {exc}")
+            continue
         unfinished = int((results["outcome"] == "").sum())
-        judged = tuple(verdicts(plan, results))
         seed_set = rep.SeedSet(int(study_id), plan.seeds, judged, unfinished)
         out.append(_Stored(record, plan, results, seed_set, _machine(store, results["run_id"])))
     return out
@@ -195,13 +201,13 @@ def _builtin_entries(store: RunStore) -> list[ldg.Entry]:
     return out
 
 
-def local_entries(store: RunStore) -> list[ldg.Entry]:
+def local_entries(store: RunStore, problems: list[str] | None = None) -> list[ldg.Entry]:
     """The ledger of this store alone: every built-in claim, each with the measurements of
     this store's studies (a claim of a stored study that no built-in has today gets an
     entry of its own)."""
     origin = origin_of(store)
     groups: dict[str, list[_Stored]] = {}
-    for stored in _stored(store):
+    for stored in _stored(store, [] if problems is None else problems):
         groups.setdefault(rep.definition(stored.record.spec), []).append(stored)
     measured: list[ldg.Entry] = []
     for group in groups.values():
@@ -225,7 +231,7 @@ def local_entries(store: RunStore) -> list[ldg.Entry]:
 @dataclass(frozen=True)
 class Merged:
     """This store's ledger with the imported exports merged in, and a line for each
-    imported file that no longer reads."""
+    stored study or imported file left out because it does not read."""
 
     entries: list[ldg.Entry]
     problems: list[str]
@@ -235,10 +241,11 @@ def merged(store: RunStore) -> Merged:
     """This store's ledger with every imported export merged in (`imports.imported`): an
     imported measurement of this very store (its own export imported back) gives way to
     what the store holds now."""
-    local = local_entries(store)
-    ledgers, problems = imports.imported(store)
+    problems: list[str] = []
+    local = local_entries(store, problems)
+    ledgers, unread = imports.imported(store)
     joined = ldg.merge(local, [led.entries for led in ledgers])
-    return Merged(ldg.merge(joined, [local]), problems)
+    return Merged(ldg.merge(joined, [local]), problems + unread)
 
 
 def ledger(store: RunStore) -> ldg.Ledger:
