@@ -69,6 +69,9 @@ class SeedSetResult:
     devices: tuple[str, ...]  # the device texts its runs recorded (`cpu, 1 thread`)
     unrecorded: int  # runs that recorded no host
     date: str | None  # the UTC date the study ended, else the one it was created
+    # A claim judged across learning rates: each setting's LR sensitivity and best loss,
+    # with their intervals, one line a setting (`views.studies.table.sensitivity_display`).
+    sensitivity: tuple[str, ...] = ()
 
     def machine(self) -> str:
         """`host box1: cpu, 1 thread`, saying what the store did not record."""
@@ -259,6 +262,7 @@ def _measurement_json(m: Measurement) -> dict[str, Any]:
                 "devices": list(s.devices),
                 "unrecorded": s.unrecorded,
                 "date": s.date,
+                "sensitivity": list(s.sensitivity),
             }
             for s in m.sets
         ],
@@ -440,6 +444,7 @@ def _seed_set(obj: Any, path: str) -> SeedSetResult:
         devices=_texts(obj, path, "devices"),
         unrecorded=_whole(_get(obj, path, "unrecorded"), f"{path}.unrecorded"),
         date=_text(obj, path, "date", optional=True),
+        sensitivity=_texts(obj, path, "sensitivity"),
     )
 
 

@@ -89,6 +89,14 @@ def test_a_swept_claim_carries_each_finished_run_of_its_sides(store: RunStore) -
     assert groups == {"norm_position pre", "norm_position post"}
     assert len(measurement.points) == 2 * 7 * 2  # sides × learning rates × seeds
     assert {p.x for p in measurement.points} == set(builtins.LR_GRID)
+    # Each setting's sensitivity and best loss with their intervals, as the study shows.
+    (first, *_) = measurement.sets
+    assert [line.split(":")[0] for line in first.sensitivity] == ["pre", "post", "none"]
+    assert "LR sensitivity " in first.sensitivity[0] and "best loss " in first.sensitivity[0]
+    assert "(95% interval " in first.sensitivity[0] and first.sensitivity[0].endswith("2 seed(s)")
+    fake_study(store, "sublayers")  # no learning rate swept: no such lines
+    (other,) = _entry(build.merged(store).entries, "sublayers-1").measurements
+    assert other.sets[0].sensitivity == ()
 
 
 def _export_of(store: RunStore) -> bytes:

@@ -30,6 +30,7 @@ def _measurement(measurement: ldg.Measurement, key: str) -> None:
             f"{_icon(word)} {ui.plain(text.set_label(seed_set))}: **{ui.plain(word)}** — "
             f"{ui.plain(seed_set.reason)}",
             *(ui.plain(line) for line in seed_set.intervals),
+            *(ui.plain(line) for line in seed_set.sensitivity),
             f"{seed_set.runs} runs, {ui.plain(seed_set.machine())}; "
             f"{ui.plain(seed_set.date or 'date not recorded')}",
         ]

@@ -29,7 +29,7 @@ from blockviz.core.studies.verdicts import NEEDS, needed_runs, verdicts
 from blockviz.store import RunStore, StudyRecord
 from blockviz.views.commands import command_line
 from blockviz.views.ledger import imports
-from blockviz.views.studies.table import interval_lines
+from blockviz.views.studies.table import interval_lines, sensitivity_display
 
 LEDGER_SIZE = "quick"  # the size a claim not run yet is offered at
 
@@ -120,6 +120,23 @@ def _points(claim: Claim, stored: _Stored) -> tuple[str | None, tuple[ldg.Point,
     return field, points
 
 
+def _sensitivity(claim: Claim, stored: _Stored) -> tuple[str, ...]:
+    """A claim judged across learning rates: each setting's LR sensitivity and best loss
+    over the sweep, with their intervals, as the study page's table gives them."""
+    if claim.args.get("field") != "lr":
+        return ()
+    table = sensitivity_display(stored.results, stored.plan.swept)
+    if table is None:
+        return ()
+    by = table.columns[0]
+    return tuple(
+        f"{row[by]}: LR sensitivity {row['LR sensitivity'] or '—'} (95% interval "
+        f"{row['95% interval'] or 'none'}), best loss {row['best loss'] or '—'} (95% interval "
+        f"{row['best loss, 95% interval'] or 'none'}), {row['seeds']} seed(s)"
+        for row in table.to_dict(orient="records")
+    )
+
+
 def _set_result(stored: _Stored, index: int) -> ldg.SeedSetResult:
     verdict = stored.seed_set.verdicts[index]
     hosts, devices, unrecorded = stored.machine
@@ -135,6 +152,7 @@ def _set_result(stored: _Stored, index: int) -> ldg.SeedSetResult:
         devices=devices,
         unrecorded=unrecorded,
         date=_date(stored.record),
+        sensitivity=_sensitivity(verdict.claim, stored),
     )
 
 

@@ -89,6 +89,7 @@ def _sets_table(measurement: ldg.Measurement) -> str:
         f"<td>{esc(set_label(s))}</td>"
         f"<td>{_verdict(verdict_word(s))}<br>{esc(s.reason)}"
         + "".join(f"<br><small>{esc(line)}</small>" for line in s.intervals)
+        + "".join(f"<br><small>{esc(line)}</small>" for line in s.sensitivity)
         + "</td>"
         f"<td>{s.runs}</td><td>{esc(s.machine())}</td><td>{esc(s.date or 'not recorded')}</td>"
         "</tr>"

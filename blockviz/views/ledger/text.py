@@ -63,6 +63,7 @@ def card_lines(entry: ldg.Entry) -> list[str]:
                 f"{seed_set.runs} runs, {seed_set.machine()}: {verdict_word(seed_set)}",
                 f"      {seed_set.reason}",
                 *(f"      intervals: {line}" for line in seed_set.intervals),
+                *(f"      {line}" for line in seed_set.sensitivity),
             ]
         if measurement.rerun:
             lines.append(f"  re-run on fresh seeds: `{measurement.rerun}`")
