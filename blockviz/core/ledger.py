@@ -347,9 +347,7 @@ def _whole(value: Any, where: str) -> int:
     return value
 
 
-def _number(value: Any, where: str, optional: bool = False) -> float | None:
-    if value is None and optional:
-        return None
+def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise _Bad(f"{where}: expected a finite number, not {_shown(value)}")
     return float(value)
@@ -452,8 +450,10 @@ def _point(obj: Any, path: str) -> Point:
     return Point(
         study=_whole(_get(obj, path, "study"), f"{path}.study"),
         seed=_whole(_get(obj, path, "seed"), f"{path}.seed"),
-        x=float(_number(_get(obj, path, "x"), f"{path}.x") or 0.0),
+        x=_number(_get(obj, path, "x"), f"{path}.x"),
         group=str(_text(obj, path, "group")),
-        val_loss=_number(_get(obj, path, "val_loss"), f"{path}.val_loss", optional=True),
+        val_loss=None
+        if (loss := _get(obj, path, "val_loss")) is None
+        else _number(loss, f"{path}.val_loss"),
         outcome=str(_text(obj, path, "outcome")),
     )
