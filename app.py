@@ -33,6 +33,7 @@ navigation = st.navigation(
         init_grads,
         st.Page("pages/runs.py", title="Runs", icon=":material/list:"),
         st.Page("pages/studies.py", title="Studies", icon=":material/science:"),
+        st.Page("pages/ledger.py", title="Ledger", icon=":material/fact_check:"),
     ]
 )
 if navigation is playground_page:  # the quick fields are beside its chart instead

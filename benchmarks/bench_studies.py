@@ -6,9 +6,7 @@
 studies   each built-in study at `--size quick` (its default seeds) through the CLI,
           `python -m blockviz study run KEY --size quick`, one after another into one fresh
           store: the wall time of each (launch to the CLI's return) and its results
-          (`study show --json`: the per-variant table and every claim's verdict). The
-          README's claims-vs-measured table is made from this file
-          (benchmarks/studies_table.py).
+          (`study show --json`: the per-variant table and every claim's verdict).
 overhead  the same six quick runs (lr-sensitivity's Pre-LN variants at six learning rates,
           seed 1) trained two ways: six `python -m blockviz train` processes one after
           another, and one study worker (`study sweep`) that trains all six in one process.

@@ -244,6 +244,17 @@ def _study_args(p: argparse.ArgumentParser) -> None:
     build(p)
 
 
+@command(
+    "ledger",
+    "the claim ledger: every named claim with its verdicts, replication, machine and date",
+    "blockviz.cli.ledger:cli_main",
+)
+def _ledger_args(p: argparse.ArgumentParser) -> None:
+    from blockviz.cli.ledger import build_parser as build_ledger
+
+    build_ledger(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one subparser per command."""
     parser = ArgumentParser(

@@ -44,6 +44,7 @@ BUSY_TIMEOUT_ENV = "BLOCKVIZ_BUSY_TIMEOUT_S"
 MIN_SQLITE = (3, 35)  # RETURNING (3.35) and INSERT ... ON CONFLICT DO UPDATE (3.24)
 RUN_DIRS_SUFFIX = ".runs"  # <workspace>/<store file name>.runs/<id>: each store its own
 STUDY_DIRS_SUFFIX = ".studies"  # <workspace>/<store file name>.studies/<id>
+LEDGER_DIR_SUFFIX = ".ledger"  # <workspace>/<store file name>.ledger/: imported ledgers
 # A training writer (defer_when_busy) that finds the store locked keeps its rows in memory
 # and retries, waiting this long per try so training goes on meanwhile (see writes.py).
 DEFER_BUSY_TIMEOUT_S = 1.0
@@ -385,6 +386,14 @@ class Connection:
         if self.is_server:
             return self.workspace / "studies"
         return self.workspace / (self.path.name + STUDY_DIRS_SUFFIX)
+
+    @property
+    def ledger_root(self) -> Path:
+        """<workspace>/<store file name>.ledger (a server store: <workspace>/ledger): the
+        ledger exports imported into this store's ledger (`views.ledger.imports`)."""
+        if self.is_server:
+            return self.workspace / "ledger"
+        return self.workspace / (self.path.name + LEDGER_DIR_SUFFIX)
 
     def run_dir(self, run_id: int) -> Path:
         """<store>.runs/<run_id>: built from the integer id only, never from a name.

@@ -170,6 +170,11 @@ class RunStore:
         """<workspace>/<store file name>.runs: the run folders of this store and no other."""
         return self.db.runs_root
 
+    @property
+    def ledger_root(self) -> Path:
+        """<workspace>/<store file name>.ledger: ledger exports imported into this store."""
+        return self.db.ledger_root
+
     def close(self) -> None:
         """Flush what is buffered and close the connection (idempotent)."""
         with self.db.lock:

@@ -8,6 +8,7 @@ files no longer match the code, and name the command that regenerates them.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -21,6 +22,7 @@ from blockviz.core import config as cfg
 from blockviz.core.config import BOUNDS
 from blockviz.core.config_model import ACTIVATIONS, INITS, NORM_POSITIONS, NORM_TYPES
 from blockviz.core.presets import PRESETS
+from blockviz.core.studies import builtins
 
 ROOT = docs.ROOT  # the repository: where the pages and README are
 README_MAX_LINES = 300
@@ -104,12 +106,38 @@ def test_a_registry_help_change_makes_the_config_guide_stale():
     assert docs.PAGES[docs.CONFIG_GUIDE_MD](edited) == current
 
 
+def test_the_claims_table_is_the_ledger_export_s_and_a_new_export_makes_it_stale(
+    tmp_path, monkeypatch
+):
+    """docs/studies.md's claims table is generated from the committed ledger export: a
+    verdict typed into it is stale, and an export that says otherwise makes it stale too;
+    a claim the export has not measured reads "not run here yet", never an old number."""
+    current = read(docs.STUDIES_MD)
+    typed = current.replace("seeds 1–2: **inconclusive**", "seeds 1–2: **supported**")
+    assert typed != current
+    assert docs.render_studies_md(typed) == current
+    assert "| not run here yet | — |" in current.split("<!-- ledger -->")[1]
+    export = json.loads(docs.LEDGER_EXPORT_FILE.read_text(encoding="utf-8"))
+    for entry in export["entries"]:
+        entry["measurements"] = []  # an export that has measured nothing
+    emptied = tmp_path / "ledger.json"
+    emptied.write_text(json.dumps(export), encoding="utf-8")
+    monkeypatch.setattr(docs, "LEDGER_EXPORT_FILE", emptied)
+    table = docs.render_studies_md(current).split("<!-- ledger -->")[1]
+    assert table != current.split("<!-- ledger -->")[1]
+    assert "**supported**" not in table and "paired" not in table
+    assert table.count("| not run here yet |") == sum(
+        len(make().claims) for make in builtins.BUILTINS.values()
+    )
+
+
 def test_generator_does_not_import_torch():
     code = (
         "import sys\n"
         "from blockviz.cli import docs\n"
         "docs.render_cli_md(); docs.render_configuration_md()\n"
         "docs.render_config_guide_md(docs.CONFIG_GUIDE_MD.read_text())\n"
+        "docs.render_studies_md(docs.STUDIES_MD.read_text())\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'lightning')))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -171,10 +171,11 @@ def swept_chart(
 ) -> alt.TopLevelMixin:
     """Final val loss against a swept value: each run a point shaped by its outcome
     (converged filled, stalled hollow, diverged a cross and blown-up a triangle at the
-    top), a line through the mean of the converged and stalled runs at each value, one
-    line per combination of the `by` fields' values (each a colour and dash of its own,
-    in the order of the study's variants: a family's hue where `variant_styles` gives
-    the same fields families)."""
+    top), a line through the mean of the converged and stalled runs at each value over a
+    faint band from their lowest to their highest (the seeds' spread), one line per
+    combination of the `by` fields' values (each a colour and dash of its own, in the
+    order of the study's variants: a family's hue where `variant_styles` gives the same
+    fields families)."""
     title_text = f"final val loss against {field}"
     frame = results.copy()
     by = [f for f in by if f in frame.columns and f != field]
@@ -190,7 +191,8 @@ def swept_chart(
     kind = "Q"
     x_scale = alt.Scale(type="log") if log_x else alt.Scale(zero=False)
     x = alt.X(f"{field}:{kind}", title=field, scale=x_scale)
-    y = alt.Y("loss:Q", title="final val loss (nats)", scale=alt.Scale(zero=False))
+    y_title, y_scale = "final val loss (nats)", alt.Scale(zero=False)
+    y = alt.Y("loss:Q", title=y_title, scale=y_scale)
     legend = alt.Legend(title=title, symbolOpacity=1, symbolType="stroke") if by else None
     color = alt.Color("group:N", scale=colours, legend=legend)
     dash = alt.StrokeDash("group:N", scale=dashes, legend=legend)
@@ -218,17 +220,25 @@ def swept_chart(
         .mark_point(filled=False, size=60, strokeWidth=2)
         .encode(x=x, y=y, color=color, shape=shape, tooltip=tooltip)
     )
+    on_scale = base.transform_filter(
+        " && ".join(f"datum.outcome != '{outcome}'" for outcome in OFF_SCALE)
+    )
     means = (
-        base.transform_filter(" && ".join(f"datum.outcome != '{outcome}'" for outcome in OFF_SCALE))
-        .transform_aggregate(loss="mean(loss)", groupby=[field, "group"])
+        on_scale.transform_aggregate(loss="mean(loss)", groupby=[field, "group"])
         .mark_line(opacity=0.8, strokeWidth=2)
         .encode(x=x, y=y, color=color, strokeDash=dash)
     )
-    subtitle = (
-        "diverged runs: crosses at the top (no finite loss); blew up: triangles at the top "
-        "(above the uniform guess); stalled: hollow"
+    spread = (
+        on_scale.transform_aggregate(low="min(loss)", high="max(loss)", groupby=[field, "group"])
+        .mark_area(opacity=0.12)
+        .encode(x=x, y=alt.Y("low:Q", title=y_title, scale=y_scale), y2="high:Q", color=color)
     )
-    chart = alt.layer(means, filled, hollow, data=points).properties(
+    subtitle = [  # two lines: one would run past the plot's width
+        "line: the mean of the runs that trained, band: their lowest to highest seed",
+        "diverged runs: crosses at the top (no finite loss); blew up: triangles at the top "
+        "(above the uniform guess); stalled: hollow",
+    ]
+    chart = alt.layer(spread, means, filled, hollow, data=points).properties(
         title=alt.Title(title_text, subtitle=subtitle), width=WIDTH, height=STUDY_HEIGHT
     )
     return neutral_legend_symbols(chart)  # the outcomes' shapes

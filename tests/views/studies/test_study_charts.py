@@ -148,3 +148,21 @@ def test_seed_bands_lie_behind_the_lines_and_fainter() -> None:
     line = mark_of(drawn[kinds.index("line")])
     assert band["opacity"] <= 0.15 < line.get("opacity", 1.0)
     assert line["strokeWidth"] >= 2
+
+
+def test_the_final_loss_chart_draws_the_seeds_spread_behind_the_means() -> None:
+    """Final loss against lr: per side and value, a band from the lowest to the highest
+    seed that trained (diverged and blown-up runs left out, as from the mean), under the
+    mean's line and fainter."""
+    plan, results, _ = study_frames("lr-sensitivity")
+    ((_, swept),) = study_report.swept_charts(results, plan)
+    drawn = layers(swept.to_dict())
+    kinds = [mark_of(layer)["type"] for layer in drawn]
+    assert kinds.index("area") < kinds.index("line")
+    band = drawn[kinds.index("area")]
+    assert mark_of(band)["opacity"] <= 0.15
+    (aggregate,) = [t for t in band["transform"] if "aggregate" in t]
+    assert {a["op"] for a in aggregate["aggregate"]} == {"min", "max"}
+    assert aggregate["groupby"] == ["lr", "group"]
+    filters = [t["filter"] for t in band["transform"] if "filter" in t]
+    assert filters == ["datum.outcome != 'diverged' && datum.outcome != 'blew up'"]
