@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import operator
 import os
 import shutil
@@ -56,16 +57,13 @@ def default_busy_timeout_s() -> float:
     text = os.environ.get(BUSY_TIMEOUT_ENV, "").strip()
     if not text:
         return BUSY_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise StoreError(
-            f"{BUSY_TIMEOUT_ENV}={text[:40]!r} is not allowed; it must be a positive number "
-            f"of seconds (unset: {BUSY_TIMEOUT_S:g})"
-        )
-    return value
+    with contextlib.suppress(ValueError):
+        if 0 < (value := float(text)) < math.inf:
+            return value
+    raise StoreError(
+        f"{BUSY_TIMEOUT_ENV}={text[:40]!r} is not allowed; it must be a positive number "
+        f"of seconds (unset: {BUSY_TIMEOUT_S:g})"
+    )
 
 
 AnyPart = TypeVar("AnyPart", bound="Part")
@@ -147,11 +145,8 @@ class Connection:
         # reads, which says at once that it cannot reach the store.
         self.wait_for_server = not create if wait_for_server is None else wait_for_server
         # How long a statement waits for another process's lock before giving up: long for
-        # training writers, short for a page that should say so rather than hang; None:
-        # $BLOCKVIZ_BUSY_TIMEOUT_S, else BUSY_TIMEOUT_S.
-        if busy_timeout_s is None:
-            busy_timeout_s = default_busy_timeout_s()
-        self.busy_timeout_s = busy_timeout_s
+        # training writers, short for a page that should say so rather than hang.
+        self.busy_timeout_s = busy_timeout_s or default_busy_timeout_s()
         # A training writer: a flush that finds the store locked keeps its rows and
         # returns, so a long lock held by another process never stops training.
         self.defer_when_busy = defer_when_busy
@@ -374,26 +369,25 @@ class Connection:
 
     @property
     def runs_root(self) -> Path:
-        """<workspace>/<store file name>.runs: the run folders of this store and no other
-        (a server store: <workspace>/runs)."""
-        if self.is_server:
-            return self.workspace / "runs"
-        return self.workspace / (self.path.name + RUN_DIRS_SUFFIX)
+        """The run folders of this store and no other (`folder`)."""
+        return self.folder(RUN_DIRS_SUFFIX)
 
     @property
     def studies_root(self) -> Path:
-        """<workspace>/<store file name>.studies (a server store: <workspace>/studies)."""
-        if self.is_server:
-            return self.workspace / "studies"
-        return self.workspace / (self.path.name + STUDY_DIRS_SUFFIX)
+        """The study folders (workers' logs, jobs) of this store (`folder`)."""
+        return self.folder(STUDY_DIRS_SUFFIX)
 
     @property
     def ledger_root(self) -> Path:
-        """<workspace>/<store file name>.ledger (a server store: <workspace>/ledger): the
-        ledger exports imported into this store's ledger (`views.ledger.imports`)."""
+        """The ledger exports imported into this store's ledger (`views.ledger.imports`)."""
+        return self.folder(LEDGER_DIR_SUFFIX)
+
+    def folder(self, suffix: str) -> Path:
+        """<workspace>/<store file name><suffix> (a server store: <workspace>/<suffix
+        without its dot>): a folder this store owns beside its file."""
         if self.is_server:
-            return self.workspace / "ledger"
-        return self.workspace / (self.path.name + LEDGER_DIR_SUFFIX)
+            return self.workspace / suffix.lstrip(".")
+        return self.workspace / (self.path.name + suffix)
 
     def run_dir(self, run_id: int) -> Path:
         """<store>.runs/<run_id>: built from the integer id only, never from a name.

@@ -79,6 +79,7 @@ from blockviz.store import RunStore
 store = RunStore(sys.argv[1])
 print(runner.launch(RunConfig.from_json(sys.argv[2]), "smoke", store, max_running=2), flush=True)
 os.killpg(0, signal.SIGINT)
+signal.pause()  # the SIGINT lands here (the script could otherwise end before Python sees it)
 """
 
 

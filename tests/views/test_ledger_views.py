@@ -224,3 +224,22 @@ def test_a_measurement_without_a_swept_field_has_no_chart(store: RunStore) -> No
     assert page.chart_spec(entry.measurements[0]) is None
     swept = replace(entry.measurements[0], field="lr")  # a field but no points
     assert page.chart_spec(swept) is None
+
+
+def test_a_rerun_too_big_for_the_seeds_needed_offers_the_first_sets_count(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """qk-norm-z-loss has 28 variants: the 30 seeds a weak claim needs would be 840 runs,
+    which `study run` refuses; the ledger broke on that refusal. It now offers a re-run on
+    as many fresh seeds as the first set had."""
+    fake_study(store, "qk-norm-z-loss")
+    real = build.rep.seeds_needed
+
+    def thirty(verdict):
+        needed = real(verdict)
+        return None if needed is None else replace(needed, n=30)
+
+    monkeypatch.setattr(build.rep, "seeds_needed", thirty)
+    entries = [e for e in build.merged(store).entries if e.study_key == "qk-norm-z-loss"]
+    reruns = [m.rerun for e in entries for m in e.measurements]
+    assert reruns and all(r is not None and "--seeds 3-4" in r for r in reruns), reruns

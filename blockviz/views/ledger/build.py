@@ -20,6 +20,7 @@ import pandas as pd
 
 from blockviz.core import ledger as ldg
 from blockviz.core import procs
+from blockviz.core.fields import ConfigError
 from blockviz.core.studies import builtins
 from blockviz.core.studies import replication as rep
 from blockviz.core.studies.define import Claim, StudyDef, plan_from_spec
@@ -162,10 +163,16 @@ def _rerun(store: RunStore, group: list[_Stored], index: int) -> str | None:
     first set had; None where no command re-runs it (a built-in changed since)."""
     first = group[0]
     needed = rep.seeds_needed(first.seed_set.verdicts[index])
-    count = needed.n if needed is not None and needed.n is not None else len(first.plan.seeds)
-    fresh = rep.next_seeds([s.seed_set for s in group], count)
-    words = rep.rerun_words(first.plan, fresh)
-    return command_line(store, *words) if words else None
+    counts = [len(first.plan.seeds)]
+    if needed is not None and needed.n is not None:
+        counts.insert(0, needed.n)
+    for count in counts:  # the seeds needed can make a study too big to run: then as many
+        try:  # as the first set had
+            words = rep.rerun_words(first.plan, rep.next_seeds([s.seed_set for s in group], count))
+        except ConfigError:
+            continue
+        return command_line(store, *words) if words else None
+    return None
 
 
 def _measurements(
