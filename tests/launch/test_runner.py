@@ -72,14 +72,17 @@ def finished(run: RunRecord) -> bool:
 # Launch, then do what Ctrl-C in Streamlit's terminal does: SIGINT to the whole process
 # group. The launcher dies; the run, in a session of its own, must not.
 LAUNCH_AND_DIE = """
-import os, signal, sys
+import os, signal, sys, time
 from blockviz.launch import runner
 from blockviz.core.config import RunConfig
 from blockviz.store import RunStore
 store = RunStore(sys.argv[1])
 print(runner.launch(RunConfig.from_json(sys.argv[2]), "smoke", store, max_running=2), flush=True)
+# Python's own SIGINT handler even where this process was started with SIGINT ignored (a
+# test worker's may be): the launcher must die of the signal, not shrug it off.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 os.killpg(0, signal.SIGINT)
-signal.pause()  # the SIGINT lands here (the script could otherwise end before Python sees it)
+time.sleep(30)  # the KeyboardInterrupt lands here, not after the script has ended
 """
 
 
