@@ -167,7 +167,7 @@ def test_launch_watch_live_and_compare(app_url: str) -> None:
             main.get_by_role("button", name="Show").first.click()
             tabs = main.get_by_role("tablist").first
             deadline = time.monotonic() + STEP_WAIT_MS / 1000  # the click reruns the page
-            settled = 0  # checks in a row with the tabs near the top (it scrolls smoothly)
+            settled = 0  # checks in a row with the tabs near the top
             while settled < 3 and time.monotonic() < deadline:
                 settled = settled + 1 if 0 <= _box(tabs)["top"] <= 150 else 0
                 page.wait_for_timeout(300)

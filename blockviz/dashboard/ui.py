@@ -70,11 +70,13 @@ def scroll_into_view(key: str) -> None:
     """
     if not _KEY_CLASS.fullmatch(key):
         raise ValueError(f"scroll_into_view: {key!r} is not a plain container key")
-    # scroll-margin-top keeps the target clear of Streamlit's header bar.
+    # scroll-margin-top keeps the target clear of Streamlit's header bar. The jump is
+    # instant: a smooth scroll is cancelled part-way when the page redraws under it (Live
+    # refreshes itself while its run trains), leaving the target where it was.
     st.html(
         "<script>setTimeout(() => { const box = document.querySelector('.st-key-" + key + "');"
         " if (box) { box.style.scrollMarginTop = '4rem';"
-        " box.scrollIntoView({behavior: 'smooth', block: 'start'}); } }, 300);</script>",
+        " box.scrollIntoView({behavior: 'instant', block: 'start'}); } }, 300);</script>",
         unsafe_allow_javascript=True,
     )
 

@@ -61,7 +61,7 @@ def test_a_measured_claim_shows_each_seed_set_and_its_rerun(tmp_path: Path) -> N
 
 def test_an_upload_is_imported_once_and_a_bad_one_is_one_line(tmp_path: Path) -> None:
     with RunStore(tmp_path / "elsewhere.db") as other:
-        fake_study(other, "activation")
+        fake_study(other, "tied-embeddings")  # a study of one claim
         data = json.dumps(ldg.to_json(build.ledger(other))).encode()
     at = _page().run()
     at.get("file_uploader")[0].set_value(("peer.json", data, "application/json")).run()

@@ -204,6 +204,44 @@ def _stability() -> StudyDef:
     )
 
 
+SOFTCAP = 30.0  # Gemma 2's cap on the final logits
+GEMMA = "Gemma Team 2024, Gemma 2: Improving Open Language Models at a Practical Size"
+
+
+def _logit_softcap() -> StudyDef:
+    variants = tuple(
+        Variant(
+            f"{'softcap 30' if cap else 'no softcap'} · {_lr_label(lr)}",
+            {"logit_softcap": cap, "lr": lr, "min_lr": 0.0},
+        )
+        for cap in (0.0, SOFTCAP)
+        for lr in STABILITY_LR_GRID
+    )
+    return StudyDef(
+        key="logit-softcap",
+        title="Logit soft-capping and the learning rate",
+        question="Does capping the output logits make the final loss depend less on the "
+        "learning rate?",
+        claims=(
+            Claim(
+                "Soft-capping the output logits at 30 makes the final loss depend less on "
+                "the learning rate.",
+                f"{GEMMA} (caps the final logits at 30 for stability); sensitivity as "
+                "defined by Wortsman et al. 2023",
+                "less_sensitive",
+                {
+                    "better": {"logit_softcap": SOFTCAP},
+                    "worse": {"logit_softcap": 0.0},
+                    "field": "lr",
+                },
+            ),
+        ),
+        variants=variants,
+        swept=("lr", "logit_softcap"),
+        baseline=f"no softcap · {_lr_label(STABILITY_LR_GRID[2])}",
+    )
+
+
 def _residual_depth() -> StudyDef:
     variants = tuple(
         Variant(
@@ -252,6 +290,13 @@ def _normalization() -> StudyDef:
                 "Transformers",
                 "lower_loss",
                 {"better": "LayerNorm", "worse": "BatchNorm"},
+            ),
+            Claim(
+                "RMSNorm does at least as well as LayerNorm.",
+                "Zhang & Sennrich 2019, Root Mean Square Layer Normalization: comparable "
+                "performance without re-centring",
+                "not_worse",
+                {"better": "RMSNorm", "worse": "LayerNorm", "margin": NOT_WORSE_MARGIN},
             ),
         ),
         variants=variants,
@@ -304,6 +349,58 @@ def _activation() -> StudyDef:
         variants=tuple(Variant(name, {"activation": key}) for key, name in names.items()),
         swept=("activation",),
         baseline="GELU",
+    )
+
+
+# A SwiGLU FFN has three d_model x d_ff matrices to GELU's two (model.FFN), so at
+# ffn_mult 2 it holds exactly the weights of a GELU FFN at ffn_mult 3: the pair compares the
+# activations at equal parameters, as Shazeer 2020 does by shrinking d_ff by 2/3.
+SWIGLU_MATCHED = {"GELU · FFN 3×": ("gelu", 3), "SwiGLU · FFN 2×": ("swiglu", 2)}
+
+
+def _swiglu() -> StudyDef:
+    return StudyDef(
+        key="swiglu",
+        title="SwiGLU at equal parameters",
+        question="With the FFN's weights held equal, does a gated (SwiGLU) FFN reach a lower "
+        "loss than a GELU one?",
+        claims=(
+            Claim(
+                "At equal parameters, SwiGLU trains to a lower loss than GELU.",
+                "Shazeer 2020, GLU Variants Improve Transformer (d_ff shrunk by 2/3 to keep "
+                "the parameters equal)",
+                "lower_loss",
+                {"better": "SwiGLU · FFN 2×", "worse": "GELU · FFN 3×"},
+            ),
+        ),
+        variants=tuple(
+            Variant(label, {"activation": key, "ffn_mult": mult})
+            for label, (key, mult) in SWIGLU_MATCHED.items()
+        ),
+        swept=("activation", "ffn_mult"),
+        baseline="GELU · FFN 3×",
+    )
+
+
+def _tied_embeddings() -> StudyDef:
+    return StudyDef(
+        key="tied-embeddings",
+        title="Tied embeddings",
+        question="Does sharing the token embedding with the LM head cost any loss?",
+        claims=(
+            Claim(
+                "Tying the token embedding and the LM head does at least as well as two matrices.",
+                "Press & Wolf 2017, Using the Output Embedding to Improve Language Models",
+                "not_worse",
+                {"better": "tied", "worse": "untied", "margin": NOT_WORSE_MARGIN},
+            ),
+        ),
+        variants=(
+            Variant("untied", {"tie_weights": False}),
+            Variant("tied", {"tie_weights": True}),
+        ),
+        swept=("tie_weights",),
+        baseline="untied",
     )
 
 
@@ -362,10 +459,13 @@ BUILTINS: dict[str, Callable[[], StudyDef]] = {
     "norm-position": _norm_position,
     "lr-sensitivity": _lr_sensitivity,
     "qk-norm-z-loss": _stability,
+    "logit-softcap": _logit_softcap,
     "residual-depth": _residual_depth,
     "normalization": _normalization,
     "ffn-ratio": _ffn_ratio,
     "activation": _activation,
+    "swiglu": _swiglu,
+    "tied-embeddings": _tied_embeddings,
     "sublayers": _sublayers,
     "init-gradients": _init_gradients,
 }

@@ -66,13 +66,16 @@ def variant_styles(results: pd.DataFrame, swept: Sequence[str] = ()) -> dict[str
 
     Where the study crosses a named swept field (norm position, residual on/off) with a
     numeric one (lr, depth), each value of the named fields is a family: one hue and one
-    dash, its variants in shades light to dark in their order. Otherwise each variant is a
+    dash, its variants in shades light to dark in their order; of two numeric fields, the
+    one with fewer values names the families. Otherwise each variant is a
     colour of PALETTE in turn (a dash of its own once the colours repeat).
     """
     first = results.drop_duplicates("variant").set_index("variant")
     variants = [str(v) for v in first.index]
     varied = [f for f in swept if f in first.columns and first[f].nunique(dropna=False) > 1]
     named = [f for f in varied if not _ordered(first[f])]
+    if not named and len(varied) > 1:  # two numeric fields (soft-cap × lr): the one of
+        named = [min(varied, key=lambda f: first[f].nunique(dropna=False))]  # fewer values
     if not named or len(named) == len(varied):
         return {
             v: (PALETTE[i % len(PALETTE)], DASHES[i // len(PALETTE) % len(DASHES)])
