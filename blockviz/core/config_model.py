@@ -216,7 +216,9 @@ class ModelConfig:
         False,
         "Tie embedding and LM head",
         "The LM head reuses the token-embedding matrix (counted once; it keeps the head's "
-        "initialisation).",
+        "initialisation). With init default that is small beside the position embedding "
+        "(std 1) and drowns the tokens: a quick run stalled at the unigram entropy; use init "
+        "gpt2 (both embeddings at std 0.02).",
         group=ARCHITECTURE,
         token=_on_off("tied", "untied"),
         code="share the token embedding with the LM head",
