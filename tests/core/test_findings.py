@@ -96,6 +96,7 @@ def test_a_run_probed_once_after_step_0_names_the_checks_it_could_not_make():
     )
     assert "None of the 16 checks" not in finding.text and finding.title != "Healthy"
     assert finding.suggestion.changes == {"probe_interval": 30}
+    assert finding.suggestion.source == "a rule of thumb; untested here"
     # Listed where runs are tabled (Compare, a study's runs): not just "Trains".
     titles = run_findings.RunFindings(headline(probed_at((0, 299)), found), found).titles
     assert titles == ["Trains", finding.title]

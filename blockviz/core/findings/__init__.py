@@ -251,5 +251,5 @@ def evaluate(series: RunSeries) -> list[Finding]:
     found = [f for name, rule in RULES.items() if (f := _run(name, rule, series)) is not None]
     serious = any(f.severity in ("error", "warning") for f in found)
     if not serious and not training.worse_than_initial(series):
-        found.append(training.healthy(series, len(RULES), gaps(series)))
+        found.append(labelled("healthy", training.healthy(series, len(RULES), gaps(series))))
     return sorted(found, key=lambda f: -1 if f.step is None else f.step, reverse=True)
