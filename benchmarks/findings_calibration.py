@@ -423,7 +423,7 @@ def main() -> int:
             "nat below the unigram entropy"
         ),
         "healthy_set": list(HEALTHY),
-        "flags": {label: list(flags) for label, flags in all_runs().items()},
+        "flags": {label: " ".join(flags) for label, flags in all_runs().items()},
         "runs": runs,
         "rules": rule_table(runs),
         "remedies": remedy_table(runs),

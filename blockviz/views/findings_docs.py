@@ -130,7 +130,7 @@ def runs_table(results: dict[str, Any]) -> str:
     ]
     for label, run in results["runs"].items():
         kind = "healthy" if label in results["healthy_set"] else "broken or remedy"
-        flags = " ".join(results["flags"][label])
+        flags = results["flags"][label]
         lines.append(
             f"| `{_cell(label)}` | {kind} | `{_cell(flags)}` | {_val(run['val'])} "
             f"({run['unigram']:.3f}) | {_cell(', '.join(run['fired']) or '—')} |"
