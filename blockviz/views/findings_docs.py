@@ -129,7 +129,9 @@ def runs_table(results: dict[str, Any]) -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     for label, run in results["runs"].items():
-        kind = "healthy" if label in results["healthy_set"] else "broken or remedy"
+        kind = "broken or remedy"
+        if label in results["healthy_set"]:
+            kind = "healthy" if run["healthy"] else "healthy config, not healthy by the criterion"
         flags = results["flags"][label]
         lines.append(
             f"| `{_cell(label)}` | {kind} | `{_cell(flags)}` | {_val(run['val'])} "
