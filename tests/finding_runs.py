@@ -55,6 +55,9 @@ RUNS: dict[str, tuple[str, ...]] = {
         *TINY,
         *("--max_steps", "300", "--lr", "3e-3", "--warmup_steps", "20", "--dataset", "{spiky}"),
     ),
+    # lr 0.1 without decay: down to 3.1 by step 100, then no lower (pydocs' unigram entropy is
+    # 3.25); the same lr with its cosine decay, or 3× lower, keeps learning.
+    "plateau": (*TINY, *CONSTANT, "--max_steps", "400", "--lr", "0.1"),
     "overfit": (
         *TINY,
         *("--max_steps", "600", "--d_model", "64", "--lr", "3e-3", "--weight_decay", "0"),
@@ -63,14 +66,19 @@ RUNS: dict[str, tuple[str, ...]] = {
 }
 
 
-def spiky_text() -> str:
-    """One sentence repeated, with a block of random symbols a third of the way in: once
-    the model knows the sentence, a batch that draws from the block costs far more."""
-    rng = random.Random(0)
-    body = "the cat sat on the mat and the dog sat on the log.\n" * 400
+def noisy_repeat(line: str, seed: int) -> str:
+    """One line repeated, with a block of random symbols a third of the way in: once the
+    model knows the line, a batch that draws from the block costs far more."""
+    rng = random.Random(seed)
+    body = line * 400
     noise = "".join(rng.choice("0123456789#$%&*+=<>?@^~") for _ in range(600))
     cut = len(body) // 3
     return body[:cut] + noise + body[cut:]
+
+
+def spiky_text() -> str:
+    """The spiky run's text: a sentence repeated, with a block of random symbols."""
+    return noisy_repeat("the cat sat on the mat and the dog sat on the log.\n", seed=0)
 
 
 def small_text() -> str:

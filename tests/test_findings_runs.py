@@ -54,7 +54,8 @@ def test_post_ln_at_lr_1e_2_without_warm_up_stalls_at_the_unigram_entropy(found)
     assert run.headline.rule == "stalled"
     assert run.headline.title.startswith("Stalled at the unigram entropy since step ")
     assert run.headline.evidence["since"] < 20
-    assert run.headline.suggestion.changes == {"warmup_steps": 100}
+    # Pre-LN, not the warm-up that did not end a held-out Post-LN stall (docs/findings.md)
+    assert run.headline.suggestion.changes == {"norm_position": "pre"}
     # What goes with it in this run: the first blocks' gradients vanish, their weights
     # move by weight decay alone, and the later blocks' positions point one way.
     assert {"gradient_depth", "slow_updates", "rank_collapse"} <= rules(run)
@@ -84,13 +85,30 @@ def test_lr_1_moves_weights_by_more_than_the_bound_each_step(found):
 def test_a_blow_up_without_nan_grows_the_output_logits(found):
     run = found["blow-up"]
     assert run.headline.title == "Worse than a uniform guess"
-    assert the(run, "output_logit_growth").suggestion.changes == {"z_loss": 1e-4}
+    # Issue 39, defect 8: not the z-loss, which did not stop this blow-up here, nor
+    # clipping (docs/findings.md, remedies): norms before each sublayer, which did.
+    tip = the(run, "output_logit_growth").suggestion
+    assert tip.changes == {"norm_position": "pre"}
+    assert tip.source.endswith("; it helped in a run here")
 
 
 def test_a_block_of_noise_in_the_text_makes_loss_spikes(found):
     finding = the(found["spiky"], "loss_spike")
     assert finding.evidence["count"] >= 1
     assert found["spiky"].headline.title == "Trains"
+
+
+def test_lr_0_1_without_decay_stops_just_below_the_unigram_entropy(found):
+    """Issue 39, defect 7: a loss that stopped improving 0.1 nat below the unigram entropy
+    read "Trains"."""
+    run = found["plateau"]
+    assert run.headline.rule == "plateau"
+    finding = the(run, "plateau")
+    assert finding.evidence["unigram"] - 0.3 <= finding.evidence["median_loss"]
+    assert finding.evidence["median_loss"] < finding.evidence["unigram"]
+    assert finding.suggestion.changes == {"lr": 0.033}
+    # the other runs that train (healthy, spiky, overfit) do not fire it
+    assert not any("plateau" in rules(found[label]) for label in ("healthy", "spiky", "overfit"))
 
 
 def test_a_small_text_trained_long_overfits(found):

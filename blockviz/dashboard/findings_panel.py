@@ -4,7 +4,8 @@ The headline says what the run is doing (diverged, stalled, trains); below it ea
 (newest first) gives its title, its sentences with the numbers, **Show** (opens the tab
 that draws it and marks its step on the charts) and, where the rule suggests a change,
 **Try** (the run's config with that change in the sidebar, on Train, ready to launch); the
-suggestion names its source, a paper or "a rule of thumb".
+suggestion names its source, a paper or "a rule of thumb", and what runs here showed of it
+("untested here" when none did).
 The words come from `core.findings`; the page decides what Show selects.
 """
 

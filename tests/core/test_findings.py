@@ -15,6 +15,7 @@ import pytest
 from blockviz.core import config as cfg
 from blockviz.core import findings as fd
 from blockviz.core.findings.base import DIVERGENCE, SPIKE, Finding, RunSeries
+from blockviz.core.findings.suggestions import EVIDENCE, UNTESTED
 from blockviz.core.findings.thresholds import (
     ATTN_LOGIT_MAX,
     DEAD_FRAC,
@@ -68,7 +69,7 @@ def test_nothing_wrong_is_said_explicitly():
     assert [f.rule for f in found] == ["healthy"]
     assert found[0].severity == "ok"
     # only the loss was recorded: the rules that read the probes say they could not check
-    assert "None of the 3 checks this run has the data for found a problem up to step 199" in (
+    assert "None of the 4 checks this run has the data for found a problem up to step 199" in (
         found[0].text
     )
     assert "Not checked, no data recorded: gradients across depth, slow updates" in found[0].text
@@ -85,16 +86,17 @@ def test_a_run_probed_once_after_step_0_names_the_checks_it_could_not_make():
     found = fd.evaluate(probed_at((0, 299)))
     (finding,) = found  # no state rule can fire on one probe after step 0
     assert finding.rule == "healthy" and finding.severity == "info"
-    assert finding.title == "10 of 15 checks could not be made: too few probes"
+    assert finding.title == "10 of 16 checks could not be made: too few probes"
     assert finding.text.startswith(
-        "None of the 4 checks that could be made found a problem up to step 299"
+        "None of the 5 checks that could be made found a problem up to step 299"
     )
     assert (
         f"Could not check {STATE_CHECKS}: only 1 probe after step 0, and a state needs 2 probes "
         "in a row after it, so a problem there would not show" in finding.text
     )
-    assert "None of the 15 checks" not in finding.text and finding.title != "Healthy"
+    assert "None of the 16 checks" not in finding.text and finding.title != "Healthy"
     assert finding.suggestion.changes == {"probe_interval": 30}
+    assert finding.suggestion.source == "a rule of thumb; untested here"
     # Listed where runs are tabled (Compare, a study's runs): not just "Trains".
     titles = run_findings.RunFindings(headline(probed_at((0, 299)), found), found).titles
     assert titles == ["Trains", finding.title]
@@ -114,7 +116,7 @@ def test_a_short_or_sparsely_logged_run_names_the_loss_checks_it_could_not_make(
     loss = {step: 4.0 - step / 150 for step in range(0, 300, 10)}
     found = fd.evaluate(series(scalars(**{"train/loss": loss, "val/loss": {100: 3.0, 200: 2.7}})))
     (finding,) = found
-    assert finding.severity == "info" and finding.title.startswith("2 of 15 checks could not")
+    assert finding.severity == "info" and finding.title.startswith("2 of 16 checks could not")
     assert "too few logged losses, too few evaluations" in finding.title
     assert "Could not check loss spikes: only 30 logged losses, and a spike needs 51" in (
         finding.text
@@ -284,7 +286,9 @@ def stall_with_updates(per_lr: list[float], lr: float = 1e-3, **config: object) 
 def test_a_stall_with_normal_sized_updates_suggests_a_higher_lr(per_lr, changes):
     finding = only("stalled", stall_with_updates(per_lr))
     assert finding.suggestion.changes == changes
-    assert finding.suggestion.source == "a rule of thumb"
+    remedy = "higher_lr" if changes["lr"] > 1e-3 else "lower_lr"
+    said = EVIDENCE.get(("stalled", remedy), UNTESTED)
+    assert finding.suggestion.source == f"a rule of thumb; {said}"
     normal = changes["lr"] > 1e-3
     assert ("normal-sized steps for the lr" in finding.text) == normal
     if normal:
@@ -292,24 +296,27 @@ def test_a_stall_with_normal_sized_updates_suggests_a_higher_lr(per_lr, changes)
         assert "move by 1 to 1 × lr of their norm per step (lr 0.001)" in finding.text
 
 
-def test_a_post_ln_stall_without_warm_up_gets_the_warm_up_whatever_its_update_sizes():
-    """Xiong et al.'s remedy comes before the rule of thumb: no run here showed a higher lr
-    rescuing Post-LN without a warm-up. With a warm-up, normal updates mean a higher lr."""
+def test_a_post_ln_stall_without_warm_up_gets_pre_ln_whatever_its_update_sizes():
+    """Pre-LN before the rule of thumb: it ended a Post-LN stall here that a warm-up (Xiong
+    et al.'s remedy) did not (docs/findings.md, remedies), and no run here showed a higher
+    lr rescuing Post-LN without a warm-up. With a warm-up, normal updates mean a higher lr."""
+    pre = {"norm_position": "pre"}
     run = stall_with_updates([2.0] * 3, norm_position="post", warmup_steps=0, max_steps=300)
-    assert only("stalled", run).suggestion.changes == {"warmup_steps": 100}
+    assert only("stalled", run).suggestion.changes == pre
     slow = stall_with_updates([0.1, 2.0, 2.0], norm_position="post", warmup_steps=0, max_steps=300)
-    assert only("stalled", slow).suggestion.changes == {"warmup_steps": 100}
+    assert only("stalled", slow).suggestion.changes == pre
     warmed = stall_with_updates([2.0] * 3, norm_position="post", warmup_steps=30, max_steps=300)
     assert only("stalled", warmed).suggestion.changes == {"lr": 3e-3}
 
 
-def test_a_stall_behind_post_ln_without_warm_up_suggests_the_warm_up():
+def test_a_stall_behind_post_ln_without_warm_up_suggests_pre_ln_with_what_it_did_here():
     finding = only(
         "stalled",
         series(stall_loss(200, UNIGRAM), norm_position="post", warmup_steps=0, max_steps=300),
     )
-    assert finding.suggestion.changes == {"warmup_steps": 100}
-    assert "Xiong et al. 2020" in finding.suggestion.source
+    assert finding.suggestion.changes == {"norm_position": "pre"}
+    said = EVIDENCE.get(("stalled", "pre_ln"), UNTESTED)
+    assert finding.suggestion.source == f"Xiong et al. 2020; {said}"
 
 
 # -------------------------------------------------------------------------- loss spike
@@ -481,7 +488,8 @@ def test_residual_growth_needs_both_the_growth_and_the_size():
     assert "leaving block 0 is 20, against 0.4 at step 0: 50× its start" in finding.text
     assert finding.series == "rms" and finding.tab == "Activations"
     assert finding.suggestion.changes == {"lr": 3.3e-4}
-    assert finding.suggestion.source == "a rule of thumb"
+    said = EVIDENCE.get(("residual_growth", "lower_lr"), UNTESTED)
+    assert finding.suggestion.source == f"a rule of thumb; {said}"
     short = resid_rms([0.41, 1.0, 0.1], [size, size, size * 0.99])
     assert "residual_growth" not in rules(fd.evaluate(short))
 

@@ -84,11 +84,12 @@ def test_show_opens_the_tab_that_draws_the_finding_and_marks_its_step(copies):
 
 def test_try_loads_the_runs_config_with_the_fix_and_opens_train(copies):
     at = live(copies["starter-post"])
-    (button,) = [b for b in at.button if b.label == "Try warmup_steps = 100"]
+    # the stall, the vanishing gradients and the slow updates each suggest Pre-LN
+    button, *_ = [b for b in at.button if b.label == "Try norm_position = pre"]
     button.click().run()
     assert not at.exception
-    assert at.session_state["cfg.warmup_steps"] == 100
-    assert at.session_state["cfg.norm_position"] == "post"
+    assert at.session_state["cfg.norm_position"] == "pre"
+    assert at.session_state["cfg.warmup_steps"] == 0
 
 
 def test_live_tells_a_diverged_run_once_at_the_top(copies):
@@ -111,7 +112,7 @@ def test_live_says_a_healthy_run_trains_and_that_no_check_fired(copies):
     assert not at.exception
     (headline,) = [shown(s.value) for s in at.success]
     assert headline.startswith("**Trains.**")
-    assert any("None of the 15 checks found a problem" in shown(c.value) for c in at.caption)
+    assert any("None of the 16 checks found a problem" in shown(c.value) for c in at.caption)
 
 
 def test_compare_has_a_findings_column(copies):

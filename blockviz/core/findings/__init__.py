@@ -9,8 +9,9 @@ change and where the idea comes from (a paper, or a rule of thumb; never a measu
 Three kinds of rule:
 
 - events: `diverged`, `loss_spike`;
-- the loss over time: `stalled` (a streak still going at the newest step) and
-  `overfitting` (the val loss since its lowest evaluation);
+- the loss over time: `stalled` (a streak still going at the newest step), `plateau` (a
+  loss that went below the unigram entropy and stopped just below it) and `overfitting`
+  (the val loss since its lowest evaluation);
 - states, read at the newest probe steps (`gradients.py`: gradients and updates;
   `activations.py`: FFN units, attention, the residual stream, output logits): a state rule
   fires only when its condition holds at each of the last PERSIST probe steps, so one noisy
@@ -32,16 +33,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from blockviz.core import spec
-from blockviz.core.findings import activations, gradients, induction, training
+from blockviz.core.findings import activations, gradients, induction, progress, training
 from blockviz.core.findings.base import (
     NO_DATA,
     ONE_BLOCK,
     Finding,
     RunSeries,
 )
+from blockviz.core.findings.suggestions import labelled
 from blockviz.core.findings.thresholds import (
     OVERFIT_EVALS,
     PERSIST,
+    PLATEAU_STEPS,
     SPIKE_WINDOW,
     STALL_MIN_STEPS,
 )
@@ -138,6 +141,12 @@ RULES: dict[str, Rule] = {
         _stall_steps,
         needs=_span(STALL_MIN_STEPS, "a stall"),
     ),
+    "plateau": Rule(
+        "a plateau below the unigram entropy",
+        progress.plateau,
+        _stall_steps,
+        needs=_span(PLATEAU_STEPS, "a plateau"),
+    ),
     "loss_spike": Rule(
         "loss spikes",
         training.loss_spikes,
@@ -200,7 +209,7 @@ RULES: dict[str, Rule] = {
     ),
     "overfitting": Rule(
         "overfitting",
-        training.overfitting,
+        progress.overfitting,
         _scalar(spec.VAL_LOSS),
         needs=_at_least(OVERFIT_EVALS, "evaluations", "overfitting"),
     ),
@@ -211,7 +220,7 @@ def _run(name: str, rule: Rule, series: RunSeries) -> Finding | None:
     """One rule's finding; a rule that fails on data it did not expect says so (as an info
     finding), rather than taking the page, `show` or the report down with it."""
     try:
-        return rule.find(series)
+        found = rule.find(series)
     except Exception as exc:
         LOG.warning("findings rule %s failed", name, exc_info=True)
         return Finding(
@@ -222,6 +231,7 @@ def _run(name: str, rule: Rule, series: RunSeries) -> Finding | None:
             None,
             spec.TRAIN_LOSS,
         )
+    return None if found is None else labelled(name, found)
 
 
 def gaps(series: RunSeries) -> dict[str, list[str]]:
@@ -241,5 +251,5 @@ def evaluate(series: RunSeries) -> list[Finding]:
     found = [f for name, rule in RULES.items() if (f := _run(name, rule, series)) is not None]
     serious = any(f.severity in ("error", "warning") for f in found)
     if not serious and not training.worse_than_initial(series):
-        found.append(training.healthy(series, len(RULES), gaps(series)))
+        found.append(labelled("healthy", training.healthy(series, len(RULES), gaps(series))))
     return sorted(found, key=lambda f: -1 if f.step is None else f.step, reverse=True)

@@ -13,7 +13,6 @@ from blockviz.core import spec
 from blockviz.core.findings.base import (
     Finding,
     RunSeries,
-    Suggestion,
     blocks,
     layer_name,
     layer_names,
@@ -23,7 +22,13 @@ from blockviz.core.findings.base import (
     streak,
     streaking,
 )
-from blockviz.core.findings.suggestions import lower_lr, normalise_qk, residual_on
+from blockviz.core.findings.suggestions import (
+    gelu,
+    lower_lr,
+    normalise_qk,
+    residual_on,
+    tame_logits,
+)
 from blockviz.core.findings.thresholds import (
     ATTN_LOGIT_MAX,
     DEAD_FRAC,
@@ -57,14 +62,8 @@ def dead_units(series: RunSeries) -> Finding | None:
     )
     suggestion = None
     if series.config is not None:
-        if series.config.model.activation == "relu":
-            suggestion = Suggestion(
-                "Use GELU, which has no flat zero region.",
-                {"activation": "gelu"},
-                "Hendrycks & Gimpel 2016",
-            )
-        else:
-            suggestion = lower_lr(series.config)
+        relu = series.config.model.activation == "relu"
+        suggestion = gelu() if relu else lower_lr(series.config)
     return per_layer(
         "dead_units",
         f"Dead FFN units in {layer_names(layers, series.n_layer)}",
@@ -300,20 +299,7 @@ def output_logits(series: RunSeries) -> Finding | None:
         f"(bounds {OUTPUT_LOGIT_MAX:g} and ±{LOG_Z_MAX:g}), at every probe since "
         f"{step_text(since)}."
     )
-    suggestion = None
-    if series.config is not None:
-        if series.config.train.z_loss == 0:
-            suggestion = Suggestion(
-                "Add a z-loss of 1e-4 (it pulls log Z towards 0).",
-                {"z_loss": 1e-4},
-                "Chowdhery et al. 2022; Wortsman et al. 2023",
-            )
-        elif series.config.model.logit_softcap == 0:
-            suggestion = Suggestion(
-                "Cap the output logits at 30 (logit_softcap).",
-                {"logit_softcap": 30.0},
-                "Gemma Team 2024",
-            )
+    suggestion = tame_logits(series)
     return Finding(
         "output_logit_growth",
         "warning",

@@ -30,11 +30,14 @@ ONE_BLOCK = "the model has one block, so no depth to compare"
 
 @dataclass(frozen=True)
 class Suggestion:
-    """Something to try: config fields and values, why, and where the idea comes from."""
+    """Something to try: config fields and values, why, and where the idea comes from (a
+    paper or a rule of thumb, then what runs of this code showed of it: `remedy` names it
+    in `core.findings.suggestions.EVIDENCE`)."""
 
     text: str
     changes: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    remedy: str = ""
 
 
 @dataclass(frozen=True)

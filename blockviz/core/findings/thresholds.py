@@ -22,6 +22,19 @@ STALL_MIN_STEPS = 100
 # (when it ends there); its words say "at the unigram entropy" only within STALL_MARGIN of
 # it, "above" beyond (tiny Pre-LN at lr 0.3: 3.37 against 3.25, 0.12 above).
 STALL_NEAR = 0.5
+# plateau: after the running median went below the unigram entropy minus STALL_MARGIN, it
+# stays within PLATEAU_BELOW nats of it and the least-squares slope of the logged losses
+# over the last PLATEAU_STEPS steps (at least PLATEAU_POINTS of them) falls by less than
+# PLATEAU_FALL nats per 100 steps. Set on tiny runs (tests/finding_runs.py's and these, 400
+# steps, seed 1337): on Tiny Shakespeare (H₁ 3.31) lr 0.1 constant flattened at 3.1–3.2
+# from step 100 (slopes over 200 steps −0.06 to +0.06 from step 225, 0.07–0.2 nat below
+# H₁), on pydocs (H₁ 3.25) the same at 3.1–3.15 (−0.07 to +0.03); with a cosine schedule
+# the Shakespeare run still fell 0.05–0.22 per 100 steps, 0.29–0.42 nat below H₁, and lr
+# 0.03 constant stopped 0.7 nat below: both left silent.
+PLATEAU_STEPS = 200
+PLATEAU_BELOW = 0.3
+PLATEAU_FALL = 0.05
+PLATEAU_POINTS = 10  # logged losses the slope needs in its window
 # loss_spike: a logged train loss above SPIKE_FACTOR times the median of the SPIKE_WINDOW
 # logged losses before it (as Lightning's SpikeDetection compares a loss with a running
 # mean over a window; a median is not dragged up by the spike's neighbours). The largest
@@ -124,6 +137,10 @@ __all__ = [
     "OVERFIT_RISE",
     "OVERFIT_TRAIN",
     "PERSIST",
+    "PLATEAU_BELOW",
+    "PLATEAU_FALL",
+    "PLATEAU_POINTS",
+    "PLATEAU_STEPS",
     "PREFIX_OVER_UNIFORM",
     "PREFIX_THRESHOLD",
     "RANK_COS",

@@ -1,5 +1,5 @@
-"""Rules over the losses: diverged, stalled, loss spikes, overfitting; the headline and
-the healthy finding. Torch-free.
+"""Rules over the losses: diverged, stalled, loss spikes; the headline and the healthy
+finding (the plateau and overfitting, after progress, are in `progress.py`). Torch-free.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from blockviz.core.findings.base import (
     SPIKE,
     Finding,
     RunSeries,
-    Suggestion,
     blocks,
     finite_rows,
     layer_name,
@@ -30,17 +29,14 @@ from blockviz.core.findings.base import (
 )
 from blockviz.core.findings.gradients import update_sizes
 from blockviz.core.findings.suggestions import (
-    RULE_OF_THUMB,
     clip,
+    probe_every_step,
     probe_more,
     stability,
     unstall,
 )
 from blockviz.core.findings.thresholds import (
     GROWTH_FACTOR,
-    OVERFIT_EVALS,
-    OVERFIT_RISE,
-    OVERFIT_TRAIN,
     SPIKE_FACTOR,
     SPIKE_WINDOW,
     STALL_MARGIN,
@@ -101,11 +97,7 @@ def diverged(series: RunSeries) -> Finding | None:
                 "which layer's gradient grew first."
             )
             if not every_step:
-                suggestion = Suggestion(
-                    "Rerun with probe_interval 1 to record every step's gradients.",
-                    {"probe_interval": 1},
-                    RULE_OF_THUMB,
-                )
+                suggestion = probe_every_step()
     else:
         with np.errstate(divide="ignore", invalid="ignore"):
             growth = finite / finite.iloc[0]  # a block at 0 at first has no growth factor
@@ -267,69 +259,6 @@ def loss_spikes(series: RunSeries) -> Finding | None:
     )
 
 
-def overfitting(series: RunSeries) -> Finding | None:
-    """Val loss rising above its lowest evaluation while the val − train gap widens."""
-    val = series.scalar(spec.VAL_LOSS)
-    val = val[np.isfinite(val["value"].to_numpy(dtype=float))]
-    train = series.scalar(spec.TRAIN_LOSS)
-    if len(val) < OVERFIT_EVALS or train.empty:
-        return None
-    train_values = train["value"].to_numpy(dtype=float)
-    means = pd.Series(train_values).rolling(OVERFIT_TRAIN, min_periods=1).mean().to_numpy()
-    positions = np.searchsorted(train["step"].to_numpy(), val["step"].to_numpy(), side="right") - 1
-    valid = positions >= 0
-    val, positions = val[valid], positions[valid]
-    if len(val) < OVERFIT_EVALS:
-        return None
-    trained = means[positions]
-    gap = val["value"].to_numpy(dtype=float) - trained
-    best = int(np.argmin(val["value"].to_numpy(dtype=float)))
-    last = len(val) - 1
-    best_loss, last_loss = float(val["value"].iloc[best]), float(val["value"].iloc[last])
-    # Val rose, the gap widened by as much, and the train loss did not rise with it (a
-    # train loss that rises too is a run getting worse, not one memorising its text), and
-    # it is below the unigram entropy: a model that knows only character frequencies has
-    # nothing of its training text to memorise.
-    memorising = series.unigram is None or trained[last] < series.unigram - STALL_MARGIN
-    if (
-        best == last
-        or last_loss < best_loss + OVERFIT_RISE
-        or not gap[last] >= gap[best] + OVERFIT_RISE
-        or trained[last] > trained[best]
-        or not memorising
-    ):
-        return None
-    since = int(val["step"].iloc[best])
-    newest = int(val["step"].iloc[last])
-    text = (
-        f"The val loss has risen from its lowest, {num(best_loss)} at {step_text(since)}, to "
-        f"{num(last_loss)} at {step_text(newest)}, while the val − train gap widened from "
-        f"{num(gap[best])} to {num(gap[last])}: the model is learning its training text "
-        f"rather than the language. best.ckpt holds the weights of {step_text(since)} "
-        "(of a run trained alone: a batch of replicas keeps only its last.ckpt)."
-    )
-    suggestion = None
-    if series.config is not None and series.config.model.dropout == 0:
-        suggestion = Suggestion("Add dropout 0.1.", {"dropout": 0.1}, "Srivastava et al. 2014")
-    return Finding(
-        "overfitting",
-        "warning",
-        f"Overfitting since step {since:,}",
-        text,
-        since,
-        spec.VAL_LOSS,
-        {
-            "since": since,
-            "step": newest,
-            "best_val": best_loss,
-            "val": last_loss,
-            "gap_then": float(gap[best]),
-            "gap_now": float(gap[last]),
-        },
-        suggestion,
-    )
-
-
 def healthy(series: RunSeries, total: int, gaps: dict[str, list[str]]) -> Finding:
     """None of the rules that could check the run fired: said in words, with how far they
     reached and every check that could not be made and why (`gaps`: {reason: labels}; no
@@ -416,11 +345,11 @@ def worse_than_initial(series: RunSeries) -> bool:
 def headline(series: RunSeries, findings: list[Finding]) -> Finding:
     """What the run is doing, in one line: diverged, stalled, or whether its loss falls.
 
-    A diverged or stalled finding is the headline; otherwise the loss speaks: "Trains"
+    A diverged, stalled or plateau finding is the headline; otherwise the loss speaks: "Trains"
     once the train loss's running median is below the unigram entropy (minus the stall
     margin), else how far it has come.
     """
-    for rule in ("diverged", "stalled"):
+    for rule in ("diverged", "stalled", "plateau"):
         for finding in findings:
             if finding.rule == rule:
                 return finding

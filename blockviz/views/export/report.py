@@ -284,8 +284,8 @@ def report_html(
 {html_table([spec.final_header(c) for c in columns], metric_rows)}
 <h2>Findings</h2>
 <p>What each run's stored series show, by the documented rules of blockviz's findings
-(docs/findings.md); a suggestion names its source, a paper or "a rule of thumb", and none
-was measured here.</p>
+(docs/findings.md); a suggestion names its source, a paper or "a rule of thumb", then
+whether it helped in a run of blockviz's own or is untested there.</p>
 {_findings_html(findings)}
 <h2>Configuration differences</h2>
 {diff_html}
