@@ -12,7 +12,7 @@ from collections.abc import Sequence
 # Tokens the repeated batch holds in all (rows x 2L): enough rows that the prefix score's
 # standard error over rows is well under the formation threshold (docs/internals.md, "The
 # induction statistics", has the measurement), few enough that the probe stays cheap.
-PROBE_TOKENS = 8192
+PROBE_TOKENS = 2048
 MIN_ROWS = 16  # long contexts still get this many rows
 
 

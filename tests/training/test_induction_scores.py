@@ -150,7 +150,7 @@ def test_repeated_batch_is_fixed_and_leaves_the_training_rng_alone():
 def test_the_repeated_batch_has_enough_rows_of_every_character_but_line_breaks(block_size):
     """Issue 39, defect 5: the prefix score came from 4 fixed rows, which held twice the
     expected newlines (a row with one scores low in a model trained on lines). Now the
-    batch holds about PROBE_TOKENS tokens (64 rows at ctx 64; never fewer than 16), every
+    batch holds about PROBE_TOKENS tokens (32 rows at ctx 64; never fewer than 16), every
     character but the line breaks drawn uniformly, and no line break at all."""
     chars = ["\n", *"abcdefghijklmnopqrstuvwxyz", "\r", " ", "."]
     tokens = probe_tokens(chars)
@@ -160,7 +160,7 @@ def test_the_repeated_batch_has_enough_rows_of_every_character_but_line_breaks(b
     assert batch.shape == (probe_rows(block_size), 2 * half)
     assert batch.shape[0] == max(16, PROBE_TOKENS // (2 * half)) >= 16
     if block_size == 64:
-        assert batch.shape[0] >= 64
+        assert batch.shape[0] >= 32
     drawn = batch[:, :half].reshape(-1)
     assert set(drawn.tolist()) <= set(tokens) and not {0, 27} & set(drawn.tolist())
     counts = torch.bincount(drawn, minlength=len(chars))[tokens].double()
