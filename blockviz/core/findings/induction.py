@@ -220,8 +220,8 @@ def induction_heads(series: RunSeries) -> Finding | None:
         f"The prefix-matching score of {where} reached "
         f"{_with_error(at_since, se_since, recorded)} at {step_text(since)} (the score "
         f"{bound}at or above {num(threshold)} there and at the next probe) and has not fallen "
-        f"clearly below since (the score plus {PREFIX_Z:g} standard errors under "
-        f"{num(PREFIX_RELEASE * threshold)} at {PREFIX_REVOKE} probes in a row): "
+        f"clearly below since, which takes the score plus {PREFIX_Z:g} standard errors under "
+        f"{num(PREFIX_RELEASE * threshold)} at {PREFIX_REVOKE} probes in a row: it is "
         f"{_with_error(latest, se_latest, recorded)} at {step_text(newest)}"
     )
     if copy is not None:
