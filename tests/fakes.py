@@ -52,6 +52,7 @@ from blockviz.core.spec import (
     PARAM_GROUPS,
     PARAM_NORM,
     PREFIX_SCORE,
+    PREFIX_SCORE_SE,
     PROBE_LOG_Z,
     PROBE_LOGIT_MAX_ABS,
     PROBE_REPEAT_GAIN,
@@ -398,6 +399,8 @@ class _FakeRun:
                     if self.has_induction():  # no head forms: at most 0.05
                         prefix = draws.uniform(0.0, 0.05, size)
                         rows += self._rows(layer, "head", str(head), PREFIX_SCORE, prefix)
+                        error = draws.uniform(0.001, 0.01, size)  # over the batch's rows
+                        rows += self._rows(layer, "head", str(head), PREFIX_SCORE_SE, error)
                         copying = draws.uniform(-0.5, 0.5, size)
                         rows += self._rows(layer, "head", str(head), COPY_SCORE, copying)
         return rows

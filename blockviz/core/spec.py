@@ -240,10 +240,13 @@ ATTN_LOGIT_MAX_ABS = "attn_logit_max_abs"
 # Per attention head, of induction (training/induction.py; Olsson et al. 2022):
 # prefix_score, its mean attention from the queries of the second repeat of a fixed batch of
 # repeated random sequences to the token after the query token's previous occurrence
-# (uniform attention: about ln 2 / (block_size // 2)); copy_score, Σ Re λ / Σ |λ| over the
+# (uniform attention: about ln 2 / (block_size // 2)); prefix_score_se, its standard error
+# over the batch's rows; copy_score, Σ Re λ / Σ |λ| over the
 # eigenvalues of its OV circuit W_U·W_O·W_V·W_E (Elhage et al. 2021), in [−1, 1]. And a
 # probe scalar: that batch's mean loss on its first repeat minus on its second (nats).
+# Runs recorded before prefix_score_se existed scored 4 rows and have no standard error.
 PREFIX_SCORE = "prefix_score"
+PREFIX_SCORE_SE = "prefix_score_se"
 COPY_SCORE = "copy_score"
 PROBE_REPEAT_GAIN = "probe/repeat_gain"
 
@@ -322,6 +325,13 @@ METRICS: dict[str, Metric] = {
             "head",
         ),
         Metric(PREFIX_SCORE, "prefix-matching score (induction)", "fraction", "induction", "head"),
+        Metric(
+            PREFIX_SCORE_SE,
+            "prefix-matching score's standard error over rows",
+            "fraction",
+            "induction",
+            "head",
+        ),
         Metric(COPY_SCORE, "copying score (OV eigenvalues, −1 to 1)", "", "induction", "head"),
         Metric(TOKEN_COS, "mean cosine similarity between positions", "", "activation", "stream"),
         Metric(MAX_OVER_MEDIAN, "largest / median |activation|", "", "activation", "stream"),
@@ -352,7 +362,7 @@ FFN_UNIT_STATS = metric_names("units")  # dead_frac
 COMPONENT_STATS = metric_names("component")  # grad_norm, param_norm, update_ratio
 HEAD_STATS = metric_names("head")  # ATTENTION_HEAD_STATS, then INDUCTION_STATS
 ATTENTION_HEAD_STATS = metric_names("head", "attention")  # attn_entropy, attn_logit_max(_abs)
-INDUCTION_STATS = metric_names("head", "induction")  # prefix_score, copy_score
+INDUCTION_STATS = metric_names("head", "induction")  # prefix_score(_se), copy_score
 # Head statistics drawn on a log axis (the others are bounded scores or entropies).
 LOG_HEAD_STATS = (ATTN_LOGIT_MAX, ATTN_LOGIT_MAX_ABS)
 # Live's Activations tab: every tap's statistics, then the stream's and the FFN units'.

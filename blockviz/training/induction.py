@@ -1,7 +1,8 @@
 """Induction-head statistics of a probe step, per head: `prefix_score` (attention on the
-token after the previous occurrence, on a fixed batch of repeated random sequences),
-`copy_score` (the eigenvalue positivity of the head's OV circuit) and the loss gain on the
-second repeat; docs/internals.md ("The induction statistics") defines each one.
+token after the previous occurrence, on a fixed batch of repeated random sequences) and
+its standard error over the batch's rows (`prefix_score_se`), `copy_score` (the eigenvalue
+positivity of the head's OV circuit) and the loss gain on the second repeat;
+docs/internals.md ("The induction statistics") defines each one.
 
 The repeated batch is drawn once from its own generator (INDUCTION_SEED), so the training
 RNG never moves. Its forward pass runs at probe steps only, on the device, and its
@@ -21,38 +22,50 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from blockviz.core.induction import repeat_half
-from blockviz.core.spec import COPY_SCORE, PREFIX_SCORE, PROBE_REPEAT_GAIN
+from blockviz.core.induction import probe_rows, repeat_half
+from blockviz.core.spec import COPY_SCORE, PREFIX_SCORE, PREFIX_SCORE_SE, PROBE_REPEAT_GAIN
 from blockviz.training.model import capture_attention
 from blockviz.training.probe_stats import RunStack
 from blockviz.training.sinks import LayerStat
 
 INDUCTION_SEED = 27  # the repeated batch's own generator: the same tokens at every probe
-INDUCTION_BATCH = 4  # sequences in the repeated batch
 PREFIX_PART, OV_PART, GAIN_PART = "induction_prefix", "induction_ov", "induction_gain"
+PREFIX_SE_PART = "induction_prefix_se"
 COPY_PART = "induction_copying"  # on the host only: the scores of OV_PART's circuits
 
 
 def repeated_batch(
-    vocab_size: int, block_size: int, batch: int = INDUCTION_BATCH
+    tokens: Sequence[int], block_size: int, rows: int | None = None
 ) -> torch.Tensor | None:
-    """(batch, 2L) token ids, each row a uniformly random half of L = block_size // 2 tokens
-    followed by the same half; None when L < 2 (no query has a previous token to match)."""
+    """(rows, 2L) token ids, each row a half of L = block_size // 2 tokens drawn uniformly
+    from `tokens` (core.induction.probe_tokens) followed by the same half; `rows` defaults
+    to `probe_rows(block_size)`. None when L < 2 (no query has a previous token to match)."""
     half = repeat_half(block_size)
     if half < 2:
         return None
+    rows = probe_rows(block_size) if rows is None else rows
+    pool = torch.as_tensor(list(tokens), dtype=torch.int64)  # (P,)
     generator = torch.Generator().manual_seed(INDUCTION_SEED)
-    first = torch.randint(vocab_size, (batch, half), generator=generator)  # (B, L)
+    first = pool[torch.randint(len(pool), (rows, half), generator=generator)]  # (B, L)
     return torch.cat([first, first], dim=1)  # (B, 2L)
 
 
-def prefix_scores(weights: torch.Tensor, half: int) -> torch.Tensor:
-    """Each head's mean weight from query i of the second repeat to key i - half + 1:
-    (..., B, nh, 2L, 2L) -> (..., nh)."""
+def prefix_rows(weights: torch.Tensor, half: int) -> torch.Tensor:
+    """Each row's and head's mean weight from query i of the second repeat to key
+    i - half + 1: (..., B, nh, 2L, 2L) -> (..., B, nh)."""
     # The diagonal at offset -(half - 1) pairs query j + half - 1 with key j; its first
     # entry is the last query of the first repeat, the rest are the second repeat's.
     diagonal = torch.diagonal(weights.float(), offset=-(half - 1), dim1=-2, dim2=-1)
-    return diagonal[..., 1:].mean(dim=(-3, -1))  # (..., nh)
+    return diagonal[..., 1:].mean(dim=-1)  # (..., B, nh)
+
+
+def prefix_scores(weights: torch.Tensor, half: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each head's prefix score, the mean of `prefix_rows` over the batch's rows, and its
+    standard error (the rows' sample sd / sqrt(rows); 0 for one row): (..., nh) each."""
+    per_row = prefix_rows(weights, half)  # (..., B, nh)
+    rows = per_row.size(-2)
+    spread = per_row.std(dim=-2) if rows > 1 else torch.zeros_like(per_row[..., 0, :])
+    return per_row.mean(dim=-2), spread / math.sqrt(rows)
 
 
 @torch.no_grad()
@@ -118,9 +131,11 @@ def induction_parts(
     if not layers:
         return {}
     half = tokens.size(1) // 2
-    prefix = [prefix_scores(attention[layer], half) for layer in layers]  # L x (K, nh)
+    scored = [prefix_scores(attention[layer], half) for layer in layers]  # L x 2 x (K, nh)
+    prefix, errors = zip(*scored, strict=True)
     return {
         PREFIX_PART: torch.stack(prefix, dim=1),  # (K, L, nh)
+        PREFIX_SE_PART: torch.stack(errors, dim=1),  # (K, L, nh)
         OV_PART: ov_circuits(stack, layers),  # (K, L, nh, hs, hs)
         GAIN_PART: repeat_gain(logits, tokens),  # (K, 1)
     }
@@ -143,13 +158,16 @@ def add_copying(hosts: Sequence[dict[str, list[float]]]) -> None:
 def induction_records(
     step: int, layers: Sequence[int], host: Mapping[str, Sequence[float]]
 ) -> tuple[list[LayerStat], dict[str, float]]:
-    """The prefix_score and copy_score rows of every head, and the repeat-gain scalar,
-    from the host values of `induction_parts` (with `add_copying`'s scores)."""
+    """The prefix_score, prefix_score_se and copy_score rows of every head, and the
+    repeat-gain scalar, from the host values of `induction_parts` (with `add_copying`'s
+    scores)."""
     prefix = host[PREFIX_PART]
     n_head = len(prefix) // len(layers)
     rows = []
-    for i, (matching, copies) in enumerate(zip(prefix, host[COPY_PART], strict=True)):
+    values = zip(prefix, host[PREFIX_SE_PART], host[COPY_PART], strict=True)
+    for i, (matching, error, copies) in enumerate(values):
         layer, head = layers[i // n_head], str(i % n_head)
         rows.append(LayerStat(step, layer, "head", head, PREFIX_SCORE, float(matching)))
+        rows.append(LayerStat(step, layer, "head", head, PREFIX_SCORE_SE, float(error)))
         rows.append(LayerStat(step, layer, "head", head, COPY_SCORE, float(copies)))
     return rows, {PROBE_REPEAT_GAIN: float(host[GAIN_PART][0])}

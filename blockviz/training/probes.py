@@ -33,6 +33,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 
+from blockviz.core.induction import probe_tokens
 from blockviz.core.probe_schedule import is_probe_step
 from blockviz.core.spec import (
     GRAD_NORM,
@@ -185,7 +186,9 @@ class BlockProbe(Callback):
         self._n_layer = config.n_layer
         self._index = ParamIndex.of(stack.names, stack.params, config.n_layer)
         self._probe_x = self._draw_probe_batch(trainer, config.block_size).to(device)
-        repeats = repeated_batch(config.vocab_size, config.block_size)
+        vocab = getattr(pl_module, "vocab", None) or getattr(trainer.datamodule, "vocab", None)
+        pool = probe_tokens(vocab.chars) if vocab is not None else range(config.vocab_size)
+        repeats = repeated_batch(pool, config.block_size)
         if self.induction and config.attention and repeats is not None:
             self._repeat_x = repeats.to(device)
 

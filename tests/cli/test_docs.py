@@ -131,6 +131,27 @@ def test_the_claims_table_is_the_ledger_export_s_and_a_new_export_makes_it_stale
     )
 
 
+def test_the_induction_runs_table_is_the_results_and_new_results_make_it_stale(
+    tmp_path, monkeypatch
+):
+    """docs/findings.md's induction-runs table is generated from the committed results of
+    benchmarks/induction_runs.py: a count typed into it is stale, and results that say
+    otherwise make it stale too."""
+    current = read(docs.FINDINGS_MD)
+    block = current.split("<!-- induction-runs -->")[1].split("<!-- /induction-runs -->")[0]
+    assert "Held out: formed in **" in block and "| held-out |" in block
+    typed = current.replace("Held out: formed in **", "Held out: formed in **9", 1)
+    assert typed != current
+    assert docs.render_findings_md(typed) == current
+    results = json.loads(docs.INDUCTION_RUNS_FILE.read_text(encoding="utf-8"))
+    results["runs"] = [run for run in results["runs"] if run["set"] == "chosen"]
+    fewer = tmp_path / "induction-runs.json"
+    fewer.write_text(json.dumps(results), encoding="utf-8")
+    monkeypatch.setattr(docs, "INDUCTION_RUNS_FILE", fewer)
+    table = docs.render_findings_md(current).split("<!-- induction-runs -->")[1]
+    assert "| held-out |" not in table and "formed in **0 of 0**" in table
+
+
 def test_generator_does_not_import_torch():
     code = (
         "import sys\n"
@@ -138,6 +159,7 @@ def test_generator_does_not_import_torch():
         "docs.render_cli_md(); docs.render_configuration_md()\n"
         "docs.render_config_guide_md(docs.CONFIG_GUIDE_MD.read_text())\n"
         "docs.render_studies_md(docs.STUDIES_MD.read_text())\n"
+        "docs.render_findings_md(docs.FINDINGS_MD.read_text())\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'lightning')))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

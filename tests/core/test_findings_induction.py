@@ -6,6 +6,7 @@ what a configuration does (BENCHMARKS.md and docs/findings.md name the real runs
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from blockviz.core import config as cfg
@@ -18,6 +19,8 @@ from blockviz.core.findings.thresholds import (
     BEND_WINDOW,
     BEND_Z,
     PREFIX_OVER_UNIFORM,
+    PREFIX_RELEASE,
+    PREFIX_REVOKE,
     PREFIX_THRESHOLD,
 )
 from blockviz.core.induction import repeat_half, uniform_prefix_score
@@ -134,7 +137,7 @@ def test_the_threshold_is_a_multiple_of_uniform_attention_in_short_contexts():
     flat = {step: uniform_16 for step in PROBES}
     found = induction_heads(run({(1, 0): flat, (1, 1): flat}, block_size=16))
     assert found.title == "No induction heads yet"
-    assert f"stayed at or above {num(formation_threshold(16))}:" in found.text
+    assert f"at or above {num(formation_threshold(16))} at 2 probes in a row" in found.text
 
 
 def test_a_score_that_crosses_and_falls_back_has_not_formed():
@@ -209,3 +212,113 @@ def test_too_few_probes_are_not_enough_to_say_a_head_formed():
     assert gap is not None and "only 1 probe after step 0" in gap
     found = fd.evaluate(few)
     assert "induction heads" in rule_gap(found)
+
+
+# -- issue 39: a formation that does not flip on noise, and collapsed heads ----------------
+
+DENSE = tuple(range(0, 3001, 25))  # the control's probes: every 25 steps up to 3,000
+
+
+def settling_run(
+    score: dict[int, float], error: float, entropy: dict[int, float] | None = None, head=(1, 0)
+):
+    """A 2-block, 2-head run probed every 25 steps: `score` and `error` (its standard
+    error) at `head`, 0.01 ± 0.002 elsewhere; every head's attention entropy 1.5 nats but
+    `head`'s where `entropy` says."""
+    entropy = entropy or {}
+
+    def grid(value_of, other):
+        return {
+            step: [
+                [value_of(step) if (lay, h) == head else other for h in range(N_HEAD)]
+                for lay in range(2)
+            ]
+            for step in DENSE
+        }
+
+    frame = layers_frame(
+        head_rows(spec.PREFIX_SCORE, grid(lambda s: score[s], 0.01)),
+        head_rows(spec.PREFIX_SCORE_SE, grid(lambda s: error, 0.002)),
+        head_rows(spec.ATTN_ENTROPY, grid(lambda s: entropy.get(s, 1.5), 1.5)),
+    )
+    return series(scalars(**{"train/loss": bent_loss(1500, 0.5, 1.5, steps=3001)}), frame)
+
+
+def prefix(run, step: int):
+    """The run as it was when its newest probe was `step`."""
+    return series(
+        run.scalars[run.scalars.step <= step], run.layers[run.layers.step <= step], n_layer=2
+    )
+
+
+def settles_at(level: float, rise: int = 1550, noise: float = 0.006, seed: int = 3):
+    """0.01 until `rise`, 0.13 for 300 steps, then `level` with noise: the control's shape."""
+    draws = np.random.default_rng(seed)
+    return {
+        step: 0.01 if step < rise else 0.13 if step < rise + 300 else level + draws.normal(0, noise)
+        for step in DENSE
+    }
+
+
+def test_a_score_that_settles_near_the_threshold_names_one_step_at_every_prefix():
+    """Issue 39, defect 4: on the control the finding said "formed at 1,575", then "No
+    induction heads yet" (2,850), then "formed at 2,875", as scores settled near 0.05. Read
+    at every probe of the run, the finding names one step from its formation on."""
+    run = settling_run(settles_at(PREFIX_THRESHOLD), error=0.006)
+    steps = []
+    for step in DENSE:
+        found = induction_heads(prefix(run, step))
+        steps.append(found.step)
+    assert steps[: DENSE.index(1550) + 1] == [None] * (DENSE.index(1550) + 1)
+    assert set(steps[DENSE.index(1575) :]) == {1550}  # formed at 1,550, seen from 1,575
+    found = induction_heads(run)
+    assert found.evidence["score_se"] == pytest.approx(0.006)
+    assert "reached 0.13 ± 0.006 at step 1,550" in found.text
+
+
+def test_a_score_within_two_standard_errors_of_the_threshold_has_not_formed():
+    flat = dict.fromkeys(DENSE, PREFIX_THRESHOLD + 0.01)
+    assert induction_heads(settling_run(flat, error=0.0051)).title == "No induction heads yet"
+    formed = induction_heads(settling_run(flat, error=0.0049))
+    assert formed.title == "Induction heads formed at step 0"
+
+
+def test_a_formed_head_un_forms_only_after_its_revoke_streak_clearly_below():
+    """Once formed, a head un-forms after PREFIX_REVOKE probes in a row whose upper bound
+    is under PREFIX_RELEASE × the threshold; PREFIX_REVOKE − 1 such probes change nothing."""
+    low = PREFIX_RELEASE * PREFIX_THRESHOLD - 0.01  # with 2 standard errors of 0.002 below
+    for count, formed in ((PREFIX_REVOKE - 1, True), (PREFIX_REVOKE, False)):
+        drop = set(DENSE[-count:])
+        score = {step: 0.01 if step < 500 else low if step in drop else 0.2 for step in DENSE}
+        found = induction_heads(settling_run(score, error=0.002))
+        assert (found.step == 500) is formed, count
+    # an upper bound over the release level is not clearly below, however long it lasts
+    near = {step: 0.01 if step < 500 else 0.2 if step < 1000 else 0.02 for step in DENSE}
+    assert induction_heads(settling_run(near, error=0.004)).step == 500
+
+
+def test_runs_recorded_without_standard_errors_count_their_scores_as_exact():
+    run = settling_run(settles_at(0.2), error=0.0)
+    old = series(run.scalars, run.layers[run.layers.stat != spec.PREFIX_SCORE_SE], n_layer=2)
+    found = induction_heads(old)
+    assert found.step == 1550 and found.evidence["score_se"] is None
+    assert "recorded no standard error" in found.text and "±" not in found.text
+
+
+def test_a_collapsed_head_scoring_by_chance_is_not_an_induction_head():
+    """Issue 39, defect 6: a first-block head attending to one position (entropy 0.0002 to
+    0.011 nats) scored exactly 3/32 and 2.5/32 and fired the finding."""
+    chance = {step: 0.01 if step < 500 else (3 / 32 if step % 50 else 2.5 / 32) for step in DENSE}
+    shut = {step: 0.0002 + 0.011 * (step % 100) / 100 for step in DENSE if step >= 500}
+    found = induction_heads(settling_run(chance, error=0.004, entropy=shut, head=(0, 1)))
+    assert found.title == "No induction heads yet"
+    assert "Not counted: block 0 head 1, whose attention had collapsed" in found.text
+    assert found.evidence["collapsed"] == [[0, 1]]
+    # the same scores from a head whose attention spreads: formed
+    spread = induction_heads(settling_run(chance, error=0.004, head=(0, 1)))
+    assert spread.title == "Induction heads formed at step 500"
+    # a formed head whose attention collapses later un-forms after PREFIX_REVOKE probes
+    later = {step: 0.0005 for step in DENSE if step >= 2000}
+    score = {step: 0.01 if step < 500 else 0.3 for step in DENSE}
+    collapsed = induction_heads(settling_run(score, error=0.004, entropy=later))
+    assert collapsed.title == "No induction heads yet"

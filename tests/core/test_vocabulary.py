@@ -101,7 +101,7 @@ def test_the_tuples_are_views_of_the_registry() -> None:
     assert spec.COMPONENT_STATS == (spec.GRAD_NORM, spec.PARAM_NORM, spec.UPDATE_RATIO)
     attention = (spec.ATTN_ENTROPY, spec.ATTN_LOGIT_MAX, spec.ATTN_LOGIT_MAX_ABS)
     assert attention == spec.ATTENTION_HEAD_STATS
-    assert spec.INDUCTION_STATS == (spec.PREFIX_SCORE, spec.COPY_SCORE)
+    assert spec.INDUCTION_STATS == (spec.PREFIX_SCORE, spec.PREFIX_SCORE_SE, spec.COPY_SCORE)
     assert (*attention, *spec.INDUCTION_STATS) == spec.HEAD_STATS
     assert set(spec.LOG_HEAD_STATS) <= set(spec.ATTENTION_HEAD_STATS)
     assert spec.PROBE_SCALARS == (spec.PROBE_LOGIT_MAX_ABS, spec.PROBE_LOG_Z)

@@ -40,7 +40,7 @@ def y_scales(node: Any, title: str) -> list[dict]:
 @pytest.mark.parametrize(
     ("stat", "domain", "words"),
     [
-        (spec.PREFIX_SCORE, [0.0, 1.0], "stays at or above"),
+        (spec.PREFIX_SCORE, [0.0, 1.0], "standard errors is at or above"),
         (spec.COPY_SCORE, [-1.0, 1.0], "W_U·W_O·W_V·W_E"),
         (spec.ATTN_LOGIT_MAX_ABS, None, None),
     ],
@@ -70,4 +70,4 @@ def test_the_attention_tab_draws_each_head_statistic_on_its_own_axis(stat, domai
         baseline = uniform_prefix_score(repeat_half(config.model.block_size))
         assert any(f"Attending uniformly scores {baseline:.3f}" in c for c in captions)
         threshold = formation_threshold(config.model.block_size)
-        assert any(f"stays at or above {threshold:.3g}." in c for c in captions)
+        assert any(f"is at or above {threshold:.3g} at 2 probes in a row" in c for c in captions)

@@ -8,6 +8,7 @@ import streamlit as st
 
 from blockviz.core import spec
 from blockviz.core.findings.induction import formation_threshold
+from blockviz.core.findings.thresholds import PERSIST, PREFIX_Z
 from blockviz.core.induction import repeat_half, uniform_prefix_score
 from blockviz.core.spec import (
     ABOVE_RANGE,
@@ -298,6 +299,12 @@ def induction_caption(stat: str, run: RunRecord) -> str:
             "attending to a token raises that token's logit; −1: lowers it. Norms, biases "
             "and the other layers are left out."
         )
+    if stat == spec.PREFIX_SCORE_SE:
+        return (
+            "Standard error of the prefix-matching score: the sample standard deviation of "
+            "the repeated batch's rows' scores over the square root of their number. The "
+            f"findings read the score less {PREFIX_Z:g} standard errors when a head forms."
+        )
     model = run_facts.stored_model_config(run)
     block_size = model.block_size if model is not None else None
     half = repeat_half(block_size) if block_size is not None else None
@@ -307,8 +314,9 @@ def induction_caption(stat: str, run: RunRecord) -> str:
         "Prefix-matching score (Olsson et al. 2022): on a fixed batch of random text whose "
         "second half repeats its first, the head's mean attention from each query of the "
         "repeat to the token just after the query token's previous occurrence: an induction "
-        f"head's pattern. The findings call a head formed once it stays at or above "
-        f"{threshold:.3g}.{baseline}"
+        f"head's pattern. The findings call a head formed once its score less {PREFIX_Z:g} "
+        f"standard errors is at or above {threshold:.3g} at {PERSIST} probes in a row, until it "
+        f"falls clearly below.{baseline}"
     )
 
 
