@@ -65,7 +65,8 @@ def _copies(row: Mapping[str, Any]) -> str:
 
 
 def _run_cell(row: Mapping[str, Any]) -> str:
-    return f"{row['text']}, ctx {row['ctx']}, seed {row['seed']}"
+    lr = f", lr {row['lr']:g}" if row.get("lr", 1e-3) != 1e-3 else ""
+    return f"{row['text']}, ctx {row['ctx']}, seed {row['seed']}{lr}"
 
 
 def _counts(rows: Sequence[Mapping[str, Any]]) -> str:
