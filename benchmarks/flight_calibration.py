@@ -130,10 +130,9 @@ HELD_OUT = (
         "2x64 ops seed 8",
         "--n_layer 2 --n_head 2 --d_model 64 --dataset ops --seed 8 --max_steps 600",
     ),
-    CalibrationRun(
-        "rmsnorm swiglu shakespeare seed 2",
-        "--preset rmsnorm --dataset shakespeare --seed 2 --max_steps 400",
-    ),
+    # Cut before any held-out run was analysed, for time (the set must train in about 25
+    # minutes of one core): "--preset rmsnorm --dataset shakespeare --seed 2 --max_steps 400",
+    # the one healthy run of the baby size (3 windows for the time of 8 tiny ones).
     # Broken: no norms, no clipping, a constant lr (docs/flight-recorder.md's configs).
     CalibrationRun(
         "2x64 no norms lr 1e-2 pycode seed 4",
