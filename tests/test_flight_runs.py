@@ -37,3 +37,35 @@ def test_a_real_run_probed_too_rarely_has_no_range(frames):
     assert ranges.empty
     with pytest.raises(flight.ShortHistory):
         flight.first_break(ranges, scalars, layers, 29, "loss spike", n_layer)
+
+
+# A healthy tiny run replayed `--around` steps fixed before it ran (issue 39: replays of
+# healthy runs named breaks "N steps before the loss spike" though there was none).
+HEALTHY = (
+    *("--preset", "tiny", "--dataset", "pydocs", "--max_steps", "120", "--probe_interval", "5"),
+    *("--ckpt_interval", "20", "--threads", "1", "--no_progress"),
+)
+AROUND_STEPS = (70, 110)
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory):
+    from blockviz import cli
+
+    store = tmp_path_factory.mktemp("healthy") / "runs.db"
+    assert cli.main(["train", *HEALTHY, "--store", str(store)]) == 0
+    for step in AROUND_STEPS:
+        flags = ["--store", str(store), "--threads", "1", "--no_progress", "--after", "0"]
+        assert cli.main(["replay", "1", "--around", str(step), *flags]) == 0
+    with RunStore(store, readonly=True) as runs:
+        return [runs.get_run(run_id).fork_info for run_id in (2, 3)]
+
+
+@pytest.mark.slow
+def test_replays_of_a_healthy_run_are_windows_that_name_no_break(healthy):
+    for step, info in zip(AROUND_STEPS, healthy, strict=True):
+        assert info["event"] == flight.AROUND and info["event_step"] == step
+        assert info["break"] is None, info["sentence"]
+        assert "loss spike" not in info["sentence"].split("no loss spike")[0]
+        assert "before the" not in info["sentence"]
+        assert "window" in info["sentence"]

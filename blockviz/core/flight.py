@@ -17,14 +17,21 @@ How the healthy range is set (docs/flight-recorder.md quotes this):
   than MIN_HISTORY and the series gets no range;
 - trend: the Theil–Sen line through them (the median of the pairwise slopes; one odd probe
   does not tilt it), and `level`, the line's value at upto_step;
+- what the run did: the lowest and highest of its RECENT newest probes (the value at
+  upto_step among them when it was probed there), and the same line moved through the
+  newest probe, so a series that bends away from a straight line (rising faster and
+  faster) is followed from where it got to, not from where the line says it should be;
 - spread: the robust standard deviation of the residuals (1.4826 × their median absolute
   deviation); the tolerance is the largest of TOLERANCE_K spreads, REL_FLOOR × the
   series' size (the window's median |value|; for a tap's mean, the same tap's median
-  RMS), and, for a fraction (unit "fraction"), FRACTION_FLOOR;
-- at a later step t the range runs from min(level, trend(t)) − tolerance to
-  max(level, trend(t)) + tolerance, and not below 0 for a statistic that cannot be
-  negative (all but SIGNED_STATS): a series may go on along its trend or stop where it
-  was, and neither leaves it.
+  RMS), and, for a fraction (unit "fraction"), FRACTION_FLOOR, for a score between -1
+  and 1 (SCORE_STATS), SCORE_FLOOR;
+- at a later step t the range runs from the lowest of the newest probes, the level, and
+  the line and the moved line at t, each at the trend's pace and at TREND_SLACK times it,
+  less the tolerance, to the highest of them plus the tolerance, and not below 0 for a
+  statistic that cannot be negative (all but SIGNED_STATS): a series may go on along its
+  trend (up to twice as fast), stop where it was or stay where its newest probes were, and
+  none of these leaves it.
 
 A series leaves its range at step s when its value at s is outside it (a non-finite value
 always is) and stays outside for PERSIST_STEPS replay steps in a row, or until the last
@@ -48,11 +55,19 @@ from blockviz.core.findings.base import EVENTS, layer_name, num, step_text
 # The healthy range's parameters (module docstring; calibration in docs/flight-recorder.md).
 WINDOW = 16  # probes of history per series
 MIN_HISTORY = 4  # fewer finite probes in the window: no range
+RECENT = 4  # newest probes whose values the range always holds
+TREND_SLACK = 2.0  # the range follows the trend at up to this many times its pace
 TOLERANCE_K = 15.0  # robust spreads of the residuals
-REL_FLOOR = 0.3  # of the window's median |value|
+REL_FLOOR = 0.5  # of the window's median |value|
 FRACTION_FLOOR = 0.01  # absolute, for statistics whose unit is "fraction"
+SCORE_FLOOR = 0.05  # absolute, for the scores between -1 and 1 (SCORE_STATS)
 PERSIST_STEPS = 3  # replay steps in a row outside the range
 ROBUST_SIGMA = 1.4826  # MAD -> standard deviation of a normal distribution
+
+# A replay `--around` a step that is neither a divergence nor a loss spike: a window of a
+# run, not an event (nothing happened at its end, so a break there leads up to nothing).
+AROUND = "window"
+REPLAYED = (*EVENTS, AROUND)  # what a replay may replay
 
 # Probe scalars scanned (train/loss is the event itself; the lr follows its schedule).
 SCANNED_SCALARS = (spec.TRAIN_GRAD_NORM, *spec.PROBE_SCALARS)
@@ -60,10 +75,16 @@ SCANNED_KINDS = ("component", "tap", "head")
 SCALAR = "scalar"  # a Break's scope for a probe scalar
 NO_LAYER = -2  # a scalar's `layer` in the frames below (never a layer number)
 KEY = ["scope", "layer", "component", "stat"]
-RANGE_COLUMNS = [*KEY, "upto_step", "level", "slope", "tolerance", "nonnegative", "history"]
+RANGE_COLUMNS = [
+    *KEY,
+    *("upto_step", "level", "slope", "shift", "recent_low", "recent_high"),
+    *("tolerance", "nonnegative", "history"),
+]
 # Statistics that may take either sign; every other one (norms, ratios, RMS, max |x|,
 # fractions, entropies) is never below 0, and its range stops there.
 SIGNED_STATS = (spec.MEAN, spec.ATTN_LOGIT_MAX, spec.PROBE_LOG_Z, spec.TOKEN_COS, spec.COPY_SCORE)
+# Scores between -1 and 1 that sit near 0 in a healthy run: their size is no scale for them.
+SCORE_STATS = (spec.TOKEN_COS, spec.COPY_SCORE)
 # How a component group is named after its layer ("block 3 attention's gradient L2 norm").
 COMPONENT_WORDS = {
     "attn": "attention",
@@ -91,7 +112,7 @@ class Break:
 
     step: int
     event_step: int
-    event: str  # "loss spike" | "divergence"
+    event: str  # "loss spike" | "divergence" | "window" (AROUND: no event at its end)
     scope: str
     layer: int | None
     component: str | None
@@ -125,8 +146,13 @@ class Break:
         return f"{owner} {label}"
 
     def sentence(self) -> str:
-        """One plain-text sentence: what left its range, the range, the step, the lead."""
-        if self.lead == 0:
+        """One plain-text sentence: what left its range, the range, the step, and for an
+        event the steps before it (a window's end is no event: no lead is said)."""
+        if self.event == AROUND:
+            when = (
+                f"in a window up to {step_text(self.event_step)} with no loss spike or divergence"
+            )
+        elif self.lead == 0:
             when = f"the step of the {self.event}"
         else:
             steps = "step" if abs(self.lead) == 1 else "steps"
@@ -207,9 +233,10 @@ def theil_sen(steps: np.ndarray, values: np.ndarray) -> tuple[float, float]:
 
 def tolerance_floor(stat: str, typical: float) -> float:
     """The smallest tolerance a series gets: REL_FLOOR of its typical size, and
-    FRACTION_FLOOR for a fraction."""
+    FRACTION_FLOOR for a fraction, SCORE_FLOOR for a score between -1 and 1."""
     metric = spec.METRICS.get(stat)
     absolute = FRACTION_FLOOR if metric is not None and metric.unit == "fraction" else 0.0
+    absolute = SCORE_FLOOR if stat in SCORE_STATS else absolute
     return max(REL_FLOOR * typical, absolute)
 
 
@@ -218,9 +245,10 @@ def healthy_ranges(scalars: pd.DataFrame, layers: pd.DataFrame, upto_step: int) 
 
     One row per series that has MIN_HISTORY finite probes in its window: scope, layer,
     component, stat (as `series_rows` spells them), upto_step, level (the trend line at
-    upto_step), slope (per step), tolerance, nonnegative (a statistic not in SIGNED_STATS
-    whose window is >= 0: the range then stops at 0) and history (probes used). The
-    module docstring has the rule.
+    upto_step), slope (per step), shift (the newest probe's value less the line's there),
+    recent_low and recent_high (the RECENT newest probes' extremes), tolerance,
+    nonnegative (a statistic not in SIGNED_STATS whose window is >= 0: the range then
+    stops at 0) and history (probes used). The module docstring has the rule.
     """
     rows = series_rows(scalars, layers)
     values = rows["value"].to_numpy(dtype=float)
@@ -239,9 +267,24 @@ def healthy_ranges(scalars: pd.DataFrame, layers: pd.DataFrame, upto_step: int) 
         spread = ROBUST_SIGMA * float(np.median(np.abs(residuals - np.median(residuals))))
         typical = float(np.median(np.abs(y)))
         level = intercept + slope * upto_step
+        recent = y[-RECENT:]
         nonnegative = key[3] not in SIGNED_STATS and bool((y >= 0).all())
-        fits.append((*key, level, slope, spread, typical, nonnegative, len(window)))
-    columns = [*KEY, "level", "slope", "spread", "typical", "nonnegative", "history"]
+        fits.append(
+            (
+                *key,
+                level,
+                slope,
+                float(residuals[-1]),
+                float(recent.min()),
+                float(recent.max()),
+                spread,
+                typical,
+                nonnegative,
+                len(window),
+            )
+        )
+    columns = [*KEY, "level", "slope", "shift", "recent_low", "recent_high"]
+    columns += ["spread", "typical", "nonnegative", "history"]
     fitted = pd.DataFrame(fits, columns=columns)
     if fitted.empty:
         return pd.DataFrame(columns=RANGE_COLUMNS)
@@ -259,11 +302,21 @@ def healthy_ranges(scalars: pd.DataFrame, layers: pd.DataFrame, upto_step: int) 
 def bounds_at(ranges: pd.DataFrame, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The low and high ends of each range row at the matching step."""
     level = ranges["level"].to_numpy(dtype=float)
-    trend = level + ranges["slope"].to_numpy(dtype=float) * (steps - ranges["upto_step"].to_numpy())
+    ahead = ranges["slope"].to_numpy(dtype=float) * (steps - ranges["upto_step"].to_numpy())
+    shift = ranges["shift"].to_numpy(dtype=float)
+    # The line, and the line moved through the newest probe, at the trend's pace and at
+    # TREND_SLACK times it (a drift that quickens is a healthy run's, too).
+    ends = [level + pace * ahead + moved for pace in (1.0, TREND_SLACK) for moved in (0, shift)]
+    recent = [
+        ranges["recent_low"].to_numpy(dtype=float),
+        ranges["recent_high"].to_numpy(dtype=float),
+    ]
+    low = np.minimum.reduce([level, *ends, *recent])
+    high = np.maximum.reduce([level, *ends, *recent])
     tolerance = ranges["tolerance"].to_numpy(dtype=float)
-    low = np.minimum(level, trend) - tolerance
+    low = low - tolerance
     low = np.where(ranges["nonnegative"].to_numpy(dtype=bool), np.maximum(low, 0.0), low)
-    return low, np.maximum(level, trend) + tolerance
+    return low, high + tolerance
 
 
 def first_break(
@@ -280,8 +333,8 @@ def first_break(
     order (the rule and the tie rule: module docstring). Raises ShortHistory when `ranges`
     is empty (no series had the history to judge by) and ValueError for an unknown event.
     """
-    if event not in EVENTS:
-        raise ValueError(f"event: {event!r} is not one of {', '.join(EVENTS)}")
+    if event not in REPLAYED:
+        raise ValueError(f"event: {event!r} is not one of {', '.join(REPLAYED)}")
     if ranges.empty:
         raise ShortHistory(f"no series had {MIN_HISTORY} probes after step 0 before the checkpoint")
     upto = int(ranges["upto_step"].min())

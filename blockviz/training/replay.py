@@ -6,14 +6,16 @@ no change: same data order, same random state), with probes at every step, into 
 linked to RUN (fork_kind "replay"); then `core.flight` compares every per-block and
 per-head statistic of the replay with the range RUN's own earlier probes set and names the
 first one to leave it, with its step. The result is kept with the replay run (fork_info)
-and RUN's spike or divergence finding cites it.
+and RUN's spike or divergence finding cites it. `--around` a step that is neither the
+divergence nor a loss out of its range replays a window of the run, not an event, and
+says so.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from blockviz.core import flight, forks
+from blockviz.core import flight, flight_start, forks
 from blockviz.core.findings.base import DIVERGENCE, SPIKE, run_series
 from blockviz.core.findings.replay import replay_result
 from blockviz.core.findings.training import loss_spikes
@@ -32,8 +34,9 @@ AFTER_DEFAULT = 10
 
 
 def find_event(store: RunStore, parent: RunRecord, around: int | None) -> tuple[str, int]:
-    """(kind, step) of the event to replay: `around`, else the divergence, else the
-    largest loss spike; UsageError when the run shows neither."""
+    """(kind, step) of what to replay: `around` (a divergence or a loss spike when the
+    run's loss there says so, else a window), else the divergence, else the largest loss
+    spike; UsageError when the run shows neither."""
     if around is not None:
         if around < 1:
             raise UsageError(f"--around {around}: give a step after the first")
@@ -42,8 +45,10 @@ def find_event(store: RunStore, parent: RunRecord, around: int | None) -> tuple[
                 f"--around {around}: run {parent.id} ({parent.name}) got to step "
                 f"{int(parent.step)}; give a step it trained"
             )
-        kind = DIVERGENCE if parent.diverged_step == around else SPIKE
-        return kind, around
+        if parent.diverged_step == around:
+            return DIVERGENCE, around
+        spikes = flight_start.out_of_range(store.scalars(int(parent.id), TRAIN_LOSS))
+        return (SPIKE if around in set(spikes.tolist()) else flight.AROUND), around
     if parent.status == "diverged" and parent.diverged_step is not None:
         return DIVERGENCE, int(parent.diverged_step)
     scalars = store.scalars(int(parent.id), TRAIN_LOSS)
@@ -67,32 +72,36 @@ def replay_plan(
     if request.after < 0:
         raise UsageError(f"--after {request.after}: give 0 or more steps")
     kept = forks.kept_steps(store.run_dir(int(parent.id)))
-    start = forks.nearest_kept(kept, step - 1)
-    if start is None:
+    onset = step
+    if kind != flight.AROUND:
+        onset = flight_start.loss_onset(store.scalars(int(parent.id), TRAIN_LOSS), step)
+    chosen = flight_start.replay_start(kept, onset, step)
+    if chosen is None:
         raise UsageError(
             f"run {parent.id} ({parent.name}) keeps no checkpoint before step {step} "
             f"(kept: {forks.steps_text(kept)}); train it with a smaller --ckpt_interval"
         )
     max_steps = int((parent.config or {}).get("train", {}).get("max_steps") or step + 1)
     end = min(max_steps, step + 1 + request.after)
-    info = {"event": kind, "event_step": step}
+    info = {"event": kind, "event_step": step, "onset": chosen.onset}
     planned = fork_plan(
         store,
         int(parent.id),
-        start,
+        chosen.start,
         # Every step probed; nothing kept; the schedule stays the parent's (a replay's).
         {"probe_interval": 1, "ckpt_interval": 0, "max_steps": end},
         kind="replay",
         name=request.name or f"{parent.name} replay of step {step}",
         info=info,
     )
-    return planned, {"parent": parent, "start": start, **info}
+    return planned, {"parent": parent, "start": chosen.start, **info}
 
 
 def analyse(store: RunStore, replay_id: int, what: dict[str, Any]) -> dict[str, Any]:
     """The first statistic out of its healthy range, as the replay run keeps it."""
     parent: RunRecord = what["parent"]
     start, step, event = int(what["start"]), int(what["event_step"]), str(what["event"])
+    onset = int(what["onset"])
     parent_id = int(parent.id)
     # Only what the rule reads: the scanned scalars and kinds (not every tensor's rows).
     scalars, kinds = flight.SCANNED_SCALARS, flight.SCANNED_KINDS
@@ -108,6 +117,7 @@ def analyse(store: RunStore, replay_id: int, what: dict[str, Any]) -> dict[str, 
         step,
         event,
         n_layer,
+        onset,
     )
 
 

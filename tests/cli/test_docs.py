@@ -23,6 +23,7 @@ from blockviz.core.config import BOUNDS
 from blockviz.core.config_model import ACTIVATIONS, INITS, NORM_POSITIONS, NORM_TYPES
 from blockviz.core.presets import PRESETS
 from blockviz.core.studies import builtins
+from blockviz.views import flight_table
 
 ROOT = docs.ROOT  # the repository: where the pages and README are
 README_MAX_LINES = 300
@@ -152,6 +153,45 @@ def test_the_induction_runs_table_is_the_results_and_new_results_make_it_stale(
     assert "| held-out |" not in table and "formed in **0 of 0**" in table
 
 
+def test_the_flight_tables_are_the_calibration_results_and_new_results_make_them_stale(
+    tmp_path, monkeypatch
+):
+    """docs/flight-recorder.md's calibration tables come from the committed results of
+    benchmarks/flight_calibration.py: a count typed into them is stale, results that say
+    otherwise make them stale, and a held-out rate above 1 in 20 reads "misses"."""
+    current = read(docs.FLIGHT_RECORDER_MD)
+    block = current.split("<!-- flight -->")[1].split("<!-- /flight -->")[0]
+    results = json.loads(docs.FLIGHT_RESULTS_FILE.read_text(encoding="utf-8"))
+    for name, label in flight_table.SETS.items():
+        found = results["sets"][name]
+        counts = f"{found['false_alarms']} of {len(found['windows'])} ("
+        rows = [line for line in block.splitlines() if line.startswith(f"| {label} |")]
+        assert len(rows) == 1 and counts in rows[0]
+    typed = current.replace(block, block.replace("| held-out", "| held out", 1))
+    assert typed != current
+    assert docs.render_flight_recorder_md(typed) == current
+    held_out = results["sets"]["held-out"]
+    held_out["windows"] = [dict(held_out["windows"][0], start=100, end=200) for _ in range(10)]
+    held_out["windows"][0]["break"] = {
+        **dict(step=150, event_step=200, event="window", scope="scalar", layer=None),
+        **dict(component=None, stat="train/grad_norm", value=3.0, low=0.0, high=2.0, n_layer=2),
+    }
+    held_out["false_alarms"] = 1
+    changed = tmp_path / "flight.json"
+    changed.write_text(json.dumps(results), encoding="utf-8")
+    monkeypatch.setattr(docs, "FLIGHT_RESULTS_FILE", changed)
+    table = docs.render_flight_recorder_md(current).split("<!-- flight -->")[1]
+    assert table.split("<!-- /flight -->")[0] != block
+    assert "1 of 10 (misses the target of at most 1 in 20)" in table
+    del results["sets"]["held-out"]
+    changed.write_text(json.dumps(results), encoding="utf-8")
+    with pytest.raises(flight_table.ResultsError, match="no held-out set"):
+        docs.render_flight_recorder_md(current)
+    changed.write_text("{not json", encoding="utf-8")
+    with pytest.raises(flight_table.ResultsError, match="not JSON"):
+        docs.render_flight_recorder_md(current)
+
+
 def test_generator_does_not_import_torch():
     code = (
         "import sys\n"
@@ -160,6 +200,7 @@ def test_generator_does_not_import_torch():
         "docs.render_config_guide_md(docs.CONFIG_GUIDE_MD.read_text())\n"
         "docs.render_studies_md(docs.STUDIES_MD.read_text())\n"
         "docs.render_findings_md(docs.FINDINGS_MD.read_text())\n"
+        "docs.render_flight_recorder_md(docs.FLIGHT_RECORDER_MD.read_text())\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'lightning')))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

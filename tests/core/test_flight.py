@@ -316,3 +316,31 @@ def test_a_signed_statistic_may_cross_zero() -> None:
     history += tap_rows(HISTORY_STEPS, np.full(len(HISTORY_STEPS), 0.5), 2, "attn_out", spec.RMS)
     replay = tap_rows(REPLAY_STEPS, np.full(len(REPLAY_STEPS), -0.002), 2, "attn_out", spec.MEAN)
     assert analyse(layers_frame(history), layers_frame(replay)) is None
+
+
+def test_a_range_holds_the_checkpoint_s_own_value_of_a_series_rising_faster():
+    # Issue 39's audit: fitted on probes 50–300 the range ran 4.05–6.14 while the run's own
+    # probe at 300 was 6.83 (a rising series), so the first replayed step broke. Here a
+    # steady rise whose newest probe is above the line through the others.
+    steps = np.arange(50, 301, 50)
+    values = np.array([4.05, 4.3, 4.55, 4.8, 5.05, 6.83])
+    history = tap_rows(steps, values, 2, "resid_post", spec.RMS)
+    ranges = flight.healthy_ranges(NO_SCALARS, layers_frame(history), 300)
+    for step in (300, 301):
+        low, high = flight.bounds_at(ranges, np.array([step]))
+        assert low[0] <= 6.83 <= high[0]
+    # it goes on rising from where it got to: no break over the next 100 steps
+    after = np.arange(301, 401)
+    replay = tap_rows(after, 6.83 + 0.02 * (after - 300), 2, "resid_post", spec.RMS)
+    brk = flight.first_break(ranges, NO_SCALARS, layers_frame(replay), 400, "loss spike", 4)
+    assert brk is None
+
+
+def test_a_window_is_no_event_and_its_sentence_says_so():
+    # A replay --around a step with no spike: a break in it leads up to nothing.
+    brk = a_break(event=flight.AROUND, step=412, event_step=450)
+    assert "steps before" not in brk.sentence()
+    assert "no loss spike or divergence" in brk.sentence()
+    assert "not the start of an event" in replay_note(brk, 400, flight.AROUND)
+    quiet = replay_note(None, 400, flight.AROUND)
+    assert "found no statistic" in quiet and "before the" not in quiet
