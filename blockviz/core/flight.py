@@ -64,6 +64,13 @@ SCORE_FLOOR = 0.05  # absolute, for the scores between -1 and 1 (SCORE_STATS)
 PERSIST_STEPS = 3  # replay steps in a row outside the range
 ROBUST_SIGMA = 1.4826  # MAD -> standard deviation of a normal distribution
 
+# How often the rule named a break where nothing happened: healthy 100-step windows of the
+# held-out runs of benchmarks/flight_calibration.py (docs/flight-recorder.md; a test checks
+# these against benchmarks/results/flight-calibration.json). Every break an event's replay
+# names says so: above 1 in 20, a named break is a lead to look at, not a found cause.
+HELD_OUT_FALSE_ALARMS = 6
+HELD_OUT_WINDOWS = 43
+
 # A replay `--around` a step that is neither a divergence nor a loss spike: a window of a
 # run, not an event (nothing happened at its end, so a break there leads up to nothing).
 AROUND = "window"

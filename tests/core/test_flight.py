@@ -4,6 +4,7 @@ the checkpoint. No series here says what a configuration does."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -11,7 +12,8 @@ import pandas as pd
 import pytest
 
 from blockviz.core import flight, spec
-from blockviz.core.findings.replay import replay_note, replay_result
+from blockviz.core.findings.replay import caveat, replay_note, replay_result
+from tests.helpers import ROOT
 
 N_LAYER = 4
 PARENT_EVERY = 50  # the parent's probe interval
@@ -299,7 +301,9 @@ def test_replay_note() -> None:
     brk = a_break(scope="tap", layer=-1, component="resid_post", stat=spec.RMS)
     note = replay_note(brk, 400)
     assert note.startswith("A replay from step 400 names the first statistic")
-    assert note.endswith(brk.sentence())
+    assert brk.sentence() in note
+    # Every named break carries the rule's held-out false-alarm rate (it misses 1 in 20).
+    assert note.endswith("healthy windows of held-out runs: a lead, not a proven cause.)")
     assert replay_note(None, 400, "divergence") == (
         "A replay from step 400 found no statistic out of its range before the divergence."
     )
@@ -344,3 +348,11 @@ def test_a_window_is_no_event_and_its_sentence_says_so():
     assert "not the start of an event" in replay_note(brk, 400, flight.AROUND)
     quiet = replay_note(None, 400, flight.AROUND)
     assert "found no statistic" in quiet and "before the" not in quiet
+
+
+def test_the_caveat_s_counts_are_the_committed_held_out_calibration() -> None:
+    results = json.loads((ROOT / "benchmarks/results/flight-calibration.json").read_text())
+    held_out = results["sets"]["held-out"]
+    assert held_out["false_alarms"] == flight.HELD_OUT_FALSE_ALARMS
+    assert len(held_out["windows"]) == flight.HELD_OUT_WINDOWS
+    assert f"{held_out['false_alarms']} of {len(held_out['windows'])} healthy" in caveat()

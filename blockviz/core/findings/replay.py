@@ -45,7 +45,18 @@ def replay_note(
         return text
     if brk is None:
         return f"{late}{start} found no statistic out of its range before the {event}."
-    return f"{late}{start} names the first statistic to leave its range: {brk.sentence()}"
+    return (
+        f"{late}{start} names the first statistic to leave its range: {brk.sentence()} {caveat()}"
+    )
+
+
+def caveat() -> str:
+    """What the rule's held-out calibration says of any break it names."""
+    return (
+        f"(The rule also named a break in {flight.HELD_OUT_FALSE_ALARMS} of "
+        f"{flight.HELD_OUT_WINDOWS} healthy windows of held-out runs: a lead, not a proven "
+        "cause.)"
+    )
 
 
 def replay_result(
