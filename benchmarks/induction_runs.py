@@ -61,13 +61,20 @@ SHAKESPEARE = "Tiny Shakespeare"
 
 
 def planned(
-    name: str, kind: str, text: str, ctx: int, probe: int, seed: int, lr: float = 1e-3
+    name: str,
+    kind: str,
+    text: str,
+    ctx: int,
+    probe: int,
+    seed: int,
+    lr: float = 1e-3,
+    steps: int = 3000,
 ) -> dict[str, Any]:
-    """One run of the calibration: 3,000 steps; a control is built to form induction heads
-    ("expect": "forms"), Tiny Shakespeare not to."""
+    """One run of the calibration (3,000 steps unless said); a control is built to form
+    induction heads ("expect": "forms"), Tiny Shakespeare not to."""
     expect = "forms" if text == CONTROL else "none"
     return {"name": name, "set": kind, "expect": expect, "text": text, "ctx": ctx,
-            "steps": 3000, "probe": probe, "seed": seed, "lr": lr}  # fmt: skip
+            "steps": steps, "probe": probe, "seed": seed, "lr": lr}  # fmt: skip
 
 
 # set "chosen": the runs the thresholds were set on; "held-out": the runs they are judged
@@ -83,6 +90,10 @@ RUNS: list[dict[str, Any]] = [
     # learned to copy within 3,000 steps, which left the held-out set no run to hit.
     planned("control-ctx64-s3-lr3e-3", "held-out", CONTROL, 64, 25, 3, lr=3e-3),
     planned("control-ctx64-s5-lr3e-3", "held-out", CONTROL, 64, 25, 5, lr=3e-3),
+    # Neither learned the letters at lr 3e-3; two more at 1e-3: seed 7 for twice as long,
+    # and a fresh seed.
+    planned("control-ctx64-s7-6k", "held-out", CONTROL, 64, 25, 7, steps=6000),
+    planned("control-ctx64-s11", "held-out", CONTROL, 64, 25, 11),
 ]
 
 
