@@ -382,12 +382,9 @@ def _swiglu() -> StudyDef:
     )
 
 
-# GPT-2's initialisation (both embeddings at std 0.02), as the tied models of Press & Wolf's
-# successors (GPT-2, nanoGPT) use. With the default one the shared matrix keeps the head's
-# Linear init (|w| <= 1/sqrt(d_model)) beside a position embedding at std 1, which drowns
-# the tokens: at quick size on pydocs a tied run stalled at the unigram entropy (val 3.24
-# against 2.29 untied, seeds 1-2), while with GPT-2's init it trained (2.209 against
-# 2.178, seed 2; 2026-11-28).
+# GPT-2's init (both embeddings at std 0.02), as tied GPT-2 and nanoGPT use. At the default
+# one the shared matrix keeps the head's small Linear init beside a position embedding at
+# std 1, and quick tied runs stalled at the unigram entropy (docs/studies.md).
 TIED_INIT = "gpt2"
 
 
