@@ -26,7 +26,7 @@ from blockviz.core.spec import ACTIVE_STATUSES
 from blockviz.dashboard import relaunch, store_access, ui
 from blockviz.dashboard.code_download import code_download_button
 from blockviz.dashboard.controls import x_axis_choice, x_axis_widget
-from blockviz.dashboard.findings_panel import take_scroll
+from blockviz.dashboard.findings_panel import scroll_token
 from blockviz.dashboard.fork_panel import fork_caption, fork_panel, started_notice
 from blockviz.dashboard.live.header import (
     facts_sidebar,
@@ -100,8 +100,8 @@ def _live(store: RunStore, run_id: int, seen: dict[int, str], waiting_first: boo
     if x.note:
         st.caption(ui.plain(x.note))
     charts_box = st.container(key=CHARTS_KEY)
-    if take_scroll():  # a finding's Show: its tab is open; bring it into view
-        ui.scroll_into_view(CHARTS_KEY)
+    if (token := scroll_token()) is not None:  # a finding's Show: its tab is open
+        ui.scroll_into_view(CHARTS_KEY, token)  # brought into view once per click
     tabs = charts_box.tabs(TABS, key=TAB_KEY, on_change="rerun")
     renderers: dict[str, Callable[[], None]] = {
         "Loss": lambda: loss_tab(run, scalars, x),

@@ -24,7 +24,7 @@ from blockviz.views.run_findings import ACTIVE_EVERY_S, RunFindings, suggestion_
 
 MARK_KEY = "live.mark"  # {"run": id, "step": step, "label": text}: the marked step
 PICK_KEY = "live.picked"  # (run, step) of the last click on the loss chart, once taken
-SCROLL_KEY = "live.scroll_to_charts"  # set by Show: the page scrolls to its charts once
+SCROLL_KEY = "live.scroll_to_charts"  # Show's count: each new one scrolls to the charts once
 ICONS = {
     "error": ":material/error:",
     "warning": ":material/warning:",
@@ -44,7 +44,7 @@ def _mark(run_id: int, finding: Finding, show: Callable[[Finding], None]) -> Non
     if finding.step is not None:
         label = f"{finding.title} (step {finding.step:,})"
         st.session_state[MARK_KEY] = {"run": run_id, "step": finding.step, "label": label}
-    st.session_state[SCROLL_KEY] = True
+    st.session_state[SCROLL_KEY] = int(st.session_state.get(SCROLL_KEY, 0)) + 1
     show(finding)
 
 
@@ -58,9 +58,12 @@ def pick_step(run_id: int, step: int | None) -> None:
     st.rerun(scope="app")  # the sidebar's Fork follows the new mark
 
 
-def take_scroll() -> bool:
-    """Whether a Show was clicked since the last call (the page then scrolls once)."""
-    return bool(st.session_state.pop(SCROLL_KEY, False))
+def scroll_token() -> int | None:
+    """How many Shows were clicked this session (None: none). The page sends its scroll with
+    this number on every run and the browser scrolls once per number: a run that a refresh
+    cut short before the browser drew it no longer loses the click's scroll."""
+    token = st.session_state.get(SCROLL_KEY)
+    return int(token) if token else None
 
 
 def _clear_mark() -> None:

@@ -62,20 +62,24 @@ def literal(text: object) -> str:
 _KEY_CLASS = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def scroll_into_view(key: str) -> None:
-    """Scroll the page so the container made with `st.container(key=key)` is at the top.
+def scroll_into_view(key: str, token: int) -> None:
+    """Scroll the page so the container made with `st.container(key=key)` is at the top,
+    once per `token` in this browser tab: the script may come again on every run, and it
+    scrolls only for a token it has not scrolled for yet.
 
     Streamlit gives such a container the class `st-key-<key>`; the script looks it up a
     moment after this run is drawn. `key` is the page's own constant, never user text.
     """
     if not _KEY_CLASS.fullmatch(key):
         raise ValueError(f"scroll_into_view: {key!r} is not a plain container key")
+    mark = f"{key}:{int(token)}"
     # scroll-margin-top keeps the target clear of Streamlit's header bar. The jump is
     # instant: a smooth scroll is cancelled part-way when the page redraws under it (Live
-    # refreshes itself while its run trains), leaving the target where it was.
+    # refreshes itself while its run trains).
     st.html(
         "<script>setTimeout(() => { const box = document.querySelector('.st-key-" + key + "');"
-        " if (box) { box.style.scrollMarginTop = '4rem';"
+        " if (box && window.blockvizScrolled !== '" + mark + "') {"
+        " window.blockvizScrolled = '" + mark + "'; box.style.scrollMarginTop = '4rem';"
         " box.scrollIntoView({behavior: 'instant', block: 'start'}); } }, 300);</script>",
         unsafe_allow_javascript=True,
     )
