@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from blockviz.core.findings.thresholds import SPIKE_FACTOR, SPIKE_WINDOW
+from blockviz.core.findings.training import median_before
 
 ONSET_GAP = SPIKE_WINDOW  # steps between two out-of-range losses of one stretch
 
@@ -42,7 +43,7 @@ def out_of_range(loss: pd.DataFrame) -> np.ndarray:
     """The steps of the logged train losses (`loss`: step, value) out of their range."""
     loss = loss.sort_values("step", kind="stable")
     values = loss["value"].to_numpy(dtype=float)
-    before = pd.Series(values).rolling(SPIKE_WINDOW).median().shift(1).to_numpy()
+    before = median_before(values)
     with np.errstate(invalid="ignore"):
         out = ~np.isfinite(values) | (values > SPIKE_FACTOR * before)
     return loss["step"].to_numpy(dtype=np.int64)[out]

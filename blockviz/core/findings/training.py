@@ -208,13 +208,20 @@ def worse_than_uniform(series: RunSeries, level: float) -> bool:
     return series.init_loss is not None and level > series.init_loss + STALL_MARGIN
 
 
+def median_before(values: np.ndarray) -> np.ndarray:
+    """Each logged loss's baseline in the spike test: the median of the SPIKE_WINDOW logged
+    losses before it (NaN while fewer came before). The flight recorder's replay start
+    (`core.flight_start`) reads the loss's onset with the same test."""
+    return pd.Series(values).rolling(SPIKE_WINDOW).median().shift(1).to_numpy()
+
+
 def loss_spikes(series: RunSeries) -> Finding | None:
     """Logged train losses far above the median of the window before them."""
     loss = series.scalar(spec.TRAIN_LOSS)
     values = loss["value"].to_numpy(dtype=float)
     if len(values) <= SPIKE_WINDOW:
         return None
-    before = pd.Series(values).rolling(SPIKE_WINDOW).median().shift(1).to_numpy()
+    before = median_before(values)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = values / before
     spiking = np.isfinite(values) & np.isfinite(ratio) & (ratio > SPIKE_FACTOR)
